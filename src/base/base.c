@@ -1,0 +1,270 @@
+/* base.c: status strings, error formatting, allocation, file helpers, logging. */
+#define _GNU_SOURCE
+#include "base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *kn_status_str(enum kn_status s)
+{
+    switch (s) {
+    case KN_OK: return "ok";
+    case KN_E_IO: return "I/O error";
+    case KN_E_FORMAT: return "malformed input";
+    case KN_E_UNSUPPORTED: return "unsupported";
+    case KN_E_NOMEM: return "out of memory";
+    case KN_E_ARG: return "bad argument";
+    case KN_E_LIMIT: return "limit exceeded";
+    case KN_E_MISMATCH: return "mismatch";
+    case KN_E_INTERNAL: return "internal error";
+    case KN_E_CANCELLED: return "cancelled";
+    }
+    return "unknown status";
+}
+
+enum kn_status kn_vfail(struct kn_err *err, enum kn_status status, const char *fmt, va_list ap)
+{
+    if (err) {
+        err->status = status;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    }
+    return status;
+}
+
+enum kn_status kn_fail(struct kn_err *err, enum kn_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kn_vfail(err, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void kn_err_prefix(struct kn_err *err, const char *prefix)
+{
+    if (!err || !prefix)
+        return;
+    char tmp[sizeof err->msg];
+    snprintf(tmp, sizeof tmp, "%s: %s", prefix, err->msg);
+    memcpy(err->msg, tmp, sizeof tmp);
+}
+
+void *kn_malloc(size_t size, struct kn_err *err)
+{
+    void *p = malloc(size ? size : 1);
+    if (!p)
+        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes", size);
+    return p;
+}
+
+void *kn_calloc(size_t n, size_t size, struct kn_err *err)
+{
+    size_t total;
+    if (!kn_mul_size(n, size, &total)) {
+        kn_fail(err, KN_E_NOMEM, "allocation of %zu x %zu bytes overflows", n, size);
+        return NULL;
+    }
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes", total);
+    return p;
+}
+
+void *kn_aligned_alloc(size_t size, struct kn_err *err)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size ? size : 64) != 0) {
+        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes", size);
+        return NULL;
+    }
+    return p;
+}
+
+char *kn_strdup(const char *s, struct kn_err *err)
+{
+    size_t n = strlen(s) + 1;
+    char *p = kn_malloc(n, err);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+enum kn_status kn_map_open(struct kn_map *map, const char *path, struct kn_err *err)
+{
+    memset(map, 0, sizeof *map);
+    map->fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return kn_fail(err, KN_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kn_fail(err, KN_E_IO, "%s: not a regular file", path);
+    }
+    map->fd = fd;
+    map->size = (size_t)st.st_size;
+    if (map->size == 0) {
+        map->data = (const uint8_t *)"";
+        return KN_OK;
+    }
+    void *p = mmap(NULL, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        map->fd = -1;
+        return kn_fail(err, KN_E_IO, "%s: cannot map %zu bytes: %s", path, map->size, strerror(e));
+    }
+    map->data = p;
+    return KN_OK;
+}
+
+void kn_map_close(struct kn_map *map)
+{
+    if (map->data && map->size)
+        munmap((void *)map->data, map->size);
+    if (map->fd >= 0)
+        close(map->fd);
+    map->data = NULL;
+    map->size = 0;
+    map->fd = -1;
+}
+
+enum kn_status kn_read_file(const char *path, size_t max_size, char **out, size_t *out_size,
+                            struct kn_err *err)
+{
+    *out = NULL;
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    enum kn_status st = KN_OK;
+    if (!buf) {
+        st = kn_fail(err, KN_E_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap > max_size + 1) {
+                st = kn_fail(err, KN_E_LIMIT, "%s: larger than the limit of %zu bytes", path,
+                             max_size);
+                goto done;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                st = kn_fail(err, KN_E_NOMEM, "%s: out of memory", path);
+                goto done;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - 1 - len, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f))
+                st = kn_fail(err, KN_E_IO, "%s: read error: %s", path, strerror(errno));
+            break;
+        }
+        if (len > max_size) {
+            st = kn_fail(err, KN_E_LIMIT, "%s: larger than the limit of %zu bytes", path, max_size);
+            break;
+        }
+    }
+done:
+    if (f != stdin)
+        fclose(f);
+    if (st != KN_OK) {
+        free(buf);
+        return st;
+    }
+    buf[len] = 0;
+    *out = buf;
+    if (out_size)
+        *out_size = len;
+    return KN_OK;
+}
+
+enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t size,
+                                    struct kn_err *err)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = kn_malloc(n, err);
+    if (!tmp)
+        return KN_E_NOMEM;
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        enum kn_status st = kn_fail(err, KN_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    const uint8_t *p = data;
+    size_t left = size;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            return kn_fail(err, KN_E_IO, "%s: write failed: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return kn_fail(err, KN_E_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return kn_fail(err, KN_E_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    free(tmp);
+    return KN_OK;
+}
+
+static enum kn_log_level log_level = KN_LOG_INFO;
+
+void kn_log_set_level(enum kn_log_level level)
+{
+    log_level = level;
+}
+
+void kn_log(enum kn_log_level level, const char *fmt, ...)
+{
+    if (level < log_level)
+        return;
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kinetic: %s: %s\n", names[level], buf);
+}
+
+double kn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

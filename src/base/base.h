@@ -1,0 +1,86 @@
+/* base.h: status codes, error messages, checked size arithmetic, file mapping,
+ * logging. Every other module builds on these; nothing here depends on them. */
+#ifndef KN_BASE_H
+#define KN_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define KN_VERSION "0.1.0"
+#define KN_NUMERICS "canonical-1"
+
+#define KN_MUST_USE __attribute__((warn_unused_result))
+#define KN_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Runtime failures return a status; programming bugs hit assert(). Append only. */
+enum kn_status {
+    KN_OK = 0,
+    KN_E_IO,          /* a file could not be opened, read, written or mapped */
+    KN_E_FORMAT,      /* the input is malformed (file, JSON, request) */
+    KN_E_UNSUPPORTED, /* the input is valid but this build cannot handle it */
+    KN_E_NOMEM,       /* an allocation failed */
+    KN_E_ARG,         /* a bad argument or setting from the user */
+    KN_E_LIMIT,       /* the input exceeds a configured limit */
+    KN_E_MISMATCH,    /* two things that must agree do not (hash, model, signature) */
+    KN_E_INTERNAL,    /* an invariant was broken: a bug */
+    KN_E_CANCELLED,   /* the caller asked to stop */
+};
+
+const char *kn_status_str(enum kn_status s);
+
+/* An error: the status and a message that says what was wrong and what to do. */
+struct kn_err {
+    enum kn_status status;
+    char msg[1024];
+};
+
+/* Records status and a formatted message in err (which may be NULL); returns status. */
+enum kn_status kn_fail(struct kn_err *err, enum kn_status status, const char *fmt, ...)
+    KN_PRINTF(3, 4);
+enum kn_status kn_vfail(struct kn_err *err, enum kn_status status, const char *fmt, va_list ap);
+/* Prefixes err->msg with "prefix: " (e.g. the file name). */
+void kn_err_prefix(struct kn_err *err, const char *prefix);
+
+/* Checked size arithmetic: return false on overflow, *out untouched. */
+static inline KN_MUST_USE bool kn_mul_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline KN_MUST_USE bool kn_add_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Allocation that reports failure as KN_E_NOMEM through err. */
+void *kn_malloc(size_t size, struct kn_err *err);
+void *kn_calloc(size_t n, size_t size, struct kn_err *err);
+/* Aligned to 64 bytes, freed with free(). */
+void *kn_aligned_alloc(size_t size, struct kn_err *err);
+char *kn_strdup(const char *s, struct kn_err *err);
+
+/* A read-only memory map of a whole file. */
+struct kn_map {
+    const uint8_t *data;
+    size_t size;
+    int fd;
+};
+KN_MUST_USE enum kn_status kn_map_open(struct kn_map *map, const char *path, struct kn_err *err);
+void kn_map_close(struct kn_map *map);
+
+/* Reads a whole file into a NUL-terminated heap buffer, at most max_size bytes. */
+KN_MUST_USE enum kn_status kn_read_file(const char *path, size_t max_size, char **out,
+                                        size_t *out_size, struct kn_err *err);
+/* Writes data to path atomically: a temporary file in the same folder, then rename. */
+KN_MUST_USE enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t size,
+                                                struct kn_err *err);
+
+enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
+void kn_log_set_level(enum kn_log_level level);
+void kn_log(enum kn_log_level level, const char *fmt, ...) KN_PRINTF(2, 3);
+
+/* Monotonic time in seconds. */
+double kn_now(void);
+
+#endif

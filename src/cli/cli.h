@@ -1,0 +1,32 @@
+/* cli.h: the kinetic command line: subcommands and a small option parser that every
+ * subcommand shares, so flags and their errors look the same everywhere. */
+#ifndef KN_CLI_H
+#define KN_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT };
+
+struct cli_opt {
+    const char *name;  /* long name without dashes, e.g. "threads" */
+    char short_name;   /* 0 for none */
+    enum cli_kind kind;
+    void *dest;        /* bool*, const char**, int64_t*, double* */
+    const char *arg;   /* metavariable in help, e.g. "N" */
+    const char *help;
+    bool *seen;        /* optional: set when the option was given */
+};
+
+/* Parses argv[1..] (argv[0] is the subcommand). Options may come before or after
+ * positional arguments; "--" ends options; "-" alone is positional. Stores at most
+ * max_pos positionals. Prints a message naming the bad option and pointing to
+ * --help, and returns 2 on error; returns 1 when --help was printed; 0 otherwise. */
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
+              const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
+void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
+
+int cmd_info(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+#endif

@@ -1,0 +1,61 @@
+/* main.c: the kinetic executable. Dispatches to subcommands; only main() exits. */
+#include "cli.h"
+#include "base/base.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct command commands[] = {
+    {"info", cmd_info, "describe a GGUF model file"},
+    {"synth", cmd_synth, "write a random-weight model with real shapes"},
+};
+
+static void print_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kinetic COMMAND [ARGS]\n"
+            "\n"
+            "Kinetic runs GGUF language models with output that is reproducible bit for bit.\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\n"
+            "  --version        print the version, build id and the CPU's instruction sets\n"
+            "  --help           show this help\n"
+            "\n"
+            "'kinetic COMMAND --help' describes a command.\n");
+}
+
+static int print_version(void)
+{
+    printf("kinetic %s (numerics %s)\n", KN_VERSION, KN_NUMERICS);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0)
+        return print_version();
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kinetic: unknown command '%s'; see 'kinetic --help'\n", cmd);
+    return 2;
+}

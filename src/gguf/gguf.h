@@ -1,0 +1,140 @@
+/* gguf.h: a GGUF v2/v3 reader that validates every byte before use, and a v3 writer.
+ *
+ * The reader maps the file and checks the header, every key/value pair, every tensor
+ * info and the data section against the file size before returning; after gguf_open
+ * succeeds every pointer it hands out lies inside the file. Strings in GGUF are not
+ * NUL-terminated: keys and tensor names are copied (and checked to hold no NUL);
+ * string values are (pointer, length) views into the map. */
+#ifndef KN_GGUF_H
+#define KN_GGUF_H
+
+#include "../base/base.h"
+
+#define GGUF_MAGIC "GGUF"
+#define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_DIMS 4
+
+enum gguf_vtype {
+    GGUF_T_U8 = 0,
+    GGUF_T_I8 = 1,
+    GGUF_T_U16 = 2,
+    GGUF_T_I16 = 3,
+    GGUF_T_U32 = 4,
+    GGUF_T_I32 = 5,
+    GGUF_T_F32 = 6,
+    GGUF_T_BOOL = 7,
+    GGUF_T_STRING = 8,
+    GGUF_T_ARRAY = 9,
+    GGUF_T_U64 = 10,
+    GGUF_T_I64 = 11,
+    GGUF_T_F64 = 12,
+    GGUF_T_COUNT,
+};
+
+const char *gguf_vtype_name(enum gguf_vtype t);
+
+struct gguf_str {
+    const char *data; /* not NUL-terminated */
+    uint64_t len;
+};
+
+struct gguf_value {
+    enum gguf_vtype type;
+    union {
+        uint64_t u64; /* every unsigned integer type, widened */
+        int64_t i64;  /* every signed integer type, widened */
+        double f64;   /* f32 and f64, widened */
+        bool b;
+        struct gguf_str str;
+        struct {
+            enum gguf_vtype type; /* element type */
+            uint64_t n;           /* element count */
+            const void *data;     /* scalars: the raw little-endian elements in the file */
+            struct gguf_str *strs;     /* strings: n views (owned by the reader) */
+            struct gguf_value *items;  /* nested arrays: n values (owned by the reader) */
+        } arr;
+    } v;
+};
+
+struct gguf_kv {
+    char *key; /* NUL-terminated copy */
+    struct gguf_value value;
+};
+
+struct gguf_tensor {
+    char *name;        /* NUL-terminated copy */
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row length (K); unused dims are 1 */
+    uint32_t type;     /* enum quant_type */
+    uint64_t offset;   /* relative to the data section */
+    uint64_t size;     /* bytes */
+    const void *data;  /* inside the map */
+};
+
+struct gguf_file;
+
+/* Opens and validates path. On failure *out is NULL and err names what is wrong. */
+KN_MUST_USE enum kn_status gguf_open(struct gguf_file **out, const char *path, struct kn_err *err);
+/* Validates a GGUF image in memory (not copied; must outlive the result). name is used
+ * in messages. */
+KN_MUST_USE enum kn_status gguf_open_memory(struct gguf_file **out, const void *data, size_t size,
+                                            const char *name, struct kn_err *err);
+void gguf_close(struct gguf_file *f);
+
+uint32_t gguf_version(const struct gguf_file *f);
+uint64_t gguf_file_size(const struct gguf_file *f);
+uint32_t gguf_alignment(const struct gguf_file *f);
+uint64_t gguf_data_offset(const struct gguf_file *f);
+
+int64_t gguf_n_kv(const struct gguf_file *f);
+const struct gguf_kv *gguf_kv_at(const struct gguf_file *f, int64_t i);
+const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
+
+/* Typed look-ups. Each returns false (leaving *out alone) when the key is absent or its
+ * value cannot be represented exactly in the requested type. */
+bool gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out);
+bool gguf_get_u64(const struct gguf_file *f, const char *key, uint64_t *out);
+bool gguf_get_i64(const struct gguf_file *f, const char *key, int64_t *out);
+bool gguf_get_f32(const struct gguf_file *f, const char *key, float *out);
+bool gguf_get_bool(const struct gguf_file *f, const char *key, bool *out);
+bool gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out);
+/* An array value of the given element type, or NULL. */
+const struct gguf_value *gguf_get_arr(const struct gguf_file *f, const char *key,
+                                      enum gguf_vtype elem_type);
+/* Element i of a scalar array, widened like the getters above. */
+int64_t gguf_arr_i64(const struct gguf_value *arr, uint64_t i);
+double gguf_arr_f64(const struct gguf_value *arr, uint64_t i);
+
+int64_t gguf_n_tensors(const struct gguf_file *f);
+const struct gguf_tensor *gguf_tensor_at(const struct gguf_file *f, int64_t i);
+const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
+
+/* ---------------------------------------------------------------- writer */
+
+/* Builds a GGUF v3 file in memory order: key/values in insertion order, then tensor
+ * infos, then data, each tensor aligned to general.alignment (default 32). */
+struct gguf_writer;
+
+struct gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(struct gguf_writer *w);
+void gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t v);
+void gguf_writer_set_i32(struct gguf_writer *w, const char *key, int32_t v);
+void gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_t v);
+void gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
+void gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool v);
+void gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
+/* An array of scalars of elem_type (n elements, raw little-endian at data). */
+void gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem_type,
+                         const void *data, uint64_t n);
+void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const struct gguf_str *strs,
+                             uint64_t n);
+/* Copies a key/value from a file opened with the reader (for example a vocabulary). */
+void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv);
+/* Adds a tensor; data (size bytes, as quant_row_size says) is copied. */
+void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                            const int64_t *ne, const void *data, uint64_t size);
+/* Writes the file atomically. Reports any earlier failure (out of memory, bad tensor). */
+KN_MUST_USE enum kn_status gguf_writer_write(struct gguf_writer *w, const char *path,
+                                             struct kn_err *err);
+
+#endif

@@ -1,0 +1,131 @@
+/* quant.h: GGML tensor types, their block layouts (byte-compatible with llama.cpp),
+ * fp16/bf16 conversion, and the reference quantize/dequantize code.
+ * The reference code here is part of the numerics spec (docs/numerics.md). */
+#ifndef KN_QUANT_H
+#define KN_QUANT_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* GGML type ids as stored in GGUF files. Gaps are ids that llama.cpp retired. */
+enum quant_type {
+    QT_F32 = 0,
+    QT_F16 = 1,
+    QT_Q4_0 = 2,
+    QT_Q4_1 = 3,
+    QT_Q5_0 = 6,
+    QT_Q5_1 = 7,
+    QT_Q8_0 = 8,
+    QT_Q8_1 = 9,
+    QT_Q2_K = 10,
+    QT_Q3_K = 11,
+    QT_Q4_K = 12,
+    QT_Q5_K = 13,
+    QT_Q6_K = 14,
+    QT_Q8_K = 15,
+    QT_IQ2_XXS = 16,
+    QT_IQ2_XS = 17,
+    QT_IQ3_XXS = 18,
+    QT_IQ1_S = 19,
+    QT_IQ4_NL = 20,
+    QT_IQ3_S = 21,
+    QT_IQ2_S = 22,
+    QT_IQ4_XS = 23,
+    QT_I8 = 24,
+    QT_I16 = 25,
+    QT_I32 = 26,
+    QT_I64 = 27,
+    QT_F64 = 28,
+    QT_IQ1_M = 29,
+    QT_BF16 = 30,
+    QT_TQ1_0 = 34,
+    QT_TQ2_0 = 35,
+    QT_MXFP4 = 39,
+    QT_COUNT = 40, /* one past the largest id */
+};
+
+struct quant_type_info {
+    const char *name;     /* llama.cpp's name, e.g. "q4_K" */
+    uint32_t block_size;  /* elements per block */
+    uint32_t type_size;   /* bytes per block */
+    bool computable;      /* Kinetic has kernels for it */
+};
+
+/* Returns the traits of type t, or NULL for an id that is not a GGML type. */
+const struct quant_type_info *quant_type_info(uint32_t t);
+/* Name of type t ("f32", "q4_K", ...), or "unknown". */
+const char *quant_type_name(uint32_t t);
+/* Parses a name (case-insensitive), returns false when unknown. */
+bool quant_type_from_name(const char *name, enum quant_type *out);
+/* Bytes of a row of n elements of type t; false if n is not a multiple of the
+ * block size or the size overflows. */
+bool quant_row_size(uint32_t t, uint64_t n, uint64_t *bytes);
+
+/* ---------------------------------------------------------------- half floats */
+
+typedef uint16_t kn_f16;
+typedef uint16_t kn_bf16;
+
+float quant_f16_to_f32(kn_f16 h);
+kn_f16 quant_f32_to_f16(float f);   /* round to nearest even, like F16C */
+float quant_bf16_to_f32(kn_bf16 h);
+kn_bf16 quant_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
+
+/* ---------------------------------------------------------------- block layouts */
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+struct block_q4_0 { kn_f16 d; uint8_t qs[QK4_0 / 2]; };
+struct block_q4_1 { kn_f16 d, m; uint8_t qs[QK4_1 / 2]; };
+struct block_q5_0 { kn_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+struct block_q5_1 { kn_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+struct block_q8_0 { kn_f16 d; int8_t qs[QK8_0]; };
+struct block_q8_1 { kn_f16 d, s; int8_t qs[QK8_1]; };
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; kn_f16 d, dmin; };
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; kn_f16 d; };
+struct block_q4_K { kn_f16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K {
+    kn_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; kn_f16 d; };
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+struct block_iq4_nl { kn_f16 d; uint8_t qs[16]; };
+struct block_iq4_xs { kn_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+
+static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block size");
+static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block size");
+static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block size");
+static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block size");
+static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block size");
+static_assert(sizeof(struct block_q8_1) == 36, "q8_1 block size");
+static_assert(sizeof(struct block_q2_K) == 84, "q2_K block size");
+static_assert(sizeof(struct block_q3_K) == 110, "q3_K block size");
+static_assert(sizeof(struct block_q4_K) == 144, "q4_K block size");
+static_assert(sizeof(struct block_q5_K) == 176, "q5_K block size");
+static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
+static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
+static_assert(sizeof(struct block_iq4_nl) == 18, "iq4_nl block size");
+static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block size");
+
+/* ---------------------------------------------------------------- reference code */
+
+/* Dequantizes n elements (a multiple of the block size) of type t from src to dst.
+ * Returns false if t cannot be dequantized by this build. */
+bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
+/* Quantizes n elements of x into dst with Kinetic's reference quantizer for t.
+ * Returns false if t cannot be produced by this build. */
+bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n);
+
+#endif

@@ -1,0 +1,75 @@
+/* test_base.c: status strings, checked arithmetic, file helpers, f16/bf16 conversion. */
+#include "check.h"
+#include "base/base.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static void test_sizes(void)
+{
+    size_t r;
+    CHECK(kn_mul_size(3, 5, &r) && r == 15);
+    CHECK(!kn_mul_size(SIZE_MAX / 2 + 1, 2, &r));
+    CHECK(!kn_add_size(SIZE_MAX, 1, &r));
+    CHECK_STR(kn_status_str(KN_E_FORMAT), "malformed input");
+}
+
+static void test_files(void)
+{
+    struct kn_err err = {0};
+    char path[] = "/tmp/kn_test_base_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(kn_write_file_atomic(path, "hello", 5, &err) == KN_OK);
+    char *buf;
+    size_t n;
+    CHECK(kn_read_file(path, 100, &buf, &n, &err) == KN_OK);
+    CHECK(n == 5 && strcmp(buf, "hello") == 0);
+    free(buf);
+    CHECK(kn_read_file(path, 3, &buf, &n, &err) == KN_E_LIMIT);
+    struct kn_map map;
+    CHECK(kn_map_open(&map, path, &err) == KN_OK);
+    CHECK(map.size == 5 && memcmp(map.data, "hello", 5) == 0);
+    kn_map_close(&map);
+    unlink(path);
+    CHECK(kn_map_open(&map, path, &err) == KN_E_IO);
+    CHECK(strstr(err.msg, path) != NULL);
+}
+
+/* Every f16 converts to f32 and back unchanged; f32 -> f16 rounds to nearest even. */
+static void test_half(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = quant_f16_to_f32((kn_f16)h);
+        kn_f16 back = quant_f32_to_f16(f);
+        if (isnan(f))
+            bad += !(back & 0x200) || (back & 0x7c00) != 0x7c00;
+        else
+            bad += back != h;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(quant_f16_to_f32(0x3c00) == 1.0f);
+    CHECK(quant_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+    CHECK(quant_f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(quant_f32_to_f16(65520.0f) == 0x7c00);
+    CHECK(quant_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00); /* tie to even */
+    CHECK(quant_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)) == 0x3c02);
+    CHECK(quant_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);          /* tie to even zero */
+    CHECK(quant_f32_to_f16(ldexpf(1.5f, -25)) == 0x0001);
+    CHECK(quant_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(quant_f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(quant_f32_to_bf16(1.0f + ldexpf(1.0f, -8)) == 0x3f80);
+    CHECK(quant_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)) == 0x3f82);
+}
+
+int main(void)
+{
+    test_sizes();
+    test_files();
+    test_half();
+    CHECK_DONE();
+}
