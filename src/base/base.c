@@ -1,5 +1,7 @@
 /* base.c: status strings, error formatting, allocation, file helpers, logging. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "base.h"
 
 #include <errno.h>
@@ -51,9 +53,16 @@ void kn_err_prefix(struct kn_err *err, const char *prefix)
 {
     if (!err || !prefix)
         return;
-    char tmp[sizeof err->msg];
-    snprintf(tmp, sizeof tmp, "%s: %s", prefix, err->msg);
-    memcpy(err->msg, tmp, sizeof tmp);
+    size_t cap = sizeof err->msg, plen = strlen(prefix), mlen = strlen(err->msg);
+    if (plen + 2 >= cap)
+        plen = cap - 3;
+    if (plen + 2 + mlen >= cap)
+        mlen = cap - 1 - plen - 2;
+    memmove(err->msg + plen + 2, err->msg, mlen);
+    memcpy(err->msg, prefix, plen);
+    err->msg[plen] = ':';
+    err->msg[plen + 1] = ' ';
+    err->msg[plen + 2 + mlen] = 0;
 }
 
 void *kn_malloc(size_t size, struct kn_err *err)

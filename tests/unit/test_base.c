@@ -14,6 +14,14 @@ static void test_sizes(void)
     CHECK(!kn_mul_size(SIZE_MAX / 2 + 1, 2, &r));
     CHECK(!kn_add_size(SIZE_MAX, 1, &r));
     CHECK_STR(kn_status_str(KN_E_FORMAT), "malformed input");
+    struct kn_err err;
+    kn_fail(&err, KN_E_IO, "cannot open: %s", "gone");
+    kn_err_prefix(&err, "model.gguf");
+    CHECK_STR(err.msg, "model.gguf: cannot open: gone");
+    memset(err.msg, 'x', sizeof err.msg - 1);
+    err.msg[sizeof err.msg - 1] = 0;
+    kn_err_prefix(&err, "p");
+    CHECK(strlen(err.msg) == sizeof err.msg - 1 && strncmp(err.msg, "p: xx", 5) == 0);
 }
 
 static void test_files(void)
