@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the GGUF fuzzing seed corpus (tests/fuzz/corpus/gguf/) with gguf-py's writer,
+"""Writes the GGUF fuzzing seed corpus (tests/fuzz/corpus/gguf/; names without .gguf, which
+.gitignore excludes) with gguf-py's writer,
 an implementation independent of Kinetic's. Run from the repository root with the
 project venv: .venv/bin/python tests/fuzz/make_gguf_seeds.py. The seeds are tiny
 (a few hundred bytes each) so the fuzzer mutates structure, not bulk data."""
@@ -58,11 +59,11 @@ def aligned64(w):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    write("model.gguf", model)
-    write("vocab.gguf", vocab_only)
-    write("align64.gguf", aligned64)
+    write("seed-model", model)
+    write("seed-vocab", vocab_only)
+    write("seed-align64", aligned64)
     # A version 2 file (same layout as v3) with no key/values or tensors, by hand.
-    with open(os.path.join(OUT, "v2-empty.gguf"), "wb") as f:
+    with open(os.path.join(OUT, "seed-v2-empty"), "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", 2, 0, 0))
     total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
     print(f"{len(os.listdir(OUT))} seeds, {total} bytes", file=sys.stderr)
