@@ -78,11 +78,13 @@ KINL void float_tile(const enum quant_type t, const void *wr, const float *x, in
                      const int nt, float *out, int64_t ldo)
 {
     __m256 lo[2], hi[2];
+    KUNROLL
     for (int i = 0; i < nt; i++)
         lo[i] = hi[i] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         __m256 w0 = load_w8(t, wr, k, 8), w1 = load_w8(t, wr, k + 8, 8);
+        KUNROLL
         for (int i = 0; i < nt; i++) {
             lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * K + k), w0, lo[i]);
             hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * K + k + 8), w1, hi[i]);
@@ -91,10 +93,12 @@ KINL void float_tile(const enum quant_type t, const void *wr, const float *x, in
     if (k < K) {
         int r = (int)(K - k), rl = r < 8 ? r : 8, rh = r - rl;
         __m256 w0 = load_w8(t, wr, k, rl), w1 = load_w8(t, wr, k + 8, rh);
+        KUNROLL
         for (int i = 0; i < nt; i++)
             kavx2_fma_tail(kavx2_loadn(x + i * K + k, rl), w0, kavx2_loadn(x + i * K + k + 8, rh),
                            w1, r, &lo[i], &hi[i]);
     }
+    KUNROLL
     for (int i = 0; i < nt; i++)
         out[i * ldo] = kavx2_tree16(lo[i], hi[i]);
 }

@@ -57,20 +57,24 @@ KINL void float_tile(const enum quant_type t, const void *wr, const float *x, in
                      const int nt, float *out, int64_t ldo)
 {
     __m512 acc[4];
+    KUNROLL
     for (int i = 0; i < nt; i++)
         acc[i] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         __m512 wv = load_w(t, wr, k, 0xFFFF);
+        KUNROLL
         for (int i = 0; i < nt; i++)
             acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * K + k), wv, acc[i]);
     }
     if (k < K) {
         __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
         __m512 wv = load_w(t, wr, k, m);
+        KUNROLL
         for (int i = 0; i < nt; i++)
             acc[i] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i * K + k), wv, acc[i], m);
     }
+    KUNROLL
     for (int i = 0; i < nt; i++)
         out[i * ldo] = k512_tree16(acc[i]);
 }

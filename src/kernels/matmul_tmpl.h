@@ -26,6 +26,8 @@
 #include <stdalign.h>
 
 #define KINL static inline __attribute__((always_inline))
+/* Fully unrolls a short fixed loop, so vectors indexed by its counter stay in registers. */
+#define KUNROLL _Pragma("GCC unroll 16")
 
 /* Stores lane r of v to y[row0 + r] for the rows in [n0, n1). */
 KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
@@ -62,6 +64,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                      : t == QT_Q5_0 ? 352 : 384;
     const struct kern_block_q8f *xr[KMAXT];
     VF acc[KMAXT];
+    KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
@@ -78,11 +81,13 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
         VI v[8];
         int xo[8];
         if (t == QT_Q8_0) {
+            KUNROLL
             for (int c = 0; c < 8; c++) {
                 v[c] = vi_chunk(q + 64 * c, h);
                 xo[c] = 4 * c;
             }
         } else {
+            KUNROLL
             for (int c = 0; c < 4; c++) {
                 VI raw = vi_chunk(q + 64 * c, h);
                 v[c] = vi_and(raw, m4);
@@ -102,9 +107,11 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 v[7] = vi_or(v[7], vi_and(vi_srli16(hb, 3), m10));
             }
         }
+        KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct kern_block_q8f *xb = &xr[i][b];
             VI d0 = vi_zero(), d1 = vi_zero();
+            KUNROLL
             for (int c = 0; c < 8; c += 2) {
                 if (t == QT_Q8_0) {
                     d0 = vi_dp_q8(d0, v[c], vi_bcast(xb->qs + xo[c]));
@@ -123,6 +130,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 acc[i] = vf_fma(vf_mul(dm, dx), vf_set1((float)xb->s), acc[i]);
         }
     }
+    KUNROLL
     for (int i = 0; i < nt; i++)
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
@@ -137,6 +145,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const size_t gbb = five ? 2880 : 2368;
     const struct block_q8_K *xr[KMAXT];
     VF acc[KMAXT];
+    KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
@@ -146,12 +155,16 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         const uint8_t *p = gp + (size_t)b * gbb;
         const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
         VI isum[KMAXT];
+        KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
+        KUNROLL
         for (int c = 0; c < 4; c++) {
             VI dlo[KMAXT], dhi[KMAXT];
+            KUNROLL
             for (int i = 0; i < nt; i++)
                 dlo[i] = dhi[i] = vi_zero();
+            KUNROLL
             for (int tq = 0; tq < 8; tq++) {
                 VI raw = vi_chunk(qs + 64 * (8 * c + tq), h);
                 VI lo = vi_and(raw, m4), hi = vi_and(vi_srli16(raw, 4), m4);
@@ -168,6 +181,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     lo = vi_or(lo, vi_and(hl, m10));
                     hi = vi_or(hi, vi_and(hh, m10));
                 }
+                KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const int8_t *xq = xr[i][b].qs + 64 * c + 4 * tq;
                     dlo[i] = vi_dp(dlo[i], lo, vi_bcast(xq));
@@ -175,16 +189,20 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 }
             }
             VI sl = vi_u8_i32(scp + 16 * (2 * c), h), sh = vi_u8_i32(scp + 16 * (2 * c + 1), h);
+            KUNROLL
             for (int i = 0; i < nt; i++)
                 isum[i] = vi_add(isum[i], vi_add(vi_mullo(dlo[i], sl), vi_mullo(dhi[i], sh)));
         }
         VF dw = vf_f16(p, h), dmin = vf_f16(p + 32, h);
         VI mins[4];
+        KUNROLL
         for (int pp = 0; pp < 4; pp++)
             mins[pp] = vi_u8x2_i16(mp + 32 * pp, h);
+        KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct block_q8_K *xb = &xr[i][b];
             VI imin = vi_zero();
+            KUNROLL
             for (int pp = 0; pp < 4; pp++) {
                 /* The sums of sub-blocks 2pp and 2pp+1 (each <= 32 * 127) as an int16 pair. */
                 int s0 = xb->bsums[4 * pp] + xb->bsums[4 * pp + 1];
@@ -197,6 +215,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
             acc[i] = vf_fma(vf_neg(vf_mul(dmin, dx)), vf_cvt(imin), acc[i]);
         }
     }
+    KUNROLL
     for (int i = 0; i < nt; i++)
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
@@ -209,6 +228,7 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     const size_t gbb = 3360;
     const struct block_q8_K *xr[KMAXT];
     VF acc[KMAXT];
+    KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
@@ -218,14 +238,19 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
         const uint8_t *p = gp + (size_t)b * gbb;
         const uint8_t *scp = p + 32, *ql = p + 288, *qh = p + 288 + 2048;
         VI isum[KMAXT];
+        KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
         /* Elements 128 h2 + 32 t + 4 g + (0..3): sub-block 8 h2 + 2 t + (g >= 4). */
+        KUNROLL
         for (int h2 = 0; h2 < 2; h2++) {
+            KUNROLL
             for (int t = 0; t < 4; t++) {
                 VI d0[KMAXT], d1[KMAXT];
+                KUNROLL
                 for (int i = 0; i < nt; i++)
                     d0[i] = d1[i] = vi_zero();
+                KUNROLL
                 for (int g = 0; g < 8; g++) {
                     VI lo = vi_chunk(ql + 64 * (16 * h2 + 8 * (t & 1) + g), h);
                     lo = (t >> 1) ? vi_and(vi_srli16(lo, 4), m4) : vi_and(lo, m4);
@@ -237,6 +262,7 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                     default: hb = vi_srli16(hb, 2); break;
                     }
                     VI v = vi_or(lo, vi_and(hb, m30));
+                    KUNROLL
                     for (int i = 0; i < nt; i++) {
                         VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
                         if (g < 4)
@@ -247,6 +273,7 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                 }
                 int sb = 8 * h2 + 2 * t;
                 VI s0 = vi_s8_i32(scp + 16 * sb, h), s1 = vi_s8_i32(scp + 16 * (sb + 1), h);
+                KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const struct block_q8_K *xb = &xr[i][b];
                     /* sum (q - 32) x = sum q x - 32 * (sum of the 16 x) */
@@ -257,9 +284,11 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
             }
         }
         VF dw = vf_f16(p, h);
+        KUNROLL
         for (int i = 0; i < nt; i++)
             acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
     }
+    KUNROLL
     for (int i = 0; i < nt; i++)
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
