@@ -21,7 +21,7 @@ typedef __m512 VF;
 #define vi_srli16(v, n) _mm512_srli_epi16(v, n)
 #define vi_slli16(v, n) _mm512_slli_epi16(v, n)
 #define vi_chunk(p, h) ((void)(h), _mm512_loadu_si512((const void *)(p)))
-#define vi_bcast(p) _mm512_set1_epi32((int)ld32(p))
+#define vi_bcast(p) _mm512_broadcastd_epi32(_mm_loadu_si32((const void *)(p)))
 #define vi_dp(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
 #define vi_dp_q8(acc, w, s) _mm512_dpbusd_epi32(acc, w, s)
 #define vi_u8_i32(p, h) ((void)(h), _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p))))
