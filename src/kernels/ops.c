@@ -57,12 +57,20 @@ static void geglu_scalar(float *y, const float *g, const float *u, int64_t n)
 
 /* ================================================================ softmax */
 
-/* The max, then e[i] = exp(x[i] - max) stored in y, and their canonical sum. */
-static float softmax_exp_sum(float *y, const float *x, int64_t n)
+/* The largest x (NaN skipped), with a zero made +0 so that no order of comparisons can
+ * change a bit of what follows. */
+static float softmax_max(const float *x, int64_t n)
 {
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++)
         m = x[i] > m ? x[i] : m;
+    return m + 0.0f;
+}
+
+/* The max, then e[i] = exp(x[i] - max) stored in y, and their canonical sum. */
+static float softmax_exp_sum(float *y, const float *x, int64_t n)
+{
+    float m = softmax_max(x, n);
     float acc[KN_LANES] = {0};
     for (int64_t i = 0; i < n; i++) {
         y[i] = kern_expf(x[i] - m);
@@ -80,9 +88,7 @@ static void softmax_scalar(float *y, const float *x, int64_t n)
 
 static void log_softmax_scalar(float *y, const float *x, int64_t n)
 {
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
+    float m = softmax_max(x, n);
     float acc[KN_LANES] = {0};
     for (int64_t i = 0; i < n; i++)
         acc[i % KN_LANES] += kern_expf(x[i] - m);
@@ -298,11 +304,8 @@ const struct kern_ops kern_ops_scalar = {
 const struct kern_ops *kern_ops_get(enum kern_isa isa)
 {
     switch (isa) {
-#if defined(KN_HAVE_OPS_AVX2)
+#if defined(__x86_64__)
     case KERN_ISA_AVX2: return &kern_ops_avx2;
-#endif
-#if defined(KN_HAVE_OPS_AVX512)
-    case KERN_ISA_AVX512: return &kern_ops_avx512;
 #endif
     default: return &kern_ops_scalar;
     }

@@ -83,5 +83,9 @@ extern const struct kern_ops kern_ops_avx512;
 void kern_rope_scalar(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
                       int64_t n_head, int64_t head_dim, const float *table);
 void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end);
+#if defined(__x86_64__)
+void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end);
+void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end);
+#endif
 
 #endif
