@@ -306,6 +306,7 @@ const struct kern_ops *kern_ops_get(enum kern_isa isa)
     switch (isa) {
 #if defined(__x86_64__)
     case KERN_ISA_AVX2: return &kern_ops_avx2;
+    case KERN_ISA_AVX512: return &kern_ops_avx512;
 #endif
     default: return &kern_ops_scalar;
     }
