@@ -1,8 +1,6 @@
 /* ops.c: the reference (specification) of the elementwise kernels, softmax, RMSNorm and
  * RoPE, the RoPE frequency tables, row conversion, and the dispatch of kernels by ISA.
  * docs/numerics.md states each operation's order; the code here is that order, literally. */
-#include <stdatomic.h>
-
 #include "ops_internal.h"
 
 /* ================================================================ elementwise */
@@ -312,22 +310,11 @@ const struct kern_ops *kern_ops_get(enum kern_isa isa)
     }
 }
 
-static _Atomic(const struct kern_ops *) active_ops;
-
+/* Follows kern_isa_active() on every call (an atomic load), so kern_isa_set() switches
+ * these kernels together with the matrix products. */
 const struct kern_ops *kern_ops_active(void)
 {
-    const struct kern_ops *ops = atomic_load_explicit(&active_ops, memory_order_acquire);
-    if (!ops) {
-        /* Until the CPU-detection module is merged, the reference is the default. */
-        ops = &kern_ops_scalar;
-        atomic_store_explicit(&active_ops, ops, memory_order_release);
-    }
-    return ops;
-}
-
-void kern_ops_use(enum kern_isa isa)
-{
-    atomic_store_explicit(&active_ops, kern_ops_get(isa), memory_order_release);
+    return kern_ops_get(kern_isa_active());
 }
 
 void kern_exp(float *y, const float *x, int64_t n) { kern_ops_active()->exp(y, x, n); }

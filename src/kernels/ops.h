@@ -169,8 +169,8 @@ KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struc
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
 
 /* ---------------------------------------------------------------- dispatch
- * One table of kernels per ISA level. The public functions above call the active table,
- * chosen from kern_isa_active() at the first call or by kern_ops_use(). */
+ * One table of kernels per ISA level. The public functions above call the table of
+ * kern_isa_active() (isa.h): KINETIC_ISA or the best level, switched by kern_isa_set(). */
 struct kern_ops {
     enum kern_isa isa;
     void (*exp)(float *y, const float *x, int64_t n);
@@ -193,10 +193,7 @@ struct kern_ops {
 /* The table of an ISA level compiled into this build (the scalar table for a level this
  * build lacks); it does not check that the CPU can run it. */
 const struct kern_ops *kern_ops_get(enum kern_isa isa);
-/* The table in use. */
+/* The table of kern_isa_active(). */
 const struct kern_ops *kern_ops_active(void);
-/* Makes isa's table the one in use; the caller has checked the CPU supports it. Call
- * before worker threads use the kernels. */
-void kern_ops_use(enum kern_isa isa);
 
 #endif
