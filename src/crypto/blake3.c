@@ -19,101 +19,30 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define B3_X86 1
-#endif
 
 /* ---------------------------------------------------------------- ISA dispatch --- */
 
-/* The CPU check mirrors kern's levels (src/kernels/isa.h): AVX2 level = AVX2+FMA+F16C+BMI2,
- * AVX-512 level = F/BW/VL/DQ+VNNI, each with the OS saving the registers, because the
- * *_avx2.c / *_avx512.c files are compiled with exactly those flags. */
-#ifdef B3_X86
-static uint64_t read_xcr0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-static unsigned detect_mask(void)
-{
-    unsigned a, b, c, d, out = 1u << KERN_ISA_SCALAR;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return out;
-    bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12),
-         f16c = c & (1u << 29);
-    if (!osxsave || !avx)
-        return out;
-    uint64_t xcr0 = read_xcr0();
-    bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return out;
-    bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8), f512 = b & (1u << 16),
-         dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31), vnni = c & (1u << 11);
-    if (os_ymm && avx2 && fma && f16c && bmi2) {
-        out |= 1u << KERN_ISA_AVX2;
-        if (os_zmm && f512 && dq && bw && vl && vnni)
-            out |= 1u << KERN_ISA_AVX512;
-    }
-    return out;
-}
-#else
-static unsigned detect_mask(void) { return 1u << KERN_ISA_SCALAR; }
-#endif
-
-static _Atomic unsigned isa_mask;   /* 0 = not detected yet */
-static _Atomic int isa_default = -1; /* from KINETIC_ISA or the best, decided once */
+/* The level comes from kern (src/kernels/isa.h: KINETIC_ISA or the best the CPU and OS
+ * support), so BLAKE3 and the kernels always agree; tests and benchmarks may force a level
+ * for BLAKE3 alone. */
 static _Atomic int isa_forced = -1;
-
-static const char *const isa_names[KERN_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 bool blake3_isa_supported(enum kern_isa isa)
 {
-    if ((unsigned)isa >= KERN_ISA_COUNT)
-        return false;
-    unsigned m = atomic_load_explicit(&isa_mask, memory_order_relaxed);
-    if (!m) {
-        m = detect_mask();
-        atomic_store_explicit(&isa_mask, m, memory_order_relaxed);
-    }
-    return (m >> isa) & 1u;
+    return kern_isa_supported(isa);
 }
 
 enum kern_isa blake3_isa(void)
 {
     int f = atomic_load_explicit(&isa_forced, memory_order_relaxed);
-    if (f >= 0)
-        return (enum kern_isa)f;
-    int d = atomic_load_explicit(&isa_default, memory_order_relaxed);
-    if (d >= 0)
-        return (enum kern_isa)d;
-    const char *env = getenv("KINETIC_ISA");
-    if (env && *env) {
-        /* Honour the user's level; an unknown or unsupported one falls back to scalar,
-         * which computes the same bytes (the CLI reports the bad value through kern). */
-        d = KERN_ISA_SCALAR;
-        for (int i = 0; i < KERN_ISA_COUNT; i++)
-            if (strcmp(env, isa_names[i]) == 0 && blake3_isa_supported((enum kern_isa)i))
-                d = i;
-    } else {
-        d = KERN_ISA_SCALAR;
-        for (int i = KERN_ISA_COUNT - 1; i > 0; i--)
-            if (blake3_isa_supported((enum kern_isa)i)) {
-                d = i;
-                break;
-            }
-    }
-    atomic_store_explicit(&isa_default, d, memory_order_relaxed);
-    return (enum kern_isa)d;
+    return f >= 0 ? (enum kern_isa)f : kern_isa_active();
 }
 
 enum kn_status blake3_isa_force(enum kern_isa isa, struct kn_err *err)
 {
     if (!blake3_isa_supported(isa))
         return kn_fail(err, KN_E_UNSUPPORTED, "BLAKE3: this CPU (or OS) cannot run the %s code",
-                       (unsigned)isa < KERN_ISA_COUNT ? isa_names[isa] : "unknown");
+                       kern_isa_name(isa));
     atomic_store(&isa_forced, (int)isa);
     return KN_OK;
 }

@@ -70,12 +70,11 @@ void blake3_hex(const uint8_t *bytes, size_t n, char *hex);
 KN_MUST_USE enum kn_status blake3_hash_file(const char *path, uint8_t out[BLAKE3_OUT_LEN],
                                             int threads, struct kn_err *err);
 
-/* The ISA level BLAKE3 compresses with: a forced level if set, else KINETIC_ISA (an unknown
- * or unsupported name falls back to scalar, which gives the same bytes), else the best the
- * CPU and OS support. */
+/* The ISA level BLAKE3 compresses with: a level forced by blake3_isa_force, else
+ * kern_isa_active() (KINETIC_ISA, else the best the CPU and OS support). */
 enum kern_isa blake3_isa(void);
 bool blake3_isa_supported(enum kern_isa isa);
-/* Forces a level (tests, benchmarks); fails if this CPU lacks it. */
+/* Forces a level for BLAKE3 only (tests, benchmarks); fails if this CPU lacks it. */
 KN_MUST_USE enum kn_status blake3_isa_force(enum kern_isa isa, struct kn_err *err);
 /* Returns to the default choice. */
 void blake3_isa_unforce(void);

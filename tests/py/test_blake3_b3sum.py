@@ -79,9 +79,9 @@ def test_one_gib_sparse_file(tmp_path):
             f.seek(off)
             f.write(os.urandom(100))
     try:
+        # Two threads: the single-threaded path is the same code the smaller files test.
         want = b3sum(str(p))
-        for threads in (1, 2):
-            got = kn_hash(str(p), threads)
-            assert got[0] == want, f"threads {threads}"
+        got = kn_hash(str(p), 2)
+        assert got[0] == want
     finally:
         os.unlink(p)
