@@ -22,6 +22,8 @@ bool kern_matmul_rows_avx512(const struct kern_weight *w, const struct kern_act 
  * group is padded with zero rows. Returns the bytes of the packed copy for (type, N, K),
  * or 0 if type has no packed layout. */
 size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K);
+/* Bytes of one group-block (16 rows x one weight block) of the packed layout of t. */
+size_t kern_repack_group_block_bytes(enum quant_type t);
 /* Fills dst (kern_repack_bytes bytes, 64-aligned) from w's GGML rows. */
 void kern_repack(const struct kern_weight *w, void *dst);
 
