@@ -384,7 +384,7 @@ static void *convoy_main(void *arg)
 
 /* ---------------------------------------------------------------- public API */
 
-static void convoy_free(struct convoy *c)
+void convoy_free(struct convoy *c)
 {
     if (!c)
         return;
@@ -477,6 +477,7 @@ void convoy_stop(struct convoy *c)
     convoy_unlock(c);
     if (c->thread_started)
         pthread_join(c->thread, NULL);
+    c->thread_started = false;
     convoy_lock(c);
     for (int s = 0; s < c->n_slots; s++)
         if (c->slots[s]) {
@@ -488,8 +489,9 @@ void convoy_stop(struct convoy *c)
         c->q_head = j->next;
         finish_locked(c, j, SRV_FINISH_CANCELLED);
     }
+    c->q_tail = NULL;
+    c->q_len = 0;
     convoy_unlock(c);
-    convoy_free(c);
 }
 
 enum kn_status convoy_submit(struct convoy *c, struct srv_job *j, struct kn_err *err)

@@ -3,6 +3,7 @@
  * depends on nothing but the request (docs/numerics.md rule 8). Candidates are ordered by
  * logit, ties by lower id, so the order never depends on a sort's stability. */
 #include "server.h"
+#include "kernels/ops.h"
 
 #include <assert.h>
 #include <fcntl.h>
@@ -215,16 +216,8 @@ void srv_logprobs(struct srv_sampler *s, const float *logits, float *lp, int k, 
                   float *top_lp)
 {
     int32_t n = s->n_vocab;
-    float mx = logits[0];
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        sum += exp((double)logits[i] - (double)mx);
-    double ls = log(sum);
-    for (int32_t i = 0; i < n; i++)
-        lp[i] = (float)(((double)logits[i] - (double)mx) - ls);
+    /* Kinetic's own exp and log (docs/numerics.md rule 6): no libm in the bits. */
+    kern_log_softmax(lp, logits, n);
     assert(k >= 0 && k <= SRV_MAX_TOP_LOGPROBS);
     if (k > 0) {
         int64_t m = top_k_ids(lp, n, k, s->idx);

@@ -183,8 +183,10 @@ struct convoy_stats {
 /* Starts the scheduler thread over backend (borrowed) with queue_cap waiting jobs. */
 KN_MUST_USE enum kn_status convoy_start(struct convoy **out, struct srv_backend *backend,
                                         int queue_cap, struct kn_err *err);
-/* Cancels every job, stops and joins the thread, frees the convoy. */
+/* Cancels every job and joins the thread; later submissions fail with KN_E_CANCELLED.
+ * The convoy stays valid for the jobs' holders until convoy_free. */
 void convoy_stop(struct convoy *c);
+void convoy_free(struct convoy *c);
 /* Queues job (taking a reference). KN_E_LIMIT when the queue is full, KN_E_CANCELLED when
  * the convoy is stopping. */
 KN_MUST_USE enum kn_status convoy_submit(struct convoy *c, struct srv_job *job, struct kn_err *err);
@@ -200,6 +202,33 @@ void convoy_unlock(struct convoy *c);
 void convoy_release(struct convoy *c, struct srv_job *job);
 void convoy_get_stats(struct convoy *c, struct convoy_stats *out);
 
+/* ---------------------------------------------------------------- receipts hook */
+
+struct json_value;
+
+/* Everything a receipt records about one finished completion (all borrowed). */
+struct srv_receipt_input {
+    const char *model_path;
+    const char *device_class;
+    int64_t n_ctx;                 /* the slot context (--ctx-size) */
+    const struct json_value *input;/* the messages array or the prompt, as sent */
+    const int32_t *prompt;         /* the exact prompt tokens */
+    size_t n_prompt;
+    const struct srv_sampling *sampling;
+    int64_t max_tokens;            /* 0: the request named none */
+    const char *const *stop;
+    int n_stop;
+    const char *finish;            /* "stop" or "length" */
+    const char *text;              /* output text after stop strings are cut */
+    size_t text_len;
+    const int32_t *out_ids;        /* generated tokens, an end-of-generation id included */
+    int64_t n_out;
+};
+
+/* Builds a receipt object (*out, owned by the caller) for a finished completion. */
+typedef enum kn_status (*srv_receipt_fn)(void *ctx, const struct srv_receipt_input *in,
+                                         struct json_value **out, struct kn_err *err);
+
 /* ---------------------------------------------------------------- http server */
 
 struct srv_config {
@@ -213,6 +242,8 @@ struct srv_config {
     int queue;                 /* waiting requests beyond the slots; default 4 * slots */
     int max_connections;       /* default 64 */
     int64_t default_max_tokens;/* when a request names none; 0: the rest of the context */
+    srv_receipt_fn receipt;    /* NULL: "receipt": true is refused as unavailable */
+    void *receipt_ctx;
 };
 
 struct srv;

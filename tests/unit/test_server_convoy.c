@@ -83,6 +83,7 @@ static void test_alone_vs_crowd(void)
         CHECKF(alone[k].n_out > 0, "job %d", k);
     }
     convoy_stop(c1);
+    convoy_free(c1);
     b1.free(b1.ctx);
 
     /* Crowd: 4 slots, small batches (so prompts are chunked), all jobs at once. */
@@ -105,6 +106,7 @@ static void test_alone_vs_crowd(void)
     CHECK_EQ_INT(st.jobs_done, N_JOBS);
     CHECK(st.steps > 0);
     convoy_stop(c4);
+    convoy_free(c4);
     b4.free(b4.ctx);
 
     int distinct_texts = 0;
@@ -156,7 +158,8 @@ static void test_queue_limit_and_cancel(void)
     CHECK(j[3]->state == SRV_JOB_DONE && j[3]->finish == SRV_FINISH_CANCELLED);
     convoy_cancel(c, j[1]);
     convoy_cancel(c, j[2]);
-    convoy_stop(c); /* joins with nothing pending */
+    convoy_stop(c);
+    convoy_free(c); /* joins with nothing pending */
     for (int k = 0; k < 4; k++)
         convoy_release(NULL, j[k]);
     b.free(b.ctx);
@@ -203,6 +206,7 @@ static void test_stop_and_length(void)
     CHECK(r.finish == SRV_FINISH_LENGTH || r.finish == SRV_FINISH_STOP);
     convoy_release(c, l);
     convoy_stop(c);
+    convoy_free(c);
     b.free(b.ctx);
 }
 
