@@ -729,6 +729,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!q)
             return MHD_NO;
         *con_cls = q;
+        pthread_mutex_lock(&s->mmu);
+        s->active++;
+        pthread_mutex_unlock(&s->mmu);
         const struct route *path_match = NULL;
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
             if (strcmp(url, routes[i].path) != 0)
@@ -806,14 +809,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
     (void)toe;
+    struct srv *s = cls;
     struct req *q = *con_cls;
     if (q) {
         free(q->body);
         free(q);
         *con_cls = NULL;
+        pthread_mutex_lock(&s->mmu);
+        if (--s->active == 0)
+            pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->mmu);
     }
 }
 
@@ -856,6 +863,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
             *p = '_'; /* the id is written into JSON by hand in /v1/models */
     pthread_mutex_init(&s->mmu, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
 
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
@@ -929,10 +937,20 @@ void srv_stop(struct srv *s)
      * then join the connection threads; only then may the convoy go. */
     MHD_socket fd = MHD_quiesce_daemon(s->d);
     convoy_stop(s->convoy);
+    /* Let the answers to cancelled requests go out (bounded: 5 s). */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    pthread_mutex_lock(&s->mmu);
+    while (s->active > 0)
+        if (pthread_cond_timedwait(&s->idle_cv, &s->mmu, &dl) != 0)
+            break;
+    pthread_mutex_unlock(&s->mmu);
     MHD_stop_daemon(s->d);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     convoy_free(s->convoy);
     pthread_mutex_destroy(&s->mmu);
+    pthread_cond_destroy(&s->idle_cv);
     free(s);
 }

@@ -57,6 +57,8 @@ struct srv {
     int port;
     volatile int stopping;
     pthread_mutex_t mmu;       /* guards the counters below */
+    pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
+    int active;                /* requests between their first call and completion */
     uint64_t requests[SRV_N_ENDPOINTS][SRV_N_STATUS];
 };
 
