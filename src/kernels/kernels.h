@@ -87,7 +87,8 @@ struct kern_act {
 
 /* Bytes of one quantized row of K elements (K a multiple of the block size), 0 for F32. */
 size_t kern_act_row_bytes(enum kern_act_kind kind, int64_t K);
-/* x: (K) -> dst: one quantized row (32-blocks of struct kern_block_q8f). K % 32 == 0. */
+/* x: (K) -> dst: one quantized row (32-blocks of struct kern_block_q8f). K % 32 == 0.
+ * Dispatched to the active ISA; every level gives the reference's bits (actq.c). */
 void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst);
 /* x: (K) -> dst: one quantized row (256-blocks of struct block_q8_K). K % 256 == 0. */
 void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst);
