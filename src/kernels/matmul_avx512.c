@@ -19,6 +19,7 @@ typedef __m512 VF;
 #define vi_and(a, b) _mm512_and_si512(a, b)
 #define vi_or(a, b) _mm512_or_si512(a, b)
 #define vi_srli16(v, n) _mm512_srli_epi16(v, n)
+#define vi_srl16v(v, n) _mm512_srl_epi16(v, _mm_cvtsi32_si128(n))
 #define vi_slli16(v, n) _mm512_slli_epi16(v, n)
 #define vi_chunk(p, h) ((void)(h), _mm512_loadu_si512((const void *)(p)))
 #define vi_bcast(p) _mm512_broadcastd_epi32(_mm_loadu_si32((const void *)(p)))

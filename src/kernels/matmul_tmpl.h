@@ -18,6 +18,7 @@
  *   vi_u8_i32(p, h)   KL bytes of a [16] u8 array for sub-group h, widened to int32
  *   vi_s8x2_i16(p, h) KL byte pairs of a [16][2] i8 array widened to int16 pairs
  *   vi_slli32(v, n) vi_srai32(v, n)  shifts of int32 lanes
+ *   vi_srl16v(v, n)   int16 lanes shifted right by a run-time count
  *   vi_u8x2_i16(p, h) KL byte pairs of a [16][2] u8 array widened to int16 pairs
  *   vi_madd16(a, b)   pairwise int16 products summed to int32
  *   vf_zero() vf_set1(f) vf_mul vf_fma(a,b,c) vf_neg vf_cvt(VI) vf_storeu(p, v)
@@ -159,7 +160,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
-        KUNROLL
+        /* Not unrolled: each pass's accumulators then stay in registers. */
         for (int c = 0; c < 4; c++) {
             VI dlo[KMAXT], dhi[KMAXT];
             KUNROLL
@@ -171,16 +172,9 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 VI lo = vi_and(raw, m4), hi = vi_and(vi_srli16(raw, 4), m4);
                 if (five) {
                     /* Bit 2c of each qh byte -> bit 4 of the low value, bit 2c+1 -> high. */
-                    VI hb = vi_chunk(qh + 64 * tq, h);
-                    VI hl, hh;
-                    switch (c) {
-                    case 0: hl = vi_slli16(hb, 4); hh = vi_slli16(hb, 3); break;
-                    case 1: hl = vi_slli16(hb, 2); hh = vi_slli16(hb, 1); break;
-                    case 2: hl = hb; hh = vi_srli16(hb, 1); break;
-                    default: hl = vi_srli16(hb, 2); hh = vi_srli16(hb, 3); break;
-                    }
-                    lo = vi_or(lo, vi_and(hl, m10));
-                    hi = vi_or(hi, vi_and(hh, m10));
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * tq, h), 2 * c);
+                    lo = vi_or(lo, vi_and(vi_slli16(hb, 4), m10));
+                    hi = vi_or(hi, vi_and(vi_slli16(hb, 3), m10));
                 }
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
@@ -249,9 +243,8 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
         KUNROLL
         for (int i = 0; i < nt; i++)
             corr[i] = vi_zero();
-        KUNROLL
+        /* Not unrolled: each pass's accumulators then stay in registers. */
         for (int h2 = 0; h2 < 2; h2++) {
-            KUNROLL
             for (int t = 0; t < 4; t++) {
                 VI d0[KMAXT], d1[KMAXT];
                 KUNROLL
@@ -260,15 +253,9 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                 KUNROLL
                 for (int g = 0; g < 8; g++) {
                     VI lo = vi_chunk(ql + 64 * (16 * h2 + 8 * (t & 1) + g), h);
-                    lo = (t >> 1) ? vi_and(vi_srli16(lo, 4), m4) : vi_and(lo, m4);
-                    VI hb = vi_chunk(qh + 64 * (8 * h2 + g), h);
-                    switch (t) {
-                    case 0: hb = vi_slli16(hb, 4); break;
-                    case 1: hb = vi_slli16(hb, 2); break;
-                    case 2: break;
-                    default: hb = vi_srli16(hb, 2); break;
-                    }
-                    VI v = vi_or(lo, vi_and(hb, m30));
+                    lo = vi_and(vi_srl16v(lo, 4 * (t >> 1)), m4);
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * (8 * h2 + g), h), 2 * t);
+                    VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
