@@ -59,11 +59,18 @@ size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K)
 }
 
 /* Copies 4 bytes of each of the 16 rows' source into one chunk; src[r] NULL = zero row. */
-static void put_chunk(uint8_t *dst, const uint8_t *const src[16], size_t off, uint8_t xor_mask)
+static inline void put_chunk(uint8_t *dst, const uint8_t *const src[16], size_t off,
+                             uint8_t xor_mask)
 {
-    for (int r = 0; r < 16; r++)
-        for (int i = 0; i < 4; i++)
-            dst[4 * r + i] = src[r] ? (uint8_t)(src[r][off + i] ^ xor_mask) : 0;
+    const uint32_t x4 = xor_mask * 0x01010101u;
+    for (int r = 0; r < 16; r++) {
+        uint32_t v = 0;
+        if (src[r]) {
+            memcpy(&v, src[r] + off, 4);
+            v ^= x4;
+        }
+        memcpy(dst + 4 * r, &v, 4);
+    }
 }
 
 static void put_f16s(uint8_t *dst, const uint8_t *const blk[16], size_t off)
