@@ -271,7 +271,7 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    srv_sampling_defaults(&r->sampling);
+    sample_params_default(&r->sampling);
     if (!json_is(body, JSON_OBJECT))
         return BAD(e, NULL, "the request body must be a JSON object");
 
@@ -293,24 +293,40 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
                                                                   : "max_tokens";
     if ((st = get_int(body, mt_key, 1, cap, &r->max_tokens, &given, e)))
         return st;
-    if ((st = get_num(body, "temperature", 0.0, 2.0, &r->sampling.temperature, e)) ||
-        (st = get_num(body, "top_p", 0.0, 1.0, &r->sampling.top_p, e)) ||
-        (st = get_num(body, "min_p", 0.0, 1.0, &r->sampling.min_p, e)) ||
-        (st = get_num(body, "presence_penalty", -2.0, 2.0, &r->sampling.presence_penalty, e)) ||
-        (st = get_num(body, "frequency_penalty", -2.0, 2.0, &r->sampling.frequency_penalty, e)) ||
-        (st = get_num(body, "repeat_penalty", 0.01, 10.0, &r->sampling.repeat_penalty, e)))
+    double temp = r->sampling.temperature, top_p = r->sampling.top_p, min_p = r->sampling.min_p;
+    double pres = r->sampling.presence_penalty, freq = r->sampling.frequency_penalty;
+    double rep = r->sampling.repeat_penalty;
+    if ((st = get_num(body, "temperature", 0.0, 2.0, &temp, e)) ||
+        (st = get_num(body, "top_p", 0.0, 1.0, &top_p, e)) ||
+        (st = get_num(body, "min_p", 0.0, 1.0, &min_p, e)) ||
+        (st = get_num(body, "presence_penalty", -2.0, 2.0, &pres, e)) ||
+        (st = get_num(body, "frequency_penalty", -2.0, 2.0, &freq, e)) ||
+        (st = get_num(body, "repeat_penalty", 0.01, 10.0, &rep, e)))
         return st;
-    if (r->sampling.top_p <= 0.0)
+    if (top_p <= 0.0)
         return BAD(e, "top_p", "'top_p' is 0; it must be above 0 and at most 1");
-    if ((st = get_int(body, "top_k", 0, 1000000000, &r->sampling.top_k, NULL, e)) ||
-        (st = get_int(body, "repeat_last_n", -1, 1000000000, &r->sampling.repeat_last_n, NULL, e)))
+    int64_t top_k = r->sampling.top_k, last_n = r->sampling.repeat_last_n;
+    if ((st = get_int(body, "top_k", 0, INT32_MAX, &top_k, NULL, e)) ||
+        (st = get_int(body, "repeat_last_n", -1, INT32_MAX, &last_n, NULL, e)))
         return st;
+    r->sampling.temperature = (float)temp;
+    r->sampling.top_p = (float)top_p;
+    r->sampling.min_p = (float)min_p;
+    r->sampling.presence_penalty = (float)pres;
+    r->sampling.frequency_penalty = (float)freq;
+    r->sampling.repeat_penalty = (float)rep;
+    r->sampling.top_k = (int32_t)top_k;
+    r->sampling.repeat_last_n = (int32_t)last_n;
+    /* Seeds travel through JSON: keep them exact as a double, as `kinetic run` does. */
     int64_t seed = 0;
     bool seed_given = false;
-    if ((st = get_int(body, "seed", 0, INT64_MAX, &seed, &seed_given, e)))
+    if ((st = get_int(body, "seed", 0, (INT64_C(1) << 53) - 1, &seed, &seed_given, e)))
         return st;
-    r->sampling.seed_given = seed_given;
-    r->sampling.seed = seed_given ? (uint64_t)seed : srv_fresh_seed();
+    r->seed_given = seed_given;
+    r->sampling.seed = seed_given ? (uint64_t)seed : sample_fresh_seed();
+    struct kn_err serr = {0};
+    if (sample_params_check(&r->sampling, &serr) != KN_OK)
+        return BAD(e, NULL, "%s", serr.msg);
 
     if ((st = get_bool(body, "stream", &r->stream, e)) ||
         (st = get_bool(body, "receipt", &r->want_receipt, e)))

@@ -35,7 +35,7 @@ struct convoy {
     struct srv_job **slots;       /* (n_slots) running job or NULL */
     bool *fresh;                  /* (n_slots) slot needs a reset before its first batch */
     int32_t **history;            /* (n_slots, n_ctx) prompt then generated tokens */
-    struct srv_sampler **samplers;/* (n_slots) */
+    struct sample_ctx *samplers;  /* (n_slots) */
 
     /* batch scratch, sized once */
     int32_t *tokens, *pos, *slot_of;
@@ -76,7 +76,7 @@ enum kn_status srv_job_new(struct srv_job **out, const int32_t *prompt, size_t n
         memcpy(j->prompt, prompt, n_prompt * sizeof *prompt);
     j->n_prompt = n_prompt;
     j->max_tokens = 16;
-    srv_sampling_defaults(&j->sampling);
+    sample_params_default(&j->sampling);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -346,11 +346,12 @@ static bool step(struct convoy *c)
         struct srv_job *j = active[s];
         const float *lg = c->logits + r * (int64_t)b->n_vocab;
         int64_t hist = (int64_t)j->n_prompt + j->n_out;
-        int32_t id = srv_sample(c->samplers[s], &j->sampling, lg, c->history[s], hist, j->n_out);
+        int32_t id = sample_token(&c->samplers[s], &j->sampling, lg, c->history[s], hist,
+                                  (uint64_t)j->n_out);
         sampled[s] = id;
         sampled_lp[s] = 0.0f;
         if (j->want_logprobs || j->n_top > 0) {
-            srv_logprobs(c->samplers[s], lg, c->lp, j->n_top, tops_id[s], tops_lp[s]);
+            srv_logprobs(lg, b->n_vocab, c->lp, j->n_top, tops_id[s], tops_lp[s]);
             sampled_lp[s] = c->lp[id];
         }
         c->history[s][hist] = id;
@@ -392,7 +393,7 @@ void convoy_free(struct convoy *c)
         if (c->history)
             free(c->history[s]);
         if (c->samplers)
-            srv_sampler_free(c->samplers[s]);
+            sample_ctx_free(&c->samplers[s]);
     }
     free(c->history);
     free(c->samplers);
@@ -451,7 +452,7 @@ enum kn_status convoy_start(struct convoy **out, struct srv_backend *b, int queu
     for (int s = 0; s < c->n_slots; s++) {
         /* +1: the token sampled when the context is full is recorded before stopping */
         c->history[s] = kn_malloc(((size_t)b->n_ctx + 1) * sizeof(int32_t), err);
-        if (!c->history[s] || srv_sampler_create(&c->samplers[s], b->n_vocab, err) != KN_OK) {
+        if (!c->history[s] || sample_ctx_init(&c->samplers[s], b->n_vocab, err) != KN_OK) {
             convoy_free(c);
             return err ? err->status : KN_E_NOMEM;
         }

@@ -193,6 +193,7 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
         .prompt = j->prompt,
         .n_prompt = j->n_prompt,
         .sampling = &j->sampling,
+        .seed_given = j->seed_given,
         .max_tokens = r->max_tokens,
         .stop = (const char *const *)r->stop,
         .n_stop = r->n_stop,
@@ -418,6 +419,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
                                 : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
     j->max_tokens = want < room ? want : room;
     j->sampling = r.sampling;
+    j->seed_given = r.seed_given;
     j->want_logprobs = r.logprobs;
     j->n_top = r.top_logprobs;
     for (int i = 0; i < r.n_stop; i++) {

@@ -19,6 +19,7 @@
 #define KN_SERVER_H
 
 #include "../base/base.h"
+#include "../sample/sample.h"
 
 #include <pthread.h>
 
@@ -80,39 +81,11 @@ struct srv_backend {
 KN_MUST_USE enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_ctx,
                                            int delay_us, struct kn_err *err);
 
-/* ---------------------------------------------------------------- sampling */
+/* ---------------------------------------------------------------- logprobs */
 
-/* Everything that decides which token is drawn. */
-struct srv_sampling {
-    double temperature;        /* 0: greedy */
-    double top_p;              /* 1: off */
-    int64_t top_k;             /* 0: off */
-    double min_p;              /* 0: off */
-    double presence_penalty;   /* 0: off */
-    double frequency_penalty;  /* 0: off */
-    double repeat_penalty;     /* 1: off */
-    int64_t repeat_last_n;     /* tokens the penalties look back over */
-    uint64_t seed;
-    bool seed_given;           /* false: seed was drawn fresh by the server */
-};
-
-void srv_sampling_defaults(struct srv_sampling *s);
-/* A seed from the operating system's random source. */
-uint64_t srv_fresh_seed(void);
-
-/* Per-slot sampler scratch, sized once for a vocabulary. */
-struct srv_sampler;
-KN_MUST_USE enum kn_status srv_sampler_create(struct srv_sampler **out, int32_t n_vocab,
-                                              struct kn_err *err);
-void srv_sampler_free(struct srv_sampler *s);
-/* Draws the token at output index token_index. A pure function of (logits, settings,
- * history, token_index): the random number is keyed by (seed, token_index). logits are
- * not modified. history: the sequence so far (prompt and generated tokens). */
-int32_t srv_sample(struct srv_sampler *s, const struct srv_sampling *p, const float *logits,
-                   const int32_t *history, int64_t n_history, int64_t token_index);
 /* log-softmax of the raw logits into lp (n_vocab); the top k (k <= 20) by log-probability,
- * ties by lower id, into top_ids/top_lp. */
-void srv_logprobs(struct srv_sampler *s, const float *logits, float *lp, int k, int32_t *top_ids,
+ * ties by lower id, into top_ids/top_lp (missing entries: id -1). */
+void srv_logprobs(const float *logits, int32_t n_vocab, float *lp, int k, int32_t *top_ids,
                   float *top_lp);
 
 /* ---------------------------------------------------------------- jobs */
@@ -134,7 +107,8 @@ struct srv_job {
     char *stop[SRV_MAX_STOP];  /* owned */
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
-    struct srv_sampling sampling;
+    struct sample_params sampling;
+    bool seed_given;           /* false: the server drew the seed */
     int n_top;                 /* top log-probabilities kept per token (0..20) */
     bool want_logprobs;
 
@@ -214,7 +188,8 @@ struct srv_receipt_input {
     const struct json_value *input;/* the messages array or the prompt, as sent */
     const int32_t *prompt;         /* the exact prompt tokens */
     size_t n_prompt;
-    const struct srv_sampling *sampling;
+    const struct sample_params *sampling;
+    bool seed_given;
     int64_t max_tokens;            /* 0: the request named none */
     const char *const *stop;
     int n_stop;

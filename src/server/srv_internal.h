@@ -29,7 +29,8 @@ struct srv_request {
     bool logprobs;
     int top_logprobs;          /* 0..20 */
     int64_t max_tokens;        /* 0: not given */
-    struct srv_sampling sampling;
+    struct sample_params sampling;
+    bool seed_given;
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;

@@ -31,9 +31,10 @@ static struct srv_job *make_job(int k, int64_t max_tokens, struct kn_err *err)
     if (srv_job_new(&j, ids, (size_t)len, err) != KN_OK)
         return NULL;
     j->max_tokens = max_tokens ? max_tokens : 20 + 7 * k;
-    j->sampling.temperature = k % 3 == 0 ? 0.0 : 0.8;
+    j->sampling.temperature = k % 3 == 0 ? 0.0f : 0.8f;
     j->sampling.seed = 1000 + (uint64_t)k;
-    j->sampling.repeat_penalty = k % 2 ? 1.1 : 1.0;
+    j->sampling.repeat_penalty = k % 2 ? 1.1f : 1.0f;
+    j->sampling.top_k = k % 4 == 1 ? 0 : 50;
     j->want_logprobs = true;
     j->n_top = 3;
     if (srv_job_alloc_results(j, 4, err) != KN_OK)
@@ -130,7 +131,7 @@ static void test_queue_limit_and_cancel(void)
     struct srv_job *j[4];
     for (int k = 0; k < 4; k++) {
         j[k] = make_job(k, 100, &err);
-        j[k]->sampling.temperature = 0.0;
+        j[k]->sampling.temperature = 0.0f;
     }
     CHECK(convoy_submit(c, j[0], &err) == KN_OK);
     CHECK(convoy_submit(c, j[1], &err) == KN_OK);
@@ -197,7 +198,7 @@ static void test_stop_and_length(void)
     struct srv_job *l;
     CHECK(srv_job_new(&l, ids, 60, &err) == KN_OK);
     l->max_tokens = 50;
-    l->sampling.temperature = 0.0;
+    l->sampling.temperature = 0.0f;
     l->sampling.min_p = 0;
     CHECK(srv_job_alloc_results(l, 4, &err) == KN_OK);
     CHECK(convoy_submit(c, l, &err) == KN_OK);
