@@ -116,17 +116,19 @@ static int batch(const struct tok *t, FILE *in, bool add_special, bool parse_spe
     return rc;
 }
 
-static int decode(const struct tok *t, const char *list, bool special)
+/* Decodes the space-separated ids in list through the streaming decoder into *out
+ * (malloc'd). Returns 0, or 2 for a bad list. */
+static int decode_to(const struct tok *t, const char *list, bool special, char **out, size_t *out_len)
 {
-    size_t cap = strlen(list) / 2 + 1, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
+    size_t max_ids = strlen(list) / 2 + 1, n = 0;
+    int32_t *ids = malloc(max_ids * sizeof *ids);
     if (!ids)
         return 1;
     for (const char *p = list; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p) {
-            if (*p == ' ' || *p == ',' || *p == '\n' || *p == '[' || *p == ']') {
+            if (strchr(" ,[]\r\n\t", *p)) {
                 p++;
                 continue;
             }
@@ -143,25 +145,59 @@ static int decode(const struct tok *t, const char *list, bool special)
         ids[n++] = (int32_t)v;
         p = end;
     }
-    /* Stream the pieces, as generation does, so the test covers the streaming decoder. */
+    /* Stream the pieces, as generation does, so the tests cover the streaming decoder.
+     * Every piece is at most tok_max_piece bytes, plus at most 3 held back. */
     struct tok_stream s;
     tok_stream_init(&s, t, special);
-    char *buf = malloc(tok_max_piece(t) + 4);
+    size_t cap = n * tok_max_piece(t) + 8, len = 0;
+    char *buf = malloc(cap);
     if (!buf) {
         free(ids);
         return 1;
     }
     for (size_t i = 0; i < n; i++) {
         size_t m;
-        tok_stream_push(&s, ids[i], buf, &m);
-        fwrite(buf, 1, m, stdout);
+        tok_stream_push(&s, ids[i], buf + len, &m);
+        len += m;
     }
     size_t m;
-    tok_stream_flush(&s, buf, &m);
-    fwrite(buf, 1, m, stdout);
-    free(buf);
+    tok_stream_flush(&s, buf + len, &m);
+    len += m;
     free(ids);
+    *out = buf;
+    *out_len = len;
     return 0;
+}
+
+static int decode(const struct tok *t, const char *list, bool special, bool hex_lines)
+{
+    if (!hex_lines) {
+        char *text;
+        size_t len;
+        int rc = decode_to(t, list, special, &text, &len);
+        if (rc == 0) {
+            fwrite(text, 1, len, stdout);
+            free(text);
+        }
+        return rc;
+    }
+    /* Batch: each line of stdin is a list of ids; prints each text in hex. */
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    while (rc == 0 && getline(&line, &cap, stdin) >= 0) {
+        char *text;
+        size_t len;
+        rc = decode_to(t, line, special, &text, &len);
+        if (rc == 0) {
+            for (size_t i = 0; i < len; i++)
+                printf("%02x", (unsigned char)text[i]);
+            putchar('\n');
+            free(text);
+        }
+    }
+    free(line);
+    return rc;
 }
 
 int cmd_tokenize(int argc, char **argv)
@@ -178,7 +214,9 @@ int cmd_tokenize(int argc, char **argv)
          NULL},
         {"hex-lines", 0, CLI_FLAG, &hex_lines, NULL,
          "batch: each input line is one hex-encoded text; one line of ids per text", NULL},
-        {"decode", 0, CLI_STR, &decode_ids, "IDS", "print the text of token ids ('1 2 3')", NULL},
+        {"decode", 0, CLI_STR, &decode_ids, "IDS",
+         "print the text of token ids ('1 2 3'); with --hex-lines, '-': one id list per stdin "
+         "line, each text printed in hex", NULL},
         {"special", 0, CLI_FLAG, &show_special, NULL, "with --decode: render control tokens", NULL},
         {0},
     };
@@ -211,7 +249,7 @@ int cmd_tokenize(int argc, char **argv)
     gguf_close(g);
 
     if (decode_ids) {
-        rc = decode(t, decode_ids, show_special);
+        rc = decode(t, decode_ids, show_special, hex_lines);
     } else if (hex_lines) {
         FILE *in = stdin;
         if (file && strcmp(file, "-") != 0 && !(in = fopen(file, "rb"))) {
