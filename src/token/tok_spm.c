@@ -79,6 +79,20 @@ static void try_add(const struct tok *t, const char *text, const struct sym *sym
     heap_push(h, (struct bigram){l, r, t->scores[id], len});
 }
 
+/* The length of the character at s: a whole UTF-8 sequence, or 1 for a byte that starts
+ * none. (llama.cpp goes by the lead byte alone, so a stray byte there swallows the next
+ * ones, which then no longer decode to what they were; only invalid UTF-8 differs.) */
+static size_t seq_len(const uint8_t *s, size_t n)
+{
+    size_t l = s[0] < 0xC0 ? 1 : s[0] < 0xE0 ? 2 : s[0] < 0xF0 ? 3 : s[0] < 0xF8 ? 4 : 1;
+    if (l > n)
+        return 1;
+    for (size_t i = 1; i < l; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 1;
+    return l;
+}
+
 bool tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok_ids *out)
 {
     if (len == 0)
@@ -94,9 +108,7 @@ bool tok_spm_encode(const struct tok *t, const char *text, size_t len, struct to
     }
     int32_t n = 0;
     for (size_t off = 0; off < len;) {
-        size_t l = tok_utf8_len((uint8_t)text[off]);
-        if (l > len - off)
-            l = len - off;
+        size_t l = seq_len((const uint8_t *)text + off, len - off);
         syms[n] = (struct sym){n - 1, -1, (uint32_t)off, (uint32_t)l};
         if (n > 0)
             syms[n - 1].next = n;
