@@ -209,3 +209,19 @@ def test_info_per_layer_and_guessed_type(tmp_path):
     assert got["special_tokens"] == {}
     out = run("info", str(path)).stdout.decode()
     assert "heads            8 (largest of a per-layer list)" in out
+
+
+def test_info_hostile_strings(tmp_path):
+    """Long or control-character strings are shortened and neutralised in text output
+    and escaped in JSON."""
+    path = tmp_path / "odd.gguf"
+    w = gguf.GGUFWriter(str(path), "a\n" + "x" * 300)
+    w.add_string("general.name", 'q"\x01')
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = run("info", str(path)).stdout.decode()
+    assert "architecture:     a?" + "x" * 198 + "...\n" in out
+    got = json.loads(run("info", "--json", str(path)).stdout)
+    assert got["architecture"] == "a\n" + "x" * 300 and got["name"] == 'q"\x01'
