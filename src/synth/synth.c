@@ -111,8 +111,8 @@ static const struct preset presets[] = {
 
 const char *synth_preset_list(void)
 {
-    return "tiny (any architecture), tinyllama-1.1b (llama), llama-3.2-1b (llama), "
-           "qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
+    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
+           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
