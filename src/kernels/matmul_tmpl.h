@@ -45,6 +45,17 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
             y[row0 + r] = tmp[r];
 }
 
+/* Software prefetch of the bytes [p, p + n) into L1: decode reads each weight once, and
+ * the hardware prefetcher alone leaves memory bandwidth unused. */
+#ifndef KPF_DIST
+#define KPF_DIST 2048
+#endif
+KINL void kprefetch(const uint8_t *p, size_t n)
+{
+    for (size_t o = 0; o < n; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 static inline uint32_t ld32(const void *p)
 {
     uint32_t v;
@@ -57,7 +68,7 @@ static inline uint32_t ld32(const void *p)
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                   int64_t row0, int64_t n0, int64_t n1)
+                   int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
@@ -74,6 +85,8 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         VF dw = vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
@@ -141,7 +154,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
 
 KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                    int64_t row0, int64_t n0, int64_t n1)
+                    int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
     const bool five = t == QT_Q5_K;
     const size_t gbb = five ? 2880 : 2368;
@@ -155,6 +168,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
         VI isum[KMAXT];
         KUNROLL
@@ -218,7 +233,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
 /* ---------------------------------------------------------------- Q6_K */
 
 KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
-                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1)
+                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1,
+                   bool pf)
 {
     const size_t gbb = 3360;
     const struct block_q8_K *xr[KMAXT];
@@ -231,6 +247,8 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     const VI m4 = vi_set1(0x0F0F0F0F), m30 = vi_set1(0x30303030);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         const uint8_t *scp = p + 32, *ql = p + 288, *qh = p + 288 + 2048;
         VI isum[KMAXT];
         KUNROLL
@@ -302,9 +320,9 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
 
 static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                        const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                       int64_t row0, int64_t n0, int64_t n1)
+                       int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
-#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
 #define CALL_Q8_0(NT) CALL_Q32(QT_Q8_0, NT)
 #define CALL_Q4_0(NT) CALL_Q32(QT_Q4_0, NT)
 #define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
@@ -321,11 +339,11 @@ static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, i
 
 static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                      const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                     int64_t row0, int64_t n0, int64_t n1)
+                     int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
-#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
-#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
-#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
     switch (t) {
     case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
@@ -348,10 +366,12 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
                 continue;
             for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT) {
                 int nt = (int)(a->M - m0 < KMAXT ? a->M - m0 : KMAXT);
+                /* The first pass over a group streams it from memory: prefetch ahead. */
+                bool pf = h == 0 && m0 == 0;
                 if (ti->block_size == 32)
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
                 else
-                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
             }
         }
     }
