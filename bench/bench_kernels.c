@@ -1,8 +1,8 @@
 /* bench_kernels.c: the matrix-product micro-benchmark. For each weight type, ISA level and
  * thread count: M = 1 (decode; GB/s of weight bytes read, cycling through enough copies of
  * the weight to defeat the caches) and M = 512 (prefill; GOPS, 2 M N K per product).
- * Each figure is the best batch's wall time, or with one thread the mean CPU time per call
- * if smaller (the development machine is shared: wall time counts the neighbours).
+ * Each figure is the best batch's time: wall time, or with one thread CPU time when smaller
+ * (the development machine is shared: wall time counts the neighbours).
  *
  *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
  *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
@@ -172,20 +172,20 @@ int main(int argc, char **argv)
                     /* The best of batches of a few calls: the machine is shared and noisy,
                      * and the best batch is the closest to what the kernel can do. */
                     int reps = 0;
-                    double start = kn_now(), per = 1e30, cpu_total = 0;
+                    double start = kn_now(), per = 1e30;
                     while (kn_now() - start < seconds || reps < 3) {
                         int batch = M == 1 ? 8 : 1;
                         double t0 = kn_now(), c0 = cpu_now();
                         for (int r = 0; r < batch; r++, reps++)
                             kern_matmul(pool, &w[reps % copies], x, M, y, scratch);
                         double dt = (kn_now() - t0) / batch;
-                        cpu_total += cpu_now() - c0;
+                        /* One thread: its CPU time is robust to preemption. */
+                        double dc = (cpu_now() - c0) / batch;
+                        if (th == 1 && dc < dt)
+                            dt = dc;
                         if (dt < per)
                             per = dt;
                     }
-                    /* One thread: the mean CPU time per call, robust to preemption. */
-                    if (th == 1 && cpu_total / reps < per)
-                        per = cpu_total / reps;
                     char res[64];
                     if (M == 1)
                         snprintf(res, sizeof res, "%.1f GB/s", (double)wbytes / per * 1e-9);
