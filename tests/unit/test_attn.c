@@ -13,16 +13,28 @@
 struct problem {
     int P, H, Hkv, D, window;
     uint32_t kv_type;
+    bool head_major;  /* cache (Hkv, P + 16, D) instead of (P + 16, Hkv, D) */
     int64_t q_stride, kv_stride;
     float *q;         /* (P, H, D) at q_stride */
     void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
     float *kf, *vf;   /* the same as f32 (what F16 widens to) */
 };
 
+/* Element i of kv head g at position p. */
+static int64_t kv_index(const struct problem *pr, int64_t p, int64_t g, int64_t i)
+{
+    if (pr->head_major)
+        return g * (pr->P + 16) * pr->D + p * pr->D + i;
+    return p * pr->kv_stride + g * pr->D + i;
+}
+
 static void problem_init(struct problem *pr, int P, int H, int Hkv, int D, int window,
                          uint32_t kv_type)
 {
     *pr = (struct problem){.P = P, .H = H, .Hkv = Hkv, .D = D, .window = window, .kv_type = kv_type};
+    /* every other problem uses the head-major layout */
+    static int count;
+    pr->head_major = count++ % 2 == 1;
     pr->q_stride = (int64_t)H * D + 3;
     pr->kv_stride = (int64_t)Hkv * D + 5;
     int64_t rows = P + 16;
@@ -68,7 +80,11 @@ static void run(const struct kern_ops *ops, const struct problem *pr, const int3
                sizeof(float) * (size_t)pr->q_stride);
     struct kern_attn_args a = {
         .q = qbuf, .q_stride = pr->q_stride, .q_pos = pos, .n_q = n,
-        .k = pr->k, .v = pr->v, .k_stride = pr->kv_stride, .v_stride = pr->kv_stride,
+        .k = pr->k, .v = pr->v,
+        .k_stride = pr->head_major ? pr->D : pr->kv_stride,
+        .v_stride = pr->head_major ? pr->D : pr->kv_stride,
+        .k_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
+        .v_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
         .kv_type = pr->kv_type, .n_kv = n_kv, .n_head = pr->H, .n_head_kv = pr->Hkv,
         .head_dim = pr->D, .scale = 1.0f / sqrtf((float)pr->D), .window = pr->window,
         .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
@@ -164,10 +180,9 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
             int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             double m = -INFINITY, s = 0;
             for (int j = lo; j <= p; j++) {
-                const float *k = pr.kf + j * pr.kv_stride + g * D;
                 double d = 0;
                 for (int i = 0; i < D; i++)
-                    d += (double)q[i] * k[i];
+                    d += (double)q[i] * pr.kf[kv_index(&pr, j, g, i)];
                 w[j] = d * scale;
                 m = fmax(m, w[j]);
             }
@@ -178,7 +193,7 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
             for (int i = 0; i < D; i++) {
                 double o = 0;
                 for (int j = lo; j <= p; j++)
-                    o += w[j] * pr.vf[j * pr.kv_stride + g * D + i];
+                    o += w[j] * pr.vf[kv_index(&pr, j, g, i)];
                 worst = fmax(worst, fabs(out[p * ostride + h * D + i] - o / s));
             }
         }
@@ -239,6 +254,13 @@ static void test_check(void)
     struct kn_err err = {0};
     CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "position 3"));
     a.n_kv = 4;
+    CHECK(kern_attn_check(&a, &err) == KN_OK);
+    a.k_stride = 3; /* heads side by side: a position's row must hold them all */
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "KV cache stride"));
+    a.k_stride = 4;
+    a.k_head_stride = 2; /* head-major: heads at least a row apart */
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG);
+    a.k_head_stride = 16;
     CHECK(kern_attn_check(&a, &err) == KN_OK);
     a.kv_type = QT_Q8_0;
     CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED);
