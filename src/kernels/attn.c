@@ -13,6 +13,7 @@
  *   m' = max(m, m_t), a = kern_expf(m - m'), b = kern_expf(m_t - m')
  *   l  = fmaf(l_t, b, l * a),  o[d] = fmaf(o_t[d], b, o[d] * a),  m = m'
  * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first. */
+#include "kernels.h"
 #include "ops_internal.h"
 
 enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err)
@@ -108,4 +109,19 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
         for (int64_t d = 0; d < D; d++)
             out[d] = o[d] / l;
     }
+}
+
+static void attn_task(void *ctx, int ith, int nth)
+{
+    const struct kern_attn_args *a = ctx;
+    int64_t lo, hi;
+    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole */
+    kern_split(a->n_q * a->n_head, a->n_head / a->n_head_kv, ith, nth, &lo, &hi);
+    if (lo < hi)
+        kern_attn(a, lo, hi);
+}
+
+void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a)
+{
+    kern_pool_run(pool, attn_task, (void *)a);
 }

@@ -171,6 +171,10 @@ KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struc
 /* Computes the (query, head) pairs with index t*H + h in [begin, end): threads take
  * disjoint ranges. No allocation. */
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
+/* Computes every pair on the threads of pool (NULL: the calling thread), each thread a
+ * contiguous range of whole kv-head groups (kern_split). Same bits as kern_attn(a, 0, T*H). */
+struct kern_pool;
+void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 
 /* ---------------------------------------------------------------- dispatch
  * One table of kernels per ISA level. The public functions above call the table of

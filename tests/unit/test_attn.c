@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "kernels/kernels.h"
 #include "kernels/ops.h"
 #include "test_ops_common.h"
 
@@ -293,8 +294,45 @@ static void test_known(void)
     CHECK(out[0] == 5 && out[1] == 7);
 }
 
+/* kern_attn_run on pools of 1 to 4 threads gives the single-call bits. */
+static void test_pool(void)
+{
+    struct problem pr;
+    problem_init(&pr, 50, 8, 2, 64, 0, QT_F16);
+    int32_t pos[50];
+    for (int i = 0; i < 50; i++)
+        pos[i] = i;
+    int64_t ostride = 8 * 64 + 1;
+    float *ref = calloc((size_t)(50 * ostride), sizeof(float));
+    float *got = calloc((size_t)(50 * ostride), sizeof(float));
+    run(kern_ops_active(), &pr, pos, 50, 50, ref, -1);
+    struct kern_attn_args a = {
+        .q = pr.q, .q_stride = pr.q_stride, .q_pos = pos, .n_q = 50, .k = pr.k, .v = pr.v,
+        .k_stride = pr.head_major ? pr.D : pr.kv_stride, .v_stride = pr.head_major ? pr.D : pr.kv_stride,
+        .k_head_stride = pr.head_major ? (int64_t)(pr.P + 16) * pr.D : 0,
+        .v_head_stride = pr.head_major ? (int64_t)(pr.P + 16) * pr.D : 0,
+        .kv_type = pr.kv_type, .n_kv = 50, .n_head = 8, .n_head_kv = 2, .head_dim = 64,
+        .scale = 1.0f / sqrtf(64.0f), .out = got, .out_stride = ostride,
+    };
+    for (int nth = 1; nth <= 4; nth++) {
+        struct kern_pool *pool = NULL;
+        struct kn_err err = {0};
+        CHECK(kern_pool_create(nth, &pool, &err) == KN_OK);
+        memset(got, 0, sizeof(float) * (size_t)(50 * ostride));
+        kern_attn_run(pool, &a);
+        CHECKF(rows_equal(ref, got, 8 * 64, ostride, 50), "pool of %d threads", nth);
+        kern_pool_free(pool);
+    }
+    kern_attn_run(NULL, &a);
+    CHECK(rows_equal(ref, got, 8 * 64, ostride, 50));
+    free(ref);
+    free(got);
+    problem_free(&pr);
+}
+
 int main(void)
 {
+    test_pool();
     test_check();
     test_known();
     const struct kern_ops *lv[KERN_ISA_COUNT + 1];
