@@ -138,16 +138,28 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 _mm512_store_ps(s[i], _mm512_set1_ps(-INFINITY));
                 _mm512_store_ps(s[i] + 16, _mm512_set1_ps(-INFINITY));
             }
-            /* scores, (key, head) pairs key-major, four at a time */
-            int64_t n_pairs = (j1 - j0 + 1) * nh, jn = j0, in = 0; /* the next pair */
+            /* scores: heads in fours against each key (sharing its K row), then the
+             * other heads' (key, head) pairs, key-major, four at a time */
+            const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
+            for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
+                int64_t off = j * a->k_stride + kbase;
+                const int64_t offs[4] = {off, off, off, off};
+                for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
+                    float sc[4];
+                    dot4(q + i0, a->k, type, offs, D, sc);
+                    for (int c = 0; c < 4; c++)
+                        s[i0 + c][j - t0] = sc[c] * a->scale;
+                }
+            }
+            int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
             for (int64_t pp = 0; pp < n_pairs; pp += 4) {
                 const float *qc[4];
                 int64_t off[4], jc[4], ic[4];
                 for (int c = 0; c < 4; c++) {
                     if (pp + c < n_pairs) {
                         jc[c] = jn;
-                        ic[c] = in;
-                        if (++in == nh) {
+                        ic[c] = nh4 + in;
+                        if (++in == nr) {
                             in = 0;
                             jn++;
                         }
@@ -164,9 +176,12 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                     s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
             }
             for (int64_t i = 0; i < nh; i++) {
-                float mt = -INFINITY;
-                for (int64_t j = j0; j <= j1; j++)
-                    mt = s[i][j - t0] > mt ? s[i][j - t0] : mt;
+                /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
+                 * a NaN x as the reference does). Only a zero's sign could differ from the
+                 * reference's sequential max, and mt reaches nothing but exp's argument,
+                 * where -0 and +0 give the same result. */
+                __m512 vx = _mm512_max_ps(_mm512_load_ps(s[i] + 16), _mm512_set1_ps(-INFINITY));
+                float mt = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_load_ps(s[i]), vx));
                 __m512 vmt = _mm512_set1_ps(mt);
                 __m512 e0 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s[i]), vmt));
                 __m512 e1 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s[i] + 16), vmt));
