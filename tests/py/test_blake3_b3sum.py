@@ -22,14 +22,15 @@ def b3sum(path):
     return out.strip()
 
 
-def kn_hash(path, threads, isa=None):
+def kn_hash(path, threads, isa=None, env=None):
     cmd = [HASHER, "hash", path, str(threads)] + ([isa] if isa else [])
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode == 3:
         return None  # this CPU lacks the ISA
     assert r.returncode == 0, r.stderr
-    hexd, secs = r.stdout.split()
-    return hexd, float(secs)
+    hexd, secs, used = r.stdout.split()
+    assert isa is None or used == isa
+    return hexd, float(secs), used
 
 
 SIZES = [0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 2049, 16 * 1024 - 1, 16 * 1024,
@@ -58,6 +59,23 @@ def test_sizes_match_b3sum(files, isa):
             if got is None:
                 pytest.skip(f"CPU lacks {isa}")
             assert got[0] == want, f"size {n} threads {threads} isa {isa}"
+
+
+def test_kinetic_isa_is_honoured(files):
+    p = files[(1 << 20) + 7]
+    want = b3sum(p)
+    env = {k: v for k, v in os.environ.items() if k != "KINETIC_ISA"}
+    best = kn_hash(p, 1, env=env)
+    assert best[0] == want
+    seen = {best[2]}
+    for level in ISAS:
+        got = kn_hash(p, 2, env=dict(env, KINETIC_ISA=level))
+        if level == best[2] or ISAS.index(level) < ISAS.index(best[2]):
+            assert got[2] == level and got[0] == want
+            seen.add(got[2])
+        else:  # a level this CPU lacks: kern falls back to scalar, same bytes
+            assert got[2] == "scalar" and got[0] == want
+    assert "scalar" in seen
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
