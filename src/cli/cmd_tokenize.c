@@ -217,8 +217,9 @@ static void print_id(const char *name, const struct tok *t, int32_t id)
 static void print_info(const struct tok *t)
 {
     const struct tok_special *sp = tok_specials(t);
-    printf("model     %s\n", tok_model(t) == TOK_MODEL_SPM ? "llama (SentencePiece-style)"
-                                                           : "gpt2 (byte-level BPE)");
+    printf("model     %s\n", tok_model(t) == TOK_MODEL_SPM   ? "llama (SentencePiece-style)"
+                             : tok_model(t) == TOK_MODEL_BPE ? "gpt2 (byte-level BPE)"
+                                                             : "bert (WordPiece)");
     printf("pre       %s\n", tok_pre_name(t));
     printf("vocab     %d\n", tok_n_vocab(t));
     print_id("bos", t, sp->bos);
