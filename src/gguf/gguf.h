@@ -32,6 +32,10 @@ enum gguf_vtype {
 };
 
 const char *gguf_vtype_name(enum gguf_vtype t);
+/* Bytes of one scalar of type t; 0 for strings, arrays and unknown types. */
+size_t gguf_vtype_size(enum gguf_vtype t);
+/* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+bool gguf_utf8_valid(const void *s, uint64_t n);
 
 struct gguf_str {
     const char *data; /* not NUL-terminated */
@@ -81,6 +85,8 @@ KN_MUST_USE enum kn_status gguf_open_memory(struct gguf_file **out, const void *
                                             const char *name, struct kn_err *err);
 void gguf_close(struct gguf_file *f);
 
+/* The name used in messages (the path, or the name given to gguf_open_memory). */
+const char *gguf_name(const struct gguf_file *f);
 uint32_t gguf_version(const struct gguf_file *f);
 uint64_t gguf_file_size(const struct gguf_file *f);
 uint32_t gguf_alignment(const struct gguf_file *f);
@@ -111,16 +117,25 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 
 /* ---------------------------------------------------------------- writer */
 
-/* Builds a GGUF v3 file in memory order: key/values in insertion order, then tensor
- * infos, then data, each tensor aligned to general.alignment (default 32). */
+/* Builds a GGUF v3 file: key/values in insertion order (setting a key again replaces
+ * its value in place), then tensor infos, then data, each tensor aligned to
+ * general.alignment (default 32) and padded to it, as llama.cpp expects. The set and
+ * add functions record the first failure (bad key or tensor, out of memory), which
+ * gguf_writer_write then reports; calls after a failure are ignored. */
 struct gguf_writer;
+
+/* Produces the size bytes of tensor name into dst while the file is written. */
+typedef enum kn_status (*gguf_tensor_fill_fn)(void *ctx, const char *name, void *dst,
+                                              uint64_t size, struct kn_err *err);
 
 struct gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(struct gguf_writer *w);
 void gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t v);
 void gguf_writer_set_i32(struct gguf_writer *w, const char *key, int32_t v);
 void gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_t v);
+void gguf_writer_set_i64(struct gguf_writer *w, const char *key, int64_t v);
 void gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
+void gguf_writer_set_f64(struct gguf_writer *w, const char *key, double v);
 void gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool v);
 void gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
 /* An array of scalars of elem_type (n elements, raw little-endian at data). */
@@ -128,13 +143,32 @@ void gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype
                          const void *data, uint64_t n);
 void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const struct gguf_str *strs,
                              uint64_t n);
+/* Any value, deep-copied: the way to write nested arrays (v as the reader describes
+ * them: scalar elements raw at arr.data, strings in arr.strs, arrays in arr.items). */
+void gguf_writer_set_value(struct gguf_writer *w, const char *key, const struct gguf_value *v);
 /* Copies a key/value from a file opened with the reader (for example a vocabulary). */
 void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv);
 /* Adds a tensor; data (size bytes, as quant_row_size says) is copied. */
 void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                             const int64_t *ne, const void *data, uint64_t size);
-/* Writes the file atomically. Reports any earlier failure (out of memory, bad tensor). */
+/* Adds a tensor without copying: data must stay valid until gguf_writer_write returns. */
+void gguf_writer_add_tensor_ref(struct gguf_writer *w, const char *name, uint32_t type,
+                                uint32_t n_dims, const int64_t *ne, const void *data,
+                                uint64_t size);
+/* Adds a tensor whose bytes fill() produces during gguf_writer_write, into a buffer of
+ * the tensor's size reused for every such tensor: a multi-GB model needs only its
+ * largest tensor in memory. ctx must stay valid until the write returns. */
+void gguf_writer_add_tensor_fill(struct gguf_writer *w, const char *name, uint32_t type,
+                                 uint32_t n_dims, const int64_t *ne, gguf_tensor_fill_fn fill,
+                                 void *ctx);
+/* Streams the file to a temporary file beside path, syncs it and renames it into
+ * place: path is either the old file or the complete new one. Reports any earlier
+ * failure (out of memory, bad tensor). */
 KN_MUST_USE enum kn_status gguf_writer_write(struct gguf_writer *w, const char *path,
                                              struct kn_err *err);
+/* Builds the file image in a heap buffer (*out, freed with free()): for tests and
+ * small files. */
+KN_MUST_USE enum kn_status gguf_writer_write_memory(struct gguf_writer *w, void **out,
+                                                    size_t *size, struct kn_err *err);
 
 #endif

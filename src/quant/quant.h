@@ -122,10 +122,22 @@ static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block size");
 /* ---------------------------------------------------------------- reference code */
 
 /* Dequantizes n elements (a multiple of the block size) of type t from src to dst.
- * Returns false if t cannot be dequantized by this build. */
+ * src need not be aligned. The float operations and their order are llama.cpp's, so
+ * the result equals its dequantization bit for bit. Handles F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+ * Returns false if t cannot be dequantized by this build or n is not whole blocks. */
 bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
-/* Quantizes n elements of x into dst with Kinetic's reference quantizer for t.
- * Returns false if t cannot be produced by this build. */
+bool quant_can_dequantize(uint32_t t);
+/* Quantizes n elements of x into dst with Kinetic's reference quantizer for t: F32,
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (the same bytes as llama.cpp's reference
+ * quantizers), Q4_K, Q5_K, Q6_K (Kinetic's own scale search). Deterministic and
+ * libm-free: the same input gives the same bytes on every machine. dst need not be
+ * aligned. Returns false if t cannot be produced by this build or n is not whole
+ * blocks. */
 bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n);
+bool quant_can_quantize(uint32_t t);
+/* The 6-bit scale and min of sub-block j (0..7) from the 12 packed scale bytes of a
+ * Q4_K or Q5_K block. */
+void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m);
 
 #endif

@@ -1,0 +1,149 @@
+/* cpu.c: which ISA levels this CPU and OS can run (cpuid + xgetbv), and the level in use
+ * (KINETIC_ISA override, else the best). */
+#include "isa.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define KN_X86 1
+#endif
+
+const char *kern_isa_name(enum kern_isa isa)
+{
+    switch (isa) {
+    case KERN_ISA_SCALAR: return "scalar";
+    case KERN_ISA_AVX2: return "avx2";
+    case KERN_ISA_AVX512: return "avx512";
+    case KERN_ISA_COUNT: break;
+    }
+    return "unknown";
+}
+
+const char *kern_device_class(enum kern_isa isa)
+{
+    switch (isa) {
+    case KERN_ISA_SCALAR: return "cpu-x86_64-scalar";
+    case KERN_ISA_AVX2: return "cpu-x86_64-avx2";
+    case KERN_ISA_AVX512: return "cpu-x86_64-avx512";
+    case KERN_ISA_COUNT: break;
+    }
+    return "cpu-unknown";
+}
+
+#ifdef KN_X86
+/* XCR0: which register states the OS saves on a context switch. A CPU flag without the
+ * OS saving the registers means the instructions fault or lose state. */
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* Bit masks of the levels this CPU+OS supports, computed once. */
+static unsigned detect(void)
+{
+    unsigned a, b, c, d;
+    unsigned out = 1u << KERN_ISA_SCALAR;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return out;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12),
+         f16c = c & (1u << 29);
+    if (!osxsave || !avx)
+        return out;
+    uint64_t xcr0 = read_xcr0();
+    bool os_ymm = (xcr0 & 0x6) == 0x6;            /* SSE + AVX state */
+    bool os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return out;
+    bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8);
+    bool f512 = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+    bool vnni = c & (1u << 11);
+    if (os_ymm && avx2 && fma && f16c && bmi2) {
+        out |= 1u << KERN_ISA_AVX2;
+        if (os_zmm && f512 && dq && bw && vl && vnni)
+            out |= 1u << KERN_ISA_AVX512;
+    }
+    return out;
+}
+#else
+static unsigned detect(void) { return 1u << KERN_ISA_SCALAR; }
+#endif
+
+static unsigned supported_mask(void)
+{
+    static _Atomic unsigned cached; /* 0 = not yet detected (scalar bit is always set) */
+    unsigned m = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!m) {
+        m = detect();
+        atomic_store_explicit(&cached, m, memory_order_relaxed);
+    }
+    return m;
+}
+
+bool kern_isa_supported(enum kern_isa isa)
+{
+    if ((unsigned)isa >= KERN_ISA_COUNT)
+        return false;
+    return (supported_mask() >> isa) & 1u;
+}
+
+enum kern_isa kern_isa_best(void)
+{
+    for (int i = KERN_ISA_COUNT - 1; i > 0; i--)
+        if (kern_isa_supported((enum kern_isa)i))
+            return (enum kern_isa)i;
+    return KERN_ISA_SCALAR;
+}
+
+/* -1 = undecided; otherwise the level in use. */
+static _Atomic int active_isa = -1;
+
+enum kn_status kern_isa_set(enum kern_isa isa, struct kn_err *err)
+{
+    if ((unsigned)isa >= KERN_ISA_COUNT)
+        return kn_fail(err, KN_E_ARG, "ISA level %d does not exist", (int)isa);
+    if (!kern_isa_supported(isa))
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "this CPU (or OS) cannot run the %s kernels; the best it supports is %s",
+                       kern_isa_name(isa), kern_isa_name(kern_isa_best()));
+    atomic_store(&active_isa, (int)isa);
+    return KN_OK;
+}
+
+enum kn_status kern_isa_init(struct kn_err *err)
+{
+    const char *env = getenv("KINETIC_ISA");
+    if (!env || !*env) {
+        atomic_store(&active_isa, (int)kern_isa_best());
+        return KN_OK;
+    }
+    for (int i = 0; i < KERN_ISA_COUNT; i++) {
+        if (strcmp(env, kern_isa_name((enum kern_isa)i)) == 0) {
+            enum kn_status st = kern_isa_set((enum kern_isa)i, err);
+            if (st != KN_OK)
+                kn_err_prefix(err, "KINETIC_ISA");
+            return st;
+        }
+    }
+    return kn_fail(err, KN_E_ARG,
+                   "KINETIC_ISA=%s is not a level; use scalar, avx2 or avx512 (or unset it "
+                   "for the best this CPU supports, %s)",
+                   env, kern_isa_name(kern_isa_best()));
+}
+
+enum kern_isa kern_isa_active(void)
+{
+    int a = atomic_load_explicit(&active_isa, memory_order_relaxed);
+    if (a >= 0)
+        return (enum kern_isa)a;
+    /* Undecided: a bad KINETIC_ISA falls back to scalar here (always correct bits);
+     * programs call kern_isa_init() first to report the error. */
+    struct kn_err err;
+    if (kern_isa_init(&err) != KN_OK)
+        atomic_store(&active_isa, (int)KERN_ISA_SCALAR);
+    return (enum kern_isa)atomic_load(&active_isa);
+}

@@ -1,0 +1,48 @@
+/* kern_internal.h: what the kernels module's files share (not part of the public API).
+ * The per-ISA files implement the same functions as the references in dot.c, actq.c and
+ * matmul.c, bit for bit (docs/numerics.md). */
+#ifndef KN_KERN_INTERNAL_H
+#define KN_KERN_INTERNAL_H
+
+#include "kernels.h"
+
+#include <string.h>
+
+float kern_dot_f32_avx2(const float *a, const float *b, int64_t n);
+float kern_dot_f32_avx512(const float *a, const float *b, int64_t n);
+
+/* Computes y[m][n] for n in [n0, n1) with this ISA's kernels and returns true, or
+ * returns false (nothing written) when the ISA has no kernel for w's type/layout. */
+bool kern_matmul_rows_avx2(const struct kern_weight *w, const struct kern_act *a, float *y,
+                           int64_t ldy, int64_t n0, int64_t n1);
+bool kern_matmul_rows_avx512(const struct kern_weight *w, const struct kern_act *a, float *y,
+                             int64_t ldy, int64_t n0, int64_t n1);
+
+/* Repacked layouts (repack.c). Rows are grouped by KERN_ROW_ALIGN = 16; a partial last
+ * group is padded with zero rows. Returns the bytes of the packed copy for (type, N, K),
+ * or 0 if type has no packed layout. */
+size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K);
+/* Fills dst (kern_repack_bytes bytes, 64-aligned) from w's GGML rows. */
+void kern_repack(const struct kern_weight *w, void *dst);
+
+/* A row's float from little-endian bytes (blocks are byte-packed). */
+static inline float kern_f16(const kn_f16 *p)
+{
+    kn_f16 h;
+    memcpy(&h, p, sizeof h);
+    return quant_f16_to_f32(h);
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
+static inline void kern_k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+#endif

@@ -1,0 +1,154 @@
+/* kernels.h: the kernels module: thread pool, the canonical float dot product, per-token
+ * activation quantization, and weights x tokens matrix products for every weight type.
+ *
+ * Every function here computes bits fixed by docs/numerics.md (canonical-1): the ISA level
+ * (isa.h), the thread count, the batch size M and a row's position in the batch change
+ * speed, never a result. Shapes use fixed letters: N outputs, K inputs, M tokens. */
+#ifndef KN_KERNELS_H
+#define KN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../quant/quant.h"
+#include "isa.h"
+#if defined(__has_include)
+#if __has_include("ops.h")
+#include "ops.h"
+#endif
+#endif
+
+/* ================================================================ thread pool */
+
+/* A fixed set of worker threads created once (--threads N). The caller of
+ * kern_pool_run is thread 0; workers 1..N-1 spin briefly on a new job, then sleep. */
+struct kern_pool;
+
+/* A unit of parallel work: called once on every thread, ith in [0, nth). */
+typedef void (*kern_task_fn)(void *ctx, int ith, int nth);
+
+/* Creates a pool of n_threads threads in all (the caller counts as one; 1 <= n <= 256). */
+KN_MUST_USE enum kn_status kern_pool_create(int n_threads, struct kern_pool **out,
+                                            struct kn_err *err);
+/* Stops and joins the workers; NULL is allowed. */
+void kern_pool_free(struct kern_pool *pool);
+/* Threads in the pool (1 for a NULL pool). */
+int kern_pool_threads(const struct kern_pool *pool);
+/* Runs fn(ctx, ith, nth) on every thread (the caller is ith 0) and returns when all
+ * have returned. A NULL pool runs fn(ctx, 0, 1). Not reentrant: one job at a time. */
+void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *ctx);
+/* The deterministic share [*lo, *hi) of [0, n) for thread ith of nth: contiguous chunks
+ * whose boundaries are multiples of align (except n itself), earlier threads first. */
+void kern_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
+
+/* ================================================================ float dot product */
+
+/* The canonical f32 reduction (docs/numerics.md "Float dot product"): 16 accumulators,
+ * acc[k % 16] = fmaf(a[k], b[k], acc[k % 16]) for k ascending, then the tree
+ * w = 8, 4, 2, 1: acc[i] += acc[i + w]. Every float sum of products in Kinetic uses it. */
+#define KERN_DOT_LANES 16
+
+/* a: (n); b: (n) -> the canonical dot product, dispatched to the active ISA. */
+float kern_dot_f32(const float *a, const float *b, int64_t n);
+/* The portable reference (the specification), whatever the active ISA. */
+float kern_dot_f32_ref(const float *a, const float *b, int64_t n);
+/* The canonical reduction's final step: folds acc[16] with the tree above. */
+float kern_dot_tree16(float acc[KERN_DOT_LANES]);
+
+/* ================================================================ activations */
+
+/* The formats activations take before a product with a weight type (docs/numerics.md
+ * "Activation quantization"). Quantization is per token row, never across the batch. */
+enum kern_act_kind {
+    KERN_ACT_F32 = 0,   /* plain f32 rows: F32, F16, BF16 weights */
+    KERN_ACT_Q8_32 = 1, /* 32-blocks of struct kern_block_q8f: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
+    KERN_ACT_Q8_K = 2,  /* 256-blocks of struct block_q8_K: Q4_K, Q5_K, Q6_K */
+};
+
+/* One 32-element activation block: x[i] ~= d * qs[i]; s = sum of qs (exact). A float
+ * scale rather than f16: it costs 2 bytes per block and keeps d exactly amax / 127. */
+struct kern_block_q8f {
+    float d;
+    int32_t s;
+    int8_t qs[32];
+};
+static_assert(sizeof(struct kern_block_q8f) == 40, "kern_block_q8f size");
+
+/* Activations ready for a product: x: (M, K) as floats, and for the quantized kinds
+ * q: M rows of row_bytes bytes (kern_act_row_bytes). */
+struct kern_act {
+    enum kern_act_kind kind;
+    int64_t M, K;
+    const float *x;    /* (M, K), row stride K */
+    const void *q;     /* (M, row_bytes) quantized rows; NULL for KERN_ACT_F32 */
+    size_t row_bytes;  /* bytes of one quantized row; 0 for KERN_ACT_F32 */
+};
+
+/* Bytes of one quantized row of K elements (K a multiple of the block size), 0 for F32. */
+size_t kern_act_row_bytes(enum kern_act_kind kind, int64_t K);
+/* x: (K) -> dst: one quantized row (32-blocks of struct kern_block_q8f). K % 32 == 0. */
+void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst);
+/* x: (K) -> dst: one quantized row (256-blocks of struct block_q8_K). K % 256 == 0. */
+void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst);
+/* x: (M, K) -> scratch (at least kern_act_bytes(kind, M, K) bytes, 64-aligned), fills *out.
+ * Rows are split over the pool's threads; each row's bits depend on that row alone. */
+void kern_act_prepare(struct kern_pool *pool, enum kern_act_kind kind, const float *x,
+                      int64_t M, int64_t K, void *scratch, struct kern_act *out);
+/* Scratch bytes kern_act_prepare needs (0 for F32); SIZE_MAX if the size overflows. */
+size_t kern_act_bytes(enum kern_act_kind kind, int64_t M, int64_t K);
+
+/* ================================================================ weights */
+
+/* A weight matrix w: (N, K), row n = output n, in the file's block layout (quant.h),
+ * plus an optional copy repacked at load time for SIMD (same bits, other order). */
+struct kern_weight {
+    enum quant_type type;
+    int64_t N, K;          /* w: (N, K) */
+    const void *data;      /* N rows of row_bytes, GGML layout; not owned (e.g. mmap'd) */
+    size_t row_bytes;
+    void *packed;          /* owned repacked copy, or NULL (then SIMD reads data) */
+    size_t packed_bytes;
+};
+
+/* True if kern_matmul handles weights of type t. */
+bool kern_type_supported(enum quant_type t);
+/* The activation format a product with type t uses. */
+enum kern_act_kind kern_act_kind_for(enum quant_type t);
+/* Describes w: (N, K) at data (data_bytes must be N * row size; K a multiple of the
+ * block size; data 4-byte aligned for F32) and, if repack is true and this CPU has SIMD
+ * kernels that read a repacked layout for type, builds that copy (owned by *w).
+ * Fails with KN_E_UNSUPPORTED for a type without kernels, KN_E_FORMAT for bad shapes. */
+KN_MUST_USE enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type,
+                                            int64_t N, int64_t K, const void *data,
+                                            size_t data_bytes, bool repack,
+                                            struct kn_err *err);
+/* Frees the repacked copy; the struct may be initialised again. */
+void kern_weight_free(struct kern_weight *w);
+
+/* ================================================================ matrix products */
+
+/* Scratch bytes kern_matmul needs for M tokens with w (the quantized activations);
+ * allocate once for the largest M (64-byte aligned, e.g. kn_aligned_alloc). */
+size_t kern_matmul_scratch_bytes(const struct kern_weight *w, int64_t M);
+
+/* w: (N, K); x: (M, K); y: (M, N), row stride N. y = x . w^T.
+ * Quantizes x into scratch (kern_matmul_scratch_bytes(w, M) bytes), then splits N over
+ * the pool's threads. No allocation. Bits depend on neither M, threads nor ISA. */
+void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const float *x,
+                 int64_t M, float *y, void *scratch);
+
+/* w: (N, K); a: (M, K) prepared with kind kern_act_kind_for(w->type); y: (M, ldy).
+ * Computes y[m][n] for n in [n0, n1), every m; for callers that fuse several products
+ * in one kern_pool_run (e.g. Q, K, V from one prepared activation). Any n0 <= n1
+ * works; multiples of KERN_ROW_ALIGN avoid recomputing a partial row group. */
+void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
+                      int64_t ldy, int64_t n0, int64_t n1);
+#define KERN_ROW_ALIGN 16
+
+/* The same product computed by the portable reference, ignoring the active ISA and any
+ * repacked copy (tests; verify-receipt uses KINETIC_ISA=scalar instead). */
+void kern_matmul_rows_ref(const struct kern_weight *w, const struct kern_act *a, float *y,
+                          int64_t ldy, int64_t n0, int64_t n1);
+
+#endif

@@ -1,0 +1,481 @@
+/* quantize.c: Kinetic's reference weight quantizers.
+ *
+ * The bytes these produce end up in files (kinetic synth) that must be identical on every
+ * machine, so the code uses only +, -, *, / and comparisons on floats (all exactly
+ * rounded by IEEE 754 under -ffp-contract=off), its own rounding to integers, and no
+ * libm. Loops run in a fixed order; nothing depends on threads or the CPU.
+ *
+ * Two families:
+ * - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 compute what llama.cpp's reference quantizers compute
+ *   (block maximum or range, one scale, round each value), so a tensor quantized here
+ *   equals the one llama-quantize writes without an importance matrix; tests check this
+ *   against gguf-py's independent numpy port.
+ * - Q4_K, Q5_K, Q6_K use Kinetic's own scale search: for each sub-block, try a small
+ *   fixed set of scales around the range-derived one, fit scale (and minimum) to the
+ *   resulting integers by least squares, keep the lowest squared error, then quantize
+ *   the sub-block scales to the format's integer scales and requantize every value
+ *   against the scales actually stored. */
+#include "quant.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- rounding */
+
+/* Rounds to nearest, ties to even, for |x| < 2^22: adding 1.5 * 2^23 leaves no
+ * fraction bits, so the addition itself rounds (IEEE default mode), and the
+ * subtraction is exact. Pure float arithmetic: no libm, no rounding-mode calls. */
+static inline float round_even(float x)
+{
+    const float magic = 12582912.0f;
+    return (x + magic) - magic;
+}
+
+/* Rounds to the nearest integer in [lo, hi]; NaN maps to lo. */
+static inline int round_clamp(float x, int lo, int hi)
+{
+    if (!(x > (float)lo))
+        return lo;
+    if (x >= (float)hi)
+        return hi;
+    return (int)round_even(x);
+}
+
+/* Rounds half away from zero, like C's roundf, for |x| < 2^22. a - r is exact because
+ * r is an integer within 1 of a. */
+static inline float round_away(float x)
+{
+    float a = x < 0 ? -x : x;
+    float r = round_even(a);
+    if (a - r == 0.5f)
+        r += 1.0f;
+    return x < 0 ? -r : r;
+}
+
+static inline float absf(float x)
+{
+    return x < 0 ? -x : x;
+}
+
+/* ---------------------------------------------------------------- llama.cpp-compatible */
+
+/* Q8_0: d = max|x| / 127, q = round-half-away(x / d) (as x * (1/d)). */
+static void qz_q8_0(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
+        struct block_q8_0 b;
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++)
+            if (absf(x[j]) > amax)
+                amax = absf(x[j]);
+        float d = amax / 127.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b.d = quant_f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++) {
+            float v = x[j] * id;
+            /* The clamps only matter for inf/NaN input, which must not reach a cast. */
+            b.qs[j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)round_away(v) : 0);
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* The value of largest magnitude (the first one on ties), with its sign. */
+static float signed_absmax(const float *x, int n)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++) {
+        if (absf(x[j]) > amax) {
+            amax = absf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+/* Truncation toward zero, with negatives and NaN to 0 and large values to 255 (the
+ * callers cap at their top level; this only keeps inf/NaN input away from the cast). */
+static inline int trunc_pos(float v)
+{
+    if (!(v > 0))
+        return 0;
+    if (v >= 255.0f)
+        return 255;
+    return (int)v;
+}
+
+/* Q4_0 / Q5_0: d = max / -(2^(bits-1)) where max is the signed extreme, so the extreme
+ * maps to level 0; q = trunc(x / d + offset + 0.5), capped at the top level. */
+static void qz_q4_0(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK4_0) {
+        struct block_q4_0 b;
+        float d = signed_absmax(x, QK4_0) / -8.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b.d = quant_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            int q0 = trunc_pos(x[j] * id + 8.5f), q1 = trunc_pos(x[j + QK4_0 / 2] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            b.qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+static void qz_q5_0(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK5_0) {
+        struct block_q5_0 b;
+        float d = signed_absmax(x, QK5_0) / -16.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b.d = quant_f32_to_f16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            int q0 = trunc_pos(x[j] * id + 16.5f), q1 = trunc_pos(x[j + QK5_0 / 2] * id + 16.5f);
+            q0 = q0 > 31 ? 31 : q0;
+            q1 = q1 > 31 ? 31 : q1;
+            b.qs[j] = (uint8_t)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++)
+            b.qh[k] = (uint8_t)(qh >> (8 * k));
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+static void block_min_max(const float *x, int n, float *min, float *max)
+{
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < n; j++) {
+        if (x[j] < lo)
+            lo = x[j];
+        if (x[j] > hi)
+            hi = x[j];
+    }
+    *min = lo;
+    *max = hi;
+}
+
+/* Q4_1 / Q5_1: m = min, d = (max - min) / top level, q = trunc((x - min) / d + 0.5). */
+static void qz_q4_1(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK4_1) {
+        struct block_q4_1 b;
+        float min, max;
+        block_min_max(x, QK4_1, &min, &max);
+        float d = (max - min) / 15.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b.d = quant_f32_to_f16(d);
+        b.m = quant_f32_to_f16(min);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            int q0 = trunc_pos((x[j] - min) * id + 0.5f);
+            int q1 = trunc_pos((x[j + QK4_1 / 2] - min) * id + 0.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            b.qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+static void qz_q5_1(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK5_1) {
+        struct block_q5_1 b;
+        float min, max;
+        block_min_max(x, QK5_1, &min, &max);
+        float d = (max - min) / 31.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b.d = quant_f32_to_f16(d);
+        b.m = quant_f32_to_f16(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            int q0 = trunc_pos((x[j] - min) * id + 0.5f);
+            int q1 = trunc_pos((x[j + QK5_1 / 2] - min) * id + 0.5f);
+            q0 = q0 > 31 ? 31 : q0;
+            q1 = q1 > 31 ? 31 : q1;
+            b.qs[j] = (uint8_t)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++)
+            b.qh[k] = (uint8_t)(qh >> (8 * k));
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* ---------------------------------------------------------------- Kinetic's K-quant search */
+
+/* Candidate offsets (in levels) around the range-derived inverse scale. Eight steps of
+ * 1/4 level each way: enough to find most of the gain of a finer search at a quarter
+ * of its cost (synth quantizes billions of values). */
+#define SEARCH_STEPS 4
+#define SEARCH_DELTA 0.25f
+
+/* Fits x ~ a * q + b (b <= 0) by least squares for fixed integers q; returns the
+ * squared error (computed from the same sums, so the whole fit is one pass). */
+static float fit_affine(const float *x, const uint8_t *q, int n, float *a, float *b)
+{
+    float sq = 0, sqq = 0, sx = 0, sqx = 0, sxx = 0;
+    for (int i = 0; i < n; i++) {
+        float fq = (float)q[i];
+        sq += fq;
+        sqq += fq * fq;
+        sx += x[i];
+        sqx += fq * x[i];
+        sxx += x[i] * x[i];
+    }
+    float fn = (float)n;
+    float det = fn * sqq - sq * sq;
+    float ra = 0, rb = 0;
+    if (det > 0) {
+        ra = (fn * sqx - sq * sx) / det;
+        rb = (sqq * sx - sq * sqx) / det;
+    }
+    if (det <= 0 || rb > 0) { /* minimum must be <= 0: fit the scale alone */
+        rb = 0;
+        ra = sqq > 0 ? sqx / sqq : 0;
+    }
+    *a = ra;
+    *b = rb;
+    /* sum (a q + b - x)^2 expanded */
+    float err = sxx + ra * ra * sqq + fn * rb * rb + 2.0f * ra * rb * sq - 2.0f * ra * sqx -
+                2.0f * rb * sx;
+    return err > 0 ? err : 0;
+}
+
+/* Chooses a scale a >= 0 and minimum mn >= 0 for one sub-block of n values so that
+ * x ~ a * q - mn with q in 0..nmax, minimising the squared error. */
+static void search_affine(const float *x, int n, int nmax, float *scale, float *min)
+{
+    float lo = 0, hi = x[0];
+    for (int i = 0; i < n; i++) {
+        if (x[i] < lo)
+            lo = x[i];
+        if (x[i] > hi)
+            hi = x[i];
+    }
+    if (!(hi > lo)) { /* all values equal (and <= 0): the minimum alone represents them */
+        *scale = 0;
+        *min = -lo;
+        return;
+    }
+    uint8_t q[QK_K];
+    float best_err = -1, best_a = (hi - lo) / (float)nmax, best_b = lo;
+    float range = hi - lo;
+    for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; k++) {
+        float is = ((float)nmax + (float)k * SEARCH_DELTA) / range;
+        for (int i = 0; i < n; i++)
+            q[i] = (uint8_t)round_clamp((x[i] - lo) * is, 0, nmax);
+        float a, b;
+        float err = fit_affine(x, q, n, &a, &b);
+        if (a > 0 && (best_err < 0 || err < best_err)) {
+            best_err = err;
+            best_a = a;
+            best_b = b;
+        }
+    }
+    /* One refinement: requantize against the fitted grid and refit. */
+    {
+        float ia = 1.0f / best_a;
+        for (int i = 0; i < n; i++)
+            q[i] = (uint8_t)round_clamp((x[i] - best_b) * ia, 0, nmax);
+        float a, b;
+        float err = fit_affine(x, q, n, &a, &b);
+        if (a > 0 && err < best_err) {
+            best_a = a;
+            best_b = b;
+        }
+    }
+    *scale = best_a;
+    *min = -best_b;
+}
+
+/* Chooses a signed scale for one sub-block so that x ~ a * q with q in -nlo..nlo-1,
+ * minimising the squared error. The levels are asymmetric, so both orientations are
+ * tried: the value of largest magnitude mapped near -nlo (a negative scale), and
+ * mapped near nlo - 1. For each candidate the best scale for its integers is
+ * sum(q x) / sum(q q), and the error sum(x x) - sum(q x)^2 / sum(q q) is smallest
+ * where sum(q x)^2 / sum(q q) is largest. */
+static float search_symmetric(const float *x, int n, int nlo)
+{
+    float max = signed_absmax(x, n);
+    if (max == 0)
+        return 0;
+    float best_a = max / -(float)nlo, best_gain = -1;
+    for (int side = 0; side < 2; side++) {
+        float top = side == 0 ? -(float)nlo : (float)(nlo - 1);
+        for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; k++) {
+            float is = (top + (float)k * SEARCH_DELTA) / max;
+            float sqq = 0, sqx = 0;
+            for (int i = 0; i < n; i++) {
+                float fq = (float)round_clamp(x[i] * is, -nlo, nlo - 1);
+                sqq += fq * fq;
+                sqx += fq * x[i];
+            }
+            if (sqq > 0) {
+                float gain = sqx * sqx / sqq;
+                if (gain > best_gain) {
+                    best_gain = gain;
+                    best_a = sqx / sqq;
+                }
+            }
+        }
+    }
+    return best_a;
+}
+
+/* Packs the 6-bit scales and mins of Q4_K/Q5_K (the inverse of quant_k4_scale_min). */
+static void pack_k4_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[K_SCALE_SIZE])
+{
+    for (int j = 0; j < 4; j++) {
+        out[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        out[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        out[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | (mn[j + 4] & 0x0f) << 4);
+    }
+}
+
+/* Shared by Q4_K and Q5_K: fits the 8 sub-blocks, stores d, dmin and the packed 6-bit
+ * scales, and returns each value's level (0..nmax) in q. */
+static void k4_block(const float *x, int nmax, kn_f16 *d_out, kn_f16 *dmin_out,
+                     uint8_t scales[K_SCALE_SIZE], uint8_t q[QK_K])
+{
+    float sub_scale[8], sub_min[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        search_affine(x + 32 * j, 32, nmax, &sub_scale[j], &sub_min[j]);
+        if (sub_scale[j] > max_scale)
+            max_scale = sub_scale[j];
+        if (sub_min[j] > max_min)
+            max_min = sub_min[j];
+    }
+    *d_out = quant_f32_to_f16(max_scale / 63.0f);
+    *dmin_out = quant_f32_to_f16(max_min / 63.0f);
+    float d = quant_f16_to_f32(*d_out), dmin = quant_f16_to_f32(*dmin_out);
+    float id = d > 0 ? 1.0f / d : 0, idmin = dmin > 0 ? 1.0f / dmin : 0;
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)round_clamp(sub_scale[j] * id, 0, 63);
+        mn[j] = (uint8_t)round_clamp(sub_min[j] * idmin, 0, 63);
+    }
+    pack_k4_scales(sc, mn, scales);
+    /* Requantize against the scales as the decoder will see them. */
+    for (int j = 0; j < 8; j++) {
+        float dl = d * (float)sc[j], ml = dmin * (float)mn[j];
+        float idl = dl > 0 ? 1.0f / dl : 0;
+        for (int l = 0; l < 32; l++)
+            q[32 * j + l] = (uint8_t)(dl > 0 ? round_clamp((x[32 * j + l] + ml) * idl, 0, nmax) : 0);
+    }
+}
+
+static void qz_q4_K(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_q4_K b;
+        uint8_t q[QK_K];
+        k4_block(x, 15, &b.d, &b.dmin, b.scales, q);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b.qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+static void qz_q5_K(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_q5_K b;
+        uint8_t q[QK_K];
+        k4_block(x, 31, &b.d, &b.dmin, b.scales, q);
+        memset(b.qh, 0, sizeof b.qh);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b.qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0x0f) | (q[64 * c + 32 + l] & 0x0f) << 4);
+        for (int v = 0; v < QK_K; v++)
+            b.qh[v % 32] |= (uint8_t)((q[v] >> 4) << (v / 32));
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+static void qz_q6_K(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_q6_K b;
+        float sub[16];
+        float amax = 0;
+        for (int s = 0; s < 16; s++) {
+            sub[s] = search_symmetric(x + 16 * s, 16, 32);
+            if (absf(sub[s]) > amax)
+                amax = absf(sub[s]);
+        }
+        b.d = quant_f32_to_f16(amax / 127.0f);
+        float d = quant_f16_to_f32(b.d);
+        float id = d > 0 ? 1.0f / d : 0;
+        for (int s = 0; s < 16; s++)
+            b.scales[s] = (int8_t)round_clamp(sub[s] * id, -128, 127);
+        uint8_t q[QK_K];
+        for (int v = 0; v < QK_K; v++) {
+            float dl = d * (float)b.scales[v / 16];
+            q[v] = (uint8_t)(dl != 0 ? round_clamp(x[v] / dl, -32, 31) + 32 : 32);
+        }
+        memset(b.qh, 0, sizeof b.qh);
+        for (int v = 0; v < QK_K; v++) {
+            int h = v / 128, r = v % 128;
+            int ql_i = h * 64 + r % 64, qh_i = h * 32 + r % 32;
+            if (r < 64)
+                b.ql[ql_i] = (uint8_t)(q[v] & 0x0f);
+            else
+                b.ql[ql_i] |= (uint8_t)((q[v] & 0x0f) << 4);
+            b.qh[qh_i] |= (uint8_t)((q[v] >> 4) << (2 * (r / 32)));
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+bool quant_can_quantize(uint32_t t)
+{
+    switch (t) {
+    case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0: case QT_Q4_0: case QT_Q4_1:
+    case QT_Q5_0: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
+{
+    const struct quant_type_info *info = quant_type_info(t);
+    if (!info || !quant_can_quantize(t) || n < 0 || n % info->block_size != 0)
+        return false;
+    uint8_t *d = dst;
+    int64_t nb = n / info->block_size;
+    switch (t) {
+    case QT_F32:
+        memcpy(d, x, (size_t)n * sizeof(float));
+        break;
+    case QT_F16:
+        for (int64_t i = 0; i < n; i++) {
+            kn_f16 h = quant_f32_to_f16(x[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        break;
+    case QT_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            kn_bf16 h = quant_f32_to_bf16(x[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        break;
+    case QT_Q8_0: qz_q8_0(x, d, nb); break;
+    case QT_Q4_0: qz_q4_0(x, d, nb); break;
+    case QT_Q4_1: qz_q4_1(x, d, nb); break;
+    case QT_Q5_0: qz_q5_0(x, d, nb); break;
+    case QT_Q5_1: qz_q5_1(x, d, nb); break;
+    case QT_Q4_K: qz_q4_K(x, d, nb); break;
+    case QT_Q5_K: qz_q5_K(x, d, nb); break;
+    case QT_Q6_K: qz_q6_K(x, d, nb); break;
+    default: return false;
+    }
+    return true;
+}

