@@ -13,6 +13,7 @@ struct command {
 
 static const struct command commands[] = {
     {"info", cmd_info, "describe a GGUF model file"},
+    {"run", cmd_run, "generate text from a prompt"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
 };
 
