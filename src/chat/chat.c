@@ -125,19 +125,28 @@ static bool mark(struct chat_prompt *p, const char *s)
     return put(p, s, strlen(s), true);
 }
 
-/* Message content, optionally stripped of leading/trailing whitespace (Jinja's trim). */
-static bool text(struct chat_prompt *p, const char *s, bool strip)
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Message content, optionally without leading and/or trailing whitespace (Jinja's
+ * trim / Python's strip). */
+static bool text2(struct chat_prompt *p, const char *s, bool lead, bool trail)
 {
     size_t n = strlen(s);
-    if (strip) {
-        while (n && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) {
-            s++;
-            n--;
-        }
-        while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
-            n--;
+    while (lead && n && is_space(*s)) {
+        s++;
+        n--;
     }
+    while (trail && n && is_space(s[n - 1]))
+        n--;
     return put(p, s, n, false);
+}
+
+static bool text(struct chat_prompt *p, const char *s, bool strip)
+{
+    return text2(p, s, strip, strip);
 }
 
 void chat_prompt_free(struct chat_prompt *p)
@@ -247,18 +256,23 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
         bool first_user = true;
         for (size_t i = first; i < n_msgs; i++) {
             if (is_role(&msgs[i], "user")) {
-                if (!first_user)
+                /* Llama 2 opens every turn after the first with BOS; Mistral does not. */
+                if (!first_user && l2)
                     OK(mark(out, t->bos));
                 OK(mark(out, sp ? "[INST] " : "[INST]"));
+                bool sys_here = false;
                 if (l2 && first_user && system) {
+                    /* Llama 2 strips the whole "<<SYS>>...<</SYS>>\n\n" + content, so
+                     * the content keeps its leading whitespace. */
                     OK(mark(out, "<<SYS>>\n"));
                     OK(text(out, system, false));
                     OK(mark(out, "\n<</SYS>>\n\n"));
+                    sys_here = true;
                 } else if (!l2 && i == last_user && system) {
                     OK(text(out, system, false));
                     OK(mark(out, "\n\n"));
                 }
-                OK(text(out, msgs[i].content, l2));
+                OK(text2(out, msgs[i].content, l2 && !sys_here, l2));
                 OK(mark(out, sp ? " [/INST]" : "[/INST]"));
                 first_user = false;
             } else {
