@@ -1,6 +1,8 @@
 /* main.c: the kinetic executable. Dispatches to subcommands; only main() exits. */
 #include "cli.h"
 #include "base/base.h"
+#include "kernels/isa.h"
+#include "receipt/buildid.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -35,9 +37,22 @@ static void print_usage(FILE *out)
             "'kinetic COMMAND --help' describes a command.\n");
 }
 
+/* Prints what identifies this binary's bits: version, numerics contract, build id (the
+ * BLAKE3 of the executable, as receipts record it) and the instruction sets. */
 static int print_version(void)
 {
-    printf("kinetic %s (numerics %s)\n", KN_VERSION, KN_NUMERICS);
+    struct kn_err err;
+    bool isa_ok = kern_isa_init(&err) == KN_OK;
+    printf("kinetic %s\n", KN_VERSION);
+    printf("numerics: %s\n", KN_NUMERICS);
+    printf("build: %s\n", kn_build_id());
+    printf("isa:");
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (kern_isa_supported((enum kern_isa)i))
+            printf(" %s", kern_isa_name((enum kern_isa)i));
+    printf(" (active: %s)\n", kern_isa_name(kern_isa_active()));
+    if (!isa_ok)
+        fprintf(stderr, "kinetic: warning: %s\n", err.msg);
     return 0;
 }
 

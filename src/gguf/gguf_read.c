@@ -592,12 +592,19 @@ static enum kn_status parse_tensor_infos(struct gguf_file *f, struct rd *r)
         size = row;
         for (int d = 1; ok && d < GGUF_MAX_DIMS; d++)
             ok = !__builtin_mul_overflow(size, (uint64_t)t->ne[d], &size);
-        if (!ok || size > f->size)
+        if (!ok)
             return kn_fail(r->err, KN_E_FORMAT,
                            "%s: tensor %s: shape %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64
-                           " of type %s needs more bytes than the whole file (%" PRIu64 ")",
+                           " of type %s has a byte size that overflows 64 bits",
+                           r->name, t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], qi->name);
+        /* Checked here, before the data offset, so later sums cannot overflow. */
+        if (size > f->size)
+            return kn_fail(r->err, KN_E_FORMAT,
+                           "%s: tensor %s: shape %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64
+                           " of type %s needs %" PRIu64 " bytes but the whole file has %" PRIu64
+                           ": truncated download or corrupt shape?",
                            r->name, t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], qi->name,
-                           f->size);
+                           size, f->size);
         t->size = size;
         at = r->pos;
         snprintf(what, sizeof what, "the data offset of tensor %s", t->name);

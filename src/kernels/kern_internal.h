@@ -11,6 +11,14 @@
 float kern_dot_f32_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_f32_avx512(const float *a, const float *b, int64_t n);
 
+/* Activation quantization (actq.c is the reference). */
+void kern_quantize_row_q8f_ref(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_ref(const float *x, int64_t K, struct block_q8_K *dst);
+void kern_quantize_row_q8f_avx2(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_avx2(const float *x, int64_t K, struct block_q8_K *dst);
+void kern_quantize_row_q8f_avx512(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_avx512(const float *x, int64_t K, struct block_q8_K *dst);
+
 /* Computes y[m][n] for n in [n0, n1) with this ISA's kernels and returns true, or
  * returns false (nothing written) when the ISA has no kernel for w's type/layout. */
 bool kern_matmul_rows_avx2(const struct kern_weight *w, const struct kern_act *a, float *y,
@@ -22,6 +30,8 @@ bool kern_matmul_rows_avx512(const struct kern_weight *w, const struct kern_act 
  * group is padded with zero rows. Returns the bytes of the packed copy for (type, N, K),
  * or 0 if type has no packed layout. */
 size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K);
+/* Bytes of one group-block (16 rows x one weight block) of the packed layout of t. */
+size_t kern_repack_group_block_bytes(enum quant_type t);
 /* Fills dst (kern_repack_bytes bytes, 64-aligned) from w's GGML rows. */
 void kern_repack(const struct kern_weight *w, void *dst);
 

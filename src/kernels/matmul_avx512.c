@@ -1,10 +1,127 @@
-/* matmul_avx512.c: the avx512 kernels for y = x . w^T (docs/numerics.md), bit for bit the
- * reference in matmul.c. */
+/* matmul_avx512.c: the AVX-512 (F/BW/VL/DQ + VNNI) kernels for y = x . w^T, bit for bit
+ * the reference in matmul.c (docs/numerics.md). Quantized types read the packed layout of
+ * repack.c, 16 rows per vector, and use vpdpbusd; float types run the canonical dot with
+ * the weights loaded once for several tokens. */
 #include "kern_internal.h"
+#include "simd_avx512.h"
+
+#define KL 16
+#define KMAXT 4
+#define KQ8_BIAS 128
+typedef __m512i VI;
+typedef __m512 VF;
+
+#define vi_zero() _mm512_setzero_si512()
+#define vi_set1(i) _mm512_set1_epi32(i)
+#define vi_add(a, b) _mm512_add_epi32(a, b)
+#define vi_sub(a, b) _mm512_sub_epi32(a, b)
+#define vi_mullo(a, b) _mm512_mullo_epi32(a, b)
+#define vi_and(a, b) _mm512_and_si512(a, b)
+#define vi_or(a, b) _mm512_or_si512(a, b)
+#define vi_srli16(v, n) _mm512_srli_epi16(v, n)
+#define vi_srl16v(v, n) _mm512_srl_epi16(v, _mm_cvtsi32_si128(n))
+#define vi_slli16(v, n) _mm512_slli_epi16(v, n)
+#define vi_chunk(p, h) ((void)(h), _mm512_loadu_si512((const void *)(p)))
+#define vi_bcast(p) _mm512_broadcastd_epi32(_mm_loadu_si32((const void *)(p)))
+#define vi_dp(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
+#define vi_dp_q8(acc, w, s) _mm512_dpbusd_epi32(acc, w, s)
+#define vi_u8_i32(p, h) ((void)(h), _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p))))
+#define vi_s8x2_i16(p, h) ((void)(h), _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)(p))))
+#define vi_slli32(v, n) _mm512_slli_epi32(v, n)
+#define vi_srai32(v, n) _mm512_srai_epi32(v, n)
+#define vi_u8x2_i16(p, h) ((void)(h), _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)(p))))
+#define vi_madd16(a, b) _mm512_madd_epi16(a, b)
+#define vf_zero() _mm512_setzero_ps()
+#define vf_set1(f) _mm512_set1_ps(f)
+#define vf_mul(a, b) _mm512_mul_ps(a, b)
+#define vf_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vf_neg(a) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32((int)0x80000000u)))
+#define vf_cvt(v) _mm512_cvtepi32_ps(v)
+#define vf_storeu(p, v) _mm512_storeu_ps(p, v)
+#define vf_f16(p, h) ((void)(h), _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p))))
+
+#include "matmul_tmpl.h"
+
+/* ---------------------------------------------------------------- float weights */
+
+/* 16 weights of row w from k, as f32 (exact conversion), lanes >= r zero. */
+static inline __m512 load_w(enum quant_type t, const void *w, int64_t k, __mmask16 m)
+{
+    switch (t) {
+    case QT_F32: return _mm512_maskz_loadu_ps(m, (const float *)w + k);
+    case QT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k)), 16));
+    }
+}
+
+KINL void float_tile(const enum quant_type t, const void *wr, const float *x, int64_t K,
+                     const int nt, float *out, int64_t ldo)
+{
+    __m512 acc[4];
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 wv = load_w(t, wr, k, 0xFFFF);
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * K + k), wv, acc[i]);
+    }
+    if (k < K) {
+        __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+        __m512 wv = load_w(t, wr, k, m);
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            acc[i] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i * K + k), wv, acc[i], m);
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        out[i * ldo] = k512_tree16(acc[i]);
+}
+
+static void float_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
+                       int64_t ldy, int64_t n0, int64_t n1)
+{
+    const int64_t K = w->K;
+    for (int64_t n = n0; n < n1; n++) {
+        const void *wr = (const uint8_t *)w->data + (size_t)n * w->row_bytes;
+        for (int64_t m0 = 0; m0 < a->M; m0 += 4) {
+            int nt = (int)(a->M - m0 < 4 ? a->M - m0 : 4);
+            const float *x = a->x + m0 * K;
+            float *o = y + m0 * ldy + n;
+#define CALL_F(T, NT) float_tile(T, wr, x, K, NT, o, ldy)
+            switch (w->type) {
+            case QT_F32:
+                if (nt == 4) CALL_F(QT_F32, 4); else if (nt == 3) CALL_F(QT_F32, 3);
+                else if (nt == 2) CALL_F(QT_F32, 2); else CALL_F(QT_F32, 1);
+                break;
+            case QT_F16:
+                if (nt == 4) CALL_F(QT_F16, 4); else if (nt == 3) CALL_F(QT_F16, 3);
+                else if (nt == 2) CALL_F(QT_F16, 2); else CALL_F(QT_F16, 1);
+                break;
+            default:
+                if (nt == 4) CALL_F(QT_BF16, 4); else if (nt == 3) CALL_F(QT_BF16, 3);
+                else if (nt == 2) CALL_F(QT_BF16, 2); else CALL_F(QT_BF16, 1);
+                break;
+            }
+        }
+    }
+}
 
 bool kern_matmul_rows_avx512(const struct kern_weight *w, const struct kern_act *a, float *y,
-                           int64_t ldy, int64_t n0, int64_t n1)
+                             int64_t ldy, int64_t n0, int64_t n1)
 {
-    (void)w; (void)a; (void)y; (void)ldy; (void)n0; (void)n1;
-    return false;
+    switch (w->type) {
+    case QT_F32: case QT_F16: case QT_BF16:
+        float_rows(w, a, y, ldy, n0, n1);
+        return true;
+    default:
+        if (!w->packed)
+            return false;
+        packed_rows(w, a, y, ldy, n0, n1);
+        return true;
+    }
 }

@@ -1,17 +1,190 @@
 /* repack.c: weight layouts rearranged at load time for the SIMD kernels. The values and
- * scales are the file's, bit for bit; only their order changes (docs/numerics.md). */
+ * scales are the file's, bit for bit; only their order changes (the kernels then compute
+ * exactly the integers and float steps of docs/numerics.md).
+ *
+ * Rows are taken 16 at a time (a "group"; a partial last group is padded with zero rows).
+ * For each group, the weight blocks follow in ascending order, each a "group-block":
+ * the same block of the 16 rows, interleaved so one 64-byte load gives 4 consecutive
+ * quant bytes of every row (one dword per row: the layout vpdpbusd and vpmaddubsw want).
+ * A "chunk" below is such a 64-byte unit: row r's 4 bytes at offset 4r. AVX2 kernels take
+ * rows 0-7 from the first 32 bytes and rows 8-15 from the last 32.
+ *
+ *   Q8_0 (544 B): d[16] f16 | 8 chunks c: qs[4c..4c+3] XOR 0x80 (i.e. q + 128 as u8)
+ *   Q4_0 (288 B): d[16] f16 | 4 chunks t: qs[4t..4t+3] (low nibble = element 4t+i,
+ *                 high nibble = element 16+4t+i)
+ *   Q4_1 (320 B): d[16] f16 | m[16] f16 | 4 chunks as Q4_0
+ *   Q5_0 (352 B): d[16] f16 | 4 chunks as Q4_0 | 1 chunk hb: byte i of row r holds in bit t
+ *                 the 5th bit of element 4t+i and in bit 4+t that of element 16+4t+i
+ *   Q5_1 (384 B): d[16] f16 | m[16] f16 | 4 chunks | 1 chunk hb (as Q5_0)
+ *   Q4_K (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 (sub-block j, row r) |
+ *                 mins[4][16][2] u8 (pair p, row r: m_2p, m_2p+1) | 32 chunks 8c+t:
+ *                 qs[32c+4t .. 32c+4t+3] (low nibble: sub-block 2c, high: 2c+1)
+ *   Q5_K (2880 B): Q4_K's layout | 8 chunks t: qh[4t .. 4t+3]
+ *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | 32 chunks u:
+ *                 ql[4u .. 4u+3] | 16 chunks v: qh[4v .. 4v+3]
+ */
 #include "kern_internal.h"
+
+/* Bytes of one group-block of type t, 0 if t has no packed layout. */
+static size_t group_block_bytes(enum quant_type t)
+{
+    switch (t) {
+    case QT_Q8_0: return 544;
+    case QT_Q4_0: return 288;
+    case QT_Q4_1: return 320;
+    case QT_Q5_0: return 352;
+    case QT_Q5_1: return 384;
+    case QT_Q4_K: return 2368;
+    case QT_Q5_K: return 2880;
+    case QT_Q6_K: return 3360;
+    default: return 0;
+    }
+}
+
+size_t kern_repack_group_block_bytes(enum quant_type t)
+{
+    return group_block_bytes(t);
+}
 
 size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K)
 {
-    (void)type;
-    (void)N;
-    (void)K;
-    return 0;
+    size_t gbb = group_block_bytes(type);
+    if (!gbb)
+        return 0;
+    size_t groups = (size_t)((N + 15) / 16), nb = (size_t)(K / quant_type_info(type)->block_size);
+    size_t total;
+    if (!kn_mul_size(groups, nb, &total) || !kn_mul_size(total, gbb, &total))
+        return 0;
+    return total;
+}
+
+/* Copies 4 bytes of each of the 16 rows' source into one chunk; src[r] NULL = zero row. */
+static inline void put_chunk(uint8_t *dst, const uint8_t *const src[16], size_t off,
+                             uint8_t xor_mask)
+{
+    const uint32_t x4 = xor_mask * 0x01010101u;
+    for (int r = 0; r < 16; r++) {
+        uint32_t v = 0;
+        if (src[r]) {
+            memcpy(&v, src[r] + off, 4);
+            v ^= x4;
+        }
+        memcpy(dst + 4 * r, &v, 4);
+    }
+}
+
+static void put_f16s(uint8_t *dst, const uint8_t *const blk[16], size_t off)
+{
+    for (int r = 0; r < 16; r++) {
+        if (blk[r])
+            memcpy(dst + 2 * r, blk[r] + off, 2);
+        else
+            memset(dst + 2 * r, 0, 2);
+    }
+}
+
+static void pack_q32(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
+{
+    size_t moff = 0, qsoff, qhoff = 0;
+    put_f16s(o, blk, 0);
+    o += 32;
+    switch (t) {
+    case QT_Q8_0:
+        for (int c = 0; c < 8; c++)
+            put_chunk(o + 64 * c, blk, 2 + 4 * c, 0x80);
+        return;
+    case QT_Q4_0: qsoff = 2; break;
+    case QT_Q4_1: moff = 2; qsoff = 4; break;
+    case QT_Q5_0: qhoff = 2; qsoff = 6; break;
+    case QT_Q5_1: moff = 2; qhoff = 4; qsoff = 8; break;
+    default: return;
+    }
+    if (moff) {
+        put_f16s(o, blk, moff);
+        o += 32;
+    }
+    for (int c = 0; c < 4; c++)
+        put_chunk(o + 64 * c, blk, qsoff + 4 * c, 0);
+    o += 256;
+    if (qhoff) {
+        for (int r = 0; r < 16; r++) {
+            uint32_t qh = 0;
+            if (blk[r])
+                qh = (uint32_t)blk[r][qhoff] | (uint32_t)blk[r][qhoff + 1] << 8 |
+                     (uint32_t)blk[r][qhoff + 2] << 16 | (uint32_t)blk[r][qhoff + 3] << 24;
+            for (int i = 0; i < 4; i++) {
+                uint8_t b = 0;
+                for (int c = 0; c < 4; c++) {
+                    b |= (uint8_t)(((qh >> (4 * c + i)) & 1) << c);
+                    b |= (uint8_t)(((qh >> (16 + 4 * c + i)) & 1) << (4 + c));
+                }
+                o[4 * r + i] = b;
+            }
+        }
+    }
+}
+
+static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
+{
+    if (t == QT_Q6_K) {
+        put_f16s(o, blk, offsetof(struct block_q6_K, d));
+        o += 32;
+        for (int i = 0; i < 16; i++)
+            for (int r = 0; r < 16; r++)
+                o[32 * (i / 2) + 2 * r + (i & 1)] =
+                    blk[r] ? blk[r][offsetof(struct block_q6_K, scales) + i] : 0;
+        o += 256;
+        for (int u = 0; u < 32; u++)
+            put_chunk(o + 64 * u, blk, offsetof(struct block_q6_K, ql) + 4 * u, 0);
+        o += 2048;
+        for (int v = 0; v < 16; v++)
+            put_chunk(o + 64 * v, blk, offsetof(struct block_q6_K, qh) + 4 * v, 0);
+        return;
+    }
+    /* Q4_K and Q5_K share the head: d, dmin, scales[12] at offsets 0, 2, 4. */
+    put_f16s(o, blk, 0);
+    put_f16s(o + 32, blk, 2);
+    o += 64;
+    for (int r = 0; r < 16; r++) {
+        for (int j = 0; j < 8; j++) {
+            int sc = 0, m = 0;
+            if (blk[r])
+                kern_k4_scale_min(blk[r] + 4, j, &sc, &m);
+            o[16 * j + r] = (uint8_t)sc;
+            o[128 + 32 * (j / 2) + 2 * r + (j & 1)] = (uint8_t)m;
+        }
+    }
+    o += 256;
+    size_t qsoff = t == QT_Q4_K ? offsetof(struct block_q4_K, qs) : offsetof(struct block_q5_K, qs);
+    for (int c = 0; c < 4; c++)
+        for (int tt = 0; tt < 8; tt++)
+            put_chunk(o + 64 * (8 * c + tt), blk, qsoff + 32 * c + 4 * tt, 0);
+    o += 2048;
+    if (t == QT_Q5_K)
+        for (int tt = 0; tt < 8; tt++)
+            put_chunk(o + 64 * tt, blk, offsetof(struct block_q5_K, qh) + 4 * tt, 0);
 }
 
 void kern_repack(const struct kern_weight *w, void *dst)
 {
-    (void)w;
-    (void)dst;
+    const struct quant_type_info *ti = quant_type_info(w->type);
+    size_t gbb = group_block_bytes(w->type);
+    int64_t nb = w->K / ti->block_size, groups = (w->N + 15) / 16;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < groups; g++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk[16];
+            for (int r = 0; r < 16; r++) {
+                int64_t n = 16 * g + r;
+                blk[r] = n < w->N ? (const uint8_t *)w->data + (size_t)n * w->row_bytes +
+                                        (size_t)b * ti->type_size
+                                  : NULL;
+            }
+            if (ti->block_size == 32)
+                pack_q32(w->type, blk, o);
+            else
+                pack_k(w->type, blk, o);
+            o += gbb;
+        }
+    }
 }

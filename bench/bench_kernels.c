@@ -1,0 +1,197 @@
+/* bench_kernels.c: the matrix-product micro-benchmark. For each weight type, ISA level and
+ * thread count: M = 1 (decode; GB/s of weight bytes read, cycling through enough copies of
+ * the weight to defeat the caches) and M = 512 (prefill; GOPS, 2 M N K per product).
+ *
+ *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
+ *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
+ * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
+ */
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Random valid blocks: random bytes, then sane f16 scales where the type has them. */
+static void fill_weights(enum quant_type t, void *buf, size_t bytes)
+{
+    uint8_t *p = buf;
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)next_rand();
+    const struct quant_type_info *ti = quant_type_info(t);
+    kn_f16 s = quant_f32_to_f16(0.01f);
+    if (t == QT_F32) {
+        for (size_t i = 0; i < bytes / 4; i++) {
+            float v = (float)(int)(next_rand() % 2001 - 1000) * 1e-3f;
+            memcpy(p + 4 * i, &v, 4);
+        }
+        return;
+    }
+    if (t == QT_F16 || t == QT_BF16) {
+        for (size_t i = 0; i < bytes / 2; i++) {
+            float v = (float)(int)(next_rand() % 2001 - 1000) * 1e-3f;
+            kn_f16 h = t == QT_F16 ? quant_f32_to_f16(v) : quant_f32_to_bf16(v);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        return;
+    }
+    for (size_t b = 0; b < bytes / ti->type_size; b++) {
+        uint8_t *blk = p + b * ti->type_size;
+        size_t doff = t == QT_Q6_K ? offsetof(struct block_q6_K, d) : 0;
+        memcpy(blk + doff, &s, 2);
+        if (t == QT_Q4_1 || t == QT_Q5_1 || t == QT_Q4_K || t == QT_Q5_K)
+            memcpy(blk + 2, &s, 2);
+    }
+}
+
+static bool in_list(const char *list, const char *name)
+{
+    if (!list)
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t N = 2048, K = 2048;
+    const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
+    double seconds = 0.5;
+    bool hot = false;
+    for (int i = 1; i < argc; i += 2) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "bench_kernels: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (!strcmp(argv[i], "--n")) N = atoll(v);
+        else if (!strcmp(argv[i], "--k")) K = atoll(v);
+        else if (!strcmp(argv[i], "--types")) types = v;
+        else if (!strcmp(argv[i], "--isa")) isas = v;
+        else if (!strcmp(argv[i], "--threads")) threads = v;
+        else if (!strcmp(argv[i], "--m")) ms = v;
+        else if (!strcmp(argv[i], "--seconds")) seconds = atof(v);
+        else if (!strcmp(argv[i], "--hot")) hot = atoi(v) != 0;
+        else {
+            fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    static const enum quant_type all[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
+                                          QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    struct kn_err err;
+    printf("| type | N x K | isa | threads | M | time/op | result |\n|---|---|---|---|---|---|---|\n");
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
+        enum quant_type t = all[ti];
+        if (!in_list(types, quant_type_name(t)))
+            continue;
+        uint64_t rb;
+        if (!quant_row_size(t, (uint64_t)K, &rb)) {
+            fprintf(stderr, "K=%lld is not a multiple of %s's block\n", (long long)K,
+                    quant_type_name(t));
+            continue;
+        }
+        size_t wbytes = (size_t)N * rb;
+        /* Copies so that M = 1 streams from memory, not from the 32 MiB L3. */
+        int copies = (int)((256u << 20) / wbytes) + 1;
+        if (copies > 64)
+            copies = 64;
+        if (hot)
+            copies = 1; /* one weight: from the caches when it fits */
+        struct kern_weight *w = calloc((size_t)copies, sizeof *w);
+        void **data = calloc((size_t)copies, sizeof *data);
+        for (int c = 0; c < copies; c++) {
+            data[c] = kn_aligned_alloc(wbytes, &err);
+            fill_weights(t, data[c], wbytes);
+            if (!data[c] || kern_weight_init(&w[c], t, N, K, data[c], wbytes, true, &err) != KN_OK) {
+                fprintf(stderr, "bench_kernels: %s\n", err.msg);
+                return 1;
+            }
+        }
+        int64_t Mmax = 512;
+        float *x = malloc(sizeof(float) * (size_t)(Mmax * K));
+        float *y = malloc(sizeof(float) * (size_t)(Mmax * N));
+        for (int64_t i = 0; i < Mmax * K; i++)
+            x[i] = (float)(int)(next_rand() % 2001 - 1000) * 1e-3f;
+        void *scratch = kn_aligned_alloc(kern_matmul_scratch_bytes(&w[0], Mmax) + 64, &err);
+        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+            if (!kern_isa_supported((enum kern_isa)isa) || !in_list(isas, kern_isa_name((enum kern_isa)isa)))
+                continue;
+            if (kern_isa_set((enum kern_isa)isa, &err) != KN_OK)
+                continue;
+            for (int th = 1; th <= 64; th++) {
+                char tn[8];
+                snprintf(tn, sizeof tn, "%d", th);
+                if (!in_list(threads, tn))
+                    continue;
+                struct kern_pool *pool;
+                if (kern_pool_create(th, &pool, &err) != KN_OK) {
+                    fprintf(stderr, "bench_kernels: %s\n", err.msg);
+                    return 1;
+                }
+                int64_t mlist[] = {1, 512};
+                for (int mi = 0; mi < 2; mi++) {
+                    int64_t M = mlist[mi];
+                    char mn[8];
+                    snprintf(mn, sizeof mn, "%lld", (long long)M);
+                    if (!in_list(ms, mn))
+                        continue;
+                    /* The scalar reference is slow at M = 512: fewer tokens, same units. */
+                    if (isa == KERN_ISA_SCALAR && M > 1)
+                        M = 16;
+                    kern_matmul(pool, &w[0], x, M, y, scratch); /* warm-up */
+                    /* The best of batches of a few calls: the machine is shared and noisy,
+                     * and the best batch is the closest to what the kernel can do. */
+                    int reps = 0;
+                    double start = kn_now(), per = 1e30;
+                    while (kn_now() - start < seconds || reps < 3) {
+                        int batch = M == 1 ? 8 : 1;
+                        double t0 = kn_now();
+                        for (int r = 0; r < batch; r++, reps++)
+                            kern_matmul(pool, &w[reps % copies], x, M, y, scratch);
+                        double dt = (kn_now() - t0) / batch;
+                        if (dt < per)
+                            per = dt;
+                    }
+                    char res[64];
+                    if (M == 1)
+                        snprintf(res, sizeof res, "%.1f GB/s", (double)wbytes / per * 1e-9);
+                    else
+                        snprintf(res, sizeof res, "%.1f GOPS (M=%lld)",
+                                 2.0 * (double)M * (double)N * (double)K / per * 1e-9, (long long)M);
+                    printf("| %s | %lldx%lld | %s | %d | %lld | %.3f ms | %s |\n", quant_type_name(t),
+                           (long long)N, (long long)K, kern_isa_name((enum kern_isa)isa), th,
+                           (long long)M, per * 1e3, res);
+                    fflush(stdout);
+                }
+                kern_pool_free(pool);
+            }
+        }
+        for (int c = 0; c < copies; c++) {
+            kern_weight_free(&w[c]);
+            free(data[c]);
+        }
+        free(w);
+        free(data);
+        free(x);
+        free(y);
+        free(scratch);
+    }
+    return 0;
+}

@@ -1,0 +1,104 @@
+/* attn.c: attention over the KV cache, the reference (docs/numerics.md "attention").
+ *
+ * For query t (position p) and head h (kv head g = h / (H / Hkv)), the visible keys are
+ * j in [lo, p] with lo = 0, or lo = max(0, p - window + 1) with a window. They are cut
+ * into tiles [32i, 32i + 31] (aligned to position 0), clipped to [lo, p]; per tile, in
+ * ascending i:
+ *   s_j   = canonical_dot(q, k_j) * scale                    (16-lane fma tree over D)
+ *   m_t   = max_j s_j
+ *   e_j   = kern_expf(s_j - m_t)
+ *   l_t   = canonical sum over the tile's slots: slot (j mod 16), then the tree
+ *   o_t[d] = sum over j ascending: o_t[d] = fmaf(e_j, v_j[d], o_t[d])   (from 0)
+ * merged into the running state (m, l, o), which starts as (-inf, 0, 0):
+ *   m' = max(m, m_t), a = kern_expf(m - m'), b = kern_expf(m_t - m')
+ *   l  = fmaf(l_t, b, l * a),  o[d] = fmaf(o_t[d], b, o[d] * a),  m = m'
+ * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first. */
+#include "ops_internal.h"
+
+enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err)
+{
+    if (a->kv_type != QT_F32 && a->kv_type != QT_F16)
+        return kn_fail(err, KN_E_UNSUPPORTED, "attention: KV cache type %s is not supported "
+                       "(use f32 or f16)", quant_type_name(a->kv_type));
+    if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM)
+        return kn_fail(err, KN_E_UNSUPPORTED, "attention: head dim %d is outside 1..%d",
+                       (int)a->head_dim, KERN_ATTN_MAX_HEAD_DIM);
+    if (a->n_head < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv != 0)
+        return kn_fail(err, KN_E_FORMAT, "attention: %d query heads are not a multiple of %d "
+                       "key/value heads", (int)a->n_head, (int)a->n_head_kv);
+    if (a->window < 0)
+        return kn_fail(err, KN_E_ARG, "attention: sliding window %d is negative", (int)a->window);
+    if (a->n_q < 0 || a->n_kv < 0)
+        return kn_fail(err, KN_E_ARG, "attention: negative count (queries %lld, cache rows %lld)",
+                       (long long)a->n_q, (long long)a->n_kv);
+    int64_t row = (int64_t)a->n_head * a->head_dim, kv_row = (int64_t)a->n_head_kv * a->head_dim;
+    if (a->q_stride < row || a->out_stride < row || a->k_stride < kv_row || a->v_stride < kv_row)
+        return kn_fail(err, KN_E_ARG, "attention: a stride is smaller than a row");
+    for (int64_t t = 0; t < a->n_q; t++)
+        if (a->q_pos[t] < 0 || a->q_pos[t] >= a->n_kv)
+            return kn_fail(err, KN_E_ARG, "attention: query %lld has position %d but the cache "
+                           "holds positions 0..%lld; store the batch's keys before attention",
+                           (long long)t, (int)a->q_pos[t], (long long)a->n_kv - 1);
+    return KN_OK;
+}
+
+/* Row p of kv head g as f32 (a pointer into the cache, or widened into buf). */
+static const float *kv_row(const void *base, int64_t stride, uint32_t type, int64_t p, int64_t g,
+                           int64_t d, float *buf)
+{
+    int64_t off = p * stride + g * d;
+    if (type == QT_F32)
+        return (const float *)base + off;
+    const kn_f16 *h = (const kn_f16 *)base + off;
+    for (int64_t i = 0; i < d; i++)
+        buf[i] = quant_f16_to_f32(h[i]);
+    return buf;
+}
+
+void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end)
+{
+    const int64_t D = a->head_dim, T = KERN_ATTN_TILE;
+    const int64_t group = a->n_head / a->n_head_kv;
+    float s[KERN_ATTN_TILE], e[KERN_ATTN_TILE];
+    float o[KERN_ATTN_MAX_HEAD_DIM], ot[KERN_ATTN_MAX_HEAD_DIM], buf[KERN_ATTN_MAX_HEAD_DIM];
+    for (int64_t idx = begin; idx < end; idx++) {
+        int64_t t = idx / a->n_head, h = idx % a->n_head, g = h / group;
+        const float *q = a->q + t * a->q_stride + h * D;
+        int64_t p = a->q_pos[t];
+        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        float m = -INFINITY, l = 0.0f;
+        for (int64_t d = 0; d < D; d++)
+            o[d] = 0.0f;
+        for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
+            int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
+            float mt = -INFINITY;
+            for (int64_t j = j0; j <= j1; j++) {
+                const float *k = kv_row(a->k, a->k_stride, a->kv_type, j, g, D, buf);
+                s[j - t0] = kn_dot_ref(q, k, D) * a->scale;
+                mt = s[j - t0] > mt ? s[j - t0] : mt;
+            }
+            float acc[KN_LANES] = {0};
+            for (int64_t j = j0; j <= j1; j++) {
+                e[j - t0] = kern_expf(s[j - t0] - mt);
+                acc[(j - t0) % KN_LANES] += e[j - t0];
+            }
+            float lt = kn_tree16(acc);
+            for (int64_t d = 0; d < D; d++)
+                ot[d] = 0.0f;
+            for (int64_t j = j0; j <= j1; j++) {
+                const float *v = kv_row(a->v, a->v_stride, a->kv_type, j, g, D, buf);
+                for (int64_t d = 0; d < D; d++)
+                    ot[d] = fmaf(e[j - t0], v[d], ot[d]);
+            }
+            float mn = mt > m ? mt : m;
+            float sa = kern_expf(m - mn), sb = kern_expf(mt - mn);
+            l = fmaf(lt, sb, l * sa);
+            for (int64_t d = 0; d < D; d++)
+                o[d] = fmaf(ot[d], sb, o[d] * sa);
+            m = mn;
+        }
+        float *out = a->out + t * a->out_stride + h * D;
+        for (int64_t d = 0; d < D; d++)
+            out[d] = o[d] / l;
+    }
+}

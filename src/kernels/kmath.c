@@ -1,0 +1,218 @@
+/* kmath.c: Kinetic's own transcendental functions, the reference (docs/numerics.md
+ * "own math"). Only +, -, *, fma, exactly rounded / and sqrt, and bit manipulation: no
+ * libm approximation can change a result. The SIMD files repeat kern_expf step by step. */
+#include "ops_internal.h"
+
+/* kern_expf's scale step shifts a negative int right; C17 leaves that to the compiler. */
+_Static_assert((-3 >> 1) == -2, "arithmetic right shift of negative ints");
+
+/* ================================================================ float exp
+ * 1. NaN -> NaN. Clamp x to [-104, 89] (exp is 0 below, +inf above after rounding).
+ * 2. k = (x * LOG2E + MAGIC) - MAGIC: x / ln2 rounded to an integer (ties to even).
+ * 3. r = fmaf(-k, LN2_HI, x); r = fmaf(-k, LN2_LO, r)      (|r| <= ~0.35)
+ * 4. p = C7; p = fmaf(p, r, C6) ... fmaf(p, r, C2); p = fmaf(p, r, 1); p = fmaf(p, r, 1)
+ * 5. k1 = k >> 1 (floor), k2 = k - k1; y = (p * 2^k1) * 2^k2 (the first product is exact,
+ *    the second rounds once, also into the subnormal range). */
+float kern_expf(float x)
+{
+    if (x != x)
+        return x;
+    float xc = x < KN_EXP_LO ? KN_EXP_LO : x;
+    xc = xc > KN_EXP_HI ? KN_EXP_HI : xc;
+    float t = xc * KN_EXP_LOG2E + KN_EXP_MAGIC;
+    float kf = t - KN_EXP_MAGIC;
+    float r = fmaf(-kf, KN_EXP_LN2_HI, xc);
+    r = fmaf(-kf, KN_EXP_LN2_LO, r);
+    float p = KN_EXP_C7;
+    p = fmaf(p, r, KN_EXP_C6);
+    p = fmaf(p, r, KN_EXP_C5);
+    p = fmaf(p, r, KN_EXP_C4);
+    p = fmaf(p, r, KN_EXP_C3);
+    p = fmaf(p, r, KN_EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int32_t k = (int32_t)kf;
+    int32_t k1 = k >> 1, k2 = k - k1;
+    float s1 = kn_bits_f32((uint32_t)(k1 + 127) << 23);
+    float s2 = kn_bits_f32((uint32_t)(k2 + 127) << 23);
+    return (p * s1) * s2;
+}
+
+float kern_siluf(float x)
+{
+    return x / (1.0f + kern_expf(-x));
+}
+
+float kern_geluf(float x)
+{
+    float z2 = x * fmaf(x * x, KN_GELU_C1, KN_GELU_C0);
+    return x / (1.0f + kern_expf(-z2));
+}
+
+/* ================================================================ double helpers */
+
+static double bits_f64(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+static uint64_t f64_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+#define LN2_D_HI 0x1.62e42fefa39efp-1
+#define LN2_D_LO 0x1.abc9e3b39803fp-56
+#define MAGIC_D 6755399441055744.0 /* 1.5 * 2^52 */
+
+/* 2^k for -1022 <= k <= 1023. */
+static double pow2i(int64_t k)
+{
+    return bits_f64((uint64_t)(k + 1023) << 52);
+}
+
+/* e^x: k = round(x / ln2), r = x - k ln2 (two fma steps), Taylor to degree 13 (|r| <=
+ * 0.35: truncation < 1e-17), scaled by 2^k in two exact-or-once-rounded steps. */
+double kern_exp_f64(double x)
+{
+    if (x != x)
+        return x;
+    if (x > 710.0)
+        return bits_f64(0x7ff0000000000000ull);
+    if (x < -746.0)
+        return 0.0;
+    double kd = (x * (1.0 / LN2_D_HI) + MAGIC_D) - MAGIC_D;
+    double r = fma(-kd, LN2_D_HI, x);
+    r = fma(-kd, LN2_D_LO, r);
+    /* 1/n! for n = 13 down to 2; 1/n! is computed exactly enough in double by the
+     * compiler's constant folding of correctly rounded divisions of exact integers. */
+    static const double c[12] = {
+        1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,
+        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,
+    };
+    double p = c[0];
+    for (int i = 1; i < 12; i++)
+        p = fma(p, r, c[i]);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    int64_t k = (int64_t)kd;
+    int64_t k1 = k / 2, k2 = k - k1;
+    return (p * pow2i(k1)) * pow2i(k2);
+}
+
+/* log x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1),
+ * |s| <= 0.172: the odd series to s^25 leaves < 1e-19. log x = e ln2 + log m. */
+double kern_log_f64(double x)
+{
+    if (x != x)
+        return x;
+    if (x < 0.0)
+        return bits_f64(0x7ff8000000000000ull);
+    if (x == 0.0)
+        return -bits_f64(0x7ff0000000000000ull);
+    if (x == bits_f64(0x7ff0000000000000ull))
+        return x;
+    int64_t e = 0;
+    if (x < 0x1p-1022) { /* subnormal: scale into the normal range first */
+        x *= 0x1p64;
+        e = -64;
+    }
+    uint64_t u = f64_bits(x);
+    e += (int64_t)((u >> 52) & 0x7ff) - 1023;
+    double m = bits_f64((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    if (m > 0x1.6a09e667f3bcdp+0) { /* sqrt(2) */
+        m *= 0.5;
+        e += 1;
+    }
+    double s = (m - 1.0) / (m + 1.0);
+    double s2 = s * s;
+    double p = 1.0 / 25.0;
+    for (int n = 23; n >= 3; n -= 2)
+        p = fma(p, s2, 1.0 / (double)n);
+    /* log m = 2s + 2s * s2 * p */
+    double lm = fma(2.0 * s * s2, p, 2.0 * s);
+    double ed = (double)e;
+    return fma(ed, LN2_D_HI, fma(ed, LN2_D_LO, lm));
+}
+
+double kern_pow_f64(double b, double e)
+{
+    return kern_exp_f64(e * kern_log_f64(b));
+}
+
+float kern_logf(float x)
+{
+    return (float)kern_log_f64((double)x);
+}
+
+/* tanh x = (e^2x - 1) / (e^2x + 1) in double, for |x| >= 2^-12; below that tanh x
+ * rounds to x in float (the next term, x^3/3, is under 2^-25 x). Saturates at |x| > 20. */
+float kern_tanhf(float x)
+{
+    if (x != x)
+        return x;
+    double ax = x < 0 ? -(double)x : (double)x;
+    double t;
+    if (ax < 0x1p-12)
+        return x;
+    if (ax > 20.0) {
+        t = 1.0;
+    } else {
+        double e = kern_exp_f64(2.0 * ax);
+        t = (e - 1.0) / (e + 1.0);
+    }
+    return (float)(x < 0 ? -t : t);
+}
+
+/* ================================================================ sin / cos
+ * Reduce by pi/2: k = round(x * 2/pi), r = fma(-k, PIO2_HI, x), r = fma(-k, PIO2_MID, r)
+ * (PIO2_HI + PIO2_MID = pi/2 to 107 bits); |r| <= pi/4 + tiny. Then Taylor series in
+ * r^2 to r^17 (sin) and r^16 (cos), Horner with fma, and the quadrant k mod 4 picks and
+ * signs the pair. */
+#define PIO2_HI 0x1.921fb54442d18p+0
+#define PIO2_MID 0x1.1a62633145c07p-54
+#define TWO_OVER_PI 0x1.45f306dc9c883p-1
+
+void kern_sincos_f64(double x, double *s, double *c)
+{
+    double ax = x < 0 ? -x : x;
+    if (!(ax < 0x1p30)) { /* also NaN */
+        *s = *c = bits_f64(0x7ff8000000000000ull);
+        return;
+    }
+    double kd = (x * TWO_OVER_PI + MAGIC_D) - MAGIC_D;
+    double r = fma(-kd, PIO2_HI, x);
+    r = fma(-kd, PIO2_MID, r);
+    double r2 = r * r;
+    /* (-1)^n / (2n+1)!, n = 8 down to 1 */
+    static const double sc[8] = {
+        1.0 / 355687428096000.0, -1.0 / 1307674368000.0, 1.0 / 6227020800.0,
+        -1.0 / 39916800.0,       1.0 / 362880.0,         -1.0 / 5040.0,
+        1.0 / 120.0,             -1.0 / 6.0,
+    };
+    /* (-1)^n / (2n)!, n = 8 down to 1 */
+    static const double cc[8] = {
+        1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0,
+        -1.0 / 3628800.0,       1.0 / 40320.0,        -1.0 / 720.0,
+        1.0 / 24.0,             -1.0 / 2.0,
+    };
+    double ps = sc[0], pc = cc[0];
+    for (int i = 1; i < 8; i++) {
+        ps = fma(ps, r2, sc[i]);
+        pc = fma(pc, r2, cc[i]);
+    }
+    double sv = fma(r * r2, ps, r);
+    double cv = fma(r2, pc, 1.0);
+    int64_t q = (int64_t)kd & 3;
+    switch (q) {
+    case 0: *s = sv; *c = cv; break;
+    case 1: *s = cv; *c = -sv; break;
+    case 2: *s = -sv; *c = -cv; break;
+    default: *s = -cv; *c = sv; break;
+    }
+}

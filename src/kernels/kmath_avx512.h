@@ -1,0 +1,71 @@
+/* kmath_avx512.h: kern_expf and the functions built on it, 16 lanes at a time, step for
+ * step the reference in kmath.c. Include only from *_avx512.c files. */
+#ifndef KN_KERNELS_KMATH_AVX512_H
+#define KN_KERNELS_KMATH_AVX512_H
+
+#include <immintrin.h>
+
+#include "ops_internal.h"
+
+static inline __m512 kn_exp16(__m512 x)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(KN_EXP_LO));
+    xc = _mm512_min_ps(xc, _mm512_set1_ps(KN_EXP_HI));
+    __m512 magic = _mm512_set1_ps(KN_EXP_MAGIC);
+    __m512 t = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(KN_EXP_LOG2E)), magic);
+    __m512 kf = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(KN_EXP_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(KN_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(KN_EXP_C7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_C6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KN_EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i k = _mm512_cvttps_epi32(kf);
+    __m512i k1 = _mm512_srai_epi32(k, 1);
+    __m512i k2 = _mm512_sub_epi32(k, k1);
+    __m512i bias = _mm512_set1_epi32(127);
+    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
+    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    return _mm512_mask_blend_ps(nan, y, x);
+}
+
+static inline __m512 kn_neg16(__m512 x)
+{
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+}
+
+static inline __m512 kn_silu16(__m512 x)
+{
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), kn_exp16(kn_neg16(x))));
+}
+
+static inline __m512 kn_gelu16(__m512 x)
+{
+    __m512 z2 = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(KN_GELU_C1),
+                                                 _mm512_set1_ps(KN_GELU_C0)));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), kn_exp16(kn_neg16(z2))));
+}
+
+/* The canonical tree over the 16 lanes of v. */
+static inline float kn_tree16v(__m512 v)
+{
+    __m256 y = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); /* w = 8 */
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));  /* w = 4 */
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                         /* w = 2 */
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                     /* w = 1 */
+    return _mm_cvtss_f32(x);
+}
+
+/* Lanes 0..n-1 (n <= 16). */
+static inline __mmask16 kn_mask16(int64_t n)
+{
+    return (__mmask16)((1u << n) - 1u);
+}
+
+#endif

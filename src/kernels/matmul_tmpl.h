@@ -1,0 +1,358 @@
+/* matmul_tmpl.h: the SIMD matrix-product kernels, written once over a small set of vector
+ * primitives that matmul_avx2.c and matmul_avx512.c define before including this file.
+ * Every kernel computes the integers and float steps of docs/numerics.md "Matrix
+ * products" for each output, in that order; lanes are output rows, so an output's
+ * arithmetic is the same whatever M, its position in the batch, or the thread.
+ *
+ * The including file defines:
+ *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
+ *   KMAXT         tokens computed together (weights are unpacked once per tile)
+ *   KFN(name)     the ISA-suffixed function name
+ *   VI, VF        int32 and f32 vector types
+ *   vi_zero() vi_set1(i) vi_add vi_sub vi_mullo vi_and vi_or vi_srli16(v,n) vi_slli16(v,n)
+ *   vi_chunk(p, h)    KL dwords of a 64-byte chunk for sub-group h
+ *   vi_bcast(p)       a dword at p in every lane
+ *   vi_dp(acc, u, s)  acc + sum of 4 u8 x s8 products per lane (exact for u <= 128)
+ *   vi_dp_q8(acc, w, s) for Q8_0 chunks (w = q XOR 0x80): acc + sum (q + KQ8_BIAS) * s
+ *   KQ8_BIAS      128 if vi_dp_q8 works on q + 128, 0 if on q itself
+ *   vi_u8_i32(p, h)   KL bytes of a [16] u8 array for sub-group h, widened to int32
+ *   vi_s8x2_i16(p, h) KL byte pairs of a [16][2] i8 array widened to int16 pairs
+ *   vi_slli32(v, n) vi_srai32(v, n)  shifts of int32 lanes
+ *   vi_srl16v(v, n)   int16 lanes shifted right by a run-time count
+ *   vi_u8x2_i16(p, h) KL byte pairs of a [16][2] u8 array widened to int16 pairs
+ *   vi_madd16(a, b)   pairwise int16 products summed to int32
+ *   vf_zero() vf_set1(f) vf_mul vf_fma(a,b,c) vf_neg vf_cvt(VI) vf_storeu(p, v)
+ *   vf_f16(p, h)      KL f16 values of a [16] f16 array, converted (exactly) to f32
+ */
+
+#include <stdalign.h>
+
+#define KINL static inline __attribute__((always_inline))
+/* Fully unrolls a short fixed loop, so vectors indexed by its counter stay in registers. */
+#define KUNROLL _Pragma("GCC unroll 16")
+
+/* Stores lane r of v to y[row0 + r] for the rows in [n0, n1). */
+KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
+{
+    if (row0 >= n0 && row0 + KL <= n1) {
+        vf_storeu(y + row0, v);
+        return;
+    }
+    alignas(64) float tmp[KL];
+    vf_storeu(tmp, v);
+    for (int r = 0; r < KL; r++)
+        if (row0 + r >= n0 && row0 + r < n1)
+            y[row0 + r] = tmp[r];
+}
+
+static inline uint32_t ld32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---------------------------------------------------------------- 32-blocks */
+
+/* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
+KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
+                   const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
+                   int64_t row0, int64_t n0, int64_t n1)
+{
+    const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
+    const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
+    const int off = t == QT_Q8_0 ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
+    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 ? 288 : t == QT_Q4_1 ? 320
+                     : t == QT_Q5_0 ? 352 : 384;
+    const struct kern_block_q8f *xr[KMAXT];
+    VF acc[KMAXT];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc[i] = vf_zero();
+    }
+    const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + (size_t)b * gbb;
+        VF dw = vf_f16(p, h), dm = vf_zero();
+        const uint8_t *q = p + 32;
+        if (has_min) {
+            dm = vf_f16(q, h);
+            q += 32;
+        }
+        VI v[8];
+        int xo[8];
+        if (t == QT_Q8_0) {
+            KUNROLL
+            for (int c = 0; c < 8; c++) {
+                v[c] = vi_chunk(q + 64 * c, h);
+                xo[c] = 4 * c;
+            }
+        } else {
+            KUNROLL
+            for (int c = 0; c < 4; c++) {
+                VI raw = vi_chunk(q + 64 * c, h);
+                v[c] = vi_and(raw, m4);
+                v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
+                xo[c] = 4 * c;
+                xo[4 + c] = 16 + 4 * c;
+            }
+            if (has_hb) {
+                VI hb = vi_chunk(q + 256, h);
+                v[0] = vi_or(v[0], vi_and(vi_slli16(hb, 4), m10));
+                v[1] = vi_or(v[1], vi_and(vi_slli16(hb, 3), m10));
+                v[2] = vi_or(v[2], vi_and(vi_slli16(hb, 2), m10));
+                v[3] = vi_or(v[3], vi_and(vi_slli16(hb, 1), m10));
+                v[4] = vi_or(v[4], vi_and(hb, m10));
+                v[5] = vi_or(v[5], vi_and(vi_srli16(hb, 1), m10));
+                v[6] = vi_or(v[6], vi_and(vi_srli16(hb, 2), m10));
+                v[7] = vi_or(v[7], vi_and(vi_srli16(hb, 3), m10));
+            }
+        }
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            const struct kern_block_q8f *xb = &xr[i][b];
+            VI d0 = vi_zero(), d1 = vi_zero();
+            KUNROLL
+            for (int c = 0; c < 8; c += 2) {
+                if (t == QT_Q8_0) {
+                    d0 = vi_dp_q8(d0, v[c], vi_bcast(xb->qs + xo[c]));
+                    d1 = vi_dp_q8(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                } else {
+                    d0 = vi_dp(d0, v[c], vi_bcast(xb->qs + xo[c]));
+                    d1 = vi_dp(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                }
+            }
+            VI isum = vi_add(d0, d1);
+            if (off)
+                isum = vi_sub(isum, vi_set1(off * xb->s));
+            VF dx = vf_set1(xb->d);
+            acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum), acc[i]);
+            if (has_min)
+                acc[i] = vf_fma(vf_mul(dm, dx), vf_set1((float)xb->s), acc[i]);
+        }
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
+}
+
+/* ---------------------------------------------------------------- Q4_K, Q5_K */
+
+KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
+                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
+                    int64_t row0, int64_t n0, int64_t n1)
+{
+    const bool five = t == QT_Q5_K;
+    const size_t gbb = five ? 2880 : 2368;
+    const struct block_q8_K *xr[KMAXT];
+    VF acc[KMAXT];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc[i] = vf_zero();
+    }
+    const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + (size_t)b * gbb;
+        const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
+        VI isum[KMAXT];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = vi_zero();
+        /* Not unrolled: each pass's accumulators then stay in registers. */
+        for (int c = 0; c < 4; c++) {
+            VI dlo[KMAXT], dhi[KMAXT];
+            KUNROLL
+            for (int i = 0; i < nt; i++)
+                dlo[i] = dhi[i] = vi_zero();
+            KUNROLL
+            for (int tq = 0; tq < 8; tq++) {
+                VI raw = vi_chunk(qs + 64 * (8 * c + tq), h);
+                VI lo = vi_and(raw, m4), hi = vi_and(vi_srli16(raw, 4), m4);
+                if (five) {
+                    /* Bit 2c of each qh byte -> bit 4 of the low value, bit 2c+1 -> high. */
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * tq, h), 2 * c);
+                    lo = vi_or(lo, vi_and(vi_slli16(hb, 4), m10));
+                    hi = vi_or(hi, vi_and(vi_slli16(hb, 3), m10));
+                }
+                KUNROLL
+                for (int i = 0; i < nt; i++) {
+                    const int8_t *xq = xr[i][b].qs + 64 * c + 4 * tq;
+                    dlo[i] = vi_dp(dlo[i], lo, vi_bcast(xq));
+                    dhi[i] = vi_dp(dhi[i], hi, vi_bcast(xq + 32));
+                }
+            }
+            VI sl = vi_u8_i32(scp + 16 * (2 * c), h), sh = vi_u8_i32(scp + 16 * (2 * c + 1), h);
+            KUNROLL
+            for (int i = 0; i < nt; i++)
+                isum[i] = vi_add(isum[i], vi_add(vi_mullo(dlo[i], sl), vi_mullo(dhi[i], sh)));
+        }
+        VF dw = vf_f16(p, h), dmin = vf_f16(p + 32, h);
+        VI mins[4];
+        KUNROLL
+        for (int pp = 0; pp < 4; pp++)
+            mins[pp] = vi_u8x2_i16(mp + 32 * pp, h);
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            const struct block_q8_K *xb = &xr[i][b];
+            VI imin = vi_zero();
+            KUNROLL
+            for (int pp = 0; pp < 4; pp++) {
+                /* The sums of sub-blocks 2pp and 2pp+1 (each <= 32 * 127) as an int16 pair. */
+                int s0 = xb->bsums[4 * pp] + xb->bsums[4 * pp + 1];
+                int s1 = xb->bsums[4 * pp + 2] + xb->bsums[4 * pp + 3];
+                uint32_t pair = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+                imin = vi_add(imin, vi_madd16(mins[pp], vi_set1((int)pair)));
+            }
+            VF dx = vf_set1(xb->d);
+            acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum[i]), acc[i]);
+            acc[i] = vf_fma(vf_neg(vf_mul(dmin, dx)), vf_cvt(imin), acc[i]);
+        }
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
+}
+
+/* ---------------------------------------------------------------- Q6_K */
+
+KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
+                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1)
+{
+    const size_t gbb = 3360;
+    const struct block_q8_K *xr[KMAXT];
+    VF acc[KMAXT];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc[i] = vf_zero();
+    }
+    const VI m4 = vi_set1(0x0F0F0F0F), m30 = vi_set1(0x30303030);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + (size_t)b * gbb;
+        const uint8_t *scp = p + 32, *ql = p + 288, *qh = p + 288 + 2048;
+        VI isum[KMAXT];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = vi_zero();
+        /* Elements 128 h2 + 32 t + 4 g + (0..3): sub-block 8 h2 + 2 t + (g >= 4), so the
+         * pair of sub-blocks (h2, t) is pair p = 4 h2 + t of the scales. The -32 offset
+         * is applied once per block: isum = sum_i sc_i dp_i - 32 sum_i sc_i bsum_i. */
+        VI corr[KMAXT];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            corr[i] = vi_zero();
+        /* Not unrolled: each pass's accumulators then stay in registers. */
+        for (int h2 = 0; h2 < 2; h2++) {
+            for (int t = 0; t < 4; t++) {
+                VI d0[KMAXT], d1[KMAXT];
+                KUNROLL
+                for (int i = 0; i < nt; i++)
+                    d0[i] = d1[i] = vi_zero();
+                KUNROLL
+                for (int g = 0; g < 8; g++) {
+                    VI lo = vi_chunk(ql + 64 * (16 * h2 + 8 * (t & 1) + g), h);
+                    lo = vi_and(vi_srl16v(lo, 4 * (t >> 1)), m4);
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * (8 * h2 + g), h), 2 * t);
+                    VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
+                    KUNROLL
+                    for (int i = 0; i < nt; i++) {
+                        VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
+                        if (g < 4)
+                            d0[i] = vi_dp(d0[i], v, xv);
+                        else
+                            d1[i] = vi_dp(d1[i], v, xv);
+                    }
+                }
+                const int pr = 4 * h2 + t;
+                VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
+                VI s0 = vi_srai32(vi_slli32(sp, 16), 16), s1 = vi_srai32(sp, 16);
+                KUNROLL
+                for (int i = 0; i < nt; i++) {
+                    isum[i] = vi_add(isum[i], vi_add(vi_mullo(d0[i], s0), vi_mullo(d1[i], s1)));
+                    corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
+                }
+            }
+        }
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 5));
+        VF dw = vf_f16(p, h);
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+/* Runs the tile kernel of type t with a compile-time token count, so the accumulators
+ * stay in registers. */
+#define KTILE_CASES(CALL)                                                                  \
+    switch (nt) {                                                                          \
+    case 1: CALL(1); break;                                                                \
+    case 2: if (KMAXT >= 2) { CALL(2); } break;                                            \
+    case 3: if (KMAXT >= 3) { CALL(3); } break;                                            \
+    default: if (KMAXT >= 4) { CALL(4); } break;                                           \
+    }
+
+static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
+                       const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
+                       int64_t row0, int64_t n0, int64_t n1)
+{
+#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q8_0(NT) CALL_Q32(QT_Q8_0, NT)
+#define CALL_Q4_0(NT) CALL_Q32(QT_Q4_0, NT)
+#define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
+#define CALL_Q5_0(NT) CALL_Q32(QT_Q5_0, NT)
+#define CALL_Q5_1(NT) CALL_Q32(QT_Q5_1, NT)
+    switch (t) {
+    case QT_Q8_0: KTILE_CASES(CALL_Q8_0); break;
+    case QT_Q4_0: KTILE_CASES(CALL_Q4_0); break;
+    case QT_Q4_1: KTILE_CASES(CALL_Q4_1); break;
+    case QT_Q5_0: KTILE_CASES(CALL_Q5_0); break;
+    default: KTILE_CASES(CALL_Q5_1); break;
+    }
+}
+
+static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
+                     const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
+                     int64_t row0, int64_t n0, int64_t n1)
+{
+#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+    switch (t) {
+    case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
+    case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
+    default: KTILE_CASES(CALL_Q6K); break;
+    }
+}
+
+/* Rows [n0, n1) of a packed weight, every token. */
+static void packed_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
+                        int64_t ldy, int64_t n0, int64_t n1)
+{
+    const struct quant_type_info *ti = quant_type_info(w->type);
+    const int64_t nb = w->K / ti->block_size;
+    const size_t gstride = (size_t)nb * kern_repack_group_block_bytes(w->type);
+    for (int64_t g = n0 / 16; g * 16 < n1; g++) {
+        const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
+        for (int h = 0; h < 16 / KL; h++) {
+            int64_t row0 = 16 * g + KL * h;
+            if (row0 >= n1 || row0 + KL <= n0)
+                continue;
+            for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT) {
+                int nt = (int)(a->M - m0 < KMAXT ? a->M - m0 : KMAXT);
+                if (ti->block_size == 32)
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                else
+                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+/* ops.h: the non-matmul kernels (Kinetic's own math, RMSNorm, RoPE, softmax, gated
+ * activations, elementwise ops, embedding rows, KV stores, attention over the KV cache).
+ *
+ * Every function here computes bits fixed by docs/numerics.md (section "ops"): the
+ * portable reference (ops.c, attn.c, kmath.c) is the specification, and the AVX2 and
+ * AVX-512 versions produce the same bits on every input. No result depends on the batch
+ * size, a row's place in the batch, the thread count or how work was split.
+ *
+ * Shapes use fixed letters: n = elements of a row, T = tokens, H = query heads,
+ * Hkv = key/value heads, D = head dimension, P = positions in a KV cache. A "stride" is in
+ * elements of the array's type, never bytes. Outputs may alias inputs (y == x) where a
+ * comment says "in place allowed"; no other overlap is allowed. */
+#ifndef KN_KERNELS_OPS_H
+#define KN_KERNELS_OPS_H
+
+#include "../base/base.h"
+#include "../quant/quant.h"
+#include "isa.h"
+
+/* ---------------------------------------------------------------- Kinetic's own math
+ * Built from +, -, *, fma, exactly rounded / and sqrt only (no libm), so no library or
+ * compiler version changes a bit. Accuracy (measured, tests/unit/test_kmath.c) is in
+ * docs/numerics.md. */
+
+/* e^x in float. exp(-inf) = 0, exp(+inf) = +inf, NaN in gives NaN out, results below
+ * 2^-149 flush to 0 by ordinary rounding; max error about 1 ulp. */
+float kern_expf(float x);
+/* Natural logarithm in float (computed in double, rounded once): log(0) = -inf,
+ * log(x < 0) = NaN. */
+float kern_logf(float x);
+/* tanh in float (computed in double, rounded once). */
+float kern_tanhf(float x);
+/* SiLU x / (1 + e^-x), with kern_expf. */
+float kern_siluf(float x);
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated through the
+ * identity 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)) as x / (1 + kern_expf(-x * (C0 + C1 x^2))). */
+float kern_geluf(float x);
+
+/* Double-precision helpers for tables built once (RoPE frequencies and angles). */
+double kern_exp_f64(double x);
+double kern_log_f64(double x);          /* x > 0 */
+double kern_pow_f64(double b, double e); /* b > 0: exp(e * log(b)) */
+/* sin and cos of x, |x| < 2^30 (larger |x| gives NaN). Cody-Waite reduction by pi/2 in
+ * double with fma, then Taylor polynomials: about 1e-16 absolute error for |x| <= 1e6. */
+void kern_sincos_f64(double x, double *s, double *c);
+
+/* ---------------------------------------------------------------- elementwise
+ * Flat arrays of n floats; in place allowed (y may equal any input). */
+
+void kern_exp(float *y, const float *x, int64_t n);                     /* y = kern_expf(x) */
+void kern_add(float *y, const float *a, const float *b, int64_t n);     /* y = a + b */
+void kern_mul(float *y, const float *a, const float *b, int64_t n);     /* y = a * b */
+void kern_scale(float *y, const float *x, float s, int64_t n);          /* y = x * s */
+void kern_silu(float *y, const float *x, int64_t n);                    /* y = silu(x) */
+void kern_swiglu(float *y, const float *g, const float *u, int64_t n);  /* y = silu(g) * u */
+void kern_gelu(float *y, const float *x, int64_t n);                    /* y = gelu(x) */
+void kern_geglu(float *y, const float *g, const float *u, int64_t n);   /* y = gelu(g) * u */
+
+/* Softmax of one row: m = max x, e = exp(x - m), s = canonical sum of e, y = e / s.
+ * At least one x must be finite (> -inf). In place allowed. */
+void kern_softmax(float *y, const float *x, int64_t n);
+/* Log-softmax of one row: y = (x - m) - kern_logf(s), m and s as in kern_softmax. */
+void kern_log_softmax(float *y, const float *x, int64_t n);
+
+/* RMSNorm of n_rows rows of n: ss = canonical sum of x*x (fma), mean = ss / n,
+ * r = 1 / sqrt(mean + eps), y = (x * r) * w (w == NULL: y = x * r).
+ * x row i at x + i*x_stride, y row i at y + i*y_stride; in place allowed. */
+void kern_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
+                  int64_t n_rows, int64_t n, float eps);
+
+/* ---------------------------------------------------------------- RoPE */
+
+enum kern_rope_mode {
+    KERN_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+    KERN_ROPE_NEOX = 1, /* rotate halves (x[i], x[i + n_rot/2]): qwen2, gemma, ... */
+};
+
+#define KERN_ROPE_MAX_DIM 1024
+
+/* What a model's metadata says about its rotary embedding. */
+struct kern_rope_params {
+    enum kern_rope_mode mode;
+    int32_t n_rot;             /* rotated dims per head: even, <= KERN_ROPE_MAX_DIM */
+    double freq_base;          /* theta, e.g. 10000 or 1e6 (> 0) */
+    double freq_scale;         /* linear scaling: angle *= freq_scale (1 = none; > 0) */
+    const float *freq_factors; /* NULL or n_rot/2 divisors of each frequency (Llama 3.1) */
+    /* YaRN (ext_factor = 0 turns it off; then attn_factor still scales sin and cos). */
+    double ext_factor;
+    double attn_factor;        /* 1 = none */
+    double beta_fast, beta_slow;
+    int32_t n_ctx_orig;        /* training context, for YaRN's correction dims */
+};
+
+/* Frequencies derived once from the params (double precision, scalar on every ISA). */
+struct kern_rope {
+    enum kern_rope_mode mode;
+    int32_t n_rot;
+    double mscale;                        /* sin and cos are multiplied by this */
+    double freq[KERN_ROPE_MAX_DIM / 2];   /* angle of pair i at position p = p * freq[i] */
+};
+
+/* Fills rope from params; fails on impossible params (n_rot odd or too big, base <= 0,
+ * a frequency factor <= 0 ...) with a message naming the field. */
+KN_MUST_USE enum kn_status kern_rope_init(struct kern_rope *rope,
+                                          const struct kern_rope_params *params,
+                                          struct kn_err *err);
+/* Sin/cos table for T positions: table (T, 2, n_rot/2): row t holds cos of pairs
+ * 0..n_rot/2-1 then sin of them, each (float)(mscale * cos(pos[t] * freq[i])) computed in
+ * double by kern_sincos_f64. Positions must be >= 0. */
+void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                     float *table);
+/* Rotates x in place: x (T, H, D) with token t's heads at x + t*x_stride, head h at
+ * + h*head_dim; the first n_rot dims of each head are rotated by the table row of t
+ * (from kern_rope_table), the rest stay. For a pair (x0, x1), cos c, sin s:
+ *   y0 = fmaf(x0, c, -(x1 * s)),  y1 = fmaf(x0, s, x1 * c). */
+void kern_rope(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
+               int64_t n_head, int64_t head_dim, const float *table);
+
+/* ---------------------------------------------------------------- rows of a tensor */
+
+/* Converts one embedding (or any) row of n elements of type t (QT_F32, QT_F16, QT_BF16;
+ * exact) to f32. Returns false for other types: quantized rows go through
+ * quant_dequantize_row. */
+KN_MUST_USE bool kern_row_to_f32(uint32_t t, const void *row, float *y, int64_t n);
+/* Stores n floats into a KV cache row of type t (QT_F32: copy; QT_F16: round to nearest
+ * even with quant_f32_to_f16). Returns false for other types. */
+KN_MUST_USE bool kern_kv_store(uint32_t t, void *dst, const float *x, int64_t n);
+
+/* ---------------------------------------------------------------- attention
+ * Causal (optionally sliding-window) GQA attention of T queries over the KV cache of one
+ * sequence. Keys are split into tiles of KERN_ATTN_TILE positions aligned to position 0;
+ * each tile gives (max, sum of exp, exp-weighted sum of V), merged into the running state
+ * in tile order (docs/numerics.md "attention"). A query's result depends only on its
+ * vector, its position and the cache rows it can see, so prefill, decode, chunked prefill
+ * and draft verification give the same bits. */
+
+#define KERN_ATTN_TILE 32
+#define KERN_ATTN_MAX_HEAD_DIM 512
+
+struct kern_attn_args {
+    /* Queries (T, H, D) f32: query t, head h at q + t*q_stride + h*head_dim. */
+    const float *q;
+    int64_t q_stride;
+    const int32_t *q_pos;  /* (T) position of each query, >= 0 and < n_kv */
+    int64_t n_q;           /* T */
+    /* KV cache (P, Hkv, D) of type kv_type (QT_F32 or QT_F16): row p holds position p;
+     * kv head g of position p at k + (p*k_stride + g*head_dim) elements. */
+    const void *k, *v;
+    int64_t k_stride, v_stride;
+    uint32_t kv_type;
+    int64_t n_kv;          /* rows 0..n_kv-1 are written */
+    int32_t n_head;        /* H, a multiple of n_head_kv */
+    int32_t n_head_kv;     /* Hkv; query head h reads kv head h / (H / Hkv) */
+    int32_t head_dim;      /* D, 1..KERN_ATTN_MAX_HEAD_DIM */
+    float scale;           /* score = canonical_dot(q, k) * scale */
+    int32_t window;        /* 0: full causal; w > 0: a query at p sees keys k with
+                            * p - w < k <= p (llama.cpp's SWA "standard": masked when
+                            * p - k >= w) */
+    /* Output (T, H, D) f32: query t, head h at out + t*out_stride + h*head_dim. */
+    float *out;
+    int64_t out_stride;
+};
+
+/* Checks shapes and positions (every q_pos in [0, n_kv)); call once per batch before
+ * kern_attn. */
+KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err);
+/* Computes the (query, head) pairs with index t*H + h in [begin, end): threads take
+ * disjoint ranges. No allocation. */
+void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
+
+/* ---------------------------------------------------------------- dispatch
+ * One table of kernels per ISA level. The public functions above call the table of
+ * kern_isa_active() (isa.h): KINETIC_ISA or the best level, switched by kern_isa_set(). */
+struct kern_ops {
+    enum kern_isa isa;
+    void (*exp)(float *y, const float *x, int64_t n);
+    void (*add)(float *y, const float *a, const float *b, int64_t n);
+    void (*mul)(float *y, const float *a, const float *b, int64_t n);
+    void (*scale)(float *y, const float *x, float s, int64_t n);
+    void (*silu)(float *y, const float *x, int64_t n);
+    void (*swiglu)(float *y, const float *g, const float *u, int64_t n);
+    void (*gelu)(float *y, const float *x, int64_t n);
+    void (*geglu)(float *y, const float *g, const float *u, int64_t n);
+    void (*softmax)(float *y, const float *x, int64_t n);
+    void (*log_softmax)(float *y, const float *x, int64_t n);
+    void (*rmsnorm)(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
+                    int64_t n_rows, int64_t n, float eps);
+    void (*rope)(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
+                 int64_t n_head, int64_t head_dim, const float *table);
+    void (*attn)(const struct kern_attn_args *a, int64_t begin, int64_t end);
+};
+
+/* The table of an ISA level compiled into this build (the scalar table for a level this
+ * build lacks); it does not check that the CPU can run it. */
+const struct kern_ops *kern_ops_get(enum kern_isa isa);
+/* The table of kern_isa_active(). */
+const struct kern_ops *kern_ops_active(void);
+
+#endif

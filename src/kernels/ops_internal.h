@@ -1,0 +1,91 @@
+/* ops_internal.h: what the ops files share and nothing else sees: the canonical f32
+ * reduction tree (docs/numerics.md "canonical sum"), the constants of Kinetic's own
+ * math, and the per-ISA kernel tables. */
+#ifndef KN_KERNELS_OPS_INTERNAL_H
+#define KN_KERNELS_OPS_INTERNAL_H
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* The canonical tree: 16 accumulators, element k goes to acc[k % 16], then
+ * for w = 8, 4, 2, 1: acc[i] = acc[i] + acc[i + w]; the result is acc[0]. */
+#define KN_LANES 16
+
+static inline float kn_tree16(float acc[KN_LANES])
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            acc[i] = acc[i] + acc[i + w];
+    return acc[0];
+}
+
+/* sum_k a[k] * b[k], canonical order with fmaf. */
+static inline float kn_dot_ref(const float *a, const float *b, int64_t n)
+{
+    float acc[KN_LANES] = {0};
+    for (int64_t k = 0; k < n; k++)
+        acc[k % KN_LANES] = fmaf(a[k], b[k], acc[k % KN_LANES]);
+    return kn_tree16(acc);
+}
+
+/* sum_k a[k], canonical order. */
+static inline float kn_sum_ref(const float *a, int64_t n)
+{
+    float acc[KN_LANES] = {0};
+    for (int64_t k = 0; k < n; k++)
+        acc[k % KN_LANES] += a[k];
+    return kn_tree16(acc);
+}
+
+static inline float kn_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t kn_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* ---- kern_expf's constants (kmath.c states the algorithm; SIMD files repeat it). */
+#define KN_EXP_LO (-104.0f)                 /* exp below this rounds to 0 */
+#define KN_EXP_HI 89.0f                     /* exp above this is +inf */
+#define KN_EXP_LOG2E 0x1.715476p+0f         /* nearest float to 1/ln 2 */
+#define KN_EXP_MAGIC 12582912.0f            /* 1.5 * 2^23: adding it rounds to an integer */
+#define KN_EXP_LN2_HI 0x1.62e430p-1f        /* nearest float to ln 2 */
+#define KN_EXP_LN2_LO (-0x1.05c610p-29f)    /* nearest float to ln 2 - KN_EXP_LN2_HI */
+/* Taylor coefficients 1/k!, k = 7 down to 2, each rounded to nearest float. */
+#define KN_EXP_C7 0x1.a01a02p-13f
+#define KN_EXP_C6 0x1.6c16c2p-10f
+#define KN_EXP_C5 0x1.111112p-7f
+#define KN_EXP_C4 0x1.555556p-5f
+#define KN_EXP_C3 0x1.555556p-3f
+#define KN_EXP_C2 0x1.000000p-1f
+
+/* ---- kern_geluf: 2z = x * (C0 + C1 * x^2), C0 = 2 sqrt(2/pi), C1 = C0 * 0.044715. */
+#define KN_GELU_C0 0x1.988454p+0f
+#define KN_GELU_C1 0x1.2444f2p-4f
+
+/* ---- the per-ISA tables (each defined in its own file). */
+extern const struct kern_ops kern_ops_scalar;
+#if defined(__x86_64__)
+extern const struct kern_ops kern_ops_avx2;
+extern const struct kern_ops kern_ops_avx512;
+#endif
+
+/* Scalar kernels the SIMD tables may reuse. */
+void kern_rope_scalar(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
+                      int64_t n_head, int64_t head_dim, const float *table);
+void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end);
+#if defined(__x86_64__)
+void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end);
+void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end);
+#endif
+
+#endif

@@ -1,0 +1,295 @@
+/* test_attn.c: attention over the KV cache. A query's output must be the same bits
+ * whether it is computed in a prefill batch, alone in decode, in a chunked prefill (every
+ * split point), in a draft-verification batch with later rows in the cache, in any thread
+ * split, and on every ISA level; and it must be close to float64 softmax attention. */
+#include <math.h>
+
+#include "check.h"
+#include "kernels/ops.h"
+#include "test_ops_common.h"
+
+/* A test problem: a cache of P rows (plus spare rows after them), queries for every
+ * position, all with row strides wider than a row. */
+struct problem {
+    int P, H, Hkv, D, window;
+    uint32_t kv_type;
+    int64_t q_stride, kv_stride;
+    float *q;         /* (P, H, D) at q_stride */
+    void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
+    float *kf, *vf;   /* the same as f32 (what F16 widens to) */
+};
+
+static void problem_init(struct problem *pr, int P, int H, int Hkv, int D, int window,
+                         uint32_t kv_type)
+{
+    *pr = (struct problem){.P = P, .H = H, .Hkv = Hkv, .D = D, .window = window, .kv_type = kv_type};
+    pr->q_stride = (int64_t)H * D + 3;
+    pr->kv_stride = (int64_t)Hkv * D + 5;
+    int64_t rows = P + 16;
+    pr->q = calloc((size_t)(P * pr->q_stride), sizeof(float));
+    size_t es = kv_type == QT_F16 ? 2 : 4;
+    pr->k = calloc((size_t)(rows * pr->kv_stride), es);
+    pr->v = calloc((size_t)(rows * pr->kv_stride), es);
+    pr->kf = calloc((size_t)(rows * pr->kv_stride), sizeof(float));
+    pr->vf = calloc((size_t)(rows * pr->kv_stride), sizeof(float));
+    for (int64_t i = 0; i < P * pr->q_stride; i++)
+        pr->q[i] = rng_f(-1.5f, 1.5f);
+    for (int64_t i = 0; i < rows * pr->kv_stride; i++) {
+        float kx = rng_f(-1.5f, 1.5f), vx = rng_f(-1, 1);
+        if (kv_type == QT_F16) {
+            ((kn_f16 *)pr->k)[i] = quant_f32_to_f16(kx);
+            ((kn_f16 *)pr->v)[i] = quant_f32_to_f16(vx);
+            pr->kf[i] = quant_f16_to_f32(((kn_f16 *)pr->k)[i]);
+            pr->vf[i] = quant_f16_to_f32(((kn_f16 *)pr->v)[i]);
+        } else {
+            ((float *)pr->k)[i] = pr->kf[i] = kx;
+            ((float *)pr->v)[i] = pr->vf[i] = vx;
+        }
+    }
+}
+
+static void problem_free(struct problem *pr)
+{
+    free(pr->q);
+    free(pr->k);
+    free(pr->v);
+    free(pr->kf);
+    free(pr->vf);
+}
+
+/* Runs queries for positions pos[0..n) (query rows taken from pr->q at those positions)
+ * with n_kv cache rows; out is (n, H, D) with stride H*D + 1. */
+static void run(const struct kern_ops *ops, const struct problem *pr, const int32_t *pos, int n,
+                int64_t n_kv, float *out, int64_t split)
+{
+    static float qbuf[200 * (4 * 256 + 3)];
+    for (int i = 0; i < n; i++)
+        memcpy(qbuf + i * pr->q_stride, pr->q + pos[i] * pr->q_stride,
+               sizeof(float) * (size_t)pr->q_stride);
+    struct kern_attn_args a = {
+        .q = qbuf, .q_stride = pr->q_stride, .q_pos = pos, .n_q = n,
+        .k = pr->k, .v = pr->v, .k_stride = pr->kv_stride, .v_stride = pr->kv_stride,
+        .kv_type = pr->kv_type, .n_kv = n_kv, .n_head = pr->H, .n_head_kv = pr->Hkv,
+        .head_dim = pr->D, .scale = 1.0f / sqrtf((float)pr->D), .window = pr->window,
+        .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
+    };
+    struct kn_err err = {0};
+    CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
+    int64_t total = (int64_t)n * pr->H;
+    if (split < 0 || split > total)
+        split = total;
+    ops->attn(&a, 0, split);
+    ops->attn(&a, split, total);
+}
+
+static bool rows_equal(const float *a, const float *b, int64_t row, int64_t stride, int64_t n_rows)
+{
+    for (int64_t r = 0; r < n_rows; r++)
+        if (memcmp(a + r * stride, b + r * stride, sizeof(float) * (size_t)row) != 0)
+            return false;
+    return true;
+}
+
+/* Invariance: prefill vs decode vs chunked (every split) vs verification, on one ISA. */
+static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, int D, int window,
+                             uint32_t kv_type, bool every_split)
+{
+    struct problem pr;
+    problem_init(&pr, P, H, Hkv, D, window, kv_type);
+    int64_t orow = (int64_t)H * D, ostride = orow + 1;
+    float *full = calloc((size_t)(P * ostride), sizeof(float));
+    float *part = calloc((size_t)(P * ostride), sizeof(float));
+    int32_t pos[200];
+    for (int i = 0; i < P; i++)
+        pos[i] = i;
+    /* prefill: the whole prompt in one batch */
+    run(ops, &pr, pos, P, P, full, -1);
+    /* decode: one query at a time, the cache holding exactly the rows so far */
+    bool ok = true;
+    for (int p = 0; p < P; p++) {
+        run(ops, &pr, &pos[p], 1, p + 1, part, -1);
+        ok = ok && rows_equal(part, full + p * ostride, orow, ostride, 1);
+    }
+    CHECKF(ok, "isa %d decode != prefill (P=%d D=%d H=%d/%d window=%d type=%u)", (int)ops->isa,
+           P, D, H, Hkv, window, kv_type);
+    /* chunked prefill: split into [0, s) and [s, P) */
+    ok = true;
+    for (int s = 1; s < P; s += every_split ? 1 : 7) {
+        run(ops, &pr, pos, s, s, part, -1);
+        run(ops, &pr, pos + s, P - s, P, part + s * ostride, -1);
+        ok = ok && rows_equal(part, full, orow, ostride, P);
+    }
+    CHECKF(ok, "isa %d chunked != prefill (P=%d D=%d)", (int)ops->isa, P, D);
+    /* verification: the last 5 positions, the cache already holding 16 more rows (later
+     * drafts) and the queries in reverse order */
+    int32_t vpos[5];
+    for (int i = 0; i < 5; i++)
+        vpos[i] = P - 1 - i;
+    run(ops, &pr, vpos, 5, P + 16, part, -1);
+    ok = true;
+    for (int i = 0; i < 5; i++)
+        ok = ok && rows_equal(part + i * ostride, full + vpos[i] * ostride, orow, ostride, 1);
+    CHECKF(ok, "isa %d verification != prefill (P=%d D=%d)", (int)ops->isa, P, D);
+    /* thread splits of the (query, head) range */
+    ok = true;
+    for (int rep = 0; rep < 4; rep++) {
+        int64_t split = (int64_t)(rng_next() % (uint64_t)(P * H + 1));
+        run(ops, &pr, pos, P, P, part, split);
+        ok = ok && rows_equal(part, full, orow, ostride, P);
+    }
+    CHECKF(ok, "isa %d thread split != prefill (P=%d D=%d)", (int)ops->isa, P, D);
+    free(full);
+    free(part);
+    problem_free(&pr);
+}
+
+/* Float64 softmax attention of every query against the reference output. */
+static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type)
+{
+    struct problem pr;
+    problem_init(&pr, P, H, Hkv, D, window, kv_type);
+    int64_t ostride = (int64_t)H * D + 1;
+    float *out = calloc((size_t)(P * ostride), sizeof(float));
+    int32_t pos[200];
+    for (int i = 0; i < P; i++)
+        pos[i] = i;
+    run(kern_ops_get(KERN_ISA_SCALAR), &pr, pos, P, P, out, -1);
+    double worst = 0, scale = 1.0 / sqrt((double)(float)D);
+    scale = (double)(1.0f / sqrtf((float)D));
+    double *w = calloc((size_t)P, sizeof(double));
+    for (int p = 0; p < P; p++) {
+        for (int h = 0; h < H; h++) {
+            int g = h / (H / Hkv);
+            const float *q = pr.q + p * pr.q_stride + h * D;
+            int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+            double m = -INFINITY, s = 0;
+            for (int j = lo; j <= p; j++) {
+                const float *k = pr.kf + j * pr.kv_stride + g * D;
+                double d = 0;
+                for (int i = 0; i < D; i++)
+                    d += (double)q[i] * k[i];
+                w[j] = d * scale;
+                m = fmax(m, w[j]);
+            }
+            for (int j = lo; j <= p; j++) {
+                w[j] = exp(w[j] - m);
+                s += w[j];
+            }
+            for (int i = 0; i < D; i++) {
+                double o = 0;
+                for (int j = lo; j <= p; j++)
+                    o += w[j] * pr.vf[j * pr.kv_stride + g * D + i];
+                worst = fmax(worst, fabs(out[p * ostride + h * D + i] - o / s));
+            }
+        }
+    }
+    free(w);
+    free(out);
+    problem_free(&pr);
+    return worst;
+}
+
+static void test_isa_equality(void)
+{
+    const struct kern_ops *lv[KERN_ISA_COUNT];
+    int nl = simd_levels(lv);
+    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const int shapes[][5] = {
+        /* P, H, Hkv, D, window */
+        {70, 4, 2, 64, 0},   {70, 4, 1, 128, 0},  {40, 2, 2, 256, 0}, {75, 4, 2, 64, 20},
+        {66, 3, 3, 40, 33},  {33, 2, 1, 17, 0},   {20, 2, 2, 1, 0},   {9, 8, 2, 96, 4},
+        {130, 2, 1, 32, 64}, {65, 2, 2, 512, 0},
+    };
+    for (int l = 0; l < nl; l++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            for (int ti = 0; ti < 2; ti++) {
+                const int *s = shapes[si];
+                uint32_t type = ti ? QT_F16 : QT_F32;
+                struct problem pr;
+                problem_init(&pr, s[0], s[1], s[2], s[3], s[4], type);
+                int64_t ostride = (int64_t)s[1] * s[3] + 1;
+                float *a = calloc((size_t)(s[0] * ostride), sizeof(float));
+                float *b = calloc((size_t)(s[0] * ostride), sizeof(float));
+                int32_t pos[200];
+                for (int i = 0; i < s[0]; i++)
+                    pos[i] = i;
+                run(ref, &pr, pos, s[0], s[0], a, -1);
+                run(lv[l], &pr, pos, s[0], s[0], b, -1);
+                CHECKF(rows_equal(a, b, (int64_t)s[1] * s[3], ostride, s[0]),
+                       "isa %d attention != reference: P=%d H=%d/%d D=%d window=%d type=%u",
+                       (int)lv[l]->isa, s[0], s[1], s[2], s[3], s[4], type);
+                free(a);
+                free(b);
+                problem_free(&pr);
+            }
+        }
+    }
+    printf("attention: %d SIMD level(s) compared with the reference\n", nl);
+}
+
+static void test_check(void)
+{
+    float q[4] = {0}, kv[4] = {0}, out[4];
+    int32_t pos[1] = {3};
+    struct kern_attn_args a = {
+        .q = q, .q_stride = 4, .q_pos = pos, .n_q = 1, .k = kv, .v = kv, .k_stride = 4,
+        .v_stride = 4, .kv_type = QT_F32, .n_kv = 3, .n_head = 1, .n_head_kv = 1,
+        .head_dim = 4, .scale = 1, .out = out, .out_stride = 4,
+    };
+    struct kn_err err = {0};
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "position 3"));
+    a.n_kv = 4;
+    CHECK(kern_attn_check(&a, &err) == KN_OK);
+    a.kv_type = QT_Q8_0;
+    CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED);
+    a.kv_type = QT_F16;
+    a.n_head = 3;
+    a.n_head_kv = 2;
+    CHECK(kern_attn_check(&a, &err) == KN_E_FORMAT);
+    a.n_head = a.n_head_kv = 1;
+    a.head_dim = KERN_ATTN_MAX_HEAD_DIM + 1;
+    CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED);
+}
+
+/* Hand-checked values: one key gives V exactly; two equal scores average. */
+static void test_known(void)
+{
+    float q[2] = {1, 0}, k[4] = {2, 0, 2, 0}, v[4] = {3, -1, 5, 7}, out[2];
+    int32_t pos[2] = {0, 1};
+    struct kern_attn_args a = {
+        .q = q, .q_stride = 2, .q_pos = pos, .n_q = 1, .k = k, .v = v, .k_stride = 2,
+        .v_stride = 2, .kv_type = QT_F32, .n_kv = 2, .n_head = 1, .n_head_kv = 1,
+        .head_dim = 2, .scale = 0.5f, .out = out, .out_stride = 2,
+    };
+    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    CHECK(out[0] == 3 && out[1] == -1);
+    a.q_pos = &pos[1];
+    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    CHECK(out[0] == 4 && out[1] == 3);
+    a.window = 1; /* only the key at the query's own position */
+    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    CHECK(out[0] == 5 && out[1] == 7);
+}
+
+int main(void)
+{
+    test_check();
+    test_known();
+    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    int nl = simd_levels(lv);
+    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
+    for (int l = 0; l < nl; l++) {
+        check_invariance(lv[l], 70, 4, 2, 64, 0, QT_F32, true);
+        check_invariance(lv[l], 70, 2, 1, 64, 24, QT_F16, true);
+        check_invariance(lv[l], 100, 2, 2, 128, 0, QT_F16, false);
+        check_invariance(lv[l], 80, 2, 1, 256, 40, QT_F32, false);
+    }
+    test_isa_equality();
+    double e1 = accuracy(100, 4, 2, 64, 0, QT_F32);
+    double e2 = accuracy(100, 2, 1, 128, 30, QT_F16);
+    double e3 = accuracy(70, 2, 2, 256, 0, QT_F32);
+    printf("attention: max abs error against float64 %.3g (D=64), %.3g (D=128, window 30, "
+           "f16 cache), %.3g (D=256); values in [-1, 1]\n", e1, e2, e3);
+    CHECKF(e1 < 2e-6 && e2 < 2e-6 && e3 < 2e-6, "attention error %.3g %.3g %.3g", e1, e2, e3);
+    CHECK_DONE();
+}
