@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
     double seconds = 0.5;
     bool hot = false;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "bench_kernels: %s needs a value\n", argv[i]);
@@ -92,7 +92,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;
         }
-        i++;
     }
     static const enum quant_type all[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
                                           QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};

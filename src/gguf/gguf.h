@@ -115,6 +115,52 @@ int64_t gguf_n_tensors(const struct gguf_file *f);
 const struct gguf_tensor *gguf_tensor_at(const struct gguf_file *f, int64_t i);
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
 
+/* ---------------------------------------------------------------- file types */
+
+/* general.file_type: what most tensors are quantized to (llama.cpp's llama_ftype ids,
+ * which every GGUF producer writes). Ids that llama.cpp retired are absent. */
+enum gguf_file_type {
+    GGUF_FTYPE_ALL_F32 = 0,
+    GGUF_FTYPE_MOSTLY_F16 = 1,
+    GGUF_FTYPE_MOSTLY_Q4_0 = 2,
+    GGUF_FTYPE_MOSTLY_Q4_1 = 3,
+    GGUF_FTYPE_MOSTLY_Q8_0 = 7,
+    GGUF_FTYPE_MOSTLY_Q5_0 = 8,
+    GGUF_FTYPE_MOSTLY_Q5_1 = 9,
+    GGUF_FTYPE_MOSTLY_Q2_K = 10,
+    GGUF_FTYPE_MOSTLY_Q3_K_S = 11,
+    GGUF_FTYPE_MOSTLY_Q3_K_M = 12,
+    GGUF_FTYPE_MOSTLY_Q3_K_L = 13,
+    GGUF_FTYPE_MOSTLY_Q4_K_S = 14,
+    GGUF_FTYPE_MOSTLY_Q4_K_M = 15,
+    GGUF_FTYPE_MOSTLY_Q5_K_S = 16,
+    GGUF_FTYPE_MOSTLY_Q5_K_M = 17,
+    GGUF_FTYPE_MOSTLY_Q6_K = 18,
+    GGUF_FTYPE_MOSTLY_IQ2_XXS = 19,
+    GGUF_FTYPE_MOSTLY_IQ2_XS = 20,
+    GGUF_FTYPE_MOSTLY_Q2_K_S = 21,
+    GGUF_FTYPE_MOSTLY_IQ3_XS = 22,
+    GGUF_FTYPE_MOSTLY_IQ3_XXS = 23,
+    GGUF_FTYPE_MOSTLY_IQ1_S = 24,
+    GGUF_FTYPE_MOSTLY_IQ4_NL = 25,
+    GGUF_FTYPE_MOSTLY_IQ3_S = 26,
+    GGUF_FTYPE_MOSTLY_IQ3_M = 27,
+    GGUF_FTYPE_MOSTLY_IQ2_S = 28,
+    GGUF_FTYPE_MOSTLY_IQ2_M = 29,
+    GGUF_FTYPE_MOSTLY_IQ4_XS = 30,
+    GGUF_FTYPE_MOSTLY_IQ1_M = 31,
+    GGUF_FTYPE_MOSTLY_BF16 = 32,
+    GGUF_FTYPE_MOSTLY_TQ1_0 = 36,
+    GGUF_FTYPE_MOSTLY_TQ2_0 = 37,
+    GGUF_FTYPE_MOSTLY_MXFP4_MOE = 38,
+};
+
+/* llama.cpp's name for a file type ("Q4_K - Medium"), or NULL for an unknown id. */
+const char *gguf_file_type_name(uint32_t ftype);
+/* The file type a model whose weights are mostly of tensor type t would declare (Q4_K
+ * gives Q4_K - Medium), for files without general.file_type; -1 if none fits. */
+int64_t gguf_file_type_guess(uint32_t tensor_type);
+
 /* ---------------------------------------------------------------- writer */
 
 /* Builds a GGUF v3 file: key/values in insertion order (setting a key again replaces

@@ -50,7 +50,7 @@ static float quantize_block(const float *x, int n, int8_t *q)
     return d;
 }
 
-void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst)
+void kern_quantize_row_q8f_ref(const float *x, int64_t K, struct kern_block_q8f *dst)
 {
     assert(K % 32 == 0);
     for (int64_t b = 0; b < K / 32; b++) {
@@ -63,7 +63,7 @@ void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst
     }
 }
 
-void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst)
+void kern_quantize_row_q8k_ref(const float *x, int64_t K, struct block_q8_K *dst)
 {
     assert(K % QK_K == 0);
     for (int64_t b = 0; b < K / QK_K; b++) {
@@ -75,6 +75,26 @@ void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst)
                 s += o->qs[j * 16 + i];
             o->bsums[j] = (int16_t)s;
         }
+    }
+}
+
+void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst)
+{
+    assert(K % 32 == 0);
+    switch (kern_isa_active()) {
+    case KERN_ISA_AVX512: kern_quantize_row_q8f_avx512(x, K, dst); break;
+    case KERN_ISA_AVX2: kern_quantize_row_q8f_avx2(x, K, dst); break;
+    default: kern_quantize_row_q8f_ref(x, K, dst); break;
+    }
+}
+
+void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst)
+{
+    assert(K % QK_K == 0);
+    switch (kern_isa_active()) {
+    case KERN_ISA_AVX512: kern_quantize_row_q8k_avx512(x, K, dst); break;
+    case KERN_ISA_AVX2: kern_quantize_row_q8k_avx2(x, K, dst); break;
+    default: kern_quantize_row_q8k_ref(x, K, dst); break;
     }
 }
 

@@ -11,6 +11,14 @@
 float kern_dot_f32_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_f32_avx512(const float *a, const float *b, int64_t n);
 
+/* Activation quantization (actq.c is the reference). */
+void kern_quantize_row_q8f_ref(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_ref(const float *x, int64_t K, struct block_q8_K *dst);
+void kern_quantize_row_q8f_avx2(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_avx2(const float *x, int64_t K, struct block_q8_K *dst);
+void kern_quantize_row_q8f_avx512(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_avx512(const float *x, int64_t K, struct block_q8_K *dst);
+
 /* Computes y[m][n] for n in [n0, n1) with this ISA's kernels and returns true, or
  * returns false (nothing written) when the ISA has no kernel for w's type/layout. */
 bool kern_matmul_rows_avx2(const struct kern_weight *w, const struct kern_act *a, float *y,

@@ -87,7 +87,8 @@ struct kern_act {
 
 /* Bytes of one quantized row of K elements (K a multiple of the block size), 0 for F32. */
 size_t kern_act_row_bytes(enum kern_act_kind kind, int64_t K);
-/* x: (K) -> dst: one quantized row (32-blocks of struct kern_block_q8f). K % 32 == 0. */
+/* x: (K) -> dst: one quantized row (32-blocks of struct kern_block_q8f). K % 32 == 0.
+ * Dispatched to the active ISA; every level gives the reference's bits (actq.c). */
 void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst);
 /* x: (K) -> dst: one quantized row (256-blocks of struct block_q8_K). K % 256 == 0. */
 void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst);
@@ -107,7 +108,8 @@ struct kern_weight {
     int64_t N, K;          /* w: (N, K) */
     const void *data;      /* N rows of row_bytes, GGML layout; not owned (e.g. mmap'd) */
     size_t row_bytes;
-    void *packed;          /* owned repacked copy, or NULL (then SIMD reads data) */
+    void *packed;          /* owned repacked copy, or NULL (float types read data;
+                              quantized types then run the portable reference) */
     size_t packed_bytes;
 };
 
@@ -141,7 +143,15 @@ void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const floa
 /* w: (N, K); a: (M, K) prepared with kind kern_act_kind_for(w->type); y: (M, ldy).
  * Computes y[m][n] for n in [n0, n1), every m; for callers that fuse several products
  * in one kern_pool_run (e.g. Q, K, V from one prepared activation). Any n0 <= n1
- * works; multiples of KERN_ROW_ALIGN avoid recomputing a partial row group. */
+ * works; multiples of KERN_ROW_ALIGN avoid recomputing a partial row group.
+ * Fusing, e.g. Q and K projections of the same x (same activation kind):
+ *     kern_act_prepare(pool, kern_act_kind_for(wq->type), x, M, K, scratch, &a);
+ *     task(ctx, ith, nth): kern_split(wq->N, KERN_ROW_ALIGN, ith, nth, &n0, &n1);
+ *                          kern_matmul_rows(wq, &a, q, wq->N, n0, n1);
+ *                          kern_split(wk->N, KERN_ROW_ALIGN, ith, nth, &n0, &n1);
+ *                          kern_matmul_rows(wk, &a, k, wk->N, n0, n1);
+ *     kern_pool_run(pool, task, ctx);
+ * The bits are those of separate kern_matmul calls, whatever the split. */
 void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
                       int64_t ldy, int64_t n0, int64_t n1);
 #define KERN_ROW_ALIGN 16

@@ -16,7 +16,9 @@
  *   vi_dp_q8(acc, w, s) for Q8_0 chunks (w = q XOR 0x80): acc + sum (q + KQ8_BIAS) * s
  *   KQ8_BIAS      128 if vi_dp_q8 works on q + 128, 0 if on q itself
  *   vi_u8_i32(p, h)   KL bytes of a [16] u8 array for sub-group h, widened to int32
- *   vi_s8_i32(p, h)   the same, signed
+ *   vi_s8x2_i16(p, h) KL byte pairs of a [16][2] i8 array widened to int16 pairs
+ *   vi_slli32(v, n) vi_srai32(v, n)  shifts of int32 lanes
+ *   vi_srl16v(v, n)   int16 lanes shifted right by a run-time count
  *   vi_u8x2_i16(p, h) KL byte pairs of a [16][2] u8 array widened to int16 pairs
  *   vi_madd16(a, b)   pairwise int16 products summed to int32
  *   vf_zero() vf_set1(f) vf_mul vf_fma(a,b,c) vf_neg vf_cvt(VI) vf_storeu(p, v)
@@ -158,7 +160,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
-        KUNROLL
+        /* Not unrolled: each pass's accumulators then stay in registers. */
         for (int c = 0; c < 4; c++) {
             VI dlo[KMAXT], dhi[KMAXT];
             KUNROLL
@@ -170,16 +172,9 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 VI lo = vi_and(raw, m4), hi = vi_and(vi_srli16(raw, 4), m4);
                 if (five) {
                     /* Bit 2c of each qh byte -> bit 4 of the low value, bit 2c+1 -> high. */
-                    VI hb = vi_chunk(qh + 64 * tq, h);
-                    VI hl, hh;
-                    switch (c) {
-                    case 0: hl = vi_slli16(hb, 4); hh = vi_slli16(hb, 3); break;
-                    case 1: hl = vi_slli16(hb, 2); hh = vi_slli16(hb, 1); break;
-                    case 2: hl = hb; hh = vi_srli16(hb, 1); break;
-                    default: hl = vi_srli16(hb, 2); hh = vi_srli16(hb, 3); break;
-                    }
-                    lo = vi_or(lo, vi_and(hl, m10));
-                    hi = vi_or(hi, vi_and(hh, m10));
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * tq, h), 2 * c);
+                    lo = vi_or(lo, vi_and(vi_slli16(hb, 4), m10));
+                    hi = vi_or(hi, vi_and(vi_slli16(hb, 3), m10));
                 }
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
@@ -241,10 +236,15 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
         KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
-        /* Elements 128 h2 + 32 t + 4 g + (0..3): sub-block 8 h2 + 2 t + (g >= 4). */
+        /* Elements 128 h2 + 32 t + 4 g + (0..3): sub-block 8 h2 + 2 t + (g >= 4), so the
+         * pair of sub-blocks (h2, t) is pair p = 4 h2 + t of the scales. The -32 offset
+         * is applied once per block: isum = sum_i sc_i dp_i - 32 sum_i sc_i bsum_i. */
+        VI corr[KMAXT];
         KUNROLL
+        for (int i = 0; i < nt; i++)
+            corr[i] = vi_zero();
+        /* Not unrolled: each pass's accumulators then stay in registers. */
         for (int h2 = 0; h2 < 2; h2++) {
-            KUNROLL
             for (int t = 0; t < 4; t++) {
                 VI d0[KMAXT], d1[KMAXT];
                 KUNROLL
@@ -253,15 +253,9 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                 KUNROLL
                 for (int g = 0; g < 8; g++) {
                     VI lo = vi_chunk(ql + 64 * (16 * h2 + 8 * (t & 1) + g), h);
-                    lo = (t >> 1) ? vi_and(vi_srli16(lo, 4), m4) : vi_and(lo, m4);
-                    VI hb = vi_chunk(qh + 64 * (8 * h2 + g), h);
-                    switch (t) {
-                    case 0: hb = vi_slli16(hb, 4); break;
-                    case 1: hb = vi_slli16(hb, 2); break;
-                    case 2: break;
-                    default: hb = vi_srli16(hb, 2); break;
-                    }
-                    VI v = vi_or(lo, vi_and(hb, m30));
+                    lo = vi_and(vi_srl16v(lo, 4 * (t >> 1)), m4);
+                    VI hb = vi_srl16v(vi_chunk(qh + 64 * (8 * h2 + g), h), 2 * t);
+                    VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
@@ -271,18 +265,19 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                             d1[i] = vi_dp(d1[i], v, xv);
                     }
                 }
-                int sb = 8 * h2 + 2 * t;
-                VI s0 = vi_s8_i32(scp + 16 * sb, h), s1 = vi_s8_i32(scp + 16 * (sb + 1), h);
+                const int pr = 4 * h2 + t;
+                VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
+                VI s0 = vi_srai32(vi_slli32(sp, 16), 16), s1 = vi_srai32(sp, 16);
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
-                    const struct block_q8_K *xb = &xr[i][b];
-                    /* sum (q - 32) x = sum q x - 32 * (sum of the 16 x) */
-                    VI e0 = vi_sub(d0[i], vi_set1(32 * xb->bsums[sb]));
-                    VI e1 = vi_sub(d1[i], vi_set1(32 * xb->bsums[sb + 1]));
-                    isum[i] = vi_add(isum[i], vi_add(vi_mullo(e0, s0), vi_mullo(e1, s1)));
+                    isum[i] = vi_add(isum[i], vi_add(vi_mullo(d0[i], s0), vi_mullo(d1[i], s1)));
+                    corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
                 }
             }
         }
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 5));
         VF dw = vf_f16(p, h);
         KUNROLL
         for (int i = 0; i < nt; i++)

@@ -20,7 +20,7 @@
  *                 mins[4][16][2] u8 (pair p, row r: m_2p, m_2p+1) | 32 chunks 8c+t:
  *                 qs[32c+4t .. 32c+4t+3] (low nibble: sub-block 2c, high: 2c+1)
  *   Q5_K (2880 B): Q4_K's layout | 8 chunks t: qh[4t .. 4t+3]
- *   Q6_K (3360 B): d[16] f16 | sc[16][16] i8 (sub-block i, row r) | 32 chunks u:
+ *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | 32 chunks u:
  *                 ql[4u .. 4u+3] | 16 chunks v: qh[4v .. 4v+3]
  */
 #include "kern_internal.h"
@@ -59,11 +59,18 @@ size_t kern_repack_bytes(enum quant_type type, int64_t N, int64_t K)
 }
 
 /* Copies 4 bytes of each of the 16 rows' source into one chunk; src[r] NULL = zero row. */
-static void put_chunk(uint8_t *dst, const uint8_t *const src[16], size_t off, uint8_t xor_mask)
+static inline void put_chunk(uint8_t *dst, const uint8_t *const src[16], size_t off,
+                             uint8_t xor_mask)
 {
-    for (int r = 0; r < 16; r++)
-        for (int i = 0; i < 4; i++)
-            dst[4 * r + i] = src[r] ? (uint8_t)(src[r][off + i] ^ xor_mask) : 0;
+    const uint32_t x4 = xor_mask * 0x01010101u;
+    for (int r = 0; r < 16; r++) {
+        uint32_t v = 0;
+        if (src[r]) {
+            memcpy(&v, src[r] + off, 4);
+            v ^= x4;
+        }
+        memcpy(dst + 4 * r, &v, 4);
+    }
 }
 
 static void put_f16s(uint8_t *dst, const uint8_t *const blk[16], size_t off)
@@ -124,7 +131,8 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
         o += 32;
         for (int i = 0; i < 16; i++)
             for (int r = 0; r < 16; r++)
-                o[16 * i + r] = blk[r] ? blk[r][offsetof(struct block_q6_K, scales) + i] : 0;
+                o[32 * (i / 2) + 2 * r + (i & 1)] =
+                    blk[r] ? blk[r][offsetof(struct block_q6_K, scales) + i] : 0;
         o += 256;
         for (int u = 0; u < 32; u++)
             put_chunk(o + 64 * u, blk, offsetof(struct block_q6_K, ql) + 4 * u, 0);

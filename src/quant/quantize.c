@@ -30,30 +30,45 @@ static inline float round_even(float x)
     return (x + magic) - magic;
 }
 
-/* Rounds to the nearest integer in [lo, hi]; NaN maps to lo. */
+/* Rounds to the nearest integer in [lo, hi]; NaN maps to lo. Written without branches
+ * (the comparisons become min/max instructions): on noise-like data the clamps and signs
+ * are unpredictable. */
 static inline int round_clamp(float x, int lo, int hi)
 {
-    if (!(x > (float)lo))
-        return lo;
-    if (x >= (float)hi)
-        return hi;
+    float flo = (float)lo, fhi = (float)hi;
+    x = x > flo ? x : flo; /* NaN fails the comparison and becomes lo */
+    x = x < fhi ? x : fhi;
     return (int)round_even(x);
 }
 
-/* Rounds half away from zero, like C's roundf, for |x| < 2^22. a - r is exact because
- * r is an integer within 1 of a. */
-static inline float round_away(float x)
+static inline uint32_t f2u(float f)
 {
-    float a = x < 0 ? -x : x;
-    float r = round_even(a);
-    if (a - r == 0.5f)
-        r += 1.0f;
-    return x < 0 ? -r : r;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
 }
 
+static inline float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* |x| by clearing the sign bit: exact, and no libm. */
 static inline float absf(float x)
 {
-    return x < 0 ? -x : x;
+    return u2f(f2u(x) & 0x7fffffffu);
+}
+
+/* Rounds half away from zero, like C's roundf, for |x| < 2^22. a - r is exact because
+ * r is an integer within 1 of a; the sign is put back by copying the sign bit. */
+static inline float round_away(float x)
+{
+    float a = absf(x);
+    float r = round_even(a);
+    r = r + (a - r == 0.5f ? 1.0f : 0.0f);
+    return u2f(f2u(r) | (f2u(x) & 0x80000000u));
 }
 
 /* ---------------------------------------------------------------- llama.cpp-compatible */
@@ -64,16 +79,20 @@ static void qz_q8_0(const float *x, uint8_t *dst, int64_t nb)
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         struct block_q8_0 b;
         float amax = 0;
-        for (int j = 0; j < QK8_0; j++)
-            if (absf(x[j]) > amax)
-                amax = absf(x[j]);
+        for (int j = 0; j < QK8_0; j++) {
+            float a = absf(x[j]);
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 127.0f;
         float id = d != 0 ? 1.0f / d : 0.0f;
         b.d = quant_f32_to_f16(d);
         for (int j = 0; j < QK8_0; j++) {
             float v = x[j] * id;
             /* The clamps only matter for inf/NaN input, which must not reach a cast. */
-            b.qs[j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : v == v ? (int)round_away(v) : 0);
+            v = v == v ? v : 0.0f;
+            v = v < 127.0f ? v : 127.0f;
+            v = v > -127.0f ? v : -127.0f;
+            b.qs[j] = (int8_t)(int)round_away(v);
         }
         memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
     }
@@ -84,10 +103,10 @@ static float signed_absmax(const float *x, int n)
 {
     float amax = 0, max = 0;
     for (int j = 0; j < n; j++) {
-        if (absf(x[j]) > amax) {
-            amax = absf(x[j]);
-            max = x[j];
-        }
+        float a = absf(x[j]);
+        bool gt = a > amax; /* strict: the first of equal magnitudes wins */
+        amax = gt ? a : amax;
+        max = gt ? x[j] : max;
     }
     return max;
 }
@@ -211,63 +230,85 @@ static void qz_q5_1(const float *x, uint8_t *dst, int64_t nb)
 #define SEARCH_STEPS 4
 #define SEARCH_DELTA 0.25f
 
-/* Fits x ~ a * q + b (b <= 0) by least squares for fixed integers q; returns the
- * squared error (computed from the same sums, so the whole fit is one pass). */
-static float fit_affine(const float *x, const uint8_t *q, int n, float *a, float *b)
+/* Rounds to the nearest integer in [lo, hi], as a float (branch-free min/max). */
+static inline float round_clampf(float x, float lo, float hi)
 {
-    float sq = 0, sqq = 0, sx = 0, sqx = 0, sxx = 0;
-    for (int i = 0; i < n; i++) {
-        float fq = (float)q[i];
-        sq += fq;
-        sqq += fq * fq;
-        sx += x[i];
-        sqx += fq * x[i];
-        sxx += x[i] * x[i];
+    x = x > lo ? x : lo; /* NaN fails the comparison and becomes lo */
+    x = x < hi ? x : hi;
+    return round_even(x);
+}
+
+/* The sums a least-squares fit of x ~ a * q + b needs. Sums of integers (q, q^2) are
+ * exact in float at these sizes; sum(q x) uses four interleaved partial sums combined
+ * as (s0 + s1) + (s2 + s3), a fixed order, so the bits are the same everywhere. */
+struct fit_sums {
+    float sq, sqq, sqx;
+};
+
+/* Sums for the levels q = round(clamp((x - off) * is, 0, nmax)); n is a multiple of 4. */
+static struct fit_sums level_sums(const float *x, int n, float off, float is, float nmax)
+{
+    float sq = 0, sqq = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+    for (int i = 0; i < n; i += 4) {
+        float q0 = round_clampf((x[i] - off) * is, 0, nmax);
+        float q1 = round_clampf((x[i + 1] - off) * is, 0, nmax);
+        float q2 = round_clampf((x[i + 2] - off) * is, 0, nmax);
+        float q3 = round_clampf((x[i + 3] - off) * is, 0, nmax);
+        sq += (q0 + q1) + (q2 + q3);
+        sqq += (q0 * q0 + q1 * q1) + (q2 * q2 + q3 * q3);
+        p0 += q0 * x[i];
+        p1 += q1 * x[i + 1];
+        p2 += q2 * x[i + 2];
+        p3 += q3 * x[i + 3];
     }
+    return (struct fit_sums){sq, sqq, (p0 + p1) + (p2 + p3)};
+}
+
+/* Fits x ~ a * q + b (b <= 0) by least squares given the sums; returns the squared
+ * error, expanded from the same sums (sx, sxx: sums of x and x^2). */
+static float fit_affine(struct fit_sums f, int n, float sx, float sxx, float *a, float *b)
+{
     float fn = (float)n;
-    float det = fn * sqq - sq * sq;
+    float det = fn * f.sqq - f.sq * f.sq;
     float ra = 0, rb = 0;
     if (det > 0) {
-        ra = (fn * sqx - sq * sx) / det;
-        rb = (sqq * sx - sq * sqx) / det;
+        ra = (fn * f.sqx - f.sq * sx) / det;
+        rb = (f.sqq * sx - f.sq * f.sqx) / det;
     }
     if (det <= 0 || rb > 0) { /* minimum must be <= 0: fit the scale alone */
         rb = 0;
-        ra = sqq > 0 ? sqx / sqq : 0;
+        ra = f.sqq > 0 ? f.sqx / f.sqq : 0;
     }
     *a = ra;
     *b = rb;
-    /* sum (a q + b - x)^2 expanded */
-    float err = sxx + ra * ra * sqq + fn * rb * rb + 2.0f * ra * rb * sq - 2.0f * ra * sqx -
+    float err = sxx + ra * ra * f.sqq + fn * rb * rb + 2.0f * ra * rb * f.sq - 2.0f * ra * f.sqx -
                 2.0f * rb * sx;
     return err > 0 ? err : 0;
 }
 
-/* Chooses a scale a >= 0 and minimum mn >= 0 for one sub-block of n values so that
- * x ~ a * q - mn with q in 0..nmax, minimising the squared error. */
+/* Chooses a scale a >= 0 and minimum mn >= 0 for one sub-block of n values (a multiple
+ * of 4) so that x ~ a * q - mn with q in 0..nmax, minimising the squared error. */
 static void search_affine(const float *x, int n, int nmax, float *scale, float *min)
 {
-    float lo = 0, hi = x[0];
+    float lo = 0, hi = x[0], sx = 0, sxx = 0;
     for (int i = 0; i < n; i++) {
-        if (x[i] < lo)
-            lo = x[i];
-        if (x[i] > hi)
-            hi = x[i];
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        sx += x[i];
+        sxx += x[i] * x[i];
     }
     if (!(hi > lo)) { /* all values equal (and <= 0): the minimum alone represents them */
         *scale = 0;
         *min = -lo;
         return;
     }
-    uint8_t q[QK_K];
-    float best_err = -1, best_a = (hi - lo) / (float)nmax, best_b = lo;
+    float fmax = (float)nmax;
+    float best_err = -1, best_a = (hi - lo) / fmax, best_b = lo;
     float range = hi - lo;
     for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; k++) {
-        float is = ((float)nmax + (float)k * SEARCH_DELTA) / range;
-        for (int i = 0; i < n; i++)
-            q[i] = (uint8_t)round_clamp((x[i] - lo) * is, 0, nmax);
+        float is = (fmax + (float)k * SEARCH_DELTA) / range;
         float a, b;
-        float err = fit_affine(x, q, n, &a, &b);
+        float err = fit_affine(level_sums(x, n, lo, is, fmax), n, sx, sxx, &a, &b);
         if (a > 0 && (best_err < 0 || err < best_err)) {
             best_err = err;
             best_a = a;
@@ -275,16 +316,11 @@ static void search_affine(const float *x, int n, int nmax, float *scale, float *
         }
     }
     /* One refinement: requantize against the fitted grid and refit. */
-    {
-        float ia = 1.0f / best_a;
-        for (int i = 0; i < n; i++)
-            q[i] = (uint8_t)round_clamp((x[i] - best_b) * ia, 0, nmax);
-        float a, b;
-        float err = fit_affine(x, q, n, &a, &b);
-        if (a > 0 && err < best_err) {
-            best_a = a;
-            best_b = b;
-        }
+    float a, b;
+    float err = fit_affine(level_sums(x, n, best_b, 1.0f / best_a, fmax), n, sx, sxx, &a, &b);
+    if (a > 0 && err < best_err) {
+        best_a = a;
+        best_b = b;
     }
     *scale = best_a;
     *min = -best_b;
@@ -295,23 +331,31 @@ static void search_affine(const float *x, int n, int nmax, float *scale, float *
  * tried: the value of largest magnitude mapped near -nlo (a negative scale), and
  * mapped near nlo - 1. For each candidate the best scale for its integers is
  * sum(q x) / sum(q q), and the error sum(x x) - sum(q x)^2 / sum(q q) is smallest
- * where sum(q x)^2 / sum(q q) is largest. */
+ * where sum(q x)^2 / sum(q q) is largest. n is a multiple of 4. */
 static float search_symmetric(const float *x, int n, int nlo)
 {
     float max = signed_absmax(x, n);
     if (max == 0)
         return 0;
-    float best_a = max / -(float)nlo, best_gain = -1;
+    float lo = -(float)nlo, hi = (float)(nlo - 1);
+    float best_a = max / lo, best_gain = -1;
     for (int side = 0; side < 2; side++) {
-        float top = side == 0 ? -(float)nlo : (float)(nlo - 1);
+        float top = side == 0 ? lo : hi;
         for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; k++) {
             float is = (top + (float)k * SEARCH_DELTA) / max;
-            float sqq = 0, sqx = 0;
-            for (int i = 0; i < n; i++) {
-                float fq = (float)round_clamp(x[i] * is, -nlo, nlo - 1);
-                sqq += fq * fq;
-                sqx += fq * x[i];
+            float sqq = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+            for (int i = 0; i < n; i += 4) {
+                float q0 = round_clampf(x[i] * is, lo, hi);
+                float q1 = round_clampf(x[i + 1] * is, lo, hi);
+                float q2 = round_clampf(x[i + 2] * is, lo, hi);
+                float q3 = round_clampf(x[i + 3] * is, lo, hi);
+                sqq += (q0 * q0 + q1 * q1) + (q2 * q2 + q3 * q3);
+                p0 += q0 * x[i];
+                p1 += q1 * x[i + 1];
+                p2 += q2 * x[i + 2];
+                p3 += q3 * x[i + 3];
             }
+            float sqx = (p0 + p1) + (p2 + p3);
             if (sqq > 0) {
                 float gain = sqx * sqx / sqq;
                 if (gain > best_gain) {

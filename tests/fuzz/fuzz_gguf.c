@@ -54,6 +54,32 @@ static bool value_equal(const struct gguf_value *a, const struct gguf_value *b)
     }
 }
 
+/* Runs every typed getter on kv: conversions of hostile numbers (NaN, huge floats,
+ * negative counts) must stay defined behaviour, which UBSan checks. */
+static void exercise_getters(const struct gguf_file *f, const struct gguf_kv *kv)
+{
+    uint32_t u32;
+    uint64_t u64;
+    int64_t i64;
+    float f32;
+    bool b;
+    struct gguf_str s;
+    if (gguf_get_u32(f, kv->key, &u32))
+        FUZZ_REQUIRE(gguf_get_u64(f, kv->key, &u64) && u64 == u32);
+    if (gguf_get_i64(f, kv->key, &i64) && i64 >= 0)
+        FUZZ_REQUIRE(gguf_get_u64(f, kv->key, &u64) && u64 == (uint64_t)i64);
+    (void)gguf_get_f32(f, kv->key, &f32);
+    FUZZ_REQUIRE(gguf_get_bool(f, kv->key, &b) == (kv->value.type == GGUF_T_BOOL));
+    FUZZ_REQUIRE(gguf_get_str(f, kv->key, &s) == (kv->value.type == GGUF_T_STRING));
+    if (kv->value.type == GGUF_T_ARRAY) {
+        const struct gguf_value *a = gguf_get_arr(f, kv->key, kv->value.v.arr.type);
+        FUZZ_REQUIRE(a == &kv->value);
+        if (gguf_vtype_size(a->v.arr.type))
+            for (uint64_t i = 0; i < a->v.arr.n && i < 64; i++)
+                (void)(gguf_arr_i64(a, i) + gguf_arr_f64(a, i));
+    }
+}
+
 /* Checks one input; returns 0 (libFuzzer's convention). */
 static int fuzz_gguf_one(const uint8_t *data, size_t size)
 {
@@ -73,6 +99,7 @@ static int fuzz_gguf_one(const uint8_t *data, size_t size)
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         const struct gguf_kv *kv = gguf_kv_at(f, i);
         FUZZ_REQUIRE(gguf_find_kv(f, kv->key) == kv);
+        exercise_getters(f, kv);
         gguf_writer_copy_kv(w, kv);
     }
     volatile uint8_t sink = 0;

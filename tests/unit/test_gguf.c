@@ -206,6 +206,29 @@ static void test_round_trip(void)
 
 /* ---------------------------------------------------------------- shared files */
 
+/* Copies every key/value and tensor of f into a new file: the writer lays it out as
+ * gguf-py and llama.cpp do, so the copy must equal the original byte for byte. */
+static void check_rewrite_identical(const struct gguf_file *f, const char *path)
+{
+    struct gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++)
+        gguf_writer_copy_kv(w, gguf_kv_at(f, i));
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(f, i);
+        gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    size_t size;
+    uint8_t *buf = build(w, &size);
+    char *orig;
+    size_t orig_size;
+    struct kn_err err = {0};
+    CHECKF(kn_read_file(path, (size_t)1 << 30, &orig, &orig_size, &err) == KN_OK, "%s", err.msg);
+    CHECKF(buf && size == orig_size && memcmp(buf, orig, size) == 0,
+           "%s: rewritten file differs (%zu vs %zu bytes)", path, size, orig_size);
+    free(orig);
+    free(buf);
+}
+
 static void test_shared_files(void)
 {
     char dir[512], path[1024];
@@ -225,6 +248,7 @@ static void test_shared_files(void)
             struct gguf_str model;
             CHECKF(gguf_get_str(f, "tokenizer.ggml.model", &model), "%s: no tokenizer", path);
             CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING) != NULL);
+            check_rewrite_identical(f, path);
             gguf_close(f);
         }
         n++;
@@ -244,6 +268,7 @@ static void test_shared_files(void)
         CHECK_EQ_INT(gguf_n_tensors(f), 39);
         const struct gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
         CHECK(t && t->ne[0] == 64 && t->ne[1] == 512);
+        check_rewrite_identical(f, path);
         gguf_close(f);
     }
     /* A missing file is an I/O error naming the path. */

@@ -2,6 +2,7 @@
  * (scale, round half to even, clamp, sums) and each row depends on itself alone. */
 #include "check.h"
 #include "kern_testutil.h"
+#include "kernels/kern_internal.h"
 
 static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
@@ -105,6 +106,44 @@ int main(void)
         }
         kern_pool_free(pool);
     }
+    /* Every ISA level quantizes like the reference, special values included. */
+    static float sx[8 * 256];
+    for (int i = 0; i < 8 * 256; i++)
+        sx[i] = tu_uniform() * (float)(1 << (i % 13)) * 0.01f;
+    sx[5] = NAN;
+    sx[40] = INFINITY;                 /* block 1 of 32: amax = inf */
+    sx[300] = -INFINITY;
+    sx[70] = 0x1p-140f;                /* block 2 of 32: denormal amax, id = inf */
+    for (int i = 64; i < 96; i++)
+        if (i != 70)
+            sx[i] = (i & 1) ? -0.0f : 0.0f;
+    for (int i = 96; i < 128; i++)
+        sx[i] = (float)(i - 112) + 0.5f; /* exact halves once scaled by 127 / amax = 1 */
+    sx[127] = 127.0f;
+    for (int i = 512; i < 768; i++)
+        sx[i] = 0.0f;                  /* an all-zero 256-block */
+    sx[1000] = 3e38f;
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        if (!kern_isa_supported((enum kern_isa)isa))
+            continue;
+        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        static struct kern_block_q8f f1[8 * 256 / 32], f2[8 * 256 / 32];
+        static struct block_q8_K k1[8], k2[8];
+        for (int rep = 0; rep < 2; rep++) {
+            const float *src = rep ? x : sx;
+            memset(f1, 0x55, sizeof f1);
+            memset(f2, 0x55, sizeof f2);
+            memset(k1, 0x55, sizeof k1);
+            memset(k2, 0x55, sizeof k2);
+            kern_quantize_row_q8f(src, 8 * 256, f1);
+            kern_quantize_row_q8f_ref(src, 8 * 256, f2);
+            kern_quantize_row_q8k(src, 8 * 256, k1);
+            kern_quantize_row_q8k_ref(src, 8 * 256, k2);
+            CHECKF(memcmp(f1, f2, sizeof f1) == 0, "q8f isa=%s rep=%d", kern_isa_name((enum kern_isa)isa), rep);
+            CHECKF(memcmp(k1, k2, sizeof k1) == 0, "q8k isa=%s rep=%d", kern_isa_name((enum kern_isa)isa), rep);
+        }
+    }
+    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
     CHECK(kern_act_bytes(KERN_ACT_F32, 10, 64) == 0);
     CHECK(kern_act_bytes(KERN_ACT_Q8_K, INT64_MAX / 2, 256) == SIZE_MAX);
     CHECK_DONE();

@@ -97,6 +97,20 @@ static void check_shape(enum quant_type t, int64_t N, int64_t K)
     size_t wbytes = (size_t)N * rb;
     void *wdata = kn_aligned_alloc(wbytes, &err);
     tu_random_weights(t, N, K, wdata);
+    /* Every 5th block gets f16 scales that are subnormal (F16C and the reference must
+     * convert them alike), the 7th a zero scale. */
+    const struct quant_type_info *ti = quant_type_info(t);
+    if (ti->block_size > 1) {
+        size_t nblk = wbytes / ti->type_size;
+        size_t doff = t == QT_Q6_K ? offsetof(struct block_q6_K, d) : 0;
+        bool has_second = t == QT_Q4_1 || t == QT_Q5_1 || t == QT_Q4_K || t == QT_Q5_K;
+        for (size_t b = 0; b < nblk; b += 5) {
+            uint8_t *blk = (uint8_t *)wdata + b * ti->type_size;
+            tu_put_f16(blk + doff, (kn_f16)(b % 7 == 0 ? 0x0000 : 0x0123 + (b & 0xff)));
+            if (has_second)
+                tu_put_f16(blk + 2, (kn_f16)(0x8005 + (b & 0x3f)));
+        }
+    }
     struct kern_weight w, wplain;
     CHECK(kern_weight_init(&w, t, N, K, wdata, wbytes, true, &err) == KN_OK);
     CHECK(kern_weight_init(&wplain, t, N, K, wdata, wbytes, false, &err) == KN_OK);

@@ -1,0 +1,753 @@
+/* synth.c: random-weight models with real shapes. See synth.h.
+ *
+ * Determinism: every weight is a function of (seed, tensor name, element index) only
+ * (synth_noise), quantization is the deterministic reference code, rows are quantized
+ * independently, and threads split rows, so neither the thread count nor the machine
+ * changes a byte. */
+#include "synth.h"
+
+#include "../gguf/gguf.h"
+#include "../quant/quant.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- names */
+
+static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
+
+static const struct {
+    const char *name;
+    uint32_t type; /* the GGML type of every matrix (Q4_K_M: its default, Q4_K) */
+    uint32_t file_type;
+} ftypes[SYNTH_FTYPE_COUNT] = {
+    [SYNTH_F32] = {"f32", QT_F32, 0},       [SYNTH_F16] = {"f16", QT_F16, 1},
+    [SYNTH_BF16] = {"bf16", QT_BF16, 32},   [SYNTH_Q8_0] = {"q8_0", QT_Q8_0, 7},
+    [SYNTH_Q4_0] = {"q4_0", QT_Q4_0, 2},    [SYNTH_Q4_1] = {"q4_1", QT_Q4_1, 3},
+    [SYNTH_Q5_0] = {"q5_0", QT_Q5_0, 8},    [SYNTH_Q5_1] = {"q5_1", QT_Q5_1, 9},
+    [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14},   [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16},
+    [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18},   [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15},
+};
+
+const char *synth_arch_name(enum synth_arch a)
+{
+    return a < SYNTH_ARCH_COUNT ? arch_names[a] : "unknown";
+}
+
+const char *synth_ftype_name(enum synth_ftype t)
+{
+    return t < SYNTH_FTYPE_COUNT ? ftypes[t].name : "unknown";
+}
+
+enum kn_status synth_parse_arch(const char *s, enum synth_arch *out, struct kn_err *err)
+{
+    for (int a = 0; a < SYNTH_ARCH_COUNT; a++) {
+        if (strcasecmp(s, arch_names[a]) == 0) {
+            *out = (enum synth_arch)a;
+            return KN_OK;
+        }
+    }
+    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of llama, qwen2, qwen3, gemma3", s);
+}
+
+enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn_err *err)
+{
+    for (int t = 0; t < SYNTH_FTYPE_COUNT; t++) {
+        if (strcasecmp(s, ftypes[t].name) == 0) {
+            *out = (enum synth_ftype)t;
+            return KN_OK;
+        }
+    }
+    return kn_fail(err, KN_E_ARG,
+                   "unknown type '%s'; choose one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                   "q4_k, q5_k, q6_k, q4_k_m", s);
+}
+
+uint32_t synth_file_type(enum synth_ftype ftype)
+{
+    return ftype < SYNTH_FTYPE_COUNT ? ftypes[ftype].file_type : 0;
+}
+
+/* ---------------------------------------------------------------- presets */
+
+struct preset {
+    const char *name;
+    enum synth_arch arch; /* SYNTH_ARCH_COUNT: any architecture (tiny) */
+    struct synth_dims d;
+};
+
+/* The real models' published shapes. tiny is a few MB, with widths that are multiples
+ * of 256 so every K-quant type applies without fallbacks. */
+static const struct preset presets[] = {
+    {"tiny", SYNTH_ARCH_COUNT,
+     {.n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512,
+      .n_vocab = 512, .n_ctx = 2048, .n_swa = 128, .rope_base = 10000.0f, .norm_eps = 1e-5f,
+      .tied = false}},
+    {"tinyllama-1.1b", SYNTH_LLAMA,
+     {.n_embd = 2048, .n_layer = 22, .n_head = 32, .n_head_kv = 4, .head_dim = 64, .n_ff = 5632,
+      .n_vocab = 32000, .n_ctx = 2048, .rope_base = 10000.0f, .norm_eps = 1e-5f, .tied = false}},
+    {"llama-3.2-1b", SYNTH_LLAMA,
+     {.n_embd = 2048, .n_layer = 16, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 8192,
+      .n_vocab = 128256, .n_ctx = 131072, .rope_base = 500000.0f, .norm_eps = 1e-5f,
+      .tied = true}},
+    {"qwen2.5-0.5b", SYNTH_QWEN2,
+     {.n_embd = 896, .n_layer = 24, .n_head = 14, .n_head_kv = 2, .head_dim = 64, .n_ff = 4864,
+      .n_vocab = 151936, .n_ctx = 32768, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
+      .tied = true}},
+    {"qwen3-0.6b", SYNTH_QWEN3,
+     {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
+      .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
+      .tied = true}},
+    {"gemma3-270m", SYNTH_GEMMA3,
+     {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
+      .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+};
+
+const char *synth_preset_list(void)
+{
+    return "tiny (any architecture), tinyllama-1.1b (llama), llama-3.2-1b (llama), "
+           "qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
+}
+
+enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
+                            struct kn_err *err)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const struct preset *p = &presets[i];
+        if (strcasecmp(name, p->name) != 0)
+            continue;
+        if (p->arch != SYNTH_ARCH_COUNT) {
+            if (*arch != SYNTH_ARCH_COUNT && *arch != p->arch)
+                return kn_fail(err, KN_E_ARG,
+                               "preset '%s' is a %s model, not %s; drop --arch or use --arch %s",
+                               name, arch_names[p->arch], arch_names[*arch], arch_names[p->arch]);
+            *arch = p->arch;
+        } else if (*arch == SYNTH_ARCH_COUNT) {
+            *arch = SYNTH_LLAMA;
+        }
+        *out = p->d;
+        if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
+            out->norm_eps = 1e-6f;
+            out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
+        }
+        return KN_OK;
+    }
+    return kn_fail(err, KN_E_ARG, "unknown preset '%s'; choose one of %s", name, synth_preset_list());
+}
+
+/* ---------------------------------------------------------------- dimensions */
+
+static bool parse_u32(const char *s, size_t len, uint32_t *out)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] < '0' || buf[i] > '9')
+            return false;
+    errno = 0;
+    unsigned long long v = strtoull(buf, NULL, 10);
+    if (errno || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool parse_f32(const char *s, size_t len, float *out)
+{
+    char buf[64], *end;
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    errno = 0;
+    double v = strtod(buf, &end);
+    if (errno || *end || !(v > 0) || v > 1e30)
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct kn_err *err)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        int kind; /* 0 u32, 1 f32, 2 bool */
+    } keys[] = {
+        {"dim", offsetof(struct synth_dims, n_embd), 0},
+        {"layers", offsetof(struct synth_dims, n_layer), 0},
+        {"heads", offsetof(struct synth_dims, n_head), 0},
+        {"kv_heads", offsetof(struct synth_dims, n_head_kv), 0},
+        {"head_dim", offsetof(struct synth_dims, head_dim), 0},
+        {"ffn", offsetof(struct synth_dims, n_ff), 0},
+        {"vocab", offsetof(struct synth_dims, n_vocab), 0},
+        {"ctx", offsetof(struct synth_dims, n_ctx), 0},
+        {"window", offsetof(struct synth_dims, n_swa), 0},
+        {"rope_base", offsetof(struct synth_dims, rope_base), 1},
+        {"eps", offsetof(struct synth_dims, norm_eps), 1},
+        {"tied", offsetof(struct synth_dims, tied), 2},
+    };
+    const char *p = spec;
+    if (!*p)
+        return kn_fail(err, KN_E_ARG, "--dims is empty; give key=value pairs such as dim=2048,layers=22");
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq)
+            return kn_fail(err, KN_E_ARG, "--dims: '%.*s' is not key=value", (int)len, p);
+        size_t klen = (size_t)(eq - p);
+        const char *val = eq + 1;
+        size_t vlen = len - klen - 1;
+        size_t k = 0;
+        for (; k < sizeof keys / sizeof keys[0]; k++)
+            if (strlen(keys[k].key) == klen && strncmp(keys[k].key, p, klen) == 0)
+                break;
+        if (k == sizeof keys / sizeof keys[0])
+            return kn_fail(err, KN_E_ARG,
+                           "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
+                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied",
+                           (int)klen, p);
+        bool ok;
+        char *field = (char *)d + keys[k].off;
+        if (keys[k].kind == 0) {
+            uint32_t v;
+            ok = parse_u32(val, vlen, &v) && v > 0;
+            if (ok)
+                memcpy(field, &v, sizeof v);
+        } else if (keys[k].kind == 1) {
+            float v;
+            ok = parse_f32(val, vlen, &v);
+            if (ok)
+                memcpy(field, &v, sizeof v);
+        } else {
+            ok = vlen == 1 && (val[0] == '0' || val[0] == '1');
+            if (ok)
+                *(bool *)field = val[0] == '1';
+        }
+        if (!ok)
+            return kn_fail(err, KN_E_ARG, "--dims: bad value '%.*s' for %s (%s)", (int)vlen, val,
+                           keys[k].key,
+                           keys[k].kind == 0   ? "a positive integer"
+                           : keys[k].kind == 1 ? "a positive number"
+                                               : "0 or 1");
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return KN_OK;
+}
+
+enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, struct kn_err *err)
+{
+    if (!d->n_embd || !d->n_layer || !d->n_head || !d->n_ff || !d->n_vocab)
+        return kn_fail(err, KN_E_ARG, "dimensions need dim, layers, heads, ffn and vocab (all > 0)");
+    if (!d->n_head_kv)
+        d->n_head_kv = d->n_head;
+    if (!d->head_dim)
+        d->head_dim = d->n_embd / d->n_head;
+    if (!d->n_ctx)
+        d->n_ctx = 2048;
+    if (!(d->rope_base > 0))
+        d->rope_base = 10000.0f;
+    if (!(d->norm_eps > 0))
+        d->norm_eps = arch == SYNTH_GEMMA3 ? 1e-6f : 1e-5f;
+    if (arch == SYNTH_GEMMA3 && !d->n_swa)
+        d->n_swa = 512;
+    /* Limits that keep every size product far from overflow and catch typos. */
+    if (d->n_embd > 65536 || d->n_ff > 262144 || d->n_layer > 512 || d->n_head > 1024 ||
+        d->head_dim > 1024 || d->n_vocab > (1u << 22) || d->n_ctx > (1u << 24))
+        return kn_fail(err, KN_E_ARG,
+                       "dimensions too large (limits: dim 65536, ffn 262144, layers 512, heads 1024, "
+                       "head_dim 1024, vocab 4194304, ctx 16777216)");
+    if (d->n_head % d->n_head_kv != 0)
+        return kn_fail(err, KN_E_ARG, "heads (%u) must be a multiple of kv_heads (%u)", d->n_head,
+                       d->n_head_kv);
+    if (d->head_dim % 2 != 0)
+        return kn_fail(err, KN_E_ARG, "head_dim (%u) must be even (RoPE rotates pairs)", d->head_dim);
+    if (arch == SYNTH_GEMMA3 && d->n_layer < 6)
+        return kn_fail(err, KN_E_ARG,
+                       "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
+                       "global-attention one, and llama.cpp cannot run a model without one",
+                       d->n_layer);
+    if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
+        return kn_fail(err, KN_E_ARG,
+                       "qwen2 needs heads * head_dim = dim (%u * %u != %u): llama.cpp's qwen2 "
+                       "has square attention matrices",
+                       d->n_head, d->head_dim, d->n_embd);
+    return KN_OK;
+}
+
+/* ---------------------------------------------------------------- tensor types */
+
+/* llama.cpp gives some layers more bits: the first and last eighth and every third
+ * layer in between. */
+static bool use_more_bits(int il, int n)
+{
+    return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
+                           int64_t ne0, uint32_t n_dims, bool tied)
+{
+    if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT)
+        return QT_F32;
+    uint32_t t = ftypes[ftype].type;
+    if (ftype == SYNTH_Q4_K_M) {
+        bool is_output = strcmp(name, "output.weight") == 0 ||
+                         (tied && strcmp(name, "token_embd.weight") == 0);
+        if (is_output)
+            t = ne0 % QK_K != 0 ? QT_Q8_0 : QT_Q6_K;
+        else if (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight"))
+            t = il >= 0 && use_more_bits(il, n_layer) ? QT_Q6_K : QT_Q4_K;
+    }
+    const struct quant_type_info *info = quant_type_info(t);
+    if (ne0 % info->block_size != 0) {
+        /* llama.cpp's fallbacks for rows that are not whole blocks */
+        switch (t) {
+        case QT_Q4_K: t = QT_Q5_0; break;
+        case QT_Q5_K: t = QT_Q5_1; break;
+        case QT_Q6_K: t = QT_Q8_0; break;
+        default: t = QT_F16; break;
+        }
+        if (ne0 % quant_type_info(t)->block_size != 0)
+            t = QT_F16;
+    }
+    return t;
+}
+
+/* ---------------------------------------------------------------- noise */
+
+/* A 64-bit mixing function (the splitmix64 finaliser): a bijection whose output bits
+ * each depend on every input bit. */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float synth_noise(uint64_t key, uint64_t i)
+{
+    uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ull);
+    /* four 16-bit uniforms; their sum minus its mean, scaled to unit variance:
+     * var(sum) = 4 * (65536^2 - 1) / 12, so scale by sqrt(3) / 65536 */
+    int32_t s = (int32_t)(h & 0xffff) + (int32_t)((h >> 16) & 0xffff) +
+                (int32_t)((h >> 32) & 0xffff) + (int32_t)(h >> 48);
+    return (float)(s - 131070) * (1.7320508f / 65536.0f);
+}
+
+uint64_t synth_tensor_key(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return mix64(mix64(seed) ^ h);
+}
+
+/* ---------------------------------------------------------------- built-in vocabulary */
+
+/* A SentencePiece-style ("llama") vocabulary that llama.cpp accepts: <unk>, <s>, </s>,
+ * the 256 byte tokens <0x00>..<0xFF> (so any text can be encoded), then pieces: "▁",
+ * the printable ASCII characters, "▁" + each of them, then "▁" + two lowercase letters,
+ * two lowercase letters, and so on with three and four letters, until n tokens. Every
+ * piece's prefixes come before it, so the tokenizer can build it by merges. */
+#define VOCAB_FIXED 3u
+#define VOCAB_MIN (VOCAB_FIXED + 256u + 1u + 94u + 94u)
+#define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's word-boundary mark */
+
+static size_t vocab_piece(uint32_t k, char *buf)
+{
+    size_t n = 0;
+    if (k == 0)
+        return (size_t)sprintf(buf, "<unk>");
+    if (k == 1)
+        return (size_t)sprintf(buf, "<s>");
+    if (k == 2)
+        return (size_t)sprintf(buf, "</s>");
+    k -= VOCAB_FIXED;
+    if (k < 256)
+        return (size_t)sprintf(buf, "<0x%02X>", k);
+    k -= 256;
+    if (k == 0) {
+        memcpy(buf, SPM_SPACE, 3);
+        return 3;
+    }
+    k -= 1;
+    if (k < 94) {
+        buf[0] = (char)(0x21 + k);
+        return 1;
+    }
+    k -= 94;
+    if (k < 94) {
+        memcpy(buf, SPM_SPACE, 3);
+        buf[3] = (char)(0x21 + k);
+        return 4;
+    }
+    k -= 94;
+    uint32_t count = 26 * 26;
+    for (int len = 2; len <= 4; len++, count *= 26) {
+        for (int space = 1; space >= 0; space--) {
+            if (k < count) {
+                if (space) {
+                    memcpy(buf, SPM_SPACE, 3);
+                    n = 3;
+                }
+                for (int j = len - 1; j >= 0; j--) {
+                    buf[n + (size_t)j] = (char)('a' + k % 26);
+                    k /= 26;
+                }
+                return n + (size_t)len;
+            }
+            k -= count;
+        }
+    }
+    return 0; /* beyond the largest size synth_check_dims allows */
+}
+
+static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, struct kn_err *err)
+{
+    if (n < VOCAB_MIN)
+        return kn_fail(err, KN_E_ARG,
+                       "the built-in vocabulary needs at least %u tokens (vocab=%u); raise vocab or "
+                       "give --vocab FILE.gguf", VOCAB_MIN, n);
+    enum kn_status st = KN_E_NOMEM;
+    char *text = kn_malloc((size_t)n * 8, err);
+    struct gguf_str *strs = kn_calloc(n, sizeof *strs, err);
+    float *scores = kn_calloc(n, sizeof *scores, err);
+    int32_t *types = kn_calloc(n, sizeof *types, err);
+    if (!text || !strs || !scores || !types)
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        char *p = text + (size_t)i * 8;
+        size_t len = vocab_piece(i, p);
+        if (len == 0) {
+            st = kn_fail(err, KN_E_ARG, "the built-in vocabulary has no more than %u tokens", i);
+            goto out;
+        }
+        strs[i].data = p;
+        strs[i].len = len;
+        /* llama.cpp's token types: 1 normal, 2 unknown, 3 control, 6 byte */
+        types[i] = i == 0 ? 2 : i < VOCAB_FIXED ? 3 : i < VOCAB_FIXED + 256 ? 6 : 1;
+        /* SentencePiece scores are log-probabilities: earlier (shorter) pieces likelier */
+        scores[i] = i < VOCAB_FIXED + 256 ? 0.0f : -(float)(i - VOCAB_FIXED - 256);
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_T_F32, scores, n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_I32, types, n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    st = KN_OK;
+out:
+    /* the writer copies arrays when they are set */
+    free(text);
+    free(strs);
+    free(scores);
+    free(types);
+    return st;
+}
+
+/* Copies every tokenizer.* key of a vocabulary GGUF and returns its token count. */
+static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *vf, const char *path,
+                                 uint32_t *n_vocab, struct kn_err *err)
+{
+    const struct gguf_value *tokens = gguf_get_arr(vf, "tokenizer.ggml.tokens", GGUF_T_STRING);
+    if (!tokens)
+        return kn_fail(err, KN_E_FORMAT,
+                       "%s has no tokenizer.ggml.tokens array: not a vocabulary file (try one of "
+                       "the ggml-vocab-*.gguf files)", path);
+    if (tokens->v.arr.n == 0 || tokens->v.arr.n > (1u << 22))
+        return kn_fail(err, KN_E_FORMAT, "%s: vocabulary of %llu tokens (1 to 4194304 supported)",
+                       path, (unsigned long long)tokens->v.arr.n);
+    for (int64_t i = 0; i < gguf_n_kv(vf); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(vf, i);
+        if (strncmp(kv->key, "tokenizer.", 10) == 0)
+            gguf_writer_copy_kv(w, kv);
+    }
+    *n_vocab = (uint32_t)tokens->v.arr.n;
+    return KN_OK;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+enum fill { FILL_NOISE, FILL_ONES };
+
+struct tensor_spec {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[2];
+    enum fill fill;
+    int layer;     /* -1 outside the blocks */
+    uint32_t type; /* GGML type in the file */
+};
+
+#define MAX_PER_LAYER 16
+
+static void add_spec(struct tensor_spec *s, int *n, const char *name, int layer, uint32_t n_dims,
+                     int64_t ne0, int64_t ne1, enum fill fill)
+{
+    struct tensor_spec *t = &s[(*n)++];
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = n_dims > 1 ? ne1 : 1;
+    t->fill = fill;
+    t->layer = layer;
+}
+
+/* The tensors of an architecture in file order (llama.cpp's names and shapes; ne[0] is
+ * the input width of a matrix). */
+static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct tensor_spec *s)
+{
+    int n = 0;
+    int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
+    add_spec(s, &n, "token_embd.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
+    for (int il = 0; il < (int)d->n_layer; il++) {
+        add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
+        if (arch == SYNTH_QWEN2)
+            add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
+        add_spec(s, &n, "attn_k.weight", il, 2, E, KV, FILL_NOISE);
+        if (arch == SYNTH_QWEN2)
+            add_spec(s, &n, "attn_k.bias", il, 1, KV, 1, FILL_NOISE);
+        add_spec(s, &n, "attn_v.weight", il, 2, E, KV, FILL_NOISE);
+        if (arch == SYNTH_QWEN2)
+            add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
+        add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
+        if (arch == SYNTH_QWEN3 || arch == SYNTH_GEMMA3) {
+            add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
+            add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
+        }
+        if (arch == SYNTH_GEMMA3)
+            add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
+        add_spec(s, &n, "ffn_up.weight", il, 2, E, d->n_ff, FILL_NOISE);
+        add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
+        if (arch == SYNTH_GEMMA3)
+            add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
+    }
+    add_spec(s, &n, "output_norm.weight", -1, 1, E, 1, FILL_ONES);
+    if (!d->tied)
+        add_spec(s, &n, "output.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
+    return n;
+}
+
+/* The scale of trained weights: N(0, 0.02), the usual initialisation of these models. */
+#define WEIGHT_STD 0.02f
+
+struct fill_job {
+    const struct tensor_spec *t;
+    uint32_t type;
+    uint64_t key;
+    uint64_t row_bytes;
+    uint8_t *out;
+    int64_t r0, r1; /* rows of this job */
+    bool ok;
+};
+
+static void *fill_rows(void *arg)
+{
+    struct fill_job *j = arg;
+    const struct tensor_spec *t = j->t;
+    int64_t ne0 = t->ne[0];
+    float *x = malloc((size_t)ne0 * sizeof(float));
+    j->ok = x != NULL;
+    for (int64_t r = j->r0; x && r < j->r1; r++) {
+        for (int64_t c = 0; c < ne0; c++)
+            x[c] = t->fill == FILL_ONES ? 1.0f
+                                        : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
+        if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
+            j->ok = false;
+    }
+    free(x);
+    return NULL;
+}
+
+#define MAX_THREADS 64
+
+/* Fills a tensor's bytes, rows split evenly over threads. */
+static enum kn_status make_tensor(const struct tensor_spec *t, uint32_t type, uint64_t seed,
+                                  int threads, uint8_t *out, uint64_t row_bytes, struct kn_err *err)
+{
+    struct fill_job jobs[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int64_t rows = t->ne[1];
+    int nt = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if (rows < nt)
+        nt = (int)rows;
+    /* small tensors are not worth a thread */
+    if ((uint64_t)rows * (uint64_t)t->ne[0] < 65536)
+        nt = 1;
+    uint64_t key = synth_tensor_key(seed, t->name);
+    bool started[MAX_THREADS] = {false};
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = (struct fill_job){t, type, key, row_bytes, out, rows * i / nt, rows * (i + 1) / nt, false};
+        if (i > 0)
+            started[i] = pthread_create(&tid[i], NULL, fill_rows, &jobs[i]) == 0;
+    }
+    fill_rows(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            fill_rows(&jobs[i]); /* no thread: do its share here */
+    }
+    for (int i = 0; i < nt; i++)
+        if (!jobs[i].ok)
+            return kn_fail(err, KN_E_NOMEM, "out of memory while making tensor %s", t->name);
+    return KN_OK;
+}
+
+/* ---------------------------------------------------------------- the file */
+
+struct fill_ctx {
+    struct tensor_spec *specs;
+    int n;
+    int next; /* where the name search starts: the writer asks in order */
+    uint64_t seed;
+    int threads;
+};
+
+static enum kn_status fill_tensor(void *ctx, const char *name, void *dst, uint64_t size,
+                                  struct kn_err *err)
+{
+    struct fill_ctx *fc = ctx;
+    for (int k = 0; k < fc->n; k++) {
+        int i = (fc->next + k) % fc->n;
+        const struct tensor_spec *t = &fc->specs[i];
+        if (strcmp(t->name, name) != 0)
+            continue;
+        fc->next = i + 1;
+        uint64_t row_bytes;
+        if (!quant_row_size(t->type, (uint64_t)t->ne[0], &row_bytes) ||
+            row_bytes * (uint64_t)t->ne[1] != size)
+            return kn_fail(err, KN_E_INTERNAL, "tensor %s: the writer asks for %llu bytes", name,
+                           (unsigned long long)size);
+        return make_tensor(t, t->type, fc->seed, fc->threads, dst, row_bytes, err);
+    }
+    return kn_fail(err, KN_E_INTERNAL, "the writer asks for unknown tensor %s", name);
+}
+
+static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struct synth_dims *d)
+{
+    const char *a = arch_names[arch];
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    gguf_writer_set_u32(w, KEY("context_length"), d->n_ctx);
+    gguf_writer_set_u32(w, KEY("embedding_length"), d->n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), d->n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), d->n_ff);
+    gguf_writer_set_u32(w, KEY("attention.head_count"), d->n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), d->n_head_kv);
+    gguf_writer_set_u32(w, KEY("attention.key_length"), d->head_dim);
+    gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), d->rope_base);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->head_dim);
+    gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
+    if (arch == SYNTH_GEMMA3)
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+#undef KEY
+}
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+enum kn_status synth_write(const struct synth_params *p, const char *path, struct kn_err *err)
+{
+    struct synth_dims d = p->dims;
+    enum kn_status st = synth_check_dims(p->arch, &d, err);
+    if (st != KN_OK)
+        return st;
+    if (p->ftype >= SYNTH_FTYPE_COUNT)
+        return kn_fail(err, KN_E_ARG, "unknown weight type");
+
+    struct gguf_file *vf = NULL;
+    struct tensor_spec *specs = NULL;
+    struct gguf_writer *w = gguf_writer_new();
+    if (!w)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+
+    /* Vocabulary first: it can change n_vocab, which sizes the embedding. */
+    uint32_t n_vocab_file = 0;
+    if (p->vocab_path) {
+        st = gguf_open(&vf, p->vocab_path, err);
+        if (st != KN_OK) {
+            kn_err_prefix(err, "--vocab");
+            goto out;
+        }
+    }
+
+    gguf_writer_set_str(w, "general.architecture", arch_names[p->arch]);
+    gguf_writer_set_str(w, "general.type", "model");
+    gguf_writer_set_str(w, "general.name", p->name ? p->name : "kinetic-synth");
+    char desc[160];
+    snprintf(desc, sizeof desc,
+             "random weights made by kinetic synth (seed %llu, %s): real shapes, writes noise",
+             (unsigned long long)p->seed, ftypes[p->ftype].name);
+    gguf_writer_set_str(w, "general.description", desc);
+    gguf_writer_set_u32(w, "general.file_type", ftypes[p->ftype].file_type);
+    if (p->ftype != SYNTH_F32 && p->ftype != SYNTH_F16 && p->ftype != SYNTH_BF16)
+        gguf_writer_set_u32(w, "general.quantization_version", 2);
+
+    if (vf) {
+        st = copy_vocab(w, vf, p->vocab_path, &n_vocab_file, err);
+        if (st != KN_OK)
+            goto out;
+        d.n_vocab = n_vocab_file;
+    } else {
+        st = builtin_vocab(w, d.n_vocab, err);
+        if (st != KN_OK)
+            goto out;
+    }
+    set_arch_kv(w, p->arch, &d);
+
+    specs = kn_calloc((size_t)d.n_layer * MAX_PER_LAYER + 4, sizeof *specs, err);
+    if (!specs) {
+        st = KN_E_NOMEM;
+        goto out;
+    }
+    struct fill_ctx fc = {specs, list_tensors(p->arch, &d, specs), 0, p->seed,
+                          p->threads > 0 ? p->threads : default_threads()};
+    for (int i = 0; i < fc.n; i++) {
+        struct tensor_spec *t = &specs[i];
+        t->type = synth_tensor_type(p->ftype, t->name, t->layer, (int)d.n_layer, t->ne[0],
+                                    t->n_dims, d.tied);
+        /* The writer calls fill_tensor for each tensor while it streams the file, so only
+         * the largest tensor is ever in memory. */
+        gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, &fc);
+    }
+    st = gguf_writer_write(w, path, err);
+out:
+    free(specs);
+    gguf_writer_free(w);
+    if (vf)
+        gguf_close(vf);
+    return st;
+}

@@ -1,0 +1,100 @@
+/* synth.h: random-weight models with real shapes (kinetic synth).
+ *
+ * A synthetic model has the tensors, shapes and metadata llama.cpp (and Kinetic) need to
+ * load an architecture, weights drawn from N(0, 0.02)-like noise by a counter-based
+ * generator, norms of 1.0, and a vocabulary copied from a vocabulary-only GGUF or built
+ * in. Quantization uses Kinetic's reference quantizers (src/quant). The output is a
+ * pure function of the parameters: the same parameters give the same bytes on every
+ * machine and with any thread count. */
+#ifndef KN_SYNTH_H
+#define KN_SYNTH_H
+
+#include "../base/base.h"
+
+enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_ARCH_COUNT };
+
+/* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
+enum synth_ftype {
+    SYNTH_F32,
+    SYNTH_F16,
+    SYNTH_BF16,
+    SYNTH_Q8_0,
+    SYNTH_Q4_0,
+    SYNTH_Q4_1,
+    SYNTH_Q5_0,
+    SYNTH_Q5_1,
+    SYNTH_Q4_K,
+    SYNTH_Q5_K,
+    SYNTH_Q6_K,
+    SYNTH_Q4_K_M,
+    SYNTH_FTYPE_COUNT,
+};
+
+struct synth_dims {
+    uint32_t n_embd;     /* model width */
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;   /* per head; q is n_head * head_dim wide */
+    uint32_t n_ff;       /* feed-forward width */
+    uint32_t n_vocab;    /* replaced by the vocabulary file's size when one is given */
+    uint32_t n_ctx;      /* training context length (metadata only) */
+    uint32_t n_swa;      /* gemma3: sliding-window size */
+    float rope_base;
+    float norm_eps;
+    bool tied;           /* no output.weight: the embedding is the output matrix too */
+};
+
+struct synth_params {
+    enum synth_arch arch;
+    struct synth_dims dims;
+    enum synth_ftype ftype;
+    const char *vocab_path; /* NULL: the built-in vocabulary */
+    uint64_t seed;
+    int threads;            /* 0: one per CPU (the output does not depend on it) */
+    const char *name;       /* general.name */
+};
+
+const char *synth_arch_name(enum synth_arch a);
+const char *synth_ftype_name(enum synth_ftype t);
+/* Parse names; return KN_E_ARG with a message listing the valid names. */
+KN_MUST_USE enum kn_status synth_parse_arch(const char *s, enum synth_arch *out, struct kn_err *err);
+KN_MUST_USE enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn_err *err);
+
+/* Looks up a preset. *arch is in/out: on input the architecture the user asked for
+ * (or SYNTH_ARCH_COUNT for none); a preset of another architecture is an error; on
+ * output the preset's architecture. "tiny" exists for every architecture. */
+KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
+                                        struct synth_dims *out, struct kn_err *err);
+/* A comma-separated list of preset names, for help text. */
+const char *synth_preset_list(void);
+
+/* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
+ * rope_base eps window tied) to *d. Fails on an unknown key, a malformed or
+ * out-of-range value. */
+KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
+                                            struct kn_err *err);
+/* Fills the defaults an architecture implies (head_dim, kv heads, ...) and checks that the
+ * dimensions are usable. */
+KN_MUST_USE enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d,
+                                            struct kn_err *err);
+
+/* The GGML type tensor `name` (row length ne0; layer il of n_layer, -1 for none) gets
+ * under ftype: llama.cpp's choices for Q4_K_M, the single type otherwise, with
+ * llama.cpp's fallbacks when ne0 is not a multiple of the block size; 1-D tensors F32. */
+uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
+                           int64_t ne0, uint32_t n_dims, bool tied);
+/* general.file_type for ftype (llama.cpp's llama_ftype numbering). */
+uint32_t synth_file_type(enum synth_ftype ftype);
+
+/* Element i of the noise stream `key`: approximately N(0, 1) (a sum of four uniforms,
+ * so within +-3.47), computed with integer arithmetic and one float multiply. */
+float synth_noise(uint64_t key, uint64_t i);
+/* The stream key of a tensor: a hash of the seed and the tensor's name. */
+uint64_t synth_tensor_key(uint64_t seed, const char *name);
+
+/* Writes the model to path (atomically). */
+KN_MUST_USE enum kn_status synth_write(const struct synth_params *p, const char *path,
+                                       struct kn_err *err);
+
+#endif

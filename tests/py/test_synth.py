@@ -1,0 +1,322 @@
+"""kinetic synth: random-weight models with real shapes, checked with gguf-py (an independent
+GGUF reader) and with `kinetic info`.
+
+The expected tensor types restate llama.cpp's Q4_K_M rules (src/llama-quant.cpp) here in
+Python, independently of the C code.
+"""
+import hashlib
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+KINETIC = os.environ.get("KINETIC", os.path.join(os.path.dirname(__file__), "..", "..", "build", "kinetic"))
+SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
+SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
+GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
+
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
+T = gguf.GGMLQuantizationType
+SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
+          "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q4_k": T.Q4_K, "q5_k": T.Q5_K,
+          "q6_k": T.Q6_K, "q4_k_m": T.Q4_K}
+FILE_TYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8,
+             "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18, "q4_k_m": 15}
+
+
+def synth(*args, check=True):
+    r = subprocess.run([KINETIC, "synth", *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def fields(reader):
+    out = {}
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF."):
+            continue
+        out[f.name] = f.contents()
+    return out
+
+
+def more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def expected_type(ftype, name, n_dims, ne0, n_layer, tied):
+    """llama.cpp's choice (Q4_K_M) or the single type, with llama.cpp's fallbacks."""
+    if n_dims < 2:
+        return T.F32
+    t = SINGLE[ftype]
+    if ftype == "q4_k_m":
+        if name == "output.weight" or (tied and name == "token_embd.weight"):
+            t = T.Q8_0 if ne0 % 256 else T.Q6_K
+        elif name.endswith("attn_v.weight") or name.endswith("ffn_down.weight"):
+            il = int(name.split(".")[1])
+            t = T.Q6_K if more_bits(il, n_layer) else T.Q4_K
+    bs = gguf.GGML_QUANT_SIZES[t][0]
+    if ne0 % bs:
+        t = {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}.get(t, T.F16)
+        if ne0 % gguf.GGML_QUANT_SIZES[t][0]:
+            t = T.F16
+    return t
+
+
+def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tied):
+    """name -> shape (ne0 first), as llama.cpp's loader wants them."""
+    q, kv = n_head * head_dim, n_kv * head_dim
+    t = {"token_embd.weight": [dim, vocab], "output_norm.weight": [dim]}
+    if not tied:
+        t["output.weight"] = [dim, vocab]
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        t.update({b + "attn_norm.weight": [dim], b + "attn_q.weight": [dim, q],
+                  b + "attn_k.weight": [dim, kv], b + "attn_v.weight": [dim, kv],
+                  b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim],
+                  b + "ffn_gate.weight": [dim, ffn], b + "ffn_up.weight": [dim, ffn],
+                  b + "ffn_down.weight": [ffn, dim]})
+        if arch == "qwen2":
+            t.update({b + "attn_q.bias": [q], b + "attn_k.bias": [kv], b + "attn_v.bias": [kv]})
+        if arch in ("qwen3", "gemma3"):
+            t.update({b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
+        if arch == "gemma3":
+            t.update({b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
+    return t
+
+
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    for arch in ARCHS:
+        for ty in TYPES:
+            synth("--arch", arch, "--preset", "tiny", "--type", ty, "--seed", 1, "-o", d / f"{arch}-{ty}.gguf")
+    return d
+
+
+def kinetic_info(path):
+    r = subprocess.run([KINETIC, "info", str(path)], capture_output=True, text=True, timeout=60)
+    if "not available yet" in r.stderr:
+        pytest.skip("kinetic info is not built in this tree yet")
+    return r
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("ty", TYPES)
+def test_tiny_loads(tiny_dir, arch, ty):
+    path = tiny_dir / f"{arch}-{ty}.gguf"
+    r = gguf.GGUFReader(path)
+    kv = fields(r)
+    n_layer = TINY_LAYERS[arch]
+    assert kv["general.architecture"] == arch
+    assert kv["general.file_type"] == FILE_TYPE[ty]
+    assert kv[f"{arch}.block_count"] == n_layer
+    assert kv[f"{arch}.embedding_length"] == 256
+    assert kv[f"{arch}.attention.head_count"] == 4
+    assert kv[f"{arch}.attention.head_count_kv"] == 2
+    assert kv[f"{arch}.attention.key_length"] == 64
+    assert kv[f"{arch}.feed_forward_length"] == 512
+    assert kv[f"{arch}.vocab_size"] == 512
+    assert kv["tokenizer.ggml.model"] == "llama"
+    assert len(kv["tokenizer.ggml.tokens"]) == 512
+    if arch == "gemma3":
+        assert kv["gemma3.attention.sliding_window"] == 128
+    want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=False)
+    got = {t.name: t for t in r.tensors}
+    assert set(got) == set(want)
+    for name, t in got.items():
+        assert list(map(int, t.shape)) == want[name], name
+        assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], n_layer, False), name
+        if len(want[name]) == 1 and "norm" in name:
+            assert np.all(np.asarray(t.data) == 1.0), f"{name}: norms must be 1.0"
+    # the weights are N(0, 0.02)-like after quantization
+    emb = got["token_embd.weight"]
+    w = gguf.quants.dequantize(np.asarray(emb.data), T(emb.tensor_type)).astype(np.float64)
+    assert abs(w.mean()) < 0.001 and 0.019 < w.std() < 0.0215, (w.mean(), w.std())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("ty", TYPES)
+def test_tiny_info(tiny_dir, arch, ty):
+    info = kinetic_info(tiny_dir / f"{arch}-{ty}.gguf")
+    assert info.returncode == 0, info.stderr
+    assert arch in info.stdout
+
+
+def test_q4_k_m_mix_gemma_like(tmp_path):
+    """Gemma 3 270M's shapes: 640-wide rows take llama.cpp's fallbacks (Q5_0, Q8_0), as in
+    the real Q4_K_M file."""
+    out = tmp_path / "g.gguf"
+    synth("--preset", "gemma3-270m", "--dims", "layers=6,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["gemma3.embedding_length"] == 640 and kv["gemma3.attention.key_length"] == 256
+    assert kv["gemma3.attention.head_count_kv"] == 1 and kv["gemma3.attention.sliding_window"] == 512
+    types = {t.name: T(t.tensor_type) for t in r.tensors}
+    assert "output.weight" not in types  # tied
+    assert types["token_embd.weight"] == T.Q8_0
+    assert types["blk.0.attn_q.weight"] == T.Q5_0
+    # with 6 layers llama.cpp gives layers 2 and 5 more bits
+    assert types["blk.5.attn_v.weight"] == T.Q8_0  # Q6_K -> Q8_0 (640 is not whole K blocks)
+    assert types["blk.2.attn_v.weight"] == T.Q8_0
+    assert types["blk.1.attn_v.weight"] == T.Q5_0  # Q4_K -> Q5_0
+    assert types["blk.0.attn_output.weight"] == T.Q4_K  # 1024 wide
+    assert types["blk.2.ffn_down.weight"] == T.Q6_K  # 2048 wide
+    assert types["blk.0.ffn_down.weight"] == T.Q4_K
+
+
+def test_deterministic(tmp_path):
+    """Same arguments, same bytes, whatever the thread count; another seed, other weights."""
+    a, b, c = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    args = ["--arch", "qwen2", "--dims", "dim=512,layers=2,heads=8,kv_heads=2,ffn=1024,vocab=2048",
+            "--type", "q4_k_m", "--seed", "9"]
+    synth(*args, "--threads", "1", "-o", a)
+    synth(*args, "--threads", "3", "-o", b)
+    assert a.read_bytes() == b.read_bytes()
+    synth(*args[:-1], "10", "--threads", "2", "-o", c)
+    ra, rc = gguf.GGUFReader(a), gguf.GGUFReader(c)
+    ta = {t.name: np.asarray(t.data).tobytes() for t in ra.tensors}
+    tc = {t.name: np.asarray(t.data).tobytes() for t in rc.tensors}
+    assert ta["blk.0.ffn_up.weight"] != tc["blk.0.ffn_up.weight"]
+    assert ta["blk.0.attn_norm.weight"] == tc["blk.0.attn_norm.weight"]
+
+
+# The bytes of every tensor of one tiny model, pinned: the noise generator and the
+# reference quantizers are part of the promise that synth files are identical on every
+# machine. A deliberate change to either must update this hash.
+GOLDEN = {"q4_k_m": "a98689e23138c89c0903fb0f376786c4b5403e752ab4bdaffaeb4eeb3d8728b7"}
+
+
+def tensor_digest(path):
+    h = hashlib.sha256()
+    for t in gguf.GGUFReader(path).tensors:
+        h.update(t.name.encode())
+        h.update(np.asarray(t.data).tobytes())
+    return h.hexdigest()
+
+
+def test_golden_weights(tiny_dir):
+    assert tensor_digest(tiny_dir / "llama-q4_k_m.gguf") == GOLDEN["q4_k_m"]
+
+
+def test_vocab_copied(tmp_path):
+    if not os.path.exists(SPM_VOCAB):
+        pytest.skip("no vocabulary files")
+    out = tmp_path / "v.gguf"
+    synth("--preset", "tiny", "--vocab", SPM_VOCAB, "--type", "q8_0", "-o", out)
+    src = fields(gguf.GGUFReader(SPM_VOCAB))
+    r = gguf.GGUFReader(out)
+    dst = fields(r)
+    tok_keys = {k for k in src if k.startswith("tokenizer.")}
+    assert tok_keys == {k for k in dst if k.startswith("tokenizer.")}
+    for k in tok_keys:
+        assert dst[k] == src[k], k
+    assert dst["llama.vocab_size"] == 32000
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["token_embd.weight"] == [256, 32000] and shapes["output.weight"] == [256, 32000]
+
+
+def test_vocab_bpe_with_dims(tmp_path):
+    """A BPE vocabulary (with merges) and --dims without vocab=: the file sets the size."""
+    if not os.path.exists(GPT2_VOCAB):
+        pytest.skip("no vocabulary files")
+    out = tmp_path / "b.gguf"
+    synth("--arch", "qwen3", "--dims", "dim=256,layers=1,heads=2,kv_heads=1,head_dim=128,ffn=256",
+          "--vocab", GPT2_VOCAB, "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    n = len(kv["tokenizer.ggml.tokens"])
+    assert kv["tokenizer.ggml.model"] == "gpt2" and len(kv["tokenizer.ggml.merges"]) > 0
+    assert kv["qwen3.vocab_size"] == n and kv["qwen3.attention.key_length"] == 128
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q.weight"] == [256, 256] and shapes["blk.0.attn_k_norm.weight"] == [128]
+    assert shapes["token_embd.weight"] == [256, n]
+
+
+def test_builtin_vocab(tiny_dir):
+    kv = fields(gguf.GGUFReader(tiny_dir / "llama-q8_0.gguf"))
+    toks = kv["tokenizer.ggml.tokens"]
+    types = kv["tokenizer.ggml.token_type"]
+    assert len(set(toks)) == len(toks) == 512
+    assert toks[:3] == ["<unk>", "<s>", "</s>"] and types[:3] == [2, 3, 3]
+    assert toks[3] == "<0x00>" and toks[3 + 0x0A] == "<0x0A>" and toks[258] == "<0xFF>"
+    assert all(t == 6 for t in types[3:259])
+    assert toks[259] == "\u2581" and toks[260] == "!" and all(t == 1 for t in types[259:])
+    assert kv["tokenizer.ggml.bos_token_id"] == 1 and kv["tokenizer.ggml.eos_token_id"] == 2
+    # every piece's prefixes (in characters) are pieces too, so merges can build it
+    vocab = set(toks)
+    for t in toks[259:]:
+        for k in range(1, len(t)):
+            assert t[:k] in vocab, t
+
+
+def test_big_preset_shapes(tmp_path):
+    """The 1B-class presets, with fewer layers and a small vocabulary to stay quick."""
+    out = tmp_path / "l.gguf"
+    synth("--preset", "llama-3.2-1b", "--dims", "layers=1,vocab=1024", "--type", "q4_0", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["llama.rope.freq_base"] == 500000.0 and kv["llama.feed_forward_length"] == 8192
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_k.weight"] == [2048, 512] and "output.weight" not in shapes
+    out = tmp_path / "q.gguf"
+    synth("--preset", "qwen2.5-0.5b", "--dims", "layers=1,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q.bias"] == [896] and shapes["blk.0.attn_k.weight"] == [896, 128]
+    types = {t.name: T(t.tensor_type) for t in r.tensors}
+    assert types["blk.0.attn_q.weight"] == T.Q5_0 and types["token_embd.weight"] == T.Q8_0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--preset", "tiny", "--type", "q3_k"], "unknown type 'q3_k'"),
+    (["--preset", "tiny", "--arch", "gpt2"], "unknown architecture 'gpt2'"),
+    (["--preset", "tinyllama-1.1b", "--arch", "qwen2"], "is a llama model"),
+    (["--dims", "dim=256,layers=2"], "need dim, layers, heads, ffn and vocab"),
+    (["--dims", "dim=256,depth=2"], "unknown key 'depth'"),
+    (["--dims", "dim=abc"], "bad value 'abc' for dim"),
+    (["--dims", "dim=256,layers=2,heads=4,kv_heads=3,ffn=512,vocab=512"], "multiple of kv_heads"),
+    (["--arch", "gemma3", "--preset", "tiny", "--dims", "layers=2"], "at least 6 layers"),
+    (["--preset", "tiny", "--dims", "vocab=100"], "at least 448 tokens"),
+    (["--preset", "tiny", "--vocab", "/nonexistent/vocab.gguf"], "/nonexistent/vocab.gguf"),
+    (["--type", "q8_0"], "give --preset NAME or --dims SPEC"),
+    (["--preset", "tiny", "--threads", "x"], "wants an integer"),
+])
+def test_bad_arguments(tmp_path, args, message):
+    out = tmp_path / "x.gguf"
+    r = synth(*args, "-o", out, check=False)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_bad_vocab_file(tmp_path):
+    """A file that is not GGUF, and a GGUF without tokens, are refused with the reason."""
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    r = synth("--preset", "tiny", "--vocab", junk, "-o", tmp_path / "x.gguf", check=False)
+    assert r.returncode != 0 and "--vocab" in r.stderr and "junk.gguf" in r.stderr
+    model = tmp_path / "m.gguf"
+    synth("--preset", "tiny", "-o", model)
+    # a model file has a vocabulary; strip it by writing a vocab-less GGUF with gguf-py
+    w = gguf.GGUFWriter(tmp_path / "empty.gguf", "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    r = synth("--preset", "tiny", "--vocab", tmp_path / "empty.gguf", "-o", tmp_path / "y.gguf", check=False)
+    assert r.returncode != 0 and "no tokenizer.ggml.tokens" in r.stderr
+
+
+def test_missing_output_and_help():
+    r = synth("--preset", "tiny", check=False)
+    assert r.returncode == 2 and "-o OUT.gguf is required" in r.stderr
+    r = synth("--help")
+    assert "presets:" in r.stdout and "tinyllama-1.1b" in r.stdout and "dim=N" in r.stdout
