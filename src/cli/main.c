@@ -15,6 +15,7 @@ struct command {
 
 static const struct command commands[] = {
     {"info", cmd_info, "describe a GGUF model file"},
+    {"run", cmd_run, "generate text from a prompt"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
     {"tokenize", cmd_tokenize, "show how a model's tokenizer splits text"},
 };
