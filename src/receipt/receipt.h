@@ -13,6 +13,8 @@
 #include "../base/json.h"
 #include "../sample/sample.h"
 
+#include <stdio.h>
+
 #define RECEIPT_VERSION 1
 #define RECEIPT_KEY_HEX 64  /* an Ed25519 public key as hex */
 #define RECEIPT_SIG_HEX 128 /* an Ed25519 signature as hex */
@@ -109,3 +111,55 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
                                                const struct receipt *r);
 
 #endif
+
+/* ---------------------------------------------------------------- from a run */
+
+/* What a finished generation hands over to become a receipt. Pointers are borrowed. */
+struct receipt_run {
+    const char *model_path;          /* as given by the user */
+    const struct json_value *input;  /* messages array or prompt string */
+    const int32_t *prompt;
+    int64_t n_prompt;
+    const struct sample_params *sampling;
+    int64_t max_tokens;              /* -1: none */
+    const char *const *stop;
+    int64_t n_stop;
+    const char *finish;              /* "stop" or "length" */
+    const char *text;                /* the output text (sanitised to UTF-8 here) */
+    size_t text_len;
+    const int32_t *output;
+    int64_t n_output;
+    int64_t ctx_size;
+    const char *cache_type;          /* "f32" or "f16" */
+};
+
+/* Fills r from a run: Kinetic's version and build id, the numerics version, the model
+ * file's size and BLAKE3 (through the model-hash cache), the active device class and the
+ * CPU's name. */
+KN_MUST_USE enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run,
+                                            struct kn_err *err);
+
+/* ---------------------------------------------------------------- verification */
+
+/* verify-receipt's exit codes (documented in docs/receipts.md). */
+enum receipt_exit {
+    RECEIPT_EXIT_IDENTICAL = 0, /* every check passed and the rerun is identical */
+    RECEIPT_EXIT_ERROR = 1,     /* could not check: I/O, memory, model does not load */
+    RECEIPT_EXIT_USAGE = 2,     /* bad command line */
+    RECEIPT_EXIT_MALFORMED = 3, /* not a receipt: bad JSON, missing or mistyped field */
+    RECEIPT_EXIT_HASHES = 4,    /* a token count or BLAKE3 does not match the ids */
+    RECEIPT_EXIT_SIGNATURE = 5, /* the signature is invalid (or absent when required) */
+    RECEIPT_EXIT_MODEL = 6,     /* the model file is missing or is not the receipt's */
+    RECEIPT_EXIT_DIFFERS = 7,   /* the rerun produced other tokens */
+};
+
+struct receipt_verify_opts {
+    const char *model;      /* NULL: the receipt's model.path */
+    const char *device;     /* NULL: this CPU's best class; else e.g. "cpu-x86_64-scalar" */
+    int threads;            /* 0: default */
+    const char *public_key; /* NULL, or the hex key the signature must be made with */
+};
+
+/* Checks the receipt at path (token hashes, signature, model, rerun) and prints the
+ * report to out. Returns an enum receipt_exit code. */
+int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out);
