@@ -1,7 +1,8 @@
 /* ops.h: the non-matmul kernels (Kinetic's own math, RMSNorm, RoPE, softmax, gated
  * activations, elementwise ops, embedding rows, KV stores, attention over the KV cache).
  *
- * Every function here computes bits fixed by docs/numerics.md (section "ops"): the
+ * Every function here computes bits fixed by docs/numerics.md (sections "Kinetic's own
+ * math" to "What is scalar on every ISA"): the
  * portable reference (ops.c, attn.c, kmath.c) is the specification, and the AVX2 and
  * AVX-512 versions produce the same bits on every input. No result depends on the batch
  * size, a row's place in the batch, the thread count or how work was split.
@@ -106,7 +107,7 @@ KN_MUST_USE enum kn_status kern_rope_init(struct kern_rope *rope,
                                           struct kn_err *err);
 /* Sin/cos table for T positions: table (T, 2, n_rot/2): row t holds cos of pairs
  * 0..n_rot/2-1 then sin of them, each (float)(mscale * cos(pos[t] * freq[i])) computed in
- * double by kern_sincos_f64. Positions must be >= 0. */
+ * double by kern_sincos_f64. Positions must be in [0, 2^30). */
 void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
                      float *table);
 /* Rotates x in place: x (T, H, D) with token t's heads at x + t*x_stride, head h at
