@@ -4,8 +4,8 @@
  * Every function here computes bits fixed by docs/numerics.md (sections "Kinetic's own
  * math" to "What is scalar on every ISA"): the portable reference (ops.c, attn.c, kmath.c)
  * is the specification, and the AVX2 and AVX-512 versions produce the same bits on every
- * input. No result depends on the batch
- * size, a row's place in the batch, the thread count or how work was split.
+ * input. No result depends on the batch size, a row's place in the batch, the thread count
+ * or how work was split.
  *
  * Shapes use fixed letters: n = elements of a row, T = tokens, H = query heads,
  * Hkv = key/value heads, D = head dimension, P = positions in a KV cache. A "stride" is in
