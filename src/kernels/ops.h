@@ -173,7 +173,8 @@ KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struc
  * disjoint ranges. No allocation. */
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
 /* Computes every pair on the threads of pool (NULL: the calling thread), each thread a
- * contiguous range of whole kv-head groups (kern_split). Same bits as kern_attn(a, 0, T*H). */
+ * contiguous range (kern_split) of whole kv-head groups, or of single pairs when there are
+ * fewer groups than threads. Same bits as kern_attn(a, 0, T*H). */
 struct kern_pool;
 void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 
