@@ -107,7 +107,8 @@ KN_MUST_USE enum kn_status kern_rope_init(struct kern_rope *rope,
                                           struct kn_err *err);
 /* Sin/cos table for T positions: table (T, 2, n_rot/2): row t holds cos of pairs
  * 0..n_rot/2-1 then sin of them, each (float)(mscale * cos(pos[t] * freq[i])) computed in
- * double by kern_sincos_f64. Positions must be in [0, 2^30). */
+ * double by kern_sincos_f64 (the SIMD levels run its steps on 4 or 8 doubles at a time).
+ * Positions must be in [0, 2^30). */
 void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
                      float *table);
 /* Rotates x in place: x (T, H, D) with token t's heads at x + t*x_stride, head h at
@@ -197,6 +198,8 @@ struct kern_ops {
                     int64_t n_rows, int64_t n, float eps);
     void (*rope)(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
                  int64_t n_head, int64_t head_dim, const float *table);
+    void (*rope_table)(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                       float *table);
     void (*attn)(const struct kern_attn_args *a, int64_t begin, int64_t end);
 };
 
