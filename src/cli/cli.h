@@ -29,6 +29,9 @@ void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *op
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

@@ -200,10 +200,49 @@ static int decode(const struct tok *t, const char *list, bool special, bool hex_
     return rc;
 }
 
+static void print_id(const char *name, const struct tok *t, int32_t id)
+{
+    if (id == TOK_NULL) {
+        printf("%-9s none\n", name);
+        return;
+    }
+    size_t l;
+    const char *s = tok_text(t, id, &l);
+    printf("%-9s %d '", name, id);
+    print_escaped(s, l);
+    fputs("'\n", stdout);
+}
+
+/* Describes the tokenizer: family, pre-tokenizer, special ids, end-of-generation ids. */
+static void print_info(const struct tok *t)
+{
+    const struct tok_special *sp = tok_specials(t);
+    printf("model     %s\n", tok_model(t) == TOK_MODEL_SPM   ? "llama (SentencePiece-style)"
+                             : tok_model(t) == TOK_MODEL_BPE ? "gpt2 (byte-level BPE)"
+                                                             : "bert (WordPiece)");
+    printf("pre       %s\n", tok_pre_name(t));
+    printf("vocab     %d\n", tok_n_vocab(t));
+    print_id("bos", t, sp->bos);
+    print_id("eos", t, sp->eos);
+    print_id("eot", t, sp->eot);
+    print_id("eom", t, sp->eom);
+    print_id("unk", t, sp->unk);
+    print_id("pad", t, sp->pad);
+    print_id("sep", t, sp->sep);
+    printf("add_bos   %s\nadd_eos   %s\nadd_space_prefix %s\n", sp->add_bos ? "true" : "false",
+           sp->add_eos ? "true" : "false", sp->add_space_prefix ? "true" : "false");
+    int32_t eog[TOK_MAX_EOG];
+    int n = tok_eog_ids(t, eog);
+    printf("eog      ");
+    for (int i = 0; i < n; i++)
+        printf(" %d", eog[i]);
+    putchar('\n');
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
     bool ids_only = false, no_parse_special = false, no_bos = false, hex_lines = false;
-    bool show_special = false;
+    bool show_special = false, info = false;
     const char *file = NULL, *decode_ids = NULL;
     const struct cli_opt opts[] = {
         {"file", 'f', CLI_STR, &file, "FILE", "read the text from FILE ('-' for stdin)", NULL},
@@ -218,6 +257,8 @@ int cmd_tokenize(int argc, char **argv)
          "print the text of token ids ('1 2 3'); with --hex-lines, '-': one id list per stdin "
          "line, each text printed in hex", NULL},
         {"special", 0, CLI_FLAG, &show_special, NULL, "with --decode: render control tokens", NULL},
+        {"info", 0, CLI_FLAG, &info, NULL,
+         "describe the tokenizer: family, pre-tokenizer, special and end-of-generation ids", NULL},
         {0},
     };
     const char *pos[2];
@@ -229,7 +270,7 @@ int cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "kinetic tokenize: give a model file; see 'kinetic tokenize --help'\n");
         return 2;
     }
-    if (!decode_ids && !hex_lines && (n_pos == 2) == (file != NULL)) {
+    if (!decode_ids && !hex_lines && !info && (n_pos == 2) == (file != NULL)) {
         fprintf(stderr, "kinetic tokenize: give either TEXT or -f FILE\n");
         return 2;
     }
@@ -248,7 +289,10 @@ int cmd_tokenize(int argc, char **argv)
     }
     gguf_close(g);
 
-    if (decode_ids) {
+    if (info) {
+        print_info(t);
+        rc = 0;
+    } else if (decode_ids) {
         rc = decode(t, decode_ids, show_special, hex_lines);
     } else if (hex_lines) {
         FILE *in = stdin;

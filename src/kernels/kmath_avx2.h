@@ -55,6 +55,42 @@ static inline __m256 kn_gelu8(__m256 x)
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), kn_exp8(kn_neg8(z2))));
 }
 
+/* kern_sincos_f64 on 4 doubles, step for step (kmath.c). */
+static inline void kn_sincos4(__m256d x, __m256d *s, __m256d *c)
+{
+    static const double sc[8] = KN_SIN_COEFFS, cc[8] = KN_COS_COEFFS;
+    __m256d magic = _mm256_set1_pd(KN_MAGIC_D);
+    __m256d t = _mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(KN_TWO_OVER_PI)), magic);
+    __m256d kd = _mm256_sub_pd(t, magic);
+    __m256d r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KN_PIO2_HI), x);
+    r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KN_PIO2_MID), r);
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d ps = _mm256_set1_pd(sc[0]), pc = _mm256_set1_pd(cc[0]);
+    for (int i = 1; i < 8; i++) {
+        ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(sc[i]));
+        pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(cc[i]));
+    }
+    __m256d sv = _mm256_fmadd_pd(_mm256_mul_pd(r, r2), ps, r);
+    __m256d cv = _mm256_fmadd_pd(r2, pc, _mm256_set1_pd(1.0));
+    /* the quadrant k & 3 is in t's low mantissa bits (t = 1.5 * 2^52 + k exactly) */
+    __m256i q = _mm256_and_si256(_mm256_castpd_si256(t), _mm256_set1_epi64x(3));
+    __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+    __m256d swap = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
+    __m256d neg_s = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, two), two));
+    __m256d neg_c = _mm256_castsi256_pd(
+        _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), two));
+    __m256d sign = _mm256_set1_pd(-0.0);
+    /* quadrant 0: (sv, cv), 1: (cv, -sv), 2: (-sv, -cv), 3: (-cv, sv) */
+    __m256d s0 = _mm256_blendv_pd(sv, cv, swap), c0 = _mm256_blendv_pd(cv, sv, swap);
+    s0 = _mm256_xor_pd(s0, _mm256_and_pd(neg_s, sign));
+    c0 = _mm256_xor_pd(c0, _mm256_and_pd(neg_c, sign));
+    /* |x| >= 2^30 (or NaN) gives the reference's NaN */
+    __m256d ok = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), _mm256_set1_pd(0x1p30), _CMP_LT_OQ);
+    __m256d nan = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7ff8000000000000ll));
+    *s = _mm256_blendv_pd(nan, s0, ok);
+    *c = _mm256_blendv_pd(nan, c0, ok);
+}
+
 /* The canonical tree over 16 lanes held as lo (0-7) and hi (8-15). */
 static inline float kn_tree8x2(__m256 lo, __m256 hi)
 {
@@ -63,6 +99,24 @@ static inline float kn_tree8x2(__m256 lo, __m256 hi)
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                    /* w = 2 */
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                /* w = 1 */
     return _mm_cvtss_f32(x);
+}
+
+/* The canonical tree's steps w = 4, 2, 1 for four dots at once, from their 8-lane sums
+ * after step w = 8: every add pairs the same lanes as kn_tree8x2, four sums per op. */
+static inline void kn_tree8_x4(__m256 ya, __m256 yb, __m256 yc, __m256 yd, float out[4])
+{
+    /* w = 4: [a0-3 | b0-3] + [a4-7 | b4-7] */
+    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(ya, yb, 0x20), _mm256_permute2f128_ps(ya, yb, 0x31));
+    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(yc, yd, 0x20), _mm256_permute2f128_ps(yc, yd, 0x31));
+    /* w = 2: [a0 a1 c0 c1 | b0 b1 d0 d1] + [a2 a3 c2 c3 | b2 b3 d2 d3] */
+    __m256 w2 = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xee));
+    /* w = 1: lane 0 + lane 1, giving [a c a c | b d b d] */
+    __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(w2, w2, 0x88), _mm256_shuffle_ps(w2, w2, 0xdd));
+    __m128 lo = _mm256_castps256_ps128(w1), hi = _mm256_extractf128_ps(w1, 1);
+    out[0] = _mm_cvtss_f32(lo);
+    out[1] = _mm_cvtss_f32(hi);
+    out[2] = _mm_cvtss_f32(_mm_shuffle_ps(lo, lo, 1));
+    out[3] = _mm_cvtss_f32(_mm_shuffle_ps(hi, hi, 1));
 }
 
 /* The largest of 8 lanes (any order: max is exact; zero signs are fixed by the caller). */

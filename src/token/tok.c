@@ -227,7 +227,7 @@ static enum kn_status build_pieces(struct tok *t, size_t blob_size, struct kn_er
             m = n;
             break;
         case TOK_T_NORMAL:
-            if (t->model == TOK_MODEL_SPM) {
+            if (t->model != TOK_MODEL_BPE) {
                 for (size_t i = 0; i < n;) {
                     if (i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
                         out[m++] = ' ';
@@ -303,10 +303,13 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
         t->model = TOK_MODEL_SPM;
     else if (model.len == 4 && memcmp(model.data, "gpt2", 4) == 0)
         t->model = TOK_MODEL_BPE;
+    else if (model.len == 4 && memcmp(model.data, "bert", 4) == 0)
+        t->model = TOK_MODEL_WPM;
     else
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "unsupported tokenizer model '%.*s' (tokenizer.ggml.model); Kinetic "
-                       "supports 'llama' (SentencePiece-style) and 'gpt2' (byte-level BPE)",
+                       "supports 'llama' (SentencePiece-style), 'gpt2' (byte-level BPE) and "
+                       "'bert' (WordPiece)",
                        (int)(model.len > 64 ? 64 : model.len), model.data);
 
     struct gguf_str pre;
@@ -318,8 +321,8 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
     } else {
         strcpy(t->pre_name, "default");
     }
-    if (t->model == TOK_MODEL_SPM)
-        strcpy(t->pre_name, "default"); /* SPM has no pre-tokenizer */
+    if (t->model != TOK_MODEL_BPE)
+        strcpy(t->pre_name, "default"); /* only BPE has pre-tokenizers */
 
     const struct gguf_value *toks = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING);
     if (!toks)
@@ -354,6 +357,8 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
         t->text_off[i] = (uint32_t)pos;
         t->text_len[i] = (uint32_t)s->len;
         pos += (size_t)s->len;
+        if (s->len > t->max_text_len)
+            t->max_text_len = (size_t)s->len;
     }
 
     const struct gguf_value *scores = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_F32);
@@ -412,6 +417,11 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
         sp->add_bos = true;
         sp->add_space_prefix = true;
     }
+    if (t->model == TOK_MODEL_WPM) {
+        /* BERT: [CLS] text [SEP] */
+        sp->add_bos = true;
+        read_special(t, f, "tokenizer.ggml.cls_token_id", &sp->bos);
+    }
     read_special(t, f, "tokenizer.ggml.bos_token_id", &sp->bos);
     read_special(t, f, "tokenizer.ggml.eos_token_id", &sp->eos);
     read_special(t, f, "tokenizer.ggml.eot_token_id", &sp->eot);
@@ -463,10 +473,12 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
                 id = tok_find(t, &c, 1);
             }
             t->byte_token[b] = id;
-        } else {
+        } else if (t->model == TOK_MODEL_BPE) {
             char buf[4];
             size_t l = tok_utf8_encode(tok_bpe_byte_to_cpt((uint8_t)b), buf);
             t->byte_token[b] = tok_find(t, buf, l);
+        } else {
+            t->byte_token[b] = TOK_NULL;
         }
     }
 
@@ -600,6 +612,18 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
 {
     struct frags next = {0};
     bool ok = frags_push(cur, TOK_NULL, 0, len);
+    /* Which bytes and byte pairs occur: most special tokens (Gemma has 6415) can be ruled
+     * out by their first and last two bytes without searching the text. */
+    uint64_t pairs[65536 / 64] = {0};
+    uint64_t bytes[256 / 64] = {0};
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = (uint8_t)text[i];
+        bytes[c >> 6] |= 1ull << (c & 63);
+        if (i + 1 < len) {
+            unsigned pr = (unsigned)c << 8 | (uint8_t)text[i + 1];
+            pairs[pr >> 6] |= 1ull << (pr & 63);
+        }
+    }
     for (int32_t k = 0; ok && k < t->n_special; k++) {
         int32_t id = t->special_ids[k];
         uint8_t ty = t->types[id];
@@ -607,6 +631,14 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
             continue;
         const char *s = t->text_blob + t->text_off[id];
         size_t sl = t->text_len[id];
+        const uint8_t *u = (const uint8_t *)s;
+        if (sl > len || !(bytes[u[0] >> 6] >> (u[0] & 63) & 1))
+            continue;
+        if (sl >= 2) {
+            unsigned a = (unsigned)u[0] << 8 | u[1], b = (unsigned)u[sl - 2] << 8 | u[sl - 1];
+            if (!(pairs[a >> 6] >> (a & 63) & 1) || !(pairs[b >> 6] >> (b & 63) & 1))
+                continue;
+        }
         if (!memmem(text, len, s, sl))
             continue; /* cheap rejection of the many tokens that do not occur at all */
         next.n = 0;
@@ -688,12 +720,16 @@ enum kn_status tok_encode(const struct tok *t, const char *text, size_t len, boo
         if (t->model == TOK_MODEL_SPM)
             ok = encode_spm_fragment(t, text + f->off, f->len,
                                      t->sp.add_space_prefix && prev_special, &out);
+        else if (t->model == TOK_MODEL_WPM)
+            ok = tok_wpm_encode(t, text + f->off, f->len, &out);
         else
             ok = tok_bpe_encode(t, text + f->off, f->len, &out);
         prev_special = false;
     }
     if (ok && add_special && t->sp.add_eos)
         ok = tok_ids_push(&out, t->sp.eos);
+    if (ok && add_special && t->model == TOK_MODEL_WPM && t->sp.sep != TOK_NULL)
+        ok = tok_ids_push(&out, t->sp.sep);
     free(fr.v);
     if (!ok) {
         free(out.v);

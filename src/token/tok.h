@@ -7,7 +7,8 @@
  *   "gpt2":  byte-level BPE. A pre-tokenizer (PCRE2 regexes chosen by tokenizer.ggml.pre)
  *            splits the text into words, bytes map to printable code points, and adjacent
  *            symbols merge by merge rank (lowest first, ties leftmost).
- * Both reproduce llama.cpp's behaviour on its vocabulary tests, and Hugging Face's
+ *   "bert":  WordPiece for BERT-style embedding models (tok_wpm.c).
+ * All reproduce llama.cpp's behaviour on its vocabulary tests, and Hugging Face's
  * tokenizers on the tokenizer.json the vocabulary came from (tests/py/test_tok_hf.py).
  *
  * A loaded tokenizer owns copies of everything it needs (the GGUF file may be closed) and
@@ -23,6 +24,7 @@
 enum tok_model {
     TOK_MODEL_SPM = 1, /* tokenizer.ggml.model = "llama" */
     TOK_MODEL_BPE = 2, /* tokenizer.ggml.model = "gpt2" */
+    TOK_MODEL_WPM = 3, /* tokenizer.ggml.model = "bert" (WordPiece, embedding models) */
 };
 
 /* tokenizer.ggml.token_type values (as in GGUF files). Append only. */

@@ -27,6 +27,7 @@ struct tok {
     enum tok_model model;
     char pre_name[64];
     int32_t n_vocab;
+    size_t max_text_len; /* the longest token text, in bytes */
 
     /* Token texts, back to back; token i is text_blob[text_off[i] .. +text_len[i]). */
     char *text_blob;
@@ -78,6 +79,7 @@ bool tok_ids_push(struct tok_ids *v, int32_t id);
  * when out of memory. */
 bool tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok_ids *out);
 bool tok_bpe_encode(const struct tok *t, const char *text, size_t len, struct tok_ids *out);
+bool tok_wpm_encode(const struct tok *t, const char *text, size_t len, struct tok_ids *out);
 
 /* BPE setup: pre-tokenizer regexes for t->pre_name, and the merges table. */
 enum kn_status tok_bpe_init(struct tok *t, const struct gguf_file *f, struct kn_err *err);

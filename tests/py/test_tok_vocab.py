@@ -30,12 +30,6 @@ def test_vocab_cases(family):
         model = tc.hf_vocab(BUILT[family])
     else:
         pytest.skip(f"no vocabulary for {family}: neither {base} nor a tokenizer.json")
-    if family == "bert-bge":
-        # WordPiece is not supported: the error must say so, naming the model.
-        r = subprocess.run([tc.KINETIC, "tokenize", model, "x"], capture_output=True, text=True)
-        assert r.returncode == 1
-        assert "unsupported tokenizer model 'bert'" in r.stderr
-        return
     got = tc.tokenize_many(model, [c[0] for c in cases])
     bad = [(s, exp, g) for (s, exp), g in zip(cases, got) if exp != g]
     assert not bad, "\n".join(f"{s!r}: expected {e}, got {g}" for s, e, g in bad[:10])
@@ -53,3 +47,26 @@ def test_add_special_and_parse_special():
     assert 2 not in plain and 2 not in bos
     assert parsed[-1] == 2 and parsed[0] == 1
     assert parsed[:-1] == tc.tokenize_many(model, ["Hello"], add_special=True)[0]
+
+
+def test_unsupported_model_is_named(tmp_path):
+    import gguf
+    path = str(tmp_path / "t5.gguf")
+    w = gguf.GGUFWriter(path, arch="t5")
+    w.add_tokenizer_model("t5")
+    w.add_token_list(["<pad>", "</s>", "a"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = subprocess.run([tc.KINETIC, "tokenize", path, "x"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "unsupported tokenizer model 't5'" in r.stderr
+
+
+def test_bert_special_tokens():
+    """WordPiece adds [CLS] ... [SEP]; accents and case go; punctuation stands alone."""
+    model = os.path.join(VOCAB, "ggml-vocab-bert-bge.gguf")
+    ids = tc.tokenize_many(model, ["Hello, WORLD! Äpfel A\u0308pfel"], add_special=True)[0]
+    plain = tc.tokenize_many(model, ["hello , world ! apfel apfel"])[0]
+    assert ids == [101] + plain + [102]

@@ -73,7 +73,7 @@ def hf_vocab(name):
     newest_input = max(os.path.getmtime(os.path.join(src, "tokenizer.json")),
                        os.path.getmtime(helper))
     if not os.path.exists(out) or os.path.getmtime(out) < newest_input:
-        tmp = out + ".tmp"
+        tmp = f"{out}.{os.getpid()}.tmp"
         vocab_from_hf.build(src, tmp, pre)
         os.replace(tmp, out)
     return out

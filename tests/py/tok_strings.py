@@ -4,7 +4,9 @@ import random
 
 WORDS = ("the quick brown fox jumps over lazy dog hello world tokenizer Kinetic llama gemma "
          "qwen don't I'm we'll they've she'd it's HE'S CAN'T Hello HELLO hElLo a I x y z "
-         "receipt deterministic inference café naïve résumé Äpfel straße über ñandú").split()
+         "receipt deterministic inference café naïve résumé Äpfel straße über ñandú camelCase "
+         "HTTPServer iPhone XMLHttpRequest getHTTPResponseCode ALLCAPS ÉCOLE ǅungla DŽE "
+         "snake_case kebab-case").split()
 PUNCT = list(".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`'\"") + ["...", "--", "->", "=>", "::", "!=", "&&"]
 SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", "\t\t", "\u00a0",
           "\u3000", "\u2028", "\u2009", "\x0b", "\x0c", "\x85", "    ", " \t \n"]

@@ -427,8 +427,8 @@ static void test_bad_files(void)
     static const float scores[] = {0, 0, 0, 0};
     static const int32_t types[] = {2, 3, 3, 1};
 
-    expect_error(vocab_writer("bert", texts, 4, scores, types), KN_E_UNSUPPORTED,
-                 "unsupported tokenizer model 'bert'");
+    expect_error(vocab_writer("t5", texts, 4, scores, types), KN_E_UNSUPPORTED,
+                 "unsupported tokenizer model 't5'");
 
     struct gguf_writer *w = vocab_writer("gpt2", texts, 4, NULL, types);
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre");

@@ -1,0 +1,624 @@
+/* cmd_run.c: `kinetic run`: one prompt through a model, the continuation streamed to
+ * stdout, a timing summary on stderr. */
+#include "cli.h"
+
+#include "base/base.h"
+#include "base/json.h"
+#include "chat/chat.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "receipt/receipt.h"
+#include "sample/sample.h"
+#include "token/tok.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const run_usage =
+    "MODEL.gguf [PROMPT | -] [options]";
+
+static const char *const run_more_help =
+    "\n"
+    "The prompt comes from PROMPT, from -f FILE, or from standard input ('-' or -f -).\n"
+    "Chat models get their chat template: a built-in renderer is chosen by recognising\n"
+    "the model's tokenizer.chat_template (chatml/Qwen, Llama 3, Llama 2, Mistral, Gemma,\n"
+    "Phi-3). A model without a recognised template gets the family whose turn tokens its\n"
+    "vocabulary holds; failing that, the prompt is sent raw (--system text first, then a\n"
+    "blank line). --raw always sends the prompt as is, with BOS if the model wants one.\n"
+    "\n"
+    "Generation stops at an end-of-generation token, after -n tokens, or at the context\n"
+    "limit (with a message). Without --seed a fresh random seed is drawn and printed on\n"
+    "stderr; the same seed, prompt and settings give the same tokens on any thread count\n"
+    "and instruction set.\n"
+    "\n"
+    "--json prints one JSON object on stdout instead of streaming text:\n"
+    "  {\"prompt_tokens\": [ids], \"tokens\": [generated ids], \"text\": \"...\",\n"
+    "   \"stop\": \"eog\" | \"length\" | \"context\", \"seed\": N,\n"
+    "   \"prompt_ms\": F, \"gen_ms\": F}\n"
+    "--logits-out FILE writes the logits of every generated position as little-endian\n"
+    "float32 rows of n_vocab values (for checking against a reference).\n";
+
+/* ================================================================ helpers */
+
+static void run_print_str(FILE *out, const char *s, size_t n)
+{
+    fputc('"', out);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (c < 0x20)
+                fprintf(out, "\\u%04x", c);
+            else
+                fputc(c, out);
+        }
+    }
+    fputc('"', out);
+}
+
+/* Growable byte buffer for the generated text (JSON mode) and the prompt. */
+struct buf {
+    char *p;
+    size_t n, cap;
+};
+
+static bool buf_add(struct buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *t = realloc(b->p, cap);
+        if (!t)
+            return false;
+        b->p = t;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+static enum kn_status read_stream(FILE *f, const char *name, struct buf *b, struct kn_err *err)
+{
+    char tmp[65536];
+    size_t r;
+    while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
+        if (!buf_add(b, tmp, r))
+            return kn_fail(err, KN_E_NOMEM, "out of memory reading %s", name);
+    if (ferror(f))
+        return kn_fail(err, KN_E_IO, "cannot read %s: %s", name, strerror(errno));
+    if (!b->p && !buf_add(b, "", 0))
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    return KN_OK;
+}
+
+/* Parses "1,2, 3" into ids. */
+static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, struct kn_err *err)
+{
+    int64_t cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            free(ids);
+            return kn_fail(err, KN_E_ARG, "--prompt-ids: '%.20s' is not a token id", p);
+        }
+        if (n == cap) {
+            cap *= 2;
+            int32_t *t = realloc(ids, (size_t)cap * sizeof *t);
+            if (!t) {
+                free(ids);
+                return kn_fail(err, KN_E_NOMEM, "out of memory");
+            }
+            ids = t;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    *out = ids;
+    *n_out = n;
+    return KN_OK;
+}
+
+static bool vocab_has(const char *text, void *ctx)
+{
+    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
+}
+
+/* The text of special token id as a NUL-terminated copy in buf ("" if none). */
+static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
+{
+    size_t len = 0;
+    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
+    if (!s || len >= cap)
+        len = 0;
+    if (len)
+        memcpy(buf, s, len);
+    buf[len] = 0;
+    return buf;
+}
+
+/* ================================================================ the command */
+
+struct run_opts;
+
+/* What the per-token callback needs: where the text goes and the logits file. */
+struct run_gen {
+    const struct run_opts *o;
+    const struct engine *e;
+    int64_t n_vocab;
+    FILE *logits_f;
+    struct tok_stream *ts;
+    char *piece;
+    struct buf *text;
+    struct kn_err *err;
+    bool failed;
+};
+
+static bool run_write_logits(struct run_gen *g);
+static bool run_on_token(void *ctx, int32_t id, int64_t index);
+
+/* The receipt's input for a chat run: the messages as sent. */
+static struct json_value *run_messages(const char *system, const char *user, size_t user_len,
+                                       struct kn_err *err)
+{
+    struct json_value *arr = json_new_array();
+    const char *roles[2] = {"system", "user"};
+    for (int i = system ? 0 : 1; arr && i < 2; i++) {
+        struct json_value *m = json_new_object();
+        if (json_object_set(m, "role", json_new_string(roles[i]), err) != KN_OK ||
+            json_object_set(m, "content",
+                            i ? json_new_stringn(user, user_len) : json_new_string(system),
+                            err) != KN_OK ||
+            json_array_push(arr, m, err) != KN_OK) {
+            json_free(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+struct run_opts {
+    double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int64_t top_k, repeat_last_n, seed, n_predict, ctx_size, threads, batch;
+    bool seed_set, raw, json, print_prompt;
+    const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
+    const char *receipt, *sign_key;
+};
+
+static bool run_write_logits(struct run_gen *g)
+{
+    if (fwrite(g->e->logits, sizeof(float), (size_t)g->n_vocab, g->logits_f) != (size_t)g->n_vocab) {
+        kn_fail(g->err, KN_E_IO, "cannot write %s", g->o->logits_out);
+        g->failed = true;
+        return false;
+    }
+    return true;
+}
+
+/* Streams each token's text (held back while a UTF-8 sequence is incomplete). */
+static bool run_on_token(void *ctx, int32_t id, int64_t index)
+{
+    struct run_gen *g = ctx;
+    (void)index;
+    if (g->logits_f && !run_write_logits(g))
+        return false;
+    size_t pn = 0;
+    tok_stream_push(g->ts, id, g->piece, &pn);
+    if (!buf_add(g->text, g->piece, pn)) {
+        kn_fail(g->err, KN_E_NOMEM, "out of memory");
+        g->failed = true;
+        return false;
+    }
+    if (!g->o->json && pn) {
+        fwrite(g->piece, 1, pn, stdout);
+        fflush(stdout);
+    }
+    return true;
+}
+
+static int fail(const struct kn_err *err)
+{
+    fprintf(stderr, "kinetic run: %s\n", err->msg);
+    return 1;
+}
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > 16 ? 16 : (int)n;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_opts o = {
+        .temp = 0.8, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.1,
+        .top_k = 50, .repeat_last_n = 64, .n_predict = -1, .ctx_size = 0,
+        .threads = default_threads(), .batch = 512, .device = "cpu", .kv_type = "f32",
+    };
+    const struct cli_opt opts[] = {
+        {"temp", 0, CLI_FLOAT, &o.temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
+        {"seed", 's', CLI_INT, &o.seed, "N", "random seed (default: a fresh one, printed on stderr)", &o.seed_set},
+        {"top-k", 0, CLI_INT, &o.top_k, "N", "keep the N most likely tokens; 0 = all (default 50)", NULL},
+        {"top-p", 0, CLI_FLOAT, &o.top_p, "F", "nucleus: keep the smallest set with probability >= F (default 0.95)", NULL},
+        {"min-p", 0, CLI_FLOAT, &o.min_p, "F", "drop tokens below F times the top probability (default 0.05)", NULL},
+        {"repeat-penalty", 0, CLI_FLOAT, &o.repeat_penalty, "F", "penalise recent tokens; 1 = off (default 1.1)", NULL},
+        {"repeat-last-n", 0, CLI_INT, &o.repeat_last_n, "N", "tokens the penalties look back at (default 64)", NULL},
+        {"presence-penalty", 0, CLI_FLOAT, &o.presence_penalty, "F", "subtract F from recent tokens' logits (default 0)", NULL},
+        {"frequency-penalty", 0, CLI_FLOAT, &o.frequency_penalty, "F", "subtract F times their count (default 0)", NULL},
+        {"n-predict", 'n', CLI_INT, &o.n_predict, "N", "generate at most N tokens; -1 = until the end or the context limit (default -1)", NULL},
+        {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", "context size in tokens (default: min(model's, 4096))", NULL},
+        {"threads", 't', CLI_INT, &o.threads, "N", "threads (default: CPUs online, at most 16)", NULL},
+        {"batch-size", 'b', CLI_INT, &o.batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
+        {"device", 0, CLI_STR, &o.device, "DEV", "cpu (cuda and vulkan are not available in this build)", NULL},
+        {"kv-type", 0, CLI_STR, &o.kv_type, "T", "KV cache type: f32 or f16 (default f32)", NULL},
+        {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
+        {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
+        {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"file", 'f', CLI_STR, &o.file, "FILE", "read the prompt from FILE ('-' = standard input)", NULL},
+        {"prompt-ids", 0, CLI_STR, &o.prompt_ids, "IDS", "use these comma-separated token ids as the prompt (no template, no tokenizer)", NULL},
+        {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
+        {"json", 0, CLI_FLAG, &o.json, NULL, "print a JSON result (ids, text, stop reason, seed) instead of streaming", NULL},
+        {"logits-out", 0, CLI_STR, &o.logits_out, "FILE", "write the logits of each generated position (float32)", NULL},
+        {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
+        {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
+        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+    };
+    const char *pos[2];
+    int n_pos = 0;
+    int rc = cli_parse("run", run_usage, argc, argv, opts, pos, 2, &n_pos);
+    if (rc == 1) {
+        fputs(run_more_help, stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (n_pos < 1) {
+        fprintf(stderr, "kinetic run: give a model file; see 'kinetic run --help'\n");
+        return 2;
+    }
+    if (strcmp(o.device, "cpu") != 0) {
+        if (strcmp(o.device, "cuda") == 0 || strcmp(o.device, "vulkan") == 0)
+            fprintf(stderr, "kinetic run: --device %s is not available in this build; use --device cpu\n", o.device);
+        else
+            fprintf(stderr, "kinetic run: unknown --device '%s' (cpu, cuda, vulkan)\n", o.device);
+        return 2;
+    }
+    if (o.threads < 1 || o.threads > 256) {
+        fprintf(stderr, "kinetic run: --threads must be in 1..256\n");
+        return 2;
+    }
+    if (o.batch < 1 || o.batch > 65536) {
+        fprintf(stderr, "kinetic run: --batch-size must be in 1..65536\n");
+        return 2;
+    }
+    if (o.ctx_size < 0 || o.n_predict < -1 || o.top_k < 0 || o.repeat_last_n < -1 || o.temp < 0) {
+        fprintf(stderr, "kinetic run: --ctx-size, --top-k and --temp must not be negative; -n and --repeat-last-n take -1 or more\n");
+        return 2;
+    }
+    enum model_kv_type kv_type;
+    if (!model_kv_type_from_name(o.kv_type, &kv_type)) {
+        fprintf(stderr, "kinetic run: --kv-type must be f32 or f16\n");
+        return 2;
+    }
+    enum chat_format forced_format = CHAT_FORMAT_RAW;
+    if (o.chat_format && !chat_format_from_name(o.chat_format, &forced_format)) {
+        fprintf(stderr, "kinetic run: unknown --chat-format '%s'\n", o.chat_format);
+        return 2;
+    }
+    if (o.sign_key && !o.receipt) {
+        fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
+        return 2;
+    }
+    const char *model_path = pos[0];
+    const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
+    if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
+        fprintf(stderr, "kinetic run: give the prompt once: as an argument, with -f, or with --prompt-ids\n");
+        return 2;
+    }
+
+    struct kn_err err = {0};
+    int ret = 1;
+    struct buf prompt = {0}, text = {0};
+    struct model *m = NULL;
+    struct tok *tk = NULL;
+    struct kern_pool *pool = NULL;
+    struct engine e = {0};
+    bool engine_ok = false;
+    int32_t *ptoks = NULL, *gen = NULL;
+    int64_t n_ptoks = 0, n_gen = 0;
+    struct chat_prompt cp = {0};
+    struct tok_stream ts;
+    char *piece = NULL;
+    struct sample_ctx sctx = {0};
+    bool sctx_ok = false;
+    char bos_buf[256], eos_buf[256];
+    FILE *logits_f = NULL;
+    struct receipt_key key;
+    bool have_key = false;
+    struct json_value *input = NULL;
+    struct receipt rcpt = {0};
+    enum engine_finish finish = ENGINE_FINISH_LENGTH;
+
+    /* ---- the signing key first: a bad key should not cost a model load. */
+    if (o.sign_key) {
+        if (receipt_key_load(o.sign_key, &key, &err) != KN_OK)
+            goto out;
+        have_key = true;
+    }
+
+    /* ---- the prompt text. */
+    if (!o.prompt_ids) {
+        enum kn_status st = KN_OK;
+        if (prompt_arg && strcmp(prompt_arg, "-") != 0)
+            st = buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
+        else if ((o.file && strcmp(o.file, "-") == 0) || (prompt_arg && strcmp(prompt_arg, "-") == 0))
+            st = read_stream(stdin, "standard input", &prompt, &err);
+        else if (o.file) {
+            FILE *f = fopen(o.file, "rb");
+            if (!f) {
+                kn_fail(&err, KN_E_IO, "cannot open %s: %s", o.file, strerror(errno));
+                goto out;
+            }
+            st = read_stream(f, o.file, &prompt, &err);
+            fclose(f);
+        } else {
+            kn_fail(&err, KN_E_ARG, "no prompt: give PROMPT, -f FILE or '-' for standard input");
+            goto out;
+        }
+        if (st != KN_OK)
+            goto out;
+    }
+
+    /* ---- the model and its tokenizer. */
+    struct model_load_opts lo = {.repack = true};
+    if (model_open(&m, model_path, &lo, &err) != KN_OK)
+        goto out;
+    if (tok_load(&tk, m->gguf, &err) != KN_OK) {
+        kn_err_prefix(&err, model_path);
+        goto out;
+    }
+
+    /* ---- prompt tokens: ids given, raw text, or the chat template. */
+    if (o.prompt_ids) {
+        if (parse_ids(o.prompt_ids, &ptoks, &n_ptoks, &err) != KN_OK)
+            goto out;
+    } else {
+        struct chat_template tmpl;
+        const struct tok_special *sp = tok_specials(tk);
+        const char *how = "";
+        if (o.raw) {
+            memset(&tmpl, 0, sizeof tmpl);
+            tmpl.format = CHAT_FORMAT_RAW;
+            how = "--raw";
+        } else if (o.chat_format) {
+            memset(&tmpl, 0, sizeof tmpl);
+            tmpl.format = forced_format;
+            how = "--chat-format";
+        } else {
+            struct gguf_str src = {0};
+            bool have = gguf_get_str(m->gguf, "tokenizer.chat_template", &src);
+            if (have && chat_template_detect(src.data, src.len, &tmpl))
+                how = "tokenizer.chat_template";
+            else if (chat_template_from_vocab(vocab_has, tk, &tmpl))
+                how = have ? "vocabulary (template not recognised)" : "vocabulary (no template)";
+            else
+                how = have ? "template not recognised" : "no template";
+        }
+        tmpl.bos = special_text(tk, sp->bos, bos_buf, sizeof bos_buf);
+        tmpl.eos = special_text(tk, sp->eos, eos_buf, sizeof eos_buf);
+        struct chat_message msgs[2];
+        size_t nm = 0;
+        if (o.system && !o.raw)
+            msgs[nm++] = (struct chat_message){"system", o.system};
+        msgs[nm++] = (struct chat_message){"user", prompt.p};
+        if (o.raw) {
+            if (chat_render(&tmpl, msgs, nm, false, &cp, &err) != KN_OK)
+                goto out;
+        } else if (chat_render(&tmpl, msgs, nm, true, &cp, &err) != KN_OK) {
+            goto out;
+        }
+        if (!o.json)
+            kn_log(KN_LOG_DEBUG, "chat format %s (%s)", chat_format_name(tmpl.format), how);
+        /* Tokenize segment by segment: template markers may become special tokens,
+         * message text never does. BOS once, at the start, if the model wants it. */
+        /* A token never covers less than one byte, so len + 1 ids always suffice. */
+        size_t cap = cp.len + 2;
+        ptoks = malloc(cap * sizeof *ptoks);
+        if (!ptoks) {
+            kn_fail(&err, KN_E_NOMEM, "out of memory");
+            goto out;
+        }
+        if (sp->add_bos && sp->bos != TOK_NULL)
+            ptoks[n_ptoks++] = sp->bos;
+        for (size_t i = 0; i < cp.n_segs; i++) {
+            size_t nn = 0;
+            if (tok_encode(tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
+                           ptoks + n_ptoks, cap - (size_t)n_ptoks, &nn, &err) != KN_OK)
+                goto out;
+            n_ptoks += (int64_t)nn;
+        }
+        if (o.print_prompt) {
+            fwrite(cp.text, 1, cp.len, stdout);
+            printf("\n[format %s from %s; %lld tokens:", chat_format_name(tmpl.format), how,
+                   (long long)n_ptoks);
+            for (int64_t i = 0; i < n_ptoks; i++)
+                printf(" %d", ptoks[i]);
+            printf("]\n");
+            ret = 0;
+            goto out;
+        }
+    }
+    if (n_ptoks == 0) {
+        kn_fail(&err, KN_E_ARG, "the prompt is empty (and the model adds no BOS token)");
+        goto out;
+    }
+
+    /* ---- context, threads, engine. */
+    int64_t n_ctx = o.ctx_size ? o.ctx_size : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (n_ptoks >= n_ctx) {
+        kn_fail(&err, KN_E_LIMIT, "the prompt has %lld tokens; the context holds %lld; use a larger --ctx-size",
+                (long long)n_ptoks, (long long)n_ctx);
+        goto out;
+    }
+    if (kern_pool_create((int)o.threads, &pool, &err) != KN_OK)
+        goto out;
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type};
+    if (engine_init(&e, m, pool, &ep, &err) != KN_OK)
+        goto out;
+    engine_ok = true;
+
+    /* ---- sampling settings and seed. */
+    uint64_t seed = (uint64_t)o.seed;
+    if (!o.seed_set) {
+        seed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
+        fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)seed);
+    }
+    struct sample_params spar = {
+        .temperature = (float)o.temp, .top_k = (int32_t)o.top_k, .top_p = (float)o.top_p,
+        .min_p = (float)o.min_p, .repeat_penalty = (float)o.repeat_penalty,
+        .presence_penalty = (float)o.presence_penalty,
+        .frequency_penalty = (float)o.frequency_penalty,
+        .repeat_last_n = (int32_t)o.repeat_last_n, .seed = seed,
+    };
+    const int64_t n_vocab = m->hp.n_vocab;
+    if (sample_params_check(&spar, &err) != KN_OK)
+        goto out;
+    if (sample_ctx_init(&sctx, (int32_t)n_vocab, &err) != KN_OK)
+        goto out;
+    sctx_ok = true;
+    gen = malloc((size_t)n_ctx * sizeof *gen);
+    piece = malloc(tok_max_piece(tk) + 8);
+    if (!gen || !piece) {
+        kn_fail(&err, KN_E_NOMEM, "out of memory");
+        goto out;
+    }
+    if (o.logits_out && !(logits_f = fopen(o.logits_out, "wb"))) {
+        kn_fail(&err, KN_E_IO, "cannot write %s: %s", o.logits_out, strerror(errno));
+        goto out;
+    }
+    tok_stream_init(&ts, tk, false);
+
+    /* ---- prompt, then generation. */
+    double t0 = kn_now();
+    if (engine_eval(&e, ptoks, n_ptoks, &err) != KN_OK)
+        goto out;
+    double t1 = kn_now();
+    struct run_gen g = {&o, &e, n_vocab, logits_f, &ts, piece, &text, &err, false};
+    if (engine_generate(&e, tk, &sctx, &spar, o.n_predict, run_on_token, &g, gen, &n_gen, &finish,
+                        &err) != KN_OK ||
+        g.failed)
+        goto out;
+    /* The logits the end-of-generation token was sampled from. */
+    if (finish == ENGINE_FINISH_STOP && logits_f && !run_write_logits(&g))
+        goto out;
+    const char *stop = finish == ENGINE_FINISH_STOP ? "eog"
+                       : finish == ENGINE_FINISH_CONTEXT ? "context" : "length";
+    double t2 = kn_now();
+    {
+        size_t pn = 0;
+        tok_stream_flush(&ts, piece, &pn);
+        buf_add(&text, piece, pn);
+        if (!o.json && pn)
+            fwrite(piece, 1, pn, stdout);
+    }
+    if (o.json) {
+        printf("{\"prompt_tokens\": [");
+        for (int64_t i = 0; i < n_ptoks; i++)
+            printf(i ? ", %d" : "%d", ptoks[i]);
+        printf("], \"tokens\": [");
+        for (int64_t i = 0; i < n_gen; i++)
+            printf(i ? ", %d" : "%d", gen[i]);
+        printf("], \"text\": ");
+        run_print_str(stdout, text.p ? text.p : "", text.n);
+        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f}\n", stop,
+               (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    } else {
+        printf("\n");
+    }
+    fflush(stdout);
+    if (strcmp(stop, "context") == 0)
+        fprintf(stderr, "kinetic run: stopped at the context limit (%lld tokens); use a larger --ctx-size\n",
+                (long long)n_ctx);
+    /* Generated tokens after the first each cost one forward pass. */
+    int64_t n_dec = n_gen > 0 ? n_gen - 1 : 0;
+    if (strcmp(stop, "eog") == 0)
+        n_dec = n_gen;
+    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads\n",
+            (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
+            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads);
+    if (o.receipt) {
+        if (o.prompt_ids)
+            input = json_new_string(o.prompt_ids);
+        else if (o.raw)
+            input = json_new_stringn(prompt.p ? prompt.p : "", prompt.n);
+        else
+            input = run_messages(o.system, prompt.p ? prompt.p : "", prompt.n, &err);
+        if (!input) {
+            kn_fail(&err, KN_E_NOMEM, "out of memory building the receipt");
+            goto out;
+        }
+        struct receipt_run rr = {
+            .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
+            .sampling = &spar, .max_tokens = o.n_predict, .stop = NULL, .n_stop = 0,
+            .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,
+            .output = gen, .n_output = n_gen, .ctx_size = n_ctx, .cache_type = o.kv_type,
+        };
+        if (receipt_from_run(&rcpt, &rr, &err) != KN_OK ||
+            (have_key && receipt_sign(&rcpt, &key, &err) != KN_OK) ||
+            receipt_write(&rcpt, o.receipt, &err) != KN_OK)
+            goto out;
+        fprintf(stderr, "kinetic run: receipt written to %s%s\n", o.receipt,
+                have_key ? " (signed)" : "");
+    }
+    ret = 0;
+
+out:
+    if (have_key)
+        receipt_key_wipe(&key);
+    receipt_free(&rcpt);
+    json_free(input);
+    if (ret && err.msg[0])
+        fail(&err);
+    if (logits_f && fclose(logits_f) != 0 && ret == 0) {
+        fprintf(stderr, "kinetic run: cannot write %s\n", o.logits_out);
+        ret = 1;
+    }
+    if (sctx_ok)
+        sample_ctx_free(&sctx);
+    free(piece);
+    free(gen);
+    free(ptoks);
+    chat_prompt_free(&cp);
+    if (engine_ok)
+        engine_free(&e);
+    kern_pool_free(pool);
+    tok_free(tk);
+    model_close(m);
+    free(prompt.p);
+    free(text.p);
+    return ret;
+}

@@ -1,0 +1,79 @@
+/* engine.c: the single-sequence decode loop (see engine.h). */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum kn_status engine_init(struct engine *e, const struct model *m, struct kern_pool *pool,
+                           const struct engine_params *p, struct kn_err *err)
+{
+    memset(e, 0, sizeof *e);
+    if (p->n_ctx <= 0 || p->n_ctx > INT32_MAX)
+        return kn_fail(err, KN_E_ARG, "context size %lld is out of range", (long long)p->n_ctx);
+    if (p->n_batch <= 0)
+        return kn_fail(err, KN_E_ARG, "batch size %lld must be positive", (long long)p->n_batch);
+    e->m = m;
+    e->pool = pool;
+    e->n_ctx = p->n_ctx;
+    e->n_batch = p->n_batch < p->n_ctx ? p->n_batch : p->n_ctx;
+    enum kn_status st = model_kv_init(&e->kv, m, e->n_ctx, p->kv_type, err);
+    if (st != KN_OK)
+        return st;
+    st = model_fwd_create(&e->fwd, m, e->n_batch, pool, err);
+    if (st != KN_OK) {
+        engine_free(e);
+        return st;
+    }
+    e->history = kn_calloc((size_t)e->n_ctx, sizeof(int32_t), err);
+    e->pos = kn_calloc((size_t)e->n_batch, sizeof(int32_t), err);
+    e->logits = kn_calloc((size_t)m->hp.n_vocab, sizeof(float), err);
+    if (!e->history || !e->pos || !e->logits) {
+        engine_free(e);
+        return KN_E_NOMEM;
+    }
+    return KN_OK;
+}
+
+void engine_free(struct engine *e)
+{
+    model_fwd_free(e->fwd);
+    model_kv_free(&e->kv);
+    free(e->history);
+    free(e->pos);
+    free(e->logits);
+    memset(e, 0, sizeof *e);
+}
+
+void engine_reset(struct engine *e)
+{
+    e->n_past = 0;
+    e->have_logits = false;
+}
+
+enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n, struct kn_err *err)
+{
+    if (n <= 0)
+        return kn_fail(err, KN_E_ARG, "nothing to evaluate");
+    if (n > e->n_ctx - e->n_past)
+        return kn_fail(err, KN_E_LIMIT,
+                       "%lld tokens do not fit: %lld of the context's %lld positions are used; use a larger --ctx-size",
+                       (long long)n, (long long)e->n_past, (long long)e->n_ctx);
+    for (int64_t done = 0; done < n;) {
+        int64_t c = n - done < e->n_batch ? n - done : e->n_batch;
+        for (int64_t i = 0; i < c; i++)
+            e->pos[i] = (int32_t)(e->n_past + i);
+        bool last = done + c == n;
+        int64_t row = c - 1;
+        enum kn_status st = model_forward(e->fwd, &e->kv, tokens + done, e->pos, c, &row, last ? 1 : 0,
+                                          e->logits, err);
+        if (st != KN_OK) {
+            e->have_logits = false;
+            return st;
+        }
+        memcpy(e->history + e->n_past, tokens + done, (size_t)c * sizeof(int32_t));
+        e->n_past += c;
+        done += c;
+    }
+    e->have_logits = true;
+    return KN_OK;
+}

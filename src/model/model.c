@@ -1,0 +1,623 @@
+/* model.c: reading hyperparameters and weights of the supported architectures from
+ * GGUF. Every tensor is found and checked (shape, type) before anything big is
+ * allocated, so a file that cannot run fails early with a message naming the problem. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ names */
+
+static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
+
+const char *model_arch_name(enum model_arch a)
+{
+    return (unsigned)a < MODEL_ARCH_COUNT ? arch_names[a] : "unknown";
+}
+
+const char *model_kv_type_name(enum model_kv_type t)
+{
+    return t == MODEL_KV_F16 ? "f16" : "f32";
+}
+
+bool model_kv_type_from_name(const char *name, enum model_kv_type *out)
+{
+    if (strcmp(name, "f32") == 0 || strcmp(name, "F32") == 0) {
+        *out = MODEL_KV_F32;
+        return true;
+    }
+    if (strcmp(name, "f16") == 0 || strcmp(name, "F16") == 0) {
+        *out = MODEL_KV_F16;
+        return true;
+    }
+    return false;
+}
+
+/* ================================================================ hyperparameters */
+
+/* Reads the unsigned integer key "<arch>.<suffix>". Absent: returns KN_OK with *found
+ * false (when found is non-NULL) or an error naming the key (when it is required). */
+static enum kn_status get_int(const struct gguf_file *g, const char *arch, const char *suffix,
+                              int64_t *out, bool *found, struct kn_err *err)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const struct gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) {
+        if (found) {
+            *found = false;
+            return KN_OK;
+        }
+        return kn_fail(err, KN_E_FORMAT, "required key %s is missing; the file is not a complete %s model",
+                       key, arch);
+    }
+    if (kv->value.type == GGUF_T_ARRAY)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "key %s is a per-layer array; models with per-layer %s are not supported",
+                       key, suffix);
+    int64_t v;
+    if (!gguf_get_i64(g, key, &v) || v < 0 || v > ((int64_t)1 << 40))
+        return kn_fail(err, KN_E_FORMAT, "key %s has type %s or an out-of-range value; expected a non-negative integer",
+                       key, gguf_vtype_name(kv->value.type));
+    *out = v;
+    if (found)
+        *found = true;
+    return KN_OK;
+}
+
+static enum kn_status get_float(const struct gguf_file *g, const char *arch, const char *suffix,
+                                float *out, bool *found, struct kn_err *err)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const struct gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) {
+        if (found) {
+            *found = false;
+            return KN_OK;
+        }
+        return kn_fail(err, KN_E_FORMAT, "required key %s is missing", key);
+    }
+    float v;
+    if (!gguf_get_f32(g, key, &v) || !isfinite(v))
+        return kn_fail(err, KN_E_FORMAT, "key %s has type %s or a non-finite value; expected a float",
+                       key, gguf_vtype_name(kv->value.type));
+    *out = v;
+    if (found)
+        *found = true;
+    return KN_OK;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        enum kn_status st_ = (expr);                                                               \
+        if (st_ != KN_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
+enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,
+                                  struct kn_err *err)
+{
+    memset(hp, 0, sizeof *hp);
+    struct gguf_str s;
+    if (!gguf_get_str(g, "general.architecture", &s))
+        return kn_fail(err, KN_E_FORMAT, "general.architecture is missing; not a model file");
+    char arch[64];
+    if (s.len >= sizeof arch)
+        return kn_fail(err, KN_E_UNSUPPORTED, "architecture name is too long (%llu bytes)",
+                       (unsigned long long)s.len);
+    memcpy(arch, s.data, s.len);
+    arch[s.len] = 0;
+    int a = -1;
+    for (int i = 0; i < MODEL_ARCH_COUNT; i++)
+        if (strcmp(arch, arch_names[i]) == 0)
+            a = i;
+    if (a < 0)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
+                       arch);
+    hp->arch = (enum model_arch)a;
+
+    bool found;
+    TRY(get_int(g, arch, "context_length", &hp->n_ctx_train, NULL, err));
+    TRY(get_int(g, arch, "embedding_length", &hp->n_embd, NULL, err));
+    TRY(get_int(g, arch, "block_count", &hp->n_layer, NULL, err));
+    TRY(get_int(g, arch, "feed_forward_length", &hp->n_ff, NULL, err));
+    TRY(get_int(g, arch, "attention.head_count", &hp->n_head, NULL, err));
+    hp->n_head_kv = hp->n_head;
+    TRY(get_int(g, arch, "attention.head_count_kv", &hp->n_head_kv, &found, err));
+    int64_t n_expert = 0;
+    TRY(get_int(g, arch, "expert_count", &n_expert, &found, err));
+    if (n_expert > 0)
+        return kn_fail(err, KN_E_UNSUPPORTED, "mixture-of-experts models (%s.expert_count = %lld) are not supported",
+                       arch, (long long)n_expert);
+
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0 || hp->n_ctx_train <= 0)
+        return kn_fail(err, KN_E_FORMAT,
+                       "bad hyperparameters: embedding_length %lld, block_count %lld, feed_forward_length %lld, "
+                       "head_count %lld, head_count_kv %lld, context_length %lld (all must be positive)",
+                       (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_ff,
+                       (long long)hp->n_head, (long long)hp->n_head_kv, (long long)hp->n_ctx_train);
+    if (hp->n_layer > MODEL_MAX_LAYERS)
+        return kn_fail(err, KN_E_UNSUPPORTED, "block_count %lld exceeds the supported %d layers",
+                       (long long)hp->n_layer, MODEL_MAX_LAYERS);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return kn_fail(err, KN_E_FORMAT, "head_count %lld is not a multiple of head_count_kv %lld",
+                       (long long)hp->n_head, (long long)hp->n_head_kv);
+
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    hp->head_dim_v = hp->n_embd / hp->n_head;
+    TRY(get_int(g, arch, "attention.key_length", &hp->head_dim_k, &found, err));
+    TRY(get_int(g, arch, "attention.value_length", &hp->head_dim_v, &found, err));
+    hp->n_rot = hp->head_dim_k;
+    TRY(get_int(g, arch, "rope.dimension_count", &hp->n_rot, &found, err));
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim_k ||
+        hp->n_rot % 2 != 0)
+        return kn_fail(err, KN_E_FORMAT, "bad head shape: key_length %lld, value_length %lld, rope.dimension_count %lld",
+                       (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
+    /* The supported architectures rotate whole heads (llama.cpp rejects llama files
+     * where they differ, and qwen/gemma graphs assert it). */
+    if (hp->n_rot != hp->head_dim_k)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "%s.rope.dimension_count %lld differs from the head size %lld; partial rotary embeddings are not supported for %s",
+                       arch, (long long)hp->n_rot, (long long)hp->head_dim_k, arch);
+    if (hp->arch != MODEL_ARCH_GEMMA3 && hp->head_dim_k != hp->head_dim_v)
+        return kn_fail(err, KN_E_UNSUPPORTED, "key_length %lld differs from value_length %lld",
+                       (long long)hp->head_dim_k, (long long)hp->head_dim_v);
+    TRY(get_float(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, NULL, err));
+    if (!(hp->norm_eps >= 0.0f))
+        return kn_fail(err, KN_E_FORMAT, "layer_norm_rms_epsilon is negative");
+
+    /* Vocabulary size: <arch>.vocab_size, else the tokenizer's token list. */
+    int64_t n_vocab = 0;
+    TRY(get_int(g, arch, "vocab_size", &n_vocab, &found, err));
+    if (!found) {
+        const struct gguf_value *toks = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_T_STRING);
+        if (toks)
+            n_vocab = (int64_t)toks->v.arr.n;
+    }
+    hp->n_vocab = n_vocab; /* 0: taken from token_embd by the tensor check */
+
+    /* RoPE. */
+    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
+    hp->rope_freq_base = 10000.0f;
+    TRY(get_float(g, arch, "rope.freq_base", &hp->rope_freq_base, &found, err));
+    if (!(hp->rope_freq_base > 0.0f))
+        return kn_fail(err, KN_E_FORMAT, "%s.rope.freq_base must be positive", arch);
+    hp->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_find_kv(g, key)) {
+        if (!gguf_get_str(g, key, &s))
+            return kn_fail(err, KN_E_FORMAT, "%s is not a string", key);
+        if (s.len == 4 && memcmp(s.data, "none", 4) == 0)
+            hp->rope_scaling = MODEL_ROPE_SCALING_NONE;
+        else if (s.len == 6 && memcmp(s.data, "linear", 6) == 0)
+            hp->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+        else if (s.len == 4 && memcmp(s.data, "yarn", 4) == 0)
+            hp->rope_scaling = MODEL_ROPE_SCALING_YARN;
+        else
+            return kn_fail(err, KN_E_UNSUPPORTED, "%s = '%.*s' is not supported (none, linear, yarn)",
+                           key, (int)(s.len > 40 ? 40 : s.len), s.data);
+    }
+    float factor = 0.0f;
+    TRY(get_float(g, arch, "rope.scaling.factor", &factor, &found, err));
+    if (!found)
+        TRY(get_float(g, arch, "rope.scale_linear", &factor, &found, err));
+    if (factor < 0.0f)
+        return kn_fail(err, KN_E_FORMAT, "%s.rope.scaling.factor is negative", arch);
+    hp->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+    if (hp->rope_scaling == MODEL_ROPE_SCALING_NONE)
+        hp->rope_freq_scale = 1.0f;
+    hp->n_ctx_orig_yarn = hp->n_ctx_train;
+    TRY(get_int(g, arch, "rope.scaling.original_context_length", &hp->n_ctx_orig_yarn, &found, err));
+    hp->yarn_ext_factor = hp->rope_scaling == MODEL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+    hp->yarn_attn_factor = 1.0f;
+    TRY(get_float(g, arch, "rope.scaling.attn_factor", &hp->yarn_attn_factor, &found, err));
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    TRY(get_float(g, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, &found, err));
+    TRY(get_float(g, arch, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, &found, err));
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+
+    hp->q_scale = 1.0f;
+    hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->embd_scale = 1.0f;
+
+    if (hp->arch == MODEL_ARCH_GEMMA3) {
+        /* llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): five sliding-window layers then
+         * one global layer, repeating; local layers use RoPE base 10000 and no scaling;
+         * a key at p0 is outside the window of a query at p1 when p1 - p0 >= n_swa. */
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, NULL, err));
+        if (hp->n_swa <= 0)
+            return kn_fail(err, KN_E_FORMAT, "gemma3.attention.sliding_window must be positive");
+        int64_t pattern = 6;
+        TRY(get_int(g, arch, "attention.sliding_window_pattern", &pattern, &found, err));
+        if (pattern <= 0)
+            return kn_fail(err, KN_E_FORMAT, "gemma3.attention.sliding_window_pattern must be positive");
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = il % pattern < pattern - 1;
+        hp->rope_freq_base_swa = 10000.0f;
+        hp->rope_freq_scale_swa = 1.0f;
+        /* Gemma 3 scales queries by 1/sqrt(query_pre_attn_scalar); llama.cpp derives it
+         * as 1/sqrt(key_length) except for the 27B (62 layers): 1/sqrt(n_embd/n_head).
+         * Applied to q after RoPE; scores are then not scaled again. */
+        float qs = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                     : 1.0f / sqrtf((float)hp->head_dim_k);
+        hp->q_scale = qs;
+        hp->kq_scale = 1.0f;
+        /* Embeddings times sqrtf(n_embd) computed in f32, as llama.cpp's ggml_scale. */
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+    }
+    return KN_OK;
+}
+
+/* ================================================================ tensors */
+
+/* One tensor the architecture needs, found during planning. */
+struct plan_item {
+    const struct gguf_tensor *t;
+    int64_t ne0, ne1; /* expected; ne1 = 0 for vectors */
+};
+
+static enum kn_status find_tensor(const struct gguf_file *g, const char *name, int64_t ne0,
+                                  int64_t ne1, bool required, const struct gguf_tensor **out,
+                                  struct kn_err *err)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(g, name);
+    *out = NULL;
+    if (!t) {
+        if (!required)
+            return KN_OK;
+        return kn_fail(err, KN_E_FORMAT, "tensor %s is missing; the file is incomplete or not this architecture",
+                       name);
+    }
+    int64_t want_dims = ne1 ? 2 : 1;
+    bool ok = t->ne[0] == ne0 && (ne1 ? t->ne[1] == ne1 : t->ne[1] == 1) && t->ne[2] == 1 &&
+              t->ne[3] == 1;
+    if (!ok || (int64_t)t->n_dims > want_dims)
+        return kn_fail(err, KN_E_FORMAT,
+                       "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] from the hyperparameters",
+                       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)ne0, (long long)(ne1 ? ne1 : 1));
+    if (ne1) {
+        if (!kern_type_supported((enum quant_type)t->type))
+            return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s has type %s, which this build cannot compute with",
+                           name, quant_type_name(t->type));
+    } else if (t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16) {
+        return kn_fail(err, KN_E_UNSUPPORTED, "vector tensor %s has type %s; expected f32, f16 or bf16",
+                       name, quant_type_name(t->type));
+    }
+    *out = t;
+    return KN_OK;
+}
+
+/* Where each layer tensor goes. */
+enum {
+    LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_BO, LT_Q_NORM, LT_K_NORM,
+    LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM, LT_COUNT
+};
+
+struct layer_plan {
+    const struct gguf_tensor *t[LT_COUNT];
+};
+
+static enum kn_status plan_layer(const struct gguf_file *g, const struct model_hparams *hp, int64_t il,
+                                 struct layer_plan *lp, struct kn_err *err)
+{
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    const int64_t q_out = hp->n_head * hp->head_dim_k;
+    const int64_t k_out = hp->n_head_kv * hp->head_dim_k;
+    const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
+    const int64_t o_in = hp->n_head * hp->head_dim_v;
+    const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
+    const bool gemma = hp->arch == MODEL_ARCH_GEMMA3;
+    const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
+    const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA;
+    char n[128];
+#define T(slot, suffix, ne0, ne1, req)                                                             \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "blk.%lld." suffix, (long long)il);                                  \
+        TRY(find_tensor(g, n, ne0, ne1, req, &lp->t[slot], err));                                  \
+    } while (0)
+    memset(lp, 0, sizeof *lp);
+    T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
+    T(LT_WQ, "attn_q.weight", E, q_out, true);
+    T(LT_WK, "attn_k.weight", E, k_out, true);
+    T(LT_WV, "attn_v.weight", E, v_out, true);
+    T(LT_WO, "attn_output.weight", o_in, E, true);
+    if (qkv_bias_required || bias_optional) {
+        T(LT_BQ, "attn_q.bias", q_out, 0, qkv_bias_required);
+        T(LT_BK, "attn_k.bias", k_out, 0, qkv_bias_required);
+        T(LT_BV, "attn_v.bias", v_out, 0, qkv_bias_required);
+    }
+    if (bias_optional)
+        T(LT_BO, "attn_output.bias", E, 0, false);
+    if (qk_norm) {
+        T(LT_Q_NORM, "attn_q_norm.weight", hp->head_dim_k, 0, true);
+        T(LT_K_NORM, "attn_k_norm.weight", hp->head_dim_k, 0, true);
+    }
+    if (gemma) {
+        T(LT_POST_ATTN_NORM, "post_attention_norm.weight", E, 0, true);
+        T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
+    }
+    T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
+    T(LT_GATE, "ffn_gate.weight", E, F, true);
+    T(LT_UP, "ffn_up.weight", E, F, true);
+    T(LT_DOWN, "ffn_down.weight", F, E, true);
+#undef T
+    if (hp->arch == MODEL_ARCH_LLAMA) {
+        /* Optional MLP biases exist in a few llama-arch files; refuse rather than ignore. */
+        const char *extra[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, extra[i]);
+            if (gguf_find_tensor(g, n))
+                return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s (an MLP bias) is not supported", n);
+        }
+    }
+    return KN_OK;
+}
+
+/* Copies vector tensor t (ne[0] elements) to dst as f32. */
+static enum kn_status copy_vec(const struct gguf_tensor *t, float *dst, struct kn_err *err)
+{
+    if (!quant_dequantize_row(t->type, t->data, dst, t->ne[0]))
+        return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s: cannot convert type %s to f32", t->name,
+                       quant_type_name(t->type));
+    for (int64_t i = 0; i < t->ne[0]; i++)
+        if (!isfinite(dst[i]))
+            return kn_fail(err, KN_E_FORMAT, "tensor %s holds a non-finite value at %lld", t->name,
+                           (long long)i);
+    return KN_OK;
+}
+
+static enum kn_status init_weight(struct kern_weight *w, const struct gguf_tensor *t, bool repack,
+                                  struct kn_err *err)
+{
+    enum kn_status st = kern_weight_init(w, (enum quant_type)t->type, t->ne[1], t->ne[0], t->data,
+                                         (size_t)t->size, repack, err);
+    if (st != KN_OK)
+        kn_err_prefix(err, t->name);
+    return st;
+}
+
+void model_close(struct model *m)
+{
+    if (!m)
+        return;
+    if (m->layers) {
+        for (int64_t il = 0; il < m->hp.n_layer; il++) {
+            struct model_layer *L = &m->layers[il];
+            kern_weight_free(&L->wq);
+            kern_weight_free(&L->wk);
+            kern_weight_free(&L->wv);
+            kern_weight_free(&L->wo);
+            kern_weight_free(&L->ffn_gate);
+            kern_weight_free(&L->ffn_up);
+            kern_weight_free(&L->ffn_down);
+        }
+    }
+    kern_weight_free(&m->output);
+    free(m->layers);
+    free(m->vecs);
+    gguf_close(m->gguf);
+    free(m->path);
+    free(m);
+}
+
+enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const char *path,
+                               const struct model_load_opts *opts, struct kn_err *err)
+{
+    *out = NULL;
+    bool repack = opts ? opts->repack : true;
+    struct model_hparams hp;
+    struct layer_plan *plan = NULL;
+    struct model *m = NULL;
+    enum kn_status st = model_read_hparams(g, &hp, err);
+    if (st != KN_OK)
+        goto fail;
+
+    /* ---- plan: find and check every tensor; nothing big allocated yet. */
+    const struct gguf_tensor *t_embd, *t_out, *t_out_norm, *t_out_b = NULL, *t_rope = NULL;
+    t_embd = gguf_find_tensor(g, "token_embd.weight");
+    if (!t_embd) {
+        st = kn_fail(err, KN_E_FORMAT, "tensor token_embd.weight is missing");
+        goto fail;
+    }
+    if (hp.n_vocab == 0)
+        hp.n_vocab = t_embd->ne[1];
+    st = find_tensor(g, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &t_embd, err);
+    if (st != KN_OK)
+        goto fail;
+    st = find_tensor(g, "output_norm.weight", hp.n_embd, 0, true, &t_out_norm, err);
+    if (st != KN_OK)
+        goto fail;
+    st = find_tensor(g, "output.weight", hp.n_embd, hp.n_vocab, false, &t_out, err);
+    if (st != KN_OK)
+        goto fail;
+    if (hp.arch == MODEL_ARCH_QWEN2) {
+        st = find_tensor(g, "output.bias", hp.n_vocab, 0, false, &t_out_b, err);
+        if (st != KN_OK)
+            goto fail;
+    }
+    if (hp.arch == MODEL_ARCH_LLAMA) {
+        st = find_tensor(g, "rope_freqs.weight", hp.n_rot / 2, 0, false, &t_rope, err);
+        if (st != KN_OK)
+            goto fail;
+    }
+    plan = kn_calloc((size_t)hp.n_layer, sizeof *plan, err);
+    if (!plan) {
+        st = KN_E_NOMEM;
+        goto fail;
+    }
+    size_t n_vec = 0; /* floats of every vector, one allocation */
+    n_vec += (size_t)hp.n_embd + (t_out_b ? (size_t)hp.n_vocab : 0) + (t_rope ? (size_t)hp.n_rot / 2 : 0);
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        st = plan_layer(g, &hp, il, &plan[il], err);
+        if (st != KN_OK)
+            goto fail;
+        for (int k = 0; k < LT_COUNT; k++) {
+            const struct gguf_tensor *t = plan[il].t[k];
+            if (t && t->ne[1] == 1)
+                n_vec += (size_t)t->ne[0];
+        }
+    }
+    /* The embedding rows are read with quant_dequantize_row: check it knows the type. */
+    {
+        float probe[QK_K];
+        const struct quant_type_info *ti = quant_type_info(t_embd->type);
+        if (!ti || ti->block_size > QK_K ||
+            !quant_dequantize_row(t_embd->type, t_embd->data, probe, ti->block_size)) {
+            st = kn_fail(err, KN_E_UNSUPPORTED, "token_embd.weight has type %s, which cannot be dequantized",
+                         quant_type_name(t_embd->type));
+            goto fail;
+        }
+    }
+
+    /* ---- commit. */
+    m = kn_calloc(1, sizeof *m, err);
+    if (!m) {
+        st = KN_E_NOMEM;
+        goto fail;
+    }
+    m->gguf = g;
+    g = NULL;
+    m->hp = hp;
+    m->path = kn_strdup(path ? path : "", err);
+    m->vecs = kn_malloc(n_vec * sizeof(float), err);
+    m->layers = kn_calloc((size_t)hp.n_layer, sizeof *m->layers, err);
+    if (!m->path || !m->vecs || !m->layers) {
+        st = KN_E_NOMEM;
+        goto fail;
+    }
+    float *vp = m->vecs;
+#define VEC(dst, t)                                                                                \
+    do {                                                                                           \
+        if (t) {                                                                                   \
+            st = copy_vec(t, vp, err);                                                             \
+            if (st != KN_OK)                                                                       \
+                goto fail;                                                                         \
+            (dst) = vp;                                                                            \
+            vp += (t)->ne[0];                                                                      \
+        }                                                                                          \
+    } while (0)
+    VEC(m->output_norm, t_out_norm);
+    VEC(m->output_b, t_out_b);
+    VEC(m->rope_freqs, t_rope);
+    m->tok_embd_type = t_embd->type;
+    m->tok_embd = t_embd->data;
+    m->tok_embd_row_bytes = (size_t)(t_embd->size / (uint64_t)hp.n_vocab);
+    m->weight_bytes = 0;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        const struct gguf_tensor *const *t = plan[il].t;
+        VEC(L->attn_norm, t[LT_ATTN_NORM]);
+        VEC(L->ffn_norm, t[LT_FFN_NORM]);
+        VEC(L->attn_q_norm, t[LT_Q_NORM]);
+        VEC(L->attn_k_norm, t[LT_K_NORM]);
+        VEC(L->post_attn_norm, t[LT_POST_ATTN_NORM]);
+        VEC(L->post_ffn_norm, t[LT_POST_FFN_NORM]);
+        VEC(L->bq, t[LT_BQ]);
+        VEC(L->bk, t[LT_BK]);
+        VEC(L->bv, t[LT_BV]);
+        VEC(L->bo, t[LT_BO]);
+        struct {
+            struct kern_weight *w;
+            int slot;
+        } mats[] = {{&L->wq, LT_WQ},         {&L->wk, LT_WK},     {&L->wv, LT_WV},
+                    {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
+                    {&L->ffn_down, LT_DOWN}};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            st = init_weight(mats[i].w, t[mats[i].slot], repack, err);
+            if (st != KN_OK)
+                goto fail;
+            m->weight_bytes += (size_t)t[mats[i].slot]->size;
+        }
+    }
+#undef VEC
+    m->output_tied = t_out == NULL;
+    st = init_weight(&m->output, t_out ? t_out : t_embd, repack, err);
+    if (st != KN_OK)
+        goto fail;
+    m->weight_bytes += (size_t)t_embd->size + (t_out ? (size_t)t_out->size : 0);
+    free(plan);
+    *out = m;
+    return KN_OK;
+
+fail:
+    free(plan);
+    if (m)
+        model_close(m);
+    else
+        gguf_close(g);
+    return st;
+}
+
+enum kn_status model_open(struct model **out, const char *path, const struct model_load_opts *opts,
+                          struct kn_err *err)
+{
+    *out = NULL;
+    struct gguf_file *g = NULL;
+    enum kn_status st = gguf_open(&g, path, err);
+    if (st != KN_OK)
+        return st;
+    st = model_open_gguf(out, g, path, opts, err);
+    if (st != KN_OK)
+        kn_err_prefix(err, path);
+    return st;
+}
+
+/* ================================================================ KV cache */
+
+enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
+                             enum model_kv_type type, struct kn_err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    const struct model_hparams *hp = &m->hp;
+    if (n_ctx <= 0)
+        return kn_fail(err, KN_E_ARG, "context size %lld must be positive", (long long)n_ctx);
+    if (n_ctx > INT32_MAX)
+        return kn_fail(err, KN_E_ARG, "context size %lld is too large", (long long)n_ctx);
+    size_t elt = type == MODEL_KV_F16 ? 2 : 4;
+    kv->type = type;
+    kv->n_ctx = n_ctx;
+    kv->n_layer = hp->n_layer;
+    kv->k_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
+    kv->v_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
+    size_t per_layer, total;
+    if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &per_layer) ||
+        !kn_mul_size(per_layer, (size_t)n_ctx, &per_layer) ||
+        !kn_mul_size(per_layer, (size_t)hp->n_layer, &total))
+        return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
+    kv->bytes = total;
+    kv->k = kn_calloc((size_t)hp->n_layer, sizeof(void *), err);
+    kv->v = kn_calloc((size_t)hp->n_layer, sizeof(void *), err);
+    kv->storage = kn_aligned_alloc(total, err);
+    if (!kv->k || !kv->v || !kv->storage) {
+        model_kv_free(kv);
+        return kn_fail(err, KN_E_NOMEM, "cannot allocate the KV cache (%zu MiB for context %lld); use a smaller --ctx-size",
+                       total >> 20, (long long)n_ctx);
+    }
+    /* Zero once so slots never read uninitialised memory (they are masked anyway). */
+    memset(kv->storage, 0, total);
+    uint8_t *p = kv->storage;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        kv->k[il] = p;
+        p += kv->k_row_bytes * (size_t)n_ctx;
+        kv->v[il] = p;
+        p += kv->v_row_bytes * (size_t)n_ctx;
+    }
+    return KN_OK;
+}
+
+void model_kv_free(struct model_kv *kv)
+{
+    free(kv->k);
+    free(kv->v);
+    free(kv->storage);
+    memset(kv, 0, sizeof *kv);
+}

@@ -1,0 +1,166 @@
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3) loaded from GGUF,
+ * and their forward pass over a batch of tokens at given positions.
+ *
+ * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
+ * and checks every tensor (present, shape, type has kernels) before committing memory,
+ * so an unsupported file fails with a message naming the architecture, tensor or type.
+ * Weights stay in the file's memory map; small vectors (norms, biases) are copied to f32.
+ *
+ * The forward pass obeys docs/numerics.md: every token's result depends only on the
+ * model, its own token, its position and the KV cache entries it attends to, never on
+ * the batch size, the chunking of a prompt or the thread count. Per-token work runs in
+ * token order; threads only split outputs (kernels module). */
+#ifndef KN_MODEL_H
+#define KN_MODEL_H
+
+#include "../base/base.h"
+#include "../gguf/gguf.h"
+#include "../kernels/kernels.h"
+
+enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2 = 1,
+    MODEL_ARCH_QWEN3 = 2,
+    MODEL_ARCH_GEMMA3 = 3,
+    MODEL_ARCH_COUNT,
+};
+
+/* "llama", "qwen2", "qwen3", "gemma3". */
+const char *model_arch_name(enum model_arch a);
+
+/* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
+ * (x[i], x[i + n_rot/2]) (qwen2, qwen3, gemma3). */
+enum model_rope_mode { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 1 };
+
+/* rope.scaling.type: none, linear (positions times freq_scale), yarn. */
+enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR = 1,
+                          MODEL_ROPE_SCALING_YARN = 2 };
+
+#define MODEL_MAX_LAYERS 512
+
+struct model_hparams {
+    enum model_arch arch;
+    int64_t n_vocab;
+    int64_t n_ctx_train;   /* <arch>.context_length */
+    int64_t n_embd;        /* <arch>.embedding_length */
+    int64_t n_layer;       /* <arch>.block_count */
+    int64_t n_ff;          /* <arch>.feed_forward_length */
+    int64_t n_head;        /* <arch>.attention.head_count */
+    int64_t n_head_kv;     /* <arch>.attention.head_count_kv (default n_head) */
+    int64_t head_dim_k;    /* <arch>.attention.key_length (default n_embd / n_head) */
+    int64_t head_dim_v;    /* <arch>.attention.value_length (default n_embd / n_head) */
+    int64_t n_rot;         /* <arch>.rope.dimension_count (default head_dim_k) */
+    float norm_eps;        /* <arch>.attention.layer_norm_rms_epsilon */
+
+    enum model_rope_mode rope_mode;
+    enum model_rope_scaling rope_scaling;
+    float rope_freq_base;      /* global layers; <arch>.rope.freq_base (default 10000) */
+    float rope_freq_scale;     /* 1 / rope.scaling.factor (1 when absent or type none) */
+    float rope_freq_base_swa;  /* sliding-window layers (gemma3: 10000) */
+    float rope_freq_scale_swa; /* sliding-window layers (gemma3: 1) */
+    int64_t n_ctx_orig_yarn;   /* rope.scaling.original_context_length (default n_ctx_train) */
+    float yarn_ext_factor;     /* 1 for yarn, else 0 */
+    float yarn_attn_factor;    /* rope.scaling.attn_factor (default 1) */
+    float yarn_beta_fast, yarn_beta_slow;
+
+    int64_t n_swa;                          /* sliding window in tokens; 0 = none */
+    bool swa_layer[MODEL_MAX_LAYERS];       /* true: the layer attends to a window */
+
+    /* Attention: softmax(scale_scores * q.k). gemma3 instead multiplies q by
+     * q_scale after RoPE (as llama.cpp does) and uses scale_scores = 1. */
+    float q_scale;         /* 1 = none */
+    float kq_scale;
+    float embd_scale;      /* gemma3: sqrtf(n_embd) in f32; else 1 */
+};
+
+/* A weight vector (norm gain, bias) as f32, owned by the model. */
+struct model_layer {
+    struct kern_weight wq, wk, wv, wo;          /* wq: (n_head*hd_k, n_embd) ... */
+    struct kern_weight ffn_gate, ffn_up, ffn_down;
+    const float *attn_norm, *ffn_norm;          /* (n_embd) */
+    const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3 */
+    const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma3 */
+    const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
+};
+
+struct model {
+    char *path;
+    struct gguf_file *gguf;
+    struct model_hparams hp;
+    /* token_embd: (n_vocab, n_embd) rows in the file's type; read row by row. */
+    uint32_t tok_embd_type;
+    const uint8_t *tok_embd;
+    size_t tok_embd_row_bytes;
+    struct kern_weight output;        /* (n_vocab, n_embd); token_embd when tied */
+    bool output_tied;
+    const float *output_norm;         /* (n_embd) */
+    const float *output_b;            /* (n_vocab) or NULL */
+    const float *rope_freqs;          /* (n_rot/2) factors (Llama 3.1+) or NULL */
+    struct model_layer *layers;       /* n_layer */
+    float *vecs;                      /* the storage behind every const float * above */
+    size_t weight_bytes;              /* bytes of all weight tensors in the file */
+};
+
+struct model_load_opts {
+    bool repack; /* let the kernels build SIMD-friendly copies of the weights */
+};
+
+/* Opens path, validates hyperparameters and tensors, maps the weights. */
+KN_MUST_USE enum kn_status model_open(struct model **out, const char *path,
+                                      const struct model_load_opts *opts, struct kn_err *err);
+/* Same, for an already opened GGUF file, whose ownership passes to the model (closed by
+ * model_close, also when this fails). */
+KN_MUST_USE enum kn_status model_open_gguf(struct model **out, struct gguf_file *g,
+                                           const char *path, const struct model_load_opts *opts,
+                                           struct kn_err *err);
+void model_close(struct model *m);
+
+/* Reads only the hyperparameters (no tensors): used by model_open and by tests. */
+KN_MUST_USE enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,
+                                              struct kn_err *err);
+
+/* ---------------------------------------------------------------- KV cache */
+
+enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1 };
+const char *model_kv_type_name(enum model_kv_type t);
+bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
+
+/* Keys and values of one sequence, slot = position: layer l keeps
+ * k[l]: (n_ctx, n_head_kv * head_dim_k), v[l]: (n_ctx, n_head_kv * head_dim_v). */
+struct model_kv {
+    enum model_kv_type type;
+    int64_t n_ctx;
+    int64_t n_layer;
+    size_t k_row_bytes, v_row_bytes;
+    void **k, **v;     /* per layer */
+    void *storage;     /* one allocation behind every layer */
+    size_t bytes;
+};
+
+KN_MUST_USE enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
+                                         enum model_kv_type type, struct kn_err *err);
+void model_kv_free(struct model_kv *kv);
+
+/* ---------------------------------------------------------------- forward pass */
+
+/* Activations sized once for at most max_tokens tokens per call. */
+struct model_fwd;
+
+KN_MUST_USE enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m,
+                                            int64_t max_tokens, struct kern_pool *pool,
+                                            struct kn_err *err);
+void model_fwd_free(struct model_fwd *f);
+int64_t model_fwd_max_tokens(const struct model_fwd *f);
+
+/* Runs n tokens (n <= max_tokens) at positions pos[i] through the model, writing their
+ * keys and values into kv at slot pos[i], then attending, for token i, to every slot
+ * p <= pos[i] (within the window on sliding-window layers). The caller guarantees that
+ * slots below each pos[i] hold this sequence's entries (earlier calls or earlier tokens
+ * of this call). Writes logits (n_out, n_vocab) for the tokens out_rows[0..n_out-1]
+ * (indices into the batch, any order). Allocates nothing. */
+KN_MUST_USE enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv,
+                                         const int32_t *tokens, const int32_t *pos, int64_t n,
+                                         const int64_t *out_rows, int64_t n_out, float *logits,
+                                         struct kn_err *err);
+
+#endif

@@ -1,0 +1,200 @@
+"""model_ref.py: an independent float64 reference forward pass for the architectures
+Kinetic runs (llama, qwen2, qwen3, gemma3), used as an oracle by the tests.
+
+It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
+independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
+transformer in numpy float64 with no batching tricks: one causal pass over the whole
+token sequence. The formulas follow the published architectures as llama.cpp implements
+them (src/models/*.cpp there); nothing is shared with Kinetic's C code.
+
+Usage from a test:
+    ref = RefModel(path)
+    logits = ref.forward([1, 303, 433])   # (n_tokens, n_vocab) float64
+"""
+import math
+
+import numpy as np
+import gguf
+from gguf import quants
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+        return [f.parts[i].tolist()[0] if len(f.parts[i]) == 1 else bytes(f.parts[i]) for i in f.data]
+    return f.parts[f.data[0]].tolist()[0]
+
+
+class RefModel:
+    def __init__(self, path):
+        self.reader = gguf.GGUFReader(path)
+        r = self.reader
+        self.tensors = {t.name: t for t in r.tensors}
+        self.arch = _field(r, "general.architecture")
+        a = self.arch
+        if a not in ("llama", "qwen2", "qwen3", "gemma3"):
+            raise ValueError(f"unsupported architecture {a}")
+        self.n_embd = _field(r, f"{a}.embedding_length")
+        self.n_layer = _field(r, f"{a}.block_count")
+        self.n_head = _field(r, f"{a}.attention.head_count")
+        self.n_head_kv = _field(r, f"{a}.attention.head_count_kv", self.n_head)
+        self.head_k = _field(r, f"{a}.attention.key_length", self.n_embd // self.n_head)
+        self.head_v = _field(r, f"{a}.attention.value_length", self.n_embd // self.n_head)
+        self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_k)
+        self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
+        self.freq_base = _field(r, f"{a}.rope.freq_base", 10000.0)
+        scale_type = _field(r, f"{a}.rope.scaling.type", "linear")
+        factor = _field(r, f"{a}.rope.scaling.factor", 0.0) or 0.0
+        if scale_type not in ("none", "linear"):
+            raise ValueError(f"reference: rope scaling {scale_type} not implemented")
+        self.freq_scale = 1.0 if (factor == 0.0 or scale_type == "none") else 1.0 / factor
+        self.neox = a in ("qwen2", "qwen3", "gemma3")
+        self.n_swa = 0
+        self.swa_layers = [False] * self.n_layer
+        if a == "gemma3":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window")
+            # Five local (sliding-window) layers, then one global, repeating.
+            self.swa_layers = [(il % 6) < 5 for il in range(self.n_layer)]
+        self._cache = {}
+
+    # ------------------------------------------------------------ weights
+
+    def has(self, name):
+        return name in self.tensors
+
+    def w(self, name):
+        """The tensor as float64 with shape (rows, row_length), as GGUF's ne reversed."""
+        if name in self._cache:
+            return self._cache[name]
+        t = self.tensors[name]
+        data = quants.dequantize(t.data, t.tensor_type)
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        arr = np.asarray(data, dtype=np.float32).reshape(shape)
+        if arr.ndim == 1:
+            arr = arr.astype(np.float64)
+        self._cache[name] = arr
+        return arr
+
+    # ------------------------------------------------------------ pieces
+
+    def rms_norm(self, x, w):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        return x / np.sqrt(ms + self.eps) * w
+
+    def rope(self, x, positions, base, scale, factors=None):
+        """x: (T, H, D). Rotates the first n_rot dims of each head."""
+        n = self.n_rot
+        half = n // 2
+        i = np.arange(half, dtype=np.float64)
+        inv = base ** (-2.0 * i / n)
+        if factors is not None:
+            inv = inv / factors
+        theta = np.outer(np.asarray(positions, dtype=np.float64) * scale, inv)  # (T, half)
+        c = np.cos(theta)[:, None, :]
+        s = np.sin(theta)[:, None, :]
+        out = x.copy()
+        if self.neox:
+            a = x[:, :, :half]
+            b = x[:, :, half:n]
+            out[:, :, :half] = a * c - b * s
+            out[:, :, half:n] = a * s + b * c
+        else:
+            a = x[:, :, 0:n:2]
+            b = x[:, :, 1:n:2]
+            out[:, :, 0:n:2] = a * c - b * s
+            out[:, :, 1:n:2] = a * s + b * c
+        return out
+
+    def mm(self, name, x):
+        w = self.w(name)
+        # Chunk over output rows to keep float64 copies small for big vocabularies.
+        out = np.empty((x.shape[0], w.shape[0]), dtype=np.float64)
+        step = 16384
+        for r0 in range(0, w.shape[0], step):
+            out[:, r0:r0 + step] = x @ w[r0:r0 + step].astype(np.float64).T
+        bias = name.replace(".weight", ".bias")
+        if self.has(bias):
+            out += self.w(bias)
+        return out
+
+    @staticmethod
+    def gelu_tanh(x):
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * x * (1.0 + 0.044715 * x * x)))
+
+    @staticmethod
+    def silu(x):
+        return x / (1.0 + np.exp(-x))
+
+    # ------------------------------------------------------------ forward
+
+    def forward(self, tokens, positions=None, rows=None):
+        """tokens: list of ids at positions 0..T-1 (or `positions`); returns the logits
+        (len(rows), n_vocab) of the given rows (default: every row)."""
+        T = len(tokens)
+        pos = list(range(T)) if positions is None else list(positions)
+        emb = self.w("token_embd.weight")
+        x = emb[np.asarray(tokens)].astype(np.float64)
+        if self.arch == "gemma3":
+            x = x * math.sqrt(self.n_embd)
+        factors = self.w("rope_freqs.weight") if self.has("rope_freqs.weight") else None
+        H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            h = self.rms_norm(x, self.w(p + "attn_norm.weight"))
+            q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
+            k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
+            v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
+            if self.has(p + "attn_q_norm.weight"):
+                q = self.rms_norm(q, self.w(p + "attn_q_norm.weight"))
+                k = self.rms_norm(k, self.w(p + "attn_k_norm.weight"))
+            swa = self.swa_layers[il]
+            base = 10000.0 if (self.arch == "gemma3" and swa) else self.freq_base
+            scale = 1.0 if (self.arch == "gemma3" and swa) else self.freq_scale
+            q = self.rope(q, pos, base, scale, factors)
+            k = self.rope(k, pos, base, scale, factors)
+            if self.arch == "gemma3":
+                kq_scale = 1.0 / math.sqrt(DK)
+            else:
+                kq_scale = 1.0 / math.sqrt(DK)
+            att = np.empty((T, H, DV), dtype=np.float64)
+            group = H // HKV
+            for t in range(T):
+                for hh in range(H):
+                    kh = hh // group
+                    keys = [j for j in range(T) if pos[j] <= pos[t]
+                            and not (swa and pos[t] - pos[j] >= self.n_swa)]
+                    s = np.array([q[t, hh] @ k[j, kh] for j in keys]) * kq_scale
+                    s = np.exp(s - s.max())
+                    s /= s.sum()
+                    att[t, hh] = s @ v[keys, kh]
+            o = self.mm(p + "attn_output.weight", att.reshape(T, H * DV))
+            if self.has(p + "post_attention_norm.weight"):
+                o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
+            x = x + o
+            h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
+            g = self.mm(p + "ffn_gate.weight", h)
+            u = self.mm(p + "ffn_up.weight", h)
+            act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+            f = self.mm(p + "ffn_down.weight", act * u)
+            if self.has(p + "post_ffw_norm.weight"):
+                f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
+            x = x + f
+        if rows is not None:
+            x = x[list(rows)]
+        x = self.rms_norm(x, self.w("output_norm.weight"))
+        out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
+        return self.mm(out_name, x)
+
+    def greedy(self, prompt_tokens, n):
+        toks = list(prompt_tokens)
+        out = []
+        for _ in range(n):
+            logits = self.forward(toks, rows=[len(toks) - 1])[0]
+            nxt = int(np.argmax(logits))
+            out.append(nxt)
+            toks.append(nxt)
+        return out

