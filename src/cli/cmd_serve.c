@@ -64,7 +64,6 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: --sign-key: receipts are not available in this build yet\n");
         return 2;
     }
-    (void)threads;
 
     struct kn_err err = {0};
     struct srv_backend backend;
@@ -85,9 +84,11 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
             return 2;
         }
-        fprintf(stderr, "kinetic serve: %s: serving a model file needs the model module, which "
-                        "is not in this build yet; --toy serves the built-in test model\n", pos[0]);
-        return 1;
+        struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads};
+        if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
+            fprintf(stderr, "kinetic serve: %s\n", err.msg);
+            return 1;
+        }
     }
 
     /* Block the stop signals in every thread; this one waits for them below. */
@@ -115,9 +116,10 @@ int cmd_serve(int argc, char **argv)
         backend.free(backend.ctx);
         return 1;
     }
-    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions)\n",
+    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
+           "chat format %s, %s)\n",
            host, srv_port(s), alias ? alias : backend.name, backend.n_slots,
-           (long long)backend.n_ctx);
+           (long long)backend.n_ctx, backend.chat_format, backend.device_class);
     fflush(stdout);
 
     int sig = 0;

@@ -287,7 +287,8 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     if ((st = get_int(body, "best_of", 1, 1, &best_of, NULL, e)))
         return st;
 
-    int64_t cap = s->b->n_ctx;
+    /* A limit beyond the context just ends with "length"; only absurd values are refused. */
+    int64_t cap = INT64_C(1) << 20;
     bool given = false;
     const char *mt_key = json_get(body, "max_completion_tokens") ? "max_completion_tokens"
                                                                   : "max_tokens";
@@ -329,8 +330,12 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         return BAD(e, NULL, "%s", serr.msg);
 
     if ((st = get_bool(body, "stream", &r->stream, e)) ||
-        (st = get_bool(body, "receipt", &r->want_receipt, e)))
+        (st = get_bool(body, "receipt", &r->want_receipt, e)) ||
+        (st = get_bool(body, "ignore_eos", &r->ignore_eos, e)))
         return st;
+    if (r->ignore_eos && r->want_receipt)
+        return BAD(e, "ignore_eos", "'ignore_eos' (for benchmarks) cannot be combined with "
+                   "'receipt': a receipt's rerun stops at the end-of-generation token");
     const struct json_value *so = json_get(body, "stream_options");
     if (so && !json_is(so, JSON_NULL)) {
         if (!json_is(so, JSON_OBJECT))

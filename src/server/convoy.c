@@ -182,7 +182,7 @@ static enum srv_finish append_locked(struct convoy *c, struct srv_job *j, int32_
         j->t_first = kn_now();
     c->stats.tokens_generated++;
     enum srv_finish f = SRV_FINISH_NONE;
-    if (b->is_eog(b->ctx, id)) {
+    if (b->is_eog(b->ctx, id) && !j->ignore_eos) {
         f = SRV_FINISH_STOP;
     } else {
         size_t len = 0;

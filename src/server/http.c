@@ -420,6 +420,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
     j->max_tokens = want < room ? want : room;
     j->sampling = r.sampling;
     j->seed_given = r.seed_given;
+    j->ignore_eos = r.ignore_eos;
     j->want_logprobs = r.logprobs;
     j->n_top = r.top_logprobs;
     for (int i = 0; i < r.n_stop; i++) {

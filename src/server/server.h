@@ -50,6 +50,7 @@ struct srv_backend {
     int n_slots;
     int64_t max_batch;         /* most tokens in one forward call */
     size_t max_piece;          /* longest token piece in bytes */
+    const char *chat_format;   /* the chat template family in use, for the log */
 
     /* Thread-safe (HTTP threads call them concurrently). *ids is malloc'd. */
     KN_MUST_USE enum kn_status (*tokenize)(void *ctx, const char *text, size_t len,
@@ -81,6 +82,19 @@ struct srv_backend {
 KN_MUST_USE enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_ctx,
                                            int delay_us, struct kn_err *err);
 
+struct srv_model_opts {
+    const char *path;
+    int n_slots;
+    int64_t n_ctx;             /* per slot; 0: the model's training context, at most 4096 */
+    int64_t max_batch;         /* tokens per forward call; 0: 512 */
+    int threads;               /* 0: all CPUs */
+};
+
+/* The backend over a GGUF model file (model, tokenizer, chat template, a KV cache per
+ * slot). The chat template is chosen as `kinetic run` chooses it. */
+KN_MUST_USE enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model_opts *o,
+                                             struct kn_err *err);
+
 /* ---------------------------------------------------------------- logprobs */
 
 /* log-softmax of the raw logits into lp (n_vocab); the top k (k <= 20) by log-probability,
@@ -110,6 +124,7 @@ struct srv_job {
     struct sample_params sampling;
     bool seed_given;           /* false: the server drew the seed */
     int n_top;                 /* top log-probabilities kept per token (0..20) */
+    bool ignore_eos;           /* benchmarks: end-of-generation tokens do not stop */
     bool want_logprobs;
 
     /* results (sized for max_tokens at srv_job_alloc_results) */

@@ -25,7 +25,7 @@ int srv_error_set(struct srv_error *e, int status, const char *type, const char 
 /* A validated completion request. */
 struct srv_request {
     enum srv_kind kind;
-    bool stream, include_usage, want_receipt;
+    bool stream, include_usage, want_receipt, ignore_eos;
     bool logprobs;
     int top_logprobs;          /* 0..20 */
     int64_t max_tokens;        /* 0: not given */

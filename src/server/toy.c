@@ -198,6 +198,7 @@ enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_c
     out->n_slots = n_slots;
     out->max_batch = 64 > n_slots ? 64 : n_slots;
     out->max_piece = 4;
+    out->chat_format = "chatml";
     out->tokenize = toy_tokenize;
     out->chat = toy_chat;
     out->piece = toy_piece;

@@ -175,7 +175,7 @@ HOSTILE = [
      {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, None, 400, ["only text"]),
     ("content wrong type", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, None, 400, ["content"]),
     ("negative max_tokens", "POST", "/v1/completions", {"prompt": "a", "max_tokens": -5}, None, 400, ["'max_tokens' is -5"]),
-    ("huge max_tokens", "POST", "/v1/completions", {"prompt": "a", "max_tokens": 10 ** 12}, None, 400, ["'max_tokens'", "256"]),
+    ("huge max_tokens", "POST", "/v1/completions", {"prompt": "a", "max_tokens": 10 ** 12}, None, 400, ["'max_tokens'", "1048576"]),
     ("max_tokens string", "POST", "/v1/completions", {"prompt": "a", "max_tokens": "10"}, None, 400, ["integer"]),
     ("max_tokens float", "POST", "/v1/completions", {"prompt": "a", "max_tokens": 2.5}, None, 400, ["integer"]),
     ("temperature too high", "POST", "/v1/completions", {"prompt": "a", "temperature": 5}, None, 400, ["'temperature' is 5"]),
@@ -380,3 +380,21 @@ def test_sigterm_during_requests_stops_cleanly():
     assert rc == 0 and time.time() - t0 < 10, s.stderr
     assert "shutting down" in s.stderr and "stopped" in s.stderr
     assert results and all(r == 503 for r in results), results
+
+
+def test_max_tokens_beyond_context_ends_with_length(srv):
+    st, _, js = srv.post("/v1/completions", {"prompt": "x" * 200, "max_tokens": 5000,
+                                             "temperature": 0}, headers=AUTH)
+    assert st == 200, js
+    u = js["usage"]
+    assert u["prompt_tokens"] + u["completion_tokens"] <= 256
+
+
+def test_ignore_eos_for_benchmarks(srv):
+    body = {"prompt": "abc", "max_tokens": 200, "temperature": 1.0, "seed": 3}
+    plain = srv.post("/v1/completions", body, headers=AUTH)[2]
+    full = srv.post("/v1/completions", {**body, "ignore_eos": True}, headers=AUTH)[2]
+    assert full["usage"]["completion_tokens"] == 200 and full["choices"][0]["finish_reason"] == "length"
+    assert full["choices"][0]["text"].startswith(plain["choices"][0]["text"])
+    check_error(srv.post("/v1/completions", {**body, "ignore_eos": True, "receipt": True},
+                         headers=AUTH), 400, ["ignore_eos"])

