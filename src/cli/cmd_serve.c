@@ -3,6 +3,7 @@
  * cleanly (open requests end, threads are joined). */
 #include "cli.h"
 #include "base/base.h"
+#include "receipt/hashcache.h"
 #include "server/server.h"
 
 #include <signal.h>
@@ -60,13 +61,10 @@ int cmd_serve(int argc, char **argv)
                         "--max-depth 2..1000, --timeout >= 1, others >= 0)\n");
         return 2;
     }
-    if (sign_key) {
-        fprintf(stderr, "kinetic serve: --sign-key: receipts are not available in this build yet\n");
-        return 2;
-    }
 
     struct kn_err err = {0};
     struct srv_backend backend;
+    struct srv_signer *signer = NULL;
     if (toy) {
         if (n_pos) {
             fprintf(stderr, "kinetic serve: give either a model file or --toy, not both\n");
@@ -89,6 +87,20 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;
         }
+        if (srv_signer_open(&signer, sign_key, &err) != KN_OK) {
+            fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
+            backend.free(backend.ctx);
+            return 1;
+        }
+        /* Hash the model now (or find it in the cache), not in the first receipt request. */
+        char hex[65];
+        if (hashcache_model_blake3(pos[0], hex, &err) != KN_OK)
+            kn_log(KN_LOG_WARN, "serve: %s", err.msg);
+    }
+    if (toy && sign_key) {
+        fprintf(stderr, "kinetic serve: --sign-key needs a model file: the toy model makes no receipts\n");
+        backend.free(backend.ctx);
+        return 2;
     }
 
     /* Block the stop signals in every thread; this one waits for them below. */
@@ -109,11 +121,14 @@ int cmd_serve(int argc, char **argv)
         .timeout_s = (int)timeout,
         .queue = (int)queue,
         .default_max_tokens = max_tokens,
+        .receipt = signer ? srv_receipt_build : NULL,
+        .receipt_ctx = signer,
     };
     struct srv *s = NULL;
     if (srv_start(&s, &cfg, &backend, &err) != KN_OK) {
         fprintf(stderr, "kinetic serve: %s\n", err.msg);
         backend.free(backend.ctx);
+        srv_signer_free(signer);
         return 1;
     }
     printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
@@ -127,6 +142,7 @@ int cmd_serve(int argc, char **argv)
     fprintf(stderr, "kinetic serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     backend.free(backend.ctx);
+    srv_signer_free(signer);
     fprintf(stderr, "kinetic serve: stopped\n");
     return 0;
 }

@@ -345,8 +345,8 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     }
     if (r->want_receipt && !s->cfg.receipt)
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "receipt",
-                             "receipts are not available in this build of the server yet; "
-                             "send the request without \"receipt\"");
+                             "receipts are not available on this server: it serves the "
+                             "built-in toy model, which has no model file to name");
 
     if (kind == SRV_KIND_CHAT) {
         if ((st = get_bool(body, "logprobs", &r->logprobs, e)))

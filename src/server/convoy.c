@@ -209,8 +209,10 @@ static enum srv_finish append_locked(struct convoy *c, struct srv_job *j, int32_
     }
     j->text_end[k] = j->text_len;
     j->n_out = k + 1;
+    /* As engine_generate (what kinetic run and verify-receipt use): stop after max_tokens,
+     * or when the token just sampled could not be fed (the context is full). */
     if (f == SRV_FINISH_NONE &&
-        (j->n_out >= j->max_tokens || (int64_t)j->n_prompt + j->n_out >= b->n_ctx))
+        (j->n_out >= j->max_tokens || (int64_t)j->n_prompt + j->n_out > b->n_ctx))
         f = SRV_FINISH_LENGTH;
     pthread_cond_broadcast(&j->cv);
     return f;

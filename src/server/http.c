@@ -185,6 +185,13 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
 {
     if (!r->want_receipt || !s->cfg.receipt)
         return NULL;
+    /* What engine_generate returns for the same request: it stops before an
+     * end-of-generation token, so that token is not an output. */
+    int64_t n_out = j->n_out;
+    if (n_out > 0 && j->finish == SRV_FINISH_STOP && s->b->is_eog(s->b->ctx, j->out_ids[n_out - 1]))
+        n_out--;
+    int64_t max_tokens = r->max_tokens ? r->max_tokens
+                                       : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : -1);
     struct srv_receipt_input in = {
         .model_path = s->b->model_path,
         .device_class = s->b->device_class,
@@ -194,14 +201,14 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
         .n_prompt = j->n_prompt,
         .sampling = &j->sampling,
         .seed_given = j->seed_given,
-        .max_tokens = r->max_tokens,
+        .max_tokens = max_tokens,
         .stop = (const char *const *)r->stop,
         .n_stop = r->n_stop,
         .finish = srv_finish_str(j->finish),
         .text = j->text,
         .text_len = j->text_len,
         .out_ids = j->out_ids,
-        .n_out = j->n_out,
+        .n_out = n_out,
     };
     struct json_value *out = NULL;
     struct kn_err err = {0};
@@ -336,11 +343,12 @@ static bool next_event(struct stream *st)
                 return false;
         }
     case PH_FINAL: {
-        struct srv_error e;
+        struct srv_error e = {0};
         convoy_lock(c);
         struct json_value *receipt = make_receipt(s, &st->req, j, &e);
-        char *chunk = api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0, 0,
-                                       j->text_len, j->text_len, true, receipt);
+        char *chunk = e.status ? api_error_json(&e)
+                               : api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0,
+                                                  0, j->text_len, j->text_len, true, receipt);
         convoy_unlock(c);
         st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
         return set_event(st, chunk);
@@ -414,7 +422,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         srv_request_free(&r);
         return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
     }
-    int64_t room = s->b->n_ctx - (int64_t)r.n_ids;
+    int64_t room = s->b->n_ctx - (int64_t)r.n_ids + 1; /* the last token is never fed */
     int64_t want = r.max_tokens ? r.max_tokens
                                 : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
     j->max_tokens = want < room ? want : room;

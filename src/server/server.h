@@ -205,19 +205,29 @@ struct srv_receipt_input {
     size_t n_prompt;
     const struct sample_params *sampling;
     bool seed_given;
-    int64_t max_tokens;            /* 0: the request named none */
+    int64_t max_tokens;            /* -1: no limit but the context */
     const char *const *stop;
     int n_stop;
     const char *finish;            /* "stop" or "length" */
     const char *text;              /* output text after stop strings are cut */
     size_t text_len;
-    const int32_t *out_ids;        /* generated tokens, an end-of-generation id included */
+    const int32_t *out_ids;        /* generated tokens, without an end-of-generation id */
     int64_t n_out;
 };
 
 /* Builds a receipt object (*out, owned by the caller) for a finished completion. */
 typedef enum kn_status (*srv_receipt_fn)(void *ctx, const struct srv_receipt_input *in,
                                          struct json_value **out, struct kn_err *err);
+
+/* The receipt module's receipts (src/receipt), signed when the signer has a key. */
+struct srv_signer;
+/* key_path: an Ed25519 key file (--sign-key), or NULL for unsigned receipts. */
+KN_MUST_USE enum kn_status srv_signer_open(struct srv_signer **out, const char *key_path,
+                                           struct kn_err *err);
+void srv_signer_free(struct srv_signer *s);
+/* A srv_receipt_fn; ctx is a struct srv_signer. */
+KN_MUST_USE enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
+                                             struct json_value **out, struct kn_err *err);
 
 /* ---------------------------------------------------------------- http server */
 

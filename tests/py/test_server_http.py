@@ -387,7 +387,8 @@ def test_max_tokens_beyond_context_ends_with_length(srv):
                                              "temperature": 0}, headers=AUTH)
     assert st == 200, js
     u = js["usage"]
-    assert u["prompt_tokens"] + u["completion_tokens"] <= 256
+    # as kinetic run: the last token is sampled but never fed, so it may be the 257th
+    assert u["prompt_tokens"] + u["completion_tokens"] <= 257
 
 
 def test_ignore_eos_for_benchmarks(srv):

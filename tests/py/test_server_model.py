@@ -131,3 +131,76 @@ def test_gemma_openai_streaming(gemma):
              if c.choices]
     assert "".join(parts) == r.choices[0].message.content
     assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def verify(path, *extra):
+    r = subprocess.run([KINETIC, "verify-receipt", str(path), *extra], capture_output=True,
+                       text=True, timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_receipt_made_under_load_verifies(aid, tmp_path):
+    """A receipt made while three other clients keep the server busy verifies
+    `identical` with kinetic verify-receipt (a plain rerun on one slot)."""
+    stop = threading.Event()
+
+    def busy(k):
+        n = 0
+        while not stop.is_set():
+            aid.post("/v1/completions", {"prompt": f"Busy {k}.{n} " + "moon " * (3 * k),
+                                         "max_tokens": 80, "temperature": 1.0, "seed": k + n})
+            n += 1
+    ts = [threading.Thread(target=busy, args=(k,)) for k in (1, 2, 3)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    try:
+        st, _, chat = aid.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "A dream about the sea"}],
+            "max_tokens": 50, "temperature": 0.8, "seed": 42, "receipt": True})
+        st2, _, comp = aid.post("/v1/completions", {
+            "prompt": "Once upon a time", "temperature": 0.9, "receipt": True})  # fresh seed, no limit
+        ev = aid.stream("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "A dream about the sea"}],
+            "max_tokens": 50, "temperature": 0.8, "seed": 42, "receipt": True, "stream": True})
+    finally:
+        stop.set()
+        for t in ts:
+            t.join(60)
+    assert st == 200 and st2 == 200, (chat, comp)
+    rc = chat["receipt"]
+    assert rc["input"] == [{"role": "user", "content": "A dream about the sea"}]
+    assert rc["sampling"]["seed"] == 42 and rc["sampling"]["max_tokens"] == 50
+    assert rc["output"]["text"] == chat["choices"][0]["message"]["content"]
+    assert rc["prompt"]["count"] == chat["usage"]["prompt_tokens"]
+    assert rc["device"]["settings"]["ctx-size"] == 128
+    assert comp["receipt"]["sampling"]["seed"] == comp["seed"]
+    assert comp["receipt"]["input"] == "Once upon a time"
+    assert comp["receipt"]["sampling"]["max_tokens"] is None
+    final = [e for e in ev if e != "[DONE]" and e["choices"] and e["choices"][0]["finish_reason"]][0]
+    assert final["receipt"]["output"] == rc["output"]
+    for name, receipt in (("chat", rc), ("completion", comp["receipt"])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(receipt, indent=2))
+        code, out = verify(path)
+        assert code == 0 and "rerun: identical" in out, out
+
+
+def test_signed_receipts(tmp_path):
+    if not os.path.exists(AIDREAMS):
+        pytest.skip("aidreams260K.gguf not found")
+    key = tmp_path / "receipt.key"
+    key.write_text("11" * 32 + "\n")
+    with Server(AIDREAMS, "--parallel", "2", "--threads", "1", "--sign-key", key) as s:
+        st, _, js = s.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Stars"}], "max_tokens": 20, "seed": 5,
+            "receipt": True})
+    assert st == 200 and len(js["receipt"]["signature"]["ed25519"]) == 128
+    path = tmp_path / "signed.json"
+    path.write_text(json.dumps(js["receipt"], indent=2))
+    code, out = verify(path)
+    assert code == 0 and "signature: valid" in out and "rerun: identical" in out, out
+    js["receipt"]["sampling"]["seed"] = 6
+    path.write_text(json.dumps(js["receipt"], indent=2))
+    code, out = verify(path)
+    assert code != 0 and "signature" in out, out
