@@ -399,3 +399,15 @@ def test_ignore_eos_for_benchmarks(srv):
     assert full["choices"][0]["text"].startswith(plain["choices"][0]["text"])
     check_error(srv.post("/v1/completions", {**body, "ignore_eos": True, "receipt": True},
                          headers=AUTH), 400, ["ignore_eos"])
+
+
+def test_long_generation_outlives_idle_timeout():
+    """The idle timeout (--timeout 1) cuts silent clients, not answers that take longer."""
+    with Server("--toy", "--parallel", "1", "--timeout", "1", "--toy-delay-us", "15000") as s:
+        t0 = time.time()
+        st, _, js = s.post("/v1/completions", {"prompt": "x", "max_tokens": 120, "ignore_eos": True})
+        assert st == 200 and js["usage"]["completion_tokens"] == 120, js
+        ev = s.stream("/v1/completions", {"prompt": "x", "max_tokens": 120, "ignore_eos": True,
+                                          "stream": True})
+        assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length"
+        assert time.time() - t0 > 2
