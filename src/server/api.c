@@ -366,6 +366,22 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         r->logprobs = k_given;
         r->top_logprobs = (int)k;
     }
+    /* Known OpenAI features this server does not implement: refuse rather than ignore,
+     * since ignoring them would silently change what the client gets. */
+    const struct json_value *v;
+    if ((v = json_get(body, "logit_bias")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logit_bias",
+                             "'logit_bias' is not supported by this server yet");
+    if ((v = json_get(body, "response_format")) && !json_is(v, JSON_NULL)) {
+        const char *t = json_str(json_get(v, "type"));
+        if (!t || strcmp(t, "text") != 0)
+            return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
+                                 "response_format", "'response_format' other than {\"type\": "
+                                 "\"text\"} is not supported by this server yet");
+    }
+    if ((v = json_get(body, "tools")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
+                             "'tools' (function calling) is not supported by this server yet");
     if ((st = read_stop(body, r, e)))
         return st;
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);

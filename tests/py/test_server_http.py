@@ -195,6 +195,11 @@ HOSTILE = [
     ("bad token id", "POST", "/v1/completions", {"prompt": [1, 99999]}, None, 400, ["token id"]),
     ("prompt too long", "POST", "/v1/completions", {"prompt": "x" * 400}, None, 400, ["401 tokens", "holds 256"]),
     ("receipt unavailable", "POST", "/v1/completions", {"prompt": "a", "receipt": True}, None, 400, ["receipt"]),
+    ("logit_bias", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": 10}}, None, 400, ["logit_bias"]),
+    ("json schema", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+     "response_format": {"type": "json_schema"}}, None, 400, ["response_format"]),
+    ("tools", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+     "tools": [{"type": "function"}]}, None, 400, ["tools"]),
     ("deep nesting", "POST", "/v1/completions", '{"prompt":"a","x":' + deep(200) + "}", None, 400, ["nest"]),
     ("bad utf-8", "POST", "/v1/completions", b'{"prompt":"\xff\xfe"}', {"Content-Type": "application/json"}, 400, ["UTF-8"]),
     ("text/plain", "POST", "/v1/completions", b'{"prompt":"a"}', {"Content-Type": "text/plain"}, 415, ["Content-Type"]),
@@ -411,3 +416,14 @@ def test_long_generation_outlives_idle_timeout():
                                           "stream": True})
         assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length"
         assert time.time() - t0 > 2
+
+
+def test_unknown_parameters_ignored(srv):
+    body = {"prompt": "abc", "max_tokens": 5, "temperature": 0, "user": "u1", "foo": {"bar": [1]},
+            "logit_bias": {}, "response_format": {"type": "text"}, "tools": [], "model": "whatever",
+            "metadata": None}
+    st, _, js = srv.post("/v1/completions", body, headers=AUTH)
+    assert st == 200, js
+    plain = srv.post("/v1/completions", {"prompt": "abc", "max_tokens": 5, "temperature": 0},
+                     headers=AUTH)[2]
+    assert js["choices"][0]["text"] == plain["choices"][0]["text"]
