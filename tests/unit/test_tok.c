@@ -148,6 +148,16 @@ static void test_llama_spm(void)
     n = enc(t, "", 0, true, false, ids, 256);
     CHECK(n == 1 && ids[0] == 1);
 
+    /* The allocating form gives the same ids. */
+    int32_t *dyn = NULL;
+    size_t nd = 0;
+    struct kn_err derr = {0};
+    CHECK(tok_encode_alloc(t, "Hello world", 11, true, false, &dyn, &nd, &derr) == KN_OK);
+    CHECK(ids_eq(dyn, nd, ids, n));
+    free(dyn);
+    CHECK(tok_encode_alloc(t, "", 0, false, false, &dyn, &nd, &derr) == KN_OK);
+    CHECK(nd == 0 && dyn == NULL);
+
     /* A too-small buffer: KN_E_LIMIT and the needed count. */
     struct kn_err err = {0};
     n = 0;
