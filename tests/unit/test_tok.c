@@ -153,6 +153,7 @@ static void test_llama_spm(void)
     size_t nd = 0;
     struct kn_err derr = {0};
     CHECK(tok_encode_alloc(t, "Hello world", 11, true, false, &dyn, &nd, &derr) == KN_OK);
+    n = enc(t, "Hello world", 11, true, false, ids, 256);
     CHECK(ids_eq(dyn, nd, ids, n));
     free(dyn);
     CHECK(tok_encode_alloc(t, "", 0, false, false, &dyn, &nd, &derr) == KN_OK);
