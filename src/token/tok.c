@@ -96,7 +96,16 @@ int32_t tok_find(const struct tok *t, const char *s, size_t len)
     }
 }
 
-/* Later duplicates replace earlier ones, as in llama.cpp's text -> id map. */
+/* Tokens the model itself produces (normal and byte tokens); added tokens are matched in the
+ * raw text instead (partition below). */
+static bool model_token(const struct tok *t, int32_t id)
+{
+    return t->types[id] == TOK_T_NORMAL || t->types[id] == TOK_T_BYTE;
+}
+
+/* Later duplicates replace earlier ones, as in llama.cpp's text -> id map, except that an
+ * added token never takes a text from a model token: DeepSeek adds a user-defined "ÿ"
+ * beside byte-level BPE's own "ÿ" (byte 0xFF), and Hugging Face keeps the model's. */
 static void vocab_insert(struct tok *t, int32_t id)
 {
     const char *s = t->text_blob + t->text_off[id];
@@ -110,7 +119,8 @@ static void vocab_insert(struct tok *t, int32_t id)
         }
         int32_t o = (int32_t)(e - 1);
         if (t->text_len[o] == len && memcmp(t->text_blob + t->text_off[o], s, len) == 0) {
-            t->vocab_table[i] = (uint32_t)id + 1;
+            if (model_token(t, id) || !model_token(t, o))
+                t->vocab_table[i] = (uint32_t)id + 1;
             return;
         }
         i = (i + 1) & t->vocab_mask;

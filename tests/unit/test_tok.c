@@ -535,6 +535,31 @@ static void test_odd_vocabularies(void)
     }
 }
 
+/* A text both a model token and an added token: words use the model's token, the raw text
+ * the added one (DeepSeek LLM adds a user-defined "ÿ", byte-level BPE's code point for 0xFF). */
+static void test_duplicate_texts(void)
+{
+    static const char *const texts[] = {"\xC3\xBF", "\xC3\xBF", "b"};
+    static const int32_t types[] = {1, 4, 1};
+    static const char *const merges[] = {"b b"};
+    struct kn_err err = {0};
+    enum kn_status st;
+    struct gguf_writer *w = vocab_writer("gpt2", texts, 3, NULL, types);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    set_merges(w, merges, 1);
+    struct tok *t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (t) {
+        int32_t ids[8];
+        size_t n = enc(t, "\xFF", 1, false, false, ids, 8);
+        CHECK(n == 1 && ids[0] == 0);
+        n = enc(t, "\xC3\xBF", 2, false, false, ids, 8);
+        CHECK(n == 1 && ids[0] == 1);
+        CHECK_EQ_INT(tok_find(t, "\xC3\xBF", 2), 0);
+        tok_free(t);
+    }
+}
+
 int main(void)
 {
     test_llama_spm();
@@ -543,5 +568,6 @@ int main(void)
     test_bpe_merge_order();
     test_bad_files();
     test_odd_vocabularies();
+    test_duplicate_texts();
     CHECK_DONE();
 }
