@@ -165,7 +165,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
+        const uint8_t *scp = p + 64, *mp = p + 192, *qh = p + 320, *qs = p + 320 + (five ? 512 : 0);
         VI isum[KMAXT];
         KUNROLL
         for (int i = 0; i < nt; i++)

@@ -19,7 +19,7 @@
  *   Q4_K (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 (sub-block j, row r) |
  *                 mins[4][16][2] u8 (pair p, row r: m_2p, m_2p+1) | 32 chunks 8c+t:
  *                 qs[32c+4t .. 32c+4t+3] (low nibble: sub-block 2c, high: 2c+1)
- *   Q5_K (2880 B): Q4_K's layout | 8 chunks t: qh[4t .. 4t+3]
+ *   Q5_K (2880 B): Q4_K's head (320 B) | 8 chunks t: qh[4t .. 4t+3] | Q4_K's 32 qs chunks
  *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | for
  *                 h2 = 0..1, g = 0..7, three chunks: ql[64h2 + 4g ..], ql[64h2 + 32 + 4g ..],
  *                 qh[32h2 + 4g ..] (the order the kernels read them: one pass, in order)
@@ -160,14 +160,17 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
         }
     }
     o += 256;
+    /* Q5_K's high bits come first: every pass over qs reads them, and memory order
+     * then matches the first pass (the hardware prefetcher sees one stream). */
+    if (t == QT_Q5_K) {
+        for (int tt = 0; tt < 8; tt++)
+            put_chunk(o + 64 * tt, blk, offsetof(struct block_q5_K, qh) + 4 * tt, 0);
+        o += 512;
+    }
     size_t qsoff = t == QT_Q4_K ? offsetof(struct block_q4_K, qs) : offsetof(struct block_q5_K, qs);
     for (int c = 0; c < 4; c++)
         for (int tt = 0; tt < 8; tt++)
             put_chunk(o + 64 * (8 * c + tt), blk, qsoff + 32 * c + 4 * tt, 0);
-    o += 2048;
-    if (t == QT_Q5_K)
-        for (int tt = 0; tt < 8; tt++)
-            put_chunk(o + 64 * tt, blk, offsetof(struct block_q5_K, qh) + 4 * tt, 0);
 }
 
 void kern_repack(const struct kern_weight *w, void *dst)
