@@ -7,10 +7,11 @@
  * control tokens in). The leading BOS token is not rendered: the caller adds it when the
  * tokenizer wants one (tokenizer.ggml.add_bos_token), exactly as for a raw prompt.
  *
- * Fallback, when the model has no template or one not recognised: the family whose turn
- * tokens the vocabulary has (<|im_start|> chatml, <|start_header_id|> llama3,
- * <start_of_turn> gemma, <|user|> + <|end|> phi3); failing that, "raw": the system text
- * (if any) and a blank line, then the prompt, with no markers. */
+ * Fallback (the caller's policy, see `kinetic run --help`): a model without a template is
+ * a base model and gets "raw": the system text (if any) and a blank line, then the
+ * prompt, with no markers. A template that is not recognised gets the family whose turn
+ * tokens the vocabulary has (chat_template_from_vocab: <|im_start|> chatml,
+ * <|start_header_id|> llama3, <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw. */
 #ifndef KN_CHAT_H
 #define KN_CHAT_H
 

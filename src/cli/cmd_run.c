@@ -25,9 +25,12 @@ static const char *const run_more_help =
     "The prompt comes from PROMPT, from -f FILE, or from standard input ('-' or -f -).\n"
     "Chat models get their chat template: a built-in renderer is chosen by recognising\n"
     "the model's tokenizer.chat_template (chatml/Qwen, Llama 3, Llama 2, Mistral, Gemma,\n"
-    "Phi-3). A model without a recognised template gets the family whose turn tokens its\n"
-    "vocabulary holds; failing that, the prompt is sent raw (--system text first, then a\n"
-    "blank line). --raw always sends the prompt as is, with BOS if the model wants one.\n"
+    "Phi-3). A model without tokenizer.chat_template (a base model) gets the prompt raw\n"
+    "(--system text first, then a blank line). A template Kinetic does not recognise gets\n"
+    "the family whose turn tokens the vocabulary holds (<|im_start|>, <|start_header_id|>,\n"
+    "<start_of_turn>, <|user|>), else raw. --chat-format forces a family. --raw always\n"
+    "sends the prompt as is, with BOS if the model wants one. Message text never turns into\n"
+    "special tokens; only the template's own markers do.\n"
     "\n"
     "Generation stops at an end-of-generation token, after -n tokens, or at the context\n"
     "limit (with a message). Without --seed a fresh random seed is drawn and printed on\n"
@@ -329,14 +332,23 @@ int cmd_run(int argc, char **argv)
             tmpl.format = forced_format;
             how = "--chat-format";
         } else {
+            /* No template: a base model; its prompt goes as is. A template Kinetic does
+             * not recognise: the family whose turn tokens the vocabulary holds. */
             struct gguf_str src = {0};
             bool have = gguf_get_str(m->gguf, "tokenizer.chat_template", &src);
-            if (have && chat_template_detect(src.data, src.len, &tmpl))
+            if (!have) {
+                memset(&tmpl, 0, sizeof tmpl);
+                how = "no tokenizer.chat_template";
+            } else if (chat_template_detect(src.data, src.len, &tmpl)) {
                 how = "tokenizer.chat_template";
-            else if (chat_template_from_vocab(vocab_has, tk, &tmpl))
-                how = have ? "vocabulary (template not recognised)" : "vocabulary (no template)";
-            else
-                how = have ? "template not recognised" : "no template";
+            } else if (chat_template_from_vocab(vocab_has, tk, &tmpl)) {
+                how = "vocabulary (template not recognised)";
+                fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
+                        chat_format_name(tmpl.format));
+            } else {
+                how = "template not recognised";
+                fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
+            }
         }
         tmpl.bos = special_text(tk, sp->bos, bos_buf, sizeof bos_buf);
         tmpl.eos = special_text(tk, sp->eos, eos_buf, sizeof eos_buf);
