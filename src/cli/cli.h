@@ -28,6 +28,8 @@ void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *op
 
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 #endif

@@ -53,6 +53,19 @@ static void put_json_str(FILE *out, const char *s, uint64_t n)
     fputc('"', out);
 }
 
+/* Writes a short string value as plain text: at most 200 bytes (a hostile file may
+ * hold gigabyte strings), control characters shown as '?'. */
+static void put_text(FILE *out, struct gguf_str s)
+{
+    uint64_t n = s.len > 200 ? 200 : s.len;
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s.data[i];
+        fputc(c < 0x20 || c == 0x7F ? '?' : c, out);
+    }
+    if (n < s.len)
+        fputs("...", out);
+}
+
 static void put_opt_str(FILE *out, bool have, struct gguf_str s)
 {
     if (have)
@@ -253,10 +266,17 @@ static void print_text(const struct info *in)
     printf("gguf:             version %" PRIu32 ", %" PRId64 " key/values, %" PRId64
            " tensors, alignment %" PRIu32 "\n",
            gguf_version(f), gguf_n_kv(f), gguf_n_tensors(f), gguf_alignment(f));
-    printf("architecture:     %.*s\n", in->have_arch ? (int)in->arch.len : 6,
-           in->have_arch ? in->arch.data : "(none)");
-    if (in->have_name)
-        printf("name:             %.*s\n", (int)in->name.len, in->name.data);
+    printf("architecture:     ");
+    if (in->have_arch)
+        put_text(stdout, in->arch);
+    else
+        printf("(none)");
+    printf("\n");
+    if (in->have_name) {
+        printf("name:             ");
+        put_text(stdout, in->name);
+        printf("\n");
+    }
     human_count(buf, sizeof buf, in->n_params);
     printf("parameters:       %" PRIu64 " (%s)\n", in->n_params, buf);
     printf("file type:        %s", ftype_text(in, buf, sizeof buf));
@@ -286,11 +306,14 @@ static void print_text(const struct info *in)
     }
     printf("tokenizer:        ");
     if (in->have_tok_model)
-        printf("%.*s", (int)in->tok_model.len, in->tok_model.data);
+        put_text(stdout, in->tok_model);
     else
         printf("(none)");
-    if (in->have_tok_pre)
-        printf(" (pre: %.*s)", (int)in->tok_pre.len, in->tok_pre.data);
+    if (in->have_tok_pre) {
+        printf(" (pre: ");
+        put_text(stdout, in->tok_pre);
+        printf(")");
+    }
     printf("\n");
     if (in->tokens)
         printf("vocabulary:       %" PRIu64 " tokens\n", in->tokens->v.arr.n);

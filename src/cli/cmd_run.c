@@ -3,11 +3,13 @@
 #include "cli.h"
 
 #include "base/base.h"
+#include "base/json.h"
 #include "chat/chat.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "receipt/receipt.h"
 #include "sample/sample.h"
 #include "token/tok.h"
 
@@ -46,7 +48,7 @@ static const char *const run_more_help =
 
 /* ================================================================ helpers */
 
-static void json_str(FILE *out, const char *s, size_t n)
+static void run_print_str(FILE *out, const char *s, size_t n)
 {
     fputc('"', out);
     for (size_t i = 0; i < n; i++) {
@@ -162,12 +164,82 @@ static const char *special_text(const struct tok *t, int32_t id, char *buf, size
 
 /* ================================================================ the command */
 
+struct run_opts;
+
+/* What the per-token callback needs: where the text goes and the logits file. */
+struct run_gen {
+    const struct run_opts *o;
+    const struct engine *e;
+    int64_t n_vocab;
+    FILE *logits_f;
+    struct tok_stream *ts;
+    char *piece;
+    struct buf *text;
+    struct kn_err *err;
+    bool failed;
+};
+
+static bool run_write_logits(struct run_gen *g);
+static bool run_on_token(void *ctx, int32_t id, int64_t index);
+
+/* The receipt's input for a chat run: the messages as sent. */
+static struct json_value *run_messages(const char *system, const char *user, size_t user_len,
+                                       struct kn_err *err)
+{
+    struct json_value *arr = json_new_array();
+    const char *roles[2] = {"system", "user"};
+    for (int i = system ? 0 : 1; arr && i < 2; i++) {
+        struct json_value *m = json_new_object();
+        if (json_object_set(m, "role", json_new_string(roles[i]), err) != KN_OK ||
+            json_object_set(m, "content",
+                            i ? json_new_stringn(user, user_len) : json_new_string(system),
+                            err) != KN_OK ||
+            json_array_push(arr, m, err) != KN_OK) {
+            json_free(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 struct run_opts {
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int64_t top_k, repeat_last_n, seed, n_predict, ctx_size, threads, batch;
     bool seed_set, raw, json, print_prompt;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
+    const char *receipt, *sign_key;
 };
+
+static bool run_write_logits(struct run_gen *g)
+{
+    if (fwrite(g->e->logits, sizeof(float), (size_t)g->n_vocab, g->logits_f) != (size_t)g->n_vocab) {
+        kn_fail(g->err, KN_E_IO, "cannot write %s", g->o->logits_out);
+        g->failed = true;
+        return false;
+    }
+    return true;
+}
+
+/* Streams each token's text (held back while a UTF-8 sequence is incomplete). */
+static bool run_on_token(void *ctx, int32_t id, int64_t index)
+{
+    struct run_gen *g = ctx;
+    (void)index;
+    if (g->logits_f && !run_write_logits(g))
+        return false;
+    size_t pn = 0;
+    tok_stream_push(g->ts, id, g->piece, &pn);
+    if (!buf_add(g->text, g->piece, pn)) {
+        kn_fail(g->err, KN_E_NOMEM, "out of memory");
+        g->failed = true;
+        return false;
+    }
+    if (!g->o->json && pn) {
+        fwrite(g->piece, 1, pn, stdout);
+        fflush(stdout);
+    }
+    return true;
+}
 
 static int fail(const struct kn_err *err)
 {
@@ -214,6 +286,8 @@ int cmd_run(int argc, char **argv)
         {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print a JSON result (ids, text, stop reason, seed) instead of streaming", NULL},
         {"logits-out", 0, CLI_STR, &o.logits_out, "FILE", "write the logits of each generated position (float32)", NULL},
+        {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
+        {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[2];
@@ -258,6 +332,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: unknown --chat-format '%s'\n", o.chat_format);
         return 2;
     }
+    if (o.sign_key && !o.receipt) {
+        fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
+        return 2;
+    }
     const char *model_path = pos[0];
     const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
     if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
@@ -282,6 +360,18 @@ int cmd_run(int argc, char **argv)
     bool sctx_ok = false;
     char bos_buf[256], eos_buf[256];
     FILE *logits_f = NULL;
+    struct receipt_key key;
+    bool have_key = false;
+    struct json_value *input = NULL;
+    struct receipt rcpt = {0};
+    enum engine_finish finish = ENGINE_FINISH_LENGTH;
+
+    /* ---- the signing key first: a bad key should not cost a model load. */
+    if (o.sign_key) {
+        if (receipt_key_load(o.sign_key, &key, &err) != KN_OK)
+            goto out;
+        have_key = true;
+    }
 
     /* ---- the prompt text. */
     if (!o.prompt_ids) {
@@ -449,51 +539,22 @@ int cmd_run(int argc, char **argv)
     if (engine_eval(&e, ptoks, n_ptoks, &err) != KN_OK)
         goto out;
     double t1 = kn_now();
-    const char *stop = "length";
-    for (;;) {
-        if (o.n_predict >= 0 && n_gen >= o.n_predict) {
-            stop = "length";
-            break;
-        }
-        if (logits_f && fwrite(e.logits, sizeof(float), (size_t)n_vocab, logits_f) != (size_t)n_vocab) {
-            kn_fail(&err, KN_E_IO, "cannot write %s", o.logits_out);
-            goto out;
-        }
-        int32_t id = sample_token(&sctx, &spar, e.logits, e.history, e.n_past, (uint64_t)n_gen);
-        if (tok_is_eog(tk, id)) {
-            stop = "eog";
-            break;
-        }
-        gen[n_gen++] = id;
-        size_t pn = 0;
-        tok_stream_push(&ts, id, piece, &pn);
-        if (o.json) {
-            if (!buf_add(&text, piece, pn)) {
-                kn_fail(&err, KN_E_NOMEM, "out of memory");
-                goto out;
-            }
-        } else if (pn) {
-            fwrite(piece, 1, pn, stdout);
-            fflush(stdout);
-        }
-        if (e.n_past >= e.n_ctx) {
-            stop = "context";
-            break;
-        }
-        if (o.n_predict >= 0 && n_gen >= o.n_predict) {
-            stop = "length";
-            break;
-        }
-        if (engine_eval(&e, &id, 1, &err) != KN_OK)
-            goto out;
-    }
+    struct run_gen g = {&o, &e, n_vocab, logits_f, &ts, piece, &text, &err, false};
+    if (engine_generate(&e, tk, &sctx, &spar, o.n_predict, run_on_token, &g, gen, &n_gen, &finish,
+                        &err) != KN_OK ||
+        g.failed)
+        goto out;
+    /* The logits the end-of-generation token was sampled from. */
+    if (finish == ENGINE_FINISH_STOP && logits_f && !run_write_logits(&g))
+        goto out;
+    const char *stop = finish == ENGINE_FINISH_STOP ? "eog"
+                       : finish == ENGINE_FINISH_CONTEXT ? "context" : "length";
     double t2 = kn_now();
     {
         size_t pn = 0;
         tok_stream_flush(&ts, piece, &pn);
-        if (o.json)
-            buf_add(&text, piece, pn);
-        else if (pn)
+        buf_add(&text, piece, pn);
+        if (!o.json && pn)
             fwrite(piece, 1, pn, stdout);
     }
     if (o.json) {
@@ -504,7 +565,7 @@ int cmd_run(int argc, char **argv)
         for (int64_t i = 0; i < n_gen; i++)
             printf(i ? ", %d" : "%d", gen[i]);
         printf("], \"text\": ");
-        json_str(stdout, text.p ? text.p : "", text.n);
+        run_print_str(stdout, text.p ? text.p : "", text.n);
         printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f}\n", stop,
                (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
     } else {
@@ -521,9 +582,37 @@ int cmd_run(int argc, char **argv)
     fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads\n",
             (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
             t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads);
+    if (o.receipt) {
+        if (o.prompt_ids)
+            input = json_new_string(o.prompt_ids);
+        else if (o.raw)
+            input = json_new_stringn(prompt.p ? prompt.p : "", prompt.n);
+        else
+            input = run_messages(o.system, prompt.p ? prompt.p : "", prompt.n, &err);
+        if (!input) {
+            kn_fail(&err, KN_E_NOMEM, "out of memory building the receipt");
+            goto out;
+        }
+        struct receipt_run rr = {
+            .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
+            .sampling = &spar, .max_tokens = o.n_predict, .stop = NULL, .n_stop = 0,
+            .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,
+            .output = gen, .n_output = n_gen, .ctx_size = n_ctx, .cache_type = o.kv_type,
+        };
+        if (receipt_from_run(&rcpt, &rr, &err) != KN_OK ||
+            (have_key && receipt_sign(&rcpt, &key, &err) != KN_OK) ||
+            receipt_write(&rcpt, o.receipt, &err) != KN_OK)
+            goto out;
+        fprintf(stderr, "kinetic run: receipt written to %s%s\n", o.receipt,
+                have_key ? " (signed)" : "");
+    }
     ret = 0;
 
 out:
+    if (have_key)
+        receipt_key_wipe(&key);
+    receipt_free(&rcpt);
+    json_free(input);
     if (ret && err.msg[0])
         fail(&err);
     if (logits_f && fclose(logits_f) != 0 && ret == 0) {

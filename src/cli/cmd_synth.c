@@ -17,7 +17,17 @@ static void print_details(void)
            "every machine, whatever --threads is.\n"
            "\n"
            "architectures: llama, qwen2, qwen3, gemma3 (default: the preset's, or llama)\n"
-           "presets: %s\n"
+           "presets:\n  ");
+    /* one preset per line: the list separates them with "), " */
+    for (const char *p = synth_preset_list(); *p; p++) {
+        if (p[0] == ')' && p[1] == ',') {
+            printf(")\n ");
+            p++;
+            continue;
+        }
+        putchar(*p);
+    }
+    printf("\n"
            "types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (every matrix in\n"
            "  that type; rows that are not whole blocks fall back as llama.cpp does: q4_k->q5_0,\n"
            "  q5_k->q5_1, q6_k->q8_0, else f16), q4_k_m (llama.cpp's mix of q4_K and q6_K).\n"
@@ -28,12 +38,12 @@ static void print_details(void)
            "  kv_heads=N (default heads) head_dim=N (default dim/heads) ctx=N (default 2048)\n"
            "  rope_base=X (default 10000) eps=X (default 1e-5, gemma3 1e-6) window=N (gemma3\n"
            "  sliding window, default 512) tied=0|1 (1: no output.weight, the embedding is reused)\n"
+           "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
            "  e.g. --arch llama --dims dim=512,layers=4,heads=8,kv_heads=2,ffn=1408,vocab=4096\n"
            "\n"
            "--vocab FILE.gguf copies every tokenizer.* key from a vocabulary GGUF and takes the\n"
            "vocabulary size from it. Without it: a built-in SentencePiece-style vocabulary (<unk>,\n"
-           "<s>, </s>, 256 byte tokens, then text pieces) of the model's vocab size (at least 448).\n",
-           synth_preset_list());
+           "<s>, </s>, 256 byte tokens, then text pieces) of the model's vocab size (at least 448).\n");
 }
 
 int cmd_synth(int argc, char **argv)

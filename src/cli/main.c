@@ -17,6 +17,8 @@ static const struct command commands[] = {
     {"info", cmd_info, "describe a GGUF model file"},
     {"run", cmd_run, "generate text from a prompt"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
+    {"tokenize", cmd_tokenize, "show how a model's tokenizer splits text"},
+    {"verify-receipt", cmd_verify, "check a receipt: hashes, signature, model, and a rerun"},
 };
 
 static void print_usage(FILE *out)

@@ -403,6 +403,22 @@ void blake3_hash(const void *input, size_t len, uint8_t out[BLAKE3_OUT_LEN])
     blake3_hasher_finalize(&h, out, BLAKE3_OUT_LEN);
 }
 
+void blake3_hash_tokens(const int32_t *ids, size_t n, uint8_t out[BLAKE3_OUT_LEN])
+{
+    struct blake3_hasher h;
+    blake3_hasher_init(&h);
+    uint8_t buf[1024]; /* encode in pieces: the byte order is fixed whatever the host's */
+    while (n) {
+        size_t k = n < sizeof buf / 4 ? n : sizeof buf / 4;
+        for (size_t i = 0; i < k; i++)
+            b3_store32(buf + 4 * i, (uint32_t)ids[i]);
+        blake3_hasher_update(&h, buf, 4 * k);
+        ids += k;
+        n -= k;
+    }
+    blake3_hasher_finalize(&h, out, BLAKE3_OUT_LEN);
+}
+
 void blake3_hex(const uint8_t *bytes, size_t n, char *hex)
 {
     static const char digits[] = "0123456789abcdef";

@@ -62,6 +62,8 @@ void blake3_hasher_reset(struct blake3_hasher *h);
 
 /* One-shot 32-byte hash of a buffer. */
 void blake3_hash(const void *input, size_t len, uint8_t out[BLAKE3_OUT_LEN]);
+/* The receipt's token hash: BLAKE3 over the ids as little-endian 32-bit integers. */
+void blake3_hash_tokens(const int32_t *ids, size_t n, uint8_t out[BLAKE3_OUT_LEN]);
 /* Writes 2*n lowercase hex digits and a NUL to hex (2*n+1 bytes). */
 void blake3_hex(const uint8_t *bytes, size_t n, char *hex);
 

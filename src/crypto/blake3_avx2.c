@@ -91,17 +91,7 @@ void b3_hash8_avx2(const uint8_t *in, size_t stride, size_t blocks, const uint32
         V s[16] = {h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7],
                    set1(B3_IV[0]), set1(B3_IV[1]), set1(B3_IV[2]), set1(B3_IV[3]),
                    ctr_lo, ctr_hi, set1(64), set1(f)};
-        for (int r = 0; r < 7; r++) {
-            const uint8_t *k = B3_SCHEDULE[r];
-            g(s, 0, 4, 8, 12, m[k[0]], m[k[1]]);
-            g(s, 1, 5, 9, 13, m[k[2]], m[k[3]]);
-            g(s, 2, 6, 10, 14, m[k[4]], m[k[5]]);
-            g(s, 3, 7, 11, 15, m[k[6]], m[k[7]]);
-            g(s, 0, 5, 10, 15, m[k[8]], m[k[9]]);
-            g(s, 1, 6, 11, 12, m[k[10]], m[k[11]]);
-            g(s, 2, 7, 8, 13, m[k[12]], m[k[13]]);
-            g(s, 3, 4, 9, 14, m[k[14]], m[k[15]]);
-        }
+        B3_ROUNDS(g, s, m);
         for (int i = 0; i < 8; i++)
             h[i] = xor(s[i], s[i + 8]);
     }

@@ -25,31 +25,46 @@ static inline void g(V *s, int a, int b, int c, int d, V x, V y)
 
 /* Transposes a 16x16 matrix of 32-bit words held as 16 rows: 32-bit and 64-bit unpacks
  * transpose each 4x4 block inside the 128-bit lanes, then two 128-bit lane shuffles
- * transpose the 4x4 matrix of blocks. */
-static inline void transpose16(V r[16])
+ * transpose the 4x4 matrix of blocks. Written out (no loops over arrays) so that all 16
+ * rows stay in registers. */
+#define UNPACK32(k)                                                                          \
+    V t##k##a = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);                              \
+    V t##k##b = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1])
+/* u[4k+j], 128-bit lane l: column 4l+j of rows 4k..4k+3. */
+#define UNPACK64(k, t0, t1, t2, t3)                                                          \
+    V u##k##0 = _mm512_unpacklo_epi64(t0, t2);                                               \
+    V u##k##1 = _mm512_unpackhi_epi64(t0, t2);                                               \
+    V u##k##2 = _mm512_unpacklo_epi64(t1, t3);                                               \
+    V u##k##3 = _mm512_unpackhi_epi64(t1, t3)
+/* Row 4l+j of the result, lane m = u[4m+j] lane l. */
+#define LANES(j)                                                                             \
+    do {                                                                                     \
+        V v0 = _mm512_shuffle_i32x4(u0##j, u1##j, 0x44), v1 = _mm512_shuffle_i32x4(u0##j, u1##j, 0xEE); \
+        V v2 = _mm512_shuffle_i32x4(u2##j, u3##j, 0x44), v3 = _mm512_shuffle_i32x4(u2##j, u3##j, 0xEE); \
+        r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);                                           \
+        r[4 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);                                       \
+        r[8 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);                                       \
+        r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);                                      \
+    } while (0)
+
+static inline __attribute__((always_inline)) void transpose16(V r[16])
 {
-    V t[16], u[16];
-    for (int k = 0; k < 8; k++) {
-        t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-    }
-    /* u[4k+j], 128-bit lane l: column 4l+j of rows 4k..4k+3. */
-    for (int k = 0; k < 4; k++) {
-        u[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-        u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-        u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-    }
-    /* Row 4l+j of the result, lane m = u[4m+j] lane l. */
-    for (int j = 0; j < 4; j++) {
-        V a = u[j], b = u[4 + j], c = u[8 + j], d = u[12 + j];
-        V v0 = _mm512_shuffle_i32x4(a, b, 0x44), v1 = _mm512_shuffle_i32x4(a, b, 0xEE);
-        V v2 = _mm512_shuffle_i32x4(c, d, 0x44), v3 = _mm512_shuffle_i32x4(c, d, 0xEE);
-        r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-        r[4 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-        r[8 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-        r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-    }
+    UNPACK32(0);
+    UNPACK32(1);
+    UNPACK32(2);
+    UNPACK32(3);
+    UNPACK32(4);
+    UNPACK32(5);
+    UNPACK32(6);
+    UNPACK32(7);
+    UNPACK64(0, t0a, t0b, t1a, t1b);
+    UNPACK64(1, t2a, t2b, t3a, t3b);
+    UNPACK64(2, t4a, t4b, t5a, t5b);
+    UNPACK64(3, t6a, t6b, t7a, t7b);
+    LANES(0);
+    LANES(1);
+    LANES(2);
+    LANES(3);
 }
 
 void b3_hash16_avx512(const uint8_t *in, size_t stride, size_t blocks, const uint32_t key[8],
@@ -68,8 +83,11 @@ void b3_hash16_avx512(const uint8_t *in, size_t stride, size_t blocks, const uin
     const V ctr_lo = _mm512_loadu_si512(lo), ctr_hi = _mm512_loadu_si512(hi);
     for (size_t b = 0; b < blocks; b++) {
         V m[16];
-        for (int i = 0; i < 16; i++)
-            m[i] = _mm512_loadu_si512(in + (size_t)i * stride + 64 * b);
+        const uint8_t *p = in + 64 * b;
+#define LOAD(i) m[i] = _mm512_loadu_si512(p + (size_t)(i) * stride)
+        LOAD(0); LOAD(1); LOAD(2); LOAD(3); LOAD(4); LOAD(5); LOAD(6); LOAD(7);
+        LOAD(8); LOAD(9); LOAD(10); LOAD(11); LOAD(12); LOAD(13); LOAD(14); LOAD(15);
+#undef LOAD
         transpose16(m);
         uint8_t f = flags;
         if (b == 0)
@@ -79,17 +97,7 @@ void b3_hash16_avx512(const uint8_t *in, size_t stride, size_t blocks, const uin
         V s[16] = {h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7],
                    set1(B3_IV[0]), set1(B3_IV[1]), set1(B3_IV[2]), set1(B3_IV[3]),
                    ctr_lo, ctr_hi, set1(64), set1(f)};
-        for (int r = 0; r < 7; r++) {
-            const uint8_t *k = B3_SCHEDULE[r];
-            g(s, 0, 4, 8, 12, m[k[0]], m[k[1]]);
-            g(s, 1, 5, 9, 13, m[k[2]], m[k[3]]);
-            g(s, 2, 6, 10, 14, m[k[4]], m[k[5]]);
-            g(s, 3, 7, 11, 15, m[k[6]], m[k[7]]);
-            g(s, 0, 5, 10, 15, m[k[8]], m[k[9]]);
-            g(s, 1, 6, 11, 12, m[k[10]], m[k[11]]);
-            g(s, 2, 7, 8, 13, m[k[12]], m[k[13]]);
-            g(s, 3, 4, 9, 14, m[k[14]], m[k[15]]);
-        }
+        B3_ROUNDS(g, s, m);
         for (int i = 0; i < 8; i++)
             h[i] = xor(s[i], s[i + 8]);
     }

@@ -36,17 +36,7 @@ static void compress_rounds(uint32_t s[16], const uint32_t cv[8], const uint8_t 
     s[13] = (uint32_t)(counter >> 32);
     s[14] = block_len;
     s[15] = flags;
-    for (int r = 0; r < 7; r++) {
-        const uint8_t *k = B3_SCHEDULE[r];
-        g(s, 0, 4, 8, 12, m[k[0]], m[k[1]]);
-        g(s, 1, 5, 9, 13, m[k[2]], m[k[3]]);
-        g(s, 2, 6, 10, 14, m[k[4]], m[k[5]]);
-        g(s, 3, 7, 11, 15, m[k[6]], m[k[7]]);
-        g(s, 0, 5, 10, 15, m[k[8]], m[k[9]]);
-        g(s, 1, 6, 11, 12, m[k[10]], m[k[11]]);
-        g(s, 2, 7, 8, 13, m[k[12]], m[k[13]]);
-        g(s, 3, 4, 9, 14, m[k[14]], m[k[15]]);
-    }
+    B3_ROUNDS(g, s, m);
 }
 
 void b3_compress_in_place(uint32_t cv[8], const uint8_t block[64], uint8_t block_len,

@@ -43,3 +43,31 @@ KN_MUST_USE enum kn_status engine_eval(struct engine *e, const int32_t *tokens, 
                                        struct kn_err *err);
 
 #endif
+
+/* ---------------------------------------------------------------- generation */
+
+struct tok;
+struct sample_params;
+struct sample_ctx;
+
+/* Why generation ended: an end-of-generation token ("stop"), the token limit or the
+ * context limit ("length"). */
+enum engine_finish { ENGINE_FINISH_STOP = 0, ENGINE_FINISH_LENGTH, ENGINE_FINISH_CONTEXT };
+/* "stop" or "length", as OpenAI and receipts name them. */
+const char *engine_finish_name(enum engine_finish f);
+
+/* Called with each generated token; returning false stops generation early (the result
+ * then ends with that token and finish is ENGINE_FINISH_STOP). */
+typedef bool (*engine_token_fn)(void *ctx, int32_t id, int64_t index);
+
+/* Generates after the evaluated prompt (e->have_logits): samples token i with index i,
+ * stops before an end-of-generation token, after max_tokens tokens (-1: no limit), or
+ * when the context is full. ids (capacity e->n_ctx) receives the tokens. Every caller that
+ * must produce a receipt's tokens (run, chat, verify-receipt) goes through here, so they
+ * cannot drift apart. */
+KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *tk,
+                                           struct sample_ctx *sctx,
+                                           const struct sample_params *sp, int64_t max_tokens,
+                                           engine_token_fn on_token, void *ctx, int32_t *ids,
+                                           int64_t *n_ids, enum engine_finish *finish,
+                                           struct kn_err *err);

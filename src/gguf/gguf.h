@@ -4,7 +4,22 @@
  * info and the data section against the file size before returning; after gguf_open
  * succeeds every pointer it hands out lies inside the file. Strings in GGUF are not
  * NUL-terminated: keys and tensor names are copied (and checked to hold no NUL);
- * string values are (pointer, length) views into the map. */
+ * string values are (pointer, length) views into the map.
+ *
+ * What the reader accepts, beyond the layout: keys of 1..65535 bytes and tensor names
+ * of 1..64 bytes, both valid UTF-8 without NUL, each unique; bools 0 or 1; arrays
+ * nested at most 8 deep (deeper is KN_E_UNSUPPORTED); general.alignment, if present, a
+ * u32 power of two; tensors of rank 1..4 with every dimension >= 1 (llama.cpp would
+ * divide by a zero one), a known GGML type (else KN_E_UNSUPPORTED), a row length that
+ * is a multiple of the type's block, offsets that are multiples of the alignment, and
+ * bytes inside the file that no other tensor uses. String values are not checked for
+ * UTF-8 (vocabularies may hold raw byte pieces). Failures are KN_E_FORMAT (malformed),
+ * KN_E_UNSUPPORTED (v1, big-endian, newer version or type) or KN_E_IO (open/map), with
+ * a message that starts with the file name and gives the byte offset. Allocations are
+ * bounded by a small multiple of the file size whatever the counts say.
+ *
+ * Tensor data pointers are aligned to gguf_alignment() when the image is (a map is
+ * page-aligned). */
 #ifndef KN_GGUF_H
 #define KN_GGUF_H
 

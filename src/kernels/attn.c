@@ -13,6 +13,7 @@
  *   m' = max(m, m_t), a = kern_expf(m - m'), b = kern_expf(m_t - m')
  *   l  = fmaf(l_t, b, l * a),  o[d] = fmaf(o_t[d], b, o[d] * a),  m = m'
  * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first. */
+#include "kernels.h"
 #include "ops_internal.h"
 
 enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err)
@@ -32,8 +33,15 @@ enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *er
         return kn_fail(err, KN_E_ARG, "attention: negative count (queries %lld, cache rows %lld)",
                        (long long)a->n_q, (long long)a->n_kv);
     int64_t row = (int64_t)a->n_head * a->head_dim, kv_row = (int64_t)a->n_head_kv * a->head_dim;
-    if (a->q_stride < row || a->out_stride < row || a->k_stride < kv_row || a->v_stride < kv_row)
-        return kn_fail(err, KN_E_ARG, "attention: a stride is smaller than a row");
+    if (a->q_stride < row || a->out_stride < row)
+        return kn_fail(err, KN_E_ARG, "attention: a query or output stride is smaller than a row");
+    /* heads side by side (head stride 0): a position's row holds them all; otherwise each
+     * head's rows are apart by at least head_dim */
+    if ((a->k_head_stride == 0 && a->k_stride < kv_row) || (a->v_head_stride == 0 && a->v_stride < kv_row) ||
+        a->k_stride < a->head_dim || a->v_stride < a->head_dim ||
+        (a->k_head_stride != 0 && a->k_head_stride < a->head_dim) ||
+        (a->v_head_stride != 0 && a->v_head_stride < a->head_dim))
+        return kn_fail(err, KN_E_ARG, "attention: a KV cache stride is smaller than a row");
     for (int64_t t = 0; t < a->n_q; t++)
         if (a->q_pos[t] < 0 || a->q_pos[t] >= a->n_kv)
             return kn_fail(err, KN_E_ARG, "attention: query %lld has position %d but the cache "
@@ -43,10 +51,10 @@ enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *er
 }
 
 /* Row p of kv head g as f32 (a pointer into the cache, or widened into buf). */
-static const float *kv_row(const void *base, int64_t stride, uint32_t type, int64_t p, int64_t g,
-                           int64_t d, float *buf)
+static const float *kv_row(const void *base, int64_t stride, int64_t head_stride, uint32_t type,
+                           int64_t p, int64_t g, int64_t d, float *buf)
 {
-    int64_t off = p * stride + g * d;
+    int64_t off = p * stride + g * (head_stride ? head_stride : d);
     if (type == QT_F32)
         return (const float *)base + off;
     const kn_f16 *h = (const kn_f16 *)base + off;
@@ -73,7 +81,7 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
             int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
             float mt = -INFINITY;
             for (int64_t j = j0; j <= j1; j++) {
-                const float *k = kv_row(a->k, a->k_stride, a->kv_type, j, g, D, buf);
+                const float *k = kv_row(a->k, a->k_stride, a->k_head_stride, a->kv_type, j, g, D, buf);
                 s[j - t0] = kn_dot_ref(q, k, D) * a->scale;
                 mt = s[j - t0] > mt ? s[j - t0] : mt;
             }
@@ -86,7 +94,7 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
             for (int64_t d = 0; d < D; d++)
                 ot[d] = 0.0f;
             for (int64_t j = j0; j <= j1; j++) {
-                const float *v = kv_row(a->v, a->v_stride, a->kv_type, j, g, D, buf);
+                const float *v = kv_row(a->v, a->v_stride, a->v_head_stride, a->kv_type, j, g, D, buf);
                 for (int64_t d = 0; d < D; d++)
                     ot[d] = fmaf(e[j - t0], v[d], ot[d]);
             }
@@ -101,4 +109,19 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
         for (int64_t d = 0; d < D; d++)
             out[d] = o[d] / l;
     }
+}
+
+static void attn_task(void *ctx, int ith, int nth)
+{
+    const struct kern_attn_args *a = ctx;
+    int64_t lo, hi;
+    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole */
+    kern_split(a->n_q * a->n_head, a->n_head / a->n_head_kv, ith, nth, &lo, &hi);
+    if (lo < hi)
+        kern_attn(a, lo, hi);
+}
+
+void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a)
+{
+    kern_pool_run(pool, attn_task, (void *)a);
 }

@@ -1,9 +1,13 @@
 /* attn_avx2.c: attention over the KV cache with AVX2 + FMA + F16C, bit for bit the
- * reference in attn.c (which states the order of operations). Scores use the canonical
- * 16-lane dot (two ymm accumulators); the tile's exps are computed 8 slots at a time with
- * slots outside the visible range set to -inf (exp gives +0, which leaves the canonical
- * sum's lanes as the reference leaves them); the value sums run over keys in ascending
- * order for 32 dims at a time in registers. */
+ * reference in attn.c (which states the order of operations).
+ *
+ * Work is done in blocks of up to GMAX query heads of one token that share a kv head, so
+ * each K and V row is loaded once per block. Scores: (key, head) pairs four at a time, each
+ * the canonical 16-lane dot in two ymm accumulators, trees packed four per op. A tile's
+ * exps are computed 8 slots at a time with slots outside the visible range at -inf (exp
+ * gives +0, which leaves the canonical sum's lanes as the reference leaves them). Value
+ * sums walk the tile's keys in ascending order with several heads and dim chunks in
+ * registers. */
 #if defined(__x86_64__)
 #include "kmath_avx2.h"
 
@@ -21,107 +25,234 @@ static inline float load1(const void *base, uint32_t type, int64_t off)
     return quant_f16_to_f32(((const kn_f16 *)base)[off]);
 }
 
-/* Canonical dot of q with the cache row at element offset off. */
-static inline float dot_row(const float *q, const void *k, uint32_t type, int64_t off, int64_t D)
+/* Four canonical dots: q[c] with the cache row at element offset off[c]. */
+static inline __attribute__((always_inline)) void dot4(const float *const q[4], const void *k,
+                                                       uint32_t type, const int64_t off[4],
+                                                       int64_t D, float out[4])
 {
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+    __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+    __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+    const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
     int64_t d = 0;
     for (; d + 16 <= D; d += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k, type, off + d), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(k, type, off + d + 8), hi);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), load8(k, type, off[0] + d), a0);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), load8(k, type, off[0] + d + 8), b0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), load8(k, type, off[1] + d), a1);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d + 8), load8(k, type, off[1] + d + 8), b1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), load8(k, type, off[2] + d), a2);
+        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d + 8), load8(k, type, off[2] + d + 8), b2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), load8(k, type, off[3] + d), a3);
+        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d + 8), load8(k, type, off[3] + d + 8), b3);
     }
-    if (d == D)
-        return kn_tree8x2(lo, hi);
-    float acc[KN_LANES];
-    _mm256_storeu_ps(acc, lo);
-    _mm256_storeu_ps(acc + 8, hi);
-    for (; d < D; d++)
-        acc[d % KN_LANES] = fmaf(q[d], load1(k, type, off + d), acc[d % KN_LANES]);
-    return kn_tree16(acc);
+    if (d == D) {
+        kn_tree8_x4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), _mm256_add_ps(a2, b2),
+                    _mm256_add_ps(a3, b3), out);
+        return;
+    }
+    /* a head dim that is not a multiple of 16: finish each dot as the reference does */
+    __m256 lo[4] = {a0, a1, a2, a3}, hi[4] = {b0, b1, b2, b3};
+    for (int c = 0; c < 4; c++) {
+        float acc[KN_LANES];
+        _mm256_storeu_ps(acc, lo[c]);
+        _mm256_storeu_ps(acc + 8, hi[c]);
+        for (int64_t i = d; i < D; i++)
+            acc[i % KN_LANES] = fmaf(q[c][i], load1(k, type, off[c] + i), acc[i % KN_LANES]);
+        out[c] = kn_tree16(acc);
+    }
 }
 
-void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end)
+#define GMAX 8 /* query heads of one kv head processed together */
+
+/* The value sums of one tile for NH heads, NC chunks of 8 dims per pass, merged into o:
+ * o[i][d] = fmaf(ot, sb[i], o[i][d] * sa[i]). */
+static inline __attribute__((always_inline)) void vsum(
+    int NH, int NC, const void *v, uint32_t type, int64_t v_stride, int64_t vbase, int64_t D,
+    int64_t j0, int64_t j1, int64_t t0, float e[GMAX][KERN_ATTN_TILE],
+    float o[GMAX][KERN_ATTN_MAX_HEAD_DIM], const float *sa, const float *sb)
 {
-    const int64_t D = a->head_dim, T = KERN_ATTN_TILE;
-    const int64_t group = a->n_head / a->n_head_kv;
-    const uint32_t type = a->kv_type;
-    float s[KERN_ATTN_TILE] __attribute__((aligned(32)));
-    float e[KERN_ATTN_TILE] __attribute__((aligned(32)));
-    float o[KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(32)));
-    for (int64_t idx = begin; idx < end; idx++) {
-        int64_t t = idx / a->n_head, h = idx % a->n_head, g = h / group;
-        const float *q = a->q + t * a->q_stride + h * D;
+    int64_t d = 0;
+    for (; d + 8 * NC <= D; d += 8 * NC) {
+        __m256 acc[GMAX][8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++)
+                acc[i][c] = _mm256_setzero_ps();
+        for (int64_t j = j0; j <= j1; j++) {
+            int64_t off = j * v_stride + vbase + d;
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                __m256 vv = load8(v, type, off + 8 * c);
+#pragma GCC unroll 8
+                for (int i = 0; i < NH; i++)
+                    acc[i][c] = _mm256_fmadd_ps(_mm256_set1_ps(e[i][j - t0]), vv, acc[i][c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                float *op = o[i] + d + 8 * c;
+                _mm256_store_ps(op, _mm256_fmadd_ps(acc[i][c], _mm256_set1_ps(sb[i]),
+                                                    _mm256_mul_ps(_mm256_load_ps(op), _mm256_set1_ps(sa[i]))));
+            }
+    }
+    for (; d + 8 <= D; d += 8) {
+        __m256 acc[GMAX];
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int64_t j = j0; j <= j1; j++) {
+            __m256 vv = load8(v, type, j * v_stride + vbase + d);
+#pragma GCC unroll 8
+            for (int i = 0; i < NH; i++)
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(e[i][j - t0]), vv, acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+            _mm256_store_ps(o[i] + d, _mm256_fmadd_ps(acc[i], _mm256_set1_ps(sb[i]),
+                                                      _mm256_mul_ps(_mm256_load_ps(o[i] + d), _mm256_set1_ps(sa[i]))));
+    }
+    for (; d < D; d++) {
+        for (int i = 0; i < NH; i++) {
+            float ot = 0.0f;
+            for (int64_t j = j0; j <= j1; j++)
+                ot = fmaf(e[i][j - t0], load1(v, type, j * v_stride + vbase + d), ot);
+            o[i][d] = fmaf(ot, sb[i], o[i][d] * sa[i]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void attn_body(const struct kern_attn_args *a,
+                                                            int64_t begin, int64_t end,
+                                                            const uint32_t type)
+{
+    const int64_t D = a->head_dim, T = KERN_ATTN_TILE, H = a->n_head;
+    const int64_t group = H / a->n_head_kv;
+    float s[GMAX][KERN_ATTN_TILE] __attribute__((aligned(32)));
+    float e[GMAX][KERN_ATTN_TILE] __attribute__((aligned(32)));
+    float o[GMAX][KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    float m[GMAX], l[GMAX], sa[GMAX], sb[GMAX];
+    for (int64_t idx = begin; idx < end;) {
+        int64_t t = idx / H, h0 = idx % H, g = h0 / group;
+        int64_t nh = (g + 1) * group - h0;
+        nh = nh < end - idx ? nh : end - idx;
+        nh = nh < GMAX ? nh : GMAX;
+        const float *q[GMAX];
+        for (int64_t i = 0; i < nh; i++) {
+            q[i] = a->q + t * a->q_stride + (h0 + i) * D;
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+            for (int64_t d = 0; d < D; d++)
+                o[i][d] = 0.0f;
+        }
         int64_t p = a->q_pos[t];
         int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        float m = -INFINITY, l = 0.0f;
-        for (int64_t d = 0; d < D; d++)
-            o[d] = 0.0f;
+        const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
+        const int64_t vbase = g * (a->v_head_stride ? a->v_head_stride : D);
         for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
             int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
-            float mt = -INFINITY;
-            for (int64_t i = 0; i < T; i++)
-                s[i] = -INFINITY;
-            for (int64_t j = j0; j <= j1; j++) {
-                float sc = dot_row(q, a->k, type, j * a->k_stride + g * D, D) * a->scale;
-                s[j - t0] = sc;
-                mt = sc > mt ? sc : mt;
-            }
-            __m256 vmt = _mm256_set1_ps(mt);
-            __m256 e0 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s), vmt));
-            __m256 e1 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s + 8), vmt));
-            __m256 e2 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s + 16), vmt));
-            __m256 e3 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s + 24), vmt));
-            _mm256_store_ps(e, e0);
-            _mm256_store_ps(e + 8, e1);
-            _mm256_store_ps(e + 16, e2);
-            _mm256_store_ps(e + 24, e3);
-            /* lanes: slot i and i + 16 share accumulator i; (+0 + e[i]) + e[i + 16] */
-            float lt = kn_tree8x2(_mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e0), e2),
-                                  _mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e1), e3));
-            float mn = mt > m ? mt : m;
-            float sa = kern_expf(m - mn), sb = kern_expf(mt - mn);
-            l = fmaf(lt, sb, l * sa);
-            __m256 va = _mm256_set1_ps(sa), vb = _mm256_set1_ps(sb);
-            const int64_t vbase = g * D;
-            int64_t d = 0;
-            for (; d + 32 <= D; d += 32) {
-                __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();
-                __m256 o2 = _mm256_setzero_ps(), o3 = _mm256_setzero_ps();
-                for (int64_t j = j0; j <= j1; j++) {
-                    __m256 ev = _mm256_set1_ps(e[j - t0]);
-                    int64_t off = j * a->v_stride + vbase + d;
-                    o0 = _mm256_fmadd_ps(ev, load8(a->v, type, off), o0);
-                    o1 = _mm256_fmadd_ps(ev, load8(a->v, type, off + 8), o1);
-                    o2 = _mm256_fmadd_ps(ev, load8(a->v, type, off + 16), o2);
-                    o3 = _mm256_fmadd_ps(ev, load8(a->v, type, off + 24), o3);
+            for (int64_t i = 0; i < nh; i++)
+                for (int64_t x = 0; x < T; x++)
+                    s[i][x] = -INFINITY;
+            /* scores: heads in fours against each key (sharing its K row), then the
+             * other heads' (key, head) pairs, key-major, four at a time */
+            const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
+            for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
+                int64_t off = j * a->k_stride + kbase;
+                const int64_t offs[4] = {off, off, off, off};
+                for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
+                    float sc[4];
+                    dot4(q + i0, a->k, type, offs, D, sc);
+                    for (int c = 0; c < 4; c++)
+                        s[i0 + c][j - t0] = sc[c] * a->scale;
                 }
-                _mm256_store_ps(o + d, _mm256_fmadd_ps(o0, vb, _mm256_mul_ps(_mm256_load_ps(o + d), va)));
-                _mm256_store_ps(o + d + 8, _mm256_fmadd_ps(o1, vb, _mm256_mul_ps(_mm256_load_ps(o + d + 8), va)));
-                _mm256_store_ps(o + d + 16, _mm256_fmadd_ps(o2, vb, _mm256_mul_ps(_mm256_load_ps(o + d + 16), va)));
-                _mm256_store_ps(o + d + 24, _mm256_fmadd_ps(o3, vb, _mm256_mul_ps(_mm256_load_ps(o + d + 24), va)));
             }
-            for (; d + 8 <= D; d += 8) {
-                __m256 o0 = _mm256_setzero_ps();
-                for (int64_t j = j0; j <= j1; j++)
-                    o0 = _mm256_fmadd_ps(_mm256_set1_ps(e[j - t0]),
-                                         load8(a->v, type, j * a->v_stride + vbase + d), o0);
-                _mm256_store_ps(o + d, _mm256_fmadd_ps(o0, vb, _mm256_mul_ps(_mm256_load_ps(o + d), va)));
+            int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
+            for (int64_t pp = 0; pp < n_pairs; pp += 4) {
+                const float *qc[4];
+                int64_t off[4], jc[4], ic[4];
+                for (int c = 0; c < 4; c++) {
+                    if (pp + c < n_pairs) {
+                        jc[c] = jn;
+                        ic[c] = nh4 + in;
+                        if (++in == nr) {
+                            in = 0;
+                            jn++;
+                        }
+                    } else { /* spare slots redo the block's first pair */
+                        jc[c] = jc[0];
+                        ic[c] = ic[0];
+                    }
+                    qc[c] = q[ic[c]];
+                    off[c] = jc[c] * a->k_stride + kbase;
+                }
+                float sc[4];
+                dot4(qc, a->k, type, off, D, sc);
+                for (int c = 0; c < 4 && pp + c < n_pairs; c++)
+                    s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
             }
-            for (; d < D; d++) {
-                float ot = 0.0f;
-                for (int64_t j = j0; j <= j1; j++)
-                    ot = fmaf(e[j - t0], load1(a->v, type, j * a->v_stride + vbase + d), ot);
-                o[d] = fmaf(ot, sb, o[d] * sa);
+            for (int64_t i = 0; i < nh; i++) {
+                /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
+                 * a NaN x as the reference does). Only a zero's sign could differ from the
+                 * reference's sequential max, and mt reaches nothing but exp's argument,
+                 * where -0 and +0 give the same result. */
+                __m256 vx = _mm256_max_ps(_mm256_load_ps(s[i] + 24), _mm256_set1_ps(-INFINITY));
+                vx = _mm256_max_ps(_mm256_load_ps(s[i] + 16), vx);
+                vx = _mm256_max_ps(_mm256_load_ps(s[i] + 8), vx);
+                float mt = kn_hmax8(_mm256_max_ps(_mm256_load_ps(s[i]), vx));
+                __m256 vmt = _mm256_set1_ps(mt);
+                __m256 e0 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i]), vmt));
+                __m256 e1 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 8), vmt));
+                __m256 e2 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 16), vmt));
+                __m256 e3 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 24), vmt));
+                _mm256_store_ps(e[i], e0);
+                _mm256_store_ps(e[i] + 8, e1);
+                _mm256_store_ps(e[i] + 16, e2);
+                _mm256_store_ps(e[i] + 24, e3);
+                /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
+                float lt = kn_tree8x2(_mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e0), e2),
+                                      _mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e1), e3));
+                float mn = mt > m[i] ? mt : m[i];
+                sa[i] = kern_expf(m[i] - mn);
+                sb[i] = kern_expf(mt - mn);
+                l[i] = fmaf(lt, sb[i], l[i] * sa[i]);
+                m[i] = mn;
             }
-            m = mn;
+            const void *v = a->v;
+            int64_t vs = a->v_stride;
+            switch (nh) {
+            case 1: vsum(1, 8, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 2: vsum(2, 4, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 3: vsum(3, 2, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 4: vsum(4, 2, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 5: vsum(5, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 6: vsum(6, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            case 7: vsum(7, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            default: vsum(8, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
+            }
         }
-        float *out = a->out + t * a->out_stride + h * D;
-        __m256 vl = _mm256_set1_ps(l);
-        int64_t d = 0;
-        for (; d + 8 <= D; d += 8)
-            _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(o + d), vl));
-        for (; d < D; d++)
-            out[d] = o[d] / l;
+        for (int64_t i = 0; i < nh; i++) {
+            float *out = a->out + t * a->out_stride + (h0 + i) * D;
+            __m256 vl = _mm256_set1_ps(l[i]);
+            int64_t d = 0;
+            for (; d + 8 <= D; d += 8)
+                _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(o[i] + d), vl));
+            for (; d < D; d++)
+                out[d] = o[i][d] / l[i];
+        }
+        idx += nh;
     }
+}
+
+/* The cache type is a constant inside each copy, so no load tests it. */
+void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end)
+{
+    if (a->kv_type == QT_F32)
+        attn_body(a, begin, end, QT_F32);
+    else
+        attn_body(a, begin, end, QT_F16);
 }
 #endif

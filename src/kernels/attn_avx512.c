@@ -1,6 +1,8 @@
 /* attn_avx512.c: attention over the KV cache with AVX-512, bit for bit the reference in
- * attn.c. The canonical dot's 16 accumulators are one zmm register; a short tail uses a
- * masked fma, so lanes past the end keep their value exactly as in the reference. */
+ * attn.c. Organised as attn_avx2.c (blocks of heads sharing a kv head, four dots at a
+ * time, value sums with heads and dim chunks in registers). The canonical dot's 16
+ * accumulators are one zmm register; a short tail uses a masked fma, so lanes past the
+ * end keep their value exactly as in the reference. */
 #if defined(__x86_64__)
 #include "kmath_avx512.h"
 
@@ -18,92 +20,211 @@ static inline __m512 load16z(__mmask16 k, const void *base, uint32_t type, int64
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const kn_f16 *)base + off));
 }
 
-static inline float dot_row(const float *q, const void *k, uint32_t type, int64_t off, int64_t D)
+/* Four canonical dots at once (independent chains hide the fma latency): q[c] with the
+ * cache row at element offset off[c]. Each chain is exactly the reference's. */
+static inline __attribute__((always_inline)) void dot4(const float *const q[4], const void *k,
+                                                       uint32_t type, const int64_t off[4],
+                                                       int64_t D, float out[4])
 {
-    __m512 acc = _mm512_setzero_ps();
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
     int64_t d = 0;
-    for (; d + 16 <= D; d += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load16(k, type, off + d), acc);
+    for (; d + 16 <= D; d += 16) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d), load16(k, type, off[0] + d), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + d), load16(k, type, off[1] + d), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + d), load16(k, type, off[2] + d), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + d), load16(k, type, off[3] + d), a3);
+    }
     if (d < D) {
         __mmask16 m = kn_mask16(D - d);
-        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), load16z(m, k, type, off + d),
-                                    acc, m);
+        a0 = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q0 + d), load16z(m, k, type, off[0] + d), a0, m);
+        a1 = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q1 + d), load16z(m, k, type, off[1] + d), a1, m);
+        a2 = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + d), load16z(m, k, type, off[2] + d), a2, m);
+        a3 = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q3 + d), load16z(m, k, type, off[3] + d), a3, m);
     }
-    return kn_tree16v(acc);
+    kn_tree16v_x4(a0, a1, a2, a3, out);
 }
 
-void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end)
+#define GMAX 8 /* query heads of one kv head processed together */
+
+/* The value sums of one tile for NH heads, NC chunks of 16 dims per pass (a V row chunk is
+ * loaded once for all heads), merged into o: o[i][d] = fmaf(ot, b[i], o[i][d] * a[i]). */
+static inline __attribute__((always_inline)) void vsum(
+    int NH, int NC, const void *v, uint32_t type, int64_t v_stride, int64_t vbase, int64_t D,
+    int64_t j0, int64_t j1, int64_t t0, float e[GMAX][KERN_ATTN_TILE],
+    float o[GMAX][KERN_ATTN_MAX_HEAD_DIM], const float *sa, const float *sb)
 {
-    const int64_t D = a->head_dim, T = KERN_ATTN_TILE;
-    const int64_t group = a->n_head / a->n_head_kv;
-    const uint32_t type = a->kv_type;
-    float s[KERN_ATTN_TILE] __attribute__((aligned(64)));
-    float e[KERN_ATTN_TILE] __attribute__((aligned(64)));
-    float o[KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
-    for (int64_t idx = begin; idx < end; idx++) {
-        int64_t t = idx / a->n_head, h = idx % a->n_head, g = h / group;
-        const float *q = a->q + t * a->q_stride + h * D;
-        int64_t p = a->q_pos[t];
-        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        float m = -INFINITY, l = 0.0f;
-        for (int64_t d = 0; d < D; d++)
-            o[d] = 0.0f;
-        for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
-            int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
-            float mt = -INFINITY;
-            _mm512_store_ps(s, _mm512_set1_ps(-INFINITY));
-            _mm512_store_ps(s + 16, _mm512_set1_ps(-INFINITY));
-            for (int64_t j = j0; j <= j1; j++) {
-                float sc = dot_row(q, a->k, type, j * a->k_stride + g * D, D) * a->scale;
-                s[j - t0] = sc;
-                mt = sc > mt ? sc : mt;
+    int64_t d = 0;
+    for (; d + 16 * NC <= D; d += 16 * NC) {
+        __m512 acc[GMAX][8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++)
+                acc[i][c] = _mm512_setzero_ps();
+        for (int64_t j = j0; j <= j1; j++) {
+            int64_t off = j * v_stride + vbase + d;
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                __m512 vv = load16(v, type, off + 16 * c);
+#pragma GCC unroll 8
+                for (int i = 0; i < NH; i++)
+                    acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(e[i][j - t0]), vv, acc[i][c]);
             }
-            __m512 vmt = _mm512_set1_ps(mt);
-            __m512 e0 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s), vmt));
-            __m512 e1 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s + 16), vmt));
-            _mm512_store_ps(e, e0);
-            _mm512_store_ps(e + 16, e1);
-            /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
-            float lt = kn_tree16v(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e0), e1));
-            float mn = mt > m ? mt : m;
-            float sa = kern_expf(m - mn), sb = kern_expf(mt - mn);
-            l = fmaf(lt, sb, l * sa);
-            __m512 va = _mm512_set1_ps(sa), vb = _mm512_set1_ps(sb);
-            const int64_t vbase = g * D;
-            int64_t d = 0;
-            for (; d + 64 <= D; d += 64) {
-                __m512 o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-                __m512 o2 = _mm512_setzero_ps(), o3 = _mm512_setzero_ps();
-                for (int64_t j = j0; j <= j1; j++) {
-                    __m512 ev = _mm512_set1_ps(e[j - t0]);
-                    int64_t off = j * a->v_stride + vbase + d;
-                    o0 = _mm512_fmadd_ps(ev, load16(a->v, type, off), o0);
-                    o1 = _mm512_fmadd_ps(ev, load16(a->v, type, off + 16), o1);
-                    o2 = _mm512_fmadd_ps(ev, load16(a->v, type, off + 32), o2);
-                    o3 = _mm512_fmadd_ps(ev, load16(a->v, type, off + 48), o3);
-                }
-                _mm512_store_ps(o + d, _mm512_fmadd_ps(o0, vb, _mm512_mul_ps(_mm512_load_ps(o + d), va)));
-                _mm512_store_ps(o + d + 16, _mm512_fmadd_ps(o1, vb, _mm512_mul_ps(_mm512_load_ps(o + d + 16), va)));
-                _mm512_store_ps(o + d + 32, _mm512_fmadd_ps(o2, vb, _mm512_mul_ps(_mm512_load_ps(o + d + 32), va)));
-                _mm512_store_ps(o + d + 48, _mm512_fmadd_ps(o3, vb, _mm512_mul_ps(_mm512_load_ps(o + d + 48), va)));
-            }
-            for (; d < D; d += 16) {
-                __mmask16 k = kn_mask16(D - d < 16 ? D - d : 16);
-                __m512 o0 = _mm512_setzero_ps();
-                for (int64_t j = j0; j <= j1; j++)
-                    o0 = _mm512_fmadd_ps(_mm512_set1_ps(e[j - t0]),
-                                         load16z(k, a->v, type, j * a->v_stride + vbase + d), o0);
-                __m512 prev = _mm512_maskz_load_ps(k, o + d);
-                _mm512_mask_store_ps(o + d, k, _mm512_fmadd_ps(o0, vb, _mm512_mul_ps(prev, va)));
-            }
-            m = mn;
         }
-        float *out = a->out + t * a->out_stride + h * D;
-        __m512 vl = _mm512_set1_ps(l);
-        for (int64_t d = 0; d < D; d += 16) {
-            __mmask16 k = kn_mask16(D - d < 16 ? D - d : 16);
-            _mm512_mask_storeu_ps(out + d, k, _mm512_div_ps(_mm512_maskz_load_ps(k, o + d), vl));
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                float *op = o[i] + d + 16 * c;
+                _mm512_store_ps(op, _mm512_fmadd_ps(acc[i][c], _mm512_set1_ps(sb[i]),
+                                                    _mm512_mul_ps(_mm512_load_ps(op), _mm512_set1_ps(sa[i]))));
+            }
+    }
+    for (; d < D; d += 16) {
+        __mmask16 k = kn_mask16(D - d < 16 ? D - d : 16);
+        __m512 acc[GMAX];
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++)
+            acc[i] = _mm512_setzero_ps();
+        for (int64_t j = j0; j <= j1; j++) {
+            __m512 vv = load16z(k, v, type, j * v_stride + vbase + d);
+#pragma GCC unroll 8
+            for (int i = 0; i < NH; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(e[i][j - t0]), vv, acc[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; i++) {
+            __m512 prev = _mm512_maskz_load_ps(k, o[i] + d);
+            _mm512_mask_store_ps(o[i] + d, k, _mm512_fmadd_ps(acc[i], _mm512_set1_ps(sb[i]),
+                                                              _mm512_mul_ps(prev, _mm512_set1_ps(sa[i]))));
         }
     }
+}
+
+/* Computes the pairs in [begin, end) in blocks of up to GMAX heads of one token that share
+ * a kv head: each K and V row is loaded once per block, not once per head. Every output
+ * still goes through exactly the reference's operations. */
+static inline __attribute__((always_inline)) void attn_body(const struct kern_attn_args *a,
+                                                            int64_t begin, int64_t end,
+                                                            const uint32_t type)
+{
+    const int64_t D = a->head_dim, T = KERN_ATTN_TILE, H = a->n_head;
+    const int64_t group = H / a->n_head_kv;
+    float s[GMAX][KERN_ATTN_TILE] __attribute__((aligned(64)));
+    float e[GMAX][KERN_ATTN_TILE] __attribute__((aligned(64)));
+    float o[GMAX][KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float m[GMAX], l[GMAX], sa[GMAX], sb[GMAX];
+    for (int64_t idx = begin; idx < end;) {
+        int64_t t = idx / H, h0 = idx % H, g = h0 / group;
+        int64_t nh = (g + 1) * group - h0;
+        nh = nh < end - idx ? nh : end - idx;
+        nh = nh < GMAX ? nh : GMAX;
+        const float *q[GMAX];
+        for (int64_t i = 0; i < nh; i++) {
+            q[i] = a->q + t * a->q_stride + (h0 + i) * D;
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+            for (int64_t d = 0; d < D; d++)
+                o[i][d] = 0.0f;
+        }
+        int64_t p = a->q_pos[t];
+        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
+        for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
+            int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
+            for (int64_t i = 0; i < nh; i++) {
+                _mm512_store_ps(s[i], _mm512_set1_ps(-INFINITY));
+                _mm512_store_ps(s[i] + 16, _mm512_set1_ps(-INFINITY));
+            }
+            /* scores: heads in fours against each key (sharing its K row), then the
+             * other heads' (key, head) pairs, key-major, four at a time */
+            const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
+            for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
+                int64_t off = j * a->k_stride + kbase;
+                const int64_t offs[4] = {off, off, off, off};
+                for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
+                    float sc[4];
+                    dot4(q + i0, a->k, type, offs, D, sc);
+                    for (int c = 0; c < 4; c++)
+                        s[i0 + c][j - t0] = sc[c] * a->scale;
+                }
+            }
+            int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
+            for (int64_t pp = 0; pp < n_pairs; pp += 4) {
+                const float *qc[4];
+                int64_t off[4], jc[4], ic[4];
+                for (int c = 0; c < 4; c++) {
+                    if (pp + c < n_pairs) {
+                        jc[c] = jn;
+                        ic[c] = nh4 + in;
+                        if (++in == nr) {
+                            in = 0;
+                            jn++;
+                        }
+                    } else { /* spare slots redo the block's first pair */
+                        jc[c] = jc[0];
+                        ic[c] = ic[0];
+                    }
+                    qc[c] = q[ic[c]];
+                    off[c] = jc[c] * a->k_stride + kbase;
+                }
+                float sc[4];
+                dot4(qc, a->k, type, off, D, sc);
+                for (int c = 0; c < 4 && pp + c < n_pairs; c++)
+                    s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
+            }
+            for (int64_t i = 0; i < nh; i++) {
+                /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
+                 * a NaN x as the reference does). Only a zero's sign could differ from the
+                 * reference's sequential max, and mt reaches nothing but exp's argument,
+                 * where -0 and +0 give the same result. */
+                __m512 vx = _mm512_max_ps(_mm512_load_ps(s[i] + 16), _mm512_set1_ps(-INFINITY));
+                float mt = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_load_ps(s[i]), vx));
+                __m512 vmt = _mm512_set1_ps(mt);
+                __m512 e0 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s[i]), vmt));
+                __m512 e1 = kn_exp16(_mm512_sub_ps(_mm512_load_ps(s[i] + 16), vmt));
+                _mm512_store_ps(e[i], e0);
+                _mm512_store_ps(e[i] + 16, e1);
+                /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
+                float lt = kn_tree16v(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e0), e1));
+                float mn = mt > m[i] ? mt : m[i];
+                sa[i] = kern_expf(m[i] - mn);
+                sb[i] = kern_expf(mt - mn);
+                l[i] = fmaf(lt, sb[i], l[i] * sa[i]);
+                m[i] = mn;
+            }
+            const void *v = a->v;
+            int64_t vs = a->v_stride, vb = g * (a->v_head_stride ? a->v_head_stride : D);
+            switch (nh) {
+            case 1: vsum(1, 8, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 2: vsum(2, 4, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 3: vsum(3, 2, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 4: vsum(4, 2, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 5: vsum(5, 1, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 6: vsum(6, 1, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            case 7: vsum(7, 1, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            default: vsum(8, 1, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
+            }
+        }
+        for (int64_t i = 0; i < nh; i++) {
+            float *out = a->out + t * a->out_stride + (h0 + i) * D;
+            __m512 vl = _mm512_set1_ps(l[i]);
+            for (int64_t d = 0; d < D; d += 16) {
+                __mmask16 k = kn_mask16(D - d < 16 ? D - d : 16);
+                _mm512_mask_storeu_ps(out + d, k, _mm512_div_ps(_mm512_maskz_load_ps(k, o[i] + d), vl));
+            }
+        }
+        idx += nh;
+    }
+}
+/* The cache type is a constant inside each copy, so no load tests it. */
+void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end)
+{
+    if (a->kv_type == QT_F32)
+        attn_body(a, begin, end, QT_F32);
+    else
+        attn_body(a, begin, end, QT_F16);
 }
 #endif

@@ -118,8 +118,9 @@ bool kern_type_supported(enum quant_type t);
 /* The activation format a product with type t uses. */
 enum kern_act_kind kern_act_kind_for(enum quant_type t);
 /* Describes w: (N, K) at data (data_bytes must be N * row size; K a multiple of the
- * block size; data 4-byte aligned for F32) and, if repack is true and this CPU has SIMD
- * kernels that read a repacked layout for type, builds that copy (owned by *w).
+ * block size; data 4-byte aligned for F32) and, if repack is true, the active ISA is not
+ * scalar and type's SIMD kernels read a repacked layout, builds that copy (owned by *w).
+ * Without it the SIMD levels run the reference for quantized types (same bits, slower).
  * Fails with KN_E_UNSUPPORTED for a type without kernels, KN_E_FORMAT for bad shapes. */
 KN_MUST_USE enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type,
                                             int64_t N, int64_t K, const void *data,

@@ -65,6 +65,24 @@ static inline float kn_tree8x2(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(x);
 }
 
+/* The canonical tree's steps w = 4, 2, 1 for four dots at once, from their 8-lane sums
+ * after step w = 8: every add pairs the same lanes as kn_tree8x2, four sums per op. */
+static inline void kn_tree8_x4(__m256 ya, __m256 yb, __m256 yc, __m256 yd, float out[4])
+{
+    /* w = 4: [a0-3 | b0-3] + [a4-7 | b4-7] */
+    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(ya, yb, 0x20), _mm256_permute2f128_ps(ya, yb, 0x31));
+    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(yc, yd, 0x20), _mm256_permute2f128_ps(yc, yd, 0x31));
+    /* w = 2: [a0 a1 c0 c1 | b0 b1 d0 d1] + [a2 a3 c2 c3 | b2 b3 d2 d3] */
+    __m256 w2 = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xee));
+    /* w = 1: lane 0 + lane 1, giving [a c a c | b d b d] */
+    __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(w2, w2, 0x88), _mm256_shuffle_ps(w2, w2, 0xdd));
+    __m128 lo = _mm256_castps256_ps128(w1), hi = _mm256_extractf128_ps(w1, 1);
+    out[0] = _mm_cvtss_f32(lo);
+    out[1] = _mm_cvtss_f32(hi);
+    out[2] = _mm_cvtss_f32(_mm_shuffle_ps(lo, lo, 1));
+    out[3] = _mm_cvtss_f32(_mm_shuffle_ps(hi, hi, 1));
+}
+
 /* The largest of 8 lanes (any order: max is exact; zero signs are fixed by the caller). */
 static inline float kn_hmax8(__m256 v)
 {

@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include "kmath_avx2.h" /* the AVX-512 flags include AVX2 */
 #include "ops_internal.h"
 
 static inline __m512 kn_exp16(__m512 x)
@@ -60,6 +61,15 @@ static inline float kn_tree16v(__m512 v)
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                         /* w = 2 */
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                     /* w = 1 */
     return _mm_cvtss_f32(x);
+}
+
+/* The canonical tree of four accumulators at once: step w = 8 here, then kn_tree8_x4. */
+static inline void kn_tree16v_x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
+{
+    kn_tree8_x4(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)),
+                _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1)),
+                _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1)),
+                _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1)), out);
 }
 
 /* Lanes 0..n-1 (n <= 16). */

@@ -63,7 +63,9 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
     w->K = K;
     w->data = data;
     w->row_bytes = (size_t)rb;
-    if (repack && kern_isa_supported(KERN_ISA_AVX2)) {
+    /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
+     * the file's layout alone and saves the memory. */
+    if (repack && kern_isa_active() != KERN_ISA_SCALAR) {
         size_t pb = kern_repack_bytes(type, N, K);
         if (pb) {
             w->packed = kn_aligned_alloc(pb, err);

@@ -7,6 +7,7 @@
 
 #define KL 16
 #define KMAXT 4
+#define KMAXT32 8
 #define KQ8_BIAS 128
 typedef __m512i VI;
 typedef __m512 VF;

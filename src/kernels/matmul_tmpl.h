@@ -6,7 +6,8 @@
  *
  * The including file defines:
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
- *   KMAXT         tokens computed together (weights are unpacked once per tile)
+ *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
+ *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
  *   KFN(name)     the ISA-suffixed function name
  *   VI, VF        int32 and f32 vector types
  *   vi_zero() vi_set1(i) vi_add vi_sub vi_mullo vi_and vi_or vi_srli16(v,n) vi_slli16(v,n)
@@ -45,6 +46,17 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
             y[row0 + r] = tmp[r];
 }
 
+/* Software prefetch of the bytes [p, p + n) into L1: decode reads each weight once, and
+ * the hardware prefetcher alone leaves memory bandwidth unused. */
+#ifndef KPF_DIST
+#define KPF_DIST 2048
+#endif
+KINL void kprefetch(const uint8_t *p, size_t n)
+{
+    for (size_t o = 0; o < n; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 static inline uint32_t ld32(const void *p)
 {
     uint32_t v;
@@ -57,15 +69,17 @@ static inline uint32_t ld32(const void *p)
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                   int64_t row0, int64_t n0, int64_t n1)
+                   int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
     const int off = t == QT_Q8_0 ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
     const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 ? 288 : t == QT_Q4_1 ? 320
                      : t == QT_Q5_0 ? 352 : 384;
-    const struct kern_block_q8f *xr[KMAXT];
-    VF acc[KMAXT];
+    const struct kern_block_q8f *xr[KMAXT32];
+    VF acc[KMAXT32];
+    /* With 4 or more tokens their chains overlap; fewer split each token's sum in two. */
+    const bool one_chain = nt >= 4;
     KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
@@ -74,6 +88,8 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         VF dw = vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
@@ -117,13 +133,19 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
             for (int c = 0; c < 8; c += 2) {
                 if (t == QT_Q8_0) {
                     d0 = vi_dp_q8(d0, v[c], vi_bcast(xb->qs + xo[c]));
-                    d1 = vi_dp_q8(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                    if (one_chain)
+                        d0 = vi_dp_q8(d0, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                    else
+                        d1 = vi_dp_q8(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
                 } else {
                     d0 = vi_dp(d0, v[c], vi_bcast(xb->qs + xo[c]));
-                    d1 = vi_dp(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                    if (one_chain)
+                        d0 = vi_dp(d0, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
+                    else
+                        d1 = vi_dp(d1, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
                 }
             }
-            VI isum = vi_add(d0, d1);
+            VI isum = one_chain ? d0 : vi_add(d0, d1);
             if (off)
                 isum = vi_sub(isum, vi_set1(off * xb->s));
             VF dx = vf_set1(xb->d);
@@ -141,7 +163,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
 
 KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                    int64_t row0, int64_t n0, int64_t n1)
+                    int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
     const bool five = t == QT_Q5_K;
     const size_t gbb = five ? 2880 : 2368;
@@ -155,6 +177,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
         VI isum[KMAXT];
         KUNROLL
@@ -218,7 +242,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
 /* ---------------------------------------------------------------- Q6_K */
 
 KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
-                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1)
+                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1,
+                   bool pf)
 {
     const size_t gbb = 3360;
     const struct block_q8_K *xr[KMAXT];
@@ -231,6 +256,8 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     const VI m4 = vi_set1(0x0F0F0F0F), m30 = vi_set1(0x30303030);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        if (pf)
+            kprefetch(p + KPF_DIST, gbb);
         const uint8_t *scp = p + 32, *ql = p + 288, *qh = p + 288 + 2048;
         VI isum[KMAXT];
         KUNROLL
@@ -299,33 +326,44 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     case 3: if (KMAXT >= 3) { CALL(3); } break;                                            \
     default: if (KMAXT >= 4) { CALL(4); } break;                                           \
     }
+#define KTILE_CASES32(CALL)                                                                \
+    switch (nt) {                                                                          \
+    case 1: CALL(1); break;                                                                \
+    case 2: if (KMAXT32 >= 2) { CALL(2); } break;                                          \
+    case 3: if (KMAXT32 >= 3) { CALL(3); } break;                                          \
+    case 4: if (KMAXT32 >= 4) { CALL(4); } break;                                          \
+    case 5: if (KMAXT32 >= 5) { CALL(5); } break;                                          \
+    case 6: if (KMAXT32 >= 6) { CALL(6); } break;                                          \
+    case 7: if (KMAXT32 >= 7) { CALL(7); } break;                                          \
+    default: if (KMAXT32 >= 8) { CALL(8); } break;                                         \
+    }
 
 static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                        const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                       int64_t row0, int64_t n0, int64_t n1)
+                       int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
-#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
 #define CALL_Q8_0(NT) CALL_Q32(QT_Q8_0, NT)
 #define CALL_Q4_0(NT) CALL_Q32(QT_Q4_0, NT)
 #define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
 #define CALL_Q5_0(NT) CALL_Q32(QT_Q5_0, NT)
 #define CALL_Q5_1(NT) CALL_Q32(QT_Q5_1, NT)
     switch (t) {
-    case QT_Q8_0: KTILE_CASES(CALL_Q8_0); break;
-    case QT_Q4_0: KTILE_CASES(CALL_Q4_0); break;
-    case QT_Q4_1: KTILE_CASES(CALL_Q4_1); break;
-    case QT_Q5_0: KTILE_CASES(CALL_Q5_0); break;
-    default: KTILE_CASES(CALL_Q5_1); break;
+    case QT_Q8_0: KTILE_CASES32(CALL_Q8_0); break;
+    case QT_Q4_0: KTILE_CASES32(CALL_Q4_0); break;
+    case QT_Q4_1: KTILE_CASES32(CALL_Q4_1); break;
+    case QT_Q5_0: KTILE_CASES32(CALL_Q5_0); break;
+    default: KTILE_CASES32(CALL_Q5_1); break;
     }
 }
 
 static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                      const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                     int64_t row0, int64_t n0, int64_t n1)
+                     int64_t row0, int64_t n0, int64_t n1, bool pf)
 {
-#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
-#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
-#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
     switch (t) {
     case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
@@ -346,12 +384,15 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
-            for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT) {
-                int nt = (int)(a->M - m0 < KMAXT ? a->M - m0 : KMAXT);
+            const int64_t tile = ti->block_size == 32 ? KMAXT32 : KMAXT;
+            for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
+                int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
+                /* The first pass over a group streams it from memory: prefetch ahead. */
+                bool pf = h == 0 && m0 == 0;
                 if (ti->block_size == 32)
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
                 else
-                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
             }
         }
     }

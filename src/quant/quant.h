@@ -130,7 +130,7 @@ bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
 bool quant_can_dequantize(uint32_t t);
 /* Quantizes n elements of x into dst with Kinetic's reference quantizer for t: F32,
  * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (the same bytes as llama.cpp's reference
- * quantizers), Q4_K, Q5_K, Q6_K (Kinetic's own scale search). Deterministic and
+ * quantizers), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (Kinetic's own scale search). Deterministic and
  * libm-free: the same input gives the same bytes on every machine. dst need not be
  * aligned. Returns false if t cannot be produced by this build or n is not whole
  * blocks. */

@@ -10,11 +10,11 @@
  *   (block maximum or range, one scale, round each value), so a tensor quantized here
  *   equals the one llama-quantize writes without an importance matrix; tests check this
  *   against gguf-py's independent numpy port.
- * - Q4_K, Q5_K, Q6_K use Kinetic's own scale search: for each sub-block, try a small
- *   fixed set of scales around the range-derived one, fit scale (and minimum) to the
- *   resulting integers by least squares, keep the lowest squared error, then quantize
- *   the sub-block scales to the format's integer scales and requantize every value
- *   against the scales actually stored. */
+ * - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K use Kinetic's own scale search: for each sub-block,
+ *   try a small fixed set of scales around the range-derived one, fit scale (and
+ *   minimum) to the resulting integers by least squares, keep the lowest squared error,
+ *   then quantize the sub-block scales to the format's integer scales and requantize
+ *   every value against the scales actually stored. */
 #include "quant.h"
 
 #include <string.h>
@@ -475,13 +475,83 @@ static void qz_q6_K(const float *x, uint8_t *dst, int64_t nb)
     }
 }
 
+/* Q2_K: 16 sub-blocks of 16, x ~ (d * sc) * q - (dmin * m) with q in 0..3 and 4-bit
+ * sc, m. */
+static void qz_q2_K(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_q2_K b;
+        float sub_scale[16], sub_min[16], max_scale = 0, max_min = 0;
+        for (int s = 0; s < 16; s++) {
+            search_affine(x + 16 * s, 16, 3, &sub_scale[s], &sub_min[s]);
+            max_scale = sub_scale[s] > max_scale ? sub_scale[s] : max_scale;
+            max_min = sub_min[s] > max_min ? sub_min[s] : max_min;
+        }
+        b.d = quant_f32_to_f16(max_scale / 15.0f);
+        b.dmin = quant_f32_to_f16(max_min / 15.0f);
+        float d = quant_f16_to_f32(b.d), dmin = quant_f16_to_f32(b.dmin);
+        float id = d > 0 ? 1.0f / d : 0, idmin = dmin > 0 ? 1.0f / dmin : 0;
+        memset(b.qs, 0, sizeof b.qs);
+        for (int s = 0; s < 16; s++) {
+            int sc = round_clamp(sub_scale[s] * id, 0, 15), m = round_clamp(sub_min[s] * idmin, 0, 15);
+            b.scales[s] = (uint8_t)(sc | m << 4);
+            float dl = d * (float)sc, ml = dmin * (float)m;
+            float idl = dl > 0 ? 1.0f / dl : 0;
+            for (int l = 0; l < 16; l++) {
+                int v = 16 * s + l;
+                int q = dl > 0 ? round_clamp((x[v] + ml) * idl, 0, 3) : 0;
+                b.qs[(v / 128) * 32 + v % 32] |= (uint8_t)(q << (2 * ((v % 128) / 32)));
+            }
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* Q3_K: 16 sub-blocks of 16, x ~ (d * sc) * q with q in -4..3 and 6-bit signed sc;
+ * q + 4 is stored as 2 low bits (qs) and a high bit (hmask). */
+static void qz_q3_K(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_q3_K b;
+        float sub[16], amax = 0;
+        for (int s = 0; s < 16; s++) {
+            sub[s] = search_symmetric(x + 16 * s, 16, 4);
+            amax = absf(sub[s]) > amax ? absf(sub[s]) : amax;
+        }
+        b.d = quant_f32_to_f16(amax / 31.0f);
+        float d = quant_f16_to_f32(b.d);
+        float id = d > 0 ? 1.0f / d : 0;
+        memset(b.scales, 0, sizeof b.scales);
+        memset(b.qs, 0, sizeof b.qs);
+        memset(b.hmask, 0, sizeof b.hmask);
+        for (int s = 0; s < 16; s++) {
+            int sc = round_clamp(sub[s] * id, -32, 31);
+            int u = sc + 32; /* stored with offset 32 */
+            if (s < 8)
+                b.scales[s] |= (uint8_t)(u & 0x0f);
+            else
+                b.scales[s - 8] |= (uint8_t)((u & 0x0f) << 4);
+            b.scales[8 + s % 4] |= (uint8_t)((u >> 4) << (2 * (s / 4)));
+            float dl = d * (float)sc;
+            for (int l = 0; l < 16; l++) {
+                int v = 16 * s + l;
+                int q = (dl != 0 ? round_clamp(x[v] / dl, -4, 3) : 0) + 4;
+                b.qs[(v / 128) * 32 + v % 32] |= (uint8_t)((q & 3) << (2 * ((v % 128) / 32)));
+                b.hmask[v % 32] |= (uint8_t)((q >> 2) << (v / 32));
+            }
+        }
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 bool quant_can_quantize(uint32_t t)
 {
     switch (t) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0: case QT_Q4_0: case QT_Q4_1:
-    case QT_Q5_0: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_Q5_0: case QT_Q5_1: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
+    case QT_Q6_K:
         return true;
     default:
         return false;
@@ -516,6 +586,8 @@ bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
     case QT_Q4_1: qz_q4_1(x, d, nb); break;
     case QT_Q5_0: qz_q5_0(x, d, nb); break;
     case QT_Q5_1: qz_q5_1(x, d, nb); break;
+    case QT_Q2_K: qz_q2_K(x, d, nb); break;
+    case QT_Q3_K: qz_q3_K(x, d, nb); break;
     case QT_Q4_K: qz_q4_K(x, d, nb); break;
     case QT_Q5_K: qz_q5_K(x, d, nb); break;
     case QT_Q6_K: qz_q6_K(x, d, nb); break;

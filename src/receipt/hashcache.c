@@ -131,6 +131,23 @@ static const char *lookup(const struct json_value *root, const char *key, int64_
     return NULL;
 }
 
+/* Keeps the newest `keep` members of the object (a cache file is untrusted: one pass, not
+ * one memmove per dropped entry). */
+static void drop_oldest(struct json_value *files, size_t keep)
+{
+    size_t n = files->u.object.len;
+    if (n <= keep)
+        return;
+    size_t drop = n - keep;
+    for (size_t i = 0; i < drop; i++) {
+        free(files->u.object.items[i].key);
+        json_free(files->u.object.items[i].value);
+    }
+    memmove(files->u.object.items, files->u.object.items + drop,
+            keep * sizeof *files->u.object.items);
+    files->u.object.len = keep;
+}
+
 /* Records the entry: under the lock, re-read the cache, merge, write atomically. Failures
  * are warnings: the hash is still right, only the next run will be slower. */
 static void store(const char *cache_path, const char *key, int64_t size, int64_t mtime_ns,
@@ -161,8 +178,7 @@ static void store(const char *cache_path, const char *key, int64_t size, int64_t
     bool ok = files && e;
     if (ok) {
         json_free(json_object_take(files, key)); /* the newest entry goes last */
-        while (json_len(files) >= CACHE_MAX_ENTRIES)
-            json_free(json_object_take(files, files->u.object.items[0].key));
+        drop_oldest(files, CACHE_MAX_ENTRIES - 1);
         ok = json_object_set(e, "size", json_new_int(size), &err) == KN_OK &&
              json_object_set(e, "mtime_ns", json_new_int(mtime_ns), &err) == KN_OK &&
              json_object_set(e, "blake3", json_new_string(hex), &err) == KN_OK;

@@ -111,8 +111,8 @@ static const struct preset presets[] = {
 
 const char *synth_preset_list(void)
 {
-    return "tiny (any architecture), tinyllama-1.1b (llama), llama-3.2-1b (llama), "
-           "qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
+    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
+           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -565,7 +565,8 @@ struct fill_job {
     uint64_t row_bytes;
     uint8_t *out;
     int64_t r0, r1; /* rows of this job */
-    bool ok;
+    bool nomem;     /* the row buffer could not be allocated */
+    bool bad_type;  /* the quantizer refused the type (a bug: types are chosen above) */
 };
 
 static void *fill_rows(void *arg)
@@ -574,13 +575,13 @@ static void *fill_rows(void *arg)
     const struct tensor_spec *t = j->t;
     int64_t ne0 = t->ne[0];
     float *x = malloc((size_t)ne0 * sizeof(float));
-    j->ok = x != NULL;
+    j->nomem = x == NULL;
     for (int64_t r = j->r0; x && r < j->r1; r++) {
         for (int64_t c = 0; c < ne0; c++)
             x[c] = t->fill == FILL_ONES ? 1.0f
                                         : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
-            j->ok = false;
+            j->bad_type = true;
     }
     free(x);
     return NULL;
@@ -604,7 +605,8 @@ static enum kn_status make_tensor(const struct tensor_spec *t, uint32_t type, ui
     uint64_t key = synth_tensor_key(seed, t->name);
     bool started[MAX_THREADS] = {false};
     for (int i = 0; i < nt; i++) {
-        jobs[i] = (struct fill_job){t, type, key, row_bytes, out, rows * i / nt, rows * (i + 1) / nt, false};
+        jobs[i] = (struct fill_job){t, type, key, row_bytes, out, rows * i / nt, rows * (i + 1) / nt,
+                                    false, false};
         if (i > 0)
             started[i] = pthread_create(&tid[i], NULL, fill_rows, &jobs[i]) == 0;
     }
@@ -615,9 +617,13 @@ static enum kn_status make_tensor(const struct tensor_spec *t, uint32_t type, ui
         else
             fill_rows(&jobs[i]); /* no thread: do its share here */
     }
-    for (int i = 0; i < nt; i++)
-        if (!jobs[i].ok)
+    for (int i = 0; i < nt; i++) {
+        if (jobs[i].nomem)
             return kn_fail(err, KN_E_NOMEM, "out of memory while making tensor %s", t->name);
+        if (jobs[i].bad_type)
+            return kn_fail(err, KN_E_INTERNAL, "tensor %s: no quantizer for type %s", t->name,
+                           quant_type_name(type));
+    }
     return KN_OK;
 }
 

@@ -174,3 +174,54 @@ def test_info_usage():
     assert p.returncode == 2 and b"--jsn" in p.stderr
     p = run("info", "--help")
     assert p.returncode == 0 and b"usage: kinetic info" in p.stdout
+
+
+def test_info_per_layer_and_guessed_type(tmp_path):
+    """Per-layer head counts report their largest value; without general.file_type the
+    type of most weight matrices is reported as a guess; a vocabulary-free file works."""
+    path = tmp_path / "synthetic.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(3)
+    w.add_embedding_length(64)
+    w.add_array("llama.attention.head_count", [4, 8, 8])
+    w.add_head_count_kv(2)
+    w.add_rope_freq_base(500000.0)
+    w.add_tensor("a.weight", np.zeros((2, 34), dtype=np.uint8),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("b.weight", np.zeros((4, 34), dtype=np.uint8),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("norm.weight", np.ones(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    p = run("info", "--json", str(path))
+    assert p.returncode == 0, p.stderr.decode()
+    got = json.loads(p.stdout)
+    assert got["shapes"]["heads"] == 8 and got["shapes"]["kv_heads"] == 2
+    assert got["shapes"]["head_dim"] is None  # heads vary by layer: no single head size
+    assert got["shapes"]["rope_base"] == 500000.0
+    assert got["file_type"] == {"id": None, "name": "Q8_0 (guessed)"}
+    assert got["parameters"] == 2 * 32 + 4 * 32 + 64
+    assert got["tensor_types"] == {"q8_0": {"count": 2, "bytes": 6 * 34},
+                                   "f32": {"count": 1, "bytes": 256}}
+    assert got["tokenizer"] == {"model": None, "pre": None, "vocab_size": None}
+    assert got["special_tokens"] == {}
+    out = run("info", str(path)).stdout.decode()
+    assert "heads            8 (largest of a per-layer list)" in out
+
+
+def test_info_hostile_strings(tmp_path):
+    """Long or control-character strings are shortened and neutralised in text output
+    and escaped in JSON."""
+    path = tmp_path / "odd.gguf"
+    w = gguf.GGUFWriter(str(path), "a\n" + "x" * 300)
+    w.add_string("general.name", 'q"\x01')
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = run("info", str(path)).stdout.decode()
+    assert "architecture:     a?" + "x" * 198 + "...\n" in out
+    got = json.loads(run("info", "--json", str(path)).stdout)
+    assert got["architecture"] == "a\n" + "x" * 300 and got["name"] == 'q"\x01'

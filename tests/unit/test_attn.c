@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "kernels/kernels.h"
 #include "kernels/ops.h"
 #include "test_ops_common.h"
 
@@ -13,16 +14,30 @@
 struct problem {
     int P, H, Hkv, D, window;
     uint32_t kv_type;
+    bool head_major;  /* cache (Hkv, P + 16, D) instead of (P + 16, Hkv, D) */
+    float scale;      /* 1/sqrt(D) unless a test sharpens it */
     int64_t q_stride, kv_stride;
     float *q;         /* (P, H, D) at q_stride */
     void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
     float *kf, *vf;   /* the same as f32 (what F16 widens to) */
 };
 
+/* Element i of kv head g at position p. */
+static int64_t kv_index(const struct problem *pr, int64_t p, int64_t g, int64_t i)
+{
+    if (pr->head_major)
+        return g * (pr->P + 16) * pr->D + p * pr->D + i;
+    return p * pr->kv_stride + g * pr->D + i;
+}
+
 static void problem_init(struct problem *pr, int P, int H, int Hkv, int D, int window,
                          uint32_t kv_type)
 {
     *pr = (struct problem){.P = P, .H = H, .Hkv = Hkv, .D = D, .window = window, .kv_type = kv_type};
+    /* every other problem uses the head-major layout */
+    static int count;
+    pr->head_major = count++ % 2 == 1;
+    pr->scale = 1.0f / sqrtf((float)D);
     pr->q_stride = (int64_t)H * D + 3;
     pr->kv_stride = (int64_t)Hkv * D + 5;
     int64_t rows = P + 16;
@@ -68,9 +83,13 @@ static void run(const struct kern_ops *ops, const struct problem *pr, const int3
                sizeof(float) * (size_t)pr->q_stride);
     struct kern_attn_args a = {
         .q = qbuf, .q_stride = pr->q_stride, .q_pos = pos, .n_q = n,
-        .k = pr->k, .v = pr->v, .k_stride = pr->kv_stride, .v_stride = pr->kv_stride,
+        .k = pr->k, .v = pr->v,
+        .k_stride = pr->head_major ? pr->D : pr->kv_stride,
+        .v_stride = pr->head_major ? pr->D : pr->kv_stride,
+        .k_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
+        .v_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
         .kv_type = pr->kv_type, .n_kv = n_kv, .n_head = pr->H, .n_head_kv = pr->Hkv,
-        .head_dim = pr->D, .scale = 1.0f / sqrtf((float)pr->D), .window = pr->window,
+        .head_dim = pr->D, .scale = pr->scale, .window = pr->window,
         .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
     };
     struct kn_err err = {0};
@@ -144,18 +163,18 @@ static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, 
 }
 
 /* Float64 softmax attention of every query against the reference output. */
-static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type)
+static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type, float sharpen)
 {
     struct problem pr;
     problem_init(&pr, P, H, Hkv, D, window, kv_type);
+    pr.scale *= sharpen;
     int64_t ostride = (int64_t)H * D + 1;
     float *out = calloc((size_t)(P * ostride), sizeof(float));
     int32_t pos[200];
     for (int i = 0; i < P; i++)
         pos[i] = i;
     run(kern_ops_get(KERN_ISA_SCALAR), &pr, pos, P, P, out, -1);
-    double worst = 0, scale = 1.0 / sqrt((double)(float)D);
-    scale = (double)(1.0f / sqrtf((float)D));
+    double worst = 0, scale = (double)pr.scale;
     double *w = calloc((size_t)P, sizeof(double));
     for (int p = 0; p < P; p++) {
         for (int h = 0; h < H; h++) {
@@ -164,10 +183,9 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
             int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             double m = -INFINITY, s = 0;
             for (int j = lo; j <= p; j++) {
-                const float *k = pr.kf + j * pr.kv_stride + g * D;
                 double d = 0;
                 for (int i = 0; i < D; i++)
-                    d += (double)q[i] * k[i];
+                    d += (double)q[i] * pr.kf[kv_index(&pr, j, g, i)];
                 w[j] = d * scale;
                 m = fmax(m, w[j]);
             }
@@ -178,7 +196,7 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
             for (int i = 0; i < D; i++) {
                 double o = 0;
                 for (int j = lo; j <= p; j++)
-                    o += w[j] * pr.vf[j * pr.kv_stride + g * D + i];
+                    o += w[j] * pr.vf[kv_index(&pr, j, g, i)];
                 worst = fmax(worst, fabs(out[p * ostride + h * D + i] - o / s));
             }
         }
@@ -198,7 +216,8 @@ static void test_isa_equality(void)
         /* P, H, Hkv, D, window */
         {70, 4, 2, 64, 0},   {70, 4, 1, 128, 0},  {40, 2, 2, 256, 0}, {75, 4, 2, 64, 20},
         {66, 3, 3, 40, 33},  {33, 2, 1, 17, 0},   {20, 2, 2, 1, 0},   {9, 8, 2, 96, 4},
-        {130, 2, 1, 32, 64}, {65, 2, 2, 512, 0},
+        {130, 2, 1, 32, 64}, {65, 2, 2, 512, 0},  {30, 12, 2, 64, 0}, {40, 16, 2, 32, 10},
+        {35, 14, 2, 48, 0},
     };
     for (int l = 0; l < nl; l++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -240,6 +259,13 @@ static void test_check(void)
     CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "position 3"));
     a.n_kv = 4;
     CHECK(kern_attn_check(&a, &err) == KN_OK);
+    a.k_stride = 3; /* heads side by side: a position's row must hold them all */
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "KV cache stride"));
+    a.k_stride = 4;
+    a.k_head_stride = 2; /* head-major: heads at least a row apart */
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG);
+    a.k_head_stride = 16;
+    CHECK(kern_attn_check(&a, &err) == KN_OK);
     a.kv_type = QT_Q8_0;
     CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED);
     a.kv_type = QT_F16;
@@ -271,8 +297,45 @@ static void test_known(void)
     CHECK(out[0] == 5 && out[1] == 7);
 }
 
+/* kern_attn_run on pools of 1 to 4 threads gives the single-call bits. */
+static void test_pool(void)
+{
+    struct problem pr;
+    problem_init(&pr, 50, 8, 2, 64, 0, QT_F16);
+    int32_t pos[50];
+    for (int i = 0; i < 50; i++)
+        pos[i] = i;
+    int64_t ostride = 8 * 64 + 1;
+    float *ref = calloc((size_t)(50 * ostride), sizeof(float));
+    float *got = calloc((size_t)(50 * ostride), sizeof(float));
+    run(kern_ops_active(), &pr, pos, 50, 50, ref, -1);
+    struct kern_attn_args a = {
+        .q = pr.q, .q_stride = pr.q_stride, .q_pos = pos, .n_q = 50, .k = pr.k, .v = pr.v,
+        .k_stride = pr.head_major ? pr.D : pr.kv_stride, .v_stride = pr.head_major ? pr.D : pr.kv_stride,
+        .k_head_stride = pr.head_major ? (int64_t)(pr.P + 16) * pr.D : 0,
+        .v_head_stride = pr.head_major ? (int64_t)(pr.P + 16) * pr.D : 0,
+        .kv_type = pr.kv_type, .n_kv = 50, .n_head = 8, .n_head_kv = 2, .head_dim = 64,
+        .scale = 1.0f / sqrtf(64.0f), .out = got, .out_stride = ostride,
+    };
+    for (int nth = 1; nth <= 4; nth++) {
+        struct kern_pool *pool = NULL;
+        struct kn_err err = {0};
+        CHECK(kern_pool_create(nth, &pool, &err) == KN_OK);
+        memset(got, 0, sizeof(float) * (size_t)(50 * ostride));
+        kern_attn_run(pool, &a);
+        CHECKF(rows_equal(ref, got, 8 * 64, ostride, 50), "pool of %d threads", nth);
+        kern_pool_free(pool);
+    }
+    kern_attn_run(NULL, &a);
+    CHECK(rows_equal(ref, got, 8 * 64, ostride, 50));
+    free(ref);
+    free(got);
+    problem_free(&pr);
+}
+
 int main(void)
 {
+    test_pool();
     test_check();
     test_known();
     const struct kern_ops *lv[KERN_ISA_COUNT + 1];
@@ -285,9 +348,14 @@ int main(void)
         check_invariance(lv[l], 80, 2, 1, 256, 40, QT_F32, false);
     }
     test_isa_equality();
-    double e1 = accuracy(100, 4, 2, 64, 0, QT_F32);
-    double e2 = accuracy(100, 2, 1, 128, 30, QT_F16);
-    double e3 = accuracy(70, 2, 2, 256, 0, QT_F32);
+    double e1 = accuracy(100, 4, 2, 64, 0, QT_F32, 1.0f);
+    double e2 = accuracy(100, 2, 1, 128, 30, QT_F16, 1.0f);
+    double e3 = accuracy(70, 2, 2, 256, 0, QT_F32, 1.0f);
+    /* scores 30 times sharper than usual: tile maxima far apart, most weights underflow
+     * toward 0; the error grows with |score| (the rounding of s * scale) */
+    double e4 = accuracy(100, 2, 1, 64, 0, QT_F32, 30.0f);
+    printf("attention with sharpened scores (scale x30): max abs error %.3g\n", e4);
+    CHECKF(e4 < 2e-5, "sharp attention error %.3g", e4);
     printf("attention: max abs error against float64 %.3g (D=64), %.3g (D=128, window 30, "
            "f16 cache), %.3g (D=256); values in [-1, 1]\n", e1, e2, e3);
     CHECKF(e1 < 2e-6 && e2 < 2e-6 && e3 < 2e-6, "attention error %.3g %.3g %.3g", e1, e2, e3);

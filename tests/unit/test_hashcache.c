@@ -166,6 +166,30 @@ static void test_cache(void)
     json_free(c);
     unlink(other);
 
+    /* A cache over the entry limit keeps the newest 4096 entries, ours last; odd keys
+     * (a NUL inside) are just other entries. */
+    {
+        size_t cap = 6000 * 160, len = 0;
+        char *big = malloc(cap);
+        len += (size_t)snprintf(big + len, cap - len, "{\"version\": 1, \"files\": {\"a\\u0000b\": {}");
+        for (int i = 0; i < 5000; i++)
+            len += (size_t)snprintf(big + len, cap - len,
+                                    ", \"/gone/%d\": {\"size\": 1, \"mtime_ns\": 2, \"blake3\": \"%s\"}",
+                                    i, fake);
+        snprintf(big + len, cap - len, "}}");
+        write_file(cache, big);
+        free(big);
+        lookup(model, want2, 0, 0);
+        c = read_cache();
+        const struct json_value *f = json_get(c, "files");
+        CHECK_EQ_INT(json_len(f), 4096);
+        CHECK(strcmp(f->u.object.items[4095].key, abs) == 0);
+        CHECK(json_get(f, "/gone/4999") != NULL && json_get(f, "/gone/904") == NULL &&
+              json_get(f, "/gone/905") != NULL);
+        json_free(c);
+        lookup(model, want2, 1, 0);
+    }
+
     /* Errors are about the file, naming it. */
     char hex[65];
     struct kn_err err;

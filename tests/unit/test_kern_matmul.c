@@ -187,6 +187,19 @@ static void test_init_errors(void)
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 71, false, &err) == KN_E_FORMAT);
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, false, &err) == KN_OK);
     kern_weight_free(&w);
+    /* The packed copy exists only for SIMD levels, padded to 16 rows. */
+    CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
+    CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, true, &err) == KN_OK);
+    CHECK(w.packed == NULL);
+    kern_weight_free(&w);
+    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, true, &err) == KN_OK);
+    if (kern_isa_best() != KERN_ISA_SCALAR)
+        CHECK(w.packed != NULL && w.packed_bytes == 2 * 288); /* 1 group, 2 blocks */
+    kern_weight_free(&w);
+    CHECK(kern_weight_init(&w, QT_F16, 2, 64, buf, 256, true, &err) == KN_OK);
+    CHECK(w.packed == NULL); /* float types read the file's rows directly */
+    kern_weight_free(&w);
     CHECK(!kern_type_supported(QT_IQ4_XS));
     CHECK(kern_act_kind_for(QT_Q6_K) == KERN_ACT_Q8_K);
     CHECK(kern_act_kind_for(QT_Q5_1) == KERN_ACT_Q8_32);

@@ -302,15 +302,17 @@ static void test_round_trips(void)
         xs[i] = 0.02f * rnd_normal();
     /* Bounds: 5-10% above the error measured on this data (f16 2.1e-4, bf16 1.7e-3,
      * q8_0 5.1e-3, q5_1 .0367, q5_0 .0409, q4_1 .0758, q4_0 .0822, q6_K .0161,
-     * q5_K .0346, q4_K .0684). On N(0, 0.02) data llama.cpp's reference K-quantizers
-     * reach .0178 (q6_K), .0362 (q5_K), .0717 (q4_K); Kinetic's .0170, .0359, .0715. */
+     * q5_K .0346, q4_K .0684, q3_K .1398, q2_K .2602). On N(0, 0.02) data llama.cpp's
+     * reference K-quantizers reach .0178 (q6_K), .0362 (q5_K), .0717 (q4_K), .1512 (q3_K),
+     * .2975 (q2_K); Kinetic's .0170, .0359, .0715, .1438, .2699. */
     static const struct {
         uint32_t t;
         double max_rel;
     } cases[] = {
         {QT_F32, 0.0},     {QT_F16, 2.3e-4},  {QT_BF16, 1.9e-3}, {QT_Q8_0, 5.5e-3},
         {QT_Q5_1, 0.039},  {QT_Q5_0, 0.043},  {QT_Q4_1, 0.080},  {QT_Q4_0, 0.087},
-        {QT_Q6_K, 0.0170}, {QT_Q5_K, 0.0365}, {QT_Q4_K, 0.0720},
+        {QT_Q6_K, 0.0170}, {QT_Q5_K, 0.0365}, {QT_Q4_K, 0.0720}, {QT_Q3_K, 0.147},
+        {QT_Q2_K, 0.273},
     };
     double rel[QT_COUNT] = {0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -326,8 +328,8 @@ static void test_round_trips(void)
 
     /* Determinism: the same input gives the same bytes. */
     static uint8_t again[NV * 4];
-    const uint32_t all[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0,
-                            QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    const uint32_t all[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
+                            QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K};
     for (size_t c = 0; c < sizeof all / sizeof all[0]; c++) {
         uint64_t bytes;
         CHECK(quant_row_size(all[c], NV, &bytes));
@@ -361,8 +363,9 @@ static void test_exact_grids(void)
     static const struct {
         uint32_t t;
         int lo, hi;
-    } grids[] = {{QT_Q6_K, -32, 31}, {QT_Q4_K, 0, 15}, {QT_Q5_K, 0, 31}};
-    for (size_t g = 0; g < 3; g++) {
+    } grids[] = {{QT_Q6_K, -32, 31}, {QT_Q4_K, 0, 15}, {QT_Q5_K, 0, 31}, {QT_Q3_K, -4, 3},
+                 {QT_Q2_K, 0, 3}};
+    for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++) {
         int span = grids[g].hi - grids[g].lo + 1;
         for (int i = 0; i < 256; i++)
             x[i] = (float)(grids[g].lo + (i * 7) % span);
@@ -379,8 +382,8 @@ static void test_edges(void)
 {
     float x[256], r[256];
     uint8_t buf[512];
-    const uint32_t all[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0,
-                            QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+    const uint32_t all[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
+                            QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K};
     for (size_t c = 0; c < sizeof all / sizeof all[0]; c++) {
         const char *name = quant_type_name(all[c]);
         memset(x, 0, sizeof x);

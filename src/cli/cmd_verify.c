@@ -1,0 +1,50 @@
+/* cmd_verify.c: kinetic verify-receipt. */
+#include "cli.h"
+
+#include <stdio.h>
+
+#include "receipt/receipt.h"
+
+static const char *const verify_usage =
+    "FILE [--model PATH] [--device CLASS] [--threads N] [--public-key HEX]\n"
+    "\n"
+    "Checks a receipt: its token hashes, its signature, that the model file is the\n"
+    "receipt's (by BLAKE3), then reruns the recorded prompt tokens with the recorded\n"
+    "settings on one sequence with every speed feature off, and prints 'identical' or the\n"
+    "first output token that differs.\n"
+    "\n"
+    "exit status: 0 identical; 1 could not check (I/O, model does not load); 2 usage;\n"
+    "3 malformed receipt; 4 token hashes do not match; 5 signature invalid (or absent with\n"
+    "--public-key); 6 model missing or not the receipt's; 7 the rerun differs.";
+
+int cmd_verify(int argc, char **argv)
+{
+    const char *model = NULL, *device = NULL, *public_key = NULL;
+    int64_t threads = 0;
+    const struct cli_opt opts[] = {
+        {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL},
+        {"device", 0, CLI_STR, &device, "CLASS", "rerun on this device class, e.g. cpu-x86_64-scalar", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun (never changes its result)", NULL},
+        {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL},
+        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+    };
+    const char *pos[1];
+    int n_pos;
+    int rc = cli_parse("verify-receipt", verify_usage, argc, argv, opts, pos, 1, &n_pos);
+    if (rc == 1)
+        return 0;
+    if (rc)
+        return RECEIPT_EXIT_USAGE;
+    if (n_pos != 1) {
+        fprintf(stderr, "kinetic verify-receipt: give a receipt file; see 'kinetic verify-receipt --help'\n");
+        return RECEIPT_EXIT_USAGE;
+    }
+    if (threads < 0 || threads > 256) {
+        fprintf(stderr, "kinetic verify-receipt: --threads must be in 1..256\n");
+        return RECEIPT_EXIT_USAGE;
+    }
+    struct receipt_verify_opts o = {model, device, (int)threads, public_key};
+    int code = receipt_verify(pos[0], &o, stdout);
+    fflush(stdout);
+    return code;
+}

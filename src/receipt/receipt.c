@@ -1,0 +1,618 @@
+/* receipt.c: building, writing, reading and signing receipts. Field names, nesting and
+ * order follow the receipt spec; docs/receipts.md has the byte-level rules. */
+#include "receipt.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../crypto/blake3.h"
+
+void receipt_free(struct receipt *r)
+{
+    free(r->model_file);
+    free(r->model_path);
+    free(r->device_name);
+    json_free(r->input);
+    free(r->prompt_ids);
+    for (int64_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->text);
+    free(r->output_ids);
+    memset(r, 0, sizeof *r);
+}
+
+void receipt_tokens_blake3(const int32_t *ids, int64_t n, char out_hex[65])
+{
+    struct blake3_hasher h;
+    blake3_hasher_init(&h);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)ids[i];
+        uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+        blake3_hasher_update(&h, le, 4);
+    }
+    uint8_t out[32];
+    blake3_hasher_finalize(&h, out, 32);
+    blake3_hex(out, 32, out_hex);
+}
+
+/* ================================================================ writing */
+
+/* A float setting as the double with the fewest decimal digits that reads back as the
+ * same float, so 0.8f is written "0.8", not "0.800000011920929". */
+static struct json_value *json_float(float f)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if (strtof(buf, NULL) == f)
+            break;
+    }
+    return json_new_double(strtod(buf, NULL));
+}
+
+static struct json_value *json_ids(const int32_t *ids, int64_t n, struct kn_err *err)
+{
+    struct json_value *arr = json_new_array();
+    if (!arr) {
+        kn_fail(err, KN_E_NOMEM, "out of memory building a receipt");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (json_array_push(arr, json_new_int(ids[i]), err) != KN_OK) {
+            json_free(arr);
+            return NULL;
+        }
+    return arr;
+}
+
+/* Builders that stop at the first failure: each set/push records it in *st. */
+struct build {
+    enum kn_status st;
+    struct kn_err *err;
+};
+
+static struct json_value *obj(struct build *b)
+{
+    struct json_value *o = json_new_object();
+    if (!o && b->st == KN_OK)
+        b->st = kn_fail(b->err, KN_E_NOMEM, "out of memory building a receipt");
+    return o;
+}
+
+static void set(struct build *b, struct json_value *o, const char *key, struct json_value *v)
+{
+    if (b->st != KN_OK || !o) {
+        json_free(v);
+        return;
+    }
+    b->st = json_object_set(o, key, v, b->err);
+}
+
+static struct json_value *tokens_obj(struct build *b, const int32_t *ids, int64_t n)
+{
+    char hex[65];
+    receipt_tokens_blake3(ids, n, hex);
+    struct json_value *o = obj(b);
+    set(b, o, "count", json_new_int(n));
+    set(b, o, "blake3", json_new_string(hex));
+    set(b, o, "ids", b->st == KN_OK ? json_ids(ids, n, b->err) : NULL);
+    return o;
+}
+
+enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
+                               struct json_value **out, struct kn_err *err)
+{
+    struct build b = {KN_OK, err};
+    struct json_value *root = obj(&b);
+    set(&b, root, "receipt", json_new_int(RECEIPT_VERSION));
+
+    struct json_value *kin = obj(&b);
+    set(&b, kin, "version", json_new_string(r->version));
+    set(&b, kin, "build", json_new_string(r->build));
+    set(&b, kin, "numerics", json_new_string(r->numerics));
+    set(&b, root, "kinetic", kin);
+
+    struct json_value *model = obj(&b);
+    set(&b, model, "file", json_new_string(r->model_file ? r->model_file : ""));
+    set(&b, model, "path", json_new_string(r->model_path ? r->model_path : ""));
+    set(&b, model, "size", json_new_int((int64_t)r->model_size));
+    set(&b, model, "blake3", json_new_string(r->model_blake3));
+    set(&b, root, "model", model);
+
+    struct json_value *dev = obj(&b);
+    set(&b, dev, "class", json_new_string(r->device_class));
+    set(&b, dev, "name", json_new_string(r->device_name ? r->device_name : ""));
+    struct json_value *settings = obj(&b);
+    set(&b, settings, "ctx-size", json_new_int(r->ctx_size));
+    set(&b, settings, "cache-type", json_new_string(r->cache_type));
+    set(&b, dev, "settings", settings);
+    set(&b, root, "device", dev);
+
+    set(&b, root, "input", r->input ? json_clone(r->input) : json_new_string(""));
+
+    char hex[65];
+    receipt_tokens_blake3(r->prompt_ids, r->n_prompt, hex);
+    struct json_value *prompt = obj(&b);
+    set(&b, prompt, "count", json_new_int(r->n_prompt));
+    set(&b, prompt, "blake3", json_new_string(hex));
+    set(&b, prompt, "ids", b.st == KN_OK ? json_ids(r->prompt_ids, r->n_prompt, err) : NULL);
+    set(&b, root, "prompt", prompt);
+
+    const struct sample_params *s = &r->sampling;
+    struct json_value *smp = obj(&b);
+    set(&b, smp, "temperature", json_float(s->temperature));
+    set(&b, smp, "top_k", json_new_int(s->top_k));
+    set(&b, smp, "top_p", json_float(s->top_p));
+    set(&b, smp, "min_p", json_float(s->min_p));
+    set(&b, smp, "repeat_penalty", json_float(s->repeat_penalty));
+    set(&b, smp, "presence_penalty", json_float(s->presence_penalty));
+    set(&b, smp, "frequency_penalty", json_float(s->frequency_penalty));
+    set(&b, smp, "repeat_last_n", json_new_int(s->repeat_last_n));
+    set(&b, smp, "seed", json_new_int((int64_t)s->seed));
+    set(&b, smp, "max_tokens", r->max_tokens < 0 ? json_new_null() : json_new_int(r->max_tokens));
+    struct json_value *stop = json_new_array();
+    for (int64_t i = 0; stop && b.st == KN_OK && i < r->n_stop; i++)
+        b.st = json_array_push(stop, json_new_string(r->stop[i]), err);
+    set(&b, smp, "stop", stop);
+    set(&b, root, "sampling", smp);
+
+    struct json_value *output = obj(&b);
+    set(&b, output, "finish", json_new_string(r->finish));
+    set(&b, output, "text", json_new_string(r->text ? r->text : ""));
+    set(&b, output, "tokens", tokens_obj(&b, r->output_ids, r->n_output));
+    set(&b, root, "output", output);
+
+    if (with_signature && r->has_signature) {
+        struct json_value *sig = obj(&b);
+        set(&b, sig, "public_key", json_new_string(r->public_key));
+        set(&b, sig, "ed25519", json_new_string(r->signature));
+        set(&b, root, "signature", sig);
+    }
+    if (b.st != KN_OK) {
+        json_free(root);
+        *out = NULL;
+        return b.st;
+    }
+    *out = root;
+    return KN_OK;
+}
+
+enum kn_status receipt_signed_bytes(const struct receipt *r, char **out, size_t *out_len,
+                                    struct kn_err *err)
+{
+    struct json_value *doc;
+    enum kn_status st = receipt_to_json(r, false, &doc, err);
+    if (st != KN_OK)
+        return st;
+    st = json_write(doc, JSON_COMPACT, out, out_len, err);
+    json_free(doc);
+    return st;
+}
+
+enum kn_status receipt_write(const struct receipt *r, const char *path, struct kn_err *err)
+{
+    struct json_value *doc;
+    enum kn_status st = receipt_to_json(r, true, &doc, err);
+    if (st != KN_OK)
+        return st;
+    char *text;
+    size_t len;
+    st = json_write(doc, JSON_PRETTY, &text, &len, err);
+    json_free(doc);
+    if (st != KN_OK)
+        return st;
+    st = kn_write_file_atomic(path, text, len, err);
+    free(text);
+    return st;
+}
+
+/* ================================================================ reading */
+
+/* Strict field access: each failure names the field's dotted path. */
+static enum kn_status need(const struct json_value *o, const char *path, const char *key,
+                           enum json_type type, const struct json_value **out,
+                           struct kn_err *err)
+{
+    static const char *const names[] = {"null", "a boolean", "a number", "a string",
+                                        "an array", "an object"};
+    const struct json_value *v = json_get(o, key);
+    if (!v)
+        return kn_fail(err, KN_E_FORMAT, "receipt: field %s%s%s is missing", path,
+                       *path ? "." : "", key);
+    if (!json_is(v, type))
+        return kn_fail(err, KN_E_FORMAT, "receipt: field %s%s%s must be %s", path,
+                       *path ? "." : "", key, names[type]);
+    *out = v;
+    return KN_OK;
+}
+
+/* Rejects members other than those listed (a NULL-terminated list). */
+static enum kn_status only(const struct json_value *o, const char *path,
+                           const char *const *keys, struct kn_err *err)
+{
+    for (size_t i = 0; i < o->u.object.len; i++) {
+        const char *k = o->u.object.items[i].key;
+        bool known = false;
+        for (const char *const *p = keys; *p; p++)
+            known |= strcmp(*p, k) == 0 && strlen(k) == o->u.object.items[i].key_len;
+        if (!known)
+            return kn_fail(err, KN_E_FORMAT, "receipt: unknown field %s%s%s", path,
+                           *path ? "." : "", k);
+    }
+    return KN_OK;
+}
+
+static enum kn_status get_str(const struct json_value *o, const char *path, const char *key,
+                              char *dst, size_t cap, struct kn_err *err)
+{
+    const struct json_value *v;
+    enum kn_status st = need(o, path, key, JSON_STRING, &v, err);
+    if (st != KN_OK)
+        return st;
+    if (v->u.string.len >= cap || strlen(v->u.string.s) != v->u.string.len)
+        return kn_fail(err, KN_E_FORMAT, "receipt: field %s.%s is too long or holds a NUL",
+                       path, key);
+    memcpy(dst, v->u.string.s, v->u.string.len + 1);
+    return KN_OK;
+}
+
+static enum kn_status get_strdup(const struct json_value *o, const char *path, const char *key,
+                                 char **dst, struct kn_err *err)
+{
+    const struct json_value *v;
+    enum kn_status st = need(o, path, key, JSON_STRING, &v, err);
+    if (st != KN_OK)
+        return st;
+    *dst = kn_malloc(v->u.string.len + 1, err);
+    if (!*dst)
+        return KN_E_NOMEM;
+    memcpy(*dst, v->u.string.s, v->u.string.len + 1);
+    return KN_OK;
+}
+
+static enum kn_status get_int(const struct json_value *o, const char *path, const char *key,
+                              int64_t lo, int64_t hi, int64_t *dst, struct kn_err *err)
+{
+    const struct json_value *v;
+    enum kn_status st = need(o, path, key, JSON_NUMBER, &v, err);
+    if (st != KN_OK)
+        return st;
+    if (!json_int(v, dst) || *dst < lo || *dst > hi)
+        return kn_fail(err, KN_E_FORMAT, "receipt: field %s.%s must be an integer from %lld to %lld",
+                       path, key, (long long)lo, (long long)hi);
+    return KN_OK;
+}
+
+static enum kn_status get_float(const struct json_value *o, const char *path, const char *key,
+                                float *dst, struct kn_err *err)
+{
+    const struct json_value *v;
+    enum kn_status st = need(o, path, key, JSON_NUMBER, &v, err);
+    if (st != KN_OK)
+        return st;
+    double d;
+    json_double(v, &d);
+    if (!(d >= -1e30 && d <= 1e30))
+        return kn_fail(err, KN_E_FORMAT, "receipt: field %s.%s is out of range", path, key);
+    *dst = (float)d;
+    return KN_OK;
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+static enum kn_status get_ids(const struct json_value *o, const char *path, int32_t **ids,
+                              int64_t *n, struct kn_err *err)
+{
+    const struct json_value *arr;
+    enum kn_status st = need(o, path, "ids", JSON_ARRAY, &arr, err);
+    if (st != KN_OK)
+        return st;
+    size_t len = json_len(arr);
+    *ids = kn_calloc(len ? len : 1, sizeof **ids, err);
+    if (!*ids)
+        return KN_E_NOMEM;
+    for (size_t i = 0; i < len; i++) {
+        int64_t v;
+        if (!json_int(json_at(arr, i), &v) || v < 0 || v > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "receipt: %s.ids[%zu] is not a token id", path, i);
+        (*ids)[i] = (int32_t)v;
+    }
+    *n = (int64_t)len;
+    return KN_OK;
+}
+
+#define TRY(x)                  \
+    do {                        \
+        enum kn_status st_ = x; \
+        if (st_ != KN_OK)       \
+            return st_;         \
+    } while (0)
+
+static enum kn_status parse(const struct json_value *doc, struct receipt *r, struct kn_err *err)
+{
+    const struct json_value *v, *o, *sub;
+    int64_t n;
+    if (!json_is(doc, JSON_OBJECT))
+        return kn_fail(err, KN_E_FORMAT, "receipt: not a JSON object");
+    static const char *const top[] = {"receipt", "kinetic", "model", "device", "input", "prompt",
+                                      "sampling", "output", "signature", NULL};
+    TRY(only(doc, "", top, err));
+    TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &n, err));
+    if (n != RECEIPT_VERSION)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "receipt: version %lld is not supported (this Kinetic reads version %d)",
+                       (long long)n, RECEIPT_VERSION);
+
+    TRY(need(doc, "", "kinetic", JSON_OBJECT, &o, err));
+    static const char *const kin[] = {"version", "build", "numerics", NULL};
+    TRY(only(o, "kinetic", kin, err));
+    TRY(get_str(o, "kinetic", "version", r->version, sizeof r->version, err));
+    TRY(get_str(o, "kinetic", "build", r->build, sizeof r->build, err));
+    TRY(get_str(o, "kinetic", "numerics", r->numerics, sizeof r->numerics, err));
+
+    TRY(need(doc, "", "model", JSON_OBJECT, &o, err));
+    static const char *const model[] = {"file", "path", "size", "blake3", NULL};
+    TRY(only(o, "model", model, err));
+    TRY(get_strdup(o, "model", "file", &r->model_file, err));
+    TRY(get_strdup(o, "model", "path", &r->model_path, err));
+    TRY(get_int(o, "model", "size", 0, INT64_MAX, &n, err));
+    r->model_size = (uint64_t)n;
+    TRY(get_str(o, "model", "blake3", r->model_blake3, sizeof r->model_blake3, err));
+    if (!is_hex(r->model_blake3, 64))
+        return kn_fail(err, KN_E_FORMAT, "receipt: model.blake3 must be 64 lowercase hex digits");
+
+    TRY(need(doc, "", "device", JSON_OBJECT, &o, err));
+    static const char *const dev[] = {"class", "name", "settings", NULL};
+    TRY(only(o, "device", dev, err));
+    TRY(get_str(o, "device", "class", r->device_class, sizeof r->device_class, err));
+    TRY(get_strdup(o, "device", "name", &r->device_name, err));
+    TRY(need(o, "device", "settings", JSON_OBJECT, &sub, err));
+    static const char *const settings[] = {"ctx-size", "cache-type", NULL};
+    TRY(only(sub, "device.settings", settings, err));
+    TRY(get_int(sub, "device.settings", "ctx-size", 1, INT32_MAX, &r->ctx_size, err));
+    TRY(get_str(sub, "device.settings", "cache-type", r->cache_type, sizeof r->cache_type, err));
+
+    v = json_get(doc, "input");
+    if (!v)
+        return kn_fail(err, KN_E_FORMAT, "receipt: field input is missing");
+    if (!json_is(v, JSON_STRING) && !json_is(v, JSON_ARRAY))
+        return kn_fail(err, KN_E_FORMAT,
+                       "receipt: field input must be the prompt text or an array of messages");
+    r->input = json_clone(v);
+    if (!r->input)
+        return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
+
+    TRY(need(doc, "", "prompt", JSON_OBJECT, &o, err));
+    static const char *const tokens[] = {"count", "blake3", "ids", NULL};
+    TRY(only(o, "prompt", tokens, err));
+    TRY(get_ids(o, "prompt", &r->prompt_ids, &r->n_prompt, err));
+
+    TRY(need(doc, "", "sampling", JSON_OBJECT, &o, err));
+    static const char *const smp[] = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                      "presence_penalty", "frequency_penalty", "repeat_last_n",
+                                      "seed", "max_tokens", "stop", NULL};
+    TRY(only(o, "sampling", smp, err));
+    struct sample_params *s = &r->sampling;
+    TRY(get_float(o, "sampling", "temperature", &s->temperature, err));
+    TRY(get_int(o, "sampling", "top_k", 0, INT32_MAX, &n, err));
+    s->top_k = (int32_t)n;
+    TRY(get_float(o, "sampling", "top_p", &s->top_p, err));
+    TRY(get_float(o, "sampling", "min_p", &s->min_p, err));
+    TRY(get_float(o, "sampling", "repeat_penalty", &s->repeat_penalty, err));
+    TRY(get_float(o, "sampling", "presence_penalty", &s->presence_penalty, err));
+    TRY(get_float(o, "sampling", "frequency_penalty", &s->frequency_penalty, err));
+    TRY(get_int(o, "sampling", "repeat_last_n", -1, INT32_MAX, &n, err));
+    s->repeat_last_n = (int32_t)n;
+    TRY(get_int(o, "sampling", "seed", 0, INT64_MAX, &n, err));
+    s->seed = (uint64_t)n;
+    v = json_get(o, "max_tokens");
+    if (json_is(v, JSON_NULL))
+        r->max_tokens = -1;
+    else
+        TRY(get_int(o, "sampling", "max_tokens", 0, INT32_MAX, &r->max_tokens, err));
+    TRY(need(o, "sampling", "stop", JSON_ARRAY, &sub, err));
+    r->n_stop = (int64_t)json_len(sub);
+    r->stop = kn_calloc((size_t)r->n_stop + 1, sizeof *r->stop, err);
+    if (!r->stop)
+        return KN_E_NOMEM;
+    for (int64_t i = 0; i < r->n_stop; i++) {
+        const char *str = json_str(json_at(sub, (size_t)i));
+        if (!str) {
+            r->n_stop = i;
+            return kn_fail(err, KN_E_FORMAT, "receipt: sampling.stop[%lld] must be a string",
+                           (long long)i);
+        }
+        r->stop[i] = kn_strdup(str, err);
+        if (!r->stop[i]) {
+            r->n_stop = i;
+            return KN_E_NOMEM;
+        }
+    }
+    struct kn_err serr;
+    if (sample_params_check(s, &serr) != KN_OK)
+        return kn_fail(err, KN_E_FORMAT, "receipt: sampling: %s", serr.msg);
+
+    TRY(need(doc, "", "output", JSON_OBJECT, &o, err));
+    static const char *const out[] = {"finish", "text", "tokens", NULL};
+    TRY(only(o, "output", out, err));
+    TRY(get_str(o, "output", "finish", r->finish, sizeof r->finish, err));
+    if (strcmp(r->finish, "stop") != 0 && strcmp(r->finish, "length") != 0)
+        return kn_fail(err, KN_E_FORMAT, "receipt: output.finish must be \"stop\" or \"length\"");
+    TRY(get_strdup(o, "output", "text", &r->text, err));
+    TRY(need(o, "output", "tokens", JSON_OBJECT, &sub, err));
+    TRY(only(sub, "output.tokens", tokens, err));
+    TRY(get_ids(sub, "output.tokens", &r->output_ids, &r->n_output, err));
+
+    v = json_get(doc, "signature");
+    if (v) {
+        TRY(need(doc, "", "signature", JSON_OBJECT, &o, err));
+        static const char *const sig[] = {"public_key", "ed25519", NULL};
+        TRY(only(o, "signature", sig, err));
+        TRY(get_str(o, "signature", "public_key", r->public_key, sizeof r->public_key, err));
+        TRY(get_str(o, "signature", "ed25519", r->signature, sizeof r->signature, err));
+        if (!is_hex(r->public_key, RECEIPT_KEY_HEX))
+            return kn_fail(err, KN_E_FORMAT,
+                           "receipt: signature.public_key must be 64 lowercase hex digits");
+        if (!is_hex(r->signature, RECEIPT_SIG_HEX))
+            return kn_fail(err, KN_E_FORMAT,
+                           "receipt: signature.ed25519 must be 128 lowercase hex digits");
+        r->has_signature = true;
+    }
+    return KN_OK;
+}
+
+enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r,
+                                 struct kn_err *err)
+{
+    memset(r, 0, sizeof *r);
+    enum kn_status st = parse(doc, r, err);
+    if (st != KN_OK)
+        receipt_free(r);
+    return st;
+}
+
+enum kn_status receipt_read(const char *path, struct receipt *r, struct kn_err *err)
+{
+    memset(r, 0, sizeof *r);
+    struct json_limits lim = {.max_bytes = 64u << 20, .max_depth = 32};
+    struct json_value *doc;
+    enum kn_status st = json_parse_file(path, &lim, &doc, err);
+    if (st != KN_OK)
+        return st;
+    st = receipt_from_json(doc, r, err);
+    json_free(doc);
+    return st;
+}
+
+static enum kn_status check_tokens(const struct json_value *o, const char *path,
+                                   const int32_t *ids, int64_t n, struct kn_err *err)
+{
+    int64_t count;
+    TRY(get_int(o, path, "count", 0, INT64_MAX, &count, err));
+    if (count != n)
+        return kn_fail(err, KN_E_MISMATCH, "%s.count is %lld but %s.ids holds %lld tokens", path,
+                       (long long)count, path, (long long)n);
+    char want[65], hex[65];
+    TRY(get_str(o, path, "blake3", want, sizeof want, err));
+    receipt_tokens_blake3(ids, n, hex);
+    if (strcmp(want, hex) != 0)
+        return kn_fail(err, KN_E_MISMATCH, "%s.blake3 is %.16s but the ids hash to %.16s", path,
+                       want, hex);
+    return KN_OK;
+}
+
+enum kn_status receipt_check_hashes(const struct json_value *doc, const struct receipt *r,
+                                    struct kn_err *err)
+{
+    TRY(check_tokens(json_get(doc, "prompt"), "prompt", r->prompt_ids, r->n_prompt, err));
+    return check_tokens(json_get(json_get(doc, "output"), "tokens"), "output.tokens",
+                        r->output_ids, r->n_output, err);
+}
+
+/* ================================================================ signing */
+
+enum kn_status receipt_key_load(const char *path, struct receipt_key *key, struct kn_err *err)
+{
+    if (sodium_init() < 0)
+        return kn_fail(err, KN_E_INTERNAL, "libsodium could not be initialised");
+    char *buf;
+    size_t len;
+    enum kn_status st = kn_read_file(path, 4096, &buf, &len, err);
+    if (st != KN_OK) {
+        if (st == KN_E_LIMIT)
+            return kn_fail(err, KN_E_ARG,
+                           "%s: not an Ed25519 key: a key file holds 32 bytes or 64 hex digits, "
+                           "and this one is larger than 4096 bytes",
+                           path);
+        return st;
+    }
+    unsigned char seed[32];
+    bool ok = false;
+    if (len == 32) {
+        memcpy(seed, buf, 32);
+        ok = true;
+    } else {
+        /* 64 hex digits, whitespace around them allowed */
+        size_t a = 0, b = len;
+        while (a < b && (buf[a] == ' ' || buf[a] == '\n' || buf[a] == '\r' || buf[a] == '\t'))
+            a++;
+        while (b > a &&
+               (buf[b - 1] == ' ' || buf[b - 1] == '\n' || buf[b - 1] == '\r' || buf[b - 1] == '\t'))
+            b--;
+        size_t got = 0;
+        const char *end = NULL;
+        ok = b - a == 64 &&
+             sodium_hex2bin(seed, 32, buf + a, 64, NULL, &got, &end) == 0 && got == 32 &&
+             end == buf + b;
+    }
+    sodium_memzero(buf, len);
+    free(buf);
+    if (!ok) {
+        sodium_memzero(seed, sizeof seed);
+        return kn_fail(err, KN_E_ARG,
+                       "%s: not an Ed25519 key: the file must hold the 32-byte secret as 32 raw "
+                       "bytes or 64 hex digits (make one with: openssl rand -hex 32 > %s)",
+                       path, path);
+    }
+    crypto_sign_seed_keypair(key->pk, key->sk, seed);
+    sodium_memzero(seed, sizeof seed);
+    return KN_OK;
+}
+
+void receipt_key_wipe(struct receipt_key *key)
+{
+    sodium_memzero(key, sizeof *key);
+}
+
+enum kn_status receipt_sign(struct receipt *r, const struct receipt_key *key, struct kn_err *err)
+{
+    char *msg;
+    size_t len;
+    TRY(receipt_signed_bytes(r, &msg, &len, err));
+    unsigned char sig[crypto_sign_BYTES];
+    crypto_sign_detached(sig, NULL, (const unsigned char *)msg, len, key->sk);
+    free(msg);
+    sodium_bin2hex(r->public_key, sizeof r->public_key, key->pk, sizeof key->pk);
+    sodium_bin2hex(r->signature, sizeof r->signature, sig, sizeof sig);
+    r->has_signature = true;
+    return KN_OK;
+}
+
+enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
+                                               const struct receipt *r)
+{
+    if (!r->has_signature)
+        return RECEIPT_SIG_ABSENT;
+    if (sodium_init() < 0)
+        return RECEIPT_SIG_INVALID;
+    struct json_value *copy = json_clone(doc);
+    if (!copy)
+        return RECEIPT_SIG_INVALID;
+    json_free(json_object_take(copy, "signature"));
+    char *msg;
+    size_t len;
+    struct kn_err err;
+    enum kn_status st = json_write(copy, JSON_COMPACT, &msg, &len, &err);
+    json_free(copy);
+    if (st != KN_OK)
+        return RECEIPT_SIG_INVALID;
+    unsigned char pk[32], sig[64];
+    size_t got_pk = 0, got_sig = 0;
+    bool ok = sodium_hex2bin(pk, 32, r->public_key, 64, NULL, &got_pk, NULL) == 0 && got_pk == 32 &&
+              sodium_hex2bin(sig, 64, r->signature, 128, NULL, &got_sig, NULL) == 0 &&
+              got_sig == 64 &&
+              crypto_sign_verify_detached(sig, (const unsigned char *)msg, len, pk) == 0;
+    free(msg);
+    return ok ? RECEIPT_SIG_VALID : RECEIPT_SIG_INVALID;
+}

@@ -1,0 +1,165 @@
+/* receipt.h: receipts (the receipt spec in the shared seeds; docs/receipts.md): what a
+ * run was (model, build, device class, settings, prompt tokens) and what it produced
+ * (output tokens and text), optionally signed with Ed25519 over the canonical compact
+ * JSON of every other field.
+ *
+ * A receipt is built from a run, written as pretty JSON, read back strictly (every field
+ * present with its type, nothing unknown), and checked: token hashes, signature, model
+ * hash, then a re-run (src/receipt/verify.c). */
+#ifndef KN_RECEIPT_H
+#define KN_RECEIPT_H
+
+#include "../base/base.h"
+#include "../base/json.h"
+#include "../sample/sample.h"
+
+#include <stdio.h>
+
+#define RECEIPT_VERSION 1
+#define RECEIPT_KEY_HEX 64  /* an Ed25519 public key as hex */
+#define RECEIPT_SIG_HEX 128 /* an Ed25519 signature as hex */
+
+struct receipt {
+    /* kinetic */
+    char version[32];       /* Kinetic's version, e.g. "0.1.0" */
+    char build[32];         /* first 16 hex digits of the executable's BLAKE3 */
+    char numerics[32];      /* the numerics contract, e.g. "canonical-1" */
+    /* model */
+    char *model_file;       /* base name */
+    char *model_path;       /* as given on the command line */
+    uint64_t model_size;
+    char model_blake3[65];
+    /* device */
+    char device_class[48];  /* "cpu-x86_64-avx512" ... */
+    char *device_name;      /* the CPU's model name */
+    int64_t ctx_size;       /* load settings that change the bits */
+    char cache_type[8];     /* KV cache element type: "f32" or "f16" */
+    /* input: the chat messages (array of {role, content}) or the prompt text (string) */
+    struct json_value *input;
+    /* prompt */
+    int32_t *prompt_ids;
+    int64_t n_prompt;
+    /* sampling */
+    struct sample_params sampling;
+    int64_t max_tokens;     /* -1: no limit (null) */
+    char **stop;            /* stop strings */
+    int64_t n_stop;
+    /* output */
+    char finish[16];        /* "stop" or "length" */
+    char *text;
+    int32_t *output_ids;
+    int64_t n_output;
+    /* signature (optional) */
+    bool has_signature;
+    char public_key[RECEIPT_KEY_HEX + 1];
+    char signature[RECEIPT_SIG_HEX + 1];
+};
+
+/* Frees every owned field and zeroes r. */
+void receipt_free(struct receipt *r);
+
+/* BLAKE3 of token ids as little-endian 32-bit integers, as 64 hex digits + NUL. */
+void receipt_tokens_blake3(const int32_t *ids, int64_t n, char out_hex[65]);
+
+/* The receipt as a JSON tree in the spec's field order; with or without "signature". */
+KN_MUST_USE enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
+                                           struct json_value **out, struct kn_err *err);
+/* The canonical compact JSON the signature covers (every field but "signature"). */
+KN_MUST_USE enum kn_status receipt_signed_bytes(const struct receipt *r, char **out,
+                                                size_t *out_len, struct kn_err *err);
+
+/* Reads a receipt strictly from a parsed document. Every field must be present with
+ * its type and nothing unknown may be there; the token hashes and counts are not
+ * checked here (receipt_check_hashes). */
+KN_MUST_USE enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r,
+                                             struct kn_err *err);
+/* Reads a receipt file (at most 64 MiB). */
+KN_MUST_USE enum kn_status receipt_read(const char *path, struct receipt *r, struct kn_err *err);
+/* Writes the receipt (pretty JSON, atomically). */
+KN_MUST_USE enum kn_status receipt_write(const struct receipt *r, const char *path,
+                                         struct kn_err *err);
+
+/* Checks prompt and output counts and BLAKE3s against the ids. KN_E_MISMATCH names the
+ * field that does not match. */
+KN_MUST_USE enum kn_status receipt_check_hashes(const struct json_value *doc,
+                                               const struct receipt *r, struct kn_err *err);
+
+/* ---------------------------------------------------------------- signing */
+
+/* An Ed25519 signing key. The file holds the 32-byte secret seed as 32 raw bytes or as 64
+ * hex digits (surrounding whitespace allowed). */
+struct receipt_key {
+    unsigned char sk[64]; /* libsodium's secret key (seed || public key) */
+    unsigned char pk[32];
+};
+KN_MUST_USE enum kn_status receipt_key_load(const char *path, struct receipt_key *key,
+                                            struct kn_err *err);
+/* Wipes the secret. */
+void receipt_key_wipe(struct receipt_key *key);
+/* Signs r (sets public_key, signature, has_signature). */
+KN_MUST_USE enum kn_status receipt_sign(struct receipt *r, const struct receipt_key *key,
+                                        struct kn_err *err);
+
+enum receipt_sig_state {
+    RECEIPT_SIG_ABSENT = 0,
+    RECEIPT_SIG_VALID,
+    RECEIPT_SIG_INVALID,
+};
+/* Checks the signature over the canonical form of doc without its "signature" member
+ * (doc is the parsed receipt file, so any change to any field shows). */
+enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
+                                               const struct receipt *r);
+
+#endif
+
+/* ---------------------------------------------------------------- from a run */
+
+/* What a finished generation hands over to become a receipt. Pointers are borrowed. */
+struct receipt_run {
+    const char *model_path;          /* as given by the user */
+    const struct json_value *input;  /* messages array or prompt string */
+    const int32_t *prompt;
+    int64_t n_prompt;
+    const struct sample_params *sampling;
+    int64_t max_tokens;              /* -1: none */
+    const char *const *stop;
+    int64_t n_stop;
+    const char *finish;              /* "stop" or "length" */
+    const char *text;                /* the output text (sanitised to UTF-8 here) */
+    size_t text_len;
+    const int32_t *output;
+    int64_t n_output;
+    int64_t ctx_size;
+    const char *cache_type;          /* "f32" or "f16" */
+};
+
+/* Fills r from a run: Kinetic's version and build id, the numerics version, the model
+ * file's size and BLAKE3 (through the model-hash cache), the active device class and the
+ * CPU's name. */
+KN_MUST_USE enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run,
+                                            struct kn_err *err);
+
+/* ---------------------------------------------------------------- verification */
+
+/* verify-receipt's exit codes (documented in docs/receipts.md). */
+enum receipt_exit {
+    RECEIPT_EXIT_IDENTICAL = 0, /* every check passed and the rerun is identical */
+    RECEIPT_EXIT_ERROR = 1,     /* could not check: I/O, memory, model does not load */
+    RECEIPT_EXIT_USAGE = 2,     /* bad command line */
+    RECEIPT_EXIT_MALFORMED = 3, /* not a receipt: bad JSON, missing or mistyped field */
+    RECEIPT_EXIT_HASHES = 4,    /* a token count or BLAKE3 does not match the ids */
+    RECEIPT_EXIT_SIGNATURE = 5, /* the signature is invalid (or absent when required) */
+    RECEIPT_EXIT_MODEL = 6,     /* the model file is missing or is not the receipt's */
+    RECEIPT_EXIT_DIFFERS = 7,   /* the rerun produced other tokens */
+};
+
+struct receipt_verify_opts {
+    const char *model;      /* NULL: the receipt's model.path */
+    const char *device;     /* NULL: this CPU's best class; else e.g. "cpu-x86_64-scalar" */
+    int threads;            /* 0: default */
+    const char *public_key; /* NULL, or the hex key the signature must be made with */
+};
+
+/* Checks the receipt at path (token hashes, signature, model, rerun) and prints the
+ * report to out. Returns an enum receipt_exit code. */
+int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out);
