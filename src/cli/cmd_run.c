@@ -48,8 +48,16 @@ static const char *const run_more_help =
 
 /* ================================================================ helpers */
 
-static void run_print_str(FILE *out, const char *s, size_t n)
+/* Prints s as a JSON string. Generated text may hold invalid UTF-8 (a model can emit
+ * byte tokens that never form a character): such sequences become U+FFFD so the output
+ * stays valid JSON; the token ids carry the exact bytes. */
+static void run_print_str(FILE *out, const char *s0, size_t n0)
 {
+    size_t n = 0;
+    char *clean = json_utf8_sanitize(s0, n0, &n);
+    const char *s = clean ? clean : "";
+    if (!clean)
+        n = 0;
     fputc('"', out);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -67,6 +75,7 @@ static void run_print_str(FILE *out, const char *s, size_t n)
         }
     }
     fputc('"', out);
+    free(clean);
 }
 
 /* Growable byte buffer for the generated text (JSON mode) and the prompt. */
