@@ -36,6 +36,7 @@ bool chat_format_from_name(const char *name, enum chat_format *out);
 struct chat_template {
     enum chat_format format;
     bool default_system;      /* chatml: Qwen2.5 adds "You are Qwen, ..." when no system */
+    bool open_think;          /* chatml: QwQ opens the reply with "<think>\n" */
     bool llama3_date_header;  /* llama3.1+: system turn with the knowledge/today date lines */
     bool mistral_spaces;      /* mistral v1: "[INST] text [/INST]" rather than "[INST]text[/INST]" */
     const char *bos;          /* BOS text for turns after the first (llama2/mistral), or "" */
