@@ -107,3 +107,52 @@ def test_kv_f16_close_to_reference(tmp_path):
     path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
     rel = compare(path, tmp_path, 2e-3, extra=("--kv-type", "f16"))
     print(f"qwen3 f32 with an f16 KV cache: relative rms error {rel:.2e}")
+
+
+def rewrite(src, dst, new_kv, extra_tensors):
+    """Copies GGUF src to dst with key/values replaced or added (key -> (GGUFValueType,
+    value)) and f32 tensors added (name -> numpy array), using gguf-py's writer."""
+    gguf = pytest.importorskip("gguf")
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for field in r.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF.") or field.name in new_kv:
+            continue
+        vt = field.types[0]
+        sub = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, field.contents(), vt, sub_type=sub)
+    for k, (vt, v) in new_kv.items():
+        w.add_key_value(k, v, vt)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    for name, arr in extra_tensors.items():
+        w.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes, gguf.GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data)
+    for arr in extra_tensors.values():
+        w.write_tensor_data(arr)
+    w.close()
+
+
+def test_llama31_rope_freqs_and_linear_scaling(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    base = synth(tmp_path, "llama", "f32", "kv_heads=2")
+    head_dim = 256 // 4  # the tiny preset: dim 256, 4 heads
+    factors = np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32)
+    m1 = str(tmp_path / "freqs.gguf")
+    rewrite(base, m1, {}, {"rope_freqs.weight": factors})
+    rel = compare(m1, tmp_path, 1e-4)
+    print(f"llama with rope_freqs: relative rms error {rel:.2e}")
+    m2 = str(tmp_path / "linear.gguf")
+    rewrite(base, m2, {"llama.rope.scaling.type": (gguf.GGUFValueType.STRING, "linear"),
+                       "llama.rope.scaling.factor": (gguf.GGUFValueType.FLOAT32, 4.0)}, {})
+    rel = compare(m2, tmp_path, 1e-4)
+    print(f"llama with linear RoPE scaling 4: relative rms error {rel:.2e}")
+    # The two files really differ from the base model (the settings are used).
+    _, base_logits = kinetic_logits(base, tmp_path)
+    _, lin_logits = kinetic_logits(m2, tmp_path)
+    assert not np.array_equal(base_logits, lin_logits)
