@@ -94,8 +94,9 @@ static void test_gemma_hparams(void)
     gguf_close(g);
 }
 
-/* Writes a copy of aidreams with general.architecture replaced or a tensor left out. */
-static bool write_variant(const char *out, const char *arch, const char *skip_tensor)
+/* Writes a copy of aidreams with general.architecture replaced, a tensor left out, or
+ * blk.0.attn_q.weight stored as IQ4_NL (a type without matmul kernels). */
+static bool write_variant2(const char *out, const char *arch, const char *skip_tensor, bool iq4)
 {
     struct kn_err err = {0};
     struct gguf_file *g = NULL;
@@ -113,12 +114,22 @@ static bool write_variant(const char *out, const char *arch, const char *skip_te
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
         if (skip_tensor && strcmp(t->name, skip_tensor) == 0)
             continue;
+        if (iq4 && strcmp(t->name, "blk.0.attn_q.weight") == 0) {
+            static uint8_t zeros[64 * 36]; /* 64 rows of two 18-byte IQ4_NL blocks */
+            gguf_writer_add_tensor(w, t->name, QT_IQ4_NL, t->n_dims, t->ne, zeros, sizeof zeros);
+            continue;
+        }
         gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
     }
     bool ok = gguf_writer_write(w, out, &err) == KN_OK;
     gguf_writer_free(w);
     gguf_close(g);
     return ok;
+}
+
+static bool write_variant(const char *out, const char *arch, const char *skip_tensor)
+{
+    return write_variant2(out, arch, skip_tensor, false);
 }
 
 static void test_errors(void)
@@ -137,6 +148,11 @@ static void test_errors(void)
     memset(&err, 0, sizeof err);
     CHECK(model_open(&m, path, NULL, &err) == KN_E_FORMAT);
     CHECKF(strstr(err.msg, "blk.2.ffn_up.weight") != NULL, "%s", err.msg);
+
+    CHECK(write_variant2(path, NULL, NULL, true));
+    memset(&err, 0, sizeof err);
+    CHECK(model_open(&m, path, NULL, &err) == KN_E_UNSUPPORTED);
+    CHECKF(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "iq4_nl"), "%s", err.msg);
 
     /* A tied-output file (no output.weight) loads and uses token_embd. */
     CHECK(write_variant(path, NULL, "output.weight"));
