@@ -236,6 +236,31 @@ static void test_invariance(struct model *m)
         CHECKF(memcmp(ref, got, (size_t)(n * V) * sizeof(float)) == 0,
                "logits differ with batch %lld", (long long)batches[i]);
     }
+    /* Asking for a few rows (the last layer then runs on them alone) gives their bits. */
+    {
+        struct model_kv kv;
+        struct model_fwd *f = NULL;
+        CHECK(model_kv_init(&kv, m, 64, MODEL_KV_F32, &err) == KN_OK);
+        CHECK(model_fwd_create(&f, m, 40, p3, &err) == KN_OK);
+        int32_t pos[40];
+        for (int i = 0; i < 40; i++)
+            pos[i] = i;
+        int64_t rows[3] = {39, 5, 17};
+        float *few = malloc((size_t)(3 * V) * sizeof(float));
+        CHECK(model_forward(f, &kv, toks, pos, 40, rows, 3, few, &err) == KN_OK);
+        for (int j = 0; j < 3; j++)
+            CHECKF(memcmp(few + j * V, ref + rows[j] * V, (size_t)V * sizeof(float)) == 0,
+                   "row %lld differs when only 3 rows are requested", (long long)rows[j]);
+        /* No rows at all still fills the cache: the next token sees the same keys. */
+        CHECK(model_forward(f, &kv, toks, pos, 39, rows, 0, few, &err) == KN_OK);
+        int64_t r0 = 0;
+        CHECK(model_forward(f, &kv, toks + 39, pos + 39, 1, &r0, 1, few, &err) == KN_OK);
+        CHECK(memcmp(few, ref + 39 * V, (size_t)V * sizeof(float)) == 0);
+        free(few);
+        model_fwd_free(f);
+        model_kv_free(&kv);
+    }
+
     /* Every ISA level this CPU runs gives the same bits. */
     for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
         if (!kern_isa_supported((enum kern_isa)isa))
