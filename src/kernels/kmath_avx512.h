@@ -72,6 +72,41 @@ static inline void kn_tree16v_x4(__m512 a, __m512 b, __m512 c, __m512 d, float o
                 _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1)), out);
 }
 
+/* kern_sincos_f64 on 8 doubles, step for step (kmath.c; see kn_sincos4). */
+static inline void kn_sincos8(__m512d x, __m512d *s, __m512d *c)
+{
+    static const double sc[8] = KN_SIN_COEFFS, cc[8] = KN_COS_COEFFS;
+    __m512d magic = _mm512_set1_pd(KN_MAGIC_D);
+    __m512d t = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(KN_TWO_OVER_PI)), magic);
+    __m512d kd = _mm512_sub_pd(t, magic);
+    __m512d r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(KN_PIO2_HI), x);
+    r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(KN_PIO2_MID), r);
+    __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d ps = _mm512_set1_pd(sc[0]), pc = _mm512_set1_pd(cc[0]);
+    for (int i = 1; i < 8; i++) {
+        ps = _mm512_fmadd_pd(ps, r2, _mm512_set1_pd(sc[i]));
+        pc = _mm512_fmadd_pd(pc, r2, _mm512_set1_pd(cc[i]));
+    }
+    __m512d sv = _mm512_fmadd_pd(_mm512_mul_pd(r, r2), ps, r);
+    __m512d cv = _mm512_fmadd_pd(r2, pc, _mm512_set1_pd(1.0));
+    __m512i q = _mm512_castpd_si512(t);
+    __mmask8 swap = _mm512_test_epi64_mask(q, _mm512_set1_epi64(1));
+    __mmask8 neg_s = _mm512_test_epi64_mask(q, _mm512_set1_epi64(2));
+    __mmask8 neg_c = _mm512_test_epi64_mask(_mm512_add_epi64(q, _mm512_set1_epi64(1)),
+                                           _mm512_set1_epi64(2));
+    __m512i sign = _mm512_set1_epi64(INT64_MIN);
+    __m512d s0 = _mm512_mask_blend_pd(swap, sv, cv), c0 = _mm512_mask_blend_pd(swap, cv, sv);
+    s0 = _mm512_castsi512_pd(_mm512_mask_xor_epi64(_mm512_castpd_si512(s0), neg_s,
+                                                   _mm512_castpd_si512(s0), sign));
+    c0 = _mm512_castsi512_pd(_mm512_mask_xor_epi64(_mm512_castpd_si512(c0), neg_c,
+                                                   _mm512_castpd_si512(c0), sign));
+    __m512d ax = _mm512_castsi512_pd(_mm512_andnot_si512(sign, _mm512_castpd_si512(x)));
+    __mmask8 ok = _mm512_cmp_pd_mask(ax, _mm512_set1_pd(0x1p30), _CMP_LT_OQ);
+    __m512d nan = _mm512_castsi512_pd(_mm512_set1_epi64(0x7ff8000000000000ll));
+    *s = _mm512_mask_blend_pd(ok, nan, s0);
+    *c = _mm512_mask_blend_pd(ok, nan, c0);
+}
+
 /* Lanes 0..n-1 (n <= 16). */
 static inline __mmask16 kn_mask16(int64_t n)
 {

@@ -206,7 +206,8 @@ enum kn_status kern_rope_init(struct kern_rope *rope, const struct kern_rope_par
     return KN_OK;
 }
 
-void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok, float *table)
+void kern_rope_table_scalar(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                            float *table)
 {
     int32_t half = rope->n_rot / 2;
     for (int64_t t = 0; t < n_tok; t++) {
@@ -296,6 +297,7 @@ const struct kern_ops kern_ops_scalar = {
     .log_softmax = log_softmax_scalar,
     .rmsnorm = rmsnorm_scalar,
     .rope = kern_rope_scalar,
+    .rope_table = kern_rope_table_scalar,
     .attn = kern_attn_scalar,
 };
 
@@ -338,6 +340,11 @@ void kern_rope(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t
                int64_t n_head, int64_t head_dim, const float *table)
 {
     kern_ops_active()->rope(rope, x, x_stride, n_tok, n_head, head_dim, table);
+}
+
+void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok, float *table)
+{
+    kern_ops_active()->rope_table(rope, pos, n_tok, table);
 }
 
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end)

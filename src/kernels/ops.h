@@ -1,10 +1,11 @@
 /* ops.h: the non-matmul kernels (Kinetic's own math, RMSNorm, RoPE, softmax, gated
  * activations, elementwise ops, embedding rows, KV stores, attention over the KV cache).
  *
- * Every function here computes bits fixed by docs/numerics.md (section "ops"): the
- * portable reference (ops.c, attn.c, kmath.c) is the specification, and the AVX2 and
- * AVX-512 versions produce the same bits on every input. No result depends on the batch
- * size, a row's place in the batch, the thread count or how work was split.
+ * Every function here computes bits fixed by docs/numerics.md (sections "Kinetic's own
+ * math" to "What is scalar on every ISA"): the portable reference (ops.c, attn.c, kmath.c)
+ * is the specification, and the AVX2 and AVX-512 versions produce the same bits on every
+ * input. No result depends on the batch size, a row's place in the batch, the thread count
+ * or how work was split.
  *
  * Shapes use fixed letters: n = elements of a row, T = tokens, H = query heads,
  * Hkv = key/value heads, D = head dimension, P = positions in a KV cache. A "stride" is in
@@ -106,7 +107,8 @@ KN_MUST_USE enum kn_status kern_rope_init(struct kern_rope *rope,
                                           struct kn_err *err);
 /* Sin/cos table for T positions: table (T, 2, n_rot/2): row t holds cos of pairs
  * 0..n_rot/2-1 then sin of them, each (float)(mscale * cos(pos[t] * freq[i])) computed in
- * double by kern_sincos_f64. Positions must be >= 0. */
+ * double by kern_sincos_f64 (the SIMD levels run its steps on 4 or 8 doubles at a time).
+ * Positions must be in [0, 2^30). */
 void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
                      float *table);
 /* Rotates x in place: x (T, H, D) with token t's heads at x + t*x_stride, head h at
@@ -172,7 +174,8 @@ KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struc
  * disjoint ranges. No allocation. */
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
 /* Computes every pair on the threads of pool (NULL: the calling thread), each thread a
- * contiguous range of whole kv-head groups (kern_split). Same bits as kern_attn(a, 0, T*H). */
+ * contiguous range (kern_split) of whole kv-head groups, or of single pairs when there are
+ * fewer groups than threads. Same bits as kern_attn(a, 0, T*H). */
 struct kern_pool;
 void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 
@@ -195,6 +198,8 @@ struct kern_ops {
                     int64_t n_rows, int64_t n, float eps);
     void (*rope)(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
                  int64_t n_head, int64_t head_dim, const float *table);
+    void (*rope_table)(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                       float *table);
     void (*attn)(const struct kern_attn_args *a, int64_t begin, int64_t end);
 };
 

@@ -226,6 +226,31 @@ static void rope_avx2(const struct kern_rope *rope, float *x, int64_t x_stride, 
     }
 }
 
+static void rope_table_avx2(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                            float *table)
+{
+    int64_t half = rope->n_rot / 2;
+    __m256d ms = _mm256_set1_pd(rope->mscale);
+    for (int64_t t = 0; t < n_tok; t++) {
+        assert(pos[t] >= 0);
+        float *ct = table + t * 2 * half, *st = ct + half;
+        double pd = (double)pos[t];
+        int64_t i = 0;
+        for (; i + 4 <= half; i += 4) {
+            __m256d s, c;
+            kn_sincos4(_mm256_mul_pd(_mm256_set1_pd(pd), _mm256_loadu_pd(rope->freq + i)), &s, &c);
+            _mm_storeu_ps(ct + i, _mm256_cvtpd_ps(_mm256_mul_pd(c, ms)));
+            _mm_storeu_ps(st + i, _mm256_cvtpd_ps(_mm256_mul_pd(s, ms)));
+        }
+        for (; i < half; i++) {
+            double s, c;
+            kern_sincos_f64(pd * rope->freq[i], &s, &c);
+            ct[i] = (float)(c * rope->mscale);
+            st[i] = (float)(s * rope->mscale);
+        }
+    }
+}
+
 const struct kern_ops kern_ops_avx2 = {
     .isa = KERN_ISA_AVX2,
     .exp = exp_avx2,
@@ -240,6 +265,7 @@ const struct kern_ops kern_ops_avx2 = {
     .log_softmax = log_softmax_avx2,
     .rmsnorm = rmsnorm_avx2,
     .rope = rope_avx2,
+    .rope_table = rope_table_avx2,
     .attn = kern_attn_avx2,
 };
 #endif

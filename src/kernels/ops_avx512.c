@@ -191,6 +191,25 @@ static void rope_avx512(const struct kern_rope *rope, float *x, int64_t x_stride
     }
 }
 
+static void rope_table_avx512(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                              float *table)
+{
+    int64_t half = rope->n_rot / 2;
+    __m512d ms = _mm512_set1_pd(rope->mscale);
+    for (int64_t t = 0; t < n_tok; t++) {
+        assert(pos[t] >= 0);
+        float *ct = table + t * 2 * half, *st = ct + half;
+        __m512d pd = _mm512_set1_pd((double)pos[t]);
+        for (int64_t i = 0; i < half; i += 8) {
+            __mmask8 k = (__mmask8)((1u << (half - i < 8 ? half - i : 8)) - 1u);
+            __m512d s, c;
+            kn_sincos8(_mm512_mul_pd(pd, _mm512_maskz_loadu_pd(k, rope->freq + i)), &s, &c);
+            _mm256_mask_storeu_ps(ct + i, k, _mm512_cvtpd_ps(_mm512_mul_pd(c, ms)));
+            _mm256_mask_storeu_ps(st + i, k, _mm512_cvtpd_ps(_mm512_mul_pd(s, ms)));
+        }
+    }
+}
+
 const struct kern_ops kern_ops_avx512 = {
     .isa = KERN_ISA_AVX512,
     .exp = exp_avx512,
@@ -205,6 +224,7 @@ const struct kern_ops kern_ops_avx512 = {
     .log_softmax = log_softmax_avx512,
     .rmsnorm = rmsnorm_avx512,
     .rope = rope_avx512,
+    .rope_table = rope_table_avx512,
     .attn = kern_attn_avx512,
 };
 #endif

@@ -72,6 +72,20 @@ static inline uint32_t kn_f32_bits(float f)
 #define KN_GELU_C0 0x1.988454p+0f
 #define KN_GELU_C1 0x1.2444f2p-4f
 
+/* ---- kern_sincos_f64's constants (kmath.c states the algorithm; SIMD files repeat it). */
+#define KN_PIO2_HI 0x1.921fb54442d18p+0     /* pi/2 = KN_PIO2_HI + KN_PIO2_MID to 107 bits */
+#define KN_PIO2_MID 0x1.1a62633145c07p-54
+#define KN_TWO_OVER_PI 0x1.45f306dc9c883p-1
+#define KN_MAGIC_D 6755399441055744.0       /* 1.5 * 2^52: adding it rounds to an integer */
+/* (-1)^n / (2n+1)! for n = 8 down to 1 (sin), (-1)^n / (2n)! for n = 8 down to 1 (cos),
+ * as correctly rounded double divisions of exact integers. */
+#define KN_SIN_COEFFS                                                                       \
+    {1.0 / 355687428096000.0, -1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0, \
+     1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0}
+#define KN_COS_COEFFS                                                                      \
+    {1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0,    \
+     1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -1.0 / 2.0}
+
 /* ---- the per-ISA tables (each defined in its own file). */
 extern const struct kern_ops kern_ops_scalar;
 #if defined(__x86_64__)
@@ -82,6 +96,8 @@ extern const struct kern_ops kern_ops_avx512;
 /* Scalar kernels the SIMD tables may reuse. */
 void kern_rope_scalar(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
                       int64_t n_head, int64_t head_dim, const float *table);
+void kern_rope_table_scalar(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
+                            float *table);
 void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end);
 #if defined(__x86_64__)
 void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end);

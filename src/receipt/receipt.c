@@ -26,16 +26,9 @@ void receipt_free(struct receipt *r)
 
 void receipt_tokens_blake3(const int32_t *ids, int64_t n, char out_hex[65])
 {
-    struct blake3_hasher h;
-    blake3_hasher_init(&h);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)ids[i];
-        uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-        blake3_hasher_update(&h, le, 4);
-    }
-    uint8_t out[32];
-    blake3_hasher_finalize(&h, out, 32);
-    blake3_hex(out, 32, out_hex);
+    uint8_t out[BLAKE3_OUT_LEN];
+    blake3_hash_tokens(ids, (size_t)n, out);
+    blake3_hex(out, BLAKE3_OUT_LEN, out_hex);
 }
 
 /* ================================================================ writing */

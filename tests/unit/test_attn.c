@@ -328,6 +328,17 @@ static void test_pool(void)
     }
     kern_attn_run(NULL, &a);
     CHECK(rows_equal(ref, got, 8 * 64, ostride, 50));
+    /* decode: one query, 2 kv-head groups, 3 threads: split into single pairs */
+    struct kern_pool *pool = NULL;
+    struct kn_err err = {0};
+    CHECK(kern_pool_create(3, &pool, &err) == KN_OK);
+    a.q_pos = &pos[49];
+    a.q = pr.q + 49 * pr.q_stride;
+    a.n_q = 1;
+    memset(got, 0, sizeof(float) * (size_t)ostride);
+    kern_attn_run(pool, &a);
+    CHECK(rows_equal(ref + 49 * ostride, got, 8 * 64, ostride, 1));
+    kern_pool_free(pool);
     free(ref);
     free(got);
     problem_free(&pr);

@@ -183,8 +183,51 @@ static void test_rotate(void)
     CHECKF(worst < 1e-5, "rope error %.3g", worst);
 }
 
+/* Every ISA's table equals the reference's, over many positions (up to 2^31 - 1: angles
+ * of 2^30 and more give NaN on every level), table widths with and without a vector tail,
+ * and YaRN's mscale. */
+static void test_table_isa(void)
+{
+    const struct kern_ops *lv[KERN_ISA_COUNT];
+    int nl = simd_levels(lv);
+    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    enum { T = 64 };
+    int32_t pos[T];
+    for (int t = 0; t < T; t++)
+        pos[t] = t < 40 ? t * 37 : t < 60 ? (int32_t)(rng_next() % 2000000) : INT32_MAX - t;
+    const int rots[] = {2, 6, 8, 16, 34, 64, 80, 128, 256, 1024};
+    static float a[T * 1024], b[T * 1024];
+    int n_nan = 0;
+    for (int l = 0; l < nl; l++) {
+        for (size_t ri = 0; ri < sizeof rots / sizeof rots[0]; ri++) {
+            for (int variant = 0; variant < 2; variant++) {
+                struct kern_rope r;
+                struct kn_err err = {0};
+                struct kern_rope_params p = plain(KERN_ROPE_NEOX, rots[ri], 500000.0);
+                if (variant) {
+                    p.freq_scale = 0.125;
+                    p.ext_factor = 1.0;
+                    p.beta_fast = 32;
+                    p.beta_slow = 1;
+                    p.n_ctx_orig = 8192;
+                }
+                CHECK(kern_rope_init(&r, &p, &err) == KN_OK);
+                ref->rope_table(&r, pos, T, a);
+                lv[l]->rope_table(&r, pos, T, b);
+                CHECKF(memcmp(a, b, sizeof(float) * (size_t)(T * rots[ri])) == 0,
+                       "%s rope table n_rot=%d variant %d", isa_label(lv[l]->isa), rots[ri], variant);
+                for (int i = 0; i < T * rots[ri]; i++)
+                    n_nan += a[i] != a[i];
+            }
+        }
+    }
+    CHECK(nl == 0 || n_nan > 0); /* the out-of-range angles were exercised */
+    printf("rope table: %d SIMD level(s) compared with the reference\n", nl);
+}
+
 int main(void)
 {
+    test_table_isa();
     test_init();
     test_freqs();
     test_table();
