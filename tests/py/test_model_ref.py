@@ -138,7 +138,7 @@ def rewrite(src, dst, new_kv, extra_tensors):
     w.close()
 
 
-def test_llama31_rope_freqs_and_linear_scaling(tmp_path):
+def test_llama31_rope_freqs_linear_and_yarn_scaling(tmp_path):
     gguf = pytest.importorskip("gguf")
     base = synth(tmp_path, "llama", "f32", "kv_heads=2")
     head_dim = 256 // 4  # the tiny preset: dim 256, 4 heads
@@ -152,7 +152,13 @@ def test_llama31_rope_freqs_and_linear_scaling(tmp_path):
                        "llama.rope.scaling.factor": (gguf.GGUFValueType.FLOAT32, 4.0)}, {})
     rel = compare(m2, tmp_path, 1e-4)
     print(f"llama with linear RoPE scaling 4: relative rms error {rel:.2e}")
-    # The two files really differ from the base model (the settings are used).
+    m3 = str(tmp_path / "yarn.gguf")
+    rewrite(base, m3, {"llama.rope.scaling.type": (gguf.GGUFValueType.STRING, "yarn"),
+                       "llama.rope.scaling.factor": (gguf.GGUFValueType.FLOAT32, 4.0),
+                       "llama.rope.scaling.original_context_length": (gguf.GGUFValueType.UINT32, 64)}, {})
+    rel = compare(m3, tmp_path, 1e-4)
+    print(f"llama with YaRN scaling 4 (original context 64): relative rms error {rel:.2e}")
+    # The files really differ from the base model (the settings are used).
     _, base_logits = kinetic_logits(base, tmp_path)
     _, lin_logits = kinetic_logits(m2, tmp_path)
     assert not np.array_equal(base_logits, lin_logits)
