@@ -345,6 +345,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
         return 2;
     }
+    if (o.raw && (o.system || o.chat_format)) {
+        fprintf(stderr, "kinetic run: --raw sends the prompt as is; it cannot be combined with --system or --chat-format\n");
+        return 2;
+    }
     const char *model_path = pos[0];
     const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
     if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
@@ -500,6 +504,9 @@ int cmd_run(int argc, char **argv)
 
     /* ---- context, threads, engine. */
     int64_t n_ctx = o.ctx_size ? o.ctx_size : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (n_ctx > m->hp.n_ctx_train)
+        fprintf(stderr, "kinetic run: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
+                (long long)n_ctx, (long long)m->hp.n_ctx_train);
     if (n_ptoks >= n_ctx) {
         kn_fail(&err, KN_E_LIMIT, "the prompt has %lld tokens; the context holds %lld; use a larger --ctx-size",
                 (long long)n_ptoks, (long long)n_ctx);
