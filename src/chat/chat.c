@@ -52,6 +52,7 @@ bool chat_template_detect(const char *src, size_t len, struct chat_template *out
     if (contains(src, len, "<|im_start|>")) {
         out->format = CHAT_FORMAT_CHATML;
         out->default_system = contains(src, len, "You are Qwen, created by Alibaba Cloud");
+        out->open_think = contains(src, len, "'<|im_start|>assistant\\n<think>\\n'");
     } else if (contains(src, len, "<|start_header_id|>")) {
         out->format = CHAT_FORMAT_LLAMA3;
         out->llama3_date_header = contains(src, len, "Cutting Knowledge Date");
@@ -215,7 +216,7 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
             OK(mark(out, "<|im_end|>\n"));
         }
         if (add_generation_prompt)
-            OK(mark(out, "<|im_start|>assistant\n"));
+            OK(mark(out, t->open_think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n"));
         break;
 
     case CHAT_FORMAT_LLAMA3:

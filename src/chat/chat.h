@@ -7,10 +7,11 @@
  * control tokens in). The leading BOS token is not rendered: the caller adds it when the
  * tokenizer wants one (tokenizer.ggml.add_bos_token), exactly as for a raw prompt.
  *
- * Fallback, when the model has no template or one not recognised: the family whose turn
- * tokens the vocabulary has (<|im_start|> chatml, <|start_header_id|> llama3,
- * <start_of_turn> gemma, <|user|> + <|end|> phi3); failing that, "raw": the system text
- * (if any) and a blank line, then the prompt, with no markers. */
+ * Fallback (the caller's policy, see `kinetic run --help`): a model without a template is
+ * a base model and gets "raw": the system text (if any) and a blank line, then the
+ * prompt, with no markers. A template that is not recognised gets the family whose turn
+ * tokens the vocabulary has (chat_template_from_vocab: <|im_start|> chatml,
+ * <|start_header_id|> llama3, <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw. */
 #ifndef KN_CHAT_H
 #define KN_CHAT_H
 
@@ -35,6 +36,7 @@ bool chat_format_from_name(const char *name, enum chat_format *out);
 struct chat_template {
     enum chat_format format;
     bool default_system;      /* chatml: Qwen2.5 adds "You are Qwen, ..." when no system */
+    bool open_think;          /* chatml: QwQ opens the reply with "<think>\n" */
     bool llama3_date_header;  /* llama3.1+: system turn with the knowledge/today date lines */
     bool mistral_spaces;      /* mistral v1: "[INST] text [/INST]" rather than "[INST]text[/INST]" */
     const char *bos;          /* BOS text for turns after the first (llama2/mistral), or "" */

@@ -42,8 +42,6 @@ void engine_reset(struct engine *e);
 KN_MUST_USE enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n,
                                        struct kn_err *err);
 
-#endif
-
 /* ---------------------------------------------------------------- generation */
 
 struct tok;
@@ -71,3 +69,5 @@ KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *t
                                            engine_token_fn on_token, void *ctx, int32_t *ids,
                                            int64_t *n_ids, enum engine_finish *finish,
                                            struct kn_err *err);
+
+#endif

@@ -331,6 +331,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     if (any_swa)
         kern_rope_table(&f->rope_swa, pos, T, f->tab_swa);
 
+    bool compacted = false; /* the last layer ran on the output rows only, in order */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         const bool swa = hp->swa_layer[il];
@@ -391,36 +392,55 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             r++;
             t0 = t1;
         }
+        /* After the last layer's keys and values are stored, only the output rows
+         * matter: the rest of the layer runs on them alone, gathered to the front
+         * (row-wise work, so their bits do not change). */
+        const bool last = il == hp->n_layer - 1;
+        int64_t R = T;
+        if (last && n_out == 0)
+            break;
         struct attn_runs ar = {f->runs, f->run_first, r};
         kern_pool_run(f->pool, attn_runs_fn, &ar);
-        matmul1(f, &L->wo, f->a, T, f->o);
-        if (L->bo) add_bias(f->o, L->bo, T, E);
+        if (last && n_out < T) {
+            for (int64_t j = 0; j < n_out; j++) {
+                memcpy(f->o + j * E, f->x + out_rows[j] * E, (size_t)E * sizeof(float));
+                memcpy(f->q + j * QD, f->a + out_rows[j] * QD, (size_t)QD * sizeof(float));
+            }
+            memcpy(f->x, f->o, (size_t)(n_out * E) * sizeof(float));
+            memcpy(f->a, f->q, (size_t)(n_out * QD) * sizeof(float));
+            R = n_out;
+            compacted = true;
+        }
+        matmul1(f, &L->wo, f->a, R, f->o);
+        if (L->bo) add_bias(f->o, L->bo, R, E);
         if (L->post_attn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_attn_norm, T, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, T * E);
+            kern_rmsnorm(f->o, E, f->o, E, L->post_attn_norm, R, E, hp->norm_eps);
+        kern_add(f->x, f->x, f->o, R * E);
 
         /* Feed-forward block. */
-        kern_rmsnorm(f->h, E, f->x, E, L->ffn_norm, T, E, hp->norm_eps);
+        kern_rmsnorm(f->h, E, f->x, E, L->ffn_norm, R, E, hp->norm_eps);
         {
             const struct kern_weight *w[2] = {&L->ffn_gate, &L->ffn_up};
             float *y[2] = {f->g, f->u};
-            matmuls(f, f->h, T, 2, w, y);
+            matmuls(f, f->h, R, 2, w, y);
         }
         if (hp->arch == MODEL_ARCH_GEMMA3)
-            kern_geglu(f->g, f->g, f->u, T * F);
+            kern_geglu(f->g, f->g, f->u, R * F);
         else
-            kern_swiglu(f->g, f->g, f->u, T * F);
-        matmul1(f, &L->ffn_down, f->g, T, f->o);
+            kern_swiglu(f->g, f->g, f->u, R * F);
+        matmul1(f, &L->ffn_down, f->g, R, f->o);
         if (L->post_ffn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_ffn_norm, T, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, T * E);
+            kern_rmsnorm(f->o, E, f->o, E, L->post_ffn_norm, R, E, hp->norm_eps);
+        kern_add(f->x, f->x, f->o, R * E);
     }
 
     /* ---- output rows only. */
     if (n_out == 0)
         return KN_OK;
-    for (int64_t j = 0; j < n_out; j++)
-        kern_rmsnorm(f->h + j * E, E, f->x + out_rows[j] * E, E, m->output_norm, 1, E, hp->norm_eps);
+    for (int64_t j = 0; j < n_out; j++) {
+        const float *xr = f->x + (compacted ? j : out_rows[j]) * E;
+        kern_rmsnorm(f->h + j * E, E, xr, E, m->output_norm, 1, E, hp->norm_eps);
+    }
     matmul1(f, &m->output, f->h, n_out, logits);
     if (m->output_b)
         add_bias(logits, m->output_b, n_out, hp->n_vocab);
