@@ -12,9 +12,10 @@ answers. Python standard library only.
       [--llama-server llama-server --llama-args "-ngl 0 -c 4096"]
 
 --receipt saves the receipt of Kinetic's last run (asked for with "receipt": true), made on
-the busy server; `kinetic verify-receipt last.json` reruns it alone. A model without a chat
-template is served with Kinetic's fallback (the vocabulary's chat family, else the raw
-prompt); llama-server falls back to chatml.
+the busy server; `kinetic verify-receipt last.json` reruns it alone. Chat templates: a
+model with tokenizer.chat_template gets it; one without (a base model) gets Kinetic's
+documented fallback, the message text raw, as `kinetic run` does (force a family with
+--kinetic-args "--chat-format chatml"); llama-server falls back to chatml.
 """
 import argparse
 import hashlib

@@ -16,6 +16,7 @@ static const char *usage = "MODEL.gguf [options]";
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
+    const char *chat_format = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false;
@@ -29,6 +30,7 @@ int cmd_serve(int argc, char **argv)
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
         {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
@@ -82,7 +84,8 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
             return 2;
         }
-        struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads};
+        struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
+                                    chat_format};
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;

@@ -187,10 +187,22 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
         kn_err_prefix(err, o->path);
         goto fail;
     }
+    /* The policy of kinetic run (see its --help): --chat-format forces a family; a model
+     * without tokenizer.chat_template is a base model and gets the messages raw (a system
+     * text, a blank line, then the turns' text); a template that is not recognised gets
+     * the family whose turn tokens the vocabulary holds, else raw. */
     struct gguf_str src = {0};
     bool have = gguf_get_str(b->m->gguf, "tokenizer.chat_template", &src);
-    if (!(have && chat_template_detect(src.data, src.len, &b->tmpl)) &&
-        !chat_template_from_vocab(vocab_has, b->tk, &b->tmpl)) {
+    memset(&b->tmpl, 0, sizeof b->tmpl);
+    b->tmpl.format = CHAT_FORMAT_RAW;
+    if (o->chat_format) {
+        if (!chat_format_from_name(o->chat_format, &b->tmpl.format)) {
+            st = kn_fail(err, KN_E_ARG, "serve: unknown --chat-format '%s' (raw, chatml, llama3, "
+                         "llama2, mistral, gemma, phi3)", o->chat_format);
+            goto fail;
+        }
+    } else if (have && !chat_template_detect(src.data, src.len, &b->tmpl) &&
+               !chat_template_from_vocab(vocab_has, b->tk, &b->tmpl)) {
         memset(&b->tmpl, 0, sizeof b->tmpl);
         b->tmpl.format = CHAT_FORMAT_RAW;
     }

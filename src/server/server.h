@@ -88,10 +88,12 @@ struct srv_model_opts {
     int64_t n_ctx;             /* per slot; 0: the model's training context, at most 4096 */
     int64_t max_batch;         /* tokens per forward call; 0: 512 */
     int threads;               /* 0: all CPUs */
+    const char *chat_format;   /* NULL: as kinetic run chooses; else a chat_format name */
 };
 
 /* The backend over a GGUF model file (model, tokenizer, chat template, a KV cache per
- * slot). The chat template is chosen as `kinetic run` chooses it. */
+ * slot). The chat template is chosen as `kinetic run` chooses it (a model without one is
+ * a base model and gets the messages raw), unless chat_format forces a family. */
 KN_MUST_USE enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model_opts *o,
                                              struct kn_err *err);
 

@@ -108,17 +108,26 @@ def gemma():
 
 
 def test_gemma_chat_template(gemma):
+    """This Gemma 3 270M file has no chat template (a base model): the server sends the
+    messages raw, as kinetic run does; --chat-format gemma applies the Gemma turns, again
+    as kinetic run --chat-format gemma does."""
     msg = "Name three rivers."
+    req = {"messages": [{"role": "user", "content": msg}], "max_tokens": 12, "temperature": 0.8,
+           "seed": 42}
     cli = run_cli(GEMMA, msg, "-n", 12, "--temp", 0.8, "--seed", 42, "--ctx-size", 512)
-    st, _, js = gemma.post("/v1/chat/completions", {
-        "messages": [{"role": "user", "content": msg}], "max_tokens": 12, "temperature": 0.8,
-        "seed": 42})
+    st, _, js = gemma.post("/v1/chat/completions", req)
     assert st == 200, js
     assert js["choices"][0]["message"]["content"] == cli["text"]
-    # the template was applied: <start_of_turn>user ... <start_of_turn>model
-    st, _, tk = gemma.post("/tokenize", {"content": "<start_of_turn>user\n"})
-    assert st == 200 and len(tk["tokens"]) <= 3
-    assert js["usage"]["prompt_tokens"] > len(msg.split())
+    assert js["usage"]["prompt_tokens"] == len(cli["prompt_tokens"])
+    cli_t = run_cli(GEMMA, msg, "-n", 12, "--temp", 0.8, "--seed", 42, "--ctx-size", 512,
+                    "--chat-format", "gemma")
+    with Server(GEMMA, "--parallel", "1", "--ctx-size", "512", "--chat-format", "gemma") as s:
+        st, _, jt = s.post("/v1/chat/completions", req)
+    assert st == 200, jt
+    assert jt["choices"][0]["message"]["content"] == cli_t["text"]
+    assert jt["usage"]["prompt_tokens"] == len(cli_t["prompt_tokens"])
+    # the turn markers are special tokens: <start_of_turn>user\n ... <start_of_turn>model\n
+    assert jt["usage"]["prompt_tokens"] > js["usage"]["prompt_tokens"] + 4
 
 
 def test_gemma_openai_streaming(gemma):
