@@ -384,6 +384,12 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
                              "'tools' (function calling) is not supported by this server yet");
     if ((st = read_stop(body, r, e)))
         return st;
+    /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
+     * an answer cut by one would not verify: refuse the pair rather than issue it. */
+    if (r->want_receipt && r->n_stop > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
+                             "'stop' cannot be combined with 'receipt' yet: verify-receipt "
+                             "reruns without stop strings; send one or the other");
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);
 }
 
