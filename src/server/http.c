@@ -343,13 +343,13 @@ static bool next_event(struct stream *st)
                 return false;
         }
     case PH_FINAL: {
+        /* The job is done: the scheduler no longer writes it, so no lock is needed (and
+         * a receipt, which reads the model-hash cache, must not stall the scheduler). */
         struct srv_error e = {0};
-        convoy_lock(c);
         struct json_value *receipt = make_receipt(s, &st->req, j, &e);
         char *chunk = e.status ? api_error_json(&e)
                                : api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0,
                                                   0, j->text_len, j->text_len, true, receipt);
-        convoy_unlock(c);
         st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
         return set_event(st, chunk);
     }
@@ -505,11 +505,12 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
             res = fail(s, conn, ep, 503, "server_error", "shutting_down",
                        "the server is shutting down");
     } else {
+        /* Done: the results are final, read them without holding up the scheduler. */
+        convoy_unlock(s->convoy);
         e.status = 0;
         struct json_value *receipt = make_receipt(s, &r, j, &e);
         char *body_out = e.status ? NULL
                                   : api_completion_response(s, &r, j, id, created, receipt);
-        convoy_unlock(s->convoy);
         res = e.status ? send_error(s, conn, ep, &e) : send_json(s, conn, ep, 200, body_out);
     }
     convoy_release(s->convoy, j);

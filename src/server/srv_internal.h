@@ -70,8 +70,8 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 
-/* Responses (malloc'd JSON text, NULL when out of memory); the caller holds the convoy
- * lock around the job reads inside. */
+/* Responses (malloc'd JSON text, NULL when out of memory). They read the job's results:
+ * the caller holds the convoy lock, unless the job is done (then nothing writes them). */
 char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
                               const char *id, int64_t created, struct json_value *receipt);
 /* One streaming chunk for tokens [tok0, tok1) and text [text0, text1); final adds
