@@ -14,6 +14,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+    {"chat", cmd_chat, "talk with a model: line editing, receipts, Warm Start, Zero Wait"},
     {"info", cmd_info, "describe a GGUF model file"},
     {"run", cmd_run, "generate text from a prompt"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
