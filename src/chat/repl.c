@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokens Zero Wait evaluates per call: small, so a keystroke waits at most one chunk. */
-#define REPL_PREFILL_CHUNK 8
+/* Zero Wait evaluates a chunk of tokens per call and sizes it so that a call takes about
+ * REPL_PREFILL_MS: a keystroke waits about that long at worst. */
+#define REPL_PREFILL_MS 25.0
+#define REPL_PREFILL_MAX 64
 /* Save files larger than this are refused (a conversation is text, not a model). */
 #define REPL_SAVE_MAX ((size_t)64 << 20)
 
@@ -66,6 +68,7 @@ struct repl {
     int32_t *zw_toks;
     int64_t n_zw_toks, cap_zw_toks;
     int64_t zw_done;        /* tokens Zero Wait evaluated since the last answer */
+    int64_t zw_chunk;       /* tokens per call, adapted to the model's speed */
 
     /* The last answer, for /receipt. */
     bool have_last;
@@ -630,11 +633,21 @@ bool repl_prefill(struct repl *r, const char *partial, size_t len)
     if (p >= r->n_zw_toks)
         return false;
     repl_cache_keep(&r->e, p);
-    int64_t c = r->n_zw_toks - p < REPL_PREFILL_CHUNK ? r->n_zw_toks - p : REPL_PREFILL_CHUNK;
+    if (r->zw_chunk < 1)
+        r->zw_chunk = 4;
+    int64_t c = r->n_zw_toks - p < r->zw_chunk ? r->n_zw_toks - p : r->zw_chunk;
     struct kn_err err;
+    double t0 = kn_now();
     if (engine_eval(&r->e, r->zw_toks + p, c, &err) != KN_OK) {
         r->zw_valid = false;
         return false;
+    }
+    double ms = (kn_now() - t0) * 1e3;
+    if (c == r->zw_chunk) {
+        if (ms > 2 * REPL_PREFILL_MS && r->zw_chunk > 1)
+            r->zw_chunk /= 2;
+        else if (ms < REPL_PREFILL_MS / 2 && r->zw_chunk < REPL_PREFILL_MAX)
+            r->zw_chunk *= 2;
     }
     r->zw_done += c;
     return p + c < r->n_zw_toks;

@@ -27,6 +27,7 @@ struct repl_edit {
     History *hist;
     HistEvent ev;
     int fd;
+    int wake_fd;            /* readable when the SIGINT handler ran (any thread), or -1 */
     FILE *out;
     volatile sig_atomic_t *interrupt;
     const char *prompt;
@@ -59,19 +60,34 @@ static bool paste_add(struct repl_edit *ed, char c)
 
 /* One byte from the terminal. timeout_ms < 0: wait as long as it takes, running the idle
  * hook while nothing is typed; otherwise EDIT_TIMEOUT after that long. */
+static void drain_wake(struct repl_edit *ed)
+{
+    char tmp[64];
+    if (ed->wake_fd >= 0)
+        while (read(ed->wake_fd, tmp, sizeof tmp) > 0)
+            ;
+}
+
 static int raw_byte(struct repl_edit *ed, int timeout_ms)
 {
-    struct pollfd pfd = {.fd = ed->fd, .events = POLLIN};
+    /* The SIGINT handler may run on any thread (the kernel pool's too), so a poll() here
+     * is not sure to be interrupted: the handler also writes to a pipe we watch, and the
+     * flag is checked before every wait. */
+    struct pollfd pfd[2] = {{.fd = ed->fd, .events = POLLIN}, {.fd = ed->wake_fd, .events = POLLIN}};
     for (;;) {
+        if (ed->interrupt && *ed->interrupt)
+            return EDIT_INTR;
         int t = timeout_ms;
         if (t < 0 && ed->idle && ed->idle_more)
             t = 0;
-        int rc = poll(&pfd, 1, t);
+        int rc = poll(pfd, ed->wake_fd >= 0 ? 2 : 1, t);
         if (rc < 0) {
             if (errno != EINTR)
                 return EDIT_ERR;
-            if (ed->interrupt && *ed->interrupt)
-                return EDIT_INTR;
+            continue;
+        }
+        if (rc > 0 && ed->wake_fd >= 0 && (pfd[1].revents & POLLIN)) {
+            drain_wake(ed);
             continue;
         }
         if (rc == 0) {
@@ -249,7 +265,7 @@ static char *edit_prompt(EditLine *el)
 }
 
 enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in, FILE *out_f,
-                              volatile sig_atomic_t *interrupt, struct kn_err *err)
+                              volatile sig_atomic_t *interrupt, int wake_fd, struct kn_err *err)
 {
     *out = NULL;
     struct repl_edit *ed = calloc(1, sizeof *ed);
@@ -258,6 +274,7 @@ enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in
     ed->fd = fileno(in);
     ed->out = out_f;
     ed->interrupt = interrupt;
+    ed->wake_fd = wake_fd;
     ed->el = el_init(prog, in, out_f, stderr);
     ed->hist = history_init();
     if (!ed->el || !ed->hist) {
@@ -308,6 +325,10 @@ enum repl_read repl_edit_read(struct repl_edit *ed, const char *prompt, const ch
 {
     ed->prompt = prompt;
     ed->interrupted = false;
+    /* A Ctrl-C from before this line (it stopped an answer) is spent. */
+    drain_wake(ed);
+    if (ed->interrupt)
+        *ed->interrupt = 0;
     ed->idle_more = ed->idle != NULL; /* start on the conversation before a key is typed */
     int n = 0;
     const char *s = el_gets(ed->el, &n);

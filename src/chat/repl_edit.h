@@ -28,10 +28,12 @@ enum repl_read {
 };
 
 /* Starts editing on the terminal in/out (both must be terminals). interrupt is the flag a
- * SIGINT handler sets; it is cleared by repl_edit_read when it reports the interrupt. */
+ * SIGINT handler sets; wake_fd (or -1) the non-blocking read end of a pipe the handler
+ * also writes a byte to, so that a wait for a key ends whichever thread took the signal.
+ * repl_edit_read clears both when it starts and when it reports the interrupt. */
 KN_MUST_USE enum kn_status repl_edit_open(struct repl_edit **ed, const char *prog, FILE *in,
                                           FILE *out, volatile sig_atomic_t *interrupt,
-                                          struct kn_err *err);
+                                          int wake_fd, struct kn_err *err);
 void repl_edit_close(struct repl_edit *ed);
 void repl_edit_set_idle(struct repl_edit *ed, repl_idle_fn fn, void *ctx);
 /* Reads one line. *line (valid until the next call) holds it without the final newline;

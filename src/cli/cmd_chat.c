@@ -10,6 +10,7 @@
 #include "sample/sample.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <langinfo.h>
 #include <locale.h>
 #include <signal.h>
@@ -41,14 +42,26 @@ static const char *const chat_more_help =
     "on an empty line exits. Type /help for the slash commands.\n"
     "\n"
     "When standard input is not a terminal, each line is a message or a slash command\n"
-    "(a trailing '\\' continues it), and the answers are printed one per turn.\n";
+    "(a trailing '\\' continues it), and the answers are printed one per turn. There a\n"
+    "message that cannot be answered (e.g. the conversation no longer fits the context)\n"
+    "ends the session with exit status 1; interactively it is reported and the session\n"
+    "goes on.\n";
 
 static volatile sig_atomic_t chat_interrupt;
+static int chat_wake[2] = {-1, -1}; /* self-pipe: wakes the line editor's poll() */
 
+/* Runs on whichever thread the kernel picks: sets the flag the generation loop checks and
+ * wakes the line editor (async-signal-safe calls only). */
 static void on_sigint(int sig)
 {
     (void)sig;
+    int saved = errno;
     chat_interrupt = 1;
+    if (chat_wake[1] >= 0) {
+        ssize_t w = write(chat_wake[1], "!", 1);
+        (void)w;
+    }
+    errno = saved;
 }
 
 static int default_threads(void)
@@ -200,13 +213,18 @@ int cmd_chat(int argc, char **argv)
         return 1;
     }
     if (interactive) {
+        if (pipe(chat_wake) != 0 || fcntl(chat_wake[0], F_SETFL, O_NONBLOCK) != 0 ||
+            fcntl(chat_wake[1], F_SETFL, O_NONBLOCK) != 0) {
+            fprintf(stderr, "kinetic chat: cannot create a pipe: %s\n", strerror(errno));
+            goto out;
+        }
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_sigint;
         sigemptyset(&sa.sa_mask);
         sa.sa_flags = 0; /* no SA_RESTART: a waiting poll() returns at once */
         sigaction(SIGINT, &sa, NULL);
-        if (repl_edit_open(&ed, "kinetic", stdin, stdout, &chat_interrupt, &err) != KN_OK) {
+        if (repl_edit_open(&ed, "kinetic", stdin, stdout, &chat_interrupt, chat_wake[0], &err) != KN_OK) {
             fprintf(stderr, "kinetic chat: %s\n", err.msg);
             goto out;
         }
@@ -313,6 +331,12 @@ nomem:
     fprintf(stderr, "kinetic chat: out of memory\n");
 out:
     repl_edit_close(ed);
+    if (chat_wake[0] >= 0) {
+        signal(SIGINT, SIG_DFL);
+        close(chat_wake[0]);
+        close(chat_wake[1]);
+        chat_wake[0] = chat_wake[1] = -1;
+    }
     repl_close(r);
     free(msg.p);
     free(ci.tmp.p);

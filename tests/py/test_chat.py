@@ -391,3 +391,21 @@ def test_gemma_template_turns(work):
     assert reused > len(ids) // 2
     rc, out = verify(r3)
     assert rc == 0 and "rerun: identical" in out, out
+
+
+def test_piped_context_full(work):
+    # aidreams has a 128-token context: the conversation soon stops fitting
+    long = "the river runs through the quiet valley " * 6
+    p = piped([AIDREAMS, "--seed", "1", "-n", "40"], f"{long}\n{long}\n{long}\nnever\n")
+    assert p.returncode == 1
+    assert "/reset to start over, or use a larger --ctx-size" in p.stderr
+
+
+def test_usage_errors(work):
+    for args in (["--temp", "-1"], ["--threads", "0"], ["--bogus"], []):
+        p = subprocess.run([KINETIC, "chat", *([AIDREAMS] if args != [] else []), *args],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2, (args, p.stderr)
+    p = subprocess.run([KINETIC, "chat", AIDREAMS, "--sign-key", "/nonexistent.key"],
+                       input="", capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "nonexistent.key" in p.stderr
