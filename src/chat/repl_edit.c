@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 /* The key our getc function returns after a paste; bound to "kn-paste". */
@@ -41,7 +42,25 @@ struct repl_edit {
     size_t paste_len, paste_cap;
     char *line;             /* the last line returned */
     size_t line_cap;
+    struct termios orig;    /* the terminal as we found it */
+    bool have_orig;
 };
+
+/* Between lines (while an answer streams) the terminal stays out of canonical mode and
+ * does not echo: libedit prints the prompt before it switches the terminal to its own
+ * mode, so keys typed at that moment, or during an answer, would otherwise meet the
+ * kernel's line discipline (echoed twice, and a Ctrl-D there becomes an end-of-file
+ * marker that is lost on the switch). Signals stay on: Ctrl-C still raises SIGINT. */
+static void edit_quiet(struct repl_edit *ed)
+{
+    if (!ed->have_orig)
+        return;
+    struct termios t = ed->orig;
+    t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    tcsetattr(ed->fd, TCSADRAIN, &t);
+}
 
 static bool paste_add(struct repl_edit *ed, char c)
 {
@@ -275,6 +294,7 @@ enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in
     ed->out = out_f;
     ed->interrupt = interrupt;
     ed->wake_fd = wake_fd;
+    ed->have_orig = tcgetattr(ed->fd, &ed->orig) == 0;
     ed->el = el_init(prog, in, out_f, stderr);
     ed->hist = history_init();
     if (!ed->el || !ed->hist) {
@@ -294,6 +314,7 @@ enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in
     /* Ask the terminal to mark pastes. */
     fputs("\x1b[?2004h", out_f);
     fflush(out_f);
+    edit_quiet(ed);
     *out = ed;
     return KN_OK;
 }
@@ -307,6 +328,8 @@ void repl_edit_close(struct repl_edit *ed)
         fflush(ed->out);
         el_end(ed->el);
     }
+    if (ed->have_orig)
+        tcsetattr(ed->fd, TCSADRAIN, &ed->orig);
     if (ed->hist)
         history_end(ed->hist);
     free(ed->paste);
@@ -332,6 +355,7 @@ enum repl_read repl_edit_read(struct repl_edit *ed, const char *prompt, const ch
     ed->idle_more = ed->idle != NULL; /* start on the conversation before a key is typed */
     int n = 0;
     const char *s = el_gets(ed->el, &n);
+    edit_quiet(ed);
     if (ed->interrupted) {
         if (ed->interrupt)
             *ed->interrupt = 0;
@@ -339,6 +363,7 @@ enum repl_read repl_edit_read(struct repl_edit *ed, const char *prompt, const ch
         fflush(ed->out);
         /* Abandon what was typed so far. */
         el_reset(ed->el);
+        edit_quiet(ed);
         return REPL_READ_INTERRUPT;
     }
     if (!s)
