@@ -308,7 +308,9 @@ enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in
     el_set(ed->el, EL_HIST, history, ed->hist);
     el_set(ed->el, EL_PROMPT, edit_prompt);
     el_set(ed->el, EL_GETCFN, edit_getc);
-    el_set(ed->el, EL_ADDFN, "kn-paste", "insert the pasted text", edit_paste_fn);
+    /* The wide call keeps our static strings; the narrow el_set copies them and never
+     * frees the copies (a known libedit leak). */
+    el_wset(ed->el, EL_ADDFN, L"kn-paste", L"insert the pasted text", edit_paste_fn);
     el_set(ed->el, EL_BIND, "^^", "kn-paste", NULL);
     el_source(ed->el, NULL); /* the user's ~/.editrc, if any */
     /* Ask the terminal to mark pastes. */
