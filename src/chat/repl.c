@@ -303,7 +303,7 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         kn_err_prefix(err, o->model_path);
         goto fail;
     }
-    /* The template, chosen as `kinetic run` chooses it. */
+    /* The template, chosen as `kinetic run` chooses it (cmd_run.c has the same policy). */
     if (o->chat_format) {
         enum chat_format f;
         if (!chat_format_from_name(o->chat_format, &f)) {
@@ -313,9 +313,13 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         memset(&r->tmpl, 0, sizeof r->tmpl);
         r->tmpl.format = f;
     } else {
+        /* A model without a template is a base model: raw. A template not recognised
+         * gets the family whose turn tokens the vocabulary holds. */
         struct gguf_str src = {0};
-        bool have = gguf_get_str(r->m->gguf, "tokenizer.chat_template", &src);
-        if (!(have && chat_template_detect(src.data, src.len, &r->tmpl)))
+        memset(&r->tmpl, 0, sizeof r->tmpl);
+        r->tmpl.format = CHAT_FORMAT_RAW;
+        if (gguf_get_str(r->m->gguf, "tokenizer.chat_template", &src) &&
+            !chat_template_detect(src.data, src.len, &r->tmpl))
             chat_template_from_vocab(vocab_has, r->tk, &r->tmpl);
     }
     const struct tok_special *sp = tok_specials(r->tk);

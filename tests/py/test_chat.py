@@ -9,8 +9,8 @@ same prompts and answers (with an edited line); multi-line input; slash commands
 
 Models: aidreams260K (tiny, fast, no chat template: the raw format), a random-weight model
 with the Phi-3 vocabulary made by `kinetic synth` (the phi3 template; slow enough to stop
-mid-answer) and, where a real template matters, Gemma 3 270M (KN_GEMMA, or the default
-download path; skipped when absent)."""
+mid-answer) and, where a real template matters, Gemma 3 270M with --chat-format gemma (its
+GGUF has no template; KN_GEMMA, or the default download path; skipped when absent)."""
 import fcntl
 import json
 import os
@@ -301,6 +301,11 @@ def test_pty_ctrl_c_stops_answer(work, synth_phi3):
     assert c.close() == 0
     I, A = receipt(ri), receipt(r2)
     assert I["input"] == [{"role": "user", "content": "Tell me a long story"}]
+    # the first turn's prompt is what `kinetic run` gives the model for the same message
+    pp = subprocess.run([KINETIC, "run", synth_phi3, "Tell me a long story", "--print-prompt"],
+                        capture_output=True, text=True, timeout=60).stdout
+    assert "[format phi3" in pp
+    assert I["prompt"]["ids"] == [int(x) for x in pp.rsplit("tokens:", 1)[1].strip(" ]\n").split()]
     # an interrupted answer is recorded as its first n tokens
     assert I["output"]["tokens"]["count"] == stopped
     assert I["sampling"]["max_tokens"] == stopped and I["output"]["finish"] == "length"
@@ -360,10 +365,12 @@ def test_zero_wait_on_off_same_answers(work, model):
         if not os.path.exists(GEMMA):
             pytest.skip("Gemma 3 270M not found (set KN_GEMMA)")
         path, n, turns = GEMMA, 6, ["What is the capital of France?", "cat and mouse", "Why?"]
+        extra = ["--chat-format", "gemma"]
     else:
         path, n, turns = AIDREAMS, 8, ["Once upon a time there was", "cat", "and then the"]
-    on, zw = zero_wait_session(work, path, model + "_on", [], turns, n)
-    off, zw_off = zero_wait_session(work, path, model + "_off", ["--no-zero-wait"], turns, n)
+        extra = []
+    on, zw = zero_wait_session(work, path, model + "_on", extra, turns, n)
+    off, zw_off = zero_wait_session(work, path, model + "_off", extra + ["--no-zero-wait"], turns, n)
     assert sum(zw) > 0, zw        # Zero Wait did evaluate while typing
     assert zw_off == [0] * len(turns)
     for a, b in zip(on, off):
@@ -379,7 +386,9 @@ def test_gemma_template_turns(work):
     if not os.path.exists(GEMMA):
         pytest.skip("Gemma 3 270M not found (set KN_GEMMA)")
     r3 = path_in(work, "gemma3.json")
-    p = piped([GEMMA, "--seed", "4", "-n", "6", "--system", "Answer briefly."],
+    # the GGUF has no tokenizer.chat_template (a base model gets raw text, as in
+    # `kinetic run`): ask for Gemma's turns explicitly
+    p = piped([GEMMA, "--seed", "4", "-n", "6", "--system", "Answer briefly.", "--chat-format", "gemma"],
               f"Name a river.\nAnother one.\nAnd a third?\n/stats\n/receipt {r3}\n")
     assert p.returncode == 0, p.stderr
     rec = receipt(r3)
