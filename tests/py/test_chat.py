@@ -329,10 +329,18 @@ def test_pty_multiline_and_paste(work):
     c.expect(b"pasted two")
     c.send("\r")
     c.prompt()
+    # non-ASCII typed text arrives whole (UTF-8 decoded for libedit and back)
+    c.line("café ☕ naïve")
+    # the Up arrow (an escape sequence that is not a paste) recalls the last message
+    c.send("\x1b[A")
+    c.expect("naïve".encode())
+    c.send("\r")
+    c.prompt()
     c.line(f"/save {save}")
     assert c.close() == 0
     users = [m["content"] for m in json.load(open(save))["messages"] if m["role"] == "user"]
-    assert users == ["first line\nsecond line", "pasted one\npasted two"]
+    assert users == ["first line\nsecond line", "pasted one\npasted two", "café ☕ naïve",
+                     "café ☕ naïve"]
 
 
 def zero_wait_session(work, model, tag, extra, turns, n):
