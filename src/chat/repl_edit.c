@@ -42,6 +42,8 @@ struct repl_edit {
     size_t paste_len, paste_cap;
     char *line;             /* the last line returned */
     size_t line_cap;
+    struct sigaction old_winch;
+    bool have_winch;
     struct termios orig;    /* the terminal as we found it */
     bool have_orig;
 };
@@ -79,6 +81,15 @@ static bool paste_add(struct repl_edit *ed, char c)
 
 /* One byte from the terminal. timeout_ms < 0: wait as long as it takes, running the idle
  * hook while nothing is typed; otherwise EDIT_TIMEOUT after that long. */
+/* Set by SIGWINCH: the terminal changed size and libedit must learn the new width. */
+static volatile sig_atomic_t edit_winch;
+
+static void on_sigwinch(int sig)
+{
+    (void)sig;
+    edit_winch = 1;
+}
+
 static void drain_wake(struct repl_edit *ed)
 {
     char tmp[64];
@@ -96,9 +107,16 @@ static int raw_byte(struct repl_edit *ed, int timeout_ms)
     for (;;) {
         if (ed->interrupt && *ed->interrupt)
             return EDIT_INTR;
+        if (edit_winch) {
+            edit_winch = 0;
+            el_resize(ed->el);
+            el_set(ed->el, EL_REFRESH);
+        }
         int t = timeout_ms;
         if (t < 0 && ed->idle && ed->idle_more)
             t = 0;
+        else if (t < 0)
+            t = 250; /* SIGWINCH may land on another thread: look at the flag now and then */
         int rc = poll(pfd, ed->wake_fd >= 0 ? 2 : 1, t);
         if (rc < 0) {
             if (errno != EINTR)
@@ -112,6 +130,8 @@ static int raw_byte(struct repl_edit *ed, int timeout_ms)
         if (rc == 0) {
             if (timeout_ms >= 0)
                 return EDIT_TIMEOUT;
+            if (!(ed->idle && ed->idle_more))
+                continue; /* the periodic look at the flags */
             const LineInfo *li = el_line(ed->el);
             ed->idle_more = ed->idle(ed->idle_ctx, li->buffer, (size_t)(li->lastchar - li->buffer));
             continue;
@@ -295,6 +315,12 @@ enum kn_status repl_edit_open(struct repl_edit **out, const char *prog, FILE *in
     ed->interrupt = interrupt;
     ed->wake_fd = wake_fd;
     ed->have_orig = tcgetattr(ed->fd, &ed->orig) == 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigwinch;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGWINCH, &sa, &ed->old_winch);
+    ed->have_winch = true;
     ed->el = el_init(prog, in, out_f, stderr);
     ed->hist = history_init();
     if (!ed->el || !ed->hist) {
@@ -332,6 +358,8 @@ void repl_edit_close(struct repl_edit *ed)
     }
     if (ed->have_orig)
         tcsetattr(ed->fd, TCSADRAIN, &ed->orig);
+    if (ed->have_winch)
+        sigaction(SIGWINCH, &ed->old_winch, NULL);
     if (ed->hist)
         history_end(ed->hist);
     free(ed->paste);
