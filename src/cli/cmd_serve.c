@@ -12,6 +12,19 @@
 #include <string.h>
 
 static const char *usage = "MODEL.gguf [options]";
+static const char *const more_help =
+    "\n"
+    "Endpoints (OpenAI's shapes and error format): POST /v1/chat/completions and\n"
+    "/v1/completions (\"stream\": true for server-sent events), GET /v1/models, GET /health\n"
+    "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
+    "\n"
+    "Convoy: each step runs one forward pass over every busy slot's next token plus prompt\n"
+    "chunks; a request's tokens and log-probabilities are the same alone or in a crowd.\n"
+    "Requests beyond the slots wait in a queue; when it is full the answer is 503 with\n"
+    "Retry-After. A request without \"seed\" gets a fresh one, reported as \"seed\".\n"
+    "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
+    "reruns. Chat templates are chosen as `kinetic run` chooses them. SIGINT or SIGTERM\n"
+    "stops the server cleanly.\n";
 
 int cmd_serve(int argc, char **argv)
 {
@@ -44,6 +57,8 @@ int cmd_serve(int argc, char **argv)
     const char *pos[1];
     int n_pos = 0;
     int rc = cli_parse("serve", usage, argc, argv, opts, pos, 1, &n_pos);
+    if (rc == 1)
+        fputs(more_help, stdout);
     if (rc)
         return rc == 1 ? 0 : rc;
     if (verbose)
