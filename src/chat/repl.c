@@ -115,19 +115,6 @@ static char *dupn(const char *s, size_t n)
     return p;
 }
 
-/* A float setting as the shortest decimal that reads back as the same float (0.8, not
- * 0.800000011920929); the same rule receipts use (receipt.c has its own copy). */
-static struct json_value *json_float(float f)
-{
-    char buf[32];
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
-        if (strtof(buf, NULL) == f)
-            break;
-    }
-    return json_new_double(strtod(buf, NULL));
-}
-
 /* Forgets the cached tokens from position p on (the KV entries there are overwritten by
  * the next evaluation). engine.h has no such call yet; this is the only place that
  * shortens the sequence, and it keeps engine's invariant (history holds n_past tokens). */
@@ -828,7 +815,7 @@ static struct json_value *settings_json(const struct repl *r, struct kn_err *err
         if (s->off == SIZE_MAX)
             v = json_new_int(r->o.n_predict);
         else if (s->kind == SET_FLOAT)
-            v = json_float(*(const float *)((const char *)&r->o.sp + s->off));
+            v = json_new_float(*(const float *)((const char *)&r->o.sp + s->off));
         else
             v = json_new_int(*(const int32_t *)((const char *)&r->o.sp + s->off));
         if (json_object_set(o, s->name, v, err) != KN_OK) {
