@@ -214,15 +214,6 @@ static void matmul1(struct model_fwd *f, const struct kern_weight *w, const floa
     matmuls(f, x, M, 1, &w, &y);
 }
 
-static void attn_task_fn(void *ctx, int ith, int nth)
-{
-    const struct kern_attn_args *a = ctx;
-    int64_t lo, hi;
-    kern_split(a->n_q * a->n_head, 1, ith, nth, &lo, &hi);
-    if (lo < hi)
-        kern_attn(a, lo, hi);
-}
-
 /* Adds bias b (n) to each of M rows of y (M, n). */
 static void add_bias(float *y, const float *b, int64_t M, int64_t n)
 {
@@ -314,16 +305,19 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
         kern_rope(rope, f->k, KD, T, Hkv, D, tab);
         if (hp->q_scale != 1.0f)
             kern_scale(f->q, f->q, hp->q_scale, T * QD);
-        for (int64_t t = 0; t < T; t++) {
-            uint8_t *kd = (uint8_t *)kv->k[il] + (size_t)pos[t] * kv->k_row_bytes;
-            uint8_t *vd = (uint8_t *)kv->v[il] + (size_t)pos[t] * kv->v_row_bytes;
-            if (!kern_kv_store(kv_qt, kd, f->k + t * KD, KD) || !kern_kv_store(kv_qt, vd, f->v + t * KD, KD))
-                return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
-                               model_kv_type_name(kv->type));
-        }
+        const size_t elt = kv->type == MODEL_KV_F16 ? 2 : 4;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t g = 0; g < Hkv; g++) {
+                size_t off = ((size_t)g * (size_t)kv->n_ctx + (size_t)pos[t]) * (size_t)D * elt;
+                if (!kern_kv_store(kv_qt, (uint8_t *)kv->k[il] + off, f->k + t * KD + g * D, D) ||
+                    !kern_kv_store(kv_qt, (uint8_t *)kv->v[il] + off, f->v + t * KD + g * D, D))
+                    return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
+                                   model_kv_type_name(kv->type));
+            }
         struct kern_attn_args aa = {
             .q = f->q, .q_stride = QD, .q_pos = pos, .n_q = T,
-            .k = kv->k[il], .v = kv->v[il], .k_stride = KD, .v_stride = KD,
+            .k = kv->k[il], .v = kv->v[il], .k_stride = D, .v_stride = D,
+            .k_head_stride = kv->n_ctx * D, .v_head_stride = kv->n_ctx * D,
             .kv_type = kv_qt, .n_kv = (int64_t)max_pos + 1,
             .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
             .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
@@ -341,7 +335,7 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
         int64_t R = T;
         if (last && n_out == 0)
             break;
-        kern_pool_run(f->pool, attn_task_fn, &aa);
+        kern_attn_run(f->pool, &aa);
         if (last && n_out < T) {
             for (int64_t j = 0; j < n_out; j++) {
                 memcpy(f->o + j * E, f->x + out_rows[j] * E, (size_t)E * sizeof(float));
