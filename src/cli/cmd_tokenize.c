@@ -50,20 +50,9 @@ static int tokenize_print(const struct tok *t, const char *text, size_t len, boo
 {
     struct kn_err err = {0};
     size_t n = 0;
-    enum kn_status st = tok_encode(t, text, len, add_special, parse_special, NULL, 0, &n, &err);
-    if (st != KN_OK && st != KN_E_LIMIT) {
+    int32_t *ids = NULL;
+    if (tok_encode_alloc(t, text, len, add_special, parse_special, &ids, &n, &err) != KN_OK) {
         fprintf(stderr, "kinetic tokenize: %s\n", err.msg);
-        return 1;
-    }
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!ids) {
-        fprintf(stderr, "kinetic tokenize: out of memory\n");
-        return 1;
-    }
-    st = tok_encode(t, text, len, add_special, parse_special, ids, n, &n, &err);
-    if (st != KN_OK) {
-        fprintf(stderr, "kinetic tokenize: %s\n", err.msg);
-        free(ids);
         return 1;
     }
     if (ids_only) {

@@ -96,7 +96,16 @@ int32_t tok_find(const struct tok *t, const char *s, size_t len)
     }
 }
 
-/* Later duplicates replace earlier ones, as in llama.cpp's text -> id map. */
+/* Tokens the model itself produces (normal and byte tokens); added tokens are matched in the
+ * raw text instead (partition below). */
+static bool model_token(const struct tok *t, int32_t id)
+{
+    return t->types[id] == TOK_T_NORMAL || t->types[id] == TOK_T_BYTE;
+}
+
+/* Later duplicates replace earlier ones, as in llama.cpp's text -> id map, except that an
+ * added token never takes a text from a model token: DeepSeek adds a user-defined "ÿ"
+ * beside byte-level BPE's own "ÿ" (byte 0xFF), and Hugging Face keeps the model's. */
 static void vocab_insert(struct tok *t, int32_t id)
 {
     const char *s = t->text_blob + t->text_off[id];
@@ -110,7 +119,8 @@ static void vocab_insert(struct tok *t, int32_t id)
         }
         int32_t o = (int32_t)(e - 1);
         if (t->text_len[o] == len && memcmp(t->text_blob + t->text_off[o], s, len) == 0) {
-            t->vocab_table[i] = (uint32_t)id + 1;
+            if (model_token(t, id) || !model_token(t, o))
+                t->vocab_table[i] = (uint32_t)id + 1;
             return;
         }
         i = (i + 1) & t->vocab_mask;
@@ -694,56 +704,83 @@ static bool encode_spm_fragment(const struct tok *t, const char *text, size_t le
     return ok;
 }
 
-enum kn_status tok_encode(const struct tok *t, const char *text, size_t len, bool add_special,
-                          bool parse_special, int32_t *ids, size_t max, size_t *n,
-                          struct kn_err *err)
+/* Tokenizes into out (owned by the caller). */
+static enum kn_status encode(const struct tok *t, const char *text, size_t len, bool add_special,
+                             bool parse_special, struct tok_ids *out, struct kn_err *err)
 {
-    *n = 0;
     if (len > (size_t)1 << 30)
         return kn_fail(err, KN_E_LIMIT, "text of %zu bytes is too long to tokenize (1 GiB at most)",
                        len);
     struct frags fr = {0};
-    struct tok_ids out = {0};
     bool ok = true;
     if (len > 0)
         ok = partition(t, text, len, parse_special, &fr);
     if (ok && add_special && t->sp.add_bos)
-        ok = tok_ids_push(&out, t->sp.bos);
+        ok = tok_ids_push(out, t->sp.bos);
     bool prev_special = true; /* the first fragment gets the SPM space prefix */
     for (size_t i = 0; ok && i < fr.n; i++) {
         const struct frag *f = &fr.v[i];
         if (f->id != TOK_NULL) {
-            ok = tok_ids_push(&out, f->id);
+            ok = tok_ids_push(out, f->id);
             prev_special = true;
             continue;
         }
         if (t->model == TOK_MODEL_SPM)
             ok = encode_spm_fragment(t, text + f->off, f->len,
-                                     t->sp.add_space_prefix && prev_special, &out);
+                                     t->sp.add_space_prefix && prev_special, out);
         else if (t->model == TOK_MODEL_WPM)
-            ok = tok_wpm_encode(t, text + f->off, f->len, &out);
+            ok = tok_wpm_encode(t, text + f->off, f->len, out);
         else
-            ok = tok_bpe_encode(t, text + f->off, f->len, &out);
+            ok = tok_bpe_encode(t, text + f->off, f->len, out);
         prev_special = false;
     }
     if (ok && add_special && t->sp.add_eos)
-        ok = tok_ids_push(&out, t->sp.eos);
+        ok = tok_ids_push(out, t->sp.eos);
     if (ok && add_special && t->model == TOK_MODEL_WPM && t->sp.sep != TOK_NULL)
-        ok = tok_ids_push(&out, t->sp.sep);
+        ok = tok_ids_push(out, t->sp.sep);
     free(fr.v);
-    if (!ok) {
-        free(out.v);
+    if (!ok)
         return kn_fail(err, KN_E_NOMEM, "out of memory tokenizing %zu bytes of text", len);
+    return KN_OK;
+}
+
+enum kn_status tok_encode(const struct tok *t, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t *ids, size_t max, size_t *n,
+                          struct kn_err *err)
+{
+    struct tok_ids out = {0};
+    *n = 0;
+    enum kn_status st = encode(t, text, len, add_special, parse_special, &out, err);
+    if (st == KN_OK) {
+        *n = out.n;
+        if (out.n > max)
+            st = kn_fail(err, KN_E_LIMIT, "the text is %zu tokens; the buffer holds %zu", out.n,
+                         max);
+        else if (out.n)
+            memcpy(ids, out.v, out.n * sizeof *ids);
     }
-    *n = out.n;
-    enum kn_status st = KN_OK;
-    if (out.n > max)
-        st = kn_fail(err, KN_E_LIMIT, "the text is %zu tokens; the buffer holds %zu", out.n, max);
-    else if (out.n)
-        memcpy(ids, out.v, out.n * sizeof *ids);
     free(out.v);
     return st;
 }
+
+enum kn_status tok_encode_alloc(const struct tok *t, const char *text, size_t len,
+                                bool add_special, bool parse_special, int32_t **ids, size_t *n,
+                                struct kn_err *err)
+{
+    struct tok_ids out = {0};
+    *ids = NULL;
+    *n = 0;
+    enum kn_status st = encode(t, text, len, add_special, parse_special, &out, err);
+    if (st != KN_OK) {
+        free(out.v);
+        return st;
+    }
+    *ids = out.v;
+    *n = out.n;
+    return KN_OK;
+}
+
+
 
 /* ------------------------------------------------------------------ decoding */
 

@@ -85,6 +85,11 @@ KN_MUST_USE enum kn_status tok_encode(const struct tok *t, const char *text, siz
                                       bool add_special, bool parse_special, int32_t *ids,
                                       size_t max, size_t *n, struct kn_err *err);
 
+/* As tok_encode, into a new array (*ids, freed with free(); NULL when *n is 0). */
+KN_MUST_USE enum kn_status tok_encode_alloc(const struct tok *t, const char *text, size_t len,
+                                            bool add_special, bool parse_special, int32_t **ids,
+                                            size_t *n, struct kn_err *err);
+
 /* The bytes a token stands for: SPM U+2581 becomes a space and <0xXX> one byte; BPE code
  * points map back to bytes. Control and unknown tokens give their text only when special
  * is true, otherwise nothing. The result may be an incomplete UTF-8 sequence. Returns the

@@ -293,7 +293,12 @@ static bool split_regex(const pcre2_code *re, pcre2_match_data *md, const char *
                 return false;
             last = b;
             /* An empty match moves on by one character. */
-            pos = b > a ? b : b + tok_utf8_len(s[b]);
+            if (b > a)
+                pos = b;
+            else if (b < len)
+                pos = b + tok_utf8_len(s[b]);
+            else
+                break;
         }
         if (last < len && !spans_push(out, base + last, len - last))
             return false;

@@ -125,3 +125,27 @@ def test_other_pre_tokenizers(pre, regex, tmp_path):
     bad = [(t, e, g) for t, e, g in zip(texts, expected, got) if e != g]
     assert not bad, f"{len(bad)} of {len(texts)} differ; first:\n" + "\n".join(
         f"{t!r}\n  hf: {e}\n  kn: {g}" for t, e, g in bad[:5])
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3"])
+def test_special_text_unparsed_against_hf(name):
+    """parse_special off is HF's encode_special_tokens: special-token texts are plain text,
+    while the other added tokens (Qwen's <think>) are still matched whole. Added tokens that
+    HF calls non-special but that look special (Qwen's <|fim_prefix|>) are control tokens in
+    GGUF files (convert_hf_to_gguf.py), so Kinetic, like llama.cpp, does not match them:
+    strings holding those are left out."""
+    hf, added = hf_tokenizer(name)
+    control_looking = [a.content for a in hf.get_added_tokens_decoder().values()
+                       if not a.special and tc.vocab_from_hf.looks_special(a.content)]
+    texts = [t for t in tok_strings.generate(1500, seed=11, specials=added[:64])
+             if not any(a in t for a in control_looking)]
+    assert len(texts) > 1000
+    hf.encode_special_tokens = True
+    try:
+        expected = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    finally:
+        hf.encode_special_tokens = False
+    got = tc.tokenize_many(tc.hf_vocab(name), texts, parse_special=False)
+    bad = [(t, e, g) for t, e, g in zip(texts, expected, got) if e != g]
+    assert not bad, f"{len(bad)} of {len(texts)} differ; first:\n" + "\n".join(
+        f"{t!r}\n  hf: {e}\n  kn: {g}" for t, e, g in bad[:5])

@@ -148,6 +148,17 @@ static void test_llama_spm(void)
     n = enc(t, "", 0, true, false, ids, 256);
     CHECK(n == 1 && ids[0] == 1);
 
+    /* The allocating form gives the same ids. */
+    int32_t *dyn = NULL;
+    size_t nd = 0;
+    struct kn_err derr = {0};
+    CHECK(tok_encode_alloc(t, "Hello world", 11, true, false, &dyn, &nd, &derr) == KN_OK);
+    n = enc(t, "Hello world", 11, true, false, ids, 256);
+    CHECK(ids_eq(dyn, nd, ids, n));
+    free(dyn);
+    CHECK(tok_encode_alloc(t, "", 0, false, false, &dyn, &nd, &derr) == KN_OK);
+    CHECK(nd == 0 && dyn == NULL);
+
     /* A too-small buffer: KN_E_LIMIT and the needed count. */
     struct kn_err err = {0};
     n = 0;
@@ -483,6 +494,72 @@ static void test_bad_files(void)
     }
 }
 
+/* Odd but well-formed vocabularies load and tokenize without crashing: empty and NUL-bearing
+ * token texts, NaN scores, merges of texts that are no tokens, negative special ids. */
+static void test_odd_vocabularies(void)
+{
+    static const char *const texts[] = {"", "a", "b", "ab", "\xE2\x96\x81", "<0x61>", "zz"};
+    float scores[7] = {0, 0, 0, 0, 0, 0, 0};
+    scores[3] = __builtin_nanf("");
+    static const int32_t types[] = {3, 1, 1, 1, 1, 6, 4};
+    struct kn_err err = {0};
+    enum kn_status st;
+    int32_t ids[64];
+
+    struct gguf_writer *w = vocab_writer("llama", texts, 7, scores, types);
+    gguf_writer_set_i32(w, "tokenizer.ggml.bos_token_id", -5);
+    gguf_writer_set_i32(w, "tokenizer.ggml.unknown_token_id", -1);
+    struct tok *t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (t) {
+        CHECK_EQ_INT(tok_specials(t)->unk, TOK_NULL);
+        size_t n = enc(t, "abzzq\0ab", 9, true, true, ids, 64);
+        CHECK(n > 0 && n < 64);
+        for (size_t i = 0; i < n; i++)
+            CHECK(ids[i] >= 0 && ids[i] < 7);
+        CHECK_EQ_INT(tok_find(t, "", 0), TOK_NULL);
+        tok_free(t);
+    }
+
+    static const char *const btexts[] = {"a", "b", "x", "ab"};
+    static const char *const merges[] = {"q r", "a b", "a b", "\xC4\xA0 a"};
+    w = vocab_writer("gpt2", btexts, 4, NULL, NULL);
+    set_merges(w, merges, 4);
+    t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (t) {
+        CHECK_STR(tok_pre_name(t), "default");
+        size_t n = enc(t, "ab a\xFF" "b", 7, true, true, ids, 64);
+        CHECK(n >= 2 && ids[0] == 3);
+        tok_free(t);
+    }
+}
+
+/* A text both a model token and an added token: words use the model's token, the raw text
+ * the added one (DeepSeek LLM adds a user-defined "ÿ", byte-level BPE's code point for 0xFF). */
+static void test_duplicate_texts(void)
+{
+    static const char *const texts[] = {"\xC3\xBF", "\xC3\xBF", "b"};
+    static const int32_t types[] = {1, 4, 1};
+    static const char *const merges[] = {"b b"};
+    struct kn_err err = {0};
+    enum kn_status st;
+    struct gguf_writer *w = vocab_writer("gpt2", texts, 3, NULL, types);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    set_merges(w, merges, 1);
+    struct tok *t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (t) {
+        int32_t ids[8];
+        size_t n = enc(t, "\xFF", 1, false, false, ids, 8);
+        CHECK(n == 1 && ids[0] == 0);
+        n = enc(t, "\xC3\xBF", 2, false, false, ids, 8);
+        CHECK(n == 1 && ids[0] == 1);
+        CHECK_EQ_INT(tok_find(t, "\xC3\xBF", 2), 0);
+        tok_free(t);
+    }
+}
+
 int main(void)
 {
     test_llama_spm();
@@ -490,5 +567,7 @@ int main(void)
     test_spm_merge_order();
     test_bpe_merge_order();
     test_bad_files();
+    test_odd_vocabularies();
+    test_duplicate_texts();
     CHECK_DONE();
 }
