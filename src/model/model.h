@@ -163,5 +163,14 @@ KN_MUST_USE enum kn_status model_forward(struct model_fwd *f, struct model_kv *k
                                          const int32_t *tokens, const int32_t *pos, int64_t n,
                                          const int64_t *out_rows, int64_t n_out, float *logits,
                                          struct kn_err *err);
+/* The same over tokens of several sequences at once (Convoy): token i writes and reads
+ * the cache kvs[i] (all of one type). Tokens of one sequence should be adjacent: each run
+ * of equal kvs[i] is one attention call. Each token's bits are those model_forward gives
+ * it alone, since every step is per token except attention, which reads only the token's
+ * own cache (docs/numerics.md). */
+KN_MUST_USE enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
+                                               const int32_t *tokens, const int32_t *pos,
+                                               int64_t n, const int64_t *out_rows, int64_t n_out,
+                                               float *logits, struct kn_err *err);
 
 #endif
