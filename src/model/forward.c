@@ -356,13 +356,17 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         kern_rope(rope, f->k, KD, T, Hkv, D, tab);
         if (hp->q_scale != 1.0f)
             kern_scale(f->q, f->q, hp->q_scale, T * QD);
+        /* Head-major caches (model.h): head g of position p at (g * n_ctx + p) * D. */
+        const size_t elt = kv_qt == QT_F16 ? 2 : 4;
         for (int64_t t = 0; t < T; t++) {
             const struct model_kv *kv = kvs[t];
-            uint8_t *kd = (uint8_t *)kv->k[il] + (size_t)pos[t] * kv->k_row_bytes;
-            uint8_t *vd = (uint8_t *)kv->v[il] + (size_t)pos[t] * kv->v_row_bytes;
-            if (!kern_kv_store(kv_qt, kd, f->k + t * KD, KD) || !kern_kv_store(kv_qt, vd, f->v + t * KD, KD))
-                return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
-                               model_kv_type_name(kv->type));
+            for (int64_t g = 0; g < Hkv; g++) {
+                size_t off = ((size_t)g * (size_t)kv->n_ctx + (size_t)pos[t]) * (size_t)D * elt;
+                if (!kern_kv_store(kv_qt, (uint8_t *)kv->k[il] + off, f->k + t * KD + g * D, D) ||
+                    !kern_kv_store(kv_qt, (uint8_t *)kv->v[il] + off, f->v + t * KD + g * D, D))
+                    return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
+                                   model_kv_type_name(kv->type));
+            }
         }
         /* One attention call per run of tokens sharing a cache, all in one pool job. */
         int64_t r = 0;
@@ -377,7 +381,8 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             }
             f->runs[r] = (struct kern_attn_args){
                 .q = f->q + t0 * QD, .q_stride = QD, .q_pos = pos + t0, .n_q = t1 - t0,
-                .k = kvs[t0]->k[il], .v = kvs[t0]->v[il], .k_stride = KD, .v_stride = KD,
+                .k = kvs[t0]->k[il], .v = kvs[t0]->v[il], .k_stride = D, .v_stride = D,
+                .k_head_stride = kvs[t0]->n_ctx * D, .v_head_stride = kvs[t0]->n_ctx * D,
                 .kv_type = kv_qt, .n_kv = (int64_t)max_pos + 1,
                 .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
                 .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,

@@ -125,8 +125,9 @@ enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1 };
 const char *model_kv_type_name(enum model_kv_type t);
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
 
-/* Keys and values of one sequence, slot = position: layer l keeps
- * k[l]: (n_ctx, n_head_kv * head_dim_k), v[l]: (n_ctx, n_head_kv * head_dim_v). */
+/* Keys and values of one sequence, slot = position, head-major: layer l keeps
+ * k[l]: (n_head_kv, n_ctx, head_dim_k), v[l]: (n_head_kv, n_ctx, head_dim_v), so one
+ * head's rows are contiguous for attention. k_row_bytes: one position, all heads. */
 struct model_kv {
     enum model_kv_type type;
     int64_t n_ctx;
