@@ -51,6 +51,27 @@ bool chat_template_detect(const char *src, size_t len, struct chat_template *out
 bool chat_template_from_vocab(bool (*has_token)(const char *text, void *ctx), void *ctx,
                               struct chat_template *out);
 
+struct gguf_file;
+struct tok;
+
+/* How chat_template_for_model chose. */
+enum chat_choice {
+    CHAT_CHOICE_FORCED = 0, /* the caller's format (--chat-format, --raw) */
+    CHAT_CHOICE_TEMPLATE,   /* tokenizer.chat_template, recognised */
+    CHAT_CHOICE_VOCAB,      /* a template not recognised: the family its turn tokens show */
+    CHAT_CHOICE_NONE,       /* no template: a base model, prompt raw */
+    CHAT_CHOICE_UNKNOWN,    /* a template not recognised and no family fits: raw */
+};
+
+/* Chooses the template the way run, chat and serve all do: *forced when forced is not
+ * NULL, else the recognised tokenizer.chat_template; a model without one is a base model
+ * and gets its prompt raw; an unrecognised template gets the family whose turn tokens the
+ * vocabulary holds, else raw. Sets tmpl->bos/eos to the model's BOS/EOS text, kept in
+ * bos_buf/eos_buf (cap bytes each; "" when a token is absent or longer). */
+enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum chat_format *forced,
+                                         const struct gguf_file *g, const struct tok *tk,
+                                         char *bos_buf, char *eos_buf, size_t cap);
+
 struct chat_message {
     const char *role;    /* "system", "user" or "assistant" */
     const char *content;

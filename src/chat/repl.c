@@ -88,23 +88,6 @@ struct repl {
 
 /* ================================================================ small helpers */
 
-static bool vocab_has(const char *text, void *ctx)
-{
-    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
-}
-
-static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
-{
-    size_t len = 0;
-    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
-    if (!s || len >= cap)
-        len = 0;
-    if (len)
-        memcpy(buf, s, len);
-    buf[len] = 0;
-    return buf;
-}
-
 static char *dupn(const char *s, size_t n)
 {
     char *p = malloc(n + 1);
@@ -290,28 +273,14 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         kn_err_prefix(err, o->model_path);
         goto fail;
     }
-    /* The template, chosen as `kinetic run` chooses it (cmd_run.c has the same policy). */
-    if (o->chat_format) {
-        enum chat_format f;
-        if (!chat_format_from_name(o->chat_format, &f)) {
-            st = kn_fail(err, KN_E_ARG, "unknown --chat-format '%s'", o->chat_format);
-            goto fail;
-        }
-        memset(&r->tmpl, 0, sizeof r->tmpl);
-        r->tmpl.format = f;
-    } else {
-        /* A model without a template is a base model: raw. A template not recognised
-         * gets the family whose turn tokens the vocabulary holds. */
-        struct gguf_str src = {0};
-        memset(&r->tmpl, 0, sizeof r->tmpl);
-        r->tmpl.format = CHAT_FORMAT_RAW;
-        if (gguf_get_str(r->m->gguf, "tokenizer.chat_template", &src) &&
-            !chat_template_detect(src.data, src.len, &r->tmpl))
-            chat_template_from_vocab(vocab_has, r->tk, &r->tmpl);
+    /* The template, chosen as `kinetic run` and `kinetic serve` choose it. */
+    enum chat_format forced;
+    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
+        st = kn_fail(err, KN_E_ARG, "unknown --chat-format '%s'", o->chat_format);
+        goto fail;
     }
-    const struct tok_special *sp = tok_specials(r->tk);
-    r->tmpl.bos = special_text(r->tk, sp->bos, r->bos_buf, sizeof r->bos_buf);
-    r->tmpl.eos = special_text(r->tk, sp->eos, r->eos_buf, sizeof r->eos_buf);
+    chat_template_for_model(&r->tmpl, o->chat_format ? &forced : NULL, r->m->gguf, r->tk,
+                            r->bos_buf, r->eos_buf, sizeof r->bos_buf);
 
     r->n_ctx = o->ctx_size ? o->ctx_size
                            : (r->m->hp.n_ctx_train < 4096 ? r->m->hp.n_ctx_train : 4096);

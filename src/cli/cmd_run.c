@@ -153,24 +153,6 @@ static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, st
     return KN_OK;
 }
 
-static bool vocab_has(const char *text, void *ctx)
-{
-    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
-}
-
-/* The text of special token id as a NUL-terminated copy in buf ("" if none). */
-static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
-{
-    size_t len = 0;
-    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
-    if (!s || len >= cap)
-        len = 0;
-    if (len)
-        memcpy(buf, s, len);
-    buf[len] = 0;
-    return buf;
-}
-
 /* ================================================================ the command */
 
 struct run_opts;
@@ -425,36 +407,32 @@ int cmd_run(int argc, char **argv)
     } else {
         struct chat_template tmpl;
         const struct tok_special *sp = tok_specials(tk);
-        const char *how = "";
-        if (o.raw) {
-            memset(&tmpl, 0, sizeof tmpl);
-            tmpl.format = CHAT_FORMAT_RAW;
-            how = "--raw";
-        } else if (o.chat_format) {
-            memset(&tmpl, 0, sizeof tmpl);
-            tmpl.format = forced_format;
-            how = "--chat-format";
-        } else {
-            /* No template: a base model; its prompt goes as is. A template Kinetic does
-             * not recognise: the family whose turn tokens the vocabulary holds. */
-            struct gguf_str src = {0};
-            bool have = gguf_get_str(m->gguf, "tokenizer.chat_template", &src);
-            if (!have) {
-                memset(&tmpl, 0, sizeof tmpl);
-                how = "no tokenizer.chat_template";
-            } else if (chat_template_detect(src.data, src.len, &tmpl)) {
-                how = "tokenizer.chat_template";
-            } else if (chat_template_from_vocab(vocab_has, tk, &tmpl)) {
-                how = "vocabulary (template not recognised)";
-                fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
-                        chat_format_name(tmpl.format));
-            } else {
-                how = "template not recognised";
-                fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
-            }
+        enum chat_format raw = CHAT_FORMAT_RAW;
+        /* No template: a base model; its prompt goes as is. A template Kinetic does not
+         * recognise: the family whose turn tokens the vocabulary holds. */
+        enum chat_choice choice = chat_template_for_model(
+            &tmpl, o.raw ? &raw : o.chat_format ? &forced_format : NULL, m->gguf, tk, bos_buf,
+            eos_buf, sizeof bos_buf);
+        const char *how = o.raw ? "--raw" : o.chat_format ? "--chat-format" : "";
+        switch (choice) {
+        case CHAT_CHOICE_FORCED:
+            break;
+        case CHAT_CHOICE_TEMPLATE:
+            how = "tokenizer.chat_template";
+            break;
+        case CHAT_CHOICE_NONE:
+            how = "no tokenizer.chat_template";
+            break;
+        case CHAT_CHOICE_VOCAB:
+            how = "vocabulary (template not recognised)";
+            fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
+                    chat_format_name(tmpl.format));
+            break;
+        case CHAT_CHOICE_UNKNOWN:
+            how = "template not recognised";
+            fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
+            break;
         }
-        tmpl.bos = special_text(tk, sp->bos, bos_buf, sizeof bos_buf);
-        tmpl.eos = special_text(tk, sp->eos, eos_buf, sizeof eos_buf);
         struct chat_message msgs[2];
         size_t nm = 0;
         if (o.system && !o.raw)

@@ -31,23 +31,6 @@ struct mb {
     char name[256];
 };
 
-static bool vocab_has(const char *text, void *ctx)
-{
-    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
-}
-
-static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
-{
-    size_t len = 0;
-    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
-    if (!s || len >= cap)
-        len = 0;
-    if (len)
-        memcpy(buf, s, len);
-    buf[len] = 0;
-    return buf;
-}
-
 static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool add_special,
                                   bool parse_special, int32_t **ids, size_t *n, struct kn_err *err)
 {
@@ -191,24 +174,14 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
      * without tokenizer.chat_template is a base model and gets the messages raw (a system
      * text, a blank line, then the turns' text); a template that is not recognised gets
      * the family whose turn tokens the vocabulary holds, else raw. */
-    struct gguf_str src = {0};
-    bool have = gguf_get_str(b->m->gguf, "tokenizer.chat_template", &src);
-    memset(&b->tmpl, 0, sizeof b->tmpl);
-    b->tmpl.format = CHAT_FORMAT_RAW;
-    if (o->chat_format) {
-        if (!chat_format_from_name(o->chat_format, &b->tmpl.format)) {
-            st = kn_fail(err, KN_E_ARG, "serve: unknown --chat-format '%s' (raw, chatml, llama3, "
-                         "llama2, mistral, gemma, phi3)", o->chat_format);
-            goto fail;
-        }
-    } else if (have && !chat_template_detect(src.data, src.len, &b->tmpl) &&
-               !chat_template_from_vocab(vocab_has, b->tk, &b->tmpl)) {
-        memset(&b->tmpl, 0, sizeof b->tmpl);
-        b->tmpl.format = CHAT_FORMAT_RAW;
+    enum chat_format forced;
+    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
+        st = kn_fail(err, KN_E_ARG, "serve: unknown --chat-format '%s' (raw, chatml, llama3, "
+                     "llama2, mistral, gemma, phi3)", o->chat_format);
+        goto fail;
     }
-    const struct tok_special *sp = tok_specials(b->tk);
-    b->tmpl.bos = special_text(b->tk, sp->bos, b->bos_buf, sizeof b->bos_buf);
-    b->tmpl.eos = special_text(b->tk, sp->eos, b->eos_buf, sizeof b->eos_buf);
+    chat_template_for_model(&b->tmpl, o->chat_format ? &forced : NULL, b->m->gguf, b->tk,
+                            b->bos_buf, b->eos_buf, sizeof b->bos_buf);
 
     int64_t n_ctx = o->n_ctx ? o->n_ctx
                              : (b->m->hp.n_ctx_train < 4096 ? b->m->hp.n_ctx_train : 4096);
