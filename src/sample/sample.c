@@ -1,5 +1,8 @@
-/* sample.c: the sampler chain penalties -> top-k -> top-p -> min-p -> temperature ->
- * draw, each step in a fixed order over candidates sorted by (logit desc, id asc). */
+/* sample.c: the sampler chain. Logit biases and the grammar mask come first, then the
+ * configured steps (default: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p,
+ * xtc, temperature), then one draw. Candidates are either all n_vocab tokens indexed by
+ * id ("unsorted") or a prefix cand[0..k) in the total order (logit desc, id asc); every
+ * float step runs in the order docs/numerics.md ("Sampling") states. */
 #include "sample.h"
 
 #include <math.h>
@@ -8,7 +11,20 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "grammar/grammar.h"
 #include "kernels/kernels.h"
+#include "token/tok.h"
+
+static const char *const default_breakers[] = {"\n", ":", "\"", "*"};
+
+const uint8_t sample_default_chain[9] = {
+    SAMPLE_PENALTIES, SAMPLE_DRY,   SAMPLE_TOP_N_SIGMA, SAMPLE_TOP_K,      SAMPLE_TYPICAL_P,
+    SAMPLE_TOP_P,     SAMPLE_MIN_P, SAMPLE_XTC,         SAMPLE_TEMPERATURE,
+};
+
+static const char *const step_names[SAMPLE_N_STEPS] = {
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+};
 
 void sample_params_default(struct sample_params *p)
 {
@@ -19,6 +35,74 @@ void sample_params_default(struct sample_params *p)
     p->min_p = 0.05f;
     p->repeat_penalty = 1.1f;
     p->repeat_last_n = 64;
+    p->typical_p = 1.0f;
+    p->xtc_threshold = 0.1f;
+    p->dry_base = 1.75f;
+    p->dry_allowed_length = 2;
+    p->dry_penalty_last_n = -1;
+    p->n_dry_breakers = 4;
+    for (int i = 0; i < 4; i++)
+        p->dry_breakers[i] = default_breakers[i];
+    p->mirostat_tau = 5.0f;
+    p->mirostat_eta = 0.1f;
+}
+
+const char *sample_step_name(int step)
+{
+    return step >= 0 && step < SAMPLE_N_STEPS ? step_names[step] : NULL;
+}
+
+bool sample_step_parse(const char *name, size_t len, int *step)
+{
+    static const struct {
+        const char *name;
+        int step;
+    } alias[] = {
+        {"penalties", SAMPLE_PENALTIES}, {"dry", SAMPLE_DRY},
+        {"top_n_sigma", SAMPLE_TOP_N_SIGMA}, {"top-n-sigma", SAMPLE_TOP_N_SIGMA},
+        {"top_k", SAMPLE_TOP_K}, {"top-k", SAMPLE_TOP_K},
+        {"typ_p", SAMPLE_TYPICAL_P}, {"typical_p", SAMPLE_TYPICAL_P},
+        {"typical-p", SAMPLE_TYPICAL_P}, {"typical", SAMPLE_TYPICAL_P}, {"typ-p", SAMPLE_TYPICAL_P},
+        {"typ", SAMPLE_TYPICAL_P}, {"top_p", SAMPLE_TOP_P}, {"top-p", SAMPLE_TOP_P},
+        {"nucleus", SAMPLE_TOP_P}, {"min_p", SAMPLE_MIN_P}, {"min-p", SAMPLE_MIN_P},
+        {"xtc", SAMPLE_XTC}, {"temperature", SAMPLE_TEMPERATURE}, {"temp", SAMPLE_TEMPERATURE},
+    };
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (strlen(alias[i].name) == len && memcmp(alias[i].name, name, len) == 0) {
+            *step = alias[i].step;
+            return true;
+        }
+    return false;
+}
+
+enum kn_status sample_chain_parse(struct sample_params *p, const char *text, struct kn_err *err)
+{
+    int n = 0;
+    const char *s = text;
+    while (*s) {
+        while (*s == ';' || *s == ',' || *s == ' ')
+            s++;
+        if (!*s)
+            break;
+        const char *e = s;
+        while (*e && *e != ';' && *e != ',' && *e != ' ')
+            e++;
+        int step;
+        if (!sample_step_parse(s, (size_t)(e - s), &step))
+            return kn_fail(err, KN_E_ARG,
+                           "unknown sampler '%.*s' in the chain; use penalties, dry, top_n_sigma, "
+                           "top_k, typ_p, top_p, min_p, xtc, temperature",
+                           (int)(e - s), s);
+        if (n == SAMPLE_MAX_CHAIN)
+            return kn_fail(err, KN_E_ARG, "the sampler chain has more than %d steps",
+                           SAMPLE_MAX_CHAIN);
+        p->samplers[n++] = (uint8_t)step;
+        s = e;
+    }
+    if (n == 0)
+        return kn_fail(err, KN_E_ARG, "the sampler chain is empty; name at least one step");
+    p->n_samplers = n;
+    return KN_OK;
 }
 
 enum kn_status sample_params_check(const struct sample_params *p, struct kn_err *err)
@@ -44,6 +128,68 @@ enum kn_status sample_params_check(const struct sample_params *p, struct kn_err 
     if (p->repeat_last_n < -1)
         return kn_fail(err, KN_E_ARG, "repeat_last_n must be -1 (all), 0 (off) or positive, not %d",
                        p->repeat_last_n);
+    if (!isfinite(p->typical_p) || p->typical_p < 0 || p->typical_p > 1)
+        return kn_fail(err, KN_E_ARG, "typical_p must be between 0 and 1 (1: off), not %g",
+                       (double)p->typical_p);
+    if (!isfinite(p->top_n_sigma) || p->top_n_sigma > 100)
+        return kn_fail(err, KN_E_ARG, "top_n_sigma must be at most 100 (<= 0: off), not %g",
+                       (double)p->top_n_sigma);
+    if (!isfinite(p->xtc_probability) || p->xtc_probability < 0 || p->xtc_probability > 1)
+        return kn_fail(err, KN_E_ARG, "xtc_probability must be between 0 and 1, not %g",
+                       (double)p->xtc_probability);
+    if (!isfinite(p->xtc_threshold) || p->xtc_threshold < 0 || p->xtc_threshold > 1)
+        return kn_fail(err, KN_E_ARG, "xtc_threshold must be between 0 and 1 (> 0.5: off), not %g",
+                       (double)p->xtc_threshold);
+    if (!isfinite(p->dry_multiplier) || p->dry_multiplier < 0 || p->dry_multiplier > 100)
+        return kn_fail(err, KN_E_ARG, "dry_multiplier must be between 0 and 100, not %g",
+                       (double)p->dry_multiplier);
+    if (!isfinite(p->dry_base) || p->dry_base < 0 || p->dry_base > 100)
+        return kn_fail(err, KN_E_ARG, "dry_base must be between 0 and 100 (< 1: off), not %g",
+                       (double)p->dry_base);
+    if (p->dry_allowed_length < 0)
+        return kn_fail(err, KN_E_ARG, "dry_allowed_length must be 0 or positive, not %d",
+                       p->dry_allowed_length);
+    if (p->dry_penalty_last_n < -1)
+        return kn_fail(err, KN_E_ARG,
+                       "dry_penalty_last_n must be -1 (all), 0 (off) or positive, not %d",
+                       p->dry_penalty_last_n);
+    if (p->n_dry_breakers < 0 || p->n_dry_breakers > SAMPLE_MAX_BREAKERS)
+        return kn_fail(err, KN_E_ARG, "at most %d DRY sequence breakers, not %d",
+                       SAMPLE_MAX_BREAKERS, p->n_dry_breakers);
+    for (int i = 0; i < p->n_dry_breakers; i++) {
+        size_t len = p->dry_breakers[i] ? strlen(p->dry_breakers[i]) : 0;
+        if (len == 0 || len > SAMPLE_MAX_BREAKER_LEN)
+            return kn_fail(err, KN_E_ARG,
+                           "DRY sequence breaker %d must have 1 to %d bytes, not %zu", i,
+                           SAMPLE_MAX_BREAKER_LEN, len);
+    }
+    if (p->mirostat < 0 || p->mirostat > 2)
+        return kn_fail(err, KN_E_ARG, "mirostat must be 0 (off), 1 or 2, not %d", p->mirostat);
+    if (p->mirostat != 0 &&
+        (!isfinite(p->mirostat_tau) || p->mirostat_tau < 0 || p->mirostat_tau > 100 ||
+         !isfinite(p->mirostat_eta) || p->mirostat_eta < 0 || p->mirostat_eta > 1))
+        return kn_fail(err, KN_E_ARG,
+                       "mirostat_tau must be between 0 and 100 and mirostat_eta between 0 and 1, "
+                       "not %g and %g",
+                       (double)p->mirostat_tau, (double)p->mirostat_eta);
+    if (p->min_keep < 0)
+        return kn_fail(err, KN_E_ARG, "min_keep must be 0 or positive, not %d", p->min_keep);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return kn_fail(err, KN_E_ARG, "bad logit_bias list (%d entries)", p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id < 0 || p->logit_bias[i].bias != p->logit_bias[i].bias ||
+            p->logit_bias[i].bias > 100)
+            return kn_fail(err, KN_E_ARG,
+                           "logit_bias entry %d: the token id must be >= 0 and the bias a number "
+                           "up to 100 (or -inf), not %d: %g",
+                           i, p->logit_bias[i].id, (double)p->logit_bias[i].bias);
+    if (p->n_samplers < 0 || p->n_samplers > SAMPLE_MAX_CHAIN)
+        return kn_fail(err, KN_E_ARG, "the sampler chain has %d steps (at most %d)", p->n_samplers,
+                       SAMPLE_MAX_CHAIN);
+    for (int i = 0; i < p->n_samplers; i++)
+        if (p->samplers[i] >= SAMPLE_N_STEPS)
+            return kn_fail(err, KN_E_ARG, "sampler chain step %d is unknown (%d)", i,
+                           p->samplers[i]);
     return KN_OK;
 }
 
@@ -73,6 +219,12 @@ float sample_uniform(uint64_t seed, uint64_t index)
     return (float)(z >> 40) * 0x1p-24f;
 }
 
+uint64_t sample_xtc_key(uint64_t seed)
+{
+    /* "XTC-strm": any fixed non-zero constant gives a stream unrelated to the token draw. */
+    return mix64(seed ^ UINT64_C(0x5854432d7374726d));
+}
+
 enum kn_status sample_ctx_init(struct sample_ctx *s, int32_t n_vocab, struct kn_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -81,7 +233,12 @@ enum kn_status sample_ctx_init(struct sample_ctx *s, int32_t n_vocab, struct kn_
     s->n_vocab = n_vocab;
     s->cand = kn_calloc((size_t)n_vocab, sizeof *s->cand, err);
     s->count = kn_calloc((size_t)n_vocab, sizeof *s->count, err);
-    if (!s->cand || !s->count) {
+    s->allowed = kn_calloc((size_t)n_vocab, 1, err);
+    s->scratch = kn_calloc((size_t)n_vocab, sizeof *s->scratch, err);
+    s->dry_len = kn_calloc((size_t)n_vocab, sizeof *s->dry_len, err);
+    s->dry_single = kn_calloc((size_t)n_vocab, 1, err);
+    s->mirostat_mu = NAN;
+    if (!s->cand || !s->count || !s->allowed || !s->scratch || !s->dry_len || !s->dry_single) {
         sample_ctx_free(s);
         return KN_E_NOMEM;
     }
@@ -92,7 +249,71 @@ void sample_ctx_free(struct sample_ctx *s)
 {
     free(s->cand);
     free(s->count);
+    free(s->dry_len);
+    free(s->dry_z);
+    free(s->dry_single);
+    free(s->scratch);
+    free(s->allowed);
     memset(s, 0, sizeof *s);
+}
+
+const char *sample_tok_piece(const void *tok, int32_t id, size_t *len)
+{
+    return tok_piece(tok, id, true, len);
+}
+
+void sample_ctx_reset(struct sample_ctx *s)
+{
+    s->mirostat_mu = NAN;
+}
+
+enum kn_status sample_ctx_prepare(struct sample_ctx *s, const struct sample_params *p,
+                                  int64_t max_history,
+                                  const char *(*piece)(const void *pctx, int32_t id, size_t *len),
+                                  const void *pctx, struct kn_err *err)
+{
+    size_t nv = (size_t)s->n_vocab;
+    if (max_history < 0)
+        return kn_fail(err, KN_E_ARG, "max_history must be >= 0, not %lld", (long long)max_history);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= s->n_vocab)
+            return kn_fail(err, KN_E_ARG,
+                           "logit_bias names token %d, but the vocabulary has %d tokens",
+                           p->logit_bias[i].id, s->n_vocab);
+    if (max_history > s->max_history) {
+        free(s->dry_z);
+        s->max_history = 0;
+        s->dry_z = kn_calloc((size_t)max_history, sizeof *s->dry_z, err);
+        if (!s->dry_z)
+            return KN_E_NOMEM;
+        s->max_history = max_history;
+    }
+    s->piece = piece;
+    s->pctx = pctx;
+    memset(s->dry_single, 0, nv);
+    if (piece && p->dry_multiplier != 0) {
+        for (int32_t id = 0; id < s->n_vocab; id++) {
+            size_t len;
+            const char *t = piece(pctx, id, &len);
+            for (int b = 0; t && b < p->n_dry_breakers; b++) {
+                size_t bl = strlen(p->dry_breakers[b]);
+                for (size_t o = 0; o + bl <= len; o++)
+                    if (memcmp(t + o, p->dry_breakers[b], bl) == 0) {
+                        s->dry_single[id] = 1;
+                        break;
+                    }
+            }
+        }
+    }
+    sample_ctx_reset(s);
+    return KN_OK;
+}
+
+void sample_ctx_set_grammar(struct sample_ctx *s, struct grammar_state *g,
+                            const struct grammar_vocab *gv)
+{
+    s->grammar = g;
+    s->gvocab = gv;
 }
 
 /* The total order of candidates: higher logit first, then lower id. */
@@ -146,9 +367,71 @@ static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k)
     qsort(cand, (size_t)k, sizeof *cand, cand_cmp);
 }
 
-static void apply_penalties(struct sample_ctx *s, const struct sample_params *p,
-                            const int32_t *history, int64_t n_history)
+
+/* ---------------------------------------------------------------- the chain */
+
+struct chain {
+    struct sample_ctx *s;
+    const struct sample_params *p;
+    int32_t n;        /* n_vocab */
+    int32_t k;        /* live candidates: cand[0..k) when sorted, all n (by id) when not */
+    bool sorted;      /* cand[0..k) is in the total order */
+    bool probs;       /* cand[i].p = kern_expf(l_i - l_0) for i < k, their sum in sum */
+    float sum;
+    int32_t min_keep; /* >= 1 */
+};
+
+static void ensure_sorted(struct chain *c)
 {
+    if (c->sorted)
+        return;
+    select_top_k(c->s->cand, c->n, c->n);
+    c->sorted = true;
+    c->k = c->n;
+    c->probs = false;
+}
+
+/* Sorted, and nothing left has any probability. */
+static bool dead(const struct chain *c)
+{
+    return c->s->cand[0].logit == -INFINITY;
+}
+
+static void compute_probs(struct chain *c)
+{
+    if (c->probs)
+        return;
+    struct sample_cand *cand = c->s->cand;
+    float sum = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
+        sum = sum + cand[i].p;
+    }
+    c->sum = sum;
+    c->probs = true;
+}
+
+/* After a step changed logits of a sorted prefix: restore the order. */
+static void resort(struct chain *c)
+{
+    if (c->sorted)
+        qsort(c->s->cand, (size_t)c->k, sizeof *c->s->cand, cand_cmp);
+    c->probs = false;
+}
+
+static void penalize(struct sample_cand *c, const struct sample_params *p, int32_t count)
+{
+    if (c->logit <= 0)
+        c->logit = c->logit * p->repeat_penalty;
+    else
+        c->logit = c->logit / p->repeat_penalty;
+    c->logit = c->logit - ((float)count * p->frequency_penalty + p->presence_penalty);
+}
+
+static void step_penalties(struct chain *c, const int32_t *history, int64_t n_history)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
     if (p->repeat_last_n == 0 ||
         (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
         return;
@@ -157,18 +440,467 @@ static void apply_penalties(struct sample_ctx *s, const struct sample_params *p,
     for (int64_t i = 0; i < n; i++)
         if (recent[i] >= 0 && recent[i] < s->n_vocab)
             s->count[recent[i]]++;
-    for (int64_t i = 0; i < n; i++) {
-        int32_t id = recent[i];
-        if (id < 0 || id >= s->n_vocab || s->count[id] == 0)
-            continue; /* out of range, or already applied */
-        struct sample_cand *c = &s->cand[id];
-        if (c->logit <= 0)
-            c->logit = c->logit * p->repeat_penalty;
-        else
-            c->logit = c->logit / p->repeat_penalty;
-        c->logit = c->logit - ((float)s->count[id] * p->frequency_penalty + p->presence_penalty);
-        s->count[id] = 0;
+    if (!c->sorted) {
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = recent[i];
+            if (id < 0 || id >= s->n_vocab || s->count[id] == 0)
+                continue; /* out of range, or already applied */
+            penalize(&s->cand[id], p, s->count[id]);
+            s->count[id] = 0;
+        }
+        return;
     }
+    for (int32_t i = 0; i < c->k; i++)
+        if (s->count[s->cand[i].id] > 0)
+            penalize(&s->cand[i], p, s->count[s->cand[i].id]);
+    for (int64_t i = 0; i < n; i++)
+        if (recent[i] >= 0 && recent[i] < s->n_vocab)
+            s->count[recent[i]] = 0;
+    resort(c);
+}
+
+/* DRY: how many of the most recent tokens come after the last sequence breaker, found
+ * in the text (a breaker may span tokens). rev[-i] is the i-th token from the end. */
+static int64_t dry_rep_limit(const struct chain *c, const int32_t *rev, int64_t n)
+{
+    const struct sample_ctx *s = c->s;
+    const struct sample_params *p = c->p;
+    if (!s->piece || p->n_dry_breakers == 0)
+        return n;
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = s->piece(s->pctx, rev[-i], &len);
+        if (!t)
+            continue;
+        int64_t best = -1;
+        for (size_t o = 0; o < len; o++)
+            for (int b = 0; b < p->n_dry_breakers; b++) {
+                const char *br = p->dry_breakers[b];
+                if (t[o] != br[0])
+                    continue;
+                size_t bl = strlen(br), m = 0, off = o, tl = len;
+                const char *tp = t;
+                int64_t j = i;
+                bool ok = true;
+                while (m < bl) {
+                    if (off == tl) { /* continue into the next, more recent token */
+                        if (j == 0) {
+                            ok = false;
+                            break;
+                        }
+                        j--;
+                        tp = s->piece(s->pctx, rev[-j], &tl);
+                        if (!tp)
+                            tl = 0;
+                        off = 0;
+                        continue;
+                    }
+                    if (tp[off] != br[m]) {
+                        ok = false;
+                        break;
+                    }
+                    off++;
+                    m++;
+                }
+                if (ok && (best < 0 || j < best))
+                    best = j;
+            }
+        if (best >= 0)
+            return best; /* the tokens after the breaker's last token */
+    }
+    return n;
+}
+
+static void step_dry(struct chain *c, const int32_t *history, int64_t n_history)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
+    if (p->dry_multiplier == 0.0f || p->dry_base < 1.0f || p->dry_penalty_last_n == 0 || !s->dry_z)
+        return;
+    int64_t n = p->dry_penalty_last_n < 0 || p->dry_penalty_last_n > n_history
+                    ? n_history
+                    : p->dry_penalty_last_n;
+    if (n > s->max_history)
+        n = s->max_history;
+    if (n <= p->dry_allowed_length)
+        return;
+    const int32_t *rev = history + n_history - 1; /* rev[-i]: i-th token from the end */
+    int64_t limit = dry_rep_limit(c, rev, n);
+    if (limit < p->dry_allowed_length)
+        return;
+    /* Z-function of the reversed window: z[i] = how many tokens before position i (from
+     * the end) repeat the last tokens; the token that followed them is rev[-(i-1)]. */
+    int32_t *z = s->dry_z;
+    z[0] = (int32_t)n;
+    int64_t l = 0, r = 0;
+    for (int64_t i = 1; i < n; i++) {
+        int64_t zi = 0;
+        if (i < r)
+            zi = r - i < z[i - l] ? r - i : z[i - l];
+        while (i + zi < n && rev[-zi] == rev[-(i + zi)])
+            zi++;
+        z[i] = (int32_t)zi;
+        if (i + zi > r) {
+            l = i;
+            r = i + zi;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        int64_t len = z[i] < limit ? z[i] : limit;
+        int32_t tok = rev[-(i - 1)];
+        if (len < p->dry_allowed_length || tok < 0 || tok >= s->n_vocab)
+            continue;
+        if (s->dry_len[tok] < len + 1)
+            s->dry_len[tok] = (int32_t)(len + 1);
+    }
+    int max_exp = 0;
+    if (p->dry_base > 1.000001f)
+        max_exp = (int)(88.7228391f / kern_logf(p->dry_base));
+    int32_t m = c->sorted ? c->k : c->n;
+    for (int32_t i = 0; i < m; i++) {
+        int32_t id = s->cand[i].id, len = s->dry_len[id];
+        if (len == 0 || s->dry_single[id])
+            continue;
+        int e = len - 1 - p->dry_allowed_length;
+        if (max_exp > 0 && e > max_exp)
+            e = max_exp;
+        float pw = 1.0f;
+        for (int j = 0; j < e; j++)
+            pw = pw * p->dry_base;
+        s->cand[i].logit = s->cand[i].logit - p->dry_multiplier * pw;
+    }
+    for (int64_t i = 1; i < n; i++) {
+        int32_t tok = rev[-(i - 1)];
+        if (tok >= 0 && tok < s->n_vocab)
+            s->dry_len[tok] = 0;
+    }
+    if (c->sorted)
+        resort(c);
+}
+
+static void step_top_n_sigma(struct chain *c)
+{
+    float nsig = c->p->top_n_sigma;
+    struct sample_cand *cand = c->s->cand;
+    int32_t m = c->sorted ? c->k : c->n;
+    if (nsig <= 0 || m <= 1)
+        return;
+    float max = -INFINITY, sum = 0;
+    int32_t cnt = 0;
+    for (int32_t i = 0; i < m; i++) {
+        float l = cand[i].logit;
+        if (l != -INFINITY) {
+            if (l > max)
+                max = l;
+            sum = sum + l;
+            cnt++;
+        }
+    }
+    if (cnt == 0)
+        return;
+    float mean = sum / (float)cnt, acc = 0;
+    for (int32_t i = 0; i < m; i++) {
+        float l = cand[i].logit;
+        if (l != -INFINITY) {
+            float d = l - mean;
+            acc = acc + d * d;
+        }
+    }
+    float limit = max - nsig * sqrtf(acc / (float)cnt);
+    if (c->sorted) {
+        int32_t keep = 0;
+        while (keep < c->k && !(cand[keep].logit < limit))
+            keep++;
+        c->k = keep;
+    } else {
+        for (int32_t i = 0; i < m; i++)
+            if (cand[i].logit < limit)
+                cand[i].logit = -INFINITY;
+    }
+    c->probs = false;
+}
+
+static void step_top_k(struct chain *c)
+{
+    int32_t tk = c->p->top_k;
+    if (!c->sorted) {
+        int32_t kk = tk > 0 && tk < c->n ? tk : c->n;
+        select_top_k(c->s->cand, c->n, kk);
+        c->sorted = true;
+        c->k = kk;
+        c->probs = false;
+    } else if (tk > 0 && tk < c->k) {
+        c->k = tk;
+        c->probs = false;
+    }
+}
+
+static int scratch_cmp(const void *pa, const void *pb)
+{
+    const struct sample_cand *a = pa, *b = pb;
+    if (a->p != b->p)
+        return a->p < b->p ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static void step_typical(struct chain *c)
+{
+    float tp = c->p->typical_p;
+    if (tp <= 0 || tp >= 1)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand, *scr = c->s->scratch;
+    float S = c->sum, h = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        float q = cand[i].p / S;
+        if (q > 0)
+            h = h + -q * kern_logf(q);
+    }
+    for (int32_t i = 0; i < c->k; i++) {
+        float q = cand[i].p / S;
+        scr[i].id = i; /* position in the sorted prefix: ties keep the total order */
+        scr[i].p = q > 0 ? fabsf(-kern_logf(q) - h) : INFINITY;
+        scr[i].logit = q;
+    }
+    qsort(scr, (size_t)c->k, sizeof *scr, scratch_cmp);
+    float cum = 0;
+    int32_t last = c->k;
+    for (int32_t j = 0; j < c->k; j++) {
+        cum = cum + scr[j].logit;
+        if (cum > tp && j + 1 >= c->min_keep) {
+            last = j + 1;
+            break;
+        }
+    }
+    for (int32_t j = 0; j < last; j++)
+        cand[scr[j].id].p = -1; /* mark kept */
+    int32_t w = 0;
+    for (int32_t i = 0; i < c->k; i++)
+        if (cand[i].p < 0)
+            cand[w++] = cand[i];
+    c->k = w;
+    c->probs = false;
+}
+
+static void step_top_p(struct chain *c)
+{
+    if (c->p->top_p >= 1.0f)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    float limit = c->p->top_p * c->sum, cum = 0;
+    int32_t keep = c->k;
+    for (int32_t i = 0; i < c->k; i++) {
+        cum = cum + cand[i].p;
+        if (cum >= limit && i + 1 >= c->min_keep) {
+            keep = i + 1;
+            break;
+        }
+    }
+    c->k = keep;
+    c->probs = false;
+}
+
+static void step_min_p(struct chain *c)
+{
+    if (c->p->min_p <= 0)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    int32_t keep = 1;
+    while (keep < c->k && cand[keep].p >= c->p->min_p)
+        keep++;
+    if (keep < c->min_keep)
+        keep = c->min_keep < c->k ? c->min_keep : c->k;
+    c->k = keep;
+    c->probs = false;
+}
+
+static void step_xtc(struct chain *c, uint64_t token_index)
+{
+    const struct sample_params *p = c->p;
+    if (p->xtc_probability <= 0 || p->xtc_threshold > 0.5f)
+        return;
+    ensure_sorted(c);
+    if (c->k < 2 || dead(c))
+        return;
+    if (sample_uniform(sample_xtc_key(p->seed), token_index) > p->xtc_probability)
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    int32_t last = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        if (cand[i].p / c->sum >= p->xtc_threshold)
+            last = i;
+        else
+            break;
+    }
+    if (last > 0 && c->k - last >= c->min_keep) {
+        memmove(cand, cand + last, (size_t)(c->k - last) * sizeof *cand);
+        c->k -= last;
+        c->probs = false;
+    }
+}
+
+static void step_temperature(struct chain *c)
+{
+    struct sample_cand *cand = c->s->cand;
+    int32_t m = c->sorted ? c->k : c->n;
+    float max = -INFINITY;
+    if (c->sorted)
+        max = cand[0].logit;
+    else
+        for (int32_t i = 0; i < m; i++)
+            if (cand[i].logit > max)
+                max = cand[i].logit;
+    if (max == -INFINITY)
+        return;
+    /* Relative to the best, so the best becomes exactly 0 and the draw's kern_expf(l_i - l_0)
+     * is kern_expf((l_i - l_max) / T), as in canonical-1's original chain. */
+    for (int32_t i = 0; i < m; i++)
+        cand[i].logit = (cand[i].logit - max) / c->p->temperature;
+    c->probs = false;
+}
+
+/* Nothing has any probability: the lowest id the grammar allows (-1 if none); without a
+ * grammar the lowest id. */
+static int32_t fallback(const struct chain *c)
+{
+    if (c->s->grammar) {
+        for (int32_t id = 0; id < c->n; id++)
+            if (c->s->allowed[id])
+                return id;
+        return -1;
+    }
+    return c->sorted ? c->s->cand[0].id : 0;
+}
+
+/* One draw from cand[0..k) with weights kern_expf(l_i - l_0); *sum receives their sum. */
+static int32_t draw(struct chain *c, uint64_t token_index, float *sum_out)
+{
+    struct sample_cand *cand = c->s->cand;
+    float sum = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
+        sum = sum + cand[i].p;
+    }
+    float target = sample_uniform(c->p->seed, token_index) * sum, cum = 0;
+    *sum_out = sum;
+    for (int32_t i = 0; i < c->k; i++) {
+        cum = cum + cand[i].p;
+        if (cum > target)
+            return i;
+    }
+    return c->k - 1;
+}
+
+#define KN_LOG2E 1.44269504f
+#define KN_LN2 0.693147181f
+
+static int32_t mirostat(struct chain *c, uint64_t token_index)
+{
+    struct sample_ctx *s = c->s;
+    const struct sample_params *p = c->p;
+    step_temperature(c);
+    ensure_sorted(c);
+    if (dead(c))
+        return fallback(c);
+    compute_probs(c);
+    struct sample_cand *cand = s->cand;
+    float mu = s->mirostat_mu;
+    if (mu != mu)
+        mu = 2.0f * p->mirostat_tau;
+    float S = c->sum;
+    if (p->mirostat == 2) {
+        int32_t keep = 0;
+        while (keep < c->k && !(-kern_logf(cand[keep].p / S) * KN_LOG2E > mu))
+            keep++;
+        c->k = keep > 0 ? keep : 1;
+    } else {
+        /* Zipf exponent estimated from the 100 most likely tokens, then top-k. */
+        float sum_tb = 0, sum_tt = 0;
+        for (int32_t i = 0; i + 1 < c->k && i < 99; i++) {
+            float pa = cand[i].p / S, pb = cand[i + 1].p / S;
+            if (!(pb > 0))
+                break;
+            float t = kern_logf((float)(i + 2) / (float)(i + 1));
+            float b = kern_logf(pa / pb);
+            sum_tb = sum_tb + t * b;
+            sum_tt = sum_tt + t * t;
+        }
+        int32_t kk = 1;
+        if (sum_tt > 0) {
+            float s_hat = sum_tb / sum_tt, eps = s_hat - 1;
+            float num = eps * kern_expf(mu * KN_LN2);
+            float den = 1 - kern_expf(-eps * kern_logf((float)c->n));
+            float kf = kern_expf(kern_logf(num / den) / s_hat);
+            if (kf >= 1)
+                kk = kf >= (float)c->k ? c->k : (int32_t)kf;
+        }
+        c->k = kk;
+    }
+    float sum;
+    int32_t j = draw(c, token_index, &sum);
+    float surprise = -kern_logf(cand[j].p / sum) * KN_LOG2E;
+    s->mirostat_mu = mu - p->mirostat_eta * (surprise - p->mirostat_tau);
+    return cand[j].id;
+}
+
+static int32_t sample_chain(struct chain *c, const int32_t *history, int64_t n_history,
+                            uint64_t token_index)
+{
+    const struct sample_params *p = c->p;
+    struct sample_cand *cand = c->s->cand;
+    const uint8_t *steps = p->n_samplers > 0 ? p->samplers : sample_default_chain;
+    int n_steps = p->n_samplers > 0 ? p->n_samplers : (int)sizeof sample_default_chain;
+
+    if (p->temperature <= 0) {
+        /* Greedy: only the steps that move logits matter to the argmax. */
+        for (int i = 0; i < n_steps; i++) {
+            if (steps[i] == SAMPLE_PENALTIES)
+                step_penalties(c, history, n_history);
+            else if (steps[i] == SAMPLE_DRY)
+                step_dry(c, history, n_history);
+        }
+        int32_t best = 0;
+        for (int32_t i = 1; i < c->n; i++)
+            if (cand[i].logit > cand[best].logit)
+                best = i;
+        if (cand[best].logit == -INFINITY && c->s->grammar)
+            return fallback(c);
+        return best;
+    }
+    if (p->mirostat != 0)
+        return mirostat(c, token_index);
+
+    for (int i = 0; i < n_steps; i++) {
+        switch (steps[i]) {
+        case SAMPLE_PENALTIES: step_penalties(c, history, n_history); break;
+        case SAMPLE_DRY: step_dry(c, history, n_history); break;
+        case SAMPLE_TOP_N_SIGMA: step_top_n_sigma(c); break;
+        case SAMPLE_TOP_K: step_top_k(c); break;
+        case SAMPLE_TYPICAL_P: step_typical(c); break;
+        case SAMPLE_TOP_P: step_top_p(c); break;
+        case SAMPLE_MIN_P: step_min_p(c); break;
+        case SAMPLE_XTC: step_xtc(c, token_index); break;
+        case SAMPLE_TEMPERATURE: step_temperature(c); break;
+        default: break;
+        }
+    }
+    ensure_sorted(c);
+    if (dead(c))
+        return fallback(c);
+    float sum;
+    return cand[draw(c, token_index, &sum)].id;
 }
 
 int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
@@ -182,59 +914,109 @@ int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const 
         cand[i].logit = l != l ? -INFINITY : l; /* NaN never wins */
         cand[i].p = 0;
     }
-    apply_penalties(s, p, history, n_history);
-
-    if (p->temperature <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (cand[i].logit > cand[best].logit)
-                best = i;
-        return best;
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias[i].id;
+        float b = p->logit_bias[i].bias;
+        if (id < 0 || id >= n)
+            continue;
+        cand[id].logit = b <= -100.0f ? -INFINITY : cand[id].logit + b;
     }
-
-    /* top-k: keep the k best, sorted. */
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    select_top_k(cand, n, k);
-    if (cand[0].logit == -INFINITY)
-        return cand[0].id; /* nothing has any probability: lowest id */
-
-    /* Probabilities at temperature 1 relative to the best: p_i = exp(l_i - l_0). */
-    float sum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
-        sum = sum + cand[i].p;
+    if (s->grammar) {
+        grammar_mask(s->grammar, s->gvocab, s->allowed);
+        for (int32_t i = 0; i < n; i++)
+            if (!s->allowed[i])
+                cand[i].logit = -INFINITY;
     }
-    /* top-p: the shortest prefix whose mass reaches top_p. */
-    if (p->top_p < 1.0f) {
-        float limit = p->top_p * sum, cum = 0;
-        int32_t keep = k;
-        for (int32_t i = 0; i < k; i++) {
-            cum = cum + cand[i].p;
-            if (cum >= limit) {
-                keep = i + 1;
+    struct chain c = {
+        .s = s, .p = p, .n = n, .k = n, .sorted = false, .probs = false,
+        .min_keep = p->min_keep > 1 ? p->min_keep : 1,
+    };
+    int32_t id = sample_chain(&c, history, n_history, token_index);
+    if (s->grammar && id >= 0)
+        grammar_accept_token(s->grammar, s->gvocab, id);
+    return id;
+}
+
+/* ---------------------------------------------------------------- stop strings */
+
+enum kn_status sample_stop_init(struct sample_stop *s, const char *const *stops, int n,
+                                struct kn_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->matched = -1;
+    if (n < 0 || n > SAMPLE_MAX_STOPS)
+        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", SAMPLE_MAX_STOPS, n);
+    for (int i = 0; i < n; i++) {
+        size_t len = stops[i] ? strlen(stops[i]) : 0;
+        if (len == 0)
+            return kn_fail(err, KN_E_ARG, "stop string %d is empty", i);
+        s->stop[i] = stops[i];
+        s->len[i] = len;
+        if (len > s->max_len)
+            s->max_len = len;
+    }
+    s->n = n;
+    s->held = kn_malloc(s->max_len + 1, err);
+    return s->held ? KN_OK : KN_E_NOMEM;
+}
+
+void sample_stop_free(struct sample_stop *s)
+{
+    free(s->held);
+    memset(s, 0, sizeof *s);
+    s->matched = -1;
+}
+
+/* The length of the longest suffix of held that is a proper prefix of a stop string. */
+static size_t stop_hold(const struct sample_stop *s)
+{
+    size_t best = 0;
+    for (int i = 0; i < s->n; i++)
+        for (size_t l = s->n_held < s->len[i] - 1 ? s->n_held : s->len[i] - 1; l > best; l--)
+            if (memcmp(s->held + s->n_held - l, s->stop[i], l) == 0) {
+                best = l;
                 break;
             }
+    return best;
+}
+
+bool sample_stop_feed(struct sample_stop *s, const char *bytes, size_t len, char *out,
+                      size_t *n_out)
+{
+    *n_out = 0;
+    if (s->matched >= 0)
+        return true;
+    for (size_t b = 0; b < len; b++) {
+        s->held[s->n_held++] = bytes[b];
+        /* A stop string ending at this byte: the earliest-ending match wins. */
+        for (int i = 0; i < s->n; i++)
+            if (s->n_held >= s->len[i] &&
+                memcmp(s->held + s->n_held - s->len[i], s->stop[i], s->len[i]) == 0) {
+                size_t keep = s->n_held - s->len[i];
+                memcpy(out + *n_out, s->held, keep);
+                *n_out += keep;
+                s->n_held = 0;
+                s->matched = i;
+                return true;
+            }
+        size_t hold = stop_hold(s);
+        size_t emit = s->n_held - hold;
+        if (emit > 0) {
+            memcpy(out + *n_out, s->held, emit);
+            *n_out += emit;
+            memmove(s->held, s->held + emit, hold);
+            s->n_held = hold;
         }
-        k = keep;
     }
-    /* min-p: drop candidates less likely than min_p times the best (whose p is 1). */
-    if (p->min_p > 0) {
-        int32_t keep = 1;
-        while (keep < k && cand[keep].p >= p->min_p)
-            keep++;
-        k = keep;
-    }
-    /* Temperature, then one draw from the counter-based generator. */
-    sum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cand[i].p = kern_expf((cand[i].logit - cand[0].logit) / p->temperature);
-        sum = sum + cand[i].p;
-    }
-    float target = sample_uniform(p->seed, token_index) * sum, cum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cum = cum + cand[i].p;
-        if (cum > target)
-            return cand[i].id;
-    }
-    return cand[k - 1].id;
+    return false;
+}
+
+void sample_stop_flush(struct sample_stop *s, char *out, size_t *n_out)
+{
+    *n_out = 0;
+    if (s->matched >= 0)
+        return;
+    memcpy(out, s->held, s->n_held);
+    *n_out = s->n_held;
+    s->n_held = 0;
 }
