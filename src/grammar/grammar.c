@@ -818,9 +818,8 @@ static size_t advance(struct grammar_state *st, size_t from, size_t to, uint32_t
     return start;
 }
 
-static bool viable(struct grammar_state *st, size_t from, size_t to, uint32_t cp, int rem)
+static bool viable(struct grammar_state *st, size_t from, size_t to, uint32_t lo, uint32_t hi)
 {
-    uint32_t lo = cp << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
     for (size_t i = from; i < to; i++) {
         uint32_t s = st->set[i];
         if (s != NIL && set_match_range(st->g, &st->g->els[st->a.n[s].pos], lo, hi))
@@ -845,13 +844,34 @@ static bool step_byte(struct grammar_state *st, size_t *from, size_t *to, uint32
             return false;
         *cp = n == 1 ? (b & 0x1Fu) : n == 2 ? (b & 0x0Fu) : (b & 0x07u);
         *rem = n;
-        return viable(st, *from, *to, *cp, *rem);
+        /* the code points this lead byte can start: E0 and F0 begin at U+0800 and
+         * U+10000 (shorter forms are overlong), F4 ends at U+10FFFF */
+        uint32_t lo = *cp << (6 * n), hi = lo | ((1u << (6 * n)) - 1);
+        if (n == 2 && lo < 0x800)
+            lo = 0x800;
+        if (n == 3 && lo < 0x10000)
+            lo = 0x10000;
+        if (hi > 0x10FFFF)
+            hi = 0x10FFFF;
+        return viable(st, *from, *to, lo, hi);
     }
     if ((b & 0xC0) != 0x80)
         return false;
+    /* the second byte rules out overlong forms, surrogates and values past U+10FFFF */
+    uint32_t lead_bits = *cp;
+    if (*rem == 2 && lead_bits == 0 && b < 0xA0)
+        return false; /* E0 80..9F: overlong */
+    if (*rem == 2 && lead_bits == 0x0D && b >= 0xA0)
+        return false; /* ED A0..BF: surrogates */
+    if (*rem == 3 && lead_bits == 0 && b < 0x90)
+        return false; /* F0 80..8F: overlong */
+    if (*rem == 3 && lead_bits == 4 && b >= 0x90)
+        return false; /* F4 90..: beyond U+10FFFF */
     *cp = *cp << 6 | (b & 0x3Fu);
-    if (--*rem > 0)
-        return viable(st, *from, *to, *cp, *rem);
+    if (--*rem > 0) {
+        uint32_t lo = *cp << (6 * *rem), hi = lo | ((1u << (6 * *rem)) - 1);
+        return viable(st, *from, *to, lo, hi);
+    }
     *from = advance(st, *from, *to, *cp);
     *to = st->n_set;
     return *to > *from && !st->oom;

@@ -332,6 +332,10 @@ static int cand_cmp(const void *pa, const void *pb)
  * the best k seen so far: O(n log k). */
 static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k)
 {
+    if (k >= n) { /* the whole order: a plain sort gives the same (total) order, faster */
+        qsort(cand, (size_t)n, sizeof *cand, cand_cmp);
+        return;
+    }
     /* heap[0] is the worst of the kept candidates */
     for (int32_t i = 1; i < k; i++) {
         int32_t c = i;
@@ -800,7 +804,13 @@ static int32_t draw(struct chain *c, uint64_t token_index, float *sum_out)
         if (cum > target)
             return i;
     }
-    return c->k - 1;
+    /* Rounding left no candidate (u * S rounded up to S): canonical-1 takes the last
+     * kept one. Under a grammar that one may be masked (p = 0): take the last with p > 0. */
+    int32_t last = c->k - 1;
+    if (c->s->grammar)
+        while (last > 0 && cand[last].p == 0)
+            last--;
+    return last;
 }
 
 #define KN_LOG2E 1.44269504f
@@ -856,7 +866,7 @@ static int32_t mirostat(struct chain *c, uint64_t token_index)
 }
 
 static int32_t sample_chain(struct chain *c, const int32_t *history, int64_t n_history,
-                            uint64_t token_index)
+                            uint64_t token_index, int first_step)
 {
     const struct sample_params *p = c->p;
     struct sample_cand *cand = c->s->cand;
@@ -882,7 +892,7 @@ static int32_t sample_chain(struct chain *c, const int32_t *history, int64_t n_h
     if (p->mirostat != 0)
         return mirostat(c, token_index);
 
-    for (int i = 0; i < n_steps; i++) {
+    for (int i = first_step; i < n_steps; i++) {
         switch (steps[i]) {
         case SAMPLE_PENALTIES: step_penalties(c, history, n_history); break;
         case SAMPLE_DRY: step_dry(c, history, n_history); break;
@@ -903,8 +913,7 @@ static int32_t sample_chain(struct chain *c, const int32_t *history, int64_t n_h
     return cand[draw(c, token_index, &sum)].id;
 }
 
-int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
-                     const int32_t *history, int64_t n_history, uint64_t token_index)
+static void load_candidates(struct sample_ctx *s, const struct sample_params *p, const float *logits)
 {
     int32_t n = s->n_vocab;
     struct sample_cand *cand = s->cand;
@@ -921,17 +930,97 @@ int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const 
             continue;
         cand[id].logit = b <= -100.0f ? -INFINITY : cand[id].logit + b;
     }
-    if (s->grammar) {
-        grammar_mask(s->grammar, s->gvocab, s->allowed);
-        for (int32_t i = 0; i < n; i++)
-            if (!s->allowed[i])
-                cand[i].logit = -INFINITY;
+}
+
+/* The grammar's fast path. Masking the whole vocabulary and then taking the top k gives
+ * the same candidates as walking the unmasked candidates in the total order and keeping
+ * the first k the grammar allows, provided the steps before top_k only move logits one
+ * token at a time (penalties, DRY: they commute with the mask) and those k all have
+ * finite logits. Checking a few hundred tokens one by one is much cheaper than masking
+ * 262k when the grammar allows most of them (inside a JSON string). Returns the step to
+ * resume the chain at, with cand[0..k) set, or -1 to take the full mask (candidates are
+ * then reloaded). Greedy is the case k = 1 with every step before it. */
+static int grammar_fast(struct chain *c, const int32_t *history, int64_t n_history,
+                        const uint8_t *steps, int n_steps)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
+    if (p->mirostat != 0)
+        return -1;
+    int32_t k;
+    int resume;
+    if (p->temperature <= 0) {
+        k = 1;
+        resume = n_steps;
+    } else {
+        int j = 0;
+        while (j < n_steps && steps[j] != SAMPLE_TOP_K) {
+            if (steps[j] != SAMPLE_PENALTIES && steps[j] != SAMPLE_DRY)
+                return -1;
+            j++;
+        }
+        if (j == n_steps || p->top_k <= 0)
+            return -1;
+        k = p->top_k;
+        resume = j + 1;
     }
+    int32_t m = k < 64 ? 256 : 4 * k;
+    if (m >= c->n)
+        return -1;
+    for (int i = 0; i < resume; i++) {
+        if (steps[i] == SAMPLE_PENALTIES)
+            step_penalties(c, history, n_history);
+        else if (steps[i] == SAMPLE_DRY)
+            step_dry(c, history, n_history);
+    }
+    select_top_k(s->cand, c->n, m);
+    int32_t found = 0;
+    for (int32_t i = 0; i < m && found < k; i++) {
+        if (s->cand[i].logit == -INFINITY)
+            break;
+        if (grammar_allows(s->grammar, s->gvocab, s->cand[i].id))
+            s->cand[found++] = s->cand[i];
+    }
+    if (found < k)
+        return -1;
+    c->sorted = true;
+    c->k = k;
+    c->probs = false;
+    return resume;
+}
+
+int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
+                     const int32_t *history, int64_t n_history, uint64_t token_index)
+{
+    int32_t n = s->n_vocab;
+    struct sample_cand *cand = s->cand;
+    const uint8_t *steps = p->n_samplers > 0 ? p->samplers : sample_default_chain;
+    int n_steps = p->n_samplers > 0 ? p->n_samplers : (int)sizeof sample_default_chain;
     struct chain c = {
         .s = s, .p = p, .n = n, .k = n, .sorted = false, .probs = false,
         .min_keep = p->min_keep > 1 ? p->min_keep : 1,
     };
-    int32_t id = sample_chain(&c, history, n_history, token_index);
+    load_candidates(s, p, logits);
+    int first = 0;
+    if (s->grammar) {
+        first = grammar_fast(&c, history, n_history, steps, n_steps);
+        if (first < 0) {
+            first = 0;
+            c.k = n;
+            c.sorted = false;
+            c.probs = false;
+            load_candidates(s, p, logits);
+            grammar_mask(s->grammar, s->gvocab, s->allowed);
+            for (int32_t i = 0; i < n; i++)
+                if (!s->allowed[i])
+                    cand[i].logit = -INFINITY;
+        }
+    }
+    int32_t id;
+    if (first > 0 && p->temperature <= 0)
+        id = cand[0].id; /* greedy through the fast path */
+    else
+        id = sample_chain(&c, history, n_history, token_index, first);
     if (s->grammar && id >= 0)
         grammar_accept_token(s->grammar, s->gvocab, id);
     return id;

@@ -96,8 +96,12 @@ static void test_matching(void)
     check_matches("root ::= \"\\n\\x41\" [\\u00e9-\\u00ff]", esc, 3);
     const struct mcase uni[] = {{"\xce\xb1\xce\xb2", true}, {"ab", false}};
     check_matches("root ::= [α-ω]+", uni, 2);
-    const struct mcase any[] = {{"q", true}, {"\xe2\x82\xac", true}, {"", false}, {"qq", false}};
-    check_matches("root ::= .", any, 4);
+    const struct mcase any[] = {{"q", true},     {"\xe2\x82\xac", true}, {"", false},
+                                {"qq", false},   {"\xe0\x80\x80", false}, /* overlong */
+                                {"\xed\xa0\x80", false},                /* surrogate */
+                                {"\xf4\x90\x80\x80", false},           /* > U+10FFFF */
+                                {"\xf0\x90\x80\x80", true}, {"\xc0\xaf", false}};
+    check_matches("root ::= .", any, 9);
     /* multi-line rules inside groups and after | */
     const struct mcase ml[] = {{"ab", true}, {"c", true}, {"a", false}};
     check_matches("root ::= (\n  \"a\" \"b\"\n  | \"c\"\n)\n", ml, 3);
@@ -281,6 +285,12 @@ static void test_mask_real(void)
             count += allowed[id];
         }
         CHECKF(bad == 0, "prefix '%s': %d tokens differ", prefixes[p], bad);
+        if (p == 0) /* at the start, only pieces that begin with '{' */
+            for (int32_t id = 0; id < n; id++) {
+                size_t len;
+                const char *pc = tok_piece(t, id, false, &len);
+                CHECKF(!allowed[id] || (len > 0 && pc[0] == '{'), "token %d allowed at start", id);
+            }
         CHECKF(count > 0, "prefix '%s': nothing allowed", prefixes[p]);
     }
     /* the end-of-generation token only after a complete object */
