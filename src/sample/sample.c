@@ -936,7 +936,7 @@ static void load_candidates(struct sample_ctx *s, const struct sample_params *p,
  * the same candidates as walking the unmasked candidates in the total order and keeping
  * the first k the grammar allows, provided the steps before top_k only move logits one
  * token at a time (penalties, DRY: they commute with the mask) and those k all have
- * finite logits. Checking a few hundred tokens one by one is much cheaper than masking
+ * finite logits (steps that are off are skipped). Checking a few hundred tokens one by one is much cheaper than masking
  * 262k when the grammar allows most of them (inside a JSON string). Returns the step to
  * resume the chain at, with cand[0..k) set, or -1 to take the full mask (candidates are
  * then reloaded). Greedy is the case k = 1 with every step before it. */
@@ -955,7 +955,13 @@ static int grammar_fast(struct chain *c, const int32_t *history, int64_t n_histo
     } else {
         int j = 0;
         while (j < n_steps && steps[j] != SAMPLE_TOP_K) {
-            if (steps[j] != SAMPLE_PENALTIES && steps[j] != SAMPLE_DRY)
+            bool off = (steps[j] == SAMPLE_TOP_N_SIGMA && p->top_n_sigma <= 0) ||
+                       (steps[j] == SAMPLE_TYPICAL_P && (p->typical_p <= 0 || p->typical_p >= 1)) ||
+                       (steps[j] == SAMPLE_TOP_P && p->top_p >= 1) ||
+                       (steps[j] == SAMPLE_MIN_P && p->min_p <= 0) ||
+                       (steps[j] == SAMPLE_XTC &&
+                        (p->xtc_probability <= 0 || p->xtc_threshold > 0.5f));
+            if (steps[j] != SAMPLE_PENALTIES && steps[j] != SAMPLE_DRY && !off)
                 return -1;
             j++;
         }

@@ -463,6 +463,77 @@ static void test_sample_with_grammar(void)
     grammar_free(g);
 }
 
+/* The sampler under a grammar equals sampling without one from logits masked by
+ * grammar_mask (the definition), whichever internal path it takes (the top-k fast path or
+ * the full mask), on a real vocabulary with random logits. */
+static void test_sample_equals_mask(void)
+{
+    struct tok *t = load_vocab("ggml-vocab-llama-spm.gguf");
+    if (!t)
+        return;
+    struct kn_err err;
+    struct grammar_vocab *gv;
+    CHECK(grammar_vocab_from_tok(&gv, t, &err) == KN_OK);
+    struct grammar *g = compile(grammar_json_object_gbnf());
+    struct grammar_state *a, *b;
+    CHECK(grammar_state_init(&a, g, &err) == KN_OK);
+    CHECK(grammar_state_init(&b, g, &err) == KN_OK);
+    int32_t n = tok_n_vocab(t);
+    struct sample_ctx sa, sb;
+    CHECK(sample_ctx_init(&sa, n, &err) == KN_OK);
+    CHECK(sample_ctx_init(&sb, n, &err) == KN_OK);
+    sample_ctx_set_grammar(&sa, a, gv);
+    float *l = malloc((size_t)n * sizeof *l), *lm = malloc((size_t)n * sizeof *lm);
+    uint8_t *allowed = malloc((size_t)n);
+    int32_t hist[64];
+    const struct {
+        float temp;
+        int32_t top_k;
+    } cfg[] = {{0, 50}, {1.0f, 40}, {0.8f, 0}, {1.5f, 5}};
+    int differ = 0, steps = 0;
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        struct sample_params p;
+        sample_params_default(&p);
+        p.temperature = cfg[ci].temp;
+        p.top_k = cfg[ci].top_k;
+        p.seed = 1000 + ci;
+        grammar_state_reset(a);
+        grammar_state_reset(b);
+        for (int i = 0; i < 40; i++) {
+            for (int32_t v = 0; v < n; v++) {
+                l[v] = (sample_uniform(ci * 100 + (uint64_t)i, (uint64_t)v) - 0.5f) * 10;
+                size_t len;
+                const char *pc = tok_piece(t, v, false, &len);
+                if (len && (pc[0] == '"' || pc[0] == '}'))
+                    l[v] += 4; /* get out of strings now and then */
+            }
+            int32_t x = sample_token(&sa, &p, l, hist, i, (uint64_t)i);
+            grammar_mask(b, gv, allowed);
+            for (int32_t v = 0; v < n; v++)
+                lm[v] = allowed[v] ? l[v] : -INFINITY;
+            int32_t y = sample_token(&sb, &p, lm, hist, i, (uint64_t)i);
+            differ += x != y;
+            steps++;
+            if (x != y || x < 0 || grammar_is_done(a))
+                break;
+            CHECK(grammar_accept_token(b, gv, y));
+            hist[i] = x;
+        }
+    }
+    CHECKF(differ == 0, "%d of %d tokens differ", differ, steps);
+    CHECK(steps > 60);
+    free(l);
+    free(lm);
+    free(allowed);
+    sample_ctx_free(&sa);
+    sample_ctx_free(&sb);
+    grammar_state_free(a);
+    grammar_state_free(b);
+    grammar_free(g);
+    grammar_vocab_free(gv);
+    tok_free(t);
+}
+
 int main(void)
 {
     test_matching();
@@ -471,5 +542,6 @@ int main(void)
     test_mask_real();
     test_json_schema();
     test_sample_with_grammar();
+    test_sample_equals_mask();
     CHECK_DONE();
 }
