@@ -970,7 +970,7 @@ static int grammar_fast(struct chain *c, const int32_t *history, int64_t n_histo
         k = p->top_k;
         resume = j + 1;
     }
-    int32_t m = k < 64 ? 256 : 4 * k;
+    int32_t m = k + k / 2 < 256 ? 256 : k + k / 2;
     if (m >= c->n)
         return -1;
     for (int i = 0; i < resume; i++) {
