@@ -190,4 +190,32 @@ bool sample_stop_feed(struct sample_stop *s, const char *bytes, size_t len, char
 /* At the end of generation (no stop matched): emits the held-back bytes (at most max_len). */
 void sample_stop_flush(struct sample_stop *s, char *out, size_t *n_out);
 
+/* ---------------------------------------------------------------- reasoning split */
+
+/* Splits streamed text into content and reasoning at markers such as <think> and
+ * </think> (the markers themselves go to neither). Like the stop matcher it holds back
+ * a tail that could be the start of the marker it is waiting for. start_inside: the
+ * output starts inside the reasoning (templates that put the opening marker in the
+ * prompt). */
+#define SAMPLE_MAX_MARKER 63
+struct sample_think {
+    char open[SAMPLE_MAX_MARKER + 1], close[SAMPLE_MAX_MARKER + 1];
+    size_t open_len, close_len;
+    bool inside;
+    char held[SAMPLE_MAX_MARKER + 1];
+    size_t n_held;
+};
+/* open and close: non-empty, at most SAMPLE_MAX_MARKER bytes. */
+KN_MUST_USE enum kn_status sample_think_init(struct sample_think *t, const char *open,
+                                             const char *close, bool start_inside,
+                                             struct kn_err *err);
+/* Feeds len bytes; content and reasoning (each of capacity len + SAMPLE_MAX_MARKER)
+ * receive the bytes of each kind that are safe to show, their counts in *n_content and
+ * *n_reasoning. Bytes keep their order within each kind. */
+void sample_think_feed(struct sample_think *t, const char *bytes, size_t len, char *content,
+                       size_t *n_content, char *reasoning, size_t *n_reasoning);
+/* At the end: the held-back bytes go to the kind they were in. */
+void sample_think_flush(struct sample_think *t, char *content, size_t *n_content, char *reasoning,
+                        size_t *n_reasoning);
+
 #endif

@@ -556,6 +556,50 @@ static void test_stop(void)
     sample_stop_free(&st);
 }
 
+/* Splits pieces into content and reasoning; returns them joined as "content|reasoning". */
+static void think_run(struct sample_think *t, const char *const *pieces, int n, char *c, char *r)
+{
+    size_t nc = 0, nr = 0, a, b;
+    char bc[256], br[256];
+    for (int i = 0; i < n; i++) {
+        sample_think_feed(t, pieces[i], strlen(pieces[i]), bc, &a, br, &b);
+        memcpy(c + nc, bc, a);
+        memcpy(r + nr, br, b);
+        nc += a;
+        nr += b;
+    }
+    sample_think_flush(t, bc, &a, br, &b);
+    memcpy(c + nc, bc, a);
+    memcpy(r + nr, br, b);
+    c[nc + a] = 0;
+    r[nr + b] = 0;
+}
+
+static void test_think(void)
+{
+    struct kn_err err;
+    struct sample_think t;
+    char c[256], r[256];
+    CHECK(sample_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
+    const char *p1[] = {"<th", "ink>Let me", " see.</", "think>\n\nThe answer", " is <", "b>4</b>"};
+    think_run(&t, p1, 6, c, r);
+    CHECK_STR(r, "Let me see.");
+    CHECK_STR(c, "\n\nThe answer is <b>4</b>");
+    /* starting inside (the template opened the block); a second block; an unclosed one */
+    CHECK(sample_think_init(&t, "<think>", "</think>", true, &err) == KN_OK);
+    const char *p2[] = {"hmm</think>A<think>more", "</thin"};
+    think_run(&t, p2, 2, c, r);
+    CHECK_STR(c, "A");
+    CHECK_STR(r, "hmmmore</thin");
+    /* a held prefix that turns out not to be a marker is emitted where it was */
+    CHECK(sample_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
+    const char *p3[] = {"a <thi", "s> b"};
+    think_run(&t, p3, 2, c, r);
+    CHECK_STR(c, "a <this> b");
+    CHECK_STR(r, "");
+    CHECK(sample_think_init(&t, "", "</think>", false, &err) == KN_E_ARG);
+}
+
 int main(void)
 {
     struct sample_ctx s;
@@ -572,5 +616,6 @@ int main(void)
     test_all_on(&s);
     sample_ctx_free(&s);
     test_stop();
+    test_think();
     CHECK_DONE();
 }
