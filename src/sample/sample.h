@@ -28,6 +28,7 @@ enum sample_step {
 #define SAMPLE_MAX_CHAIN 16
 #define SAMPLE_MAX_BREAKERS 16
 #define SAMPLE_MAX_BREAKER_LEN 64
+#define SAMPLE_MAX_BIAS 512
 
 /* One logit bias: added to the token's logit before everything else. A bias of -100 or
  * less (OpenAI's "ban"), or -inf, removes the token. */
@@ -48,7 +49,9 @@ struct sample_params {
     uint64_t seed;
 
     /* ---- added in issue 10; every zero value means "off", so a zeroed struct with the
-     * fields above set samples exactly as before. */
+     * fields above set samples exactly as before. The struct owns everything (no
+     * pointers): it can be copied, stored in a receipt and compared with memcmp-free
+     * field checks. */
     float typical_p;         /* 0 or >= 1: off */
     float top_n_sigma;       /* <= 0: off */
     float xtc_probability;   /* 0: off */
@@ -58,13 +61,13 @@ struct sample_params {
     int32_t dry_allowed_length;
     int32_t dry_penalty_last_n; /* 0: off, -1: all history */
     int32_t n_dry_breakers;
-    const char *dry_breakers[SAMPLE_MAX_BREAKERS]; /* not owned; NUL-terminated, non-empty */
+    char dry_breakers[SAMPLE_MAX_BREAKERS][SAMPLE_MAX_BREAKER_LEN + 1]; /* non-empty */
     int32_t mirostat;        /* 0: off, 1 or 2 */
     float mirostat_tau;
     float mirostat_eta;
     int32_t min_keep;        /* 0 or 1: keep at least one */
     int32_t n_logit_bias;
-    const struct sample_bias *logit_bias; /* not owned */
+    struct sample_bias logit_bias[SAMPLE_MAX_BIAS];
     int32_t n_samplers;      /* 0: the default chain */
     uint8_t samplers[SAMPLE_MAX_CHAIN]; /* enum sample_step values, applied in this order */
 };
@@ -94,6 +97,30 @@ bool sample_step_parse(const char *name, size_t len, int *step);
  * into p->samplers. Errors name the unknown step. */
 KN_MUST_USE enum kn_status sample_chain_parse(struct sample_params *p, const char *text,
                                               struct kn_err *err);
+
+/* ---- settings as JSON (receipts, server requests)
+ *
+ * The keys of the settings added in issue 10, in the order sample_params_json_write
+ * appends them: typical_p, top_n_sigma, xtc_probability, xtc_threshold, dry_multiplier,
+ * dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, mirostat,
+ * mirostat_tau, mirostat_eta, min_keep, logit_bias, samplers. NULL-terminated. */
+extern const char *const sample_json_keys[];
+struct json_value;
+/* Appends to the JSON object obj the settings of p that are on, in the order above (a
+ * sampler's secondary settings with it: xtc_threshold with xtc_probability > 0, the dry_*
+ * with dry_multiplier > 0, mirostat_tau/eta with mirostat); settings that are off are
+ * left out, so settings that existed before issue 10 give the same object as before.
+ * Floats are written with the fewest digits that read back to the same float;
+ * logit_bias as [[id, bias], ...] with bans (<= -100, -inf) as -100; samplers as names. */
+KN_MUST_USE enum kn_status sample_params_json_write(const struct sample_params *p,
+                                                    struct json_value *obj, struct kn_err *err);
+/* Reads the keys above from obj where present (others untouched: call
+ * sample_params_default or zero the struct first), with errors naming the key. logit_bias
+ * may also be OpenAI's object form {"123": -100, ...} (ids in ascending order) and
+ * samplers a string ("top_k;top_p") or an array of names. Does not check ranges: call
+ * sample_params_check. */
+KN_MUST_USE enum kn_status sample_params_json_read(const struct json_value *obj,
+                                                   struct sample_params *p, struct kn_err *err);
 
 /* The counter-based generator: a uniform float in [0, 1) with 24 random bits, a pure
  * function of (seed, index). */

