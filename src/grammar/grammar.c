@@ -259,6 +259,8 @@ static int repeat(struct parser *ps, int rule, size_t from, long min, long max)
 {
     struct prule *r = &ps->rules[rule];
     size_t len = r->n - from;
+    if (len == 0)
+        return 1; /* repeating nothing ("" or an empty group) is nothing */
     struct gel item[64];
     struct gel *it = item;
     if (len > 64) {

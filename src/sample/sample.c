@@ -547,10 +547,25 @@ static int cand_cmp(const void *pa, const void *pb)
 
 /* Moves the k first candidates in the total order to cand[0..k), sorted. A min-heap of
  * the best k seen so far: O(n log k). */
-static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k)
+static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k, struct sample_cand *scratch)
 {
-    if (k >= n) { /* the whole order: a plain sort gives the same (total) order, faster */
-        qsort(cand, (size_t)n, sizeof *cand, cand_cmp);
+    if (k >= n) {
+        /* The whole order. -inf candidates come last in id order (they are in id order
+         * whenever this runs on all tokens), so only the finite ones need sorting: under a
+         * grammar that is often a small part. Any sort gives the same (total) order. */
+        int32_t nf = 0, ni = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (cand[i].logit != -INFINITY)
+                cand[nf++] = cand[i];
+            else
+                scratch[ni++] = cand[i];
+        memcpy(cand + nf, scratch, (size_t)ni * sizeof *cand);
+        qsort(cand, (size_t)nf, sizeof *cand, cand_cmp);
+        bool by_id = true; /* the -inf ones kept their relative order */
+        for (int32_t i = nf + 1; i < n && by_id; i++)
+            by_id = cand[i - 1].id < cand[i].id;
+        if (!by_id)
+            qsort(cand + nf, (size_t)ni, sizeof *cand, cand_cmp);
         return;
     }
     /* heap[0] is the worst of the kept candidates */
@@ -606,7 +621,7 @@ static void ensure_sorted(struct chain *c)
 {
     if (c->sorted)
         return;
-    select_top_k(c->s->cand, c->n, c->n);
+    select_top_k(c->s->cand, c->n, c->n, c->s->scratch);
     c->sorted = true;
     c->k = c->n;
     c->probs = false;
@@ -846,7 +861,7 @@ static void step_top_k(struct chain *c)
     int32_t tk = c->p->top_k;
     if (!c->sorted) {
         int32_t kk = tk > 0 && tk < c->n ? tk : c->n;
-        select_top_k(c->s->cand, c->n, kk);
+        select_top_k(c->s->cand, c->n, kk, c->s->scratch);
         c->sorted = true;
         c->k = kk;
         c->probs = false;
@@ -1196,7 +1211,7 @@ static int grammar_fast(struct chain *c, const int32_t *history, int64_t n_histo
         else if (steps[i] == SAMPLE_DRY)
             step_dry(c, history, n_history);
     }
-    select_top_k(s->cand, c->n, m);
+    select_top_k(s->cand, c->n, m, s->scratch);
     int32_t found = 0;
     for (int32_t i = 0; i < m && found < k; i++) {
         if (s->cand[i].logit == -INFINITY)
