@@ -964,6 +964,27 @@ void grammar_state_free(struct grammar_state *st)
     free(st);
 }
 
+enum kn_status grammar_state_copy(struct grammar_state *dst, const struct grammar_state *src,
+                                  struct kn_err *err)
+{
+    if (dst->g != src->g)
+        return kn_fail(err, KN_E_ARG, "grammar: copying a state between different grammars");
+    if (!grow((void **)&dst->a.n, &dst->a.cap, src->a.len, sizeof *dst->a.n) ||
+        !grow((void **)&dst->set, &dst->cap_set, src->n_cur, sizeof *dst->set))
+        return kn_fail(err, KN_E_NOMEM, "grammar: out of memory");
+    if (src->a.len)
+        memcpy(dst->a.n, src->a.n, src->a.len * sizeof *dst->a.n);
+    if (src->n_cur)
+        memcpy(dst->set, src->set, src->n_cur * sizeof *dst->set);
+    dst->a.len = src->a.len;
+    dst->n_set = dst->n_cur = src->n_cur;
+    dst->cp = src->cp;
+    dst->rem = src->rem;
+    dst->done = src->done;
+    dst->oom = src->oom;
+    return KN_OK;
+}
+
 bool grammar_accept_bytes(struct grammar_state *st, const char *bytes, size_t len)
 {
     if (st->oom || st->done)

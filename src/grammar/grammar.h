@@ -53,6 +53,10 @@ int32_t grammar_vocab_n(const struct grammar_vocab *gv);
 KN_MUST_USE enum kn_status grammar_state_init(struct grammar_state **out, const struct grammar *g,
                                               struct kn_err *err);
 void grammar_state_free(struct grammar_state *st);
+/* Makes dst (a state of the same grammar) a copy of src: a snapshot to return to, e.g.
+ * before checking draft tokens that may be rejected. */
+KN_MUST_USE enum kn_status grammar_state_copy(struct grammar_state *dst,
+                                              const struct grammar_state *src, struct kn_err *err);
 /* Back to the start of the grammar. */
 void grammar_state_reset(struct grammar_state *st);
 /* Feeds text; false (and the state unchanged) if the grammar cannot continue with it. A

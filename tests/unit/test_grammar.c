@@ -127,6 +127,21 @@ static void test_matching(void)
     grammar_state_free(st);
     grammar_free(g);
 
+    /* a snapshot taken mid-way continues independently */
+    g = compile("root ::= \"x\" [0-9]+ \"y\"");
+    struct grammar_state *snap;
+    CHECK(grammar_state_init(&st, g, &err) == KN_OK);
+    CHECK(grammar_state_init(&snap, g, &err) == KN_OK);
+    CHECK(grammar_accept_bytes(st, "x12", 3));
+    CHECK(grammar_state_copy(snap, st, &err) == KN_OK);
+    CHECK(grammar_accept_bytes(st, "y", 1) && grammar_is_complete(st));
+    CHECK(!grammar_is_complete(snap));
+    CHECK(grammar_accept_bytes(snap, "3", 1) && !grammar_accept_bytes(snap, "x", 1));
+    CHECK(grammar_accept_bytes(snap, "y", 1) && grammar_is_complete(snap));
+    grammar_state_free(snap);
+    grammar_state_free(st);
+    grammar_free(g);
+
     /* a code point split across feeds */
     g = compile("root ::= \"\xc3\xa9\" \"!\"");
     CHECK(grammar_state_init(&st, g, &err) == KN_OK);
