@@ -63,11 +63,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    int32_t n_vocab = tok_n_vocab(tk);
+    int32_t n_vocab = (int32_t)m->hp.n_vocab;
     struct sample_ctx sctx;
     struct grammar_vocab *gv = NULL;
     double t0 = now();
-    if (sample_ctx_init(&sctx, n_vocab, &err) != KN_OK || grammar_vocab_from_tok(&gv, tk, &err) != KN_OK) {
+    if (sample_ctx_init(&sctx, n_vocab, &err) != KN_OK ||
+        grammar_vocab_from_tok(&gv, tk, n_vocab, &err) != KN_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -1178,15 +1178,19 @@ out:
 
 static const char *tok_piece_plain(const void *t, int32_t id, size_t *len)
 {
+    *len = 0;
+    if (id >= tok_n_vocab(t))
+        return "";
     return tok_piece(t, id, false, len);
 }
 
 enum kn_status grammar_vocab_from_tok(struct grammar_vocab **out, const struct tok *t,
-                                      struct kn_err *err)
+                                      int32_t n_vocab, struct kn_err *err)
 {
     int32_t eog[TOK_MAX_EOG];
     int n = tok_eog_ids(t, eog);
-    return grammar_vocab_init(out, tok_n_vocab(t), tok_piece_plain, t, eog, n > 16 ? 16 : n, err);
+    return grammar_vocab_init(out, n_vocab > 0 ? n_vocab : tok_n_vocab(t), tok_piece_plain, t, eog,
+                              n > 16 ? 16 : n, err);
 }
 
 void grammar_vocab_free(struct grammar_vocab *gv)

@@ -43,9 +43,10 @@ KN_MUST_USE enum kn_status grammar_vocab_init(struct grammar_vocab **out, int32_
                                               const void *pctx, const int32_t *eog, int n_eog,
                                               struct kn_err *err);
 /* The same from a tokenizer: pieces without control tokens (tok_piece(special = false)),
- * end-of-generation ids from tok_eog_ids. */
+ * end-of-generation ids from tok_eog_ids. n_vocab: the model's logit count (ids past the
+ * tokenizer's have no piece and are never allowed), or 0 for the tokenizer's. */
 KN_MUST_USE enum kn_status grammar_vocab_from_tok(struct grammar_vocab **out, const struct tok *t,
-                                                  struct kn_err *err);
+                                                  int32_t n_vocab, struct kn_err *err);
 void grammar_vocab_free(struct grammar_vocab *gv);
 int32_t grammar_vocab_n(const struct grammar_vocab *gv);
 

@@ -5,6 +5,7 @@
  * float step runs in the order docs/numerics.md ("Sampling") states. */
 #include "sample.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -529,6 +530,7 @@ enum kn_status sample_ctx_prepare(struct sample_ctx *s, const struct sample_para
 void sample_ctx_set_grammar(struct sample_ctx *s, struct grammar_state *g,
                             const struct grammar_vocab *gv)
 {
+    assert(!g || (gv && grammar_vocab_n(gv) == s->n_vocab)); /* sized for the same logits */
     s->grammar = g;
     s->gvocab = gv;
 }

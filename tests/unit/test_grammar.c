@@ -281,7 +281,7 @@ static void test_mask_real(void)
         return;
     struct grammar_vocab *gv;
     struct kn_err err;
-    CHECK(grammar_vocab_from_tok(&gv, t, &err) == KN_OK);
+    CHECK(grammar_vocab_from_tok(&gv, t, 0, &err) == KN_OK);
     const char *gb = grammar_json_object_gbnf();
     struct grammar *g = compile(gb);
     struct grammar_state *st;
@@ -488,7 +488,7 @@ static void test_sample_equals_mask(void)
         return;
     struct kn_err err;
     struct grammar_vocab *gv;
-    CHECK(grammar_vocab_from_tok(&gv, t, &err) == KN_OK);
+    CHECK(grammar_vocab_from_tok(&gv, t, 0, &err) == KN_OK);
     struct grammar *g = compile(grammar_json_object_gbnf());
     struct grammar_state *a, *b;
     CHECK(grammar_state_init(&a, g, &err) == KN_OK);

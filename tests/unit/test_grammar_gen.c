@@ -49,7 +49,7 @@ static int gen_open(struct gen *G, const char *vocab, const char *gbnf, struct k
     if (st != KN_OK)
         return 1;
     if (grammar_parse(gbnf, strlen(gbnf), NULL, &G->g, err) != KN_OK ||
-        grammar_vocab_from_tok(&G->gv, G->tok, err) != KN_OK ||
+        grammar_vocab_from_tok(&G->gv, G->tok, 0, err) != KN_OK ||
         grammar_state_init(&G->st, G->g, err) != KN_OK ||
         sample_ctx_init(&G->s, tok_n_vocab(G->tok), err) != KN_OK)
         return 1;
