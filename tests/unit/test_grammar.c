@@ -471,6 +471,24 @@ static void test_sample_with_grammar(void)
         }
     }
     CHECKF(complete > 250, "%d of 300 complete", complete);
+    /* a grammar this vocabulary cannot spell: -1, at any temperature */
+    struct grammar *gq = compile("root ::= \"q\"");
+    struct grammar_state *sq;
+    CHECK(grammar_state_init(&sq, gq, &err) == KN_OK);
+    sample_ctx_set_grammar(&s, sq, gv);
+    float flat[TOY_N] = {0};
+    CHECK_EQ_INT(sample_token(&s, &p, flat, NULL, 0, 0), -1);
+    p.temperature = 0;
+    CHECK_EQ_INT(sample_token(&s, &p, flat, NULL, 0, 0), -1);
+    /* an allowed token whose logit is -inf is still chosen over nothing */
+    sample_ctx_set_grammar(&s, st, gv);
+    grammar_state_reset(st);
+    float neg[TOY_N];
+    for (int32_t i = 0; i < TOY_N; i++)
+        neg[i] = i == 0 || i == 15 ? -INFINITY : 1.0f;
+    CHECK_EQ_INT(sample_token(&s, &p, neg, NULL, 0, 0), 0);
+    grammar_state_free(sq);
+    grammar_free(gq);
     /* greedy too, and the same seed gives the same output */
     sample_ctx_free(&s);
     grammar_state_free(st);
