@@ -27,6 +27,7 @@ struct jv {
     uint8_t t;
     uint8_t gen;   /* JV_LIST: produced by a generator filter (select, map...) */
     uint8_t unsafe; /* JV_UNDEF: a sandbox-refused attribute: calling it fails */
+    uint8_t markup; /* JV_STR: a markupsafe.Markup (from |safe, |escape): + escapes plain str */
     uint16_t fn;   /* JV_FUNC: which builtin or method */
     union {
         bool b;

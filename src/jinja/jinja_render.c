@@ -778,6 +778,26 @@ static enum kn_status json_dump(struct rs *r, const struct jnode *at, struct sb 
     return rerr(r, at, JINJA_ERR_TYPE, "Object of type %s is not JSON serializable", type_name(v));
 }
 
+/* markupsafe.escape of a plain string. */
+static bool html_escape(struct rs *r, const struct jstr *s, struct jv *out)
+{
+    struct sb b = {.r = r};
+    sb_add(&b, "", 0);
+    for (size_t i = 0; i < s->n; i++) {
+        char c = s->p[i];
+        if (c == '&') sb_adds(&b, "&amp;");
+        else if (c == '<') sb_adds(&b, "&lt;");
+        else if (c == '>') sb_adds(&b, "&gt;");
+        else if (c == '"') sb_adds(&b, "&#34;");
+        else if (c == '\'') sb_adds(&b, "&#39;");
+        else sb_add(&b, &c, 1);
+    }
+    if (!sb_done(&b, out))
+        return false;
+    out->markup = 1;
+    return true;
+}
+
 /* ---- ordering ---- */
 static int cmp_vals(const struct jv *a, const struct jv *b, bool *ok)
 {
@@ -1320,10 +1340,20 @@ static enum kn_status arith(struct rs *r, const struct jnode *at, int op, struct
         return KN_OK;
     }
     if (op == JOP_ADD && a.t == JV_STR && b.t == JV_STR) {
+        /* Markup + str escapes the str (and str + Markup too): the result is Markup */
+        bool mk = a.markup || b.markup;
+        if (mk && !a.markup && !html_escape(r, a.u.s, &a))
+            return nomem(r);
+        if (mk && !b.markup && !html_escape(r, b.u.s, &b))
+            return nomem(r);
         struct sb s = {.r = r};
         sb_add(&s, a.u.s->p, a.u.s->n);
         sb_add(&s, b.u.s->p, b.u.s->n);
-        return sb_done(&s, out) ? KN_OK : nomem(r);
+        sb_add(&s, "", 0);
+        if (!sb_done(&s, out))
+            return nomem(r);
+        out->markup = mk;
+        return KN_OK;
     }
     if (op == JOP_ADD && (a.t == JV_LIST || a.t == JV_TUPLE) && a.t == b.t && !a.gen && !b.gen) {
         struct jseq *l = seq_new(r, a.u.l->n + b.u.l->n);
@@ -2665,7 +2695,11 @@ static enum kn_status select_impl(struct rs *r, struct scope *sc, const struct j
         off++;
     }
     struct jseq *in;
-    TRY(iterate(r, at, val, &in));
+    if (truthy(&val)) {
+        TRY(iterate(r, at, val, &in));
+    } else if (!(in = seq_new(r, 0))) { /* jinja: "if value:" before iterating */
+        return nomem(r);
+    }
     struct jseq *l = seq_new(r, 0);
     if (!l)
         return nomem(r);
@@ -2759,7 +2793,9 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         if (g[0] && a[0].t != JV_NONE) TRY(want_str(r, at, "strip", &a[0], true));
         size_t b = 0, e = 0;
         strip_span(s.u.s, g[0] && a[0].t == JV_STR ? a[0].u.s : NULL, true, true, &b, &e);
-        return v_str(r, out, s.u.s->p + b, e - b) ? KN_OK : nomem(r);
+        if (!v_str(r, out, s.u.s->p + b, e - b)) return nomem(r);
+        out->markup = s.markup; /* Markup.strip() stays Markup */
+        return KN_OK;
     }
     if (IS("upper") || IS("lower") || IS("capitalize") || IS("title")) {
         NOARGS();
@@ -2767,30 +2803,24 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         if (!str_of(r, &val, &s)) return nomem(r);
         enum casemode m = IS("upper") ? CM_UPPER : IS("lower") ? CM_LOWER
                           : IS("capitalize") ? CM_CAPITALIZE : CM_JTITLE;
-        return str_case(r, s.u.s, m, out) ? KN_OK : nomem(r);
+        if (!str_case(r, s.u.s, m, out)) return nomem(r);
+        out->markup = s.markup && m != CM_JTITLE;
+        return KN_OK;
     }
     if (IS("string") || IS("safe") || IS("e") || IS("escape") || IS("forceescape")) {
         NOARGS();
-        if (IS("safe")) {
-            /* Markup(value): strings pass through; other values become their str() */
-            if (!str_of(r, &val, out)) return nomem(r);
-            return KN_OK;
-        }
         struct jv s;
         if (!str_of(r, &val, &s)) return nomem(r);
-        if (IS("string")) { *out = s; return KN_OK; }
-        struct sb b = {.r = r};
-        for (size_t i = 0; i < s.u.s->n; i++) {
-            char c = s.u.s->p[i];
-            if (c == '&') sb_adds(&b, "&amp;");
-            else if (c == '<') sb_adds(&b, "&lt;");
-            else if (c == '>') sb_adds(&b, "&gt;");
-            else if (c == '"') sb_adds(&b, "&#34;");
-            else if (c == '\'') sb_adds(&b, "&#39;");
-            else sb_add(&b, &c, 1);
+        if (IS("string")) {
+            *out = s; /* soft_str keeps Markup */
+            return KN_OK;
         }
-        if (!b.p) return v_str(r, out, "", 0) ? KN_OK : nomem(r);
-        return sb_done(&b, out) ? KN_OK : nomem(r);
+        if (IS("safe") || ((IS("e") || IS("escape")) && val.t == JV_STR && val.markup)) {
+            *out = s;
+            out->markup = 1;
+            return KN_OK;
+        }
+        return html_escape(r, s.u.s, out) ? KN_OK : nomem(r);
     }
     if (IS("items")) {
         NOARGS();
@@ -2864,7 +2894,11 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
     }
     if (IS("map")) {
         struct jseq *in;
-        TRY(iterate(r, at, val, &in));
+        if (truthy(&val)) {
+            TRY(iterate(r, at, val, &in));
+        } else if (!(in = seq_new(r, 0))) { /* jinja: "if value:" before iterating */
+            return nomem(r);
+        }
         struct jseq *l = seq_new(r, in->n);
         if (!l) return nomem(r);
         struct jv *attr = NULL, *dflt = NULL;
