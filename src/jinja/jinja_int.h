@@ -10,6 +10,7 @@ struct jarena {
     struct jarena_chunk *head;
     size_t used, cap; /* bytes handed out, limit */
     bool failed;
+    bool over_cap; /* failed because of cap (a limit), not malloc */
 };
 void *jarena_alloc(struct jarena *a, size_t size);
 void jarena_free(struct jarena *a);

@@ -29,7 +29,8 @@ void *jarena_alloc(struct jarena *a, size_t size)
     if (!c || c->size - c->used < size) {
         size_t want = size > 65536 ? size : 65536;
         size_t total;
-        if (a->failed || !kn_add_size(a->used, size, &total) || total > a->cap) {
+        if (a->failed || !kn_add_size(a->used, want, &total) || total > a->cap) {
+            a->over_cap = !a->failed;
             a->failed = true;
             return NULL;
         }
@@ -40,12 +41,12 @@ void *jarena_alloc(struct jarena *a, size_t size)
         }
         c->size = want;
         c->used = 0;
+        a->used += want; /* counts whole chunks: what the process really holds */
         c->next = a->head;
         a->head = c;
     }
     void *p = c->data + c->used;
     c->used += size;
-    a->used += size;
     return p;
 }
 
@@ -1084,6 +1085,8 @@ static enum kn_status parse_postfix(struct parser *ps, struct jnode **node)
         } else if (is_op(tk, '(')) {
             NEW(n, JN_CALL, tk);
             n->a = *node;
+            n->line = (*node)->line; /* errors of a call point at its callee */
+            n->col = (*node)->col;
             TRY(parse_call_args(ps, n));
             *node = n;
         } else {
@@ -1867,7 +1870,14 @@ static enum kn_status parse_body(struct parser *ps, struct nlist *body, const ch
         if (tk->t == TK_EOF) {
             if (!ends)
                 return KN_OK;
-            return perr(ps, tk, "unexpected end of template: expected '%s'", ends[0]);
+        {
+            char want[160] = "";
+            for (size_t k = 0; ends[k]; k++) {
+                size_t l = strlen(want);
+                snprintf(want + l, sizeof want - l, "%s'%s'", k ? " or " : "", ends[k]);
+            }
+            return perr(ps, tk, "unexpected end of template: looking for %s", want);
+        }
         }
         if (tk->t == TK_DATA) {
             NEW(n, JN_DATA, tk);

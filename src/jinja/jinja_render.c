@@ -107,7 +107,7 @@ static enum kn_status rerr(struct rs *r, const struct jnode *at, enum jinja_erro
 
 static enum kn_status nomem(struct rs *r)
 {
-    if (r->a.failed && r->a.used + 65536 > r->a.cap) {
+    if (r->a.over_cap) {
         if (r->diag) {
             r->diag->kind = JINJA_ERR_LIMIT;
             snprintf(r->diag->message, sizeof r->diag->message, "working memory limit reached");

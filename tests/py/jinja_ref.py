@@ -41,9 +41,15 @@ def _env(now):
     return env
 
 
+_COMPILED = {}
+
+
 def render(template, context, now=FIXED_TIME):
     try:
-        return ("ok", _env(now).from_string(template).render(**context))
+        key = (template, now)
+        if key not in _COMPILED:
+            _COMPILED[key] = _env(now).from_string(template)
+        return ("ok", _COMPILED[key].render(**context))
     except RaisedByTemplate as e:
         return ("raised", e.message)
     except Exception as e:  # noqa: BLE001 - any failure is a result to compare
