@@ -1848,9 +1848,29 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         TRY(expect_bend(ps));
         *out = n;
     } else if (is_name(tk, "extends") || is_name(tk, "include") || is_name(tk, "import") ||
-               is_name(tk, "from") || is_name(tk, "block")) {
-        return perr(ps, tk, "'%.*s' is not supported in chat templates (no template loader)",
-                    (int)tk->n, tk->p);
+               is_name(tk, "from")) {
+        /* jinja2 parses these and fails when they run: chat templates have no loader */
+        NEW(n, JN_NOLOADER, tk);
+        while (cur(ps)->t != TK_BEND && cur(ps)->t != TK_EOF)
+            ps->i++;
+        TRY(expect_bend(ps));
+        *out = n;
+    } else if (is_name(tk, "block")) {
+        /* without inheritance a block renders its body in place */
+        NEW(n, JN_BODY, tk);
+        if (cur(ps)->t != TK_NAME)
+            return perr(ps, cur(ps), "expected a block name");
+        ps->i++;
+        if (is_name(cur(ps), "scoped") || is_name(cur(ps), "required"))
+            ps->i++;
+        TRY(expect_bend(ps));
+        static const char *const ends[] = {"endblock", NULL};
+        const char *which;
+        TRY(body_into(ps, n, false, ends, &which));
+        if (cur(ps)->t == TK_NAME)
+            ps->i++;
+        TRY(expect_bend(ps));
+        *out = n;
     } else {
         return perr(ps, tk, "encountered unknown tag '%.*s'", (int)(tk->n > 60 ? 60 : tk->n),
                     tk->p);
@@ -1912,7 +1932,7 @@ static enum kn_status parse_body(struct parser *ps, struct nlist *body, const ch
             if (nt->t == TK_NAME) {
                 static const char *const closers[] = {"endif", "endfor", "endmacro", "endset",
                                                       "endcall", "endfilter", "else", "elif",
-                                                      "endraw", "endwith", "endgeneration",
+                                                      "endraw", "endwith", "endgeneration", "endblock",
                                                       NULL};
                 for (size_t k = 0; closers[k]; k++)
                     if (is_name(nt, closers[k]))
@@ -1947,6 +1967,29 @@ enum kn_status jinja_parse(struct jinja_template **out, const char *src, size_t 
         }
         return kn_fail(err, KN_E_LIMIT, "template is %zu bytes, over the limit of %zu bytes",
                        len, lim.max_source);
+    }
+    if (!json_utf8_valid(src, len)) {
+        /* templates are text (jinja2 works on str): find the first bad byte for the message */
+        size_t bad = 0;
+        while (bad < len) {
+            unsigned char c = (unsigned char)src[bad];
+            size_t w = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3
+                     : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+            if (!w || bad + w > len || !json_utf8_valid(src + bad, w))
+                break;
+            bad += w;
+        }
+        uint32_t line = 1, col = 1;
+        for (size_t i = 0; i < bad && i < len; i++) {
+            if (src[i] == '\n') {
+                line++;
+                col = 1;
+            } else if (((unsigned char)src[i] & 0xC0) != 0x80) {
+                col++;
+            }
+        }
+        return syntax_at(err, diag, line, col, "the template is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                         bad < len ? (unsigned char)src[bad] : 0, bad);
     }
     struct jinja_template *t = calloc(1, sizeof(*t));
     if (!t)

@@ -435,11 +435,16 @@ struct sb {
 };
 static void sb_add(struct sb *b, const char *s, size_t n)
 {
+    size_t need;
     if (b->fail)
         return;
-    if (b->n + n + 1 > b->cap) {
+    if (!kn_add_size(b->n, n, &need) || !kn_add_size(need, 1, &need)) {
+        b->fail = true;
+        return;
+    }
+    if (need > b->cap) {
         size_t nc = b->cap ? b->cap : 64;
-        while (nc < b->n + n + 1) {
+        while (nc < need) {
             if (nc > ((size_t)1 << 40)) {
                 b->fail = true;
                 return;
@@ -3543,6 +3548,10 @@ static enum kn_status exec_stmt(struct rs *r, struct scope *sc, const struct jno
         }
         return exec_body(r, ws, n->args, n->nargs);
     }
+    case JN_NOLOADER:
+        return rerr(r, n, JINJA_ERR_TYPE,
+                    "no loader for this environment specified (chat templates cannot include, "
+                    "import or extend other templates)");
     default:
         return rerr(r, n, JINJA_ERR_UNSUPPORTED, "unknown statement");
     }

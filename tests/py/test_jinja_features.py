@@ -228,6 +228,8 @@ SNIPPETS = [
     "{{ x | nosuchfilter }}",
     "{{ x is nosuchtest }}",
     "{% include 'other.jinja' %}",
+    "{% if false %}{% include 'other.jinja' %}{% endif %}unused include",
+    "{% block body %}in block {{ 1 }}{% endblock %}|{% block b2 %}x{% endblock b2 %}",
     "{{ 'unterminated }}",
     "{# unterminated comment",
     "{% unknown_tag %}",

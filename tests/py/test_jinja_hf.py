@@ -29,6 +29,8 @@ def kinetic_render(template, context, tmp):
         json.dump(context, f, ensure_ascii=False)
     p = subprocess.run([TOOL, tpath, cpath, "--time", str(jinja_ref.FIXED_TIME)],
                        capture_output=True, timeout=30)
+    assert b"Sanitizer" not in p.stderr and b"runtime error:" not in p.stderr, p.stderr.decode()
+    assert p.returncode in (0, 1), f"jinja_render exited with {p.returncode}: {p.stderr!r}"
     if p.returncode == 0:
         return ("ok", p.stdout.decode("utf-8"))
     head, _, msg = p.stderr.decode("utf-8", "replace").partition("\n")
@@ -55,7 +57,26 @@ def compare(ref, got):
         return f"reference raise_exception({ref[1]!r}), Kinetic {got}"
     if got[0] == "ok":
         return f"reference fails ({ref[1]}: {ref[2]}), Kinetic renders"
+    want = ERROR_KINDS.get(ref[1], {"type"})
+    if got[0] != "error" or got[1] not in want:
+        return f"reference fails with {ref[1]} ({ref[2]}), Kinetic with {got}"
     return None
+
+
+# jinja2's exception classes and the engine's error kinds that correspond to them.
+ERROR_KINDS = {
+    "UndefinedError": {"undefined"},
+    "SecurityError": {"security"},
+    "TemplateSyntaxError": {"syntax"},
+    "TemplateAssertionError": {"syntax"},
+    "TypeError": {"type"},
+    "ValueError": {"type"},
+    "ZeroDivisionError": {"type"},
+    "IndexError": {"type"},
+    "KeyError": {"type"},
+    "AttributeError": {"type"},
+    "OverflowError": {"type", "limit"},
+}
 
 
 @pytest.mark.parametrize("tid,src,bos,eos", TEMPLATES, ids=[t[0] for t in TEMPLATES])

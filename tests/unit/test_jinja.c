@@ -77,6 +77,7 @@ static void test_errors(void)
     expect_error("{% if x %}\nno end", NULL, JINJA_ERR_SYNTAX, 2, 7, "endif");
     expect_error("a\nb {{ x | nosuch }}", NULL, JINJA_ERR_SYNTAX, 2, 10, "nosuch");
     expect_error("{# open", NULL, JINJA_ERR_SYNTAX, 1, 1, "comment");
+    expect_error("ok {{ \"\xe3\" }}", NULL, JINJA_ERR_SYNTAX, 1, 8, "UTF-8");
     /* raise_exception: the message is exactly the template's */
     expect_error("{{ 'x' }}\n  {{ raise_exception('Roles must alternate ' ~ 2) }}", NULL,
                  JINJA_ERR_RAISED, 2, 6, "Roles must alternate 2");
