@@ -51,7 +51,7 @@ struct rs {
     struct kn_err *err;
     struct jinja_diag *diag;
     struct obuf *out;
-    size_t total_out, depth, iters;
+    size_t total_out, depth, iters, work;
     int ctl; /* 1 break, 2 continue */
     struct scope *root;
 };
@@ -983,6 +983,8 @@ static enum kn_status apply_test(struct rs *r, struct scope *sc, const struct jn
                                  const char *name, struct jv val, struct jv *args, size_t nargs,
                                  bool *out);
 
+static enum kn_status charge(struct rs *r, const struct jnode *at, size_t n);
+
 static enum kn_status undef_error(struct rs *r, const struct jnode *at, const struct jv *u)
 {
     if (u->unsafe)
@@ -1177,6 +1179,9 @@ static enum kn_status get_item(struct rs *r, const struct jnode *at, struct jv o
 /* Iterable contents as a sequence (lists/tuples shared, dict keys, string characters). */
 static enum kn_status iterate(struct rs *r, const struct jnode *at, struct jv v, struct jseq **out)
 {
+    size_t cost = v.t == JV_STR ? v.u.s->n : (v.t == JV_LIST || v.t == JV_TUPLE) ? v.u.l->n
+                  : v.t == JV_DICT ? v.u.d->n : 0;
+    TRY(charge(r, at, cost));
     switch (v.t) {
     case JV_UNDEF:
         if (v.unsafe)
@@ -1244,6 +1249,7 @@ static enum kn_status contains(struct rs *r, const struct jnode *at, struct jv i
         return KN_OK;
     case JV_LIST: case JV_TUPLE:
         *out = false;
+        TRY(charge(r, at, cont.u.l->n));
         for (size_t i = 0; i < cont.u.l->n; i++)
             if (py_eq(&item, &cont.u.l->v[i])) { *out = true; break; }
         return KN_OK;
@@ -2639,28 +2645,50 @@ static struct jv fold_case(struct rs *r, struct jv v, bool case_sensitive)
     return v;
 }
 
-/* Stable sort of l by keys (Python's sorted with < ). */
+/* Charges n units of work (comparisons, copies) to the render: lists can be long (range
+ * gives up to 100000 items), so linear operations inside loops are bounded too. */
+static enum kn_status charge(struct rs *r, const struct jnode *at, size_t n)
+{
+    r->work += n;
+    if (r->work / 64 > r->lim.max_iterations)
+        return rerr(r, at, JINJA_ERR_LIMIT, "template does too much work (more than %zu units)",
+                    r->lim.max_iterations * 64);
+    return KN_OK;
+}
+
+/* Stable merge sort of l by keys (Python's sorted: only '<' between keys). */
 static enum kn_status sort_seq(struct rs *r, const struct jnode *at, struct jseq *l,
                                struct jv *keys, bool reverse)
 {
     size_t n = l->n;
-    for (size_t i = 1; i < n; i++) {
-        struct jv x = l->v[i], kx = keys[i];
-        size_t j = i;
-        while (j > 0) {
-            bool ok = true;
-            int c = reverse ? cmp_vals(&keys[j - 1], &kx, &ok) : cmp_vals(&kx, &keys[j - 1], &ok);
-            if (!ok)
-                return rerr(r, at, JINJA_ERR_TYPE, "'<' not supported between instances of '%s' and '%s'",
-                            type_name(&kx), type_name(&keys[j - 1]));
-            if (c >= 0 || c == 2)
-                break;
-            l->v[j] = l->v[j - 1];
-            keys[j] = keys[j - 1];
-            j--;
+    if (n < 2)
+        return KN_OK;
+    struct jv *tv = ralloc(r, n * sizeof(*tv)), *tk = ralloc(r, n * sizeof(*tk));
+    if (!tv || !tk)
+        return nomem(r);
+    for (size_t w = 1; w < n; w *= 2) {
+        TRY(charge(r, at, n));
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) {
+                bool ok = true;
+                /* take from the right only when it is strictly before the left: stable */
+                int c = reverse ? cmp_vals(&keys[i], &keys[j], &ok) : cmp_vals(&keys[j], &keys[i], &ok);
+                if (!ok)
+                    return rerr(r, at, JINJA_ERR_TYPE,
+                                "'<' not supported between instances of '%s' and '%s'",
+                                type_name(&keys[j]), type_name(&keys[i]));
+                bool right = c < 0;
+                size_t k = right ? j++ : i++;
+                tv[o] = l->v[k];
+                tk[o++] = keys[k];
+            }
+            while (i < mid) { tv[o] = l->v[i]; tk[o++] = keys[i++]; }
+            while (j < hi) { tv[o] = l->v[j]; tk[o++] = keys[j++]; }
         }
-        l->v[j] = x;
-        keys[j] = kx;
+        memcpy(l->v, tv, n * sizeof(*tv));
+        memcpy(keys, tk, n * sizeof(*tk));
     }
     return KN_OK;
 }
@@ -2946,6 +2974,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
             struct jv k = in->v[i];
             if (g[1] && a[1].t != JV_NONE) TRY(attr_path(r, at, k, &a[1], &k));
             k = fold_case(r, k, cs);
+            TRY(charge(r, at, seen->n));
             bool dup = false;
             for (size_t j = 0; j < seen->n && !dup; j++) dup = py_eq(&seen->v[j], &k);
             if (!dup && (!seq_push(r, seen, k) || !seq_push(r, l, in->v[i]))) return nomem(r);

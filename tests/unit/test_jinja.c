@@ -107,6 +107,16 @@ static void test_limits(void)
     char *got = render("{% for i in range(50) %}{% for j in range(50) %}{% endfor %}{% endfor %}",
                        NULL, &o, &d, &st);
     CHECK(!got && st == KN_E_LIMIT && d.kind == JINJA_ERR_LIMIT);
+    /* linear work inside loops counts too ('in' over a long list, 100000 x 100000) */
+    memset(&o, 0, sizeof o);
+    o.limits.max_iterations = 10000;
+    got = render("{% set big = range(100000) | list %}{% for i in range(100000) %}"
+                 "{% if -1 in big %}x{% endif %}{% endfor %}", NULL, &o, &d, &st);
+    CHECK(!got && st == KN_E_LIMIT);
+    /* sorting is n log n: a long reversed range sorts within the default limits */
+    got = render("{{ (range(100000) | list | sort(reverse=true))[:3] }}", NULL, NULL, &d, &st);
+    CHECK(got && strcmp(got, "[99999, 99998, 99997]") == 0);
+    free(got);
     memset(&o, 0, sizeof o);
     o.limits.max_output = 1000;
     got = render("{% for i in range(1000) %}xx{% endfor %}", NULL, &o, &d, &st);
