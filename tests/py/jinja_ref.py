@@ -22,6 +22,20 @@ class RaisedByTemplate(jinja2.exceptions.TemplateError):
     """What raise_exception raises (transformers raises a plain TemplateError)."""
 
 
+class GenerationTag(jinja2.ext.Extension):
+    """transformers' AssistantTracker without the tracking: {% generation %} renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
 def _env(now):
     def raise_exception(message):
         raise RaisedByTemplate(message)
@@ -34,7 +48,7 @@ def _env(now):
         return datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime(format)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

@@ -220,6 +220,7 @@ SNIPPETS = [
     "{{ ['x', 'y'] | join(', ') ~ '.' }} {{ 1 ~ 2 }} {{ [] ~ {} }}",
     "{{ 'a' if true else 'b' if true else 'c' }} {{ 'a' if false else 'b' if false else 'c' }}",
     "{{ 1 if 0 else 2 | string + 'x' }}",
+    "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}\n{% endgeneration %}{% else %}{{ m.role }}\n{% endif %}{% endfor %}",
     # --- syntax errors (jinja2 fails at parse time) ---
     "{% if x %}no end",
     "{% for x in %}{% endfor %}",
