@@ -1263,6 +1263,199 @@ static enum kn_status contains(struct rs *r, const struct jnode *at, struct jv i
     return rerr(r, at, JINJA_ERR_TYPE, "argument of type '%s' is not iterable", type_name(&cont));
 }
 
+/* Python's printf-style "fmt % args" (used by the format filter and the % operator):
+ * %s %r %d %i %u %x %X %o %e %E %f %F %g %G %c %%, flags "#0- +", width, precision, '*'
+ * not supported; args is a tuple (positional), a dict (%(name)s) or one value. */
+static enum kn_status py_percent(struct rs *r, const struct jnode *at, const struct jstr *fmt,
+                                 struct jv args, struct jv *out)
+{
+    struct sb b = {.r = r};
+    sb_add(&b, "", 0);
+    size_t argi = 0;
+    bool tuple = args.t == JV_TUPLE, mapping = args.t == JV_DICT;
+    size_t nargs = tuple ? args.u.l->n : 1;
+    bool used_single = false;
+    for (size_t i = 0; i < fmt->n;) {
+        char c = fmt->p[i];
+        if (c != '%') {
+            sb_add(&b, &c, 1);
+            i++;
+            continue;
+        }
+        i++;
+        if (i >= fmt->n)
+            return rerr(r, at, JINJA_ERR_TYPE, "incomplete format");
+        struct jv v = {0};
+        bool have_v = false;
+        if (fmt->p[i] == '(') {
+            size_t e = i + 1;
+            while (e < fmt->n && fmt->p[e] != ')')
+                e++;
+            if (e >= fmt->n)
+                return rerr(r, at, JINJA_ERR_TYPE, "incomplete format key");
+            if (!mapping)
+                return rerr(r, at, JINJA_ERR_TYPE, "format requires a mapping");
+            struct jv *x = map_finds(args.u.d, fmt->p + i + 1, e - i - 1);
+            if (!x)
+                return rerr(r, at, JINJA_ERR_TYPE, "KeyError: '%.*s'", (int)(e - i - 1), fmt->p + i + 1);
+            v = *x;
+            have_v = true;
+            i = e + 1;
+        }
+        char flags[8];
+        size_t nf = 0;
+        while (i < fmt->n && strchr("#0- +", fmt->p[i]) && nf < sizeof flags - 1)
+            flags[nf++] = fmt->p[i++];
+        flags[nf] = 0;
+        int width = -1, prec = -1;
+        if (i < fmt->n && fmt->p[i] == '*')
+            return rerr(r, at, JINJA_ERR_UNSUPPORTED, "'*' width in %% formatting is not supported");
+        while (i < fmt->n && fmt->p[i] >= '0' && fmt->p[i] <= '9' && width < 100000)
+            width = (width < 0 ? 0 : width * 10) + (fmt->p[i++] - '0');
+        if (i < fmt->n && fmt->p[i] == '.') {
+            i++;
+            prec = 0;
+            while (i < fmt->n && fmt->p[i] >= '0' && fmt->p[i] <= '9' && prec < 100000)
+                prec = prec * 10 + (fmt->p[i++] - '0');
+        }
+        while (i < fmt->n && (fmt->p[i] == 'l' || fmt->p[i] == 'h' || fmt->p[i] == 'L'))
+            i++;
+        if (i >= fmt->n)
+            return rerr(r, at, JINJA_ERR_TYPE, "incomplete format");
+        char conv = fmt->p[i++];
+        if (width > 4096 || prec > 4096)
+            return rerr(r, at, JINJA_ERR_LIMIT, "format width or precision too large");
+        if (conv == '%') {
+            sb_adds(&b, "%");
+            continue;
+        }
+        if (!have_v) {
+            if (mapping) {
+                v = args;
+            } else if (tuple) {
+                if (argi >= nargs)
+                    return rerr(r, at, JINJA_ERR_TYPE, "not enough arguments for format string");
+                v = args.u.l->v[argi++];
+            } else {
+                if (used_single)
+                    return rerr(r, at, JINJA_ERR_TYPE, "not enough arguments for format string");
+                v = args;
+                used_single = true;
+            }
+        }
+        char piece[4600];
+        const char *text = NULL;
+        size_t tlen = 0;
+        struct jv sv;
+        if (conv == 's' || conv == 'r') {
+            if (conv == 's') {
+                if (!str_of(r, &v, &sv)) return nomem(r);
+            } else {
+                struct sb t = {.r = r};
+                to_str(&t, &v, true);
+                sb_add(&t, "", 0);
+                if (!sb_done(&t, &sv)) return nomem(r);
+            }
+            text = sv.u.s->p;
+            tlen = sv.u.s->n;
+            if (prec >= 0) { /* truncate to prec code points */
+                size_t k = 0;
+                for (int cp = 0; cp < prec && k < tlen; cp++)
+                    utf8_next(text, tlen, &k);
+                tlen = k;
+            }
+        } else if (conv == 'c') {
+            if (v.t == JV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF && !(v.u.i >= 0xD800 && v.u.i < 0xE000)) {
+                tlen = utf8_put(piece, (uint32_t)v.u.i);
+                text = piece;
+            } else if (v.t == JV_STR && utf8_count(v.u.s->p, v.u.s->n) == 1) {
+                text = v.u.s->p;
+                tlen = v.u.s->n;
+            } else {
+                return rerr(r, at, JINJA_ERR_TYPE, "%%c requires an int or a unicode character");
+            }
+        } else if (strchr("diuxXo", conv)) {
+            int64_t iv;
+            if (v.t == JV_INT || v.t == JV_BOOL) iv = num_i(&v);
+            else if (v.t == JV_FLOAT && strchr("diu", conv) && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) iv = (int64_t)v.u.f;
+            else
+                return rerr(r, at, JINJA_ERR_TYPE, "%%%c format: %s is not a number or not an integer",
+                            conv, type_name(&v));
+            char spec[32];
+            snprintf(spec, sizeof spec, "%%%s%s%s%s", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "",
+                     conv == 'x' ? "llx" : conv == 'X' ? "llX" : conv == 'o' ? "llo" : "lld");
+            /* Python formats the magnitude and puts the sign in front: do the same for
+             * hex/octal of negatives */
+            bool neg = iv < 0 && strchr("xXo", conv);
+            unsigned long long mag = neg ? (unsigned long long)0 - (unsigned long long)iv : (unsigned long long)iv;
+            int w = width, p2 = prec;
+            if (strchr("xXo", conv)) {
+                char digits[80];
+                snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : "%llo", mag);
+                char pre[8] = "";
+                if (strchr(flags, '#')) snprintf(pre, sizeof pre, "%s", conv == 'x' ? "0x" : conv == 'X' ? "0X" : "0o");
+                const char *sign = neg ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "";
+                size_t dl = strlen(digits);
+                char body[4300];
+                size_t zeros = p2 > 0 && (size_t)p2 > dl ? (size_t)p2 - dl : 0;
+                size_t core = strlen(sign) + strlen(pre) + zeros + dl;
+                size_t pad = w > 0 && (size_t)w > core ? (size_t)w - core : 0;
+                bool left = strchr(flags, '-') != NULL, zero = strchr(flags, '0') != NULL && !left;
+                size_t o = 0;
+                if (!left && !zero) for (size_t k = 0; k < pad; k++) body[o++] = ' ';
+                o += (size_t)snprintf(body + o, sizeof body - o, "%s%s", sign, pre);
+                if (zero) for (size_t k = 0; k < pad; k++) body[o++] = '0';
+                for (size_t k = 0; k < zeros; k++) body[o++] = '0';
+                memcpy(body + o, digits, dl);
+                o += dl;
+                if (left) for (size_t k = 0; k < pad; k++) body[o++] = ' ';
+                sb_add(&b, body, o);
+                continue;
+            }
+            int n;
+            if (width >= 0 && prec >= 0) n = snprintf(piece, sizeof piece, spec, w, p2, (long long)iv);
+            else if (width >= 0) n = snprintf(piece, sizeof piece, spec, w, (long long)iv);
+            else if (prec >= 0) n = snprintf(piece, sizeof piece, spec, p2, (long long)iv);
+            else n = snprintf(piece, sizeof piece, spec, (long long)iv);
+            text = piece;
+            tlen = n > 0 ? (size_t)n : 0;
+            sb_add(&b, text, tlen);
+            continue;
+        } else if (strchr("eEfFgG", conv)) {
+            if (!is_num(&v))
+                return rerr(r, at, JINJA_ERR_TYPE, "must be real number, not %s", type_name(&v));
+            double d = num_d(&v);
+            char spec[32];
+            snprintf(spec, sizeof spec, "%%%s*.*%c", flags, conv);
+            int n = snprintf(piece, sizeof piece, spec, width < 0 ? 0 : width, prec < 0 ? 6 : prec, d);
+            if (!isfinite(d)) { /* Python: inf/nan (INF/NAN for upper-case conversions) */
+                const char *word = isnan(d) ? (strchr("EFG", conv) ? "NAN" : "nan")
+                                             : (strchr("EFG", conv) ? "INF" : "inf");
+                char tmp[16];
+                snprintf(tmp, sizeof tmp, "%s%s", (!isnan(d) && d < 0) ? "-" : (strchr(flags, '+') ? "+" : ""), word);
+                n = snprintf(piece, sizeof piece, strchr(flags, '-') ? "%-*s" : "%*s", width < 0 ? 0 : width, tmp);
+            }
+            sb_add(&b, piece, n > 0 ? (size_t)n : 0);
+            continue;
+        } else {
+            return rerr(r, at, JINJA_ERR_TYPE, "unsupported format character '%c'", conv);
+        }
+        /* strings: pad with spaces to width (code points) */
+        size_t cps = utf8_count(text, tlen);
+        size_t pad = width > 0 && (size_t)width > cps ? (size_t)width - cps : 0;
+        bool left = strchr(flags, '-') != NULL;
+        if (!left) for (size_t k = 0; k < pad; k++) sb_adds(&b, " ");
+        sb_add(&b, text, tlen);
+        if (left) for (size_t k = 0; k < pad; k++) sb_adds(&b, " ");
+    }
+    if (mapping) {
+        /* fine: a mapping needs no count check */
+    } else if ((tuple && argi < nargs) || (!tuple && !used_single && args.t != JV_DICT)) {
+        return rerr(r, at, JINJA_ERR_TYPE, "not all arguments converted during string formatting");
+    }
+    return sb_done(&b, out) ? KN_OK : nomem(r);
+}
+
 /* ---- arithmetic ---- */
 
 static enum kn_status arith(struct rs *r, const struct jnode *at, int op, struct jv a,
@@ -1410,7 +1603,7 @@ static enum kn_status arith(struct rs *r, const struct jnode *at, int op, struct
         return rerr(r, at, JINJA_ERR_TYPE, "can only concatenate list (not \"%s\") to list",
                     type_name(&b));
     if (op == JOP_MOD && a.t == JV_STR)
-        return rerr(r, at, JINJA_ERR_UNSUPPORTED, "printf-style string formatting (%%) is not supported");
+        return py_percent(r, at, a.u.s, b, out);
     return rerr(r, at, JINJA_ERR_TYPE, "unsupported operand type(s) for %s: '%s' and '%s'",
                 sym[op], type_name(&a), type_name(&b));
 }
@@ -3252,6 +3445,27 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         *out = v_list(l, JV_LIST);
         out->gen = 1;
         return KN_OK;
+    }
+    if (IS("format")) {
+        if (nargs && nkw)
+            return rerr(r, at, JINJA_ERR_TYPE, "can't handle positional and keyword arguments at the same time");
+        struct jv s;
+        if (!str_of(r, &val, &s)) return nomem(r);
+        struct jv fa;
+        if (nkw) {
+            struct jmap *m = map_new(r);
+            if (!m) return nomem(r);
+            for (size_t k = 0; k < nkw; k++)
+                if (!map_set(r, m, v_strs(kwn[k]), kwv[k])) return nomem(r);
+            fa = (struct jv){.t = JV_DICT};
+            fa.u.d = m;
+        } else {
+            struct jseq *l = seq_new(r, nargs);
+            if (!l) return nomem(r);
+            for (size_t k = 0; k < nargs; k++) l->v[l->n++] = args[k];
+            fa = v_list(l, JV_TUPLE);
+        }
+        return py_percent(r, at, s.u.s, fa, out);
     }
 #undef IS
     return rerr(r, at, JINJA_ERR_UNSUPPORTED, "the filter '%s' is not supported", name);
