@@ -696,6 +696,7 @@ struct parser {
     struct kn_err *err;
     struct jinja_diag *diag;
     size_t depth, max_depth;
+    size_t loops; /* for-loop bodies around the current statement (break/continue) */
 };
 
 static struct tok *cur(struct parser *ps) { return &ps->t[ps->i]; }
@@ -1698,7 +1699,11 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         TRY(expect_bend(ps));
         static const char *const ends[] = {"endfor", "else", NULL};
         const char *which;
-        TRY(body_into(ps, n, false, ends, &which));
+        ps->loops++;
+        enum kn_status bst = body_into(ps, n, false, ends, &which);
+        ps->loops--;
+        if (bst)
+            return bst;
         if (strcmp(which, "else") == 0) {
             TRY(expect_bend(ps));
             static const char *const ends2[] = {"endfor", NULL};
@@ -1750,8 +1755,14 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         TRY(expect_bend(ps));
         static const char *const ends[] = {"endmacro", NULL};
         const char *which;
-        /* body goes into els (args/kw hold params) */
-        TRY(body_into(ps, n, true, ends, &which));
+        /* body goes into els (args/kw hold params); a loop around the definition does
+         * not make break legal inside it */
+        size_t saved_loops = ps->loops;
+        ps->loops = 0;
+        enum kn_status bst = body_into(ps, n, true, ends, &which);
+        ps->loops = saved_loops;
+        if (bst)
+            return bst;
         if (cur(ps)->t == TK_NAME)
             ps->i++; /* {% endmacro name %} */
         TRY(expect_bend(ps));
@@ -1771,7 +1782,12 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         TRY(expect_bend(ps));
         static const char *const ends[] = {"endcall", NULL};
         const char *which;
-        TRY(body_into(ps, m, true, ends, &which));
+        size_t saved_loops = ps->loops;
+        ps->loops = 0;
+        enum kn_status bst = body_into(ps, m, true, ends, &which);
+        ps->loops = saved_loops;
+        if (bst)
+            return bst;
         TRY(expect_bend(ps));
         n->d = m;
         *out = n;
@@ -1795,6 +1811,8 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         TRY(expect_bend(ps));
         *out = n;
     } else if (is_name(tk, "break") || is_name(tk, "continue")) {
+        if (ps->loops == 0)
+            return perr(ps, tk, "'%s' outside a loop", is_name(tk, "break") ? "break" : "continue");
         NEW(n, is_name(tk, "break") ? JN_BREAK : JN_CONTINUE, tk);
         TRY(expect_bend(ps));
         *out = n;

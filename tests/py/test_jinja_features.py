@@ -243,6 +243,11 @@ SNIPPETS = [
     "{{ [1, 2 }}",
     "{% set %}",
     "{% if true %}{% else %}{% else %}{% endif %}",
+    "a{% break %}b",
+    "{% for x in [1] %}{% macro m() %}{% break %}{% endmacro %}{{ m() }}{% endfor %}",
+    "{% for x in [1,2] %}{{x}}{% else %}{% continue %}{% endfor %}z",
+    "{% if true %}{% continue %}{% endif %}x",
+    "{% for x in [1, 2, 3] %}{% for y in [1, 2] %}{% if y == 2 %}{% break %}{% endif %}{{ x }}{{ y }} {% endfor %}{% if x == 2 %}{% continue %}{% endif %}[{{ x }}]{% endfor %}",
 ]
 
 IDS = [f"s{i:03d}" for i in range(len(SNIPPETS))]

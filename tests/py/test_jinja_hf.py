@@ -69,6 +69,7 @@ ERROR_KINDS = {
     "SecurityError": {"security"},
     "TemplateSyntaxError": {"syntax"},
     "TemplateAssertionError": {"syntax"},
+    "SyntaxError": {"syntax"},
     "TypeError": {"type"},
     "ValueError": {"type"},
     "ZeroDivisionError": {"type"},
