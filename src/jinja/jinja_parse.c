@@ -287,6 +287,9 @@ static enum kn_status lex_string(struct lexer *lx)
         case 'r': buf[o++] = '\r'; break;
         case 't': buf[o++] = '\t'; break;
         case 'v': buf[o++] = '\v'; break;
+        case 'N':
+            free(buf);
+            return lex_fail(lx, k, "\\N{...} escapes in strings are not supported");
         case 'x': case 'u': case 'U': {
             int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t cp = 0;
@@ -366,6 +369,34 @@ static enum kn_status lex_number(struct lexer *lx)
     size_t j = scan_digits(s, start, len);
     bool is_float = false;
     size_t end = j;
+    /* 0b/0o/0x integers */
+    if (s[start] == '0' && start + 2 < len + 1 && start + 1 < len &&
+        (s[start + 1] == 'b' || s[start + 1] == 'B' || s[start + 1] == 'o' || s[start + 1] == 'O' ||
+         s[start + 1] == 'x' || s[start + 1] == 'X')) {
+        int base = (s[start + 1] | 32) == 'b' ? 2 : (s[start + 1] | 32) == 'o' ? 8 : 16;
+        size_t k = start + 2;
+        uint64_t v = 0;
+        bool any = false;
+        while (k < len) {
+            if (s[k] == '_' && any && k + 1 < len) { k++; continue; }
+            int d = hexval(s[k]);
+            if (d < 0 || d >= base)
+                break;
+            if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base || v * (uint64_t)base + (uint64_t)d > INT64_MAX)
+                return lex_fail(lx, start, "integer literal does not fit in 64 bits");
+            v = v * (uint64_t)base + (uint64_t)d;
+            any = true;
+            k++;
+        }
+        if (any) {
+            struct tok *tk = push_tok(lx, TK_INT, start);
+            if (!tk)
+                return KN_E_NOMEM;
+            tk->i = (int64_t)v;
+            lx->pos = k;
+            return KN_OK;
+        }
+    }
     /* fraction */
     if (end < len && s[end] == '.') {
         size_t f = scan_digits(s, end + 1, len);
@@ -384,6 +415,14 @@ static enum kn_status lex_number(struct lexer *lx)
             end = f;
             is_float = true;
         }
+    }
+    if (!is_float && s[start] == '0') {
+        /* jinja2's integers: "0" (or 0_0...) alone; a leading zero ends the literal */
+        end = start + 1;
+        while (end + 1 < len && s[end] == '_' && s[end + 1] == '0')
+            end += 2;
+        while (end < len && s[end] == '0')
+            end++;
     }
     char buf[128];
     size_t o = 0;
@@ -1475,8 +1514,8 @@ static enum kn_status parse_tuple(struct parser *ps, struct jnode **out, bool si
             is_tuple = true;
         }
         struct tok *c = cur(ps);
-        if (c->t == TK_VEND || c->t == TK_BEND || is_op(c, ')') || is_name(c, "in") ||
-            (l.n && (is_op(c, '=') || is_name(c, "if"))))
+        if (c->t == TK_VEND || c->t == TK_BEND || is_op(c, ')') ||
+            (simplified && !condexpr && is_name(c, "in")))
             break;
         struct jnode *x;
         enum kn_status st;
@@ -1713,7 +1752,7 @@ static enum kn_status parse_statement(struct parser *ps, struct jnode **out)
         *out = n;
     } else if (is_name(tk, "set")) {
         struct jnode *target;
-        TRY(parse_tuple(ps, &target, true, false, false));
+        TRY(parse_tuple(ps, &target, true, true, false));
         TRY(check_target(ps, target, true));
         if (is_op(cur(ps), '=')) {
             ps->i++;

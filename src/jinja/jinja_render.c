@@ -382,7 +382,8 @@ static bool u_printable(uint32_t c)
     if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
         (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB) ||
         (c >= 0xD800 && c <= 0xF8FF) || (c >= 0x600 && c <= 0x605) || c == 0x61C || c == 0x6DD ||
-        c == 0x70F || c == 0x180E || c >= 0xF0000 || c == 0xE0001 || (c >= 0xE0020 && c <= 0xE007F))
+        c == 0x70F || c == 0x180E || c >= 0xF0000 || (c >= 0x323B0 && c < 0xE0100) ||
+        (c >= 0xE01F0 && c < 0xF0000) || (c >= 0x2FA20 && c < 0x30000) || c == 0xE0001 || (c >= 0xE0020 && c <= 0xE007F))
         return false;
     return true;
 }
@@ -614,7 +615,11 @@ static void to_str(struct sb *b, const struct jv *v, bool repr)
         sb_adds(b, v->u.m->node->name->p);
         sb_adds(b, "'>");
         break;
-    default: sb_adds(b, "<built-in method>"); break;
+    default:
+        sb_adds(b, v->fn == F_DICT ? "<class 'dict'>" : v->fn == F_RANGE ? "<class 'range'>"
+                   : v->fn == F_NAMESPACE ? "<class 'jinja2.utils.Namespace'>"
+                   : "<built-in method>");
+        break;
     }
 }
 
@@ -633,7 +638,8 @@ static bool str_of(struct rs *r, const struct jv *v, struct jv *out)
 /* Generators and loop objects print with an address in Python: refuse them. */
 static enum kn_status check_printable(struct rs *r, const struct jnode *at, const struct jv *v)
 {
-    if ((v->t == JV_LIST && v->gen) || v->t == JV_FUNC || v->t == JV_LOOP)
+    if ((v->t == JV_LIST && v->gen) || v->t == JV_LOOP ||
+        (v->t == JV_FUNC && v->fn != F_DICT && v->fn != F_RANGE && v->fn != F_NAMESPACE))
         return rerr(r, at, JINJA_ERR_TYPE,
                     "printing a %s gives a memory address in Python; convert it first "
                     "(for example with |list)", type_name(v));
@@ -1937,6 +1943,8 @@ static enum kn_status eval(struct rs *r, struct scope *sc, const struct jnode *n
             break;
         if (n->op == JOP_CONCAT) {
             struct jv sa, sbv;
+            TRY(check_printable(r, n, &a));
+            TRY(check_printable(r, n, &b));
             if (!str_of(r, &a, &sa) || !str_of(r, &b, &sbv)) { st = nomem(r); break; }
             struct sb s = {.r = r};
             sb_add(&s, sa.u.s->p, sa.u.s->n);
@@ -2043,8 +2051,6 @@ static enum kn_status want_str(struct rs *r, const struct jnode *at, const char 
 {
     if (v->t == JV_STR || (allow_none && v->t == JV_NONE))
         return KN_OK;
-    if (v->t == JV_UNDEF)
-        return undef_error(r, at, v);
     return rerr(r, at, JINJA_ERR_TYPE, "%s() argument must be str%s, not %s", fn,
                 allow_none ? " or None" : "", type_name(v));
 }
@@ -2380,6 +2386,8 @@ static enum kn_status call_value(struct rs *r, struct scope *sc, const struct jn
             return rerr(r, at, JINJA_ERR_TYPE, "%s expected at most 1 argument, got %zu",
                         fn.fn == F_DICT ? "dict" : "namespace", nargs);
         if (nargs == 1) {
+            if (args[0].t == JV_UNDEF)
+                return undef_error(r, at, &args[0]);
             if (args[0].t == JV_DICT || args[0].t == JV_NS) {
                 for (size_t i = 0; i < args[0].u.d->n; i++)
                     if (!map_set(r, m, args[0].u.d->k[i], args[0].u.d->v[i]))
@@ -2453,6 +2461,8 @@ static enum kn_status opt_int(struct rs *r, const struct jnode *at, const struct
         *out = dflt;
         return KN_OK;
     }
+    if (v->t == JV_UNDEF)
+        return undef_error(r, at, v);
     if (v->t != JV_INT && v->t != JV_BOOL)
         return rerr(r, at, JINJA_ERR_TYPE, "'%s' object cannot be interpreted as an integer",
                     type_name(v));
@@ -3128,6 +3138,11 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         struct jseq *l = seq_new(r, in->n);
         if (!l) return nomem(r);
         struct jv *attr = NULL, *dflt = NULL;
+        if (in->n == 0) {
+            *out = v_list(l, JV_LIST);
+            out->gen = 1;
+            return KN_OK;
+        }
         for (size_t k = 0; k < nkw; k++) {
             if (strcmp(kwn[k]->p, "attribute") == 0) attr = &kwv[k];
             else if (strcmp(kwn[k]->p, "default") == 0) dflt = &kwv[k];
@@ -3179,6 +3194,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
     if (IS("int")) {
         FARGS("default", "base");
         struct jv dflt = g[0] ? a[0] : v_int(0);
+        if (val.t == JV_UNDEF) return undef_error(r, at, &val);
         if (val.t == JV_INT) { *out = val; return KN_OK; }
         if (val.t == JV_BOOL) { *out = v_int(val.u.b); return KN_OK; }
         if (val.t == JV_FLOAT) {
@@ -3196,13 +3212,15 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
             for (size_t i = b2; i < e && n + 1 < sizeof buf; i++)
                 if (val.u.s->p[i] != '_') buf[n++] = val.u.s->p[i];
             buf[n] = 0;
-            char *end;
+            char *end = buf;
             errno = 0;
-            long long v = n && e - b2 < sizeof buf ? strtoll(buf, &end, (int)base) : 0;
-            if (n && e - b2 < sizeof buf && *end == 0 && errno == 0 && buf[0] != ' ') {
+            bool base_ok = base == 0 || (base >= 2 && base <= 36); /* else Python's ValueError */
+            long long v = base_ok && n && e - b2 < sizeof buf ? strtoll(buf, &end, (int)base) : 0;
+            if (base_ok && n && e - b2 < sizeof buf && *end == 0 && errno == 0 && buf[0] != ' ') {
                 *out = v_int(v);
                 return KN_OK;
             }
+            end = buf;
             double d = n && e - b2 < sizeof buf ? strtod(buf, &end) : 0;
             if (n && e - b2 < sizeof buf && *end == 0 && isfinite(d) && fabs(d) < 9.2e18 &&
                 !strpbrk(buf, "xXpP") && !strstr(buf, "nan") && !strstr(buf, "inf")) {
@@ -3216,6 +3234,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
     if (IS("float")) {
         FARGS("default");
         struct jv dflt = g[0] ? a[0] : v_float(0.0);
+        if (val.t == JV_UNDEF) return undef_error(r, at, &val);
         if (is_num(&val)) { *out = v_float(num_d(&val)); return KN_OK; }
         if (val.t == JV_STR) {
             size_t b2 = 0, e = 0;
@@ -3241,7 +3260,6 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
             *out = v_int(i < 0 ? -i : i);
             return KN_OK;
         }
-        if (val.t == JV_UNDEF) return undef_error(r, at, &val);
         return rerr(r, at, JINJA_ERR_TYPE, "bad operand type for abs(): '%s'", type_name(&val));
     }
     if (IS("round")) {
@@ -3250,7 +3268,6 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         TRY(opt_int(r, at, &a[0], g[0], 0, &prec));
         const char *method = g[1] && a[1].t == JV_STR ? a[1].u.s->p : "common";
         if (!is_num(&val)) {
-            if (val.t == JV_UNDEF) return undef_error(r, at, &val);
             return rerr(r, at, JINJA_ERR_TYPE, "type %s doesn't define __round__ method", type_name(&val));
         }
         if (prec < -20 || prec > 20) return rerr(r, at, JINJA_ERR_UNSUPPORTED, "round precision out of range");
@@ -3309,6 +3326,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
     }
     if (IS("dictsort")) {
         FARGS("case_sensitive", "by", "reverse");
+        if (val.t == JV_UNDEF) return undef_error(r, at, &val);
         if (val.t != JV_DICT) return rerr(r, at, JINJA_ERR_TYPE, "dictsort: value is not a mapping");
         bool by_value = g[1] && a[1].t == JV_STR && strcmp(a[1].u.s->p, "value") == 0;
         if (g[1] && a[1].t == JV_STR && !by_value && strcmp(a[1].u.s->p, "key") != 0)
@@ -3326,6 +3344,10 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
     }
     if (IS("indent")) {
         FARGS("width", "first", "blank");
+        if (val.t == JV_UNDEF) return undef_error(r, at, &val);
+        if (val.t != JV_STR)
+            return rerr(r, at, JINJA_ERR_TYPE, "indent: '%s' object has no attribute 'splitlines'",
+                        type_name(&val));
         struct jv s;
         if (!str_of(r, &val, &s)) return nomem(r);
         struct jv ind;
@@ -3516,7 +3538,7 @@ static enum kn_status apply_test(struct rs *r, struct scope *sc, const struct jn
         bool zero = !truthy(&m);
         *out = IS("odd") ? !zero : zero;
     } else if (IS("sameas")) {
-        *out = (v.t == args[0].t && (v.t == JV_NONE || v.t == JV_UNDEF ||
+        *out = (v.t == args[0].t && (v.t == JV_NONE ||
                                      (v.t == JV_BOOL && v.u.b == args[0].u.b) ||
                                      (v.t == JV_INT && v.u.i == args[0].u.i &&
                                       v.u.i >= -5 && v.u.i <= 256))) ||
