@@ -616,8 +616,7 @@ static void to_str(struct sb *b, const struct jv *v, bool repr)
         sb_adds(b, "'>");
         break;
     default:
-        sb_adds(b, v->fn == F_DICT ? "<class 'dict'>" : v->fn == F_RANGE ? "<class 'range'>"
-                   : v->fn == F_NAMESPACE ? "<class 'jinja2.utils.Namespace'>"
+        sb_adds(b, v->fn == F_DICT ? "<class 'dict'>" : v->fn == F_NAMESPACE ? "<class 'jinja2.utils.Namespace'>"
                    : "<built-in method>");
         break;
     }
@@ -639,7 +638,7 @@ static bool str_of(struct rs *r, const struct jv *v, struct jv *out)
 static enum kn_status check_printable(struct rs *r, const struct jnode *at, const struct jv *v)
 {
     if ((v->t == JV_LIST && v->gen) || v->t == JV_LOOP ||
-        (v->t == JV_FUNC && v->fn != F_DICT && v->fn != F_RANGE && v->fn != F_NAMESPACE))
+        (v->t == JV_FUNC && v->fn != F_DICT && v->fn != F_NAMESPACE))
         return rerr(r, at, JINJA_ERR_TYPE,
                     "printing a %s gives a memory address in Python; convert it first "
                     "(for example with |list)", type_name(v));
@@ -1683,7 +1682,8 @@ static enum kn_status slice_of(struct rs *r, const struct jnode *at, struct jv o
         items = obj.u.l;
         len = (int64_t)items->n;
     } else {
-        return rerr(r, at, JINJA_ERR_TYPE, "'%s' object is not subscriptable", type_name(&obj));
+        *out = undef_fmt(r, "'%s object' is not subscriptable%s", type_name(&obj), "");
+        return KN_OK;
     }
     int64_t start, stop;
     if (step > 0) {
@@ -2461,8 +2461,6 @@ static enum kn_status opt_int(struct rs *r, const struct jnode *at, const struct
         *out = dflt;
         return KN_OK;
     }
-    if (v->t == JV_UNDEF)
-        return undef_error(r, at, v);
     if (v->t != JV_INT && v->t != JV_BOOL)
         return rerr(r, at, JINJA_ERR_TYPE, "'%s' object cannot be interpreted as an integer",
                     type_name(v));
@@ -3354,6 +3352,8 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         if (g[0] && a[0].t == JV_STR) ind = a[0];
         else {
             int64_t w = 0;
+            if (g[0] && a[0].t == JV_UNDEF) /* " " * Undefined */
+                return undef_error(r, at, &a[0]);
             TRY(opt_int(r, at, &a[0], g[0], 4, &w));
             if (w > 10000) return rerr(r, at, JINJA_ERR_LIMIT, "indent width too large");
             struct sb b = {.r = r};
