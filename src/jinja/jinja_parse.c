@@ -189,7 +189,8 @@ static struct tok *push_tok(struct lexer *lx, int t, size_t pos)
 
 static bool is_ws(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    /* Python's \s and str.isspace() on ASCII: also the separators \x1c-\x1f */
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 static bool is_name_start(char c)
 {

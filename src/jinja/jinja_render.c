@@ -394,6 +394,9 @@ static uint32_t u_lower(uint32_t c)
     if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
     if (c >= 0x410 && c <= 0x42F) return c + 32;
     if (c >= 0x400 && c <= 0x40F) return c + 80;
+    if (((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) && !(c & 1))
+        return c + 1;
+    if (c >= 0x4C1 && c <= 0x4CE && (c & 1)) return c + 1;
     if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
         bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
         if (odd_upper ? (c & 1) : !(c & 1)) return c + 1;
@@ -409,6 +412,9 @@ static uint32_t u_upper(uint32_t c)
     if (c == 0x3C2) return 0x3A3;
     if (c >= 0x430 && c <= 0x44F) return c - 32;
     if (c >= 0x450 && c <= 0x45F) return c - 80;
+    if (((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x52F)) && (c & 1))
+        return c - 1;
+    if (c >= 0x4C1 && c <= 0x4CE && !(c & 1)) return c - 1;
     if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
         bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
         if (odd_upper ? !(c & 1) : (c & 1)) return c - 1;
@@ -2959,6 +2965,11 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
                                    struct jstr **kwn, struct jv *kwv, size_t nkw, struct jv *out)
 {
 #define IS(s) (strcmp(name, s) == 0)
+    /* filters that turn the value into text would print a generator's address */
+    if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") ||
+        IS("string") || IS("replace") || IS("safe") || IS("e") || IS("escape") ||
+        IS("forceescape") || IS("wordcount") || IS("center") || IS("format"))
+        TRY(check_printable(r, at, &val));
     if (IS("default") || IS("d")) {
         FARGS("default_value", "boolean");
         bool use = val.t == JV_UNDEF || (g[1] && truthy(&a[1]) && !truthy(&val));
@@ -3523,7 +3534,7 @@ static enum kn_status apply_test(struct rs *r, struct scope *sc, const struct jn
     else if (IS("sequence"))
         *out = v.t == JV_UNDEF || v.t == JV_STR || ((v.t == JV_LIST || v.t == JV_TUPLE) && !v.gen) ||
                v.t == JV_DICT;
-    else if (IS("callable")) *out = v.t == JV_FUNC || v.t == JV_MACRO || (v.t == JV_UNDEF && 0);
+    else if (IS("callable")) *out = v.t == JV_FUNC || v.t == JV_MACRO || v.t == JV_UNDEF;
     else if (IS("escaped")) *out = false;
     else if (IS("filter")) *out = v.t == JV_STR && jinja_filter_known(v.u.s->p);
     else if (IS("test")) *out = v.t == JV_STR && jinja_test_known(v.u.s->p);

@@ -222,6 +222,8 @@ SNIPPETS = [
     "{{ dict(undefined_var) }}",
     "{{ undefined_var | int }}",
     "{{ dict ~ namespace }} {{ dict }}",
+    "{{ 'ңӂѣ' | upper }} {{ 'ҢӁѢ' | lower }} {{ undefined_var is callable }} {{ s.upper is callable }}",
+    "a \x1c{#- c #}\x1f b {{- ' x' }}",
     "{{ '%s %s' % (1,) }}",
     "{{ '%s' % (1, 2) }}",
     "{{ 'abc'[1] }}{{ 'abc'[-4] }}|",

@@ -96,6 +96,8 @@ static void test_errors(void)
     expect_error("{{ 2 ** 64 }}", NULL, JINJA_ERR_UNSUPPORTED, 0, 0, "64 bits");
     /* printing a generator or a method would show an address: refused, not guessed */
     expect_error("{{ l | map('upper') }}", "{\"l\": []}", JINJA_ERR_TYPE, 0, 0, "generator");
+    expect_error("{{ l | map('upper') | trim }}", "{\"l\": [\"a\"]}", JINJA_ERR_TYPE, 0, 0, "generator");
+    expect_error("{{ 'x' ~ s.upper }}", "{\"s\": \"a\"}", JINJA_ERR_TYPE, 0, 0, "address");
 }
 
 static void test_limits(void)
