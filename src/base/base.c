@@ -105,6 +105,29 @@ char *kn_strdup(const char *s, struct kn_err *err)
     return p;
 }
 
+bool kn_buf_add(struct kn_buf *b, const char *s, size_t n)
+{
+    size_t need;
+    if (!kn_add_size(b->n, n, &need) || !kn_add_size(need, 1, &need))
+        return false;
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < need)
+            if (!kn_mul_size(cap, 2, &cap))
+                return false;
+        char *t = realloc(b->p, cap);
+        if (!t)
+            return false;
+        b->p = t;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
 enum kn_status kn_map_open(struct kn_map *map, const char *path, struct kn_err *err)
 {
     memset(map, 0, sizeof *map);

@@ -60,6 +60,14 @@ void *kn_calloc(size_t n, size_t size, struct kn_err *err);
 void *kn_aligned_alloc(size_t size, struct kn_err *err);
 char *kn_strdup(const char *s, struct kn_err *err);
 
+/* A growable byte buffer, NUL-terminated once it holds anything; free p when done. */
+struct kn_buf {
+    char *p;
+    size_t n, cap;
+};
+/* Appends n bytes of s; false when out of memory (the buffer is then unchanged). */
+KN_MUST_USE bool kn_buf_add(struct kn_buf *b, const char *s, size_t n);
+
 /* A read-only memory map of a whole file. */
 struct kn_map {
     const uint8_t *data;

@@ -72,42 +72,18 @@ static int default_threads(void)
     return n > 16 ? 16 : (int)n;
 }
 
-/* A growable message being assembled from continued lines. */
-struct msgbuf {
-    char *p;
-    size_t n, cap;
-};
-
-static bool mb_add(struct msgbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *t = realloc(b->p, cap);
-        if (!t)
-            return false;
-        b->p = t;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
-
 /* Zero Wait's hook: the message so far (earlier continued lines + the line being typed). */
 struct chat_idle {
     struct repl *r;
-    struct msgbuf *msg;
-    struct msgbuf tmp;
+    struct kn_buf *msg;
+    struct kn_buf tmp;
 };
 
 static bool chat_idle_fn(void *ctx, const char *line, size_t len)
 {
     struct chat_idle *ci = ctx;
     ci->tmp.n = 0;
-    if (!mb_add(&ci->tmp, ci->msg->p ? ci->msg->p : "", ci->msg->n) || !mb_add(&ci->tmp, line, len))
+    if (!kn_buf_add(&ci->tmp, ci->msg->p ? ci->msg->p : "", ci->msg->n) || !kn_buf_add(&ci->tmp, line, len))
         return false;
     const char *s = ci->tmp.p;
     size_t n = ci->tmp.n;
@@ -202,7 +178,7 @@ int cmd_chat(int argc, char **argv)
     struct kn_err err = {0};
     struct repl *r = NULL;
     struct repl_edit *ed = NULL;
-    struct msgbuf msg = {0};
+    struct kn_buf msg = {0};
     struct chat_idle ci = {0};
     char *line_buf = NULL;
     size_t line_cap = 0;
@@ -238,7 +214,7 @@ int cmd_chat(int argc, char **argv)
     for (;;) {
         /* ---- one message: lines continued with a trailing backslash. */
         msg.n = 0;
-        if (!mb_add(&msg, "", 0))
+        if (!kn_buf_add(&msg, "", 0))
             goto nomem;
         bool eof = false, cancelled = false;
         for (;;) {
@@ -275,11 +251,11 @@ int cmd_chat(int argc, char **argv)
                 line = line_buf;
             }
             if (len && line[len - 1] == '\\') {
-                if (!mb_add(&msg, line, len - 1) || !mb_add(&msg, "\n", 1))
+                if (!kn_buf_add(&msg, line, len - 1) || !kn_buf_add(&msg, "\n", 1))
                     goto nomem;
                 continue;
             }
-            if (!mb_add(&msg, line, len))
+            if (!kn_buf_add(&msg, line, len))
                 goto nomem;
             break;
         }

@@ -79,40 +79,16 @@ static void run_print_str(FILE *out, const char *s0, size_t n0)
     free(clean);
 }
 
-/* Growable byte buffer for the generated text (JSON mode) and the prompt. */
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
-static bool buf_add(struct buf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *t = realloc(b->p, cap);
-        if (!t)
-            return false;
-        b->p = t;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
-
-static enum kn_status read_stream(FILE *f, const char *name, struct buf *b, struct kn_err *err)
+static enum kn_status read_stream(FILE *f, const char *name, struct kn_buf *b, struct kn_err *err)
 {
     char tmp[65536];
     size_t r;
     while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (!buf_add(b, tmp, r))
+        if (!kn_buf_add(b, tmp, r))
             return kn_fail(err, KN_E_NOMEM, "out of memory reading %s", name);
     if (ferror(f))
         return kn_fail(err, KN_E_IO, "cannot read %s: %s", name, strerror(errno));
-    if (!b->p && !buf_add(b, "", 0))
+    if (!b->p && !kn_buf_add(b, "", 0))
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     return KN_OK;
 }
@@ -166,7 +142,7 @@ struct run_gen {
     FILE *logits_f;
     struct tok_stream *ts;
     char *piece;
-    struct buf *text;
+    struct kn_buf *text;
     struct kn_err *err;
     bool failed;
 };
@@ -289,7 +265,7 @@ static bool run_on_token(void *ctx, int32_t id, int64_t index)
         return false;
     size_t pn = 0;
     tok_stream_push(g->ts, id, g->piece, &pn);
-    if (!buf_add(g->text, g->piece, pn)) {
+    if (!kn_buf_add(g->text, g->piece, pn)) {
         kn_fail(g->err, KN_E_NOMEM, "out of memory");
         g->failed = true;
         return false;
@@ -423,7 +399,7 @@ int cmd_run(int argc, char **argv)
 
     struct kn_err err = {0};
     int ret = 1;
-    struct buf prompt = {0}, text = {0};
+    struct kn_buf prompt = {0}, text = {0};
     struct model *m = NULL;
     struct tok *tk = NULL;
     struct kern_pool *pool = NULL;
@@ -455,7 +431,7 @@ int cmd_run(int argc, char **argv)
     if (!o.prompt_ids) {
         enum kn_status st = KN_OK;
         if (prompt_arg && strcmp(prompt_arg, "-") != 0)
-            st = buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
+            st = kn_buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
         else if ((o.file && strcmp(o.file, "-") == 0) || (prompt_arg && strcmp(prompt_arg, "-") == 0))
             st = read_stream(stdin, "standard input", &prompt, &err);
         else if (o.file) {
@@ -640,7 +616,10 @@ int cmd_run(int argc, char **argv)
     {
         size_t pn = 0;
         tok_stream_flush(&ts, piece, &pn);
-        buf_add(&text, piece, pn);
+        if (!kn_buf_add(&text, piece, pn)) {
+            kn_fail(&err, KN_E_NOMEM, "out of memory");
+            goto out;
+        }
         if (!o.json && pn)
             fwrite(piece, 1, pn, stdout);
     }
