@@ -203,6 +203,9 @@ struct run_opts {
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int64_t top_k, repeat_last_n, seed, n_predict, ctx_size, threads, batch;
     bool seed_set, raw, json, print_prompt;
+    bool no_draft, no_warm_start;
+    int64_t draft_max, cache_ram;
+    const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
 };
@@ -285,6 +288,8 @@ int cmd_run(int argc, char **argv)
         {"logits-out", 0, CLI_STR, &o.logits_out, "FILE", "write the logits of each generated position (float32)", NULL},
         {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
         {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
+        {"no-draft", 0, CLI_FLAG, &o.no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
+        {"draft-max", 0, CLI_INT, &o.draft_max, "N", "most draft tokens per verification pass (default 16)", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[2];
@@ -486,7 +491,12 @@ int cmd_run(int argc, char **argv)
     }
     if (kern_pool_create((int)o.threads, &pool, &err) != KN_OK)
         goto out;
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type};
+    if (o.draft_max < 0 || o.draft_max > 256) {
+        kn_fail(&err, KN_E_ARG, "--draft-max must be in 0..256");
+        goto out;
+    }
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type,
+                               .no_draft = o.no_draft, .draft_max = (int32_t)o.draft_max};
     if (engine_init(&e, m, pool, &ep, &err) != KN_OK)
         goto out;
     engine_ok = true;
@@ -554,8 +564,11 @@ int cmd_run(int argc, char **argv)
             printf(i ? ", %d" : "%d", gen[i]);
         printf("], \"text\": ");
         run_print_str(stdout, text.p ? text.p : "", text.n);
-        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f}\n", stop,
+        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
                (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+        printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
+               (long long)e.draft_stats.proposed, (long long)e.draft_stats.accepted,
+               (long long)e.draft_stats.passes, (long long)e.draft_stats.steps);
     } else {
         printf("\n");
     }
@@ -567,9 +580,12 @@ int cmd_run(int argc, char **argv)
     int64_t n_dec = n_gen > 0 ? n_gen - 1 : 0;
     if (strcmp(stop, "eog") == 0)
         n_dec = n_gen;
-    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads\n",
+    const struct engine_draft_stats *ds = &e.draft_stats;
+    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
             (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
-            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads);
+            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads,
+            (long long)ds->accepted, (long long)ds->proposed, (long long)ds->passes,
+            e.draft ? "" : " (off)");
     if (o.receipt) {
         if (o.prompt_ids)
             input = json_new_string(o.prompt_ids);
