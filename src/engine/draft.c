@@ -124,6 +124,9 @@ int64_t engine_draft_propose(const int32_t *seq, int64_t n, int32_t n_max, int32
 
 static void draft_adapt(struct engine *e, int64_t accepted, int64_t proposed)
 {
+    e->draft_stats.full += accepted == proposed;
+    e->draft_stats.none += accepted == 0;
+    e->draft_stats.partial += accepted > 0 && accepted < proposed;
     int64_t len = e->draft_len;
     if (accepted == proposed)
         len = len * 2;
