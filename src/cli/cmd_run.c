@@ -375,6 +375,7 @@ int cmd_run(int argc, char **argv)
     struct pcache *pc = NULL;
     char model_hex[65] = {0};
     int64_t n_reused = 0;
+    double cache_load_s = 0;
 
     /* ---- the signing key first: a bad key should not cost a model load. */
     if (o.sign_key) {
@@ -550,10 +551,12 @@ int cmd_run(int argc, char **argv)
             pcache_create(&pc, m, kv_type, (size_t)o.cache_ram << 20, &err) != KN_OK)
             goto out;
         struct kn_err lerr = {0};
+        double tl = kn_now();
         if (access(o.prompt_cache, F_OK) == 0 &&
             pcache_load(pc, o.prompt_cache, model_hex, &lerr) != KN_OK)
             fprintf(stderr, "kinetic run: warning: ignoring the prompt cache: %s; it will be rewritten\n",
                     lerr.msg);
+        cache_load_s = kn_now() - tl;
     }
 
     /* ---- prompt, then generation. */
@@ -590,7 +593,8 @@ int cmd_run(int argc, char **argv)
         run_print_str(stdout, text.p ? text.p : "", text.n);
         printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
                (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-        printf(", \"prompt_reused\": %lld", (long long)n_reused);
+        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)n_reused,
+               cache_load_s * 1e3);
         printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
                (long long)e.draft_stats.proposed, (long long)e.draft_stats.accepted,
                (long long)e.draft_stats.passes, (long long)e.draft_stats.steps);
@@ -607,8 +611,8 @@ int cmd_run(int argc, char **argv)
         n_dec = n_gen;
     const struct engine_draft_stats *ds = &e.draft_stats;
     if (pc)
-        fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused\n",
-                (long long)n_reused, (long long)n_ptoks);
+        fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
+                (long long)n_reused, (long long)n_ptoks, cache_load_s);
     fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
             (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
             t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads,
