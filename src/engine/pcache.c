@@ -443,7 +443,7 @@ enum kn_status pcache_load(struct pcache *c, const char *path, const char *model
     uint8_t sum[32];
     struct blake3_hasher h;
     blake3_hasher_init(&h);
-    blake3_hasher_update(&h, d, size - PCACHE_TRAILER);
+    blake3_hasher_update_threads(&h, d, size - PCACHE_TRAILER, 0);
     blake3_hasher_finalize(&h, sum, 32);
     if (memcmp(sum, d + size - PCACHE_TRAILER, 32) != 0) {
         kn_fail(err, st, "%s is damaged (checksum mismatch)", path);
