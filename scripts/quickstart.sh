@@ -39,8 +39,13 @@ if [ -z "$model" ]; then
 fi
 
 prompt="${prompt:-Name three rivers and say one thing about each.}"
-echo "quickstart: $kinetic run $model \"$prompt\" ${mode[*]} --seed 42 -n 128 --receipt answer.json"
-"$kinetic" run "$model" "$prompt" "${mode[@]}" --seed 42 -n 128 --receipt answer.json
+# A signing key of this machine's own (an Ed25519 secret: 32 random bytes), made once.
+key="$cache/receipt.key"
+if [ ! -s "$key" ]; then
+  (umask 077 && head -c 32 /dev/urandom > "$key")
+fi
+echo "quickstart: $kinetic run $model \"$prompt\" ${mode[*]} --seed 42 -n 128 --receipt answer.json --sign-key $key"
+"$kinetic" run "$model" "$prompt" "${mode[@]}" --seed 42 -n 128 --receipt answer.json --sign-key "$key"
 echo
 echo "quickstart: $kinetic verify-receipt answer.json"
 "$kinetic" verify-receipt answer.json

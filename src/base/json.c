@@ -253,6 +253,17 @@ struct json_value *json_new_int(int64_t i)
     return v;
 }
 
+struct json_value *json_new_float(float f)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if (strtof(buf, NULL) == f)
+            break;
+    }
+    return json_new_double(strtod(buf, NULL));
+}
+
 struct json_value *json_new_double(double d)
 {
     struct json_value *v = new_value(JSON_NUMBER);

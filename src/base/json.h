@@ -96,6 +96,9 @@ struct json_value *json_new_bool(bool b);
 struct json_value *json_new_int(int64_t i);
 /* A double; the writer refuses NaN and infinities. */
 struct json_value *json_new_double(double d);
+/* A 32-bit float setting, as the double with the fewest decimal digits that reads back as
+ * the same float: 0.8f is written 0.8, not 0.800000011920929. */
+struct json_value *json_new_float(float f);
 /* A copy of s; the writer refuses invalid UTF-8 (see json_utf8_valid). */
 struct json_value *json_new_string(const char *s);
 struct json_value *json_new_stringn(const char *s, size_t len);

@@ -3,6 +3,9 @@
  * the real templates with jinja2 and compare. */
 #include "chat.h"
 
+#include "../gguf/gguf.h"
+#include "../token/tok.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +55,7 @@ bool chat_template_detect(const char *src, size_t len, struct chat_template *out
     if (contains(src, len, "<|im_start|>")) {
         out->format = CHAT_FORMAT_CHATML;
         out->default_system = contains(src, len, "You are Qwen, created by Alibaba Cloud");
+        out->open_think = contains(src, len, "'<|im_start|>assistant\\n<think>\\n'");
     } else if (contains(src, len, "<|start_header_id|>")) {
         out->format = CHAT_FORMAT_LLAMA3;
         out->llama3_date_header = contains(src, len, "Cutting Knowledge Date");
@@ -215,7 +219,7 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
             OK(mark(out, "<|im_end|>\n"));
         }
         if (add_generation_prompt)
-            OK(mark(out, "<|im_start|>assistant\n"));
+            OK(mark(out, t->open_think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n"));
         break;
 
     case CHAT_FORMAT_LLAMA3:
@@ -331,4 +335,52 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
 nomem:
     chat_prompt_free(out);
     return kn_fail(err, KN_E_NOMEM, "out of memory rendering the chat prompt");
+}
+
+/* ================================================================ choosing for a model */
+
+static bool vocab_has(const char *text, void *ctx)
+{
+    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
+}
+
+/* The text of special token id as a NUL-terminated copy in buf ("" if none). */
+static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
+{
+    size_t len = 0;
+    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
+    if (!s || len >= cap)
+        len = 0;
+    if (len)
+        memcpy(buf, s, len);
+    buf[len] = 0;
+    return buf;
+}
+
+enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum chat_format *forced,
+                                         const struct gguf_file *g, const struct tok *tk,
+                                         char *bos_buf, char *eos_buf, size_t cap)
+{
+    enum chat_choice how;
+    struct gguf_str src = {0};
+    memset(tmpl, 0, sizeof *tmpl);
+    tmpl->format = CHAT_FORMAT_RAW;
+    if (forced) {
+        tmpl->format = *forced;
+        how = CHAT_CHOICE_FORCED;
+    } else if (!gguf_get_str(g, "tokenizer.chat_template", &src)) {
+        how = CHAT_CHOICE_NONE;
+    } else if (chat_template_detect(src.data, src.len, tmpl)) {
+        how = CHAT_CHOICE_TEMPLATE;
+    } else if (chat_template_from_vocab(vocab_has, (void *)tk, tmpl)) {
+        how = CHAT_CHOICE_VOCAB;
+    } else {
+        memset(tmpl, 0, sizeof *tmpl);
+        tmpl->format = CHAT_FORMAT_RAW;
+        how = CHAT_CHOICE_UNKNOWN;
+    }
+    const struct tok_special *sp = tok_specials(tk);
+    tmpl->bos = special_text(tk, sp->bos, bos_buf, cap);
+    tmpl->eos = special_text(tk, sp->eos, eos_buf, cap);
+    return how;
 }

@@ -7,10 +7,11 @@
  * control tokens in). The leading BOS token is not rendered: the caller adds it when the
  * tokenizer wants one (tokenizer.ggml.add_bos_token), exactly as for a raw prompt.
  *
- * Fallback, when the model has no template or one not recognised: the family whose turn
- * tokens the vocabulary has (<|im_start|> chatml, <|start_header_id|> llama3,
- * <start_of_turn> gemma, <|user|> + <|end|> phi3); failing that, "raw": the system text
- * (if any) and a blank line, then the prompt, with no markers. */
+ * Fallback (the caller's policy, see `kinetic run --help`): a model without a template is
+ * a base model and gets "raw": the system text (if any) and a blank line, then the
+ * prompt, with no markers. A template that is not recognised gets the family whose turn
+ * tokens the vocabulary has (chat_template_from_vocab: <|im_start|> chatml,
+ * <|start_header_id|> llama3, <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw. */
 #ifndef KN_CHAT_H
 #define KN_CHAT_H
 
@@ -35,6 +36,7 @@ bool chat_format_from_name(const char *name, enum chat_format *out);
 struct chat_template {
     enum chat_format format;
     bool default_system;      /* chatml: Qwen2.5 adds "You are Qwen, ..." when no system */
+    bool open_think;          /* chatml: QwQ opens the reply with "<think>\n" */
     bool llama3_date_header;  /* llama3.1+: system turn with the knowledge/today date lines */
     bool mistral_spaces;      /* mistral v1: "[INST] text [/INST]" rather than "[INST]text[/INST]" */
     const char *bos;          /* BOS text for turns after the first (llama2/mistral), or "" */
@@ -48,6 +50,27 @@ bool chat_template_detect(const char *src, size_t len, struct chat_template *out
  * says whether the vocabulary holds that exact token text. Returns false for RAW. */
 bool chat_template_from_vocab(bool (*has_token)(const char *text, void *ctx), void *ctx,
                               struct chat_template *out);
+
+struct gguf_file;
+struct tok;
+
+/* How chat_template_for_model chose. */
+enum chat_choice {
+    CHAT_CHOICE_FORCED = 0, /* the caller's format (--chat-format, --raw) */
+    CHAT_CHOICE_TEMPLATE,   /* tokenizer.chat_template, recognised */
+    CHAT_CHOICE_VOCAB,      /* a template not recognised: the family its turn tokens show */
+    CHAT_CHOICE_NONE,       /* no template: a base model, prompt raw */
+    CHAT_CHOICE_UNKNOWN,    /* a template not recognised and no family fits: raw */
+};
+
+/* Chooses the template the way run, chat and serve all do: *forced when forced is not
+ * NULL, else the recognised tokenizer.chat_template; a model without one is a base model
+ * and gets its prompt raw; an unrecognised template gets the family whose turn tokens the
+ * vocabulary holds, else raw. Sets tmpl->bos/eos to the model's BOS/EOS text, kept in
+ * bos_buf/eos_buf (cap bytes each; "" when a token is absent or longer). */
+enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum chat_format *forced,
+                                         const struct gguf_file *g, const struct tok *tk,
+                                         char *bos_buf, char *eos_buf, size_t cap);
 
 struct chat_message {
     const char *role;    /* "system", "user" or "assistant" */

@@ -26,11 +26,13 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
 void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
 
+int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

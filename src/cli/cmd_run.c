@@ -28,9 +28,12 @@ static const char *const run_more_help =
     "The prompt comes from PROMPT, from -f FILE, or from standard input ('-' or -f -).\n"
     "Chat models get their chat template: a built-in renderer is chosen by recognising\n"
     "the model's tokenizer.chat_template (chatml/Qwen, Llama 3, Llama 2, Mistral, Gemma,\n"
-    "Phi-3). A model without a recognised template gets the family whose turn tokens its\n"
-    "vocabulary holds; failing that, the prompt is sent raw (--system text first, then a\n"
-    "blank line). --raw always sends the prompt as is, with BOS if the model wants one.\n"
+    "Phi-3). A model without tokenizer.chat_template (a base model) gets the prompt raw\n"
+    "(--system text first, then a blank line). A template Kinetic does not recognise gets\n"
+    "the family whose turn tokens the vocabulary holds (<|im_start|>, <|start_header_id|>,\n"
+    "<start_of_turn>, <|user|>), else raw. --chat-format forces a family. --raw always\n"
+    "sends the prompt as is, with BOS if the model wants one. Message text never turns into\n"
+    "special tokens; only the template's own markers do.\n"
     "\n"
     "Generation stops at an end-of-generation token, after -n tokens, or at the context\n"
     "limit (with a message). Without --seed a fresh random seed is drawn and printed on\n"
@@ -46,8 +49,16 @@ static const char *const run_more_help =
 
 /* ================================================================ helpers */
 
-static void run_print_str(FILE *out, const char *s, size_t n)
+/* Prints s as a JSON string. Generated text may hold invalid UTF-8 (a model can emit
+ * byte tokens that never form a character): such sequences become U+FFFD so the output
+ * stays valid JSON; the token ids carry the exact bytes. */
+static void run_print_str(FILE *out, const char *s0, size_t n0)
 {
+    size_t n = 0;
+    char *clean = json_utf8_sanitize(s0, n0, &n);
+    const char *s = clean ? clean : "";
+    if (!clean)
+        n = 0;
     fputc('"', out);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -65,6 +76,7 @@ static void run_print_str(FILE *out, const char *s, size_t n)
         }
     }
     fputc('"', out);
+    free(clean);
 }
 
 /* Growable byte buffer for the generated text (JSON mode) and the prompt. */
@@ -140,24 +152,6 @@ static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, st
     *out = ids;
     *n_out = n;
     return KN_OK;
-}
-
-static bool vocab_has(const char *text, void *ctx)
-{
-    return tok_find((const struct tok *)ctx, text, strlen(text)) != TOK_NULL;
-}
-
-/* The text of special token id as a NUL-terminated copy in buf ("" if none). */
-static const char *special_text(const struct tok *t, int32_t id, char *buf, size_t cap)
-{
-    size_t len = 0;
-    const char *s = id == TOK_NULL ? NULL : tok_text(t, id, &len);
-    if (!s || len >= cap)
-        len = 0;
-    if (len)
-        memcpy(buf, s, len);
-    buf[len] = 0;
-    return buf;
 }
 
 /* ================================================================ the command */
@@ -343,6 +337,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
         return 2;
     }
+    if (o.raw && (o.system || o.chat_format)) {
+        fprintf(stderr, "kinetic run: --raw sends the prompt as is; it cannot be combined with --system or --chat-format\n");
+        return 2;
+    }
     const char *model_path = pos[0];
     const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
     if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
@@ -423,27 +421,32 @@ int cmd_run(int argc, char **argv)
     } else {
         struct chat_template tmpl;
         const struct tok_special *sp = tok_specials(tk);
-        const char *how = "";
-        if (o.raw) {
-            memset(&tmpl, 0, sizeof tmpl);
-            tmpl.format = CHAT_FORMAT_RAW;
-            how = "--raw";
-        } else if (o.chat_format) {
-            memset(&tmpl, 0, sizeof tmpl);
-            tmpl.format = forced_format;
-            how = "--chat-format";
-        } else {
-            struct gguf_str src = {0};
-            bool have = gguf_get_str(m->gguf, "tokenizer.chat_template", &src);
-            if (have && chat_template_detect(src.data, src.len, &tmpl))
-                how = "tokenizer.chat_template";
-            else if (chat_template_from_vocab(vocab_has, tk, &tmpl))
-                how = have ? "vocabulary (template not recognised)" : "vocabulary (no template)";
-            else
-                how = have ? "template not recognised" : "no template";
+        enum chat_format raw = CHAT_FORMAT_RAW;
+        /* No template: a base model; its prompt goes as is. A template Kinetic does not
+         * recognise: the family whose turn tokens the vocabulary holds. */
+        enum chat_choice choice = chat_template_for_model(
+            &tmpl, o.raw ? &raw : o.chat_format ? &forced_format : NULL, m->gguf, tk, bos_buf,
+            eos_buf, sizeof bos_buf);
+        const char *how = o.raw ? "--raw" : o.chat_format ? "--chat-format" : "";
+        switch (choice) {
+        case CHAT_CHOICE_FORCED:
+            break;
+        case CHAT_CHOICE_TEMPLATE:
+            how = "tokenizer.chat_template";
+            break;
+        case CHAT_CHOICE_NONE:
+            how = "no tokenizer.chat_template";
+            break;
+        case CHAT_CHOICE_VOCAB:
+            how = "vocabulary (template not recognised)";
+            fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
+                    chat_format_name(tmpl.format));
+            break;
+        case CHAT_CHOICE_UNKNOWN:
+            how = "template not recognised";
+            fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
+            break;
         }
-        tmpl.bos = special_text(tk, sp->bos, bos_buf, sizeof bos_buf);
-        tmpl.eos = special_text(tk, sp->eos, eos_buf, sizeof eos_buf);
         struct chat_message msgs[2];
         size_t nm = 0;
         if (o.system && !o.raw)
@@ -493,6 +496,9 @@ int cmd_run(int argc, char **argv)
 
     /* ---- context, threads, engine. */
     int64_t n_ctx = o.ctx_size ? o.ctx_size : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (n_ctx > m->hp.n_ctx_train)
+        fprintf(stderr, "kinetic run: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
+                (long long)n_ctx, (long long)m->hp.n_ctx_train);
     if (n_ptoks >= n_ctx) {
         kn_fail(&err, KN_E_LIMIT, "the prompt has %lld tokens; the context holds %lld; use a larger --ctx-size",
                 (long long)n_ptoks, (long long)n_ctx);

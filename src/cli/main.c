@@ -15,8 +15,10 @@ struct command {
 
 static const struct command commands[] = {
     {"bench", cmd_bench, "measure prompt and generation speed, like llama-bench"},
+    {"chat", cmd_chat, "talk with a model: line editing, receipts, Warm Start, Zero Wait"},
     {"info", cmd_info, "describe a GGUF model file"},
     {"run", cmd_run, "generate text from a prompt"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with Convoy batching"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
     {"tokenize", cmd_tokenize, "show how a model's tokenizer splits text"},
     {"verify-receipt", cmd_verify, "check a receipt: hashes, signature, model, and a rerun"},

@@ -61,8 +61,6 @@ void engine_reset(struct engine *e);
 KN_MUST_USE enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n,
                                        struct kn_err *err);
 
-#endif
-
 /* ---------------------------------------------------------------- generation */
 
 struct tok;
@@ -96,9 +94,6 @@ KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *t
  * changes a token or a logit: a KV entry's bits do not depend on how or when it was
  * computed (docs/numerics.md rules 1 and 5), and sampling is a pure function of
  * (logits, settings, seed, token index, history) (rule 8). */
-
-#ifndef KN_ENGINE_SPEC_H
-#define KN_ENGINE_SPEC_H
 
 /* Called by engine_init / engine_free: sizes and frees the drafting buffers. */
 KN_MUST_USE enum kn_status engine_draft_init(struct engine *e, const struct engine_params *p,

@@ -7,7 +7,8 @@
  * prefix, at any token boundary.
  *
  * Storage is one record per sequence (tokens plus position-major KV rows: for each
- * position, layer by layer, the key row then the value row). Storing a sequence that
+ * position, layer by layer, the key row then the value row, each row head by head; the
+ * engine's cache is head-major, (n_head_kv, n_ctx, head_dim) per layer). Storing a sequence that
  * extends a cached one replaces it; storing a prefix of a cached one only refreshes it.
  * Memory is bounded: the least recently used records go first. One mutex guards the
  * cache, so engines on several threads (server slots) can share one. */
@@ -32,7 +33,8 @@ struct pcache_rec {
 struct pcache {
     pthread_mutex_t mu;
     enum model_kv_type type;
-    int64_t n_layer, n_vocab;
+    int64_t n_layer, n_vocab, n_head_kv;
+    size_t k_head, v_head;          /* one head's row in the engine's cache */
     size_t k_row, v_row, row_bytes; /* row_bytes: one position, every layer, K and V */
     size_t max_bytes, bytes;
     struct pcache_rec *recs;
@@ -55,6 +57,9 @@ enum kn_status pcache_create(struct pcache **out, const struct model *m, enum mo
     c->n_vocab = hp->n_vocab;
     c->k_row = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
     c->v_row = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
+    c->n_head_kv = hp->n_head_kv;
+    c->k_head = (size_t)hp->head_dim_k * elt;
+    c->v_head = (size_t)hp->head_dim_v * elt;
     if (!kn_mul_size(c->k_row + c->v_row, (size_t)hp->n_layer, &c->row_bytes)) {
         free(c);
         return kn_fail(err, KN_E_LIMIT, "prompt cache row size overflows");
@@ -140,6 +145,32 @@ static bool kv_compatible(const struct pcache *c, const struct engine *e)
            e->kv.v_row_bytes == c->v_row && e->m->hp.n_vocab == c->n_vocab;
 }
 
+/* Copies position p's keys and values of every layer between the engine's head-major
+ * cache and a position-major record row (to_rec: engine -> record). */
+static void copy_pos(const struct pcache *c, const struct model_kv *kv, int64_t p, uint8_t *row,
+                     bool to_rec)
+{
+    const size_t nctx = (size_t)kv->n_ctx;
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        for (int64_t h = 0; h < c->n_head_kv; h++) {
+            uint8_t *ek = (uint8_t *)kv->k[l] + ((size_t)h * nctx + (size_t)p) * c->k_head;
+            if (to_rec)
+                memcpy(row, ek, c->k_head);
+            else
+                memcpy(ek, row, c->k_head);
+            row += c->k_head;
+        }
+        for (int64_t h = 0; h < c->n_head_kv; h++) {
+            uint8_t *ev = (uint8_t *)kv->v[l] + ((size_t)h * nctx + (size_t)p) * c->v_head;
+            if (to_rec)
+                memcpy(row, ev, c->v_head);
+            else
+                memcpy(ev, row, c->v_head);
+            row += c->v_head;
+        }
+    }
+}
+
 int64_t pcache_lookup(struct pcache *c, const int32_t *tokens, int64_t n)
 {
     pthread_mutex_lock(&c->mu);
@@ -171,15 +202,8 @@ int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens
     }
     struct pcache_rec *r = &c->recs[bi];
     r->last_use = ++c->clock;
-    for (int64_t p = keep; p < len; p++) {
-        const uint8_t *src = r->kv + (size_t)p * c->row_bytes;
-        for (int64_t l = 0; l < c->n_layer; l++) {
-            memcpy((uint8_t *)e->kv.k[l] + (size_t)p * c->k_row, src, c->k_row);
-            src += c->k_row;
-            memcpy((uint8_t *)e->kv.v[l] + (size_t)p * c->v_row, src, c->v_row);
-            src += c->v_row;
-        }
-    }
+    for (int64_t p = keep; p < len; p++)
+        copy_pos(c, &e->kv, p, r->kv + (size_t)p * c->row_bytes, false);
     c->stats.hits++;
     c->stats.tokens_restored += len - keep;
     pthread_mutex_unlock(&c->mu);
@@ -263,15 +287,8 @@ enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
         goto done;
     }
     memcpy(toks, e->history, (size_t)n * sizeof *toks);
-    for (int64_t p = 0; p < n; p++) {
-        uint8_t *dst = kv + (size_t)p * c->row_bytes;
-        for (int64_t l = 0; l < c->n_layer; l++) {
-            memcpy(dst, (const uint8_t *)e->kv.k[l] + (size_t)p * c->k_row, c->k_row);
-            dst += c->k_row;
-            memcpy(dst, (const uint8_t *)e->kv.v[l] + (size_t)p * c->v_row, c->v_row);
-            dst += c->v_row;
-        }
-    }
+    for (int64_t p = 0; p < n; p++)
+        copy_pos(c, &e->kv, p, kv + (size_t)p * c->row_bytes, true);
     st = add_rec(c, toks, kv, n, err);
     if (st == KN_OK)
         c->stats.stores++;

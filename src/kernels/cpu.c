@@ -143,7 +143,9 @@ enum kern_isa kern_isa_active(void)
     /* Undecided: a bad KINETIC_ISA falls back to scalar here (always correct bits);
      * programs call kern_isa_init() first to report the error. */
     struct kn_err err;
-    if (kern_isa_init(&err) != KN_OK)
+    if (kern_isa_init(&err) != KN_OK) {
+        kn_log(KN_LOG_WARN, "%s; using the scalar kernels", err.msg);
         atomic_store(&active_isa, (int)KERN_ISA_SCALAR);
+    }
     return (enum kern_isa)atomic_load(&active_isa);
 }

@@ -324,6 +324,9 @@ size_t kern_matmul_scratch_bytes(const struct kern_weight *w, int64_t M)
     return kern_act_bytes(kern_act_kind_for(w->type), M, w->K);
 }
 
+/* Weight bytes below which a product with few tokens runs on the calling thread alone. */
+#define KERN_SMALL_BYTES (64u << 10)
+
 struct mm_ctx {
     const struct kern_weight *w;
     const struct kern_act *a;
@@ -346,5 +349,10 @@ void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const floa
     struct kern_act a;
     kern_act_prepare(pool, kern_act_kind_for(w->type), x, M, w->K, scratch, &a);
     struct mm_ctx c = {w, &a, y};
-    kern_pool_run(pool, mm_task, &c);
+    /* A small product (e.g. a tiny model's decode step) finishes before the workers would
+     * wake: run it on the caller. Which thread computes a row never changes its bits. */
+    if (M < 4 && (size_t)w->N * w->row_bytes < KERN_SMALL_BYTES)
+        mm_task(&c, 0, 1);
+    else
+        kern_pool_run(pool, mm_task, &c);
 }

@@ -10,6 +10,7 @@
 #define KL 8
 #define KMAXT 2
 #define KMAXT32 2
+#define KMAXT6 2
 #define KQ8_BIAS 0
 typedef __m256i VI;
 typedef __m256 VF;

@@ -8,6 +8,7 @@
 #define KL 16
 #define KMAXT 4
 #define KMAXT32 8
+#define KMAXT6 4
 #define KQ8_BIAS 128
 typedef __m512i VI;
 typedef __m512 VF;
@@ -57,56 +58,82 @@ static inline __m512 load_w(enum quant_type t, const void *w, int64_t k, __mmask
     }
 }
 
-KINL void float_tile(const enum quant_type t, const void *wr, const float *x, int64_t K,
-                     const int nt, float *out, int64_t ldo)
+/* nr (1 or 2) weight rows from wr (row stride rb) times nt (1..4) tokens: each (row,
+ * token) pair has its own 16 canonical accumulators; loads are shared. */
+KINL void float_tile(const enum quant_type t, const uint8_t *wr, size_t rb, const int nr,
+                     const float *x, int64_t K, const int nt, float *out, int64_t ldo)
 {
-    __m512 acc[4];
+    __m512 acc[2][4];
     KUNROLL
-    for (int i = 0; i < nt; i++)
-        acc[i] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 wv = load_w(t, wr, k, 0xFFFF);
+    for (int r = 0; r < nr; r++) {
         KUNROLL
         for (int i = 0; i < nt; i++)
-            acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * K + k), wv, acc[i]);
+            acc[r][i] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 wv[2];
+        KUNROLL
+        for (int r = 0; r < nr; r++)
+            wv[r] = load_w(t, wr + r * rb, k, 0xFFFF);
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            __m512 xv = _mm512_loadu_ps(x + i * K + k);
+            KUNROLL
+            for (int r = 0; r < nr; r++)
+                acc[r][i] = _mm512_fmadd_ps(xv, wv[r], acc[r][i]);
+        }
     }
     if (k < K) {
         __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-        __m512 wv = load_w(t, wr, k, m);
+        __m512 wv[2];
         KUNROLL
-        for (int i = 0; i < nt; i++)
-            acc[i] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i * K + k), wv, acc[i], m);
+        for (int r = 0; r < nr; r++)
+            wv[r] = load_w(t, wr + r * rb, k, m);
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + i * K + k);
+            KUNROLL
+            for (int r = 0; r < nr; r++)
+                acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[r], acc[r][i], m);
+        }
     }
     KUNROLL
-    for (int i = 0; i < nt; i++)
-        out[i * ldo] = k512_tree16(acc[i]);
+    for (int r = 0; r < nr; r++) {
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            out[i * ldo + r] = k512_tree16(acc[r][i]);
+    }
+}
+
+/* Dispatches to a tile with compile-time type, row and token counts. */
+KINL void float_tile_t(const enum quant_type t, const uint8_t *wr, size_t rb, int nr,
+                       const float *x, int64_t K, int nt, float *out, int64_t ldo)
+{
+#define FT(NR, NT) float_tile(t, wr, rb, NR, x, K, NT, out, ldo)
+    if (nr == 2) {
+        if (nt == 4) FT(2, 4); else if (nt == 3) FT(2, 3); else if (nt == 2) FT(2, 2); else FT(2, 1);
+    } else {
+        if (nt == 4) FT(1, 4); else if (nt == 3) FT(1, 3); else if (nt == 2) FT(1, 2); else FT(1, 1);
+    }
+#undef FT
 }
 
 static void float_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
                        int64_t ldy, int64_t n0, int64_t n1)
 {
     const int64_t K = w->K;
-    for (int64_t n = n0; n < n1; n++) {
-        const void *wr = (const uint8_t *)w->data + (size_t)n * w->row_bytes;
+    for (int64_t n = n0; n < n1; n += 2) {
+        const int nr = n + 1 < n1 ? 2 : 1;
+        const uint8_t *wr = (const uint8_t *)w->data + (size_t)n * w->row_bytes;
         for (int64_t m0 = 0; m0 < a->M; m0 += 4) {
             int nt = (int)(a->M - m0 < 4 ? a->M - m0 : 4);
             const float *x = a->x + m0 * K;
             float *o = y + m0 * ldy + n;
-#define CALL_F(T, NT) float_tile(T, wr, x, K, NT, o, ldy)
             switch (w->type) {
-            case QT_F32:
-                if (nt == 4) CALL_F(QT_F32, 4); else if (nt == 3) CALL_F(QT_F32, 3);
-                else if (nt == 2) CALL_F(QT_F32, 2); else CALL_F(QT_F32, 1);
-                break;
-            case QT_F16:
-                if (nt == 4) CALL_F(QT_F16, 4); else if (nt == 3) CALL_F(QT_F16, 3);
-                else if (nt == 2) CALL_F(QT_F16, 2); else CALL_F(QT_F16, 1);
-                break;
-            default:
-                if (nt == 4) CALL_F(QT_BF16, 4); else if (nt == 3) CALL_F(QT_BF16, 3);
-                else if (nt == 2) CALL_F(QT_BF16, 2); else CALL_F(QT_BF16, 1);
-                break;
+            case QT_F32: float_tile_t(QT_F32, wr, w->row_bytes, nr, x, K, nt, o, ldy); break;
+            case QT_F16: float_tile_t(QT_F16, wr, w->row_bytes, nr, x, K, nt, o, ldy); break;
+            default: float_tile_t(QT_BF16, wr, w->row_bytes, nr, x, K, nt, o, ldy); break;
             }
         }
     }

@@ -8,6 +8,7 @@
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
  *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
+ *   KMAXT6        the same for Q6_K (four accumulators each), <= KMAXT
  *   KFN(name)     the ISA-suffixed function name
  *   VI, VF        int32 and f32 vector types
  *   vi_zero() vi_set1(i) vi_add vi_sub vi_mullo vi_and vi_or vi_srli16(v,n) vi_slli16(v,n)
@@ -46,17 +47,6 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
             y[row0 + r] = tmp[r];
 }
 
-/* Software prefetch of the bytes [p, p + n) into L1: decode reads each weight once, and
- * the hardware prefetcher alone leaves memory bandwidth unused. */
-#ifndef KPF_DIST
-#define KPF_DIST 2048
-#endif
-KINL void kprefetch(const uint8_t *p, size_t n)
-{
-    for (size_t o = 0; o < n; o += 64)
-        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-}
-
 static inline uint32_t ld32(const void *p)
 {
     uint32_t v;
@@ -69,7 +59,7 @@ static inline uint32_t ld32(const void *p)
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                   int64_t row0, int64_t n0, int64_t n1, bool pf)
+                   int64_t row0, int64_t n0, int64_t n1)
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
@@ -88,8 +78,6 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        if (pf)
-            kprefetch(p + KPF_DIST, gbb);
         VF dw = vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
@@ -163,7 +151,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
 
 KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                    int64_t row0, int64_t n0, int64_t n1, bool pf)
+                    int64_t row0, int64_t n0, int64_t n1)
 {
     const bool five = t == QT_Q5_K;
     const size_t gbb = five ? 2880 : 2368;
@@ -177,9 +165,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        if (pf)
-            kprefetch(p + KPF_DIST, gbb);
-        const uint8_t *scp = p + 64, *mp = p + 192, *qs = p + 320, *qh = p + 320 + 2048;
+        const uint8_t *scp = p + 64, *mp = p + 192, *qh = p + 320, *qs = p + 320 + (five ? 512 : 0);
         VI isum[KMAXT];
         KUNROLL
         for (int i = 0; i < nt; i++)
@@ -242,8 +228,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
 /* ---------------------------------------------------------------- Q6_K */
 
 KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
-                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1,
-                   bool pf)
+                   const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1)
 {
     const size_t gbb = 3360;
     const struct block_q8_K *xr[KMAXT];
@@ -256,59 +241,90 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     const VI m4 = vi_set1(0x0F0F0F0F), m30 = vi_set1(0x30303030);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        if (pf)
-            kprefetch(p + KPF_DIST, gbb);
-        const uint8_t *scp = p + 32, *ql = p + 288, *qh = p + 288 + 2048;
-        VI isum[KMAXT];
+        const uint8_t *scp = p + 32, *qv = p + 288;
+        VI isum[KMAXT], corr[KMAXT];
         KUNROLL
         for (int i = 0; i < nt; i++)
-            isum[i] = vi_zero();
-        /* Elements 128 h2 + 32 t + 4 g + (0..3): sub-block 8 h2 + 2 t + (g >= 4), so the
-         * pair of sub-blocks (h2, t) is pair p = 4 h2 + t of the scales. The -32 offset
-         * is applied once per block: isum = sum_i sc_i dp_i - 32 sum_i sc_i bsum_i. */
-        VI corr[KMAXT];
-        KUNROLL
-        for (int i = 0; i < nt; i++)
-            corr[i] = vi_zero();
-        /* Not unrolled: each pass's accumulators then stay in registers. */
-        for (int h2 = 0; h2 < 2; h2++) {
-            for (int t = 0; t < 4; t++) {
-                VI d0[KMAXT], d1[KMAXT];
-                KUNROLL
-                for (int i = 0; i < nt; i++)
-                    d0[i] = d1[i] = vi_zero();
-                KUNROLL
-                for (int g = 0; g < 8; g++) {
-                    VI lo = vi_chunk(ql + 64 * (16 * h2 + 8 * (t & 1) + g), h);
-                    lo = vi_and(vi_srl16v(lo, 4 * (t >> 1)), m4);
-                    VI hb = vi_srl16v(vi_chunk(qh + 64 * (8 * h2 + g), h), 2 * t);
-                    VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
+            isum[i] = corr[i] = vi_zero();
+        /* Chunk triple (h2, g) = ql[64 h2 + 4 g], ql[64 h2 + 32 + 4 g], qh[32 h2 + 4 g]
+         * holds elements 128 h2 + 32 t + 4 g + (0..3) for t = 0..3, in sub-block
+         * 8 h2 + 2 t + (g >= 4), the even (g < 4) or odd member of scale pair 4 h2 + t.
+         * The -32 offset is applied once per block: isum = sum_i sc_i dp_i -
+         * 32 sum_i sc_i bsum_i. One token (decode) reads the triples once, in memory
+         * order; several tokens (weights in cache) go pair by pair, which needs fewer
+         * registers per token. Both compute the same exact integers. */
+        if (nt == 1) {
+            for (int h2 = 0; h2 < 2; h2++) {
+                for (int half = 0; half < 2; half++) {
+                    VI d[4];
                     KUNROLL
-                    for (int i = 0; i < nt; i++) {
-                        VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
-                        if (g < 4)
-                            d0[i] = vi_dp(d0[i], v, xv);
-                        else
-                            d1[i] = vi_dp(d1[i], v, xv);
+                    for (int t = 0; t < 4; t++)
+                        d[t] = vi_zero();
+                    KUNROLL
+                    for (int gg = 0; gg < 4; gg++) {
+                        const int g = 4 * half + gg;
+                        const uint8_t *c = qv + 192 * (8 * h2 + g);
+                        VI qa = vi_chunk(c, h), qb = vi_chunk(c + 64, h), qc = vi_chunk(c + 128, h);
+                        VI v0 = vi_or(vi_and(qa, m4), vi_and(vi_slli16(qc, 4), m30));
+                        VI v1 = vi_or(vi_and(qb, m4), vi_and(vi_slli16(qc, 2), m30));
+                        VI v2 = vi_or(vi_and(vi_srli16(qa, 4), m4), vi_and(qc, m30));
+                        VI v3 = vi_or(vi_and(vi_srli16(qb, 4), m4), vi_and(vi_srli16(qc, 2), m30));
+                        const int8_t *xq = xr[0][b].qs + 128 * h2 + 4 * g;
+                        d[0] = vi_dp(d[0], v0, vi_bcast(xq));
+                        d[1] = vi_dp(d[1], v1, vi_bcast(xq + 32));
+                        d[2] = vi_dp(d[2], v2, vi_bcast(xq + 64));
+                        d[3] = vi_dp(d[3], v3, vi_bcast(xq + 96));
+                    }
+                    KUNROLL
+                    for (int t = 0; t < 4; t++) {
+                        const int pr = 4 * h2 + t;
+                        VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
+                        VI sc = half ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
+                        isum[0] = vi_add(isum[0], vi_mullo(d[t], sc));
+                        if (!half)
+                            corr[0] = vi_add(corr[0], vi_madd16(sp, vi_bcast(xr[0][b].bsums + 2 * pr)));
                     }
                 }
-                const int pr = 4 * h2 + t;
-                VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
-                VI s0 = vi_srai32(vi_slli32(sp, 16), 16), s1 = vi_srai32(sp, 16);
-                KUNROLL
-                for (int i = 0; i < nt; i++) {
-                    isum[i] = vi_add(isum[i], vi_add(vi_mullo(d0[i], s0), vi_mullo(d1[i], s1)));
-                    corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
+            }
+        } else {
+            for (int h2 = 0; h2 < 2; h2++) {
+                for (int t = 0; t < 4; t++) {
+                    VI d0[KMAXT], d1[KMAXT];
+                    KUNROLL
+                    for (int i = 0; i < nt; i++)
+                        d0[i] = d1[i] = vi_zero();
+                    KUNROLL
+                    for (int g = 0; g < 8; g++) {
+                        const uint8_t *c = qv + 192 * (8 * h2 + g);
+                        VI lo = vi_and(vi_srl16v(vi_chunk(c + 64 * (t & 1), h), 4 * (t >> 1)), m4);
+                        VI hb = vi_srl16v(vi_chunk(c + 128, h), 2 * t);
+                        VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
+                        KUNROLL
+                        for (int i = 0; i < nt; i++) {
+                            VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
+                            if (g < 4)
+                                d0[i] = vi_dp(d0[i], v, xv);
+                            else
+                                d1[i] = vi_dp(d1[i], v, xv);
+                        }
+                    }
+                    const int pr = 4 * h2 + t;
+                    VI sp = vi_s8x2_i16(scp + 32 * pr, h);
+                    VI s0 = vi_srai32(vi_slli32(sp, 16), 16), s1 = vi_srai32(sp, 16);
+                    KUNROLL
+                    for (int i = 0; i < nt; i++) {
+                        isum[i] = vi_add(isum[i], vi_add(vi_mullo(d0[i], s0), vi_mullo(d1[i], s1)));
+                        corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
+                    }
                 }
             }
         }
-        KUNROLL
-        for (int i = 0; i < nt; i++)
-            isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 5));
         VF dw = vf_f16(p, h);
         KUNROLL
-        for (int i = 0; i < nt; i++)
+        for (int i = 0; i < nt; i++) {
+            isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 5));
             acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
+        }
     }
     KUNROLL
     for (int i = 0; i < nt; i++)
@@ -326,6 +342,13 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
     case 3: if (KMAXT >= 3) { CALL(3); } break;                                            \
     default: if (KMAXT >= 4) { CALL(4); } break;                                           \
     }
+#define KTILE_CASES6(CALL)                                                                 \
+    switch (nt) {                                                                          \
+    case 1: CALL(1); break;                                                                \
+    case 2: if (KMAXT6 >= 2) { CALL(2); } break;                                           \
+    case 3: if (KMAXT6 >= 3) { CALL(3); } break;                                           \
+    default: if (KMAXT6 >= 4) { CALL(4); } break;                                          \
+    }
 #define KTILE_CASES32(CALL)                                                                \
     switch (nt) {                                                                          \
     case 1: CALL(1); break;                                                                \
@@ -340,9 +363,9 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
 
 static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                        const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                       int64_t row0, int64_t n0, int64_t n1, bool pf)
+                       int64_t row0, int64_t n0, int64_t n1)
 {
-#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q8_0(NT) CALL_Q32(QT_Q8_0, NT)
 #define CALL_Q4_0(NT) CALL_Q32(QT_Q4_0, NT)
 #define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
@@ -359,15 +382,15 @@ static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, i
 
 static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                      const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                     int64_t row0, int64_t n0, int64_t n1, bool pf)
+                     int64_t row0, int64_t n0, int64_t n1)
 {
-#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
-#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
-#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
+#define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
     switch (t) {
     case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
-    default: KTILE_CASES(CALL_Q6K); break;
+    default: KTILE_CASES6(CALL_Q6K); break;
     }
 }
 
@@ -384,15 +407,13 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
-            const int64_t tile = ti->block_size == 32 ? KMAXT32 : KMAXT;
+            const int64_t tile = ti->block_size == 32 ? KMAXT32 : w->type == QT_Q6_K ? KMAXT6 : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
-                /* The first pass over a group streams it from memory: prefetch ahead. */
-                bool pf = h == 0 && m0 == 0;
                 if (ti->block_size == 32)
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
                 else
-                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pf);
+                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
             }
         }
     }

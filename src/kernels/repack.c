@@ -19,9 +19,10 @@
  *   Q4_K (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 (sub-block j, row r) |
  *                 mins[4][16][2] u8 (pair p, row r: m_2p, m_2p+1) | 32 chunks 8c+t:
  *                 qs[32c+4t .. 32c+4t+3] (low nibble: sub-block 2c, high: 2c+1)
- *   Q5_K (2880 B): Q4_K's layout | 8 chunks t: qh[4t .. 4t+3]
- *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | 32 chunks u:
- *                 ql[4u .. 4u+3] | 16 chunks v: qh[4v .. 4v+3]
+ *   Q5_K (2880 B): Q4_K's head (320 B) | 8 chunks t: qh[4t .. 4t+3] | Q4_K's 32 qs chunks
+ *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | for
+ *                 h2 = 0..1, g = 0..7, three chunks: ql[64h2 + 4g ..], ql[64h2 + 32 + 4g ..],
+ *                 qh[32h2 + 4g ..] (the order the kernels read them: one pass, in order)
  */
 #include "kern_internal.h"
 
@@ -134,11 +135,15 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
                 o[32 * (i / 2) + 2 * r + (i & 1)] =
                     blk[r] ? blk[r][offsetof(struct block_q6_K, scales) + i] : 0;
         o += 256;
-        for (int u = 0; u < 32; u++)
-            put_chunk(o + 64 * u, blk, offsetof(struct block_q6_K, ql) + 4 * u, 0);
-        o += 2048;
-        for (int v = 0; v < 16; v++)
-            put_chunk(o + 64 * v, blk, offsetof(struct block_q6_K, qh) + 4 * v, 0);
+        const size_t ql = offsetof(struct block_q6_K, ql), qh = offsetof(struct block_q6_K, qh);
+        for (int h2 = 0; h2 < 2; h2++) {
+            for (int g = 0; g < 8; g++) {
+                put_chunk(o, blk, ql + 64 * h2 + 4 * g, 0);
+                put_chunk(o + 64, blk, ql + 64 * h2 + 32 + 4 * g, 0);
+                put_chunk(o + 128, blk, qh + 32 * h2 + 4 * g, 0);
+                o += 192;
+            }
+        }
         return;
     }
     /* Q4_K and Q5_K share the head: d, dmin, scales[12] at offsets 0, 2, 4. */
@@ -155,14 +160,17 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
         }
     }
     o += 256;
+    /* Q5_K's high bits come first: every pass over qs reads them, and memory order
+     * then matches the first pass (the hardware prefetcher sees one stream). */
+    if (t == QT_Q5_K) {
+        for (int tt = 0; tt < 8; tt++)
+            put_chunk(o + 64 * tt, blk, offsetof(struct block_q5_K, qh) + 4 * tt, 0);
+        o += 512;
+    }
     size_t qsoff = t == QT_Q4_K ? offsetof(struct block_q4_K, qs) : offsetof(struct block_q5_K, qs);
     for (int c = 0; c < 4; c++)
         for (int tt = 0; tt < 8; tt++)
             put_chunk(o + 64 * (8 * c + tt), blk, qsoff + 32 * c + 4 * tt, 0);
-    o += 2048;
-    if (t == QT_Q5_K)
-        for (int tt = 0; tt < 8; tt++)
-            put_chunk(o + 64 * tt, blk, offsetof(struct block_q5_K, qh) + 4 * tt, 0);
 }
 
 void kern_repack(const struct kern_weight *w, void *dst)

@@ -41,6 +41,9 @@ struct model_fwd {
     float *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
     void *act_scratch[3];        /* per activation kind, for the largest K and T */
     void *block;                 /* the single allocation behind the float buffers */
+    struct model_kv **kv_tok;    /* (T) each token's cache (model_forward: all the same) */
+    struct kern_attn_args *runs; /* (T) attention of each run of same-cache tokens */
+    int64_t *run_first;          /* (T + 1) first (query, head) item of each run */
 };
 
 /* ================================================================ setup */
@@ -68,6 +71,8 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
     }
     return kern_rope_init(r, &p, err);
 }
+
+void model_fwd_free(struct model_fwd *f);
 
 static size_t align64(size_t n)
 {
@@ -138,6 +143,13 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
                        total >> 20, (long long)max_tokens);
     }
     memset(f->block, 0, total);
+    f->kv_tok = kn_malloc(T * sizeof *f->kv_tok, err);
+    f->runs = kn_malloc(T * sizeof *f->runs, err);
+    f->run_first = kn_malloc((T + 1) * sizeof *f->run_first, err);
+    if (!f->kv_tok || !f->runs || !f->run_first) {
+        model_fwd_free(f);
+        return KN_E_NOMEM;
+    }
     uint8_t *p = f->block;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *ptrs[i] = (float *)p;
@@ -156,6 +168,9 @@ void model_fwd_free(struct model_fwd *f)
     if (!f)
         return;
     free(f->block);
+    free(f->kv_tok);
+    free(f->runs);
+    free(f->run_first);
     free(f);
 }
 
@@ -214,13 +229,25 @@ static void matmul1(struct model_fwd *f, const struct kern_weight *w, const floa
     matmuls(f, x, M, 1, &w, &y);
 }
 
-static void attn_task_fn(void *ctx, int ith, int nth)
+/* Attention over several runs (one KV cache each) in one pool job: the (query, head)
+ * items of all runs are numbered in batch order and threads take disjoint ranges. */
+struct attn_runs {
+    const struct kern_attn_args *runs;
+    const int64_t *first; /* (n_runs + 1) */
+    int64_t n_runs;
+};
+
+static void attn_runs_fn(void *ctx, int ith, int nth)
 {
-    const struct kern_attn_args *a = ctx;
+    const struct attn_runs *ar = ctx;
     int64_t lo, hi;
-    kern_split(a->n_q * a->n_head, 1, ith, nth, &lo, &hi);
-    if (lo < hi)
-        kern_attn(a, lo, hi);
+    kern_split(ar->first[ar->n_runs], 1, ith, nth, &lo, &hi);
+    for (int64_t r = 0; r < ar->n_runs && lo < hi; r++) {
+        int64_t a = ar->first[r], b = ar->first[r + 1];
+        if (b <= lo || a >= hi)
+            continue;
+        kern_attn(&ar->runs[r], (lo > a ? lo : a) - a, (hi < b ? hi : b) - a);
+    }
 }
 
 /* Adds bias b (n) to each of M rows of y (M, n). */
@@ -236,6 +263,19 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
                              const int32_t *pos, int64_t n, const int64_t *out_rows, int64_t n_out,
                              float *logits, struct kn_err *err)
 {
+    if (n <= 0 || n > f->max_tokens)
+        return kn_fail(err, KN_E_ARG, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
+                       (long long)f->max_tokens);
+    for (int64_t t = 0; t < n; t++)
+        f->kv_tok[t] = kv;
+    return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
+}
+
+enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
+                                   const int32_t *tokens, const int32_t *pos, int64_t n,
+                                   const int64_t *out_rows, int64_t n_out, float *logits,
+                                   struct kn_err *err)
+{
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
     const int64_t T = n, E = hp->n_embd, F = hp->n_ff, D = hp->head_dim_k;
@@ -249,25 +289,27 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
     if (n_out < 0 || n_out > n)
         return kn_fail(err, KN_E_ARG, "%lld output rows requested for %lld tokens", (long long)n_out,
                        (long long)n);
-    if (kv->n_layer != hp->n_layer ||
-        kv->k_row_bytes != (size_t)KD * (kv->type == MODEL_KV_F16 ? 2 : 4))
-        return kn_fail(err, KN_E_INTERNAL, "KV cache was made for another model");
-    int32_t max_pos = -1;
     for (int64_t t = 0; t < T; t++) {
+        const struct model_kv *kv = kvs[t];
+        if (t == 0 || kv != kvs[t - 1]) {
+            if (kv->n_layer != hp->n_layer ||
+                kv->k_row_bytes != (size_t)KD * (kv->type == MODEL_KV_F16 ? 2 : 4))
+                return kn_fail(err, KN_E_INTERNAL, "KV cache was made for another model");
+            if (kv->type != kvs[0]->type)
+                return kn_fail(err, KN_E_ARG, "the caches of one batch must share a type");
+        }
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return kn_fail(err, KN_E_ARG, "token id %d is outside the vocabulary (0..%lld)", tokens[t],
                            (long long)hp->n_vocab - 1);
         if (pos[t] < 0 || pos[t] >= kv->n_ctx)
             return kn_fail(err, KN_E_LIMIT, "position %d is outside the context of %lld tokens", pos[t],
                            (long long)kv->n_ctx);
-        if (pos[t] > max_pos)
-            max_pos = pos[t];
     }
     for (int64_t j = 0; j < n_out; j++)
         if (out_rows[j] < 0 || out_rows[j] >= n)
             return kn_fail(err, KN_E_ARG, "output row %lld is outside the batch of %lld",
                            (long long)out_rows[j], (long long)n);
-    const uint32_t kv_qt = kv->type == MODEL_KV_F16 ? QT_F16 : QT_F32;
+    const uint32_t kv_qt = kvs[0]->type == MODEL_KV_F16 ? QT_F16 : QT_F32;
 
     /* ---- embeddings. */
     for (int64_t t = 0; t < T; t++) {
@@ -289,6 +331,7 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
     if (any_swa)
         kern_rope_table(&f->rope_swa, pos, T, f->tab_swa);
 
+    bool compacted = false; /* the last layer ran on the output rows only, in order */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         const bool swa = hp->swa_layer[il];
@@ -313,55 +356,96 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
         kern_rope(rope, f->k, KD, T, Hkv, D, tab);
         if (hp->q_scale != 1.0f)
             kern_scale(f->q, f->q, hp->q_scale, T * QD);
+        /* Head-major caches (model.h): head g of position p at (g * n_ctx + p) * D. */
+        const size_t elt = kv_qt == QT_F16 ? 2 : 4;
         for (int64_t t = 0; t < T; t++) {
-            uint8_t *kd = (uint8_t *)kv->k[il] + (size_t)pos[t] * kv->k_row_bytes;
-            uint8_t *vd = (uint8_t *)kv->v[il] + (size_t)pos[t] * kv->v_row_bytes;
-            if (!kern_kv_store(kv_qt, kd, f->k + t * KD, KD) || !kern_kv_store(kv_qt, vd, f->v + t * KD, KD))
-                return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
-                               model_kv_type_name(kv->type));
+            const struct model_kv *kv = kvs[t];
+            for (int64_t g = 0; g < Hkv; g++) {
+                size_t off = ((size_t)g * (size_t)kv->n_ctx + (size_t)pos[t]) * (size_t)D * elt;
+                if (!kern_kv_store(kv_qt, (uint8_t *)kv->k[il] + off, f->k + t * KD + g * D, D) ||
+                    !kern_kv_store(kv_qt, (uint8_t *)kv->v[il] + off, f->v + t * KD + g * D, D))
+                    return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
+                                   model_kv_type_name(kv->type));
+            }
         }
-        struct kern_attn_args aa = {
-            .q = f->q, .q_stride = QD, .q_pos = pos, .n_q = T,
-            .k = kv->k[il], .v = kv->v[il], .k_stride = KD, .v_stride = KD,
-            .kv_type = kv_qt, .n_kv = (int64_t)max_pos + 1,
-            .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
-            .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
-            .out = f->a, .out_stride = QD,
-        };
-        if (il == 0) {
-            enum kn_status st = kern_attn_check(&aa, err);
-            if (st != KN_OK)
-                return st;
+        /* One attention call per run of tokens sharing a cache, all in one pool job. */
+        int64_t r = 0;
+        f->run_first[0] = 0;
+        for (int64_t t0 = 0; t0 < T;) {
+            int64_t t1 = t0 + 1;
+            int32_t max_pos = pos[t0];
+            while (t1 < T && kvs[t1] == kvs[t0]) {
+                if (pos[t1] > max_pos)
+                    max_pos = pos[t1];
+                t1++;
+            }
+            f->runs[r] = (struct kern_attn_args){
+                .q = f->q + t0 * QD, .q_stride = QD, .q_pos = pos + t0, .n_q = t1 - t0,
+                .k = kvs[t0]->k[il], .v = kvs[t0]->v[il], .k_stride = D, .v_stride = D,
+                .k_head_stride = kvs[t0]->n_ctx * D, .v_head_stride = kvs[t0]->n_ctx * D,
+                .kv_type = kv_qt, .n_kv = (int64_t)max_pos + 1,
+                .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
+                .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
+                .out = f->a + t0 * QD, .out_stride = QD,
+            };
+            if (il == 0) {
+                enum kn_status st = kern_attn_check(&f->runs[r], err);
+                if (st != KN_OK)
+                    return st;
+            }
+            f->run_first[r + 1] = f->run_first[r] + (t1 - t0) * H;
+            r++;
+            t0 = t1;
         }
-        kern_pool_run(f->pool, attn_task_fn, &aa);
-        matmul1(f, &L->wo, f->a, T, f->o);
-        if (L->bo) add_bias(f->o, L->bo, T, E);
+        /* After the last layer's keys and values are stored, only the output rows
+         * matter: the rest of the layer runs on them alone, gathered to the front
+         * (row-wise work, so their bits do not change). */
+        const bool last = il == hp->n_layer - 1;
+        int64_t R = T;
+        if (last && n_out == 0)
+            break;
+        struct attn_runs ar = {f->runs, f->run_first, r};
+        kern_pool_run(f->pool, attn_runs_fn, &ar);
+        if (last && n_out < T) {
+            for (int64_t j = 0; j < n_out; j++) {
+                memcpy(f->o + j * E, f->x + out_rows[j] * E, (size_t)E * sizeof(float));
+                memcpy(f->q + j * QD, f->a + out_rows[j] * QD, (size_t)QD * sizeof(float));
+            }
+            memcpy(f->x, f->o, (size_t)(n_out * E) * sizeof(float));
+            memcpy(f->a, f->q, (size_t)(n_out * QD) * sizeof(float));
+            R = n_out;
+            compacted = true;
+        }
+        matmul1(f, &L->wo, f->a, R, f->o);
+        if (L->bo) add_bias(f->o, L->bo, R, E);
         if (L->post_attn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_attn_norm, T, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, T * E);
+            kern_rmsnorm(f->o, E, f->o, E, L->post_attn_norm, R, E, hp->norm_eps);
+        kern_add(f->x, f->x, f->o, R * E);
 
         /* Feed-forward block. */
-        kern_rmsnorm(f->h, E, f->x, E, L->ffn_norm, T, E, hp->norm_eps);
+        kern_rmsnorm(f->h, E, f->x, E, L->ffn_norm, R, E, hp->norm_eps);
         {
             const struct kern_weight *w[2] = {&L->ffn_gate, &L->ffn_up};
             float *y[2] = {f->g, f->u};
-            matmuls(f, f->h, T, 2, w, y);
+            matmuls(f, f->h, R, 2, w, y);
         }
         if (hp->arch == MODEL_ARCH_GEMMA3)
-            kern_geglu(f->g, f->g, f->u, T * F);
+            kern_geglu(f->g, f->g, f->u, R * F);
         else
-            kern_swiglu(f->g, f->g, f->u, T * F);
-        matmul1(f, &L->ffn_down, f->g, T, f->o);
+            kern_swiglu(f->g, f->g, f->u, R * F);
+        matmul1(f, &L->ffn_down, f->g, R, f->o);
         if (L->post_ffn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_ffn_norm, T, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, T * E);
+            kern_rmsnorm(f->o, E, f->o, E, L->post_ffn_norm, R, E, hp->norm_eps);
+        kern_add(f->x, f->x, f->o, R * E);
     }
 
     /* ---- output rows only. */
     if (n_out == 0)
         return KN_OK;
-    for (int64_t j = 0; j < n_out; j++)
-        kern_rmsnorm(f->h + j * E, E, f->x + out_rows[j] * E, E, m->output_norm, 1, E, hp->norm_eps);
+    for (int64_t j = 0; j < n_out; j++) {
+        const float *xr = f->x + (compacted ? j : out_rows[j]) * E;
+        kern_rmsnorm(f->h + j * E, E, xr, E, m->output_norm, 1, E, hp->norm_eps);
+    }
     matmul1(f, &m->output, f->h, n_out, logits);
     if (m->output_b)
         add_bias(logits, m->output_b, n_out, hp->n_vocab);

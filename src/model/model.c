@@ -602,8 +602,8 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
         return kn_fail(err, KN_E_NOMEM, "cannot allocate the KV cache (%zu MiB for context %lld); use a smaller --ctx-size",
                        total >> 20, (long long)n_ctx);
     }
-    /* Zero once so slots never read uninitialised memory (they are masked anyway). */
-    memset(kv->storage, 0, total);
+    /* Not cleared: a query only reads slots its own sequence wrote (positions up to its
+     * own), and untouched pages of a large cache then cost no memory. */
     uint8_t *p = kv->storage;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         kv->k[il] = p;

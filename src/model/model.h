@@ -125,8 +125,9 @@ enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1 };
 const char *model_kv_type_name(enum model_kv_type t);
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
 
-/* Keys and values of one sequence, slot = position: layer l keeps
- * k[l]: (n_ctx, n_head_kv * head_dim_k), v[l]: (n_ctx, n_head_kv * head_dim_v). */
+/* Keys and values of one sequence, slot = position, head-major: layer l keeps
+ * k[l]: (n_head_kv, n_ctx, head_dim_k), v[l]: (n_head_kv, n_ctx, head_dim_v), so one
+ * head's rows are contiguous for attention. k_row_bytes: one position, all heads. */
 struct model_kv {
     enum model_kv_type type;
     int64_t n_ctx;
@@ -162,5 +163,14 @@ KN_MUST_USE enum kn_status model_forward(struct model_fwd *f, struct model_kv *k
                                          const int32_t *tokens, const int32_t *pos, int64_t n,
                                          const int64_t *out_rows, int64_t n_out, float *logits,
                                          struct kn_err *err);
+/* The same over tokens of several sequences at once (Convoy): token i writes and reads
+ * the cache kvs[i] (all of one type). Tokens of one sequence should be adjacent: each run
+ * of equal kvs[i] is one attention call. Each token's bits are those model_forward gives
+ * it alone, since every step is per token except attention, which reads only the token's
+ * own cache (docs/numerics.md). */
+KN_MUST_USE enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
+                                               const int32_t *tokens, const int32_t *pos,
+                                               int64_t n, const int64_t *out_rows, int64_t n_out,
+                                               float *logits, struct kn_err *err);
 
 #endif

@@ -33,19 +33,6 @@ void receipt_tokens_blake3(const int32_t *ids, int64_t n, char out_hex[65])
 
 /* ================================================================ writing */
 
-/* A float setting as the double with the fewest decimal digits that reads back as the
- * same float, so 0.8f is written "0.8", not "0.800000011920929". */
-static struct json_value *json_float(float f)
-{
-    char buf[32];
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
-        if (strtof(buf, NULL) == f)
-            break;
-    }
-    return json_new_double(strtod(buf, NULL));
-}
-
 static struct json_value *json_ids(const int32_t *ids, int64_t n, struct kn_err *err)
 {
     struct json_value *arr = json_new_array();
@@ -136,13 +123,13 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
 
     const struct sample_params *s = &r->sampling;
     struct json_value *smp = obj(&b);
-    set(&b, smp, "temperature", json_float(s->temperature));
+    set(&b, smp, "temperature", json_new_float(s->temperature));
     set(&b, smp, "top_k", json_new_int(s->top_k));
-    set(&b, smp, "top_p", json_float(s->top_p));
-    set(&b, smp, "min_p", json_float(s->min_p));
-    set(&b, smp, "repeat_penalty", json_float(s->repeat_penalty));
-    set(&b, smp, "presence_penalty", json_float(s->presence_penalty));
-    set(&b, smp, "frequency_penalty", json_float(s->frequency_penalty));
+    set(&b, smp, "top_p", json_new_float(s->top_p));
+    set(&b, smp, "min_p", json_new_float(s->min_p));
+    set(&b, smp, "repeat_penalty", json_new_float(s->repeat_penalty));
+    set(&b, smp, "presence_penalty", json_new_float(s->presence_penalty));
+    set(&b, smp, "frequency_penalty", json_new_float(s->frequency_penalty));
     set(&b, smp, "repeat_last_n", json_new_int(s->repeat_last_n));
     set(&b, smp, "seed", json_new_int((int64_t)s->seed));
     set(&b, smp, "max_tokens", r->max_tokens < 0 ? json_new_null() : json_new_int(r->max_tokens));

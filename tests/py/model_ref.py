@@ -49,9 +49,17 @@ class RefModel:
         self.freq_base = _field(r, f"{a}.rope.freq_base", 10000.0)
         scale_type = _field(r, f"{a}.rope.scaling.type", "linear")
         factor = _field(r, f"{a}.rope.scaling.factor", 0.0) or 0.0
-        if scale_type not in ("none", "linear"):
+        if scale_type not in ("none", "linear", "yarn"):
             raise ValueError(f"reference: rope scaling {scale_type} not implemented")
         self.freq_scale = 1.0 if (factor == 0.0 or scale_type == "none") else 1.0 / factor
+        # YaRN (ggml's rope_yarn): blend interpolated and extrapolated angles per pair by
+        # a ramp between two correction dims, and scale sin/cos by mscale.
+        self.yarn = scale_type == "yarn"
+        self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length",
+                                 _field(r, f"{a}.context_length"))
+        self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
+        self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
+        self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
         self.neox = a in ("qwen2", "qwen3", "gemma3")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
@@ -85,7 +93,7 @@ class RefModel:
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x / np.sqrt(ms + self.eps) * w
 
-    def rope(self, x, positions, base, scale, factors=None):
+    def rope(self, x, positions, base, scale, factors=None, yarn=False):
         """x: (T, H, D). Rotates the first n_rot dims of each head."""
         n = self.n_rot
         half = n // 2
@@ -93,9 +101,23 @@ class RefModel:
         inv = base ** (-2.0 * i / n)
         if factors is not None:
             inv = inv / factors
-        theta = np.outer(np.asarray(positions, dtype=np.float64) * scale, inv)  # (T, half)
-        c = np.cos(theta)[:, None, :]
-        s = np.sin(theta)[:, None, :]
+        p = np.asarray(positions, dtype=np.float64)
+        mscale = 1.0
+        if yarn:
+            def corr_dim(beta):
+                return n * math.log(self.n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(base))
+            low = max(0.0, math.floor(corr_dim(self.beta_fast)))
+            high = min(n - 1.0, math.ceil(corr_dim(self.beta_slow)))
+            y = (i - low) / max(0.001, high - low)
+            mix = 1.0 - np.minimum(1.0, np.maximum(0.0, y))  # ext_factor 1
+            extrap = np.outer(p, inv)
+            interp = extrap * scale
+            theta = interp * (1 - mix) + extrap * mix
+            mscale = self.attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
+        else:
+            theta = np.outer(p * scale, inv)  # (T, half)
+        c = (np.cos(theta) * mscale)[:, None, :]
+        s = (np.sin(theta) * mscale)[:, None, :]
         out = x.copy()
         if self.neox:
             a = x[:, :, :half]
@@ -154,8 +176,9 @@ class RefModel:
             swa = self.swa_layers[il]
             base = 10000.0 if (self.arch == "gemma3" and swa) else self.freq_base
             scale = 1.0 if (self.arch == "gemma3" and swa) else self.freq_scale
-            q = self.rope(q, pos, base, scale, factors)
-            k = self.rope(k, pos, base, scale, factors)
+            yarn = self.yarn and not (self.arch == "gemma3" and swa)
+            q = self.rope(q, pos, base, scale, factors, yarn)
+            k = self.rope(k, pos, base, scale, factors, yarn)
             if self.arch == "gemma3":
                 kq_scale = 1.0 / math.sqrt(DK)
             else:

@@ -133,6 +133,10 @@ def test_device_and_argument_errors():
         assert p.returncode == 2 and "not available in this build" in p.stderr
     p = run([AIDREAMS, "x", "--kv-type", "q8"], check=False)
     assert p.returncode == 2
+    p = run([AIDREAMS, "x", "--raw", "--system", "s"], check=False)
+    assert p.returncode == 2 and "--raw" in p.stderr
+    p = run([AIDREAMS, "x", "--ctx-size", "256", "-n", "1", "--seed", "1"])
+    assert "exceeds the 128 tokens" in p.stderr
     p = run(["/nonexistent.gguf", "x"], check=False)
     assert p.returncode == 1 and "/nonexistent.gguf" in p.stderr
     p = run([AIDREAMS], check=False)

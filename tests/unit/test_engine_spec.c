@@ -304,12 +304,20 @@ static void test_draft_equivalence(void)
 
 /* ---------------------------------------------------------------- Warm Start */
 
+/* Positions 0..n-1 of every layer and head (the cache is head-major). */
 static bool kv_equal(const struct engine *a, const struct engine *b, int64_t n)
 {
+    const int64_t H = g_m->hp.n_head_kv;
+    const size_t kh = a->kv.k_row_bytes / (size_t)H, vh = a->kv.v_row_bytes / (size_t)H;
+    const size_t nctx = (size_t)a->kv.n_ctx;
+    CHECK(a->kv.n_ctx == b->kv.n_ctx);
     for (int64_t l = 0; l < a->kv.n_layer; l++)
-        if (memcmp(a->kv.k[l], b->kv.k[l], (size_t)n * a->kv.k_row_bytes) != 0 ||
-            memcmp(a->kv.v[l], b->kv.v[l], (size_t)n * a->kv.v_row_bytes) != 0)
-            return false;
+        for (int64_t h = 0; h < H; h++)
+            if (memcmp((const uint8_t *)a->kv.k[l] + (size_t)h * nctx * kh,
+                       (const uint8_t *)b->kv.k[l] + (size_t)h * nctx * kh, (size_t)n * kh) != 0 ||
+                memcmp((const uint8_t *)a->kv.v[l] + (size_t)h * nctx * vh,
+                       (const uint8_t *)b->kv.v[l] + (size_t)h * nctx * vh, (size_t)n * vh) != 0)
+                return false;
     return true;
 }
 

@@ -7,6 +7,11 @@
 int main(void)
 {
     struct kn_err err;
+    /* A bad KINETIC_ISA seen first by kern_isa_active (no kern_isa_init call) falls back
+     * to the scalar kernels, whose bits are the specification. */
+    setenv("KINETIC_ISA", "avx9000", 1);
+    CHECK(kern_isa_active() == KERN_ISA_SCALAR);
+    unsetenv("KINETIC_ISA");
     CHECK_STR(kern_isa_name(KERN_ISA_SCALAR), "scalar");
     CHECK_STR(kern_isa_name(KERN_ISA_AVX2), "avx2");
     CHECK_STR(kern_isa_name(KERN_ISA_AVX512), "avx512");

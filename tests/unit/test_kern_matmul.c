@@ -229,6 +229,11 @@ int main(void)
                 check_shape(t, i % 2 ? 16 : 37, ks[i]);
         }
     }
+    /* Weights above the size that runs on the caller alone: decode (M = 1) split over
+     * the pool's threads. */
+    check_shape(QT_Q8_0, 100, 1024);
+    check_shape(QT_Q4_K, 70, 1024);
+    check_shape(QT_F16, 40, 1000);
     for (int th = 1; th <= MAX_THREADS; th++)
         kern_pool_free(pools[th]);
     CHECK_DONE();

@@ -9,7 +9,7 @@
 struct job {
     _Atomic int calls[8];
     _Atomic int total;
-    int nth_seen;
+    _Atomic int nth_seen;
 };
 
 static void job_fn(void *p, int ith, int nth)
@@ -17,7 +17,7 @@ static void job_fn(void *p, int ith, int nth)
     struct job *j = p;
     atomic_fetch_add(&j->calls[ith], 1);
     atomic_fetch_add(&j->total, 1);
-    j->nth_seen = nth;
+    atomic_store(&j->nth_seen, nth);
 }
 
 static void sleep_ms(int ms)
@@ -41,7 +41,7 @@ int main(void)
             struct job j = {0};
             kern_pool_run(p, job_fn, &j);
             /* Everything done on return: every thread exactly once. */
-            if (atomic_load(&j.total) != n || j.nth_seen != n)
+            if (atomic_load(&j.total) != n || atomic_load(&j.nth_seen) != n)
                 ok = false;
             for (int i = 0; i < n; i++)
                 if (atomic_load(&j.calls[i]) != 1)
@@ -54,7 +54,7 @@ int main(void)
     }
     struct job j = {0};
     kern_pool_run(NULL, job_fn, &j);
-    CHECK(atomic_load(&j.total) == 1 && j.nth_seen == 1);
+    CHECK(atomic_load(&j.total) == 1 && atomic_load(&j.nth_seen) == 1);
 
     /* kern_split: contiguous, covering, aligned, the same every time. */
     for (int64_t n = 0; n < 200; n += 7) {

@@ -1,0 +1,1071 @@
+/* repl.c: the conversation behind `kinetic chat` (see repl.h). */
+#include "repl.h"
+
+#include "../base/json.h"
+#include "../engine/engine.h"
+#include "../gguf/gguf.h"
+#include "../kernels/kernels.h"
+#include "../model/model.h"
+#include "../receipt/receipt.h"
+#include "../token/tok.h"
+#include "chat.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Zero Wait evaluates a chunk of tokens per call and sizes it so that a call takes about
+ * REPL_PREFILL_MS: a keystroke waits about that long at worst. */
+#define REPL_PREFILL_MS 25.0
+#define REPL_PREFILL_MAX 64
+/* Save files larger than this are refused (a conversation is text, not a model). */
+#define REPL_SAVE_MAX ((size_t)64 << 20)
+
+struct repl_msg {
+    char *role;    /* "user" or "assistant" */
+    char *content;
+};
+
+/* What one turn cost, for /stats. */
+struct repl_turn_stats {
+    int64_t n_prompt;     /* tokens of the whole conversation given to the model */
+    int64_t n_reused;     /* of those, already in the KV cache at Enter */
+    int64_t n_typed;      /* evaluated by Zero Wait while the line was typed */
+    int64_t n_gen;        /* generated tokens */
+    double prompt_s, gen_s;
+};
+
+struct repl {
+    struct repl_opts o;
+    char *system;
+    struct model *m;
+    struct tok *tk;
+    struct kern_pool *pool;
+    struct engine e;
+    bool engine_ok;
+    struct sample_ctx sctx;
+    bool sctx_ok;
+    struct chat_template tmpl;
+    char bos_buf[256], eos_buf[256];
+    int64_t n_ctx;
+    struct receipt_key key;
+    bool have_key;
+
+    struct repl_msg *msgs;  /* user/assistant turns; the system message is apart */
+    size_t n_msgs, cap_msgs;
+
+    int32_t *toks;          /* scratch: a rendered conversation's tokens */
+    size_t cap_toks;
+    int32_t *gen;           /* (n_ctx) generated ids */
+    char *piece;
+
+    /* Zero Wait: the target computed for the last partial line. */
+    char *zw_text;
+    size_t zw_len;
+    bool zw_valid;
+    int32_t *zw_toks;
+    int64_t n_zw_toks, cap_zw_toks;
+    int64_t zw_done;        /* tokens Zero Wait evaluated since the last answer */
+    int64_t zw_chunk;       /* tokens per call, adapted to the model's speed */
+
+    /* The last answer, for /receipt. */
+    bool have_last;
+    struct json_value *last_input;
+    int32_t *last_prompt, *last_out;
+    int64_t n_last_prompt, n_last_out;
+    char *last_text;
+    size_t last_text_len;
+    char last_finish[16];
+    struct sample_params last_sp;
+    int64_t last_max_tokens;
+
+    struct repl_turn_stats last;
+    struct repl_turn_stats total;
+    int64_t n_turns;
+};
+
+/* ================================================================ small helpers */
+
+static char *dupn(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* Forgets the cached tokens from position p on (the KV entries there are overwritten by
+ * the next evaluation). engine.h has no such call yet; this is the only place that
+ * shortens the sequence, and it keeps engine's invariant (history holds n_past tokens). */
+static void repl_cache_keep(struct engine *e, int64_t p)
+{
+    if (p < e->n_past) {
+        e->n_past = p;
+        e->have_logits = false;
+    }
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+static void msgs_clear(struct repl *r)
+{
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    r->n_msgs = 0;
+}
+
+static bool msgs_push(struct repl *r, const char *role, const char *content, size_t len)
+{
+    if (r->n_msgs == r->cap_msgs) {
+        size_t cap = r->cap_msgs ? r->cap_msgs * 2 : 16;
+        struct repl_msg *t = realloc(r->msgs, cap * sizeof *t);
+        if (!t)
+            return false;
+        r->msgs = t;
+        r->cap_msgs = cap;
+    }
+    char *ro = dupn(role, strlen(role)), *co = dupn(content, len);
+    if (!ro || !co) {
+        free(ro);
+        free(co);
+        return false;
+    }
+    r->msgs[r->n_msgs++] = (struct repl_msg){ro, co};
+    return true;
+}
+
+static void msgs_pop(struct repl *r)
+{
+    if (r->n_msgs) {
+        r->n_msgs--;
+        free(r->msgs[r->n_msgs].role);
+        free(r->msgs[r->n_msgs].content);
+    }
+}
+
+/* ================================================================ rendering */
+
+/* The conversation (system + turns, then `extra` as a user message when not NULL) as
+ * tokens in r->toks: rendered with the template, tokenized segment by segment so that
+ * message text never becomes special tokens, BOS first when the model wants it (as
+ * `kinetic run` does). [*text_start, *text_end) receives the tokens of the last
+ * message-text segment (where a partial user line is; the template's closing markers
+ * follow it). */
+static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_out,
+                                  int64_t *text_start, int64_t *text_end, struct kn_err *err)
+{
+    size_t nm = r->n_msgs + 2;
+    struct chat_message *cm = malloc(nm * sizeof *cm);
+    if (!cm)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    size_t k = 0;
+    if (r->system)
+        cm[k++] = (struct chat_message){"system", r->system};
+    for (size_t i = 0; i < r->n_msgs; i++)
+        cm[k++] = (struct chat_message){r->msgs[i].role, r->msgs[i].content};
+    if (extra)
+        cm[k++] = (struct chat_message){"user", extra};
+    struct chat_prompt cp;
+    enum kn_status st = chat_render(&r->tmpl, cm, k, true, &cp, err);
+    free(cm);
+    if (st != KN_OK)
+        return st;
+    size_t cap = cp.len + 2;
+    if (cap > r->cap_toks) {
+        int32_t *t = realloc(r->toks, cap * sizeof *t);
+        if (!t) {
+            chat_prompt_free(&cp);
+            return kn_fail(err, KN_E_NOMEM, "out of memory");
+        }
+        r->toks = t;
+        r->cap_toks = cap;
+    }
+    const struct tok_special *sp = tok_specials(r->tk);
+    int64_t n = 0;
+    if (sp->add_bos && sp->bos != TOK_NULL)
+        r->toks[n++] = sp->bos;
+    *text_start = *text_end = n;
+    for (size_t i = 0; i < cp.n_segs; i++) {
+        size_t nn = 0;
+        if (!cp.segs[i].special)
+            *text_start = n;
+        st = tok_encode(r->tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
+                        r->toks + n, cap - (size_t)n, &nn, err);
+        if (st != KN_OK) {
+            chat_prompt_free(&cp);
+            return st;
+        }
+        n += (int64_t)nn;
+        if (!cp.segs[i].special)
+            *text_end = n;
+    }
+    chat_prompt_free(&cp);
+    *n_out = n;
+    return KN_OK;
+}
+
+/* The messages as sent, for the receipt's input and /save. */
+static struct json_value *repl_messages_json(const struct repl *r, struct kn_err *err)
+{
+    struct json_value *arr = json_new_array();
+    if (!arr) {
+        kn_fail(err, KN_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (size_t i = r->system ? 0 : 1; i < r->n_msgs + 1; i++) {
+        const char *role = i ? r->msgs[i - 1].role : "system";
+        const char *content = i ? r->msgs[i - 1].content : r->system;
+        struct json_value *m = json_new_object();
+        if (!m || json_object_set(m, "role", json_new_string(role), err) != KN_OK ||
+            json_object_set(m, "content", json_new_string(content), err) != KN_OK ||
+            json_array_push(arr, m, err) != KN_OK) {
+            if (!m)
+                kn_fail(err, KN_E_NOMEM, "out of memory");
+            json_free(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* ================================================================ open / close */
+
+enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn_err *err)
+{
+    *out = NULL;
+    struct repl *r = calloc(1, sizeof *r);
+    if (!r)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    r->o = *o;
+    enum kn_status st = KN_OK;
+    enum model_kv_type kv_type;
+    if (!model_kv_type_from_name(o->kv_type ? o->kv_type : "f32", &kv_type)) {
+        st = kn_fail(err, KN_E_ARG, "--kv-type must be f32 or f16");
+        goto fail;
+    }
+    if ((st = sample_params_check(&o->sp, err)) != KN_OK)
+        goto fail;
+    if (o->system && !(r->system = kn_strdup(o->system, err))) {
+        st = KN_E_NOMEM;
+        goto fail;
+    }
+    if (o->sign_key) {
+        if ((st = receipt_key_load(o->sign_key, &r->key, err)) != KN_OK)
+            goto fail;
+        r->have_key = true;
+    }
+    struct model_load_opts lo = {.repack = true};
+    if ((st = model_open(&r->m, o->model_path, &lo, err)) != KN_OK)
+        goto fail;
+    if ((st = tok_load(&r->tk, r->m->gguf, err)) != KN_OK) {
+        kn_err_prefix(err, o->model_path);
+        goto fail;
+    }
+    /* The template, chosen as `kinetic run` and `kinetic serve` choose it. */
+    enum chat_format forced;
+    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
+        st = kn_fail(err, KN_E_ARG, "unknown --chat-format '%s'", o->chat_format);
+        goto fail;
+    }
+    chat_template_for_model(&r->tmpl, o->chat_format ? &forced : NULL, r->m->gguf, r->tk,
+                            r->bos_buf, r->eos_buf, sizeof r->bos_buf);
+
+    r->n_ctx = o->ctx_size ? o->ctx_size
+                           : (r->m->hp.n_ctx_train < 4096 ? r->m->hp.n_ctx_train : 4096);
+    if ((st = kern_pool_create(o->threads, &r->pool, err)) != KN_OK)
+        goto fail;
+    struct engine_params ep = {.n_ctx = r->n_ctx, .n_batch = o->batch, .kv_type = kv_type};
+    if ((st = engine_init(&r->e, r->m, r->pool, &ep, err)) != KN_OK)
+        goto fail;
+    r->engine_ok = true;
+    if ((st = sample_ctx_init(&r->sctx, (int32_t)r->m->hp.n_vocab, err)) != KN_OK)
+        goto fail;
+    r->sctx_ok = true;
+    r->gen = malloc((size_t)r->n_ctx * sizeof *r->gen);
+    r->piece = malloc(tok_max_piece(r->tk) + 8);
+    if (!r->gen || !r->piece) {
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    kn_log(KN_LOG_DEBUG, "chat format %s", chat_format_name(r->tmpl.format));
+    *out = r;
+    return KN_OK;
+fail:
+    repl_close(r);
+    return st;
+}
+
+static void repl_last_clear(struct repl *r)
+{
+    json_free(r->last_input);
+    free(r->last_prompt);
+    free(r->last_out);
+    free(r->last_text);
+    r->last_input = NULL;
+    r->last_prompt = r->last_out = NULL;
+    r->last_text = NULL;
+    r->have_last = false;
+}
+
+void repl_close(struct repl *r)
+{
+    if (!r)
+        return;
+    if (r->have_key)
+        receipt_key_wipe(&r->key);
+    repl_last_clear(r);
+    msgs_clear(r);
+    free(r->msgs);
+    free(r->toks);
+    free(r->gen);
+    free(r->piece);
+    free(r->zw_text);
+    free(r->zw_toks);
+    free(r->system);
+    if (r->sctx_ok)
+        sample_ctx_free(&r->sctx);
+    if (r->engine_ok)
+        engine_free(&r->e);
+    kern_pool_free(r->pool);
+    tok_free(r->tk);
+    model_close(r->m);
+    free(r);
+}
+
+/* ================================================================ a turn */
+
+struct repl_gen {
+    struct repl *r;
+    struct tok_stream ts;
+    FILE *out;
+    char *text;
+    size_t len, cap;
+    bool nomem, interrupted;
+};
+
+static bool gen_add(struct repl_gen *g, const char *s, size_t n)
+{
+    if (g->len + n + 1 > g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 256;
+        while (cap < g->len + n + 1)
+            cap *= 2;
+        char *t = realloc(g->text, cap);
+        if (!t)
+            return false;
+        g->text = t;
+        g->cap = cap;
+    }
+    memcpy(g->text + g->len, s, n);
+    g->len += n;
+    g->text[g->len] = 0;
+    return true;
+}
+
+/* Streams each token's text; stops the answer when the interrupt flag is set (after
+ * this token, which is kept: the answer is exactly the tokens shown). */
+static bool gen_on_token(void *ctx, int32_t id, int64_t index)
+{
+    struct repl_gen *g = ctx;
+    (void)index;
+    size_t pn = 0;
+    tok_stream_push(&g->ts, id, g->r->piece, &pn);
+    if (!gen_add(g, g->r->piece, pn)) {
+        g->nomem = true;
+        return false;
+    }
+    if (pn) {
+        fwrite(g->r->piece, 1, pn, g->out);
+        fflush(g->out);
+    }
+    if (g->r->o.interrupt && *g->r->o.interrupt) {
+        g->interrupted = true;
+        return false;
+    }
+    return true;
+}
+
+static bool interrupted(const struct repl *r)
+{
+    return r->o.interrupt && *r->o.interrupt;
+}
+
+/* Evaluates toks[from..n) in chunks, checking the interrupt flag between them. */
+static enum kn_status eval_range(struct repl *r, const int32_t *toks, int64_t from, int64_t n,
+                                 struct kn_err *err)
+{
+    while (from < n) {
+        if (interrupted(r))
+            return kn_fail(err, KN_E_CANCELLED, "interrupted");
+        int64_t c = n - from < r->e.n_batch ? n - from : r->e.n_batch;
+        enum kn_status st = engine_eval(&r->e, toks + from, c, err);
+        if (st != KN_OK)
+            return st;
+        from += c;
+    }
+    return KN_OK;
+}
+
+enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
+                        struct kn_err *err)
+{
+    if (!json_utf8_valid(text, len))
+        return kn_fail(err, KN_E_ARG, "the message is not valid UTF-8");
+    if (!msgs_push(r, "user", text, len))
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    int64_t n = 0, text_start = 0, text_end = 0;
+    enum kn_status st = repl_tokens(r, NULL, &n, &text_start, &text_end, err);
+    if (st != KN_OK)
+        goto drop;
+    if (n == 0) {
+        st = kn_fail(err, KN_E_ARG, "the prompt is empty (and the model adds no BOS token)");
+        goto drop;
+    }
+    if (n >= r->n_ctx) {
+        st = kn_fail(err, KN_E_LIMIT,
+                     "the conversation is %lld tokens; the context holds %lld; /reset to start "
+                     "over, or use a larger --ctx-size",
+                     (long long)n, (long long)r->n_ctx);
+        goto drop;
+    }
+    /* Warm Start: keep the cached tokens that equal the new prompt's; always evaluate at
+     * least one token so the logits are those after the whole prompt. */
+    int64_t p = common_prefix(r->e.history, r->e.n_past, r->toks, n);
+    if (p >= n)
+        p = n - 1;
+    repl_cache_keep(&r->e, p);
+    struct repl_turn_stats ts = {.n_prompt = n, .n_reused = p, .n_typed = r->zw_done};
+    r->zw_done = 0;
+    r->zw_valid = false;
+    double t0 = kn_now();
+    st = eval_range(r, r->toks, p, n, err);
+    if (st != KN_OK) {
+        /* What was evaluated stays valid in the cache; only the message goes. */
+        goto drop;
+    }
+    double t1 = kn_now();
+
+    struct repl_gen g = {.r = r, .out = out};
+    tok_stream_init(&g.ts, r->tk, false);
+    int64_t n_gen = 0;
+    enum engine_finish fin = ENGINE_FINISH_LENGTH;
+    st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.n_predict, gen_on_token, &g,
+                         r->gen, &n_gen, &fin, err);
+    if (st == KN_OK && g.nomem)
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+    if (st == KN_OK) {
+        size_t pn = 0;
+        tok_stream_flush(&g.ts, r->piece, &pn);
+        if (!gen_add(&g, r->piece, pn))
+            st = kn_fail(err, KN_E_NOMEM, "out of memory");
+        else if (pn)
+            fwrite(r->piece, 1, pn, out);
+    }
+    double t2 = kn_now();
+    if (st != KN_OK) {
+        free(g.text);
+        goto drop;
+    }
+    if (!g.text && !gen_add(&g, "", 0)) {
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+        goto drop;
+    }
+    fputc('\n', out);
+    fflush(out);
+    if (fin == ENGINE_FINISH_CONTEXT)
+        fprintf(stderr, "kinetic chat: the answer stopped at the context limit (%lld tokens); "
+                "/reset to start over, or use a larger --ctx-size\n", (long long)r->n_ctx);
+
+    /* The receipt of this answer: input is the conversation as sent (before the answer),
+     * prompt the exact tokens, output the answer's tokens. An interrupted answer is
+     * recorded as what it is, the first n tokens: max_tokens n, finish "length", which a
+     * rerun reproduces exactly. */
+    repl_last_clear(r);
+    r->last_input = repl_messages_json(r, err);
+    r->last_prompt = malloc((size_t)n * sizeof(int32_t));
+    r->last_out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
+    char *text_valid = json_utf8_sanitize(g.text, g.len, &r->last_text_len);
+    r->last_text = text_valid;
+    if (!r->last_input || !r->last_prompt || !r->last_out || !text_valid) {
+        free(g.text);
+        repl_last_clear(r);
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+        goto drop;
+    }
+    memcpy(r->last_prompt, r->toks, (size_t)n * sizeof(int32_t));
+    memcpy(r->last_out, r->gen, (size_t)n_gen * sizeof(int32_t));
+    r->n_last_prompt = n;
+    r->n_last_out = n_gen;
+    r->last_sp = r->o.sp;
+    if (g.interrupted) {
+        r->last_max_tokens = n_gen;
+        snprintf(r->last_finish, sizeof r->last_finish, "length");
+    } else {
+        r->last_max_tokens = r->o.n_predict;
+        snprintf(r->last_finish, sizeof r->last_finish, "%s", engine_finish_name(fin));
+    }
+    r->have_last = true;
+
+    /* The answer joins the conversation as the text the user saw. */
+    bool ok = msgs_push(r, "assistant", text_valid, r->last_text_len);
+    free(g.text);
+    if (!ok)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    if (g.interrupted)
+        fprintf(stderr, "[answer stopped after %lld tokens]\n", (long long)n_gen);
+
+    ts.n_gen = n_gen;
+    ts.prompt_s = t1 - t0;
+    ts.gen_s = t2 - t1;
+    r->last = ts;
+    r->total.n_prompt += ts.n_prompt;
+    r->total.n_reused += ts.n_reused;
+    r->total.n_typed += ts.n_typed;
+    r->total.n_gen += ts.n_gen;
+    r->total.prompt_s += ts.prompt_s;
+    r->total.gen_s += ts.gen_s;
+    r->n_turns++;
+    return KN_OK;
+
+drop:
+    msgs_pop(r);
+    return st;
+}
+
+/* ================================================================ Zero Wait */
+
+bool repl_prefill(struct repl *r, const char *partial, size_t len)
+{
+    if (!r->o.zero_wait)
+        return false;
+    if (!r->zw_valid || r->zw_len != len || (len && memcmp(r->zw_text, partial, len) != 0)) {
+        /* A new target for this text. An empty line (or one of spaces only, which the
+         * template may trim away) still gives the conversation and the user-turn header:
+         * render a placeholder and keep what comes before it. */
+        r->zw_valid = false;
+        char *copy = dupn(partial, len);
+        if (!copy)
+            return false;
+        free(r->zw_text);
+        r->zw_text = copy;
+        r->zw_len = len;
+        bool blank = true;
+        for (size_t i = 0; i < len && blank; i++)
+            blank = partial[i] == ' ' || partial[i] == '\t' || partial[i] == '\n';
+        if (!json_utf8_valid(partial, len))
+            return false;
+        struct kn_err err;
+        int64_t n = 0, text_start = 0, text_end = 0;
+        if (repl_tokens(r, blank ? "x" : copy, &n, &text_start, &text_end, &err) != KN_OK)
+            return false;
+        /* The stable part: everything before the last message text (which may begin
+         * with earlier text: the raw format has no markers, Gemma puts the system text
+         * there), and that text but its last REPL_UNSTABLE tokens (a word being typed may
+         * still merge differently), or but the placeholder and as many more. */
+        int64_t stable = text_end - REPL_UNSTABLE - (blank ? 1 : 0);
+        if (stable < text_start)
+            stable = text_start;
+        if (stable >= r->n_ctx)
+            stable = r->n_ctx - 1;
+        if (stable > r->cap_zw_toks) {
+            int32_t *t = realloc(r->zw_toks, (size_t)stable * sizeof *t);
+            if (!t)
+                return false;
+            r->zw_toks = t;
+            r->cap_zw_toks = stable;
+        }
+        memcpy(r->zw_toks, r->toks, (size_t)stable * sizeof(int32_t));
+        r->n_zw_toks = stable;
+        r->zw_valid = true;
+    }
+    int64_t p = common_prefix(r->e.history, r->e.n_past, r->zw_toks, r->n_zw_toks);
+    if (p >= r->n_zw_toks)
+        return false;
+    repl_cache_keep(&r->e, p);
+    if (r->zw_chunk < 1)
+        r->zw_chunk = 4;
+    int64_t c = r->n_zw_toks - p < r->zw_chunk ? r->n_zw_toks - p : r->zw_chunk;
+    struct kn_err err;
+    double t0 = kn_now();
+    if (engine_eval(&r->e, r->zw_toks + p, c, &err) != KN_OK) {
+        r->zw_valid = false;
+        return false;
+    }
+    double ms = (kn_now() - t0) * 1e3;
+    if (c == r->zw_chunk) {
+        if (ms > 2 * REPL_PREFILL_MS && r->zw_chunk > 1)
+            r->zw_chunk /= 2;
+        else if (ms < REPL_PREFILL_MS / 2 && r->zw_chunk < REPL_PREFILL_MAX)
+            r->zw_chunk *= 2;
+    }
+    r->zw_done += c;
+    return p + c < r->n_zw_toks;
+}
+
+/* ================================================================ slash commands */
+
+const char *const repl_help_text =
+    "Type a message and press Enter. A line ending in '\\' continues on the next line;\n"
+    "pasted text (bracketed paste) is kept whole, newlines included. Start a line with\n"
+    "'//' to send text that begins with '/'. Ctrl-C stops an answer (or clears the line);\n"
+    "Ctrl-D on an empty line, or /quit, exits.\n"
+    "\n"
+    "  /receipt FILE       save the receipt of the last answer (signed with --sign-key)\n"
+    "  /reset              forget the conversation (the system message stays)\n"
+    "  /system [TEXT]      set the system message (none without TEXT)\n"
+    "  /set [NAME VALUE]   change a setting, or list them: temp, top_k, top_p, min_p,\n"
+    "                      repeat_penalty, repeat_last_n, presence_penalty,\n"
+    "                      frequency_penalty, n_predict\n"
+    "  /seed N             the seed every answer is sampled with\n"
+    "  /save FILE          save the conversation and settings as JSON\n"
+    "  /load FILE          load a conversation saved with /save\n"
+    "  /stats              prompt tokens reused from the cache, tokens/s\n"
+    "  /help               this text\n"
+    "  /quit               exit\n";
+
+/* The settings /set knows, with where they live. */
+enum setting_kind { SET_FLOAT, SET_INT32, SET_INT64 };
+struct setting {
+    const char *name, *alias;
+    enum setting_kind kind;
+    size_t off;       /* into struct sample_params, or SIZE_MAX for n_predict */
+};
+#define SP_OFF(f) offsetof(struct sample_params, f)
+static const struct setting settings[] = {
+    {"temperature", "temp", SET_FLOAT, SP_OFF(temperature)},
+    {"top_k", "top-k", SET_INT32, SP_OFF(top_k)},
+    {"top_p", "top-p", SET_FLOAT, SP_OFF(top_p)},
+    {"min_p", "min-p", SET_FLOAT, SP_OFF(min_p)},
+    {"repeat_penalty", "repeat-penalty", SET_FLOAT, SP_OFF(repeat_penalty)},
+    {"repeat_last_n", "repeat-last-n", SET_INT32, SP_OFF(repeat_last_n)},
+    {"presence_penalty", "presence-penalty", SET_FLOAT, SP_OFF(presence_penalty)},
+    {"frequency_penalty", "frequency-penalty", SET_FLOAT, SP_OFF(frequency_penalty)},
+    {"n_predict", "max_tokens", SET_INT64, SIZE_MAX},
+};
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+static const struct setting *setting_find(const char *name)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strcmp(name, settings[i].name) == 0 || strcmp(name, settings[i].alias) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+/* Applies value to the setting in sp / n_predict; false with a message when out of range. */
+static bool setting_apply(const struct setting *s, double v, struct sample_params *sp,
+                          int64_t *n_predict, struct kn_err *err)
+{
+    if (s->kind != SET_FLOAT && v != (double)(int64_t)v) {
+        kn_fail(err, KN_E_ARG, "%s takes a whole number", s->name);
+        return false;
+    }
+    struct sample_params t = *sp;
+    int64_t np = *n_predict;
+    if (s->off == SIZE_MAX) {
+        if (v < -1 || v > INT32_MAX) {
+            kn_fail(err, KN_E_ARG, "n_predict takes -1 (no limit) or a token count");
+            return false;
+        }
+        np = (int64_t)v;
+    } else if (s->kind == SET_FLOAT) {
+        *(float *)((char *)&t + s->off) = (float)v;
+    } else {
+        if (v < INT32_MIN || v > INT32_MAX) {
+            kn_fail(err, KN_E_ARG, "%s is out of range", s->name);
+            return false;
+        }
+        *(int32_t *)((char *)&t + s->off) = (int32_t)v;
+    }
+    if (sample_params_check(&t, err) != KN_OK)
+        return false;
+    *sp = t;
+    *n_predict = np;
+    return true;
+}
+
+static void settings_print(const struct repl *r, FILE *out)
+{
+    const struct sample_params *sp = &r->o.sp;
+    fprintf(out, "temperature %g, top_k %d, top_p %g, min_p %g, repeat_penalty %g, "
+            "repeat_last_n %d, presence_penalty %g, frequency_penalty %g, n_predict %lld, "
+            "seed %llu\n",
+            (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p,
+            (double)sp->repeat_penalty, sp->repeat_last_n, (double)sp->presence_penalty,
+            (double)sp->frequency_penalty, (long long)r->o.n_predict,
+            (unsigned long long)sp->seed);
+}
+
+static bool parse_number(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v != v)
+        return false;
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_seed(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-' || *s == '+')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (end == s || errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, struct kn_err *err)
+{
+    if (!*file) {
+        fprintf(out, "/receipt needs a file name: /receipt answer.json\n");
+        return KN_OK;
+    }
+    if (!r->have_last) {
+        fprintf(out, "no answer yet: a receipt is made of the last answer\n");
+        return KN_OK;
+    }
+    struct receipt rc = {0};
+    struct receipt_run rr = {
+        .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
+        .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
+        .stop = NULL, .n_stop = 0, .finish = r->last_finish, .text = r->last_text,
+        .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
+        .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
+    };
+    struct kn_err e2 = {0};
+    if (receipt_from_run(&rc, &rr, &e2) != KN_OK ||
+        (r->have_key && receipt_sign(&rc, &r->key, &e2) != KN_OK) ||
+        receipt_write(&rc, file, &e2) != KN_OK) {
+        receipt_free(&rc);
+        if (e2.status == KN_E_NOMEM) {
+            *err = e2;
+            return KN_E_NOMEM;
+        }
+        fprintf(out, "cannot save the receipt: %s\n", e2.msg);
+        return KN_OK;
+    }
+    receipt_free(&rc);
+    fprintf(stderr, "receipt written to %s (%lld prompt and %lld output tokens%s)\n", file,
+            (long long)r->n_last_prompt, (long long)r->n_last_out, r->have_key ? ", signed" : "");
+    return KN_OK;
+}
+
+static struct json_value *settings_json(const struct repl *r, struct kn_err *err)
+{
+    struct json_value *o = json_new_object();
+    if (!o)
+        goto nomem;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const struct setting *s = &settings[i];
+        struct json_value *v;
+        if (s->off == SIZE_MAX)
+            v = json_new_int(r->o.n_predict);
+        else if (s->kind == SET_FLOAT)
+            v = json_new_float(*(const float *)((const char *)&r->o.sp + s->off));
+        else
+            v = json_new_int(*(const int32_t *)((const char *)&r->o.sp + s->off));
+        if (json_object_set(o, s->name, v, err) != KN_OK) {
+            json_free(o);
+            return NULL;
+        }
+    }
+    if (json_object_set(o, "seed", json_new_int((int64_t)r->o.sp.seed), err) != KN_OK) {
+        json_free(o);
+        return NULL;
+    }
+    return o;
+nomem:
+    kn_fail(err, KN_E_NOMEM, "out of memory");
+    return NULL;
+}
+
+#define REPL_SAVE_FORMAT "kinetic-chat-1"
+
+static enum kn_status cmd_save(struct repl *r, const char *file, FILE *out, struct kn_err *err)
+{
+    if (!*file) {
+        fprintf(out, "/save needs a file name: /save chat.json\n");
+        return KN_OK;
+    }
+    struct json_value *doc = json_new_object();
+    struct json_value *msgs = NULL, *set = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    enum kn_status st = KN_E_NOMEM;
+    if (!doc)
+        goto nomem;
+    msgs = repl_messages_json(r, err);
+    set = msgs ? settings_json(r, err) : NULL;
+    if (!msgs || !set)
+        goto fail;
+    const char *slash = strrchr(r->o.model_path, '/');
+    if (json_object_set(doc, "format", json_new_string(REPL_SAVE_FORMAT), err) != KN_OK ||
+        json_object_set(doc, "model", json_new_string(slash ? slash + 1 : r->o.model_path), err) != KN_OK ||
+        json_object_set(doc, "messages", msgs, err) != KN_OK) {
+        msgs = NULL;
+        goto fail;
+    }
+    msgs = NULL;
+    st = json_object_set(doc, "settings", set, err);
+    set = NULL;
+    if (st != KN_OK || (st = json_write(doc, JSON_PRETTY, &text, &len, err)) != KN_OK)
+        goto fail;
+    json_free(doc);
+    struct kn_err e2 = {0};
+    if (kn_write_file_atomic(file, text, len, &e2) != KN_OK)
+        fprintf(out, "cannot save the conversation: %s\n", e2.msg);
+    else
+        fprintf(stderr, "conversation saved to %s (%zu messages)\n", file, r->n_msgs);
+    free(text);
+    return KN_OK;
+nomem:
+    kn_fail(err, KN_E_NOMEM, "out of memory");
+fail:
+    json_free(doc);
+    json_free(msgs);
+    json_free(set);
+    return st == KN_OK ? KN_E_NOMEM : st;
+}
+
+/* Reads a /save file strictly into a new conversation and settings; nothing changes on
+ * failure. */
+static enum kn_status load_doc(struct repl *r, const struct json_value *doc, struct kn_err *err)
+{
+    if (!json_is(doc, JSON_OBJECT))
+        return kn_fail(err, KN_E_FORMAT, "not a saved conversation (a JSON object is expected)");
+    for (size_t i = 0; i < json_len(doc); i++) {
+        const char *k = doc->u.object.items[i].key;
+        if (strcmp(k, "format") && strcmp(k, "model") && strcmp(k, "messages") && strcmp(k, "settings"))
+            return kn_fail(err, KN_E_FORMAT, "unknown field '%s'", k);
+    }
+    const char *fmt = json_str(json_get(doc, "format"));
+    if (!fmt || strcmp(fmt, REPL_SAVE_FORMAT) != 0)
+        return kn_fail(err, KN_E_FORMAT, "not a saved conversation (\"format\" must be \"%s\")",
+                       REPL_SAVE_FORMAT);
+    const struct json_value *msgs = json_get(doc, "messages");
+    const struct json_value *set = json_get(doc, "settings");
+    if (!json_is(msgs, JSON_ARRAY))
+        return kn_fail(err, KN_E_FORMAT, "\"messages\" must be an array");
+    if (!json_is(set, JSON_OBJECT))
+        return kn_fail(err, KN_E_FORMAT, "\"settings\" must be an object");
+    for (size_t i = 0; i < json_len(msgs); i++) {
+        const struct json_value *m = json_at(msgs, i);
+        const char *role = json_str(json_get(m, "role"));
+        const char *content = json_str(json_get(m, "content"));
+        if (!json_is(m, JSON_OBJECT) || json_len(m) != 2 || !role || !content)
+            return kn_fail(err, KN_E_FORMAT, "message %zu must be {\"role\", \"content\"} with strings", i);
+        if (strlen(content) != json_get(m, "content")->u.string.len)
+            return kn_fail(err, KN_E_FORMAT, "message %zu contains a NUL character", i);
+        bool sys = strcmp(role, "system") == 0;
+        if (sys ? i != 0 : strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)
+            return kn_fail(err, KN_E_FORMAT, "message %zu has role '%s': one leading system message, "
+                           "then user and assistant messages", i, role);
+    }
+    struct sample_params sp = r->o.sp;
+    int64_t np = r->o.n_predict;
+    for (size_t i = 0; i < json_len(set); i++) {
+        const char *k = set->u.object.items[i].key;
+        const struct json_value *v = set->u.object.items[i].value;
+        if (strcmp(k, "seed") == 0) {
+            int64_t s;
+            if (!json_int(v, &s) || s < 0)
+                return kn_fail(err, KN_E_FORMAT, "settings.seed must be a non-negative integer");
+            sp.seed = (uint64_t)s;
+            continue;
+        }
+        const struct setting *s = setting_find(k);
+        double d;
+        if (!s)
+            return kn_fail(err, KN_E_FORMAT, "unknown setting '%s'", k);
+        if (!json_double(v, &d))
+            return kn_fail(err, KN_E_FORMAT, "settings.%s must be a number", k);
+        if (!setting_apply(s, d, &sp, &np, err))
+            return KN_E_FORMAT;
+    }
+    /* Everything checked: replace the conversation. */
+    size_t first = 0;
+    char *system = NULL;
+    if (json_len(msgs) && strcmp(json_str(json_get(json_at(msgs, 0), "role")), "system") == 0) {
+        if (!(system = kn_strdup(json_str(json_get(json_at(msgs, 0), "content")), err)))
+            return KN_E_NOMEM;
+        first = 1;
+    }
+    msgs_clear(r);
+    for (size_t i = first; i < json_len(msgs); i++) {
+        const struct json_value *m = json_at(msgs, i);
+        const struct json_value *c = json_get(m, "content");
+        if (!msgs_push(r, json_str(json_get(m, "role")), c->u.string.s, c->u.string.len)) {
+            free(system);
+            return kn_fail(err, KN_E_NOMEM, "out of memory");
+        }
+    }
+    free(r->system);
+    r->system = system;
+    r->o.sp = sp;
+    r->o.n_predict = np;
+    r->zw_valid = false;
+    return KN_OK;
+}
+
+static enum kn_status cmd_load(struct repl *r, const char *file, FILE *out, struct kn_err *err)
+{
+    if (!*file) {
+        fprintf(out, "/load needs a file name: /load chat.json\n");
+        return KN_OK;
+    }
+    struct json_value *doc = NULL;
+    struct json_limits lim = {.max_bytes = REPL_SAVE_MAX};
+    struct kn_err e2 = {0};
+    if (json_parse_file(file, &lim, &doc, &e2) != KN_OK || load_doc(r, doc, &e2) != KN_OK) {
+        json_free(doc);
+        if (e2.status == KN_E_NOMEM) {
+            *err = e2;
+            return KN_E_NOMEM;
+        }
+        fprintf(out, "cannot load %s: %s\n", file, e2.msg);
+        return KN_OK;
+    }
+    json_free(doc);
+    fprintf(stderr, "conversation loaded from %s (%zu messages%s)\n", file, r->n_msgs,
+            r->system ? " and a system message" : "");
+    return KN_OK;
+}
+
+static void cmd_stats(const struct repl *r, FILE *out)
+{
+    if (!r->n_turns) {
+        fprintf(out, "no answer yet\n");
+        return;
+    }
+    const struct repl_turn_stats *l = &r->last, *t = &r->total;
+    fprintf(out, "last answer: prompt %lld tokens, %lld reused from the cache (Warm Start; "
+            "Zero Wait evaluated %lld while the line was typed), %lld evaluated after Enter "
+            "in %.3f s; %lld tokens generated in %.3f s (%.1f tokens/s)\n",
+            (long long)l->n_prompt, (long long)l->n_reused, (long long)l->n_typed,
+            (long long)(l->n_prompt - l->n_reused), l->prompt_s, (long long)l->n_gen, l->gen_s,
+            l->gen_s > 0 ? (double)l->n_gen / l->gen_s : 0.0);
+    fprintf(out, "session: %lld answers; prompt tokens %lld, %lld reused (%.0f%%); "
+            "%lld tokens generated in %.3f s (%.1f tokens/s); context %lld of %lld used\n",
+            (long long)r->n_turns, (long long)t->n_prompt, (long long)t->n_reused,
+            t->n_prompt ? 100.0 * (double)t->n_reused / (double)t->n_prompt : 0.0,
+            (long long)t->n_gen, t->gen_s, t->gen_s > 0 ? (double)t->n_gen / t->gen_s : 0.0,
+            (long long)r->e.n_past, (long long)r->n_ctx);
+}
+
+enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *quit,
+                            struct kn_err *err)
+{
+    *quit = false;
+    /* "/name rest": the rest keeps inner spaces (file names, system text). */
+    const char *p = line + 1;
+    size_t nl = strcspn(p, " \t");
+    char name[32];
+    if (nl >= sizeof name)
+        nl = sizeof name - 1;
+    memcpy(name, p, nl);
+    name[nl] = 0;
+    const char *rest = p + strcspn(p, " \t");
+    while (*rest == ' ' || *rest == '\t')
+        rest++;
+    char *arg = dupn(rest, strlen(rest));
+    if (!arg)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    for (size_t n = strlen(arg); n && (arg[n - 1] == ' ' || arg[n - 1] == '\t'); n--)
+        arg[n - 1] = 0;
+    enum kn_status st = KN_OK;
+
+    if (strcmp(name, "quit") == 0 || strcmp(name, "exit") == 0) {
+        *quit = true;
+    } else if (strcmp(name, "help") == 0) {
+        fputs(repl_help_text, out);
+    } else if (strcmp(name, "receipt") == 0) {
+        st = cmd_receipt(r, arg, out, err);
+    } else if (strcmp(name, "reset") == 0) {
+        msgs_clear(r);
+        r->zw_valid = false;
+        fprintf(stderr, "conversation cleared%s\n", r->system ? " (the system message stays)" : "");
+    } else if (strcmp(name, "system") == 0) {
+        char *s = NULL;
+        if (*arg && !(s = kn_strdup(arg, err))) {
+            st = KN_E_NOMEM;
+        } else if (*arg && !json_utf8_valid(arg, strlen(arg))) {
+            free(s);
+            fprintf(out, "the system message is not valid UTF-8\n");
+        } else {
+            free(r->system);
+            r->system = s;
+            r->zw_valid = false;
+            fprintf(stderr, s ? "system message set\n" : "system message removed\n");
+        }
+    } else if (strcmp(name, "set") == 0) {
+        if (!*arg) {
+            settings_print(r, out);
+        } else {
+            char sname[64];
+            size_t k = strcspn(arg, " \t");
+            const char *val = arg + k;
+            while (*val == ' ' || *val == '\t')
+                val++;
+            snprintf(sname, sizeof sname, "%.*s", (int)(k < 63 ? k : 63), arg);
+            const struct setting *s = setting_find(sname);
+            double v;
+            struct kn_err e2 = {0};
+            if (!s) {
+                fprintf(out, "unknown setting '%s'; /set lists them: temp, top_k, top_p, min_p, "
+                        "repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
+                        "n_predict (the seed: /seed N)\n", sname);
+            } else if (!*val || !parse_number(val, &v)) {
+                fprintf(out, "/set %s needs a number: /set %s VALUE\n", s->name, s->name);
+            } else if (!setting_apply(s, v, &r->o.sp, &r->o.n_predict, &e2)) {
+                fprintf(out, "%s\n", e2.msg);
+            } else {
+                settings_print(r, out);
+            }
+        }
+    } else if (strcmp(name, "seed") == 0) {
+        uint64_t seed;
+        if (!parse_seed(arg, &seed))
+            fprintf(out, "/seed takes a non-negative whole number: /seed 42\n");
+        else if (seed > (uint64_t)INT64_MAX)
+            fprintf(out, "the seed must be below 2^63\n");
+        else {
+            r->o.sp.seed = seed;
+            fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+        }
+    } else if (strcmp(name, "save") == 0) {
+        st = cmd_save(r, arg, out, err);
+    } else if (strcmp(name, "load") == 0) {
+        st = cmd_load(r, arg, out, err);
+    } else if (strcmp(name, "stats") == 0) {
+        cmd_stats(r, out);
+    } else {
+        fprintf(out, "unknown command '/%s'; /help lists the commands (start a line with '//' "
+                "to send text beginning with '/')\n", name);
+    }
+    fflush(out);
+    free(arg);
+    return st;
+}

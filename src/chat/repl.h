@@ -1,0 +1,70 @@
+/* repl.h: the conversation behind `kinetic chat`: messages, sampling settings, one engine
+ * whose KV cache is reused across turns (Warm Start) and filled while the user is still
+ * typing (Zero Wait), slash commands, receipts of the last answer, and saving/loading a
+ * conversation.
+ *
+ * Every answer is made by the one generation loop (engine_generate) from the exact tokens
+ * of the whole conversation rendered with the chat template, so it equals a fresh run of
+ * those tokens (a KV entry's bits do not depend on how or when it was computed,
+ * docs/numerics.md); the receipt of any turn therefore verifies with
+ * `kinetic verify-receipt`, which reruns from scratch.
+ *
+ * Line editing lives apart, in repl_edit.h (libedit's header declares tok_* names of its
+ * own, so it is kept out of files that include token/tok.h). */
+#ifndef KN_REPL_H
+#define KN_REPL_H
+
+#include "../base/base.h"
+#include "../sample/sample.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+struct repl;
+
+struct repl_opts {
+    const char *model_path;
+    const char *system;           /* NULL: no system message */
+    const char *chat_format;      /* NULL: recognise the model's template */
+    const char *sign_key;         /* NULL: receipts are not signed */
+    const char *kv_type;          /* "f32" or "f16" */
+    struct sample_params sp;      /* the seed included */
+    int64_t n_predict;            /* -1: until end of generation or the context limit */
+    int64_t ctx_size;             /* 0: min(model's, 4096) */
+    int64_t batch;                /* prompt tokens per forward pass */
+    int threads;
+    bool zero_wait;               /* pre-evaluate the line being typed (repl_prefill) */
+    volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
+};
+
+/* Loads the model, its tokenizer and template, and an engine; reads the signing key. */
+KN_MUST_USE enum kn_status repl_open(struct repl **out, const struct repl_opts *o,
+                                     struct kn_err *err);
+void repl_close(struct repl *r);
+
+/* Answers a user message: appends it to the conversation, evaluates only the tokens the
+ * KV cache does not already hold, streams the answer to out and appends it too. When
+ * *interrupt is set the answer stops there (and is kept, as far as it got); an interrupt
+ * during the prompt drops the message. A conversation that no longer fits the context is
+ * refused (KN_E_LIMIT) and the message dropped. */
+KN_MUST_USE enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
+                                    struct kn_err *err);
+
+/* Zero Wait: given the line being typed, evaluates (at most a few tokens per call, so
+ * keystrokes stay responsive) the part of the next prompt that is unlikely to change:
+ * the conversation so far, the user-turn header and the partial text except its last
+ * REPL_UNSTABLE tokens. Returns true while work remains for this text. Never changes an
+ * answer: repl_ask reuses only the cached tokens that equal the final prompt's. */
+#define REPL_UNSTABLE 2
+bool repl_prefill(struct repl *r, const char *partial, size_t len);
+
+/* Runs a slash command line ("/receipt a.json"); output for the user goes to out,
+ * notes to stderr. *quit is set by /quit. A bad command or argument is reported on out and
+ * is not an error; only failures the session cannot continue from return non-KN_OK. */
+KN_MUST_USE enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *quit,
+                                        struct kn_err *err);
+
+/* The text of /help. */
+extern const char *const repl_help_text;
+
+#endif

@@ -1,0 +1,345 @@
+/* cmd_chat.c: `kinetic chat`: an interactive conversation with a model (line editing,
+ * streaming answers, slash commands, receipts), or, when standard input is not a
+ * terminal, the same conversation read line by line for scripts. The conversation itself
+ * lives in src/chat/repl.c, line editing in src/chat/repl_edit.c. */
+#include "cli.h"
+
+#include "base/base.h"
+#include "chat/repl.h"
+#include "chat/repl_edit.h"
+#include "sample/sample.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const chat_usage = "MODEL.gguf [options]";
+
+static const char *const chat_more_help =
+    "\n"
+    "Each message is sent with the whole conversation so far, rendered with the model's\n"
+    "chat template (as 'kinetic run' chooses it). The KV cache is kept between turns: only\n"
+    "the tokens that differ from the cached ones are evaluated (Warm Start). While a line\n"
+    "is typed, the conversation, the user-turn header and the stable part of the line are\n"
+    "evaluated between keystrokes (Zero Wait; --no-zero-wait turns it off), so little is\n"
+    "left to do at Enter. Neither changes an answer: every answer equals a fresh run of\n"
+    "the same tokens, and '/receipt FILE' saves a receipt that 'kinetic verify-receipt'\n"
+    "checks by rerunning it from scratch.\n"
+    "\n"
+    "Every answer is sampled with the session's seed (--seed, /seed; without one a fresh\n"
+    "seed is drawn and printed), so an answer depends only on the conversation so far and\n"
+    "the settings.\n"
+    "\n"
+    "Editing: libedit (emacs keys, history with the arrow keys, ~/.editrc). A line ending\n"
+    "in '\\' continues on the next line; pasted text is kept whole, newlines included\n"
+    "(bracketed paste). Ctrl-C stops an answer, or abandons the line being typed; Ctrl-D\n"
+    "on an empty line exits. Type /help for the slash commands.\n"
+    "\n"
+    "When standard input is not a terminal, each line is a message or a slash command\n"
+    "(a trailing '\\' continues it), and the answers are printed one per turn. There a\n"
+    "message that cannot be answered (e.g. the conversation no longer fits the context)\n"
+    "ends the session with exit status 1; interactively it is reported and the session\n"
+    "goes on.\n";
+
+static volatile sig_atomic_t chat_interrupt;
+static int chat_wake[2] = {-1, -1}; /* self-pipe: wakes the line editor's poll() */
+
+/* Runs on whichever thread the kernel picks: sets the flag the generation loop checks and
+ * wakes the line editor (async-signal-safe calls only). */
+static void on_sigint(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    chat_interrupt = 1;
+    if (chat_wake[1] >= 0) {
+        ssize_t w = write(chat_wake[1], "!", 1);
+        (void)w;
+    }
+    errno = saved;
+}
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > 16 ? 16 : (int)n;
+}
+
+/* A growable message being assembled from continued lines. */
+struct msgbuf {
+    char *p;
+    size_t n, cap;
+};
+
+static bool mb_add(struct msgbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *t = realloc(b->p, cap);
+        if (!t)
+            return false;
+        b->p = t;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+/* Zero Wait's hook: the message so far (earlier continued lines + the line being typed). */
+struct chat_idle {
+    struct repl *r;
+    struct msgbuf *msg;
+    struct msgbuf tmp;
+};
+
+static bool chat_idle_fn(void *ctx, const char *line, size_t len)
+{
+    struct chat_idle *ci = ctx;
+    ci->tmp.n = 0;
+    if (!mb_add(&ci->tmp, ci->msg->p ? ci->msg->p : "", ci->msg->n) || !mb_add(&ci->tmp, line, len))
+        return false;
+    const char *s = ci->tmp.p;
+    size_t n = ci->tmp.n;
+    if (n && s[0] == '/') {
+        if (n < 2 || s[1] != '/')
+            return false; /* a command, not a message */
+        s++;
+        n--;
+    }
+    /* A trailing backslash will not be part of the message. */
+    if (n && s[n - 1] == '\\')
+        n--;
+    return repl_prefill(ci->r, s, n);
+}
+
+int cmd_chat(int argc, char **argv)
+{
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.1, presence = 0, frequency = 0;
+    int64_t top_k = 50, repeat_last_n = 64, seed = 0, n_predict = -1, ctx_size = 0,
+            threads = default_threads(), batch = 512;
+    bool seed_set = false, no_zero_wait = false;
+    const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
+    /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
+    const struct cli_opt opts[] = {
+        {"temp", 0, CLI_FLOAT, &temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
+        {"seed", 's', CLI_INT, &seed, "N", "random seed (default: a fresh one, printed on stderr)", &seed_set},
+        {"top-k", 0, CLI_INT, &top_k, "N", "keep the N most likely tokens; 0 = all (default 50)", NULL},
+        {"top-p", 0, CLI_FLOAT, &top_p, "F", "nucleus: keep the smallest set with probability >= F (default 0.95)", NULL},
+        {"min-p", 0, CLI_FLOAT, &min_p, "F", "drop tokens below F times the top probability (default 0.05)", NULL},
+        {"repeat-penalty", 0, CLI_FLOAT, &repeat_penalty, "F", "penalise recent tokens; 1 = off (default 1.1)", NULL},
+        {"repeat-last-n", 0, CLI_INT, &repeat_last_n, "N", "tokens the penalties look back at (default 64)", NULL},
+        {"presence-penalty", 0, CLI_FLOAT, &presence, "F", "subtract F from recent tokens' logits (default 0)", NULL},
+        {"frequency-penalty", 0, CLI_FLOAT, &frequency, "F", "subtract F times their count (default 0)", NULL},
+        {"n-predict", 'n', CLI_INT, &n_predict, "N", "at most N tokens per answer; -1 = until the end or the context limit (default -1)", NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context size in tokens: the whole conversation must fit (default: min(model's, 4096))", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "threads (default: CPUs online, at most 16)", NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type: f32 or f16 (default f32)", NULL},
+        {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL},
+        {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "do not evaluate the line while it is typed", NULL},
+        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+    };
+    const char *pos[1];
+    int n_pos = 0;
+    int rc = cli_parse("chat", chat_usage, argc, argv, opts, pos, 1, &n_pos);
+    if (rc == 1) {
+        fputs(chat_more_help, stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (n_pos < 1) {
+        fprintf(stderr, "kinetic chat: give a model file; see 'kinetic chat --help'\n");
+        return 2;
+    }
+    if (threads < 1 || threads > 256 || batch < 1 || batch > 65536) {
+        fprintf(stderr, "kinetic chat: --threads must be in 1..256 and --batch-size in 1..65536\n");
+        return 2;
+    }
+    if (ctx_size < 0 || n_predict < -1 || top_k < 0 || repeat_last_n < -1 || temp < 0 || seed < 0) {
+        fprintf(stderr, "kinetic chat: --ctx-size, --top-k, --seed and --temp must not be negative; -n and --repeat-last-n take -1 or more\n");
+        return 2;
+    }
+    if (top_k > INT32_MAX || repeat_last_n > INT32_MAX) {
+        fprintf(stderr, "kinetic chat: --top-k and --repeat-last-n are too large\n");
+        return 2;
+    }
+
+    /* Wide characters in libedit follow LC_CTYPE; numbers keep the C locale. */
+    if (!setlocale(LC_CTYPE, "") || strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
+        setlocale(LC_CTYPE, "C.UTF-8");
+
+    uint64_t useed = (uint64_t)seed;
+    if (!seed_set) {
+        useed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
+        fprintf(stderr, "kinetic chat: seed %llu\n", (unsigned long long)useed);
+    }
+    bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    struct repl_opts ro = {
+        .model_path = pos[0], .system = system, .chat_format = chat_format, .sign_key = sign_key,
+        .kv_type = kv_type,
+        .sp = {.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p,
+               .min_p = (float)min_p, .repeat_penalty = (float)repeat_penalty,
+               .presence_penalty = (float)presence, .frequency_penalty = (float)frequency,
+               .repeat_last_n = (int32_t)repeat_last_n, .seed = useed},
+        .n_predict = n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
+        .zero_wait = !no_zero_wait && interactive, .interrupt = &chat_interrupt,
+    };
+
+    struct kn_err err = {0};
+    struct repl *r = NULL;
+    struct repl_edit *ed = NULL;
+    struct msgbuf msg = {0};
+    struct chat_idle ci = {0};
+    char *line_buf = NULL;
+    size_t line_cap = 0;
+    int ret = 1;
+
+    if (repl_open(&r, &ro, &err) != KN_OK) {
+        fprintf(stderr, "kinetic chat: %s\n", err.msg);
+        return 1;
+    }
+    if (interactive) {
+        if (pipe(chat_wake) != 0 || fcntl(chat_wake[0], F_SETFL, O_NONBLOCK) != 0 ||
+            fcntl(chat_wake[1], F_SETFL, O_NONBLOCK) != 0) {
+            fprintf(stderr, "kinetic chat: cannot create a pipe: %s\n", strerror(errno));
+            goto out;
+        }
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = 0; /* no SA_RESTART: a waiting poll() returns at once */
+        sigaction(SIGINT, &sa, NULL);
+        if (repl_edit_open(&ed, "kinetic", stdin, stdout, &chat_interrupt, chat_wake[0], &err) != KN_OK) {
+            fprintf(stderr, "kinetic chat: %s\n", err.msg);
+            goto out;
+        }
+        ci.r = r;
+        ci.msg = &msg;
+        if (ro.zero_wait)
+            repl_edit_set_idle(ed, chat_idle_fn, &ci);
+        fprintf(stderr, "kinetic chat: %s; /help lists the commands, Ctrl-D exits\n", pos[0]);
+    }
+
+    for (;;) {
+        /* ---- one message: lines continued with a trailing backslash. */
+        msg.n = 0;
+        if (!mb_add(&msg, "", 0))
+            goto nomem;
+        bool eof = false, cancelled = false;
+        for (;;) {
+            const char *line = NULL;
+            size_t len = 0;
+            if (interactive) {
+                enum repl_read rr = repl_edit_read(ed, msg.n ? "... " : "> ", &line, &len);
+                if (rr == REPL_READ_INTERRUPT) {
+                    cancelled = true;
+                    break;
+                }
+                if (rr == REPL_READ_ERROR) {
+                    fprintf(stderr, "kinetic chat: cannot read the terminal: %s\n", strerror(errno));
+                    goto out;
+                }
+                if (rr == REPL_READ_EOF) {
+                    eof = true;
+                    break;
+                }
+            } else {
+                errno = 0;
+                ssize_t n = getline(&line_buf, &line_cap, stdin);
+                if (n < 0) {
+                    if (ferror(stdin)) {
+                        fprintf(stderr, "kinetic chat: cannot read standard input: %s\n", strerror(errno));
+                        goto out;
+                    }
+                    eof = true;
+                    break;
+                }
+                len = (size_t)n;
+                while (len && (line_buf[len - 1] == '\n' || line_buf[len - 1] == '\r'))
+                    len--;
+                line = line_buf;
+            }
+            if (len && line[len - 1] == '\\') {
+                if (!mb_add(&msg, line, len - 1) || !mb_add(&msg, "\n", 1))
+                    goto nomem;
+                continue;
+            }
+            if (!mb_add(&msg, line, len))
+                goto nomem;
+            break;
+        }
+        if (cancelled)
+            continue;
+        if (eof) {
+            /* Ctrl-D ends the session; continued lines not yet sent are dropped. */
+            if (interactive)
+                fputc('\n', stdout);
+            break;
+        }
+        bool blank = true;
+        for (size_t i = 0; i < msg.n && blank; i++)
+            blank = msg.p[i] == ' ' || msg.p[i] == '\t' || msg.p[i] == '\n';
+        if (blank)
+            continue;
+        if (interactive)
+            repl_edit_history_add(ed, msg.p);
+
+        /* ---- a command or a message. */
+        if (msg.p[0] == '/' && msg.p[1] != '/') {
+            bool quit = false;
+            if (repl_command(r, msg.p, stdout, &quit, &err) != KN_OK) {
+                fprintf(stderr, "kinetic chat: %s\n", err.msg);
+                goto out;
+            }
+            if (quit)
+                break;
+            continue;
+        }
+        const char *text = msg.p[0] == '/' ? msg.p + 1 : msg.p;
+        chat_interrupt = 0;
+        enum kn_status st = repl_ask(r, text, strlen(text), stdout, &err);
+        chat_interrupt = 0;
+        if (st == KN_E_CANCELLED) {
+            fprintf(stderr, "[interrupted before the answer began; the message was not sent]\n");
+        } else if (st == KN_E_NOMEM) {
+            fprintf(stderr, "kinetic chat: %s\n", err.msg);
+            goto out;
+        } else if (st != KN_OK) {
+            fprintf(stderr, "kinetic chat: %s\n", err.msg);
+            if (!interactive)
+                goto out;
+        }
+    }
+    ret = 0;
+    goto out;
+nomem:
+    fprintf(stderr, "kinetic chat: out of memory\n");
+out:
+    repl_edit_close(ed);
+    if (chat_wake[0] >= 0) {
+        signal(SIGINT, SIG_DFL);
+        close(chat_wake[0]);
+        close(chat_wake[1]);
+        chat_wake[0] = chat_wake[1] = -1;
+    }
+    repl_close(r);
+    free(msg.p);
+    free(ci.tmp.p);
+    free(line_buf);
+    return ret;
+}

@@ -1,0 +1,166 @@
+/* cmd_serve.c: `kinetic serve`: an OpenAI-compatible HTTP server over one model, with
+ * Convoy batching across --parallel slots. Runs until SIGINT or SIGTERM, then stops
+ * cleanly (open requests end, threads are joined). */
+#include "cli.h"
+#include "base/base.h"
+#include "receipt/hashcache.h"
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage = "MODEL.gguf [options]";
+static const char *const more_help =
+    "\n"
+    "Endpoints (OpenAI's shapes and error format): POST /v1/chat/completions and\n"
+    "/v1/completions (\"stream\": true for server-sent events), GET /v1/models, GET /health\n"
+    "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
+    "\n"
+    "Convoy: each step runs one forward pass over every busy slot's next token plus prompt\n"
+    "chunks; a request's tokens and log-probabilities are the same alone or in a crowd.\n"
+    "Requests beyond the slots wait in a queue; when it is full the answer is 503 with\n"
+    "Retry-After. A request without \"seed\" gets a fresh one, reported as \"seed\".\n"
+    "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
+    "reruns. Chat templates are chosen as `kinetic run` chooses them. SIGINT or SIGTERM\n"
+    "stops the server cleanly.\n";
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
+    const char *chat_format = NULL;
+    int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
+    int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
+    bool toy = false, verbose = false;
+    const struct cli_opt opts[] = {
+        {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
+        {"port", 0, CLI_INT, &port, "N", "port (default 8080; 0 picks a free one)", NULL},
+        {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4)", NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: the model's, at most 4096)", NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default 512)", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)", NULL},
+        {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
+        {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
+        {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL},
+        {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
+        {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
+        {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
+        {"queue", 0, CLI_INT, &queue, "N", "requests that may wait for a slot (default 4 x parallel); more get 503", NULL},
+        {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL},
+        {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL},
+        {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL},
+        {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL},
+        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+    };
+    const char *pos[1];
+    int n_pos = 0;
+    int rc = cli_parse("serve", usage, argc, argv, opts, pos, 1, &n_pos);
+    if (rc == 1)
+        fputs(more_help, stdout);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (verbose)
+        kn_log_set_level(KN_LOG_DEBUG);
+    if (!api_key)
+        api_key = getenv("KINETIC_API_KEY");
+    if (api_key && !*api_key)
+        api_key = NULL;
+    if (parallel < 1 || parallel > 256) {
+        fprintf(stderr, "kinetic serve: --parallel %lld is out of range (1..256)\n", (long long)parallel);
+        return 2;
+    }
+    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > 1000 || timeout < 1 ||
+        queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
+        toy_delay > 1000000) {
+        fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
+                        "--max-depth 2..1000, --timeout >= 1, others >= 0)\n");
+        return 2;
+    }
+
+    struct kn_err err = {0};
+    struct srv_backend backend;
+    struct srv_signer *signer = NULL;
+    if (toy) {
+        if (n_pos) {
+            fprintf(stderr, "kinetic serve: give either a model file or --toy, not both\n");
+            return 2;
+        }
+        if (srv_toy_backend(&backend, (int)parallel, ctx_size ? ctx_size : 512, (int)toy_delay,
+                            &err) != KN_OK) {
+            fprintf(stderr, "kinetic serve: %s\n", err.msg);
+            return 1;
+        }
+        if (batch)
+            backend.max_batch = batch < parallel ? parallel : batch;
+    } else {
+        if (!n_pos) {
+            fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
+            return 2;
+        }
+        struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
+                                    chat_format};
+        if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
+            fprintf(stderr, "kinetic serve: %s\n", err.msg);
+            return 1;
+        }
+        if (srv_signer_open(&signer, sign_key, &err) != KN_OK) {
+            fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
+            backend.free(backend.ctx);
+            return 1;
+        }
+        /* Hash the model now (or find it in the cache), not in the first receipt request. */
+        char hex[65];
+        if (hashcache_model_blake3(pos[0], hex, &err) != KN_OK)
+            kn_log(KN_LOG_WARN, "serve: %s", err.msg);
+    }
+    if (toy && sign_key) {
+        fprintf(stderr, "kinetic serve: --sign-key needs a model file: the toy model makes no receipts\n");
+        backend.free(backend.ctx);
+        return 2;
+    }
+
+    /* Block the stop signals in every thread; this one waits for them below. */
+    sigset_t stop_sigs;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct srv_config cfg = {
+        .host = host,
+        .port = (int)port,
+        .api_key = api_key,
+        .alias = alias,
+        .max_body = (size_t)max_body,
+        .max_depth = (int)depth,
+        .timeout_s = (int)timeout,
+        .queue = (int)queue,
+        .default_max_tokens = max_tokens,
+        .receipt = signer ? srv_receipt_build : NULL,
+        .receipt_ctx = signer,
+    };
+    struct srv *s = NULL;
+    if (srv_start(&s, &cfg, &backend, &err) != KN_OK) {
+        fprintf(stderr, "kinetic serve: %s\n", err.msg);
+        backend.free(backend.ctx);
+        srv_signer_free(signer);
+        return 1;
+    }
+    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
+           "chat format %s, %s)\n",
+           host, srv_port(s), alias ? alias : backend.name, backend.n_slots,
+           (long long)backend.n_ctx, backend.chat_format, backend.device_class);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_sigs, &sig);
+    fprintf(stderr, "kinetic serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    backend.free(backend.ctx);
+    srv_signer_free(signer);
+    fprintf(stderr, "kinetic serve: stopped\n");
+    return 0;
+}

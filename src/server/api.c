@@ -1,0 +1,689 @@
+/* api.c: the OpenAI API: validating /v1/chat/completions and /v1/completions requests,
+ * and writing responses, streaming chunks and errors in OpenAI's shapes.
+ *
+ * Validation refuses bad values with 400 and a message naming the field and the range;
+ * unknown fields are ignored (as OpenAI's clients send many); null means "not given". */
+#include "srv_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
+                  const char *param, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    e->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+#define BAD(e, param, ...) \
+    srv_error_set((e), 400, "invalid_request_error", "invalid_value", (param), __VA_ARGS__)
+
+void srv_request_free(struct srv_request *r)
+{
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->prompt_text);
+    free(r->ids);
+    free(r->rendered);
+    json_free(r->input);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- field readers */
+
+/* Reads an optional number in [lo, hi] (null or absent leaves *out). */
+static int get_num(const struct json_value *body, const char *key, double lo, double hi,
+                   double *out, struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, key);
+    if (!v || json_is(v, JSON_NULL))
+        return 0;
+    double d;
+    if (!json_double(v, &d))
+        return BAD(e, key, "'%s' must be a number", key);
+    if (!(d >= lo && d <= hi))
+        return BAD(e, key, "'%s' is %g; it must be between %g and %g", key, d, lo, hi);
+    *out = d;
+    return 0;
+}
+
+static int get_int(const struct json_value *body, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out, bool *given, struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, key);
+    if (!v || json_is(v, JSON_NULL))
+        return 0;
+    int64_t i;
+    if (!json_int(v, &i)) {
+        double d;
+        if (json_double(v, &d))
+            return BAD(e, key, "'%s' must be an integer between %lld and %lld", key,
+                       (long long)lo, (long long)hi);
+        return BAD(e, key, "'%s' must be an integer", key);
+    }
+    if (i < lo || i > hi)
+        return BAD(e, key, "'%s' is %lld; it must be between %lld and %lld", key, (long long)i,
+                   (long long)lo, (long long)hi);
+    *out = i;
+    if (given)
+        *given = true;
+    return 0;
+}
+
+static int get_bool(const struct json_value *body, const char *key, bool *out,
+                    struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, key);
+    if (!v || json_is(v, JSON_NULL))
+        return 0;
+    if (!json_is(v, JSON_BOOL))
+        return BAD(e, key, "'%s' must be true or false", key);
+    *out = v->u.boolean;
+    return 0;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* A message's content: a string, or an array of {"type":"text","text":...} parts. */
+static int read_content(const struct json_value *c, size_t idx, char **out, struct srv_error *e)
+{
+    if (json_is(c, JSON_STRING)) {
+        if (memchr(c->u.string.s, 0, c->u.string.len))
+            return BAD(e, "messages", "messages[%zu].content contains a NUL character", idx);
+        *out = dup_n(c->u.string.s, c->u.string.len);
+        return *out ? 0 : srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    if (!json_is(c, JSON_ARRAY))
+        return BAD(e, "messages", "messages[%zu].content must be a string or an array of text parts",
+                   idx);
+    size_t total = 0;
+    for (size_t i = 0; i < json_len(c); i++) {
+        const struct json_value *p = json_at(c, i);
+        const char *type = json_str(json_get(p, "type"));
+        if (!type || strcmp(type, "text") != 0)
+            return srv_error_set(e, 400, "invalid_request_error", "unsupported_content", "messages",
+                                 "messages[%zu].content[%zu]: only text parts are supported "
+                                 "(type \"text\"), not \"%s\"", idx, i, type ? type : "?");
+        const struct json_value *t = json_get(p, "text");
+        if (!json_is(t, JSON_STRING) || memchr(t->u.string.s, 0, t->u.string.len))
+            return BAD(e, "messages", "messages[%zu].content[%zu].text must be a string", idx, i);
+        total += t->u.string.len;
+    }
+    char *s = malloc(total + 1);
+    if (!s)
+        return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < json_len(c); i++) {
+        const struct json_value *t = json_get(json_at(c, i), "text");
+        memcpy(s + k, t->u.string.s, t->u.string.len);
+        k += t->u.string.len;
+    }
+    s[k] = '\0';
+    *out = s;
+    return 0;
+}
+
+static int read_messages(const struct json_value *body, struct srv_request *r, struct srv_error *e)
+{
+    const struct json_value *m = json_get(body, "messages");
+    if (!m || json_is(m, JSON_NULL))
+        return srv_error_set(e, 400, "invalid_request_error", "missing_required_parameter",
+                             "messages", "'messages' is required: an array of {\"role\", \"content\"}");
+    if (!json_is(m, JSON_ARRAY))
+        return BAD(e, "messages", "'messages' must be an array");
+    size_t n = json_len(m);
+    if (n == 0)
+        return BAD(e, "messages", "'messages' is empty; it needs at least one message");
+    if (n > 4096)
+        return BAD(e, "messages", "'messages' has %zu entries; at most 4096 are accepted", n);
+    r->msgs = calloc(n, sizeof *r->msgs);
+    if (!r->msgs)
+        return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const struct json_value *msg = json_at(m, i);
+        if (!json_is(msg, JSON_OBJECT))
+            return BAD(e, "messages", "messages[%zu] must be an object", i);
+        const char *role = json_str(json_get(msg, "role"));
+        if (!role)
+            return BAD(e, "messages", "messages[%zu].role must be a string", i);
+        if (strcmp(role, "developer") == 0)
+            role = "system"; /* OpenAI's newer name for the system role */
+        if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
+            strcmp(role, "assistant") != 0)
+            return BAD(e, "messages",
+                       "messages[%zu].role is \"%.40s\"; it must be system, user or assistant", i,
+                       role);
+        const struct json_value *c = json_get(msg, "content");
+        if (!c || json_is(c, JSON_NULL))
+            return BAD(e, "messages", "messages[%zu].content is required", i);
+        r->msgs[r->n_msgs].role = dup_n(role, strlen(role));
+        if (!r->msgs[r->n_msgs].role)
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        r->n_msgs++;
+        int st = read_content(c, i, &r->msgs[r->n_msgs - 1].content, e);
+        if (st)
+            return st;
+    }
+    r->input = json_clone(m);
+    return r->input ? 0 : srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+static int read_prompt(struct srv *s, const struct json_value *body, struct srv_request *r,
+                       struct srv_error *e)
+{
+    const struct json_value *p = json_get(body, "prompt");
+    if (!p || json_is(p, JSON_NULL))
+        return srv_error_set(e, 400, "invalid_request_error", "missing_required_parameter",
+                             "prompt", "'prompt' is required: a string or an array of token ids");
+    if (json_is(p, JSON_ARRAY) && json_len(p) == 1 && json_is(json_at(p, 0), JSON_STRING))
+        p = json_at(p, 0); /* ["text"]: one prompt */
+    if (json_is(p, JSON_STRING)) {
+        r->prompt_text = dup_n(p->u.string.s, p->u.string.len);
+        r->prompt_len = p->u.string.len;
+        if (!r->prompt_text)
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (json_is(p, JSON_ARRAY)) {
+        size_t n = json_len(p);
+        if (n == 0)
+            return BAD(e, "prompt", "'prompt' is an empty array");
+        if (json_is(json_at(p, 0), JSON_STRING))
+            return BAD(e, "prompt", "'prompt' holds %zu strings; only one prompt per request is "
+                       "supported (send one request per prompt)", n);
+        if ((int64_t)n >= s->b->n_ctx)
+            return srv_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                                 "prompt", "the prompt has %zu tokens but the slot context holds "
+                                 "%lld (--ctx-size)", n, (long long)s->b->n_ctx);
+        r->ids = malloc(n * sizeof *r->ids);
+        if (!r->ids)
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            int64_t id;
+            if (!json_int(json_at(p, i), &id) || id < 0 || id >= s->b->n_vocab)
+                return BAD(e, "prompt", "prompt[%zu] must be a token id between 0 and %d", i,
+                           (int)s->b->n_vocab - 1);
+            r->ids[i] = (int32_t)id;
+        }
+        r->n_ids = n;
+    } else {
+        return BAD(e, "prompt", "'prompt' must be a string or an array of token ids");
+    }
+    r->input = json_clone(p);
+    return r->input ? 0 : srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, "stop");
+    if (!v || json_is(v, JSON_NULL))
+        return 0;
+    const struct json_value *one[1] = {v};
+    size_t n = 1;
+    if (json_is(v, JSON_ARRAY)) {
+        n = json_len(v);
+        if (n > SRV_MAX_STOP)
+            return BAD(e, "stop", "'stop' has %zu strings; at most %d are accepted", n,
+                       SRV_MAX_STOP);
+    } else if (!json_is(v, JSON_STRING)) {
+        return BAD(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct json_value *s = json_is(v, JSON_ARRAY) ? json_at(v, i) : one[0];
+        if (!json_is(s, JSON_STRING))
+            return BAD(e, "stop", "'stop' must be a string or an array of strings");
+        if (s->u.string.len == 0)
+            continue; /* an empty stop string would end every answer at once */
+        if (s->u.string.len > 256)
+            return BAD(e, "stop", "a stop string is %zu bytes; at most 256 are accepted",
+                       s->u.string.len);
+        r->stop[r->n_stop] = dup_n(s->u.string.s, s->u.string.len);
+        if (!r->stop[r->n_stop])
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        r->stop_len[r->n_stop++] = s->u.string.len;
+    }
+    return 0;
+}
+
+int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
+                         struct srv_request *r, struct srv_error *e)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    sample_params_default(&r->sampling);
+    if (!json_is(body, JSON_OBJECT))
+        return BAD(e, NULL, "the request body must be a JSON object");
+
+    int st;
+    int64_t n = 1;
+    if ((st = get_int(body, "n", 1, 1000000, &n, NULL, e)))
+        return st;
+    if (n != 1)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_value", "n",
+                             "'n' is %lld; this server returns one choice per request (n = 1): "
+                             "send separate requests, with different seeds, for more", (long long)n);
+    int64_t best_of = 1;
+    if ((st = get_int(body, "best_of", 1, 1, &best_of, NULL, e)))
+        return st;
+
+    /* A limit beyond the context just ends with "length"; only absurd values are refused. */
+    int64_t cap = INT64_C(1) << 20;
+    bool given = false;
+    const char *mt_key = json_get(body, "max_completion_tokens") ? "max_completion_tokens"
+                                                                  : "max_tokens";
+    if ((st = get_int(body, mt_key, 1, cap, &r->max_tokens, &given, e)))
+        return st;
+    double temp = r->sampling.temperature, top_p = r->sampling.top_p, min_p = r->sampling.min_p;
+    double pres = r->sampling.presence_penalty, freq = r->sampling.frequency_penalty;
+    double rep = r->sampling.repeat_penalty;
+    if ((st = get_num(body, "temperature", 0.0, 2.0, &temp, e)) ||
+        (st = get_num(body, "top_p", 0.0, 1.0, &top_p, e)) ||
+        (st = get_num(body, "min_p", 0.0, 1.0, &min_p, e)) ||
+        (st = get_num(body, "presence_penalty", -2.0, 2.0, &pres, e)) ||
+        (st = get_num(body, "frequency_penalty", -2.0, 2.0, &freq, e)) ||
+        (st = get_num(body, "repeat_penalty", 0.01, 10.0, &rep, e)))
+        return st;
+    if (top_p <= 0.0)
+        return BAD(e, "top_p", "'top_p' is 0; it must be above 0 and at most 1");
+    int64_t top_k = r->sampling.top_k, last_n = r->sampling.repeat_last_n;
+    if ((st = get_int(body, "top_k", 0, INT32_MAX, &top_k, NULL, e)) ||
+        (st = get_int(body, "repeat_last_n", -1, INT32_MAX, &last_n, NULL, e)))
+        return st;
+    r->sampling.temperature = (float)temp;
+    r->sampling.top_p = (float)top_p;
+    r->sampling.min_p = (float)min_p;
+    r->sampling.presence_penalty = (float)pres;
+    r->sampling.frequency_penalty = (float)freq;
+    r->sampling.repeat_penalty = (float)rep;
+    r->sampling.top_k = (int32_t)top_k;
+    r->sampling.repeat_last_n = (int32_t)last_n;
+    /* Seeds travel through JSON: keep them exact as a double, as `kinetic run` does. */
+    int64_t seed = 0;
+    bool seed_given = false;
+    if ((st = get_int(body, "seed", 0, (INT64_C(1) << 53) - 1, &seed, &seed_given, e)))
+        return st;
+    r->seed_given = seed_given;
+    r->sampling.seed = seed_given ? (uint64_t)seed : sample_fresh_seed();
+    struct kn_err serr = {0};
+    if (sample_params_check(&r->sampling, &serr) != KN_OK)
+        return BAD(e, NULL, "%s", serr.msg);
+
+    if ((st = get_bool(body, "stream", &r->stream, e)) ||
+        (st = get_bool(body, "receipt", &r->want_receipt, e)) ||
+        (st = get_bool(body, "ignore_eos", &r->ignore_eos, e)))
+        return st;
+    if (r->ignore_eos && r->want_receipt)
+        return BAD(e, "ignore_eos", "'ignore_eos' (for benchmarks) cannot be combined with "
+                   "'receipt': a receipt's rerun stops at the end-of-generation token");
+    const struct json_value *so = json_get(body, "stream_options");
+    if (so && !json_is(so, JSON_NULL)) {
+        if (!json_is(so, JSON_OBJECT))
+            return BAD(e, "stream_options", "'stream_options' must be an object");
+        if ((st = get_bool(so, "include_usage", &r->include_usage, e)))
+            return st;
+    }
+    if (r->want_receipt && !s->cfg.receipt)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "receipt",
+                             "receipts are not available on this server: it serves the "
+                             "built-in toy model, which has no model file to name");
+
+    if (kind == SRV_KIND_CHAT) {
+        if ((st = get_bool(body, "logprobs", &r->logprobs, e)))
+            return st;
+        int64_t k = 0;
+        bool k_given = false;
+        if ((st = get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &k, &k_given, e)))
+            return st;
+        if (k_given && k > 0 && !r->logprobs)
+            return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = (int)k;
+    } else {
+        int64_t k = 0;
+        bool k_given = false;
+        if ((st = get_int(body, "logprobs", 0, 5, &k, &k_given, e)))
+            return st;
+        r->logprobs = k_given;
+        r->top_logprobs = (int)k;
+    }
+    /* Known OpenAI features this server does not implement: refuse rather than ignore,
+     * since ignoring them would silently change what the client gets. */
+    const struct json_value *v;
+    if ((v = json_get(body, "logit_bias")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logit_bias",
+                             "'logit_bias' is not supported by this server yet");
+    if ((v = json_get(body, "response_format")) && !json_is(v, JSON_NULL)) {
+        const char *t = json_str(json_get(v, "type"));
+        if (!t || strcmp(t, "text") != 0)
+            return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
+                                 "response_format", "'response_format' other than {\"type\": "
+                                 "\"text\"} is not supported by this server yet");
+    }
+    if ((v = json_get(body, "tools")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
+                             "'tools' (function calling) is not supported by this server yet");
+    if ((st = read_stop(body, r, e)))
+        return st;
+    /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
+     * an answer cut by one would not verify: refuse the pair rather than issue it. */
+    if (r->want_receipt && r->n_stop > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
+                             "'stop' cannot be combined with 'receipt' yet: verify-receipt "
+                             "reruns without stop strings; send one or the other");
+    return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);
+}
+
+int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e)
+{
+    struct kn_err err = {0};
+    struct srv_backend *b = s->b;
+    if (r->kind == SRV_KIND_CHAT) {
+        if (b->chat(b->ctx, r->msgs, r->n_msgs, &r->ids, &r->n_ids, &r->rendered, &err) != KN_OK)
+            return err.status == KN_E_NOMEM
+                       ? srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg)
+                       : BAD(e, "messages", "%s", err.msg);
+    } else if (r->prompt_text) {
+        if (b->tokenize(b->ctx, r->prompt_text, r->prompt_len, true, true, &r->ids, &r->n_ids,
+                        &err) != KN_OK)
+            return BAD(e, "prompt", "%s", err.msg);
+    }
+    if (r->n_ids == 0)
+        return BAD(e, r->kind == SRV_KIND_CHAT ? "messages" : "prompt",
+                   "the prompt is empty: it has no tokens");
+    if ((int64_t)r->n_ids >= b->n_ctx)
+        return srv_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                             r->kind == SRV_KIND_CHAT ? "messages" : "prompt",
+                             "the prompt has %zu tokens but the slot context holds %lld "
+                             "(--ctx-size), and at least one must be left for the answer",
+                             r->n_ids, (long long)b->n_ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- response building */
+
+/* Builder helpers: any failure (out of memory) sets *ok to false; the tree is freed by
+ * the caller either way. */
+static void set(struct json_value *o, const char *k, struct json_value *v, bool *ok)
+{
+    if (!*ok || !o || !v) {
+        json_free(v);
+        *ok = false;
+        return;
+    }
+    if (json_object_set(o, k, v, NULL) != KN_OK) /* frees v */
+        *ok = false;
+}
+
+static void push(struct json_value *a, struct json_value *v, bool *ok)
+{
+    if (!*ok || !a || !v) {
+        json_free(v);
+        *ok = false;
+        return;
+    }
+    if (json_array_push(a, v, NULL) != KN_OK)
+        *ok = false;
+}
+
+/* A string from bytes that may not be valid UTF-8 (token pieces, cut text). */
+static struct json_value *text_value(const char *p, size_t len)
+{
+    size_t n = 0;
+    char *t = json_utf8_sanitize(p, len, &n);
+    if (!t)
+        return NULL;
+    struct json_value *v = json_new_stringn(t, n);
+    free(t);
+    return v;
+}
+
+/* A log-probability: finite (OpenAI writes -9999 for "impossible"). */
+static struct json_value *lp_value(float lp)
+{
+    return json_new_double(isfinite(lp) ? (double)lp : -9999.0);
+}
+
+static const char *tok_bytes(struct srv *s, int32_t id, size_t *len)
+{
+    const char *p = s->b->piece(s->b->ctx, id, len);
+    if (*len == 0)
+        p = s->b->token_text(s->b->ctx, id, len);
+    return p;
+}
+
+static struct json_value *bytes_value(const char *p, size_t len, bool *ok)
+{
+    struct json_value *a = json_new_array();
+    for (size_t i = 0; i < len; i++)
+        push(a, json_new_int((uint8_t)p[i]), ok);
+    return a;
+}
+
+/* Chat logprobs entry of token k: {token, logprob, bytes, top_logprobs}. */
+static struct json_value *chat_lp_entry(struct srv *s, const struct srv_job *j, int64_t k, bool *ok)
+{
+    struct json_value *o = json_new_object();
+    size_t len;
+    const char *p = tok_bytes(s, j->out_ids[k], &len);
+    set(o, "token", text_value(p, len), ok);
+    set(o, "logprob", lp_value(j->out_lp[k]), ok);
+    set(o, "bytes", bytes_value(p, len, ok), ok);
+    struct json_value *tops = json_new_array();
+    for (int t = 0; t < j->n_top; t++) {
+        int32_t id = j->top_ids[k * j->n_top + t];
+        if (id < 0)
+            continue;
+        struct json_value *e = json_new_object();
+        const char *q = tok_bytes(s, id, &len);
+        set(e, "token", text_value(q, len), ok);
+        set(e, "logprob", lp_value(j->top_lp[k * j->n_top + t]), ok);
+        set(e, "bytes", bytes_value(q, len, ok), ok);
+        push(tops, e, ok);
+    }
+    set(o, "top_logprobs", tops, ok);
+    return o;
+}
+
+/* Whether token k is part of the answer: not an end-of-generation token, and not past a
+ * stop-string cut. */
+static bool token_shown(struct srv *s, const struct srv_job *j, int64_t k)
+{
+    if (s->b->is_eog(s->b->ctx, j->out_ids[k]))
+        return false;
+    size_t start = k > 0 ? j->text_end[k - 1] : 0;
+    bool cut = j->state == SRV_JOB_DONE && j->finish == SRV_FINISH_STOP &&
+               !s->b->is_eog(s->b->ctx, j->out_ids[j->n_out - 1]);
+    return start < j->text_len || (start == j->text_len && !cut);
+}
+
+/* Logprobs object for tokens [k0, k1) in the endpoint's shape; text offsets are relative
+ * to base (the prompt-independent start of the answer). */
+static struct json_value *logprobs_value(struct srv *s, const struct srv_request *r,
+                                         const struct srv_job *j, int64_t k0, int64_t k1, bool *ok)
+{
+    if (!r->logprobs)
+        return json_new_null();
+    struct json_value *o = json_new_object();
+    if (r->kind == SRV_KIND_CHAT) {
+        struct json_value *content = json_new_array();
+        for (int64_t k = k0; k < k1; k++)
+            if (token_shown(s, j, k))
+                push(content, chat_lp_entry(s, j, k, ok), ok);
+        set(o, "content", content, ok);
+        return o;
+    }
+    struct json_value *tokens = json_new_array(), *lps = json_new_array(),
+                      *tops = json_new_array(), *offs = json_new_array();
+    for (int64_t k = k0; k < k1; k++) {
+        if (!token_shown(s, j, k))
+            continue;
+        size_t len;
+        const char *p = tok_bytes(s, j->out_ids[k], &len);
+        push(tokens, text_value(p, len), ok);
+        push(lps, lp_value(j->out_lp[k]), ok);
+        push(offs, json_new_int((int64_t)(k > 0 ? j->text_end[k - 1] : 0)), ok);
+        struct json_value *t = json_new_object();
+        for (int i = 0; i < j->n_top; i++) {
+            int32_t id = j->top_ids[k * j->n_top + i];
+            if (id < 0)
+                continue;
+            const char *q = tok_bytes(s, id, &len);
+            size_t n = 0;
+            char *key = json_utf8_sanitize(q, len, &n);
+            if (!key || memchr(key, 0, n)) {
+                free(key);
+                continue;
+            }
+            /* Two tokens with the same text: the first (more likely) one keeps the key. */
+            if (!json_get(t, key))
+                set(t, key, lp_value(j->top_lp[k * j->n_top + i]), ok);
+            free(key);
+        }
+        push(tops, t, ok);
+    }
+    set(o, "tokens", tokens, ok);
+    set(o, "token_logprobs", lps, ok);
+    set(o, "top_logprobs", tops, ok);
+    set(o, "text_offset", offs, ok);
+    return o;
+}
+
+static char *finish_json(struct json_value *root, bool ok)
+{
+    char *out = NULL;
+    if (ok && json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(root);
+    return out;
+}
+
+static struct json_value *usage_value(const struct srv_job *j, bool *ok)
+{
+    struct json_value *u = json_new_object();
+    set(u, "prompt_tokens", json_new_int((int64_t)j->n_prompt), ok);
+    set(u, "completion_tokens", json_new_int(j->n_out), ok);
+    set(u, "total_tokens", json_new_int((int64_t)j->n_prompt + j->n_out), ok);
+    return u;
+}
+
+static void head(struct srv *s, struct json_value *root, const char *id, const char *object,
+                 int64_t created, bool *ok)
+{
+    set(root, "id", json_new_string(id), ok);
+    set(root, "object", json_new_string(object), ok);
+    set(root, "created", json_new_int(created), ok);
+    set(root, "model", json_new_string(s->model_id), ok);
+    set(root, "system_fingerprint", json_new_string("kinetic-" KN_VERSION "-" KN_NUMERICS), ok);
+}
+
+char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                              const char *id, int64_t created, struct json_value *receipt)
+{
+    bool ok = true;
+    struct json_value *root = json_new_object();
+    bool chat = r->kind == SRV_KIND_CHAT;
+    head(s, root, id, chat ? "chat.completion" : "text_completion", created, &ok);
+    struct json_value *choice = json_new_object();
+    set(choice, "index", json_new_int(0), &ok);
+    if (chat) {
+        struct json_value *msg = json_new_object();
+        set(msg, "role", json_new_string("assistant"), &ok);
+        set(msg, "content", text_value(j->text, j->text_len), &ok);
+        set(choice, "message", msg, &ok);
+    } else {
+        set(choice, "text", text_value(j->text, j->text_len), &ok);
+    }
+    set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, &ok), &ok);
+    set(choice, "finish_reason", json_new_string(srv_finish_str(j->finish)), &ok);
+    struct json_value *choices = json_new_array();
+    push(choices, choice, &ok);
+    set(root, "choices", choices, &ok);
+    set(root, "usage", usage_value(j, &ok), &ok);
+    set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
+    if (receipt)
+        set(root, "receipt", receipt, &ok);
+    return finish_json(root, ok);
+}
+
+char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
+                       size_t text0, size_t text1, bool final, struct json_value *receipt)
+{
+    bool ok = true;
+    bool chat = r->kind == SRV_KIND_CHAT;
+    struct json_value *root = json_new_object();
+    head(s, root, id, chat ? "chat.completion.chunk" : "text_completion", created, &ok);
+    struct json_value *choice = json_new_object();
+    set(choice, "index", json_new_int(0), &ok);
+    if (chat) {
+        struct json_value *delta = json_new_object();
+        if (role) {
+            set(delta, "role", json_new_string("assistant"), &ok);
+            set(delta, "content", json_new_string(""), &ok);
+        } else if (text1 > text0 || !final) {
+            set(delta, "content", text_value(j->text + text0, text1 - text0), &ok);
+        }
+        set(choice, "delta", delta, &ok);
+    } else {
+        set(choice, "text", text_value(j->text + text0, text1 - text0), &ok);
+    }
+    set(choice, "logprobs", tok1 > tok0 ? logprobs_value(s, r, j, tok0, tok1, &ok) : json_new_null(),
+        &ok);
+    set(choice, "finish_reason", final ? json_new_string(srv_finish_str(j->finish)) : json_new_null(),
+        &ok);
+    struct json_value *choices = json_new_array();
+    push(choices, choice, &ok);
+    set(root, "choices", choices, &ok);
+    if (final) {
+        set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
+        if (receipt)
+            set(root, "receipt", receipt, &ok);
+    } else if (receipt) {
+        json_free(receipt);
+    }
+    return finish_json(root, ok);
+}
+
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                      const char *id, int64_t created)
+{
+    bool ok = true;
+    struct json_value *root = json_new_object();
+    head(s, root, id, r->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion",
+         created, &ok);
+    set(root, "choices", json_new_array(), &ok);
+    set(root, "usage", usage_value(j, &ok), &ok);
+    return finish_json(root, ok);
+}
+
+char *api_error_json(const struct srv_error *e)
+{
+    bool ok = true;
+    struct json_value *root = json_new_object(), *err = json_new_object();
+    set(err, "message", text_value(e->message, strlen(e->message)), &ok);
+    set(err, "type", json_new_string(e->type ? e->type : "invalid_request_error"), &ok);
+    set(err, "param", e->param ? json_new_string(e->param) : json_new_null(), &ok);
+    set(err, "code", e->code ? json_new_string(e->code) : json_new_null(), &ok);
+    set(root, "error", err, &ok);
+    return finish_json(root, ok);
+}

@@ -1,0 +1,238 @@
+/* backend_model.c: the server backend over a real GGUF model: the tokenizer, the chat
+ * template (chosen exactly as `kinetic run` chooses it, so a receipt made by the server
+ * reruns the same prompt), and a KV cache per slot.
+ *
+ * A Convoy batch holds, for each slot, one contiguous run of tokens (a decode token or a
+ * prompt chunk); the whole batch is one model_forward_multi call, each token with its
+ * slot's cache. A token's arithmetic depends only on its own sequence (docs/numerics.md),
+ * so batching changes speed, never bits. */
+#include "server.h"
+#include "chat/chat.h"
+#include "kernels/isa.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "token/tok.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct mb {
+    struct model *m;
+    struct tok *tk;
+    struct kern_pool *pool;
+    struct model_fwd *fwd;
+    struct model_kv *kv;       /* (n_slots) */
+    int n_slots;
+    struct chat_template tmpl;
+    char bos_buf[256], eos_buf[256];
+    struct model_kv **kv_tok;  /* (max_batch) each batch token's cache */
+    char name[256];
+};
+
+static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool add_special,
+                                  bool parse_special, int32_t **ids, size_t *n, struct kn_err *err)
+{
+    struct mb *b = ctx;
+    size_t cap = len + 3; /* a token covers at least one byte; plus BOS and EOS */
+    int32_t *v = kn_malloc(cap * sizeof *v, err);
+    if (!v)
+        return KN_E_NOMEM;
+    enum kn_status st = tok_encode(b->tk, text, len, add_special, parse_special, v, cap, n, err);
+    if (st != KN_OK) {
+        free(v);
+        return st;
+    }
+    *ids = v;
+    return KN_OK;
+}
+
+static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_msgs, int32_t **ids,
+                              size_t *n, char **text, struct kn_err *err)
+{
+    struct mb *b = ctx;
+    struct chat_message *cm = kn_malloc((n_msgs ? n_msgs : 1) * sizeof *cm, err);
+    if (!cm)
+        return KN_E_NOMEM;
+    for (size_t i = 0; i < n_msgs; i++)
+        cm[i] = (struct chat_message){msgs[i].role, msgs[i].content};
+    struct chat_prompt cp = {0};
+    enum kn_status st = chat_render(&b->tmpl, cm, n_msgs, true, &cp, err);
+    free(cm);
+    if (st != KN_OK)
+        return st;
+    /* Segment by segment, as kinetic run does: template markers may become special
+     * tokens, message text never does; BOS once at the start if the model wants it. */
+    size_t cap = cp.len + 2, k = 0;
+    int32_t *v = kn_malloc(cap * sizeof *v, err);
+    char *t = kn_malloc(cp.len + 1, err);
+    if (!v || !t) {
+        free(v);
+        free(t);
+        chat_prompt_free(&cp);
+        return KN_E_NOMEM;
+    }
+    const struct tok_special *sp = tok_specials(b->tk);
+    if (sp->add_bos && sp->bos != TOK_NULL)
+        v[k++] = sp->bos;
+    for (size_t i = 0; i < cp.n_segs; i++) {
+        size_t nn = 0;
+        st = tok_encode(b->tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
+                        v + k, cap - k, &nn, err);
+        if (st != KN_OK) {
+            free(v);
+            free(t);
+            chat_prompt_free(&cp);
+            return st;
+        }
+        k += nn;
+    }
+    memcpy(t, cp.text, cp.len);
+    t[cp.len] = '\0';
+    chat_prompt_free(&cp);
+    *ids = v;
+    *n = k;
+    *text = t;
+    return KN_OK;
+}
+
+static const char *mb_piece(void *ctx, int32_t id, size_t *len)
+{
+    struct mb *b = ctx;
+    return tok_piece(b->tk, id, false, len);
+}
+
+static const char *mb_token_text(void *ctx, int32_t id, size_t *len)
+{
+    struct mb *b = ctx;
+    const char *p = tok_piece(b->tk, id, true, len);
+    return p ? p : "";
+}
+
+static bool mb_is_eog(void *ctx, int32_t id)
+{
+    struct mb *b = ctx;
+    return tok_is_eog(b->tk, id);
+}
+
+static void mb_slot_reset(void *ctx, int slot)
+{
+    (void)ctx;
+    (void)slot; /* the cache is overwritten position by position; nothing to clear */
+}
+
+static enum kn_status mb_forward(void *ctx, const struct srv_batch *bt, float *logits,
+                                 struct kn_err *err)
+{
+    struct mb *b = ctx;
+    for (int64_t i = 0; i < bt->n; i++) {
+        if (bt->slot[i] < 0 || bt->slot[i] >= b->n_slots)
+            return kn_fail(err, KN_E_INTERNAL, "serve: batch names slot %d of %d", bt->slot[i],
+                           b->n_slots);
+        b->kv_tok[i] = &b->kv[bt->slot[i]];
+    }
+    /* One pass over every slot's tokens: the weights are read once per step. */
+    return model_forward_multi(b->fwd, b->kv_tok, bt->tokens, bt->pos, bt->n, bt->out_rows,
+                               bt->n_out, logits, err);
+}
+
+static void mb_free(void *ctx)
+{
+    struct mb *b = ctx;
+    if (!b)
+        return;
+    if (b->kv)
+        for (int s = 0; s < b->n_slots; s++)
+            model_kv_free(&b->kv[s]);
+    free(b->kv);
+    free(b->kv_tok);
+    model_fwd_free(b->fwd);
+    kern_pool_free(b->pool);
+    tok_free(b->tk);
+    model_close(b->m);
+    free(b);
+}
+
+enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model_opts *o,
+                                 struct kn_err *err)
+{
+    memset(out, 0, sizeof *out);
+    struct mb *b = kn_calloc(1, sizeof *b, err);
+    if (!b)
+        return KN_E_NOMEM;
+    b->n_slots = o->n_slots;
+    enum kn_status st;
+    struct model_load_opts lo = {.repack = true};
+    if ((st = model_open(&b->m, o->path, &lo, err)) != KN_OK)
+        goto fail;
+    if ((st = tok_load(&b->tk, b->m->gguf, err)) != KN_OK) {
+        kn_err_prefix(err, o->path);
+        goto fail;
+    }
+    /* The policy of kinetic run (see its --help): --chat-format forces a family; a model
+     * without tokenizer.chat_template is a base model and gets the messages raw (a system
+     * text, a blank line, then the turns' text); a template that is not recognised gets
+     * the family whose turn tokens the vocabulary holds, else raw. */
+    enum chat_format forced;
+    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
+        st = kn_fail(err, KN_E_ARG, "serve: unknown --chat-format '%s' (raw, chatml, llama3, "
+                     "llama2, mistral, gemma, phi3)", o->chat_format);
+        goto fail;
+    }
+    chat_template_for_model(&b->tmpl, o->chat_format ? &forced : NULL, b->m->gguf, b->tk,
+                            b->bos_buf, b->eos_buf, sizeof b->bos_buf);
+
+    int64_t n_ctx = o->n_ctx ? o->n_ctx
+                             : (b->m->hp.n_ctx_train < 4096 ? b->m->hp.n_ctx_train : 4096);
+    if (n_ctx < 8) {
+        st = kn_fail(err, KN_E_ARG, "serve: --ctx-size %lld is too small (at least 8)",
+                     (long long)n_ctx);
+        goto fail;
+    }
+    int64_t max_batch = o->max_batch ? o->max_batch : 512;
+    if (max_batch < o->n_slots)
+        max_batch = o->n_slots;
+    int threads = o->threads;
+    if (threads <= 0) { /* as kinetic run: the CPUs online, at most 16 */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 1 ? 1 : n > 16 ? 16 : (int)n;
+    }
+    if ((st = kern_pool_create(threads, &b->pool, err)) != KN_OK ||
+        (st = model_fwd_create(&b->fwd, b->m, max_batch, b->pool, err)) != KN_OK)
+        goto fail;
+    b->kv = kn_calloc((size_t)o->n_slots, sizeof *b->kv, err);
+    b->kv_tok = kn_malloc((size_t)max_batch * sizeof *b->kv_tok, err);
+    if (!b->kv || !b->kv_tok) {
+        st = KN_E_NOMEM;
+        goto fail;
+    }
+    for (int s = 0; s < o->n_slots; s++)
+        if ((st = model_kv_init(&b->kv[s], b->m, n_ctx, MODEL_KV_F32, err)) != KN_OK)
+            goto fail;
+
+    const char *base = strrchr(o->path, '/');
+    snprintf(b->name, sizeof b->name, "%s", base ? base + 1 : o->path);
+    out->ctx = b;
+    out->name = b->name;
+    out->model_path = o->path;
+    out->device_class = kern_device_class(kern_isa_active());
+    out->n_vocab = (int32_t)b->m->hp.n_vocab;
+    out->n_ctx = n_ctx;
+    out->n_slots = o->n_slots;
+    out->max_batch = max_batch;
+    out->max_piece = tok_max_piece(b->tk) + 4;
+    out->chat_format = chat_format_name(b->tmpl.format);
+    out->tokenize = mb_tokenize;
+    out->chat = mb_chat;
+    out->piece = mb_piece;
+    out->token_text = mb_token_text;
+    out->is_eog = mb_is_eog;
+    out->slot_reset = mb_slot_reset;
+    out->forward = mb_forward;
+    out->free = mb_free;
+    return KN_OK;
+fail:
+    mb_free(b);
+    return st;
+}

@@ -1,0 +1,968 @@
+/* http.c: the HTTP layer (libmicrohttpd, one thread per connection): routing, API keys,
+ * size limits, request bodies, the completion endpoints (plain and SSE), and the small
+ * endpoints (/health, /metrics, /v1/models, /tokenize, /detokenize).
+ *
+ * A connection thread may block: a plain completion waits for its job inside the request
+ * handler and a stream waits inside the content reader, both in short slices so that a
+ * client that hangs up is noticed (its job is cancelled and the slot freed). */
+#include "srv_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
+                EP_DETOKENIZE, EP_OTHER };
+static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
+    "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
+    "other"};
+static const int status_codes[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
+
+struct route {
+    const char *path;
+    const char *method;
+    enum endpoint ep;
+    bool open; /* no API key needed */
+};
+
+static const struct route routes[] = {
+    {"/v1/chat/completions", "POST", EP_CHAT, false},
+    {"/chat/completions", "POST", EP_CHAT, false},
+    {"/v1/completions", "POST", EP_COMPLETIONS, false},
+    {"/completions", "POST", EP_COMPLETIONS, false},
+    {"/v1/models", "GET", EP_MODELS, false},
+    {"/models", "GET", EP_MODELS, false},
+    {"/health", "GET", EP_HEALTH, true},
+    {"/metrics", "GET", EP_METRICS, false},
+    {"/tokenize", "POST", EP_TOKENIZE, false},
+    {"/detokenize", "POST", EP_DETOKENIZE, false},
+};
+
+/* Per-request state, from the first call of the access handler to the completion notice. */
+struct req {
+    const struct route *route;
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    bool answered;
+};
+
+/* ---------------------------------------------------------------- counters */
+
+static void count(struct srv *s, enum endpoint ep, int status)
+{
+    int k = SRV_N_STATUS - 1;
+    for (int i = 0; i < SRV_N_STATUS - 1; i++)
+        if (status_codes[i] == status)
+            k = i;
+    pthread_mutex_lock(&s->mmu);
+    s->requests[ep][k]++;
+    pthread_mutex_unlock(&s->mmu);
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
+                                  int status, char *body, const char *ctype,
+                                  const char *const *headers)
+{
+    if (!body)
+        return MHD_NO; /* out of memory: drop the connection */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    for (int i = 0; headers && headers[i]; i += 2)
+        MHD_add_response_header(r, headers[i], headers[i + 1]);
+    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    count(s, ep, status);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
+                                 int status, char *body)
+{
+    return queue_text(s, conn, ep, status, body, "application/json", NULL);
+}
+
+static enum MHD_Result send_error(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
+                                  const struct srv_error *e)
+{
+    const char *hdrs[5] = {NULL};
+    int h = 0;
+    if (e->status == 401) {
+        hdrs[h++] = "WWW-Authenticate";
+        hdrs[h++] = "Bearer";
+    } else if (e->status == 503) {
+        hdrs[h++] = "Retry-After";
+        hdrs[h++] = "1";
+    }
+    return queue_text(s, conn, ep, e->status, api_error_json(e), "application/json", hdrs);
+}
+
+static enum MHD_Result fail(struct srv *s, struct MHD_Connection *conn, enum endpoint ep, int status,
+                            const char *type, const char *code, const char *fmt, ...)
+    KN_PRINTF(7, 8);
+static enum MHD_Result fail(struct srv *s, struct MHD_Connection *conn, enum endpoint ep, int status,
+                            const char *type, const char *code, const char *fmt, ...)
+{
+    struct srv_error e = {status, type, code, NULL, {0}};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(s, conn, ep, &e);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* True when the peer has closed its side (read end of file or a socket error). */
+static bool client_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return true;
+    char c;
+    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0)
+        return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+static void random_id(char *out, size_t cap, const char *prefix)
+{
+    uint8_t r[12];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)out;
+        memcpy(r, &t, sizeof t);
+        memset(r + 8, 0x5a, 4);
+    }
+    int k = snprintf(out, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && (size_t)k + 2 < cap; i++)
+        k += snprintf(out + k, cap - (size_t)k, "%02x", r[i]);
+}
+
+/* Constant-time comparison of a presented key with the configured one. */
+static bool key_matches(const char *given, const char *want)
+{
+    size_t gl = strlen(given), wl = strlen(want);
+    unsigned diff = (unsigned)(gl ^ wl);
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned)(uint8_t)want[i] ^ (unsigned)(uint8_t)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+static bool authorized(struct srv *s, struct MHD_Connection *conn)
+{
+    if (!s->cfg.api_key)
+        return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return key_matches(h, s->cfg.api_key);
+}
+
+static struct json_value *make_receipt(struct srv *s, const struct srv_request *r,
+                                       const struct srv_job *j, struct srv_error *e)
+{
+    if (!r->want_receipt || !s->cfg.receipt)
+        return NULL;
+    /* What engine_generate returns for the same request: it stops before an
+     * end-of-generation token, so that token is not an output. */
+    int64_t n_out = j->n_out;
+    if (n_out > 0 && j->finish == SRV_FINISH_STOP && s->b->is_eog(s->b->ctx, j->out_ids[n_out - 1]))
+        n_out--;
+    int64_t max_tokens = r->max_tokens ? r->max_tokens
+                                       : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : -1);
+    struct srv_receipt_input in = {
+        .model_path = s->b->model_path,
+        .device_class = s->b->device_class,
+        .n_ctx = s->b->n_ctx,
+        .input = r->input,
+        .prompt = j->prompt,
+        .n_prompt = j->n_prompt,
+        .sampling = &j->sampling,
+        .seed_given = j->seed_given,
+        .max_tokens = max_tokens,
+        .stop = (const char *const *)r->stop,
+        .n_stop = r->n_stop,
+        .finish = srv_finish_str(j->finish),
+        .text = j->text,
+        .text_len = j->text_len,
+        .out_ids = j->out_ids,
+        .n_out = n_out,
+    };
+    struct json_value *out = NULL;
+    struct kn_err err = {0};
+    if (s->cfg.receipt(s->cfg.receipt_ctx, &in, &out, &err) != KN_OK) {
+        srv_error_set(e, 500, "server_error", "receipt_failed", "receipt",
+                      "the receipt could not be made: %.400s", err.msg);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+enum stream_phase { PH_ROLE, PH_TOKENS, PH_FINAL, PH_USAGE, PH_DONE, PH_END };
+
+struct stream {
+    struct srv *s;
+    struct MHD_Connection *conn;
+    struct srv_request req;
+    struct srv_job *job;
+    char id[64];
+    int64_t created;
+    enum stream_phase phase;
+    int64_t seen;         /* job->n_out at the last look */
+    int64_t sent_tok;     /* tokens whose logprobs went out */
+    size_t sent_text;     /* bytes of job->text that went out */
+    char *out;            /* the event being written */
+    size_t out_len, out_off;
+};
+
+/* How much of the text can go out now: not a suffix that may grow into a stop string,
+ * and not an incomplete UTF-8 sequence. */
+static size_t safe_end(const struct srv_job *j)
+{
+    size_t end = j->text_len;
+    for (int i = 0; i < j->n_stop; i++) {
+        size_t sl = j->stop_len[i];
+        for (size_t k = sl - 1 < j->text_len ? sl - 1 : j->text_len; k > 0; k--)
+            if (memcmp(j->text + j->text_len - k, j->stop[i], k) == 0) {
+                if (j->text_len - k < end)
+                    end = j->text_len - k;
+                break;
+            }
+    }
+    size_t i = end;
+    int cont = 0;
+    while (i > 0 && cont < 3 && ((uint8_t)j->text[i - 1] & 0xC0) == 0x80) {
+        i--;
+        cont++;
+    }
+    if (i > 0) {
+        uint8_t c = (uint8_t)j->text[i - 1];
+        int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        if (need > 1 && need > cont + 1)
+            end = i - 1;
+    }
+    return end;
+}
+
+static bool set_event(struct stream *st, char *json)
+{
+    if (!json)
+        return false;
+    size_t n = strlen(json);
+    st->out = malloc(n + 9);
+    if (!st->out) {
+        free(json);
+        return false;
+    }
+    memcpy(st->out, "data: ", 6);
+    memcpy(st->out + 6, json, n);
+    memcpy(st->out + 6 + n, "\n\n", 3);
+    st->out_len = n + 8;
+    st->out_off = 0;
+    free(json);
+    return true;
+}
+
+/* Produces the next event into st->out; false on an error that ends the stream. */
+static bool next_event(struct stream *st)
+{
+    struct srv *s = st->s;
+    struct convoy *c = s->convoy;
+    struct srv_job *j = st->job;
+    switch (st->phase) {
+    case PH_ROLE:
+        st->phase = PH_TOKENS;
+        if (st->req.kind == SRV_KIND_CHAT)
+            return set_event(st, api_stream_chunk(s, &st->req, j, st->id, st->created, true, 0, 0,
+                                                  0, 0, false, NULL));
+        return next_event(st);
+    case PH_TOKENS:
+        for (;;) {
+            convoy_wait(c, j, st->seen, 100);
+            convoy_lock(c);
+            bool done = j->state == SRV_JOB_DONE;
+            st->seen = j->n_out;
+            if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
+                struct srv_error e;
+                if (j->finish == SRV_FINISH_ERROR)
+                    srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
+                else
+                    srv_error_set(&e, 503, "server_error", "shutting_down", NULL,
+                                  "the server is shutting down");
+                convoy_unlock(c);
+                st->phase = PH_DONE;
+                return set_event(st, api_error_json(&e));
+            }
+            size_t end = done ? j->text_len : safe_end(j);
+            int64_t tok1 = st->sent_tok;
+            while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
+                tok1++;
+            char *chunk = NULL;
+            bool any = end > st->sent_text || (st->req.logprobs && tok1 > st->sent_tok);
+            if (any)
+                chunk = api_stream_chunk(s, &st->req, j, st->id, st->created, false, st->sent_tok,
+                                         tok1, st->sent_text, end, false, NULL);
+            convoy_unlock(c);
+            if (any) {
+                st->sent_text = end;
+                st->sent_tok = tok1;
+            }
+            if (done)
+                st->phase = PH_FINAL;
+            if (chunk)
+                return set_event(st, chunk);
+            if (any)
+                return false; /* out of memory */
+            if (done)
+                return next_event(st);
+            if (s->stopping || client_gone(st->conn))
+                return false;
+        }
+    case PH_FINAL: {
+        /* The job is done: the scheduler no longer writes it, so no lock is needed (and
+         * a receipt, which reads the model-hash cache, must not stall the scheduler). */
+        struct srv_error e = {0};
+        struct json_value *receipt = make_receipt(s, &st->req, j, &e);
+        char *chunk = e.status ? api_error_json(&e)
+                               : api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0,
+                                                  0, j->text_len, j->text_len, true, receipt);
+        st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
+        return set_event(st, chunk);
+    }
+    case PH_USAGE: {
+        convoy_lock(c);
+        char *chunk = api_usage_chunk(s, &st->req, j, st->id, st->created);
+        convoy_unlock(c);
+        st->phase = PH_DONE;
+        return set_event(st, chunk);
+    }
+    case PH_DONE: {
+        st->phase = PH_END;
+        char *d = strdup("[DONE]");
+        return set_event(st, d);
+    }
+    case PH_END:
+        break;
+    }
+    return false;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    if (st->out_off >= st->out_len) {
+        free(st->out);
+        st->out = NULL;
+        st->out_len = st->out_off = 0;
+        if (st->phase == PH_END)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!next_event(st))
+            return st->phase == PH_END ? MHD_CONTENT_READER_END_OF_STREAM
+                                       : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = st->out_len - st->out_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    convoy_cancel(st->s->convoy, st->job); /* no-op when it finished */
+    convoy_release(st->s->convoy, st->job);
+    srv_request_free(&st->req);
+    free(st->out);
+    free(st);
+}
+
+/* ---------------------------------------------------------------- completions */
+
+static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
+                                         const struct json_value *body)
+{
+    struct srv_request r;
+    struct srv_error e;
+    enum srv_kind kind = ep == EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
+    if (api_parse_completion(s, kind, body, &r, &e) || api_prepare_prompt(s, &r, &e)) {
+        srv_request_free(&r);
+        return send_error(s, conn, ep, &e);
+    }
+
+    struct kn_err err = {0};
+    struct srv_job *j = NULL;
+    if (srv_job_new(&j, r.ids, r.n_ids, &err) != KN_OK) {
+        srv_request_free(&r);
+        return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
+    }
+    int64_t room = s->b->n_ctx - (int64_t)r.n_ids + 1; /* the last token is never fed */
+    int64_t want = r.max_tokens ? r.max_tokens
+                                : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
+    j->max_tokens = want < room ? want : room;
+    j->sampling = r.sampling;
+    j->seed_given = r.seed_given;
+    j->ignore_eos = r.ignore_eos;
+    j->want_logprobs = r.logprobs;
+    j->n_top = r.top_logprobs;
+    for (int i = 0; i < r.n_stop; i++) {
+        j->stop[i] = strdup(r.stop[i]);
+        j->stop_len[i] = r.stop_len[i];
+        j->n_stop = i + 1;
+        if (!j->stop[i])
+            break;
+    }
+    if (j->n_stop != r.n_stop || srv_job_alloc_results(j, s->b->max_piece, &err) != KN_OK) {
+        convoy_release(NULL, j);
+        srv_request_free(&r);
+        return fail(s, conn, ep, 500, "server_error", NULL, "out of memory");
+    }
+    enum kn_status st = convoy_submit(s->convoy, j, &err);
+    if (st != KN_OK) {
+        convoy_release(NULL, j);
+        srv_request_free(&r);
+        if (st == KN_E_LIMIT)
+            return fail(s, conn, ep, 503, "server_error", "server_busy",
+                        "the server is busy: %s; retry in a moment", err.msg);
+        return fail(s, conn, ep, 503, "server_error", "shutting_down", "%s", err.msg);
+    }
+
+    char id[64];
+    random_id(id, sizeof id, kind == SRV_KIND_CHAT ? "chatcmpl-" : "cmpl-");
+    int64_t created = (int64_t)time(NULL);
+
+    if (r.stream) {
+        struct stream *stc = calloc(1, sizeof *stc);
+        struct MHD_Response *resp = NULL;
+        if (stc) {
+            stc->s = s;
+            stc->conn = conn;
+            stc->req = r;
+            stc->job = j;
+            snprintf(stc->id, sizeof stc->id, "%s", id);
+            stc->created = created;
+            resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, stc,
+                                                     stream_free);
+        }
+        if (!resp) {
+            if (stc)
+                free(stc);
+            convoy_cancel(s->convoy, j);
+            convoy_release(s->convoy, j);
+            srv_request_free(&r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        count(s, ep, 200);
+        return ok;
+    }
+
+    /* Plain: wait for the whole answer, watching for a client that hangs up. */
+    while (!convoy_wait(s->convoy, j, INT64_MAX, 100)) {
+        if (client_gone(conn)) {
+            convoy_cancel(s->convoy, j);
+            convoy_release(s->convoy, j);
+            srv_request_free(&r);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result res;
+    convoy_lock(s->convoy);
+    if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
+        convoy_unlock(s->convoy);
+        if (j->finish == SRV_FINISH_ERROR)
+            res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", j->error);
+        else
+            res = fail(s, conn, ep, 503, "server_error", "shutting_down",
+                       "the server is shutting down");
+    } else {
+        /* Done: the results are final, read them without holding up the scheduler. */
+        convoy_unlock(s->convoy);
+        e.status = 0;
+        struct json_value *receipt = make_receipt(s, &r, j, &e);
+        char *body_out = e.status ? NULL
+                                  : api_completion_response(s, &r, j, id, created, receipt);
+        res = e.status ? send_error(s, conn, ep, &e) : send_json(s, conn, ep, 200, body_out);
+    }
+    convoy_release(s->convoy, j);
+    srv_request_free(&r);
+    return res;
+}
+
+/* ---------------------------------------------------------------- small endpoints */
+
+static enum MHD_Result handle_models(struct srv *s, struct MHD_Connection *conn)
+{
+    char *out = NULL;
+    if (asprintf(&out,
+                 "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":0,"
+                 "\"owned_by\":\"kinetic\",\"meta\":{\"n_ctx\":%lld,\"n_vocab\":%d,\"slots\":%d}}]}",
+                 s->model_id, (long long)s->b->n_ctx, (int)s->b->n_vocab, s->b->n_slots) < 0)
+        out = NULL;
+    return send_json(s, conn, EP_MODELS, 200, out);
+}
+
+static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    char *out = NULL;
+    int status = s->stopping ? 503 : 200;
+    if (asprintf(&out, "{\"status\":\"%s\",\"slots_idle\":%d,\"slots_processing\":%d,"
+                       "\"requests_waiting\":%d}",
+                 s->stopping ? "shutting down" : "ok", cs.n_slots - cs.slots_busy, cs.slots_busy,
+                 cs.queued) < 0)
+        out = NULL;
+    return send_json(s, conn, EP_HEALTH, status, out);
+}
+
+static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    size_t cap = 8192, k = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return MHD_NO;
+#define EMIT(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
+    EMIT("# HELP kinetic_requests_total HTTP requests answered, by endpoint and status.\n"
+         "# TYPE kinetic_requests_total counter\n");
+    pthread_mutex_lock(&s->mmu);
+    for (int e = 0; e < SRV_N_ENDPOINTS; e++)
+        for (int i = 0; i < SRV_N_STATUS; i++)
+            if (s->requests[e][i])
+                EMIT("kinetic_requests_total{endpoint=\"%s\",status=\"%s%d\"} %" PRIu64 "\n",
+                     endpoint_names[e], status_codes[i] ? "" : "other", status_codes[i] ? status_codes[i] : 0,
+                     s->requests[e][i]);
+    pthread_mutex_unlock(&s->mmu);
+    double tps = cs.busy_seconds > 0 ? (double)cs.tokens_generated / cs.busy_seconds : 0.0;
+    EMIT("# HELP kinetic_prompt_tokens_total Prompt tokens processed.\n"
+         "# TYPE kinetic_prompt_tokens_total counter\nkinetic_prompt_tokens_total %" PRIu64 "\n"
+         "# HELP kinetic_generated_tokens_total Tokens generated.\n"
+         "# TYPE kinetic_generated_tokens_total counter\nkinetic_generated_tokens_total %" PRIu64 "\n"
+         "# HELP kinetic_completions_total Completions finished (stop or length).\n"
+         "# TYPE kinetic_completions_total counter\nkinetic_completions_total %" PRIu64 "\n"
+         "# HELP kinetic_completions_cancelled_total Completions cancelled (client gone).\n"
+         "# TYPE kinetic_completions_cancelled_total counter\nkinetic_completions_cancelled_total %" PRIu64 "\n"
+         "# HELP kinetic_scheduler_steps_total Convoy steps (one forward pass each).\n"
+         "# TYPE kinetic_scheduler_steps_total counter\nkinetic_scheduler_steps_total %" PRIu64 "\n"
+         "# HELP kinetic_queue_length Requests waiting for a slot.\n"
+         "# TYPE kinetic_queue_length gauge\nkinetic_queue_length %d\n"
+         "# HELP kinetic_queue_capacity Requests that may wait for a slot.\n"
+         "# TYPE kinetic_queue_capacity gauge\nkinetic_queue_capacity %d\n"
+         "# HELP kinetic_slots_busy Slots generating or reading a prompt.\n"
+         "# TYPE kinetic_slots_busy gauge\nkinetic_slots_busy %d\n"
+         "# HELP kinetic_slots_total Slots (--parallel).\n"
+         "# TYPE kinetic_slots_total gauge\nkinetic_slots_total %d\n"
+         "# HELP kinetic_tokens_per_second Generated tokens per second of scheduler work.\n"
+         "# TYPE kinetic_tokens_per_second gauge\nkinetic_tokens_per_second %.3f\n",
+         cs.tokens_prompt, cs.tokens_generated, cs.jobs_done, cs.jobs_cancelled, cs.steps, cs.queued,
+         cs.queue_cap, cs.slots_busy, cs.n_slots, tps);
+#undef EMIT
+    if (k >= cap) {
+        free(out);
+        return fail(s, conn, EP_METRICS, 500, "server_error", NULL, "metrics text too long");
+    }
+    return queue_text(s, conn, EP_METRICS, 200, out, "text/plain; version=0.0.4", NULL);
+}
+
+static enum MHD_Result handle_tokenize(struct srv *s, struct MHD_Connection *conn,
+                                       const struct json_value *body)
+{
+    const struct json_value *c = json_get(body, "content");
+    if (!json_is(c, JSON_STRING))
+        return fail(s, conn, EP_TOKENIZE, 400, "invalid_request_error", "invalid_value",
+                    "'content' must be a string");
+    bool add_special = false, parse_special = true;
+    const struct json_value *v;
+    if ((v = json_get(body, "add_special")) && !json_is(v, JSON_NULL)) {
+        if (!json_is(v, JSON_BOOL))
+            return fail(s, conn, EP_TOKENIZE, 400, "invalid_request_error", "invalid_value",
+                        "'add_special' must be true or false");
+        add_special = v->u.boolean;
+    }
+    if ((v = json_get(body, "parse_special")) && !json_is(v, JSON_NULL)) {
+        if (!json_is(v, JSON_BOOL))
+            return fail(s, conn, EP_TOKENIZE, 400, "invalid_request_error", "invalid_value",
+                        "'parse_special' must be true or false");
+        parse_special = v->u.boolean;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    struct kn_err err = {0};
+    if (s->b->tokenize(s->b->ctx, c->u.string.s, c->u.string.len, add_special, parse_special, &ids,
+                       &n, &err) != KN_OK)
+        return fail(s, conn, EP_TOKENIZE, 400, "invalid_request_error", "invalid_value", "%s",
+                    err.msg);
+    struct json_value *root = json_new_object(), *arr = json_new_array();
+    bool ok = root && arr;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = json_array_push(arr, json_new_int(ids[i]), NULL) == KN_OK;
+    free(ids);
+    if (ok)
+        ok = json_object_set(root, "tokens", arr, NULL) == KN_OK;
+    else
+        json_free(arr);
+    char *out = NULL;
+    if (!ok || json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(root);
+    return send_json(s, conn, EP_TOKENIZE, 200, out);
+}
+
+static enum MHD_Result handle_detokenize(struct srv *s, struct MHD_Connection *conn,
+                                         const struct json_value *body)
+{
+    const struct json_value *t = json_get(body, "tokens");
+    if (!json_is(t, JSON_ARRAY))
+        return fail(s, conn, EP_DETOKENIZE, 400, "invalid_request_error", "invalid_value",
+                    "'tokens' must be an array of token ids");
+    size_t n = json_len(t), cap = 0;
+    if (!kn_mul_size(n, s->b->max_piece, &cap) || !kn_add_size(cap, 1, &cap))
+        return fail(s, conn, EP_DETOKENIZE, 400, "invalid_request_error", "invalid_value",
+                    "too many tokens");
+    char *text = malloc(cap);
+    if (!text)
+        return MHD_NO;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t id;
+        if (!json_int(json_at(t, i), &id) || id < 0 || id >= s->b->n_vocab) {
+            free(text);
+            return fail(s, conn, EP_DETOKENIZE, 400, "invalid_request_error", "invalid_value",
+                        "tokens[%zu] must be a token id between 0 and %d", i,
+                        (int)s->b->n_vocab - 1);
+        }
+        size_t len;
+        const char *p = s->b->piece(s->b->ctx, (int32_t)id, &len);
+        memcpy(text + k, p, len);
+        k += len;
+    }
+    size_t m = 0;
+    char *clean = json_utf8_sanitize(text, k, &m);
+    free(text);
+    struct json_value *root = json_new_object();
+    char *out = NULL;
+    if (clean && root && json_object_set(root, "content", json_new_stringn(clean, m), NULL) == KN_OK &&
+        json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    free(clean);
+    json_free(root);
+    return send_json(s, conn, EP_DETOKENIZE, 200, out);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+static bool json_content_type(struct MHD_Connection *conn)
+{
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    if (!ct)
+        return true; /* simple clients send none; the body still has to be JSON */
+    while (*ct == ' ')
+        ct++;
+    return strncasecmp(ct, "application/json", 16) == 0 &&
+           (ct[16] == '\0' || ct[16] == ';' || ct[16] == ' ');
+}
+
+static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, struct req *q)
+{
+    enum endpoint ep = q->route->ep;
+    switch (ep) {
+    case EP_MODELS: return handle_models(s, conn);
+    case EP_HEALTH: return handle_health(s, conn);
+    case EP_METRICS: return handle_metrics(s, conn);
+    default: break;
+    }
+    if (q->too_big)
+        return fail(s, conn, ep, 413, "invalid_request_error", "request_too_large",
+                    "the request body is larger than %zu bytes (--max-body)", s->cfg.max_body);
+    if (q->len == 0)
+        return fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
+                    "the request body is empty; send a JSON object");
+    struct json_limits lim = {s->cfg.max_body, (size_t)s->cfg.max_depth, s->cfg.max_body};
+    struct json_value *body = NULL;
+    struct kn_err err = {0};
+    if (json_parse(q->body, q->len, &lim, &body, &err) != KN_OK)
+        return fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
+                    "the request body is not valid JSON: %.500s", err.msg);
+    enum MHD_Result res;
+    if (!json_is(body, JSON_OBJECT))
+        res = fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
+                   "the request body must be a JSON object");
+    else if (ep == EP_TOKENIZE)
+        res = handle_tokenize(s, conn, body);
+    else if (ep == EP_DETOKENIZE)
+        res = handle_detokenize(s, conn, body);
+    else
+        res = handle_completion(s, conn, ep, body);
+    json_free(body);
+    return res;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct srv *s = cls;
+    struct req *q = *con_cls;
+    if (!q) {
+        /* First call: headers only. Refuse what needs no body as early as possible. */
+        q = calloc(1, sizeof *q);
+        if (!q)
+            return MHD_NO;
+        *con_cls = q;
+        pthread_mutex_lock(&s->mmu);
+        s->active++;
+        pthread_mutex_unlock(&s->mmu);
+        const struct route *path_match = NULL;
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+            if (strcmp(url, routes[i].path) != 0)
+                continue;
+            path_match = &routes[i];
+            if (strcmp(method, routes[i].method) == 0)
+                q->route = &routes[i];
+        }
+        q->answered = true;
+        if (!path_match)
+            return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
+                        "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
+                        "/v1/completions, /health, /metrics, /tokenize, /detokenize",
+                        method, url);
+        if (!q->route) {
+            const char *hdrs[] = {"Allow", path_match->method, NULL};
+            struct srv_error e = {405, "invalid_request_error", "method_not_allowed", NULL, {0}};
+            snprintf(e.message, sizeof e.message, "%s is not allowed on %s; use %s", method,
+                     path_match->path, path_match->method);
+            return queue_text(s, conn, path_match->ep, 405, api_error_json(&e), "application/json",
+                              hdrs);
+        }
+        if (!q->route->open && !authorized(s, conn))
+            return fail(s, conn, q->route->ep, 401, "invalid_request_error", "invalid_api_key",
+                        "a valid API key is required: send 'Authorization: Bearer <key>'");
+        if (strcmp(method, "POST") == 0) {
+            if (!json_content_type(conn))
+                return fail(s, conn, q->route->ep, 415, "invalid_request_error",
+                            "unsupported_media_type",
+                            "the request body must be JSON (Content-Type: application/json)");
+            const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+            if (cl) {
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(cl, &end, 10);
+                if (errno || *end || n > s->cfg.max_body)
+                    return fail(s, conn, q->route->ep, 413, "invalid_request_error",
+                                "request_too_large",
+                                "the request body (%s bytes) is larger than %zu bytes (--max-body)",
+                                cl, s->cfg.max_body);
+            }
+        }
+        q->answered = false;
+        return MHD_YES;
+    }
+    if (q->answered) { /* an early answer was queued: discard any body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (q->too_big || q->len + n > s->cfg.max_body) {
+            q->too_big = true;
+            return MHD_YES;
+        }
+        if (q->len + n + 1 > q->cap) {
+            size_t cap = q->cap ? q->cap : 4096;
+            while (cap < q->len + n + 1)
+                cap *= 2;
+            char *b = realloc(q->body, cap);
+            if (!b)
+                return MHD_NO;
+            q->body = b;
+            q->cap = cap;
+        }
+        memcpy(q->body + q->len, upload, n);
+        q->len += n;
+        return MHD_YES;
+    }
+    q->answered = true;
+    return dispatch(s, conn, q);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    struct srv *s = cls;
+    struct req *q = *con_cls;
+    if (q) {
+        free(q->body);
+        free(q);
+        *con_cls = NULL;
+        pthread_mutex_lock(&s->mmu);
+        if (--s->active == 0)
+            pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->mmu);
+    }
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    kn_log(KN_LOG_DEBUG, "http: %s", msg);
+}
+
+/* ---------------------------------------------------------------- start and stop */
+
+enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct srv_backend *b,
+                         struct kn_err *err)
+{
+    *out = NULL;
+    struct srv *s = kn_calloc(1, sizeof *s, err);
+    if (!s)
+        return KN_E_NOMEM;
+    s->cfg = *cfg;
+    if (!s->cfg.host)
+        s->cfg.host = "127.0.0.1";
+    if (!s->cfg.max_body)
+        s->cfg.max_body = 1u << 20;
+    if (!s->cfg.max_depth)
+        s->cfg.max_depth = 32;
+    if (!s->cfg.timeout_s)
+        s->cfg.timeout_s = 30;
+    if (s->cfg.queue <= 0)
+        s->cfg.queue = 4 * b->n_slots;
+    if (!s->cfg.max_connections)
+        s->cfg.max_connections = 64;
+    s->b = b;
+    snprintf(s->model_id, sizeof s->model_id, "%s", cfg->alias ? cfg->alias : b->name);
+    for (char *p = s->model_id; *p; p++)
+        if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
+            *p = '_'; /* the id is written into JSON by hand in /v1/models */
+    pthread_mutex_init(&s->mmu, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    const struct sockaddr *addr;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    memset(&a4, 0, sizeof a4);
+    memset(&a6, 0, sizeof a6);
+    if (inet_pton(AF_INET, s->cfg.host, &a4.sin_addr) == 1) {
+        a4.sin_family = AF_INET;
+        a4.sin_port = htons((uint16_t)s->cfg.port);
+        addr = (const struct sockaddr *)&a4;
+    } else if (inet_pton(AF_INET6, s->cfg.host, &a6.sin6_addr) == 1) {
+        a6.sin6_family = AF_INET6;
+        a6.sin6_port = htons((uint16_t)s->cfg.port);
+        addr = (const struct sockaddr *)&a6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        pthread_mutex_destroy(&s->mmu);
+        free(s);
+        return kn_fail(err, KN_E_ARG, "serve: --host '%s' is not an IPv4 or IPv6 address",
+                       cfg->host);
+    }
+    if (s->cfg.port < 0 || s->cfg.port > 65535) {
+        pthread_mutex_destroy(&s->mmu);
+        free(s);
+        return kn_fail(err, KN_E_ARG, "serve: --port %d is out of range (0..65535)", cfg->port);
+    }
+
+    enum kn_status st = convoy_start(&s->convoy, b, s->cfg.queue, err);
+    if (st != KN_OK) {
+        pthread_mutex_destroy(&s->mmu);
+        free(s);
+        return st;
+    }
+    s->d = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        int e = errno;
+        convoy_stop(s->convoy);
+        convoy_free(s->convoy);
+        pthread_mutex_destroy(&s->mmu);
+        free(s);
+        return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
+                       cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : s->cfg.port;
+    *out = s;
+    return KN_OK;
+}
+
+int srv_port(const struct srv *s)
+{
+    return s->port;
+}
+
+void srv_stop(struct srv *s)
+{
+    if (!s)
+        return;
+    s->stopping = 1;
+    /* Stop accepting, end every job (waiting handlers answer 503 or end their streams),
+     * then join the connection threads; only then may the convoy go. */
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    convoy_stop(s->convoy);
+    /* Let the answers to cancelled requests go out (bounded: 5 s). */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    pthread_mutex_lock(&s->mmu);
+    while (s->active > 0)
+        if (pthread_cond_timedwait(&s->idle_cv, &s->mmu, &dl) != 0)
+            break;
+    pthread_mutex_unlock(&s->mmu);
+    MHD_stop_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    convoy_free(s->convoy);
+    pthread_mutex_destroy(&s->mmu);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
+}

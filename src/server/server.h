@@ -1,0 +1,259 @@
+/* server.h: `kinetic serve`, an OpenAI-compatible HTTP server (libmicrohttpd) in front of
+ * Convoy, the continuous-batching scheduler.
+ *
+ * Three layers, each usable and testable on its own:
+ *   backend  a table of functions over one model: tokenize, render a chat, decode a
+ *            token, and a forward pass over a batch of tokens from several slots (each
+ *            slot = one sequence with its own KV cache). srv_toy_backend() is a built-in
+ *            deterministic stand-in used to test the layers above without a model.
+ *   convoy   the scheduler: n slots, a bounded queue, one thread. Each step runs ONE
+ *            backend forward over every running slot's decode token plus prompt chunks
+ *            of slots still reading their prompt, then samples each slot that has logits.
+ *            A job's tokens and log-probabilities depend only on the job (its prompt,
+ *            settings and seed), never on what else shares the step (docs/numerics.md).
+ *   http     routing, auth, limits, OpenAI request parsing and response shapes, SSE.
+ *
+ * Ownership: the server borrows the backend; a job is shared by its HTTP connection and
+ * the scheduler and freed by whichever releases it last (srv_job_release). */
+#ifndef KN_SERVER_H
+#define KN_SERVER_H
+
+#include "../base/base.h"
+#include "../sample/sample.h"
+
+#include <pthread.h>
+
+/* ---------------------------------------------------------------- backend */
+
+struct srv_msg {
+    char *role;
+    char *content;
+};
+
+/* Tokens of one forward call. Token i belongs to slot[i] at position pos[i]; a slot's
+ * tokens appear in position order and the positions below each one hold that slot's
+ * earlier tokens. Logits are wanted for the tokens out_rows[0..n_out-1]. */
+struct srv_batch {
+    int64_t n;
+    const int32_t *tokens, *pos, *slot;
+    const int64_t *out_rows;
+    int64_t n_out;
+};
+
+struct srv_backend {
+    void *ctx;
+    const char *name;          /* model name shown by /v1/models unless --alias */
+    const char *model_path;    /* for receipts */
+    const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
+    int32_t n_vocab;
+    int64_t n_ctx;             /* positions per slot */
+    int n_slots;
+    int64_t max_batch;         /* most tokens in one forward call */
+    size_t max_piece;          /* longest token piece in bytes */
+    const char *chat_format;   /* the chat template family in use, for the log */
+
+    /* Thread-safe (HTTP threads call them concurrently). *ids is malloc'd. */
+    KN_MUST_USE enum kn_status (*tokenize)(void *ctx, const char *text, size_t len,
+                                           bool add_special, bool parse_special, int32_t **ids,
+                                           size_t *n, struct kn_err *err);
+    /* Renders the chat with the model's template (assistant turn opened) and tokenizes
+     * it; *text receives the rendered prompt (malloc'd) for logs and receipts. */
+    KN_MUST_USE enum kn_status (*chat)(void *ctx, const struct srv_msg *msgs, size_t n_msgs,
+                                       int32_t **ids, size_t *n, char **text, struct kn_err *err);
+    /* The bytes token id stands for in generated text (control tokens give nothing). */
+    const char *(*piece)(void *ctx, int32_t id, size_t *len);
+    /* The vocabulary text of a token (for logprobs' "token" fields), any token. */
+    const char *(*token_text)(void *ctx, int32_t id, size_t *len);
+    bool (*is_eog)(void *ctx, int32_t id);
+
+    /* Scheduler thread only. Forgets slot's sequence. */
+    void (*slot_reset)(void *ctx, int slot);
+    /* Runs the batch; writes logits (b->n_out, n_vocab). */
+    KN_MUST_USE enum kn_status (*forward)(void *ctx, const struct srv_batch *b, float *logits,
+                                          struct kn_err *err);
+    void (*free)(void *ctx);
+};
+
+/* A deterministic stand-in model: 256 byte tokens plus BOS (256) and EOS (257); the
+ * "KV cache" of a slot is a chain of hashes over its tokens, and the logits of a token
+ * are a pseudo-random function of that chain, so any mix-up of slots, positions or
+ * chunking changes the output. delay_us: simulated compute per forward call (plus a
+ * tenth of it per token). */
+KN_MUST_USE enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_ctx,
+                                           int delay_us, struct kn_err *err);
+
+struct srv_model_opts {
+    const char *path;
+    int n_slots;
+    int64_t n_ctx;             /* per slot; 0: the model's training context, at most 4096 */
+    int64_t max_batch;         /* tokens per forward call; 0: 512 */
+    int threads;               /* 0: all CPUs */
+    const char *chat_format;   /* NULL: as kinetic run chooses; else a chat_format name */
+};
+
+/* The backend over a GGUF model file (model, tokenizer, chat template, a KV cache per
+ * slot). The chat template is chosen as `kinetic run` chooses it (a model without one is
+ * a base model and gets the messages raw), unless chat_format forces a family. */
+KN_MUST_USE enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model_opts *o,
+                                             struct kn_err *err);
+
+/* ---------------------------------------------------------------- logprobs */
+
+/* log-softmax of the raw logits into lp (n_vocab); the top k (k <= 20) by log-probability,
+ * ties by lower id, into top_ids/top_lp (missing entries: id -1). */
+void srv_logprobs(const float *logits, int32_t n_vocab, float *lp, int k, int32_t *top_ids,
+                  float *top_lp);
+
+/* ---------------------------------------------------------------- jobs */
+
+#define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_STOP 8
+
+enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
+enum srv_finish { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_CANCELLED,
+                  SRV_FINISH_ERROR };
+const char *srv_finish_str(enum srv_finish f);
+
+/* One generation request. The fields above "results" are set before convoy_submit and
+ * read-only afterwards; the results are written by the scheduler under the convoy lock. */
+struct srv_job {
+    int32_t *prompt;           /* (n_prompt) owned */
+    size_t n_prompt;
+    int64_t max_tokens;        /* >= 1; capped by the slot context */
+    char *stop[SRV_MAX_STOP];  /* owned */
+    size_t stop_len[SRV_MAX_STOP];
+    int n_stop;
+    struct sample_params sampling;
+    bool seed_given;           /* false: the server drew the seed */
+    int n_top;                 /* top log-probabilities kept per token (0..20) */
+    bool ignore_eos;           /* benchmarks: end-of-generation tokens do not stop */
+    bool want_logprobs;
+
+    /* results (sized for max_tokens at srv_job_alloc_results) */
+    enum srv_job_state state;
+    enum srv_finish finish;
+    char error[256];
+    int32_t *out_ids;          /* (n_out) generated ids, an end-of-generation id included */
+    float *out_lp;             /* (n_out) log-probability of each, if want_logprobs */
+    int32_t *top_ids;          /* (n_out, n_top) */
+    float *top_lp;
+    size_t *text_end;          /* (n_out) text length after each token (before a stop cut) */
+    int64_t n_out;
+    int64_t out_cap;           /* max_tokens when the results were sized */
+    char *text;                /* generated text, cut at a stop string when one matched */
+    size_t text_len, text_cap;
+    bool cancel;               /* set by the HTTP side: free the slot at the next step */
+    double t_submit, t_start, t_first, t_done;
+
+    /* private to convoy */
+    pthread_cond_t cv;
+    int refs;
+    int slot;
+    int64_t n_fed;             /* prompt tokens already in the slot's cache */
+    int32_t next_token;        /* the sampled token not yet fed */
+    struct srv_job *next;      /* queue link */
+};
+
+/* A new job with one reference (the caller's); prompt is copied. */
+KN_MUST_USE enum kn_status srv_job_new(struct srv_job **out, const int32_t *prompt, size_t n_prompt,
+                                       struct kn_err *err);
+/* Sizes the result arrays for job->max_tokens, job->n_top and max_piece bytes per token. */
+KN_MUST_USE enum kn_status srv_job_alloc_results(struct srv_job *job, size_t max_piece,
+                                                 struct kn_err *err);
+
+/* ---------------------------------------------------------------- convoy */
+
+struct convoy;
+
+struct convoy_stats {
+    int n_slots, slots_busy, queued, queue_cap;
+    uint64_t jobs_done, jobs_cancelled, tokens_prompt, tokens_generated, steps;
+    double busy_seconds;       /* time spent in forward + sampling */
+};
+
+/* Starts the scheduler thread over backend (borrowed) with queue_cap waiting jobs. */
+KN_MUST_USE enum kn_status convoy_start(struct convoy **out, struct srv_backend *backend,
+                                        int queue_cap, struct kn_err *err);
+/* Cancels every job and joins the thread; later submissions fail with KN_E_CANCELLED.
+ * The convoy stays valid for the jobs' holders until convoy_free. */
+void convoy_stop(struct convoy *c);
+void convoy_free(struct convoy *c);
+/* Queues job (taking a reference). KN_E_LIMIT when the queue is full, KN_E_CANCELLED when
+ * the convoy is stopping. */
+KN_MUST_USE enum kn_status convoy_submit(struct convoy *c, struct srv_job *job, struct kn_err *err);
+/* Waits until the job has more than seen output tokens, is done, or timeout_ms passed.
+ * Returns true if the job is done. */
+bool convoy_wait(struct convoy *c, struct srv_job *job, int64_t seen, int timeout_ms);
+/* Asks the scheduler to drop the job (it finishes as cancelled). */
+void convoy_cancel(struct convoy *c, struct srv_job *job);
+/* The convoy lock guards every job's results; hold it while reading them. */
+void convoy_lock(struct convoy *c);
+void convoy_unlock(struct convoy *c);
+/* Drops one reference (the last frees the job). */
+void convoy_release(struct convoy *c, struct srv_job *job);
+void convoy_get_stats(struct convoy *c, struct convoy_stats *out);
+
+/* ---------------------------------------------------------------- receipts hook */
+
+struct json_value;
+
+/* Everything a receipt records about one finished completion (all borrowed). */
+struct srv_receipt_input {
+    const char *model_path;
+    const char *device_class;
+    int64_t n_ctx;                 /* the slot context (--ctx-size) */
+    const struct json_value *input;/* the messages array or the prompt, as sent */
+    const int32_t *prompt;         /* the exact prompt tokens */
+    size_t n_prompt;
+    const struct sample_params *sampling;
+    bool seed_given;
+    int64_t max_tokens;            /* -1: no limit but the context */
+    const char *const *stop;
+    int n_stop;
+    const char *finish;            /* "stop" or "length" */
+    const char *text;              /* output text after stop strings are cut */
+    size_t text_len;
+    const int32_t *out_ids;        /* generated tokens, without an end-of-generation id */
+    int64_t n_out;
+};
+
+/* Builds a receipt object (*out, owned by the caller) for a finished completion. */
+typedef enum kn_status (*srv_receipt_fn)(void *ctx, const struct srv_receipt_input *in,
+                                         struct json_value **out, struct kn_err *err);
+
+/* The receipt module's receipts (src/receipt), signed when the signer has a key. */
+struct srv_signer;
+/* key_path: an Ed25519 key file (--sign-key), or NULL for unsigned receipts. */
+KN_MUST_USE enum kn_status srv_signer_open(struct srv_signer **out, const char *key_path,
+                                           struct kn_err *err);
+void srv_signer_free(struct srv_signer *s);
+/* A srv_receipt_fn; ctx is a struct srv_signer. */
+KN_MUST_USE enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
+                                             struct json_value **out, struct kn_err *err);
+
+/* ---------------------------------------------------------------- http server */
+
+struct srv_config {
+    const char *host;          /* default 127.0.0.1 */
+    int port;                  /* 0: any free port (see srv_port) */
+    const char *api_key;       /* NULL: no auth */
+    const char *alias;         /* model id in responses; NULL: backend name */
+    size_t max_body;           /* bytes; default 1 MiB */
+    int max_depth;             /* JSON nesting; default 32 */
+    int timeout_s;             /* idle connection timeout; default 30 */
+    int queue;                 /* waiting requests beyond the slots; default 4 * slots */
+    int max_connections;       /* default 64 */
+    int64_t default_max_tokens;/* when a request names none; 0: the rest of the context */
+    srv_receipt_fn receipt;    /* NULL: "receipt": true is refused as unavailable */
+    void *receipt_ctx;
+};
+
+struct srv;
+
+KN_MUST_USE enum kn_status srv_start(struct srv **out, const struct srv_config *cfg,
+                                     struct srv_backend *backend, struct kn_err *err);
+int srv_port(const struct srv *s);
+/* Stops accepting, cancels work, joins every thread and frees the server. */
+void srv_stop(struct srv *s);
+
+#endif

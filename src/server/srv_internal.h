@@ -1,0 +1,86 @@
+/* srv_internal.h: what http.c and api.c share: the server object, a parsed OpenAI
+ * request, and the error every handler can return. */
+#ifndef KN_SRV_INTERNAL_H
+#define KN_SRV_INTERNAL_H
+
+#include "server.h"
+#include "base/json.h"
+
+#include <microhttpd.h>
+
+enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 };
+
+/* An HTTP error in OpenAI's shape: {"error":{"message","type","param","code"}}. */
+struct srv_error {
+    int status;
+    const char *type;  /* invalid_request_error, authentication_error, server_error ... */
+    const char *code;  /* machine-readable, or NULL */
+    const char *param; /* the offending request field, or NULL */
+    char message[600];
+};
+
+int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
+                  const char *param, const char *fmt, ...) KN_PRINTF(6, 7);
+
+/* A validated completion request. */
+struct srv_request {
+    enum srv_kind kind;
+    bool stream, include_usage, want_receipt, ignore_eos;
+    bool logprobs;
+    int top_logprobs;          /* 0..20 */
+    int64_t max_tokens;        /* 0: not given */
+    struct sample_params sampling;
+    bool seed_given;
+    char *stop[SRV_MAX_STOP];
+    size_t stop_len[SRV_MAX_STOP];
+    int n_stop;
+    struct srv_msg *msgs;      /* chat */
+    size_t n_msgs;
+    char *prompt_text;         /* completions given text */
+    size_t prompt_len;
+    int32_t *ids;              /* the prompt's tokens */
+    size_t n_ids;
+    char *rendered;            /* chat: the rendered prompt */
+    struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
+};
+
+void srv_request_free(struct srv_request *r);
+
+#define SRV_N_ENDPOINTS 8
+#define SRV_N_STATUS 11
+
+struct srv {
+    struct srv_config cfg;
+    struct srv_backend *b;
+    struct convoy *convoy;
+    struct MHD_Daemon *d;
+    char model_id[256];
+    int port;
+    volatile int stopping;
+    pthread_mutex_t mmu;       /* guards the counters below */
+    pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
+    int active;                /* requests between their first call and completion */
+    uint64_t requests[SRV_N_ENDPOINTS][SRV_N_STATUS];
+};
+
+/* api.c: parses and validates body as a completion request of kind; fills r (free with
+ * srv_request_free) and returns 0, or fills e and returns its HTTP status. */
+int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
+                         struct srv_request *r, struct srv_error *e);
+/* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
+int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
+
+/* Responses (malloc'd JSON text, NULL when out of memory). They read the job's results:
+ * the caller holds the convoy lock, unless the job is done (then nothing writes them). */
+char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                              const char *id, int64_t created, struct json_value *receipt);
+/* One streaming chunk for tokens [tok0, tok1) and text [text0, text1); final adds
+ * finish_reason (and seed, receipt). */
+char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
+                       size_t text0, size_t text1, bool final, struct json_value *receipt);
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
+                      const char *id, int64_t created);
+char *api_error_json(const struct srv_error *e);
+
+#endif

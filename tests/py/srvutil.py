@@ -1,0 +1,162 @@
+"""srvutil.py: start `kinetic serve` on loopback for a test and talk to it with plain
+http.client (so malformed requests can be sent exactly as written)."""
+import http.client
+import json
+import os
+import re
+import select
+import subprocess
+import time
+
+KINETIC = os.environ.get("KINETIC", "build/kinetic")
+SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "../../../shared"))
+
+
+class Server:
+    """A running `kinetic serve`; use as a context manager (stops it, checks the exit)."""
+
+    def __init__(self, *args, env=None, ready_timeout=120):
+        cmd = [KINETIC, "serve", "--port", "0", *map(str, args)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, **(env or {})}, text=True)
+        self.port = None
+        deadline = time.time() + ready_timeout
+        line = ""
+        while time.time() < deadline:
+            r, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if r:
+                line = self.proc.stdout.readline()
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    break
+            if self.proc.poll() is not None:
+                break
+        if self.port is None:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise RuntimeError(f"server did not start: {line!r} {out!r} {err!r}")
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None:
+            self.check_clean_exit(rc)
+
+    def check_clean_exit(self, rc):
+        """A clean shutdown: exit 0 and no sanitizer report (ASan builds)."""
+        assert "AddressSanitizer" not in self.stderr and "runtime error:" not in self.stderr, self.stderr[-4000:]
+        assert rc == 0, (rc, self.stderr[-4000:])
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr = self.proc.stderr.read()
+        return self.proc.returncode
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        """Returns (status, headers dict, body bytes). body: dict/list (JSON), str or bytes."""
+        h = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        elif isinstance(body, str):
+            body = body.encode()
+            h.setdefault("Content-Type", "application/json")
+        c = self.conn(timeout)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+        finally:
+            c.close()
+
+    def post(self, path, body, **kw):
+        st, h, data = self.request("POST", path, body, **kw)
+        try:
+            js = json.loads(data)
+        except ValueError:
+            js = None
+        return st, h, js
+
+    def get(self, path, **kw):
+        st, h, data = self.request("GET", path, **kw)
+        try:
+            js = json.loads(data)
+        except ValueError:
+            js = data.decode()
+        return st, h, js
+
+    def stream(self, path, body, headers=None, timeout=120):
+        """POSTs a streaming request; returns the list of decoded `data:` events
+        (the final "[DONE]" kept as a string)."""
+        h = {"Content-Type": "application/json", **(headers or {})}
+        c = self.conn(timeout)
+        try:
+            c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+            r = c.getresponse()
+            assert r.status == 200, (r.status, r.read())
+            assert r.getheader("Content-Type").startswith("text/event-stream")
+            events = []
+            buf = b""
+            while True:
+                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n\n" in buf:
+                    ev, buf = buf.split(b"\n\n", 1)
+                    assert ev.startswith(b"data: "), ev
+                    payload = ev[6:].decode()
+                    events.append(payload if payload == "[DONE]" else json.loads(payload))
+            return events
+        finally:
+            c.close()
+
+    def wait_idle(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st, _, js = self.get("/health")
+            if st == 200 and js["slots_processing"] == 0 and js["requests_waiting"] == 0:
+                return js
+            time.sleep(0.05)
+        raise AssertionError("server did not become idle")
+
+    def metric(self, name, headers=None):
+        st, _, text = self.get("/metrics", headers=headers)
+        assert st == 200
+        total = 0.0
+        found = False
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+        assert found, f"{name} missing from /metrics"
+        return total
+
+
+def fingerprint(resp):
+    """What must be identical between runs: the text, the tokens' logprobs, the finish."""
+    ch = resp["choices"][0]
+    text = ch["message"]["content"] if "message" in ch else ch["text"]
+    lp = ch.get("logprobs")
+    if lp and "content" in lp:
+        lps = [(e["token"], e["logprob"], tuple((t["token"], t["logprob"]) for t in e["top_logprobs"]))
+               for e in lp["content"]]
+    elif lp:
+        lps = list(zip(lp["tokens"], lp["token_logprobs"]))
+    else:
+        lps = None
+    return json.dumps([text, lps, ch["finish_reason"], resp["usage"]["completion_tokens"]])

@@ -1,0 +1,164 @@
+"""test_model_ref.py: Kinetic's logits against an independent float64 forward pass
+(model_ref.py: gguf-py reads and dequantizes the weights, numpy computes in float64).
+
+Kinetic writes the logits of every generated position (`kinetic run --logits-out`); the
+reference recomputes them from the same token sequence. Tolerances, as the error
+relative to the spread of the reference logits (rms(kinetic - ref) / std(ref)):
+  - f32, f16, bf16 weights (f32 activations, exact weight conversion): 1e-4;
+  - quantized weights (activations quantized per token to 8 bits, docs/numerics.md):
+    3e-2 for the 8-bit and 5-6-bit types, 5e-2 for the 4-bit types.
+and the greedy choice must agree wherever the reference's top-2 margin exceeds the
+largest error seen. Models: aidreams260K (real, f32) and `kinetic synth` tiny models of
+every architecture, with windows and bases chosen so that gemma3's sliding-window layers
+and its two RoPE bases are exercised by a 24-token sequence.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from model_ref import RefModel  # noqa: E402
+
+KINETIC = os.environ.get("KINETIC", "build/kinetic")
+SHARED = os.environ.get("KN_SHARED", "../shared")
+AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+
+PROMPT = [1, 303, 433, 360, 281, 269, 435, 447, 300, 290, 301, 280]
+N_GEN = 12
+
+TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 3e-2, "q6_k": 3e-2, "q5_0": 3e-2,
+       "q5_1": 3e-2, "q5_k": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2, "q4_k": 5e-2, "q4_k_m": 5e-2}
+
+
+def kinetic_logits(path, tmp_path, extra=()):
+    out = tmp_path / "logits.bin"
+    ids = ",".join(str(t) for t in PROMPT)
+    p = subprocess.run([KINETIC, "run", path, "--prompt-ids", ids, "--temp", "0",
+                        "--repeat-penalty", "1", "-n", str(N_GEN), "--seed", "1", "--json",
+                        "--logits-out", str(out), "--threads", "2", *extra],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    logits = np.fromfile(out, dtype=np.float32)
+    return r["tokens"], logits.reshape(len(r["tokens"]), -1)
+
+
+def compare(path, tmp_path, tol, extra=()):
+    toks, kl = kinetic_logits(path, tmp_path, extra)
+    assert len(toks) == N_GEN
+    ref = RefModel(path)
+    seq = PROMPT + toks[:-1]
+    rows = list(range(len(PROMPT) - 1, len(seq)))
+    rl = ref.forward(seq, rows=rows)
+    assert rl.shape == kl.shape
+    err = kl.astype(np.float64) - rl
+    rel = np.sqrt(np.mean(err ** 2)) / rl.std()
+    assert rel < tol, f"{path}: relative rms error {rel:.2e} > {tol:.0e}"
+    worst = np.abs(err).max()
+    for i in range(len(rows)):
+        top2 = np.sort(rl[i])[-2:]
+        if top2[1] - top2[0] > 2 * worst:
+            assert int(np.argmax(rl[i])) == toks[i], f"{path}: row {i} greedy choice differs"
+    return rel
+
+
+def test_aidreams_matches_reference(tmp_path):
+    rel = compare(AIDREAMS, tmp_path, 1e-5)
+    print(f"aidreams260K relative rms error {rel:.2e}")
+
+
+def synth(tmp_path, arch, typ, dims=None):
+    path = tmp_path / f"{arch}-{typ}.gguf"
+    args = [KINETIC, "synth", "--arch", arch, "--preset", "tiny", "--type", typ, "-o", str(path),
+            "--seed", "5"]
+    if dims:
+        args += ["--dims", dims]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return str(path)
+
+
+# gemma3: a 6-token window so that local layers slide within the 24-token sequence, and a
+# global RoPE base different from the local 10000.
+DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
+        "gemma3": "window=6,rope_base=1000000"}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
+def test_synth_matches_reference(tmp_path, arch, typ):
+    path = synth(tmp_path, arch, typ, DIMS[arch])
+    rel = compare(path, tmp_path, TOL[typ])
+    print(f"{arch} {typ}: relative rms error {rel:.2e}")
+
+
+@pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"])
+def test_every_weight_type(tmp_path, typ):
+    path = synth(tmp_path, "llama", typ, "kv_heads=2,tied=1")
+    rel = compare(path, tmp_path, TOL[typ])
+    print(f"llama {typ}: relative rms error {rel:.2e}")
+
+
+def test_kv_f16_close_to_reference(tmp_path):
+    path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
+    rel = compare(path, tmp_path, 2e-3, extra=("--kv-type", "f16"))
+    print(f"qwen3 f32 with an f16 KV cache: relative rms error {rel:.2e}")
+
+
+def rewrite(src, dst, new_kv, extra_tensors):
+    """Copies GGUF src to dst with key/values replaced or added (key -> (GGUFValueType,
+    value)) and f32 tensors added (name -> numpy array), using gguf-py's writer."""
+    gguf = pytest.importorskip("gguf")
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for field in r.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF.") or field.name in new_kv:
+            continue
+        vt = field.types[0]
+        sub = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, field.contents(), vt, sub_type=sub)
+    for k, (vt, v) in new_kv.items():
+        w.add_key_value(k, v, vt)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    for name, arr in extra_tensors.items():
+        w.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes, gguf.GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data)
+    for arr in extra_tensors.values():
+        w.write_tensor_data(arr)
+    w.close()
+
+
+def test_llama31_rope_freqs_linear_and_yarn_scaling(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    base = synth(tmp_path, "llama", "f32", "kv_heads=2")
+    head_dim = 256 // 4  # the tiny preset: dim 256, 4 heads
+    factors = np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32)
+    m1 = str(tmp_path / "freqs.gguf")
+    rewrite(base, m1, {}, {"rope_freqs.weight": factors})
+    rel = compare(m1, tmp_path, 1e-4)
+    print(f"llama with rope_freqs: relative rms error {rel:.2e}")
+    m2 = str(tmp_path / "linear.gguf")
+    rewrite(base, m2, {"llama.rope.scaling.type": (gguf.GGUFValueType.STRING, "linear"),
+                       "llama.rope.scaling.factor": (gguf.GGUFValueType.FLOAT32, 4.0)}, {})
+    rel = compare(m2, tmp_path, 1e-4)
+    print(f"llama with linear RoPE scaling 4: relative rms error {rel:.2e}")
+    m3 = str(tmp_path / "yarn.gguf")
+    rewrite(base, m3, {"llama.rope.scaling.type": (gguf.GGUFValueType.STRING, "yarn"),
+                       "llama.rope.scaling.factor": (gguf.GGUFValueType.FLOAT32, 4.0),
+                       "llama.rope.scaling.original_context_length": (gguf.GGUFValueType.UINT32, 64)}, {})
+    rel = compare(m3, tmp_path, 1e-4)
+    print(f"llama with YaRN scaling 4 (original context 64): relative rms error {rel:.2e}")
+    # The files really differ from the base model (the settings are used).
+    _, base_logits = kinetic_logits(base, tmp_path)
+    _, lin_logits = kinetic_logits(m2, tmp_path)
+    assert not np.array_equal(base_logits, lin_logits)

@@ -1,0 +1,429 @@
+"""The HTTP layer of `kinetic serve`, against the built-in toy model (fast, deterministic):
+OpenAI shapes (plain and streaming), the official openai client, hostile and malformed
+requests, limits, the queue bound, disconnects, and identical answers under load."""
+import hashlib
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from srvutil import Server, fingerprint
+
+KEY = "sk-test-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24,
+        "temperature": 0.8, "seed": 42, "logprobs": True, "top_logprobs": 3}
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with Server("--toy", "--parallel", "4", "--ctx-size", "256", "--toy-delay-us", "300",
+                "--api-key", KEY, "--timeout", "2", "--max-body", "65536") as s:
+        yield s
+
+
+def check_error(resp, status, words):
+    st, h, js = resp
+    assert st == status, (st, js)
+    assert isinstance(js, dict) and set(js) == {"error"}, js
+    err = js["error"]
+    assert {"message", "type", "code"} <= set(err), err
+    for w in words:
+        assert w in err["message"], (w, err["message"])
+    return h
+
+
+def test_health_models_metrics(srv):
+    st, _, js = srv.get("/health")  # open without a key
+    assert st == 200 and js["status"] == "ok" and js["slots_idle"] == 4
+    st, _, js = srv.get("/v1/models", headers=AUTH)
+    assert st == 200 and js["object"] == "list" and js["data"][0]["id"] == "toy"
+    st, h, text = srv.get("/metrics", headers=AUTH)
+    assert st == 200 and h["content-type"].startswith("text/plain")
+    assert "kinetic_slots_total 4" in text and "# TYPE kinetic_generated_tokens_total counter" in text
+
+
+def test_chat_shape(srv):
+    st, _, js = srv.post("/v1/chat/completions", CHAT, headers=AUTH)
+    assert st == 200, js
+    assert js["id"].startswith("chatcmpl-") and js["object"] == "chat.completion"
+    assert js["model"] == "toy" and isinstance(js["created"], int) and js["seed"] == 42
+    ch = js["choices"][0]
+    assert ch["index"] == 0 and ch["message"]["role"] == "assistant"
+    assert ch["finish_reason"] in ("stop", "length")
+    u = js["usage"]
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert 1 <= u["completion_tokens"] <= 24
+    content = ch["logprobs"]["content"]
+    assert "".join(e["token"] for e in content) == ch["message"]["content"]
+    for e in content:
+        assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 3
+        assert bytes(e["bytes"]).decode() == e["token"]
+        tops = [t["logprob"] for t in e["top_logprobs"]]
+        assert tops == sorted(tops, reverse=True) and e["logprob"] <= tops[0]
+
+
+def test_no_seed_gets_fresh_seed(srv):
+    body = {**CHAT}
+    del body["seed"]
+    seeds = set()
+    for _ in range(2):
+        st, _, js = srv.post("/v1/chat/completions", body, headers=AUTH)
+        assert st == 200 and isinstance(js["seed"], int) and js["seed"] >= 0
+        seeds.add(js["seed"])
+    assert len(seeds) == 2
+    # the reported seed reproduces the answer
+    st, _, again = srv.post("/v1/chat/completions", {**body, "seed": js["seed"]}, headers=AUTH)
+    assert fingerprint(again) == fingerprint(js)
+
+
+def test_completions_and_logprobs(srv):
+    body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "logprobs": 2}
+    st, _, js = srv.post("/v1/completions", body, headers=AUTH)
+    assert st == 200, js
+    assert js["id"].startswith("cmpl-") and js["object"] == "text_completion"
+    ch = js["choices"][0]
+    lp = ch["logprobs"]
+    assert "".join(lp["tokens"]) == ch["text"]
+    assert len(lp["token_logprobs"]) == len(lp["tokens"]) == len(lp["text_offset"])
+    assert all(len(t) <= 2 for t in lp["top_logprobs"])
+    # token ids as the prompt give the same answer as the text
+    st, _, tk = srv.post("/tokenize", {"content": "Once upon a time", "add_special": True}, headers=AUTH)
+    assert st == 200
+    st, _, js2 = srv.post("/v1/completions", {**body, "prompt": tk["tokens"]}, headers=AUTH)
+    assert st == 200 and js2["choices"][0]["text"] == ch["text"]
+    st, _, dt = srv.post("/detokenize", {"tokens": tk["tokens"][1:]}, headers=AUTH)
+    assert st == 200 and dt["content"] == "Once upon a time"
+
+
+def test_streaming_chat(srv):
+    plain = srv.post("/v1/chat/completions", CHAT, headers=AUTH)[2]
+    ev = srv.stream("/v1/chat/completions", {**CHAT, "stream": True,
+                                              "stream_options": {"include_usage": True}}, headers=AUTH)
+    assert ev[-1] == "[DONE]"
+    chunks = ev[:-1]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    usage = chunks[-1]
+    assert usage["choices"] == [] and usage["usage"] == plain["usage"]
+    final = chunks[-2]
+    assert final["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+    assert final["seed"] == 42
+    body = chunks[1:-2]
+    assert all(c["choices"][0]["finish_reason"] is None for c in body)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in body)
+    assert text == plain["choices"][0]["message"]["content"]
+    lps = [e for c in body if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+    assert lps == plain["choices"][0]["logprobs"]["content"]
+
+
+def test_streaming_stop_string_held_back(srv):
+    base = {"prompt": "abc", "max_tokens": 40, "temperature": 0}
+    full = srv.post("/v1/completions", base, headers=AUTH)[2]["choices"][0]["text"]
+    assert len(full) > 12
+    stop = full[8:11]
+    cut = full[:full.index(stop)]
+    plain = srv.post("/v1/completions", {**base, "stop": [stop, "zzzzzz"]}, headers=AUTH)[2]
+    assert plain["choices"][0]["text"] == cut and plain["choices"][0]["finish_reason"] == "stop"
+    ev = srv.stream("/v1/completions", {**base, "stop": stop, "stream": True}, headers=AUTH)
+    assert ev[-1] == "[DONE]"
+    assert "".join(c["choices"][0]["text"] for c in ev[:-1]) == cut
+    assert ev[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_openai_client(srv):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=60)
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["toy"]
+    r = client.chat.completions.create(model="toy", messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=10, seed=7, temperature=0.8)
+    assert r.choices[0].message.role == "assistant" and r.usage.completion_tokens >= 1
+    parts = []
+    for chunk in client.chat.completions.create(model="toy", messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=10, seed=7, temperature=0.8, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+    assert "".join(parts) == r.choices[0].message.content
+    c = client.completions.create(model="toy", prompt="Hello", max_tokens=8, temperature=0)
+    assert c.object == "text_completion" and c.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="toy", messages=[{"role": "user", "content": "Hi"}], n=2)
+    assert "'n' is 2" in str(e.value)
+    bad = openai.OpenAI(base_url=srv.base + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def deep(n):
+    return "[" * n + "]" * n
+
+
+HOSTILE = [
+    # (name, method, path, body, headers, status, words)
+    ("bad json", "POST", "/v1/chat/completions", '{"messages": [', None, 400, ["not valid JSON"]),
+    ("empty body", "POST", "/v1/chat/completions", "", None, 400, ["empty"]),
+    ("not an object", "POST", "/v1/chat/completions", "[1, 2]", None, 400, ["JSON object"]),
+    ("duplicate key", "POST", "/v1/completions", '{"prompt":"a","prompt":"b"}', None, 400, ["duplicate"]),
+    ("messages wrong type", "POST", "/v1/chat/completions", {"messages": "hi"}, None, 400, ["'messages' must be an array"]),
+    ("missing messages", "POST", "/v1/chat/completions", {"max_tokens": 5}, None, 400, ["'messages' is required"]),
+    ("empty messages", "POST", "/v1/chat/completions", {"messages": []}, None, 400, ["empty"]),
+    ("bad role", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, None, 400, ["role"]),
+    ("image part", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, None, 400, ["only text"]),
+    ("content wrong type", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, None, 400, ["content"]),
+    ("negative max_tokens", "POST", "/v1/completions", {"prompt": "a", "max_tokens": -5}, None, 400, ["'max_tokens' is -5"]),
+    ("huge max_tokens", "POST", "/v1/completions", {"prompt": "a", "max_tokens": 10 ** 12}, None, 400, ["'max_tokens'", "1048576"]),
+    ("max_tokens string", "POST", "/v1/completions", {"prompt": "a", "max_tokens": "10"}, None, 400, ["integer"]),
+    ("max_tokens float", "POST", "/v1/completions", {"prompt": "a", "max_tokens": 2.5}, None, 400, ["integer"]),
+    ("temperature too high", "POST", "/v1/completions", {"prompt": "a", "temperature": 5}, None, 400, ["'temperature' is 5"]),
+    ("temperature string", "POST", "/v1/completions", {"prompt": "a", "temperature": "hot"}, None, 400, ["number"]),
+    ("top_p zero", "POST", "/v1/completions", {"prompt": "a", "top_p": 0}, None, 400, ["top_p"]),
+    ("n=2", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}, None, 400, ["'n' is 2"]),
+    ("negative seed", "POST", "/v1/completions", {"prompt": "a", "seed": -1}, None, 400, ["seed"]),
+    ("too many top_logprobs", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 50}, None, 400, ["top_logprobs"]),
+    ("top_logprobs without logprobs", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, None, 400, ["logprobs"]),
+    ("too many stops", "POST", "/v1/completions", {"prompt": "a", "stop": ["x"] * 20}, None, 400, ["stop"]),
+    ("stop wrong type", "POST", "/v1/completions", {"prompt": "a", "stop": 3}, None, 400, ["stop"]),
+    ("stream not bool", "POST", "/v1/completions", {"prompt": "a", "stream": "yes"}, None, 400, ["stream"]),
+    ("missing prompt", "POST", "/v1/completions", {"max_tokens": 3}, None, 400, ["'prompt' is required"]),
+    ("several prompts", "POST", "/v1/completions", {"prompt": ["a", "b"]}, None, 400, ["only one prompt"]),
+    ("bad token id", "POST", "/v1/completions", {"prompt": [1, 99999]}, None, 400, ["token id"]),
+    ("prompt too long", "POST", "/v1/completions", {"prompt": "x" * 400}, None, 400, ["401 tokens", "holds 256"]),
+    ("receipt unavailable", "POST", "/v1/completions", {"prompt": "a", "receipt": True}, None, 400, ["receipt"]),
+    ("logit_bias", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": 10}}, None, 400, ["logit_bias"]),
+    ("json schema", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+     "response_format": {"type": "json_schema"}}, None, 400, ["response_format"]),
+    ("tools", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+     "tools": [{"type": "function"}]}, None, 400, ["tools"]),
+    ("deep nesting", "POST", "/v1/completions", '{"prompt":"a","x":' + deep(200) + "}", None, 400, ["nest"]),
+    ("bad utf-8", "POST", "/v1/completions", b'{"prompt":"\xff\xfe"}', {"Content-Type": "application/json"}, 400, ["UTF-8"]),
+    ("text/plain", "POST", "/v1/completions", b'{"prompt":"a"}', {"Content-Type": "text/plain"}, 415, ["Content-Type"]),
+    ("form", "POST", "/v1/chat/completions", b"a=b", {"Content-Type": "application/x-www-form-urlencoded"}, 415, ["JSON"]),
+    ("huge body", "POST", "/v1/completions", '{"prompt":"' + "a" * 100000 + '"}', None, 413, ["larger than 65536"]),
+    ("unknown endpoint", "GET", "/v1/engines", None, None, 404, ["unknown endpoint"]),
+    ("wrong method", "GET", "/v1/chat/completions", None, None, 405, ["use POST"]),
+    ("delete models", "DELETE", "/v1/models", None, None, 405, ["use GET"]),
+    ("tokenize wrong type", "POST", "/tokenize", {"content": 5}, None, 400, ["content"]),
+    ("detokenize bad id", "POST", "/detokenize", {"tokens": [-1]}, None, 400, ["token id"]),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile(srv, case):
+    name, method, path, body, headers, status, words = case
+    h = {**AUTH, **(headers or {})}
+    st, hd, data = srv.request(method, path, body, headers=h)
+    js = json.loads(data)
+    check_error((st, hd, js), status, words)
+    if status == 405:
+        assert hd["allow"] in ("GET", "POST")
+    # the server keeps serving
+    st, _, js = srv.post("/v1/completions", {"prompt": "ok", "max_tokens": 2}, headers=AUTH)
+    assert st == 200, js
+
+
+def test_auth(srv):
+    body = {"prompt": "a", "max_tokens": 2}
+    h = check_error(srv.post("/v1/completions", body), 401, ["API key"])
+    assert h["www-authenticate"] == "Bearer"
+    check_error(srv.post("/v1/completions", body, headers={"Authorization": "Bearer nope"}), 401, ["API key"])
+    check_error(srv.post("/v1/completions", body, headers={"Authorization": f"Basic {KEY}"}), 401, ["API key"])
+    check_error(srv.get("/v1/models", headers={"Authorization": f"Bearer {KEY}x"}), 401, ["API key"])
+    assert srv.get("/health")[0] == 200
+
+
+def test_chunked_huge_body(srv):
+    c = srv.conn()
+    c.putrequest("POST", "/v1/completions")
+    c.putheader("Content-Type", "application/json")
+    c.putheader("Authorization", AUTH["Authorization"])
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    piece = b"a" * 8192
+    try:
+        c.send(b'%x\r\n{"prompt":"\r\n' % len(b'{"prompt":"'))
+        for _ in range(12):
+            c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        c.send(b'2\r\n"}\r\n0\r\n\r\n')
+        r = c.getresponse()
+        assert r.status == 413 and b"larger than" in r.read()
+    finally:
+        c.close()
+
+
+def test_huge_header(srv):
+    st, _, _ = srv.request("GET", "/health", headers={"X-Big": "a" * 100000})
+    assert st in (413, 431)
+    assert srv.get("/health")[0] == 200
+
+
+def test_slow_client_is_dropped(srv):
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # never finishes
+        s.settimeout(10)
+        t0 = time.time()
+        data = s.recv(100)
+        assert time.time() - t0 < 9  # closed by the 2 s idle timeout, not by us
+        assert data == b""
+    finally:
+        s.close()
+    assert srv.post("/v1/completions", {"prompt": "ok", "max_tokens": 2}, headers=AUTH)[0] == 200
+
+
+def test_disconnect_cancels():
+    with Server("--toy", "--parallel", "2", "--toy-delay-us", "20000") as srv:
+        for stream in (False, True):
+            body = json.dumps({"prompt": "long", "max_tokens": 250, "stream": stream}).encode()
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.5)
+            assert srv.get("/health")[2]["slots_processing"] >= 1
+            s.close()
+        deadline = time.time() + 5  # 250 tokens take 5 s: a cancelled job ends sooner
+        while srv.metric("kinetic_completions_cancelled_total") < 2:
+            assert time.time() < deadline, "a disconnected client's job was not cancelled"
+            time.sleep(0.05)
+        srv.wait_idle(timeout=2)
+        assert srv.metric("kinetic_completions_total") == 0
+
+
+def run_concurrently(fns):
+    out = [None] * len(fns)
+    errs = []
+
+    def run(i):
+        try:
+            out[i] = fns[i]()
+        except Exception as e:  # reported below
+            errs.append(e)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errs, errs
+    return out
+
+
+def test_same_answer_alone_and_under_load(srv):
+    """The acceptance test: 10 runs of one request while 3 other clients keep every slot
+    busy with different long requests give 1 distinct answer (text, tokens, logprobs),
+    equal to the answer alone."""
+    srv.wait_idle()
+    alone = fingerprint(srv.post("/v1/chat/completions", CHAT, headers=AUTH)[2])
+    stop = threading.Event()
+
+    def busy(k):
+        def loop():
+            n = 0
+            while not stop.is_set():
+                body = {"prompt": f"client {k} request {n} " + "lorem ipsum " * (3 + k),
+                        "max_tokens": 60 + 20 * k, "temperature": 0.9, "seed": k * 100 + n,
+                        "stream": n % 2 == 1}
+                if body["stream"]:
+                    srv.stream("/v1/completions", body, headers=AUTH)
+                else:
+                    assert srv.post("/v1/completions", body, headers=AUTH)[0] == 200
+                n += 1
+            return n
+        return loop
+
+    answers = []
+
+    def probe():
+        time.sleep(0.2)
+        for _ in range(10):
+            st, _, js = srv.post("/v1/chat/completions", CHAT, headers=AUTH)
+            assert st == 200, js
+            answers.append(fingerprint(js))
+        stop.set()
+        return 0
+
+    counts = run_concurrently([busy(1), busy(2), busy(3), probe])
+    assert all(c >= 1 for c in counts[:3])
+    distinct = {hashlib.sha256(a.encode()).hexdigest() for a in answers}
+    assert len(answers) == 10 and len(distinct) == 1, f"{len(distinct)} distinct answers in 10 runs"
+    assert answers[0] == alone
+    assert srv.metric("kinetic_scheduler_steps_total", headers=AUTH) > 0
+
+
+def test_queue_full_gets_503():
+    with Server("--toy", "--parallel", "1", "--queue", "1", "--toy-delay-us", "20000") as s:
+        body = {"prompt": "x", "max_tokens": 100}
+        results = run_concurrently([lambda: s.post("/v1/completions", body) for _ in range(4)])
+        statuses = sorted(r[0] for r in results)
+        assert statuses.count(200) >= 2 and 503 in statuses, statuses
+        busy = [r for r in results if r[0] == 503][0]
+        assert busy[1]["retry-after"] == "1"
+        assert busy[2]["error"]["code"] == "server_busy" and "busy" in busy[2]["error"]["message"]
+        s.wait_idle()
+        assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+
+
+def test_sigterm_during_requests_stops_cleanly():
+    s = Server("--toy", "--parallel", "2", "--toy-delay-us", "20000")
+    results = []
+
+    def req():
+        results.append(s.post("/v1/completions", {"prompt": "x", "max_tokens": 200})[0])
+
+    ts = [threading.Thread(target=req) for _ in range(3)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)
+    t0 = time.time()
+    rc = s.stop()
+    for t in ts:
+        t.join(30)
+    assert rc == 0 and time.time() - t0 < 10, s.stderr
+    assert "shutting down" in s.stderr and "stopped" in s.stderr
+    assert results and all(r == 503 for r in results), results
+
+
+def test_max_tokens_beyond_context_ends_with_length(srv):
+    st, _, js = srv.post("/v1/completions", {"prompt": "x" * 200, "max_tokens": 5000,
+                                             "temperature": 0}, headers=AUTH)
+    assert st == 200, js
+    u = js["usage"]
+    # as kinetic run: the last token is sampled but never fed, so it may be the 257th
+    assert u["prompt_tokens"] + u["completion_tokens"] <= 257
+
+
+def test_ignore_eos_for_benchmarks(srv):
+    body = {"prompt": "abc", "max_tokens": 200, "temperature": 1.0, "seed": 3}
+    plain = srv.post("/v1/completions", body, headers=AUTH)[2]
+    full = srv.post("/v1/completions", {**body, "ignore_eos": True}, headers=AUTH)[2]
+    assert full["usage"]["completion_tokens"] == 200 and full["choices"][0]["finish_reason"] == "length"
+    assert full["choices"][0]["text"].startswith(plain["choices"][0]["text"])
+    check_error(srv.post("/v1/completions", {**body, "ignore_eos": True, "receipt": True},
+                         headers=AUTH), 400, ["ignore_eos"])
+
+
+def test_long_generation_outlives_idle_timeout():
+    """The idle timeout (--timeout 1) cuts silent clients, not answers that take longer."""
+    with Server("--toy", "--parallel", "1", "--timeout", "1", "--toy-delay-us", "15000") as s:
+        t0 = time.time()
+        st, _, js = s.post("/v1/completions", {"prompt": "x", "max_tokens": 120, "ignore_eos": True})
+        assert st == 200 and js["usage"]["completion_tokens"] == 120, js
+        ev = s.stream("/v1/completions", {"prompt": "x", "max_tokens": 120, "ignore_eos": True,
+                                          "stream": True})
+        assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length"
+        assert time.time() - t0 > 2
+
+
+def test_unknown_parameters_ignored(srv):
+    body = {"prompt": "abc", "max_tokens": 5, "temperature": 0, "user": "u1", "foo": {"bar": [1]},
+            "logit_bias": {}, "response_format": {"type": "text"}, "tools": [], "model": "whatever",
+            "metadata": None}
+    st, _, js = srv.post("/v1/completions", body, headers=AUTH)
+    assert st == 200, js
+    plain = srv.post("/v1/completions", {"prompt": "abc", "max_tokens": 5, "temperature": 0},
+                     headers=AUTH)[2]
+    assert js["choices"][0]["text"] == plain["choices"][0]["text"]
