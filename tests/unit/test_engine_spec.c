@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static struct model *g_m;
@@ -586,6 +587,70 @@ static void test_combined(void)
     pcache_free(pc);
 }
 
+/* Two engines on two threads share one cache (as server slots do): every restore gives
+ * a cold engine's logits. */
+struct share_arg {
+    struct pcache *pc;
+    int id;
+    int bad;
+};
+
+static void *share_thread(void *p)
+{
+    struct share_arg *a = p;
+    struct kn_err err = {0};
+    struct kern_pool *pool = NULL;
+    struct engine e, cold;
+    struct engine_params ep = {.n_ctx = 64, .n_batch = 16, .kv_type = MODEL_KV_F32};
+    if (kern_pool_create(1, &pool, &err) != KN_OK || engine_init(&e, g_m, pool, &ep, &err) != KN_OK ||
+        engine_init(&cold, g_m, pool, &ep, &err) != KN_OK) {
+        a->bad = 1000;
+        return NULL;
+    }
+    int32_t p1[40];
+    for (int it = 0; it < 30; it++) {
+        /* Prompts share prefixes across threads and iterations. */
+        int n = 10 + (it * 7 + a->id * 3) % 30;
+        for (int i = 0; i < n; i++)
+            p1[i] = 3 + (i < 12 ? i : (i * (it % 4 + 1) + a->id) % 200);
+        engine_reset(&e);
+        engine_reset(&cold);
+        if (engine_eval_prompt(&e, a->pc, p1, n, NULL, &err) != KN_OK ||
+            engine_eval(&cold, p1, n, &err) != KN_OK ||
+            memcmp(e.logits, cold.logits, (size_t)V * sizeof(float)) != 0)
+            a->bad++;
+    }
+    engine_free(&e);
+    engine_free(&cold);
+    kern_pool_free(pool);
+    return NULL;
+}
+
+static void test_cache_shared_threads(void)
+{
+    struct kn_err err = {0};
+    struct pcache *pc = NULL;
+    /* Small enough to evict while the threads run. */
+    CHECK(pcache_create(&pc, g_m, MODEL_KV_F32, 200u << 10, &err) == KN_OK);
+    if (!pc)
+        return;
+    pthread_t th[3];
+    struct share_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (struct share_arg){pc, i, 0};
+        CHECK(pthread_create(&th[i], NULL, share_thread, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(args[i].bad, 0);
+    }
+    struct pcache_stats st = pcache_get_stats(pc);
+    CHECK(st.hits > 0);
+    CHECK(st.evictions > 0);
+    CHECK(st.bytes <= 200u << 10);
+    pcache_free(pc);
+}
+
 int main(void)
 {
     char path[1024];
@@ -606,6 +671,7 @@ int main(void)
     test_cache_file();
     test_zero_wait();
     test_combined();
+    test_cache_shared_threads();
     kern_pool_free(g_pool);
     tok_free(g_tk);
     model_close(g_m);
