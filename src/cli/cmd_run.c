@@ -15,6 +15,7 @@
 #include "token/tok.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,7 +204,75 @@ struct run_opts {
     const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
+    /* the samplers of issue 10: applied only when given (see run_samplers) */
+    double typical, top_nsigma, xtc_p, xtc_t, dry_mult, dry_base, miro_tau, miro_eta;
+    int64_t dry_allowed, dry_last_n, mirostat, min_keep;
+    bool typical_set, top_nsigma_set, xtc_p_set, xtc_t_set, dry_mult_set, dry_base_set,
+        miro_tau_set, miro_eta_set, dry_allowed_set, dry_last_n_set, mirostat_set, min_keep_set;
+    const char *samplers, *logit_bias;
 };
+
+/* Applies the sampler flags that were given on top of Kinetic's defaults. */
+static enum kn_status run_samplers(const struct run_opts *o, struct sample_params *p,
+                                   struct kn_err *err)
+{
+    if (o->typical_set)
+        p->typical_p = (float)o->typical;
+    if (o->top_nsigma_set)
+        p->top_n_sigma = (float)o->top_nsigma;
+    if (o->xtc_p_set)
+        p->xtc_probability = (float)o->xtc_p;
+    if (o->xtc_t_set)
+        p->xtc_threshold = (float)o->xtc_t;
+    if (o->dry_mult_set)
+        p->dry_multiplier = (float)o->dry_mult;
+    if (o->dry_base_set)
+        p->dry_base = (float)o->dry_base;
+    if (o->dry_allowed_set)
+        p->dry_allowed_length = (int32_t)o->dry_allowed;
+    if (o->dry_last_n_set)
+        p->dry_penalty_last_n = (int32_t)o->dry_last_n;
+    if (o->mirostat_set)
+        p->mirostat = (int32_t)o->mirostat;
+    if (o->miro_tau_set)
+        p->mirostat_tau = (float)o->miro_tau;
+    if (o->miro_eta_set)
+        p->mirostat_eta = (float)o->miro_eta;
+    if (o->min_keep_set)
+        p->min_keep = (int32_t)o->min_keep;
+    if (o->samplers) {
+        enum kn_status st = sample_chain_parse(p, o->samplers, err);
+        if (st != KN_OK)
+            return st;
+    }
+    /* --logit-bias ID+B,ID-B,ID-inf (llama.cpp's form, several separated by commas) */
+    for (const char *q = o->logit_bias; q && *q;) {
+        char *end;
+        long id = strtol(q, &end, 10);
+        if (end == q || (*end != '+' && *end != '-') || id < 0 || id > INT32_MAX)
+            return kn_fail(err, KN_E_ARG, "--logit-bias wants ID+BIAS or ID-BIAS entries separated by commas, e.g. 15043+1,2-inf; '%s' is not", o->logit_bias);
+        float bias;
+        if (strncmp(end, "-inf", 4) == 0) {
+            bias = -INFINITY;
+            end += 4;
+        } else {
+            char *e2;
+            bias = strtof(end, &e2);
+            if (e2 == end)
+                return kn_fail(err, KN_E_ARG, "--logit-bias: no bias after token %ld", id);
+            end = e2;
+        }
+        if (p->n_logit_bias >= SAMPLE_MAX_BIAS)
+            return kn_fail(err, KN_E_ARG, "--logit-bias: at most %d entries", SAMPLE_MAX_BIAS);
+        p->logit_bias[p->n_logit_bias++] = (struct sample_bias){(int32_t)id, bias};
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return kn_fail(err, KN_E_ARG, "--logit-bias: unexpected '%s'", end);
+        q = end;
+    }
+    return KN_OK;
+}
 
 static bool run_write_logits(struct run_gen *g)
 {
@@ -282,6 +351,20 @@ int cmd_run(int argc, char **argv)
         {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print a JSON result (ids, text, stop reason, seed) instead of streaming", NULL},
         {"logits-out", 0, CLI_STR, &o.logits_out, "FILE", "write the logits of each generated position (float32)", NULL},
+        {"typical", 0, CLI_FLOAT, &o.typical, "F", "locally typical sampling; 1 = off", &o.typical_set},
+        {"top-nsigma", 0, CLI_FLOAT, &o.top_nsigma, "F", "keep logits within F standard deviations of the top; <= 0 = off", &o.top_nsigma_set},
+        {"xtc-probability", 0, CLI_FLOAT, &o.xtc_p, "F", "XTC: probability of removing the top choices (default 0 = off)", &o.xtc_p_set},
+        {"xtc-threshold", 0, CLI_FLOAT, &o.xtc_t, "F", "XTC: probability a choice needs to be removable (default 0.1)", &o.xtc_t_set},
+        {"dry-multiplier", 0, CLI_FLOAT, &o.dry_mult, "F", "DRY repetition penalty strength (default 0 = off)", &o.dry_mult_set},
+        {"dry-base", 0, CLI_FLOAT, &o.dry_base, "F", "DRY base (default 1.75)", &o.dry_base_set},
+        {"dry-allowed-length", 0, CLI_INT, &o.dry_allowed, "N", "DRY: repeats this long are free (default 2)", &o.dry_allowed_set},
+        {"dry-penalty-last-n", 0, CLI_INT, &o.dry_last_n, "N", "DRY: tokens to look back at; -1 = all (default)", &o.dry_last_n_set},
+        {"mirostat", 0, CLI_INT, &o.mirostat, "N", "Mirostat version 1 or 2; 0 = off (default)", &o.mirostat_set},
+        {"mirostat-ent", 0, CLI_FLOAT, &o.miro_tau, "F", "Mirostat target entropy tau (default 5)", &o.miro_tau_set},
+        {"mirostat-lr", 0, CLI_FLOAT, &o.miro_eta, "F", "Mirostat learning rate eta (default 0.1)", &o.miro_eta_set},
+        {"min-keep", 0, CLI_INT, &o.min_keep, "N", "samplers keep at least N candidates", &o.min_keep_set},
+        {"samplers", 0, CLI_STR, &o.samplers, "LIST", "sampler order, e.g. \"penalties;top_k;top_p;min_p;temperature\"", NULL},
+        {"logit-bias", 0, CLI_STR, &o.logit_bias, "LIST", "add to token logits: ID+B,ID-B; ID-inf bans a token", NULL},
         {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
         {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
         {"no-draft", 0, CLI_FLAG, &o.no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
@@ -522,16 +605,26 @@ int cmd_run(int argc, char **argv)
         seed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
         fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)seed);
     }
-    struct sample_params spar = {
-        .temperature = (float)o.temp, .top_k = (int32_t)o.top_k, .top_p = (float)o.top_p,
-        .min_p = (float)o.min_p, .repeat_penalty = (float)o.repeat_penalty,
-        .presence_penalty = (float)o.presence_penalty,
-        .frequency_penalty = (float)o.frequency_penalty,
-        .repeat_last_n = (int32_t)o.repeat_last_n, .seed = seed,
-    };
+    struct sample_params spar;
+    sample_params_default(&spar);
+    spar.temperature = (float)o.temp;
+    spar.top_k = (int32_t)o.top_k;
+    spar.top_p = (float)o.top_p;
+    spar.min_p = (float)o.min_p;
+    spar.repeat_penalty = (float)o.repeat_penalty;
+    spar.presence_penalty = (float)o.presence_penalty;
+    spar.frequency_penalty = (float)o.frequency_penalty;
+    spar.repeat_last_n = (int32_t)o.repeat_last_n;
+    spar.seed = seed;
     const int64_t n_vocab = m->hp.n_vocab;
-    if (sample_params_check(&spar, &err) != KN_OK)
+    if (run_samplers(&o, &spar, &err) != KN_OK || sample_params_check(&spar, &err) != KN_OK)
         goto out;
+    for (int32_t i = 0; i < spar.n_logit_bias; i++)
+        if (spar.logit_bias[i].id >= n_vocab) {
+            kn_fail(&err, KN_E_ARG, "--logit-bias: token %d is outside the vocabulary of %lld",
+                    spar.logit_bias[i].id, (long long)n_vocab);
+            goto out;
+        }
     if (sample_ctx_init(&sctx, (int32_t)n_vocab, &err) != KN_OK)
         goto out;
     sctx_ok = true;

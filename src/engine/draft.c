@@ -149,6 +149,12 @@ enum kn_status engine_generate_draft(struct engine *e, const struct tok *tk, str
     *finish = ENGINE_FINISH_LENGTH;
     if (!e->have_logits)
         return kn_fail(err, KN_E_INTERNAL, "generation needs an evaluated prompt");
+    /* Per-request sampler state starts afresh, as in the plain loop. Every token is
+     * sampled exactly once, in order (a rejected draft is never sampled: the sampled token
+     * replaces it), so stateful samplers (Mirostat, a grammar) advance exactly as there. */
+    enum kn_status st0 = sample_ctx_prepare(sctx, sp, e->n_ctx, sample_tok_piece, tk, err);
+    if (st0 != KN_OK)
+        return st0;
     const size_t V = (size_t)e->m->hp.n_vocab;
     const int64_t start = e->n_past;
     int32_t *batch = e->draft_tokens; /* [token, d1..dk] of the pass in flight */
@@ -168,7 +174,7 @@ enum kn_status engine_generate_draft(struct engine *e, const struct tok *tk, str
         /* Callers read e->logits as the logits of the token just sampled. */
         if (cur != e->logits)
             memcpy(e->logits, cur, V * sizeof(float));
-        if (tok_is_eog(tk, id)) {
+        if (id < 0 || tok_is_eog(tk, id)) { /* < 0: a grammar that no token can continue */
             *finish = ENGINE_FINISH_STOP;
             break;
         }

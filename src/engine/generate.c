@@ -25,13 +25,18 @@ enum kn_status engine_generate(struct engine *e, const struct tok *tk, struct sa
     *finish = ENGINE_FINISH_LENGTH;
     if (!e->have_logits)
         return kn_fail(err, KN_E_INTERNAL, "generation needs an evaluated prompt");
+    /* Per-request sampler state (DRY's token texts, Mirostat's mu) starts afresh, so a
+     * rerun of the same request reproduces it. */
+    enum kn_status st = sample_ctx_prepare(sctx, sp, e->n_ctx, sample_tok_piece, tk, err);
+    if (st != KN_OK)
+        return st;
     for (;;) {
         if (max_tokens >= 0 && n >= max_tokens) {
             *finish = ENGINE_FINISH_LENGTH;
             break;
         }
         int32_t id = sample_token(sctx, sp, e->logits, e->history, e->n_past, (uint64_t)n);
-        if (tok_is_eog(tk, id)) {
+        if (id < 0 || tok_is_eog(tk, id)) { /* < 0: a grammar that no token can continue */
             *finish = ENGINE_FINISH_STOP;
             break;
         }
@@ -50,7 +55,7 @@ enum kn_status engine_generate(struct engine *e, const struct tok *tk, struct sa
             break;
         }
         e->draft_stats.steps++;
-        enum kn_status st = engine_eval(e, &id, 1, err);
+        st = engine_eval(e, &id, 1, err);
         if (st != KN_OK)
             return st;
     }

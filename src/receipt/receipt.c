@@ -137,6 +137,9 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     for (int64_t i = 0; stop && b.st == KN_OK && i < r->n_stop; i++)
         b.st = json_array_push(stop, json_new_string(r->stop[i]), err);
     set(&b, smp, "stop", stop);
+    /* The samplers of issue 10, only those that are on, so older receipts keep their bytes. */
+    if (b.st == KN_OK && smp)
+        b.st = sample_params_json_write(s, smp, err);
     set(&b, root, "sampling", smp);
 
     struct json_value *output = obj(&b);
@@ -382,7 +385,16 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     static const char *const smp[] = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty",
                                       "presence_penalty", "frequency_penalty", "repeat_last_n",
                                       "seed", "max_tokens", "stop", NULL};
-    TRY(only(o, "sampling", smp, err));
+    for (size_t i = 0; i < json_len(o); i++) {
+        const char *k = o->u.object.items[i].key;
+        bool known = false;
+        for (const char *const *q = smp; *q && !known; q++)
+            known = strcmp(*q, k) == 0;
+        for (const char *const *q = sample_json_keys; *q && !known; q++)
+            known = strcmp(*q, k) == 0;
+        if (!known)
+            return kn_fail(err, KN_E_FORMAT, "receipt: unknown field sampling.%s", k);
+    }
     struct sample_params *s = &r->sampling;
     TRY(get_float(o, "sampling", "temperature", &s->temperature, err));
     TRY(get_int(o, "sampling", "top_k", 0, INT32_MAX, &n, err));
@@ -420,7 +432,7 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
         }
     }
     struct kn_err serr;
-    if (sample_params_check(s, &serr) != KN_OK)
+    if (sample_params_json_read(o, s, &serr) != KN_OK || sample_params_check(s, &serr) != KN_OK)
         return kn_fail(err, KN_E_FORMAT, "receipt: sampling: %s", serr.msg);
 
     TRY(need(doc, "", "output", JSON_OBJECT, &o, err));

@@ -1,14 +1,33 @@
-/* sample.c: the sampler chain penalties -> top-k -> top-p -> min-p -> temperature ->
- * draw, each step in a fixed order over candidates sorted by (logit desc, id asc). */
+/* sample.c: the sampler chain. Logit biases and the grammar mask come first, then the
+ * configured steps (default: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p,
+ * xtc, temperature), then one draw. Candidates are either all n_vocab tokens indexed by
+ * id ("unsorted") or a prefix cand[0..k) in the total order (logit desc, id asc); every
+ * float step runs in the order docs/numerics.md ("Sampling") states. */
 #include "sample.h"
 
+#include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/json.h"
+#include "grammar/grammar.h"
 #include "kernels/kernels.h"
+#include "token/tok.h"
+
+static const char *const default_breakers[] = {"\n", ":", "\"", "*"};
+
+const uint8_t sample_default_chain[9] = {
+    SAMPLE_PENALTIES, SAMPLE_DRY,   SAMPLE_TOP_N_SIGMA, SAMPLE_TOP_K,      SAMPLE_TYPICAL_P,
+    SAMPLE_TOP_P,     SAMPLE_MIN_P, SAMPLE_XTC,         SAMPLE_TEMPERATURE,
+};
+
+static const char *const step_names[SAMPLE_N_STEPS] = {
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+};
 
 void sample_params_default(struct sample_params *p)
 {
@@ -19,6 +38,74 @@ void sample_params_default(struct sample_params *p)
     p->min_p = 0.05f;
     p->repeat_penalty = 1.1f;
     p->repeat_last_n = 64;
+    p->typical_p = 1.0f;
+    p->xtc_threshold = 0.1f;
+    p->dry_base = 1.75f;
+    p->dry_allowed_length = 2;
+    p->dry_penalty_last_n = -1;
+    p->n_dry_breakers = 4;
+    for (int i = 0; i < 4; i++)
+        strcpy(p->dry_breakers[i], default_breakers[i]);
+    p->mirostat_tau = 5.0f;
+    p->mirostat_eta = 0.1f;
+}
+
+const char *sample_step_name(int step)
+{
+    return step >= 0 && step < SAMPLE_N_STEPS ? step_names[step] : NULL;
+}
+
+bool sample_step_parse(const char *name, size_t len, int *step)
+{
+    static const struct {
+        const char *name;
+        int step;
+    } alias[] = {
+        {"penalties", SAMPLE_PENALTIES}, {"dry", SAMPLE_DRY},
+        {"top_n_sigma", SAMPLE_TOP_N_SIGMA}, {"top-n-sigma", SAMPLE_TOP_N_SIGMA},
+        {"top_k", SAMPLE_TOP_K}, {"top-k", SAMPLE_TOP_K},
+        {"typ_p", SAMPLE_TYPICAL_P}, {"typical_p", SAMPLE_TYPICAL_P},
+        {"typical-p", SAMPLE_TYPICAL_P}, {"typical", SAMPLE_TYPICAL_P}, {"typ-p", SAMPLE_TYPICAL_P},
+        {"typ", SAMPLE_TYPICAL_P}, {"top_p", SAMPLE_TOP_P}, {"top-p", SAMPLE_TOP_P},
+        {"nucleus", SAMPLE_TOP_P}, {"min_p", SAMPLE_MIN_P}, {"min-p", SAMPLE_MIN_P},
+        {"xtc", SAMPLE_XTC}, {"temperature", SAMPLE_TEMPERATURE}, {"temp", SAMPLE_TEMPERATURE},
+    };
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (strlen(alias[i].name) == len && memcmp(alias[i].name, name, len) == 0) {
+            *step = alias[i].step;
+            return true;
+        }
+    return false;
+}
+
+enum kn_status sample_chain_parse(struct sample_params *p, const char *text, struct kn_err *err)
+{
+    int n = 0;
+    const char *s = text;
+    while (*s) {
+        while (*s == ';' || *s == ',' || *s == ' ')
+            s++;
+        if (!*s)
+            break;
+        const char *e = s;
+        while (*e && *e != ';' && *e != ',' && *e != ' ')
+            e++;
+        int step;
+        if (!sample_step_parse(s, (size_t)(e - s), &step))
+            return kn_fail(err, KN_E_ARG,
+                           "unknown sampler '%.*s' in the chain; use penalties, dry, top_n_sigma, "
+                           "top_k, typ_p, top_p, min_p, xtc, temperature",
+                           (int)(e - s), s);
+        if (n == SAMPLE_MAX_CHAIN)
+            return kn_fail(err, KN_E_ARG, "the sampler chain has more than %d steps",
+                           SAMPLE_MAX_CHAIN);
+        p->samplers[n++] = (uint8_t)step;
+        s = e;
+    }
+    if (n == 0)
+        return kn_fail(err, KN_E_ARG, "the sampler chain is empty; name at least one step");
+    p->n_samplers = n;
+    return KN_OK;
 }
 
 enum kn_status sample_params_check(const struct sample_params *p, struct kn_err *err)
@@ -44,6 +131,283 @@ enum kn_status sample_params_check(const struct sample_params *p, struct kn_err 
     if (p->repeat_last_n < -1)
         return kn_fail(err, KN_E_ARG, "repeat_last_n must be -1 (all), 0 (off) or positive, not %d",
                        p->repeat_last_n);
+    if (!isfinite(p->typical_p) || p->typical_p < 0 || p->typical_p > 1)
+        return kn_fail(err, KN_E_ARG, "typical_p must be between 0 and 1 (1: off), not %g",
+                       (double)p->typical_p);
+    if (!isfinite(p->top_n_sigma) || p->top_n_sigma > 100)
+        return kn_fail(err, KN_E_ARG, "top_n_sigma must be at most 100 (<= 0: off), not %g",
+                       (double)p->top_n_sigma);
+    if (!isfinite(p->xtc_probability) || p->xtc_probability < 0 || p->xtc_probability > 1)
+        return kn_fail(err, KN_E_ARG, "xtc_probability must be between 0 and 1, not %g",
+                       (double)p->xtc_probability);
+    if (!isfinite(p->xtc_threshold) || p->xtc_threshold < 0 || p->xtc_threshold > 1)
+        return kn_fail(err, KN_E_ARG, "xtc_threshold must be between 0 and 1 (> 0.5: off), not %g",
+                       (double)p->xtc_threshold);
+    if (!isfinite(p->dry_multiplier) || p->dry_multiplier < 0 || p->dry_multiplier > 100)
+        return kn_fail(err, KN_E_ARG, "dry_multiplier must be between 0 and 100, not %g",
+                       (double)p->dry_multiplier);
+    if (!isfinite(p->dry_base) || p->dry_base < 0 || p->dry_base > 100)
+        return kn_fail(err, KN_E_ARG, "dry_base must be between 0 and 100 (< 1: off), not %g",
+                       (double)p->dry_base);
+    if (p->dry_allowed_length < 0)
+        return kn_fail(err, KN_E_ARG, "dry_allowed_length must be 0 or positive, not %d",
+                       p->dry_allowed_length);
+    if (p->dry_penalty_last_n < -1)
+        return kn_fail(err, KN_E_ARG,
+                       "dry_penalty_last_n must be -1 (all), 0 (off) or positive, not %d",
+                       p->dry_penalty_last_n);
+    if (p->n_dry_breakers < 0 || p->n_dry_breakers > SAMPLE_MAX_BREAKERS)
+        return kn_fail(err, KN_E_ARG, "at most %d DRY sequence breakers, not %d",
+                       SAMPLE_MAX_BREAKERS, p->n_dry_breakers);
+    for (int i = 0; i < p->n_dry_breakers; i++) {
+        size_t len = strnlen(p->dry_breakers[i], SAMPLE_MAX_BREAKER_LEN + 1);
+        if (len == 0 || len > SAMPLE_MAX_BREAKER_LEN)
+            return kn_fail(err, KN_E_ARG,
+                           "DRY sequence breaker %d must have 1 to %d bytes, not %zu", i,
+                           SAMPLE_MAX_BREAKER_LEN, len);
+    }
+    if (p->mirostat < 0 || p->mirostat > 2)
+        return kn_fail(err, KN_E_ARG, "mirostat must be 0 (off), 1 or 2, not %d", p->mirostat);
+    if (p->mirostat != 0 &&
+        (!isfinite(p->mirostat_tau) || p->mirostat_tau < 0 || p->mirostat_tau > 100 ||
+         !isfinite(p->mirostat_eta) || p->mirostat_eta < 0 || p->mirostat_eta > 1))
+        return kn_fail(err, KN_E_ARG,
+                       "mirostat_tau must be between 0 and 100 and mirostat_eta between 0 and 1, "
+                       "not %g and %g",
+                       (double)p->mirostat_tau, (double)p->mirostat_eta);
+    if (p->min_keep < 0)
+        return kn_fail(err, KN_E_ARG, "min_keep must be 0 or positive, not %d", p->min_keep);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > SAMPLE_MAX_BIAS)
+        return kn_fail(err, KN_E_ARG, "logit_bias has %d entries (at most %d)", p->n_logit_bias,
+                       SAMPLE_MAX_BIAS);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id < 0 || p->logit_bias[i].bias != p->logit_bias[i].bias ||
+            p->logit_bias[i].bias > 100)
+            return kn_fail(err, KN_E_ARG,
+                           "logit_bias entry %d: the token id must be >= 0 and the bias a number "
+                           "up to 100 (or -inf), not %d: %g",
+                           i, p->logit_bias[i].id, (double)p->logit_bias[i].bias);
+    if (p->n_samplers < 0 || p->n_samplers > SAMPLE_MAX_CHAIN)
+        return kn_fail(err, KN_E_ARG, "the sampler chain has %d steps (at most %d)", p->n_samplers,
+                       SAMPLE_MAX_CHAIN);
+    for (int i = 0; i < p->n_samplers; i++)
+        if (p->samplers[i] >= SAMPLE_N_STEPS)
+            return kn_fail(err, KN_E_ARG, "sampler chain step %d is unknown (%d)", i,
+                           p->samplers[i]);
+    return KN_OK;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+const char *const sample_json_keys[] = {
+    "typical_p",      "top_n_sigma",        "xtc_probability",    "xtc_threshold",
+    "dry_multiplier", "dry_base",           "dry_allowed_length", "dry_penalty_last_n",
+    "dry_sequence_breakers", "mirostat",    "mirostat_tau",       "mirostat_eta",
+    "min_keep",       "logit_bias",         "samplers",           NULL,
+};
+
+/* The shortest decimal that reads back as f (as receipts write floats). */
+static struct json_value *float_value(float f)
+{
+    char buf[32];
+    for (int d = 1; d <= 9; d++) {
+        snprintf(buf, sizeof buf, "%.*g", d, (double)f);
+        if (strtof(buf, NULL) == f)
+            break;
+    }
+    return json_new_double(strtod(buf, NULL));
+}
+
+static enum kn_status put(struct json_value *obj, const char *key, struct json_value *v,
+                          struct kn_err *err)
+{
+    if (!v)
+        return kn_fail(err, KN_E_NOMEM, "out of memory writing sampling settings");
+    return json_object_set(obj, key, v, err);
+}
+
+#define PUT(key, v)                                                                          \
+    do {                                                                                    \
+        enum kn_status st_ = put(obj, key, v, err);                                         \
+        if (st_ != KN_OK)                                                                   \
+            return st_;                                                                     \
+    } while (0)
+
+enum kn_status sample_params_json_write(const struct sample_params *p, struct json_value *obj,
+                                        struct kn_err *err)
+{
+    if (p->typical_p > 0 && p->typical_p < 1)
+        PUT("typical_p", float_value(p->typical_p));
+    if (p->top_n_sigma > 0)
+        PUT("top_n_sigma", float_value(p->top_n_sigma));
+    if (p->xtc_probability > 0) {
+        PUT("xtc_probability", float_value(p->xtc_probability));
+        PUT("xtc_threshold", float_value(p->xtc_threshold));
+    }
+    if (p->dry_multiplier > 0) {
+        PUT("dry_multiplier", float_value(p->dry_multiplier));
+        PUT("dry_base", float_value(p->dry_base));
+        PUT("dry_allowed_length", json_new_int(p->dry_allowed_length));
+        PUT("dry_penalty_last_n", json_new_int(p->dry_penalty_last_n));
+        struct json_value *a = json_new_array();
+        for (int i = 0; a && i < p->n_dry_breakers; i++)
+            if (json_array_push(a, json_new_string(p->dry_breakers[i]), err) != KN_OK) {
+                json_free(a);
+                return KN_E_NOMEM;
+            }
+        PUT("dry_sequence_breakers", a);
+    }
+    if (p->mirostat != 0) {
+        PUT("mirostat", json_new_int(p->mirostat));
+        PUT("mirostat_tau", float_value(p->mirostat_tau));
+        PUT("mirostat_eta", float_value(p->mirostat_eta));
+    }
+    if (p->min_keep > 1)
+        PUT("min_keep", json_new_int(p->min_keep));
+    if (p->n_logit_bias > 0) {
+        struct json_value *a = json_new_array();
+        for (int32_t i = 0; a && i < p->n_logit_bias; i++) {
+            float b = p->logit_bias[i].bias <= -100.0f ? -100.0f : p->logit_bias[i].bias;
+            struct json_value *pair = json_new_array();
+            if (!pair || json_array_push(pair, json_new_int(p->logit_bias[i].id), err) != KN_OK ||
+                json_array_push(pair, float_value(b), err) != KN_OK ||
+                json_array_push(a, pair, err) != KN_OK) {
+                json_free(a);
+                return KN_E_NOMEM;
+            }
+        }
+        PUT("logit_bias", a);
+    }
+    if (p->n_samplers > 0) {
+        struct json_value *a = json_new_array();
+        for (int i = 0; a && i < p->n_samplers; i++) {
+            const char *name = sample_step_name(p->samplers[i]);
+            if (json_array_push(a, json_new_string(name ? name : "?"), err) != KN_OK) {
+                json_free(a);
+                return KN_E_NOMEM;
+            }
+        }
+        PUT("samplers", a);
+    }
+    return KN_OK;
+}
+
+static enum kn_status read_float(const struct json_value *obj, const char *key, float *dst,
+                                 struct kn_err *err)
+{
+    const struct json_value *v = json_get(obj, key);
+    double d;
+    if (!v)
+        return KN_OK;
+    if (!json_double(v, &d) || !(d >= -1e30 && d <= 1e30))
+        return kn_fail(err, KN_E_FORMAT, "sampling setting %s must be a number", key);
+    *dst = (float)d;
+    return KN_OK;
+}
+
+static enum kn_status read_int(const struct json_value *obj, const char *key, int32_t *dst,
+                               struct kn_err *err)
+{
+    const struct json_value *v = json_get(obj, key);
+    int64_t i;
+    if (!v)
+        return KN_OK;
+    if (!json_int(v, &i) || i < INT32_MIN || i > INT32_MAX)
+        return kn_fail(err, KN_E_FORMAT, "sampling setting %s must be an integer", key);
+    *dst = (int32_t)i;
+    return KN_OK;
+}
+
+#define TRY(x)                                                                               \
+    do {                                                                                    \
+        enum kn_status st_ = (x);                                                           \
+        if (st_ != KN_OK)                                                                   \
+            return st_;                                                                     \
+    } while (0)
+
+enum kn_status sample_params_json_read(const struct json_value *obj, struct sample_params *p,
+                                       struct kn_err *err)
+{
+    TRY(read_float(obj, "typical_p", &p->typical_p, err));
+    TRY(read_float(obj, "top_n_sigma", &p->top_n_sigma, err));
+    TRY(read_float(obj, "xtc_probability", &p->xtc_probability, err));
+    TRY(read_float(obj, "xtc_threshold", &p->xtc_threshold, err));
+    TRY(read_float(obj, "dry_multiplier", &p->dry_multiplier, err));
+    TRY(read_float(obj, "dry_base", &p->dry_base, err));
+    TRY(read_int(obj, "dry_allowed_length", &p->dry_allowed_length, err));
+    TRY(read_int(obj, "dry_penalty_last_n", &p->dry_penalty_last_n, err));
+    const struct json_value *v = json_get(obj, "dry_sequence_breakers");
+    if (v) {
+        if (!json_is(v, JSON_ARRAY) || json_len(v) > SAMPLE_MAX_BREAKERS)
+            return kn_fail(err, KN_E_FORMAT,
+                           "dry_sequence_breakers must be an array of at most %d strings",
+                           SAMPLE_MAX_BREAKERS);
+        for (size_t i = 0; i < json_len(v); i++) {
+            const struct json_value *e = json_at(v, i);
+            const char *str = json_str(e);
+            if (!str || e->u.string.len == 0 || e->u.string.len > SAMPLE_MAX_BREAKER_LEN ||
+                strlen(str) != e->u.string.len)
+                return kn_fail(err, KN_E_FORMAT,
+                               "dry_sequence_breakers[%zu] must be a string of 1 to %d bytes", i,
+                               SAMPLE_MAX_BREAKER_LEN);
+            memcpy(p->dry_breakers[i], str, e->u.string.len + 1);
+        }
+        p->n_dry_breakers = (int32_t)json_len(v);
+    }
+    TRY(read_int(obj, "mirostat", &p->mirostat, err));
+    TRY(read_float(obj, "mirostat_tau", &p->mirostat_tau, err));
+    TRY(read_float(obj, "mirostat_eta", &p->mirostat_eta, err));
+    TRY(read_int(obj, "min_keep", &p->min_keep, err));
+    v = json_get(obj, "logit_bias");
+    if (v) {
+        size_t n = json_len(v);
+        if ((!json_is(v, JSON_ARRAY) && !json_is(v, JSON_OBJECT)) || n > SAMPLE_MAX_BIAS)
+            return kn_fail(err, KN_E_FORMAT,
+                           "logit_bias must be [[id, bias], ...] or {\"id\": bias, ...} with at "
+                           "most %d entries",
+                           SAMPLE_MAX_BIAS);
+        for (size_t i = 0; i < n; i++) {
+            int64_t id;
+            double b;
+            bool ok;
+            if (json_is(v, JSON_ARRAY)) {
+                const struct json_value *pair = json_at(v, i);
+                ok = json_is(pair, JSON_ARRAY) && json_len(pair) == 2 &&
+                     json_int(json_at(pair, 0), &id) && json_double(json_at(pair, 1), &b);
+            } else {
+                const struct json_member *m = &v->u.object.items[i];
+                char *end;
+                id = strtoll(m->key, &end, 10);
+                ok = m->key[0] >= '0' && m->key[0] <= '9' && *end == 0 &&
+                     (json_double(m->value, &b) ||
+                      (json_is(m->value, JSON_BOOL) && !m->value->u.boolean && (b = -100, true)));
+            }
+            if (!ok || id < 0 || id > INT32_MAX || !(b >= -1e30 && b <= 1e30))
+                return kn_fail(err, KN_E_FORMAT,
+                               "logit_bias entry %zu must be a token id and a number", i);
+            p->logit_bias[i].id = (int32_t)id;
+            p->logit_bias[i].bias = (float)b;
+        }
+        p->n_logit_bias = (int32_t)n;
+    }
+    v = json_get(obj, "samplers");
+    if (v) {
+        if (json_is(v, JSON_STRING))
+            return sample_chain_parse(p, json_str(v), err);
+        if (!json_is(v, JSON_ARRAY) || json_len(v) == 0 || json_len(v) > SAMPLE_MAX_CHAIN)
+            return kn_fail(err, KN_E_FORMAT, "samplers must be 1 to %d names", SAMPLE_MAX_CHAIN);
+        for (size_t i = 0; i < json_len(v); i++) {
+            const char *name = json_str(json_at(v, i));
+            int step;
+            if (!name || !sample_step_parse(name, strlen(name), &step))
+                return kn_fail(err, KN_E_FORMAT,
+                               "samplers[%zu] is not a sampler name (penalties, dry, top_n_sigma, "
+                               "top_k, typ_p, top_p, min_p, xtc, temperature)",
+                               i);
+            p->samplers[i] = (uint8_t)step;
+        }
+        p->n_samplers = (int32_t)json_len(v);
+    }
     return KN_OK;
 }
 
@@ -73,6 +437,12 @@ float sample_uniform(uint64_t seed, uint64_t index)
     return (float)(z >> 40) * 0x1p-24f;
 }
 
+uint64_t sample_xtc_key(uint64_t seed)
+{
+    /* "XTC-strm": any fixed non-zero constant gives a stream unrelated to the token draw. */
+    return mix64(seed ^ UINT64_C(0x5854432d7374726d));
+}
+
 enum kn_status sample_ctx_init(struct sample_ctx *s, int32_t n_vocab, struct kn_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -81,7 +451,12 @@ enum kn_status sample_ctx_init(struct sample_ctx *s, int32_t n_vocab, struct kn_
     s->n_vocab = n_vocab;
     s->cand = kn_calloc((size_t)n_vocab, sizeof *s->cand, err);
     s->count = kn_calloc((size_t)n_vocab, sizeof *s->count, err);
-    if (!s->cand || !s->count) {
+    s->allowed = kn_calloc((size_t)n_vocab, 1, err);
+    s->scratch = kn_calloc((size_t)n_vocab, sizeof *s->scratch, err);
+    s->dry_len = kn_calloc((size_t)n_vocab, sizeof *s->dry_len, err);
+    s->dry_single = kn_calloc((size_t)n_vocab, 1, err);
+    s->mirostat_mu = NAN;
+    if (!s->cand || !s->count || !s->allowed || !s->scratch || !s->dry_len || !s->dry_single) {
         sample_ctx_free(s);
         return KN_E_NOMEM;
     }
@@ -92,7 +467,72 @@ void sample_ctx_free(struct sample_ctx *s)
 {
     free(s->cand);
     free(s->count);
+    free(s->dry_len);
+    free(s->dry_z);
+    free(s->dry_single);
+    free(s->scratch);
+    free(s->allowed);
     memset(s, 0, sizeof *s);
+}
+
+const char *sample_tok_piece(const void *tok, int32_t id, size_t *len)
+{
+    return tok_piece(tok, id, true, len);
+}
+
+void sample_ctx_reset(struct sample_ctx *s)
+{
+    s->mirostat_mu = NAN;
+}
+
+enum kn_status sample_ctx_prepare(struct sample_ctx *s, const struct sample_params *p,
+                                  int64_t max_history,
+                                  const char *(*piece)(const void *pctx, int32_t id, size_t *len),
+                                  const void *pctx, struct kn_err *err)
+{
+    size_t nv = (size_t)s->n_vocab;
+    if (max_history < 0)
+        return kn_fail(err, KN_E_ARG, "max_history must be >= 0, not %lld", (long long)max_history);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= s->n_vocab)
+            return kn_fail(err, KN_E_ARG,
+                           "logit_bias names token %d, but the vocabulary has %d tokens",
+                           p->logit_bias[i].id, s->n_vocab);
+    if (max_history > s->max_history) {
+        free(s->dry_z);
+        s->max_history = 0;
+        s->dry_z = kn_calloc((size_t)max_history, sizeof *s->dry_z, err);
+        if (!s->dry_z)
+            return KN_E_NOMEM;
+        s->max_history = max_history;
+    }
+    s->piece = piece;
+    s->pctx = pctx;
+    memset(s->dry_single, 0, nv);
+    if (piece && p->dry_multiplier != 0) {
+        for (int32_t id = 0; id < s->n_vocab; id++) {
+            size_t len;
+            const char *t = piece(pctx, id, &len);
+            for (int b = 0; t && b < p->n_dry_breakers; b++) {
+                size_t bl = strlen(p->dry_breakers[b]);
+                for (size_t o = 0; o + bl <= len; o++)
+                    if (memcmp(t + o, p->dry_breakers[b], bl) == 0) {
+                        s->dry_single[id] = 1;
+                        break;
+                    }
+            }
+        }
+    }
+    sample_ctx_reset(s);
+    return KN_OK;
+}
+
+void sample_ctx_set_grammar(struct sample_ctx *s, struct grammar_state *g,
+                            const struct grammar_vocab *gv)
+{
+    assert(!g || (gv && grammar_vocab_n(gv) == s->n_vocab)); /* sized for the same logits */
+    s->grammar = g;
+    s->gvocab = gv;
 }
 
 /* The total order of candidates: higher logit first, then lower id. */
@@ -109,8 +549,27 @@ static int cand_cmp(const void *pa, const void *pb)
 
 /* Moves the k first candidates in the total order to cand[0..k), sorted. A min-heap of
  * the best k seen so far: O(n log k). */
-static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k)
+static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k, struct sample_cand *scratch)
 {
+    if (k >= n) {
+        /* The whole order. -inf candidates come last in id order (they are in id order
+         * whenever this runs on all tokens), so only the finite ones need sorting: under a
+         * grammar that is often a small part. Any sort gives the same (total) order. */
+        int32_t nf = 0, ni = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (cand[i].logit != -INFINITY)
+                cand[nf++] = cand[i];
+            else
+                scratch[ni++] = cand[i];
+        memcpy(cand + nf, scratch, (size_t)ni * sizeof *cand);
+        qsort(cand, (size_t)nf, sizeof *cand, cand_cmp);
+        bool by_id = true; /* the -inf ones kept their relative order */
+        for (int32_t i = nf + 1; i < n && by_id; i++)
+            by_id = cand[i - 1].id < cand[i].id;
+        if (!by_id)
+            qsort(cand + nf, (size_t)ni, sizeof *cand, cand_cmp);
+        return;
+    }
     /* heap[0] is the worst of the kept candidates */
     for (int32_t i = 1; i < k; i++) {
         int32_t c = i;
@@ -146,9 +605,71 @@ static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k)
     qsort(cand, (size_t)k, sizeof *cand, cand_cmp);
 }
 
-static void apply_penalties(struct sample_ctx *s, const struct sample_params *p,
-                            const int32_t *history, int64_t n_history)
+
+/* ---------------------------------------------------------------- the chain */
+
+struct chain {
+    struct sample_ctx *s;
+    const struct sample_params *p;
+    int32_t n;        /* n_vocab */
+    int32_t k;        /* live candidates: cand[0..k) when sorted, all n (by id) when not */
+    bool sorted;      /* cand[0..k) is in the total order */
+    bool probs;       /* cand[i].p = kern_expf(l_i - l_0) for i < k, their sum in sum */
+    float sum;
+    int32_t min_keep; /* >= 1 */
+};
+
+static void ensure_sorted(struct chain *c)
 {
+    if (c->sorted)
+        return;
+    select_top_k(c->s->cand, c->n, c->n, c->s->scratch);
+    c->sorted = true;
+    c->k = c->n;
+    c->probs = false;
+}
+
+/* Sorted, and nothing left has any probability. */
+static bool dead(const struct chain *c)
+{
+    return c->s->cand[0].logit == -INFINITY;
+}
+
+static void compute_probs(struct chain *c)
+{
+    if (c->probs)
+        return;
+    struct sample_cand *cand = c->s->cand;
+    float sum = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
+        sum = sum + cand[i].p;
+    }
+    c->sum = sum;
+    c->probs = true;
+}
+
+/* After a step changed logits of a sorted prefix: restore the order. */
+static void resort(struct chain *c)
+{
+    if (c->sorted)
+        qsort(c->s->cand, (size_t)c->k, sizeof *c->s->cand, cand_cmp);
+    c->probs = false;
+}
+
+static void penalize(struct sample_cand *c, const struct sample_params *p, int32_t count)
+{
+    if (c->logit <= 0)
+        c->logit = c->logit * p->repeat_penalty;
+    else
+        c->logit = c->logit / p->repeat_penalty;
+    c->logit = c->logit - ((float)count * p->frequency_penalty + p->presence_penalty);
+}
+
+static void step_penalties(struct chain *c, const int32_t *history, int64_t n_history)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
     if (p->repeat_last_n == 0 ||
         (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
         return;
@@ -157,22 +678,476 @@ static void apply_penalties(struct sample_ctx *s, const struct sample_params *p,
     for (int64_t i = 0; i < n; i++)
         if (recent[i] >= 0 && recent[i] < s->n_vocab)
             s->count[recent[i]]++;
+    if (!c->sorted) {
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = recent[i];
+            if (id < 0 || id >= s->n_vocab || s->count[id] == 0)
+                continue; /* out of range, or already applied */
+            penalize(&s->cand[id], p, s->count[id]);
+            s->count[id] = 0;
+        }
+        return;
+    }
+    for (int32_t i = 0; i < c->k; i++)
+        if (s->count[s->cand[i].id] > 0)
+            penalize(&s->cand[i], p, s->count[s->cand[i].id]);
+    for (int64_t i = 0; i < n; i++)
+        if (recent[i] >= 0 && recent[i] < s->n_vocab)
+            s->count[recent[i]] = 0;
+    resort(c);
+}
+
+/* DRY: how many of the most recent tokens come after the last sequence breaker, found
+ * in the text (a breaker may span tokens). rev[-i] is the i-th token from the end. */
+static int64_t dry_rep_limit(const struct chain *c, const int32_t *rev, int64_t n)
+{
+    const struct sample_ctx *s = c->s;
+    const struct sample_params *p = c->p;
+    if (!s->piece || p->n_dry_breakers == 0)
+        return n;
     for (int64_t i = 0; i < n; i++) {
-        int32_t id = recent[i];
-        if (id < 0 || id >= s->n_vocab || s->count[id] == 0)
-            continue; /* out of range, or already applied */
-        struct sample_cand *c = &s->cand[id];
-        if (c->logit <= 0)
-            c->logit = c->logit * p->repeat_penalty;
-        else
-            c->logit = c->logit / p->repeat_penalty;
-        c->logit = c->logit - ((float)s->count[id] * p->frequency_penalty + p->presence_penalty);
-        s->count[id] = 0;
+        size_t len;
+        const char *t = s->piece(s->pctx, rev[-i], &len);
+        if (!t)
+            continue;
+        int64_t best = -1;
+        for (size_t o = 0; o < len; o++)
+            for (int b = 0; b < p->n_dry_breakers; b++) {
+                const char *br = p->dry_breakers[b];
+                if (t[o] != br[0])
+                    continue;
+                size_t bl = strlen(br), m = 0, off = o, tl = len;
+                const char *tp = t;
+                int64_t j = i;
+                bool ok = true;
+                while (m < bl) {
+                    if (off == tl) { /* continue into the next, more recent token */
+                        if (j == 0) {
+                            ok = false;
+                            break;
+                        }
+                        j--;
+                        tp = s->piece(s->pctx, rev[-j], &tl);
+                        if (!tp)
+                            tl = 0;
+                        off = 0;
+                        continue;
+                    }
+                    if (tp[off] != br[m]) {
+                        ok = false;
+                        break;
+                    }
+                    off++;
+                    m++;
+                }
+                if (ok && (best < 0 || j < best))
+                    best = j;
+            }
+        if (best >= 0)
+            return best; /* the tokens after the breaker's last token */
+    }
+    return n;
+}
+
+static void step_dry(struct chain *c, const int32_t *history, int64_t n_history)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
+    if (p->dry_multiplier == 0.0f || p->dry_base < 1.0f || p->dry_penalty_last_n == 0 || !s->dry_z)
+        return;
+    int64_t n = p->dry_penalty_last_n < 0 || p->dry_penalty_last_n > n_history
+                    ? n_history
+                    : p->dry_penalty_last_n;
+    if (n > s->max_history)
+        n = s->max_history;
+    if (n <= p->dry_allowed_length)
+        return;
+    const int32_t *rev = history + n_history - 1; /* rev[-i]: i-th token from the end */
+    int64_t limit = dry_rep_limit(c, rev, n);
+    if (limit < p->dry_allowed_length)
+        return;
+    /* Z-function of the reversed window: z[i] = how many tokens before position i (from
+     * the end) repeat the last tokens; the token that followed them is rev[-(i-1)]. */
+    int32_t *z = s->dry_z;
+    z[0] = (int32_t)n;
+    int64_t l = 0, r = 0;
+    for (int64_t i = 1; i < n; i++) {
+        int64_t zi = 0;
+        if (i < r)
+            zi = r - i < z[i - l] ? r - i : z[i - l];
+        while (i + zi < n && rev[-zi] == rev[-(i + zi)])
+            zi++;
+        z[i] = (int32_t)zi;
+        if (i + zi > r) {
+            l = i;
+            r = i + zi;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        int64_t len = z[i] < limit ? z[i] : limit;
+        int32_t tok = rev[-(i - 1)];
+        if (len < p->dry_allowed_length || tok < 0 || tok >= s->n_vocab)
+            continue;
+        if (s->dry_len[tok] < len + 1)
+            s->dry_len[tok] = (int32_t)(len + 1);
+    }
+    int max_exp = 0;
+    if (p->dry_base > 1.000001f)
+        max_exp = (int)(88.7228391f / kern_logf(p->dry_base));
+    int32_t m = c->sorted ? c->k : c->n;
+    for (int32_t i = 0; i < m; i++) {
+        int32_t id = s->cand[i].id, len = s->dry_len[id];
+        if (len == 0 || s->dry_single[id])
+            continue;
+        int e = len - 1 - p->dry_allowed_length;
+        if (max_exp > 0 && e > max_exp)
+            e = max_exp;
+        float pw = 1.0f;
+        for (int j = 0; j < e; j++)
+            pw = pw * p->dry_base;
+        s->cand[i].logit = s->cand[i].logit - p->dry_multiplier * pw;
+    }
+    for (int64_t i = 1; i < n; i++) {
+        int32_t tok = rev[-(i - 1)];
+        if (tok >= 0 && tok < s->n_vocab)
+            s->dry_len[tok] = 0;
+    }
+    if (c->sorted)
+        resort(c);
+}
+
+static void step_top_n_sigma(struct chain *c)
+{
+    float nsig = c->p->top_n_sigma;
+    struct sample_cand *cand = c->s->cand;
+    int32_t m = c->sorted ? c->k : c->n;
+    if (nsig <= 0 || m <= 1)
+        return;
+    float max = -INFINITY, sum = 0;
+    int32_t cnt = 0;
+    for (int32_t i = 0; i < m; i++) {
+        float l = cand[i].logit;
+        if (l != -INFINITY) {
+            if (l > max)
+                max = l;
+            sum = sum + l;
+            cnt++;
+        }
+    }
+    if (cnt == 0)
+        return;
+    float mean = sum / (float)cnt, acc = 0;
+    for (int32_t i = 0; i < m; i++) {
+        float l = cand[i].logit;
+        if (l != -INFINITY) {
+            float d = l - mean;
+            acc = acc + d * d;
+        }
+    }
+    float limit = max - nsig * sqrtf(acc / (float)cnt);
+    if (c->sorted) {
+        int32_t keep = 0;
+        while (keep < c->k && !(cand[keep].logit < limit))
+            keep++;
+        c->k = keep;
+    } else {
+        for (int32_t i = 0; i < m; i++)
+            if (cand[i].logit < limit)
+                cand[i].logit = -INFINITY;
+    }
+    c->probs = false;
+}
+
+static void step_top_k(struct chain *c)
+{
+    int32_t tk = c->p->top_k;
+    if (!c->sorted) {
+        int32_t kk = tk > 0 && tk < c->n ? tk : c->n;
+        select_top_k(c->s->cand, c->n, kk, c->s->scratch);
+        c->sorted = true;
+        c->k = kk;
+        c->probs = false;
+    } else if (tk > 0 && tk < c->k) {
+        c->k = tk;
+        c->probs = false;
     }
 }
 
-int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
-                     const int32_t *history, int64_t n_history, uint64_t token_index)
+static int scratch_cmp(const void *pa, const void *pb)
+{
+    const struct sample_cand *a = pa, *b = pb;
+    if (a->p != b->p)
+        return a->p < b->p ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static void step_typical(struct chain *c)
+{
+    float tp = c->p->typical_p;
+    if (tp <= 0 || tp >= 1)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand, *scr = c->s->scratch;
+    float S = c->sum, h = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        float q = cand[i].p / S;
+        if (q > 0)
+            h = h + -q * kern_logf(q);
+    }
+    for (int32_t i = 0; i < c->k; i++) {
+        float q = cand[i].p / S;
+        scr[i].id = i; /* position in the sorted prefix: ties keep the total order */
+        scr[i].p = q > 0 ? fabsf(-kern_logf(q) - h) : INFINITY;
+        scr[i].logit = q;
+    }
+    qsort(scr, (size_t)c->k, sizeof *scr, scratch_cmp);
+    float cum = 0;
+    int32_t last = c->k;
+    for (int32_t j = 0; j < c->k; j++) {
+        cum = cum + scr[j].logit;
+        if (cum > tp && j + 1 >= c->min_keep) {
+            last = j + 1;
+            break;
+        }
+    }
+    for (int32_t j = 0; j < last; j++)
+        cand[scr[j].id].p = -1; /* mark kept */
+    int32_t w = 0;
+    for (int32_t i = 0; i < c->k; i++)
+        if (cand[i].p < 0)
+            cand[w++] = cand[i];
+    c->k = w;
+    c->probs = false;
+}
+
+static void step_top_p(struct chain *c)
+{
+    if (c->p->top_p >= 1.0f)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    float limit = c->p->top_p * c->sum, cum = 0;
+    int32_t keep = c->k;
+    for (int32_t i = 0; i < c->k; i++) {
+        cum = cum + cand[i].p;
+        if (cum >= limit && i + 1 >= c->min_keep) {
+            keep = i + 1;
+            break;
+        }
+    }
+    c->k = keep;
+    c->probs = false;
+}
+
+static void step_min_p(struct chain *c)
+{
+    if (c->p->min_p <= 0)
+        return;
+    ensure_sorted(c);
+    if (dead(c))
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    int32_t keep = 1;
+    while (keep < c->k && cand[keep].p >= c->p->min_p)
+        keep++;
+    if (keep < c->min_keep)
+        keep = c->min_keep < c->k ? c->min_keep : c->k;
+    c->k = keep;
+    c->probs = false;
+}
+
+static void step_xtc(struct chain *c, uint64_t token_index)
+{
+    const struct sample_params *p = c->p;
+    if (p->xtc_probability <= 0 || p->xtc_threshold > 0.5f)
+        return;
+    ensure_sorted(c);
+    if (c->k < 2 || dead(c))
+        return;
+    if (sample_uniform(sample_xtc_key(p->seed), token_index) > p->xtc_probability)
+        return;
+    compute_probs(c);
+    struct sample_cand *cand = c->s->cand;
+    int32_t last = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        if (cand[i].p / c->sum >= p->xtc_threshold)
+            last = i;
+        else
+            break;
+    }
+    if (last > 0 && c->k - last >= c->min_keep) {
+        memmove(cand, cand + last, (size_t)(c->k - last) * sizeof *cand);
+        c->k -= last;
+        c->probs = false;
+    }
+}
+
+static void step_temperature(struct chain *c)
+{
+    struct sample_cand *cand = c->s->cand;
+    int32_t m = c->sorted ? c->k : c->n;
+    float max = -INFINITY;
+    if (c->sorted)
+        max = cand[0].logit;
+    else
+        for (int32_t i = 0; i < m; i++)
+            if (cand[i].logit > max)
+                max = cand[i].logit;
+    if (max == -INFINITY)
+        return;
+    /* Relative to the best, so the best becomes exactly 0 and the draw's kern_expf(l_i - l_0)
+     * is kern_expf((l_i - l_max) / T), as in canonical-1's original chain. */
+    for (int32_t i = 0; i < m; i++)
+        cand[i].logit = (cand[i].logit - max) / c->p->temperature;
+    c->probs = false;
+}
+
+/* Nothing has any probability: the lowest id the grammar allows (-1 if none); without a
+ * grammar the lowest id. */
+static int32_t fallback(const struct chain *c)
+{
+    if (c->s->grammar) {
+        for (int32_t id = 0; id < c->n; id++)
+            if (c->s->allowed[id])
+                return id;
+        return -1;
+    }
+    return c->sorted ? c->s->cand[0].id : 0;
+}
+
+/* One draw from cand[0..k) with weights kern_expf(l_i - l_0); *sum receives their sum. */
+static int32_t draw(struct chain *c, uint64_t token_index, float *sum_out)
+{
+    struct sample_cand *cand = c->s->cand;
+    float sum = 0;
+    for (int32_t i = 0; i < c->k; i++) {
+        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
+        sum = sum + cand[i].p;
+    }
+    float target = sample_uniform(c->p->seed, token_index) * sum, cum = 0;
+    *sum_out = sum;
+    for (int32_t i = 0; i < c->k; i++) {
+        cum = cum + cand[i].p;
+        if (cum > target)
+            return i;
+    }
+    /* Rounding left no candidate (u * S rounded up to S): canonical-1 takes the last
+     * kept one. Under a grammar that one may be masked (p = 0): take the last with p > 0. */
+    int32_t last = c->k - 1;
+    if (c->s->grammar)
+        while (last > 0 && cand[last].p == 0)
+            last--;
+    return last;
+}
+
+#define KN_LOG2E 1.44269504f
+#define KN_LN2 0.693147181f
+
+static int32_t mirostat(struct chain *c, uint64_t token_index)
+{
+    struct sample_ctx *s = c->s;
+    const struct sample_params *p = c->p;
+    step_temperature(c);
+    ensure_sorted(c);
+    if (dead(c))
+        return fallback(c);
+    compute_probs(c);
+    struct sample_cand *cand = s->cand;
+    float mu = s->mirostat_mu;
+    if (mu != mu)
+        mu = 2.0f * p->mirostat_tau;
+    float S = c->sum;
+    if (p->mirostat == 2) {
+        int32_t keep = 0;
+        while (keep < c->k && !(-kern_logf(cand[keep].p / S) * KN_LOG2E > mu))
+            keep++;
+        c->k = keep > 0 ? keep : 1;
+    } else {
+        /* Zipf exponent estimated from the 100 most likely tokens, then top-k. */
+        float sum_tb = 0, sum_tt = 0;
+        for (int32_t i = 0; i + 1 < c->k && i < 99; i++) {
+            float pa = cand[i].p / S, pb = cand[i + 1].p / S;
+            if (!(pb > 0))
+                break;
+            float t = kern_logf((float)(i + 2) / (float)(i + 1));
+            float b = kern_logf(pa / pb);
+            sum_tb = sum_tb + t * b;
+            sum_tt = sum_tt + t * t;
+        }
+        int32_t kk = 1;
+        if (sum_tt > 0) {
+            float s_hat = sum_tb / sum_tt, eps = s_hat - 1;
+            float num = eps * kern_expf(mu * KN_LN2);
+            float den = 1 - kern_expf(-eps * kern_logf((float)c->n));
+            float kf = kern_expf(kern_logf(num / den) / s_hat);
+            if (kf >= 1)
+                kk = kf >= (float)c->k ? c->k : (int32_t)kf;
+        }
+        c->k = kk;
+    }
+    float sum;
+    int32_t j = draw(c, token_index, &sum);
+    float surprise = -kern_logf(cand[j].p / sum) * KN_LOG2E;
+    s->mirostat_mu = mu - p->mirostat_eta * (surprise - p->mirostat_tau);
+    return cand[j].id;
+}
+
+static int32_t sample_chain(struct chain *c, const int32_t *history, int64_t n_history,
+                            uint64_t token_index, int first_step)
+{
+    const struct sample_params *p = c->p;
+    struct sample_cand *cand = c->s->cand;
+    const uint8_t *steps = p->n_samplers > 0 ? p->samplers : sample_default_chain;
+    int n_steps = p->n_samplers > 0 ? p->n_samplers : (int)sizeof sample_default_chain;
+
+    if (p->temperature <= 0) {
+        /* Greedy: only the steps that move logits matter to the argmax. */
+        for (int i = 0; i < n_steps; i++) {
+            if (steps[i] == SAMPLE_PENALTIES)
+                step_penalties(c, history, n_history);
+            else if (steps[i] == SAMPLE_DRY)
+                step_dry(c, history, n_history);
+        }
+        int32_t best = 0;
+        for (int32_t i = 1; i < c->n; i++)
+            if (cand[i].logit > cand[best].logit)
+                best = i;
+        if (cand[best].logit == -INFINITY && c->s->grammar)
+            return fallback(c);
+        return best;
+    }
+    if (p->mirostat != 0)
+        return mirostat(c, token_index);
+
+    for (int i = first_step; i < n_steps; i++) {
+        switch (steps[i]) {
+        case SAMPLE_PENALTIES: step_penalties(c, history, n_history); break;
+        case SAMPLE_DRY: step_dry(c, history, n_history); break;
+        case SAMPLE_TOP_N_SIGMA: step_top_n_sigma(c); break;
+        case SAMPLE_TOP_K: step_top_k(c); break;
+        case SAMPLE_TYPICAL_P: step_typical(c); break;
+        case SAMPLE_TOP_P: step_top_p(c); break;
+        case SAMPLE_MIN_P: step_min_p(c); break;
+        case SAMPLE_XTC: step_xtc(c, token_index); break;
+        case SAMPLE_TEMPERATURE: step_temperature(c); break;
+        default: break;
+        }
+    }
+    ensure_sorted(c);
+    if (dead(c))
+        return fallback(c);
+    float sum;
+    return cand[draw(c, token_index, &sum)].id;
+}
+
+static void load_candidates(struct sample_ctx *s, const struct sample_params *p, const float *logits)
 {
     int32_t n = s->n_vocab;
     struct sample_cand *cand = s->cand;
@@ -182,59 +1157,258 @@ int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const 
         cand[i].logit = l != l ? -INFINITY : l; /* NaN never wins */
         cand[i].p = 0;
     }
-    apply_penalties(s, p, history, n_history);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias[i].id;
+        float b = p->logit_bias[i].bias;
+        if (id < 0 || id >= n)
+            continue;
+        cand[id].logit = b <= -100.0f ? -INFINITY : cand[id].logit + b;
+    }
+}
 
+/* The grammar's fast path. Masking the whole vocabulary and then taking the top k gives
+ * the same candidates as walking the unmasked candidates in the total order and keeping
+ * the first k the grammar allows, provided the steps before top_k only move logits one
+ * token at a time (penalties, DRY: they commute with the mask) and those k all have
+ * finite logits (steps that are off are skipped). Checking a few hundred tokens one by one is much cheaper than masking
+ * 262k when the grammar allows most of them (inside a JSON string). Returns the step to
+ * resume the chain at, with cand[0..k) set, or -1 to take the full mask (candidates are
+ * then reloaded). Greedy is the case k = 1 with every step before it. */
+static int grammar_fast(struct chain *c, const int32_t *history, int64_t n_history,
+                        const uint8_t *steps, int n_steps)
+{
+    const struct sample_params *p = c->p;
+    struct sample_ctx *s = c->s;
+    if (p->mirostat != 0)
+        return -1;
+    int32_t k;
+    int resume;
     if (p->temperature <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (cand[i].logit > cand[best].logit)
-                best = i;
-        return best;
+        k = 1;
+        resume = n_steps;
+    } else {
+        int j = 0;
+        while (j < n_steps && steps[j] != SAMPLE_TOP_K) {
+            bool off = (steps[j] == SAMPLE_TOP_N_SIGMA && p->top_n_sigma <= 0) ||
+                       (steps[j] == SAMPLE_TYPICAL_P && (p->typical_p <= 0 || p->typical_p >= 1)) ||
+                       (steps[j] == SAMPLE_TOP_P && p->top_p >= 1) ||
+                       (steps[j] == SAMPLE_MIN_P && p->min_p <= 0) ||
+                       (steps[j] == SAMPLE_XTC &&
+                        (p->xtc_probability <= 0 || p->xtc_threshold > 0.5f));
+            if (steps[j] != SAMPLE_PENALTIES && steps[j] != SAMPLE_DRY && !off)
+                return -1;
+            j++;
+        }
+        if (j == n_steps || p->top_k <= 0)
+            return -1;
+        k = p->top_k;
+        resume = j + 1;
     }
-
-    /* top-k: keep the k best, sorted. */
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    select_top_k(cand, n, k);
-    if (cand[0].logit == -INFINITY)
-        return cand[0].id; /* nothing has any probability: lowest id */
-
-    /* Probabilities at temperature 1 relative to the best: p_i = exp(l_i - l_0). */
-    float sum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cand[i].p = kern_expf(cand[i].logit - cand[0].logit);
-        sum = sum + cand[i].p;
+    int32_t m = k + k / 2 < 256 ? 256 : k + k / 2;
+    if (m >= c->n)
+        return -1;
+    for (int i = 0; i < resume; i++) {
+        if (steps[i] == SAMPLE_PENALTIES)
+            step_penalties(c, history, n_history);
+        else if (steps[i] == SAMPLE_DRY)
+            step_dry(c, history, n_history);
     }
-    /* top-p: the shortest prefix whose mass reaches top_p. */
-    if (p->top_p < 1.0f) {
-        float limit = p->top_p * sum, cum = 0;
-        int32_t keep = k;
-        for (int32_t i = 0; i < k; i++) {
-            cum = cum + cand[i].p;
-            if (cum >= limit) {
-                keep = i + 1;
+    select_top_k(s->cand, c->n, m, s->scratch);
+    int32_t found = 0;
+    for (int32_t i = 0; i < m && found < k; i++) {
+        if (s->cand[i].logit == -INFINITY)
+            break;
+        if (grammar_allows(s->grammar, s->gvocab, s->cand[i].id))
+            s->cand[found++] = s->cand[i];
+    }
+    if (found < k)
+        return -1;
+    c->sorted = true;
+    c->k = k;
+    c->probs = false;
+    return resume;
+}
+
+int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
+                     const int32_t *history, int64_t n_history, uint64_t token_index)
+{
+    int32_t n = s->n_vocab;
+    struct sample_cand *cand = s->cand;
+    const uint8_t *steps = p->n_samplers > 0 ? p->samplers : sample_default_chain;
+    int n_steps = p->n_samplers > 0 ? p->n_samplers : (int)sizeof sample_default_chain;
+    struct chain c = {
+        .s = s, .p = p, .n = n, .k = n, .sorted = false, .probs = false,
+        .min_keep = p->min_keep > 1 ? p->min_keep : 1,
+    };
+    load_candidates(s, p, logits);
+    int first = 0;
+    if (s->grammar) {
+        first = grammar_fast(&c, history, n_history, steps, n_steps);
+        if (first < 0) {
+            first = 0;
+            c.k = n;
+            c.sorted = false;
+            c.probs = false;
+            load_candidates(s, p, logits);
+            grammar_mask(s->grammar, s->gvocab, s->allowed);
+            for (int32_t i = 0; i < n; i++)
+                if (!s->allowed[i])
+                    cand[i].logit = -INFINITY;
+        }
+    }
+    int32_t id;
+    if (first > 0 && p->temperature <= 0)
+        id = cand[0].id; /* greedy through the fast path */
+    else
+        id = sample_chain(&c, history, n_history, token_index, first);
+    if (s->grammar && id >= 0)
+        grammar_accept_token(s->grammar, s->gvocab, id);
+    return id;
+}
+
+/* ---------------------------------------------------------------- stop strings */
+
+enum kn_status sample_stop_init(struct sample_stop *s, const char *const *stops, int n,
+                                struct kn_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->matched = -1;
+    if (n < 0 || n > SAMPLE_MAX_STOPS)
+        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", SAMPLE_MAX_STOPS, n);
+    for (int i = 0; i < n; i++) {
+        size_t len = stops[i] ? strlen(stops[i]) : 0;
+        if (len == 0)
+            return kn_fail(err, KN_E_ARG, "stop string %d is empty", i);
+        s->stop[i] = stops[i];
+        s->len[i] = len;
+        if (len > s->max_len)
+            s->max_len = len;
+    }
+    s->n = n;
+    s->held = kn_malloc(s->max_len + 1, err);
+    return s->held ? KN_OK : KN_E_NOMEM;
+}
+
+void sample_stop_free(struct sample_stop *s)
+{
+    free(s->held);
+    memset(s, 0, sizeof *s);
+    s->matched = -1;
+}
+
+/* The length of the longest suffix of held that is a proper prefix of a stop string. */
+static size_t stop_hold(const struct sample_stop *s)
+{
+    size_t best = 0;
+    for (int i = 0; i < s->n; i++)
+        for (size_t l = s->n_held < s->len[i] - 1 ? s->n_held : s->len[i] - 1; l > best; l--)
+            if (memcmp(s->held + s->n_held - l, s->stop[i], l) == 0) {
+                best = l;
                 break;
             }
+    return best;
+}
+
+bool sample_stop_feed(struct sample_stop *s, const char *bytes, size_t len, char *out,
+                      size_t *n_out)
+{
+    *n_out = 0;
+    if (s->matched >= 0)
+        return true;
+    for (size_t b = 0; b < len; b++) {
+        s->held[s->n_held++] = bytes[b];
+        /* A stop string ending at this byte: the earliest-ending match wins. */
+        for (int i = 0; i < s->n; i++)
+            if (s->n_held >= s->len[i] &&
+                memcmp(s->held + s->n_held - s->len[i], s->stop[i], s->len[i]) == 0) {
+                size_t keep = s->n_held - s->len[i];
+                memcpy(out + *n_out, s->held, keep);
+                *n_out += keep;
+                s->n_held = 0;
+                s->matched = i;
+                return true;
+            }
+        size_t hold = stop_hold(s);
+        size_t emit = s->n_held - hold;
+        if (emit > 0) {
+            memcpy(out + *n_out, s->held, emit);
+            *n_out += emit;
+            memmove(s->held, s->held + emit, hold);
+            s->n_held = hold;
         }
-        k = keep;
     }
-    /* min-p: drop candidates less likely than min_p times the best (whose p is 1). */
-    if (p->min_p > 0) {
-        int32_t keep = 1;
-        while (keep < k && cand[keep].p >= p->min_p)
-            keep++;
-        k = keep;
+    return false;
+}
+
+void sample_stop_flush(struct sample_stop *s, char *out, size_t *n_out)
+{
+    *n_out = 0;
+    if (s->matched >= 0)
+        return;
+    memcpy(out, s->held, s->n_held);
+    *n_out = s->n_held;
+    s->n_held = 0;
+}
+
+/* ---------------------------------------------------------------- reasoning split */
+
+enum kn_status sample_think_init(struct sample_think *t, const char *open, const char *close,
+                                 bool start_inside, struct kn_err *err)
+{
+    memset(t, 0, sizeof *t);
+    size_t ol = open ? strlen(open) : 0, cl = close ? strlen(close) : 0;
+    if (ol == 0 || cl == 0 || ol > SAMPLE_MAX_MARKER || cl > SAMPLE_MAX_MARKER)
+        return kn_fail(err, KN_E_ARG, "reasoning markers must have 1 to %d bytes",
+                       SAMPLE_MAX_MARKER);
+    memcpy(t->open, open, ol);
+    memcpy(t->close, close, cl);
+    t->open_len = ol;
+    t->close_len = cl;
+    t->inside = start_inside;
+    return KN_OK;
+}
+
+void sample_think_feed(struct sample_think *t, const char *bytes, size_t len, char *content,
+                       size_t *n_content, char *reasoning, size_t *n_reasoning)
+{
+    *n_content = *n_reasoning = 0;
+    for (size_t b = 0; b < len; b++) {
+        const char *tag = t->inside ? t->close : t->open;
+        size_t tl = t->inside ? t->close_len : t->open_len;
+        char *out = t->inside ? reasoning : content;
+        size_t *n_out = t->inside ? n_reasoning : n_content;
+        t->held[t->n_held++] = bytes[b];
+        if (t->n_held >= tl && memcmp(t->held + t->n_held - tl, tag, tl) == 0) {
+            memcpy(out + *n_out, t->held, t->n_held - tl);
+            *n_out += t->n_held - tl;
+            t->n_held = 0;
+            t->inside = !t->inside;
+            continue;
+        }
+        size_t hold = 0;
+        for (size_t l = t->n_held < tl - 1 ? t->n_held : tl - 1; l > 0; l--)
+            if (memcmp(t->held + t->n_held - l, tag, l) == 0) {
+                hold = l;
+                break;
+            }
+        size_t emit = t->n_held - hold;
+        memcpy(out + *n_out, t->held, emit);
+        *n_out += emit;
+        memmove(t->held, t->held + emit, hold);
+        t->n_held = hold;
     }
-    /* Temperature, then one draw from the counter-based generator. */
-    sum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cand[i].p = kern_expf((cand[i].logit - cand[0].logit) / p->temperature);
-        sum = sum + cand[i].p;
+}
+
+void sample_think_flush(struct sample_think *t, char *content, size_t *n_content, char *reasoning,
+                        size_t *n_reasoning)
+{
+    *n_content = *n_reasoning = 0;
+    if (t->inside) {
+        memcpy(reasoning, t->held, t->n_held);
+        *n_reasoning = t->n_held;
+    } else {
+        memcpy(content, t->held, t->n_held);
+        *n_content = t->n_held;
     }
-    float target = sample_uniform(p->seed, token_index) * sum, cum = 0;
-    for (int32_t i = 0; i < k; i++) {
-        cum = cum + cand[i].p;
-        if (cum > target)
-            return cand[i].id;
-    }
-    return cand[k - 1].id;
+    t->n_held = 0;
 }

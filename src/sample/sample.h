@@ -1,12 +1,41 @@
-/* sample.h: turning logits into a token, as a pure function of (logits, settings, seed,
- * token index). Random numbers come from a counter-based generator keyed by the seed and
- * the index of the generated token, so speculative verification and plain decoding draw
- * the same number for the same position. Ties break by token id. The order of every
- * float step is part of the numerics contract (docs/numerics.md, "Sampling"). */
+/* sample.h: turning logits into a token, as a function of (logits, settings, seed,
+ * token index) and, for the few samplers that carry state (Mirostat's mu, a grammar), of
+ * the tokens sampled before. Random numbers come from a counter-based generator keyed by
+ * the seed and the index of the generated token, so speculative verification and plain
+ * decoding draw the same number for the same position. Ties break by token id. The order
+ * of every float step is part of the numerics contract (docs/numerics.md, "Sampling"). */
 #ifndef KN_SAMPLE_H
 #define KN_SAMPLE_H
 
 #include "../base/base.h"
+
+struct grammar_state;
+struct grammar_vocab;
+
+/* The steps of the sampler chain, as named in settings and receipts (llama.cpp's names). */
+enum sample_step {
+    SAMPLE_PENALTIES = 0, /* "penalties": repeat, presence, frequency */
+    SAMPLE_DRY,           /* "dry" */
+    SAMPLE_TOP_N_SIGMA,   /* "top_n_sigma" */
+    SAMPLE_TOP_K,         /* "top_k" */
+    SAMPLE_TYPICAL_P,     /* "typ_p" */
+    SAMPLE_TOP_P,         /* "top_p" */
+    SAMPLE_MIN_P,         /* "min_p" */
+    SAMPLE_XTC,           /* "xtc" */
+    SAMPLE_TEMPERATURE,   /* "temperature" */
+    SAMPLE_N_STEPS
+};
+#define SAMPLE_MAX_CHAIN 16
+#define SAMPLE_MAX_BREAKERS 16
+#define SAMPLE_MAX_BREAKER_LEN 64
+#define SAMPLE_MAX_BIAS 512
+
+/* One logit bias: added to the token's logit before everything else. A bias of -100 or
+ * less (OpenAI's "ban"), or -inf, removes the token. */
+struct sample_bias {
+    int32_t id;
+    float bias;
+};
 
 struct sample_params {
     float temperature;       /* <= 0: greedy (argmax, lowest id on ties) */
@@ -18,25 +47,107 @@ struct sample_params {
     float frequency_penalty; /* 0: off */
     int32_t repeat_last_n;   /* tokens of history the penalties look at; 0: off, -1: all */
     uint64_t seed;
+
+    /* ---- added in issue 10; every zero value means "off", so a zeroed struct with the
+     * fields above set samples exactly as before. The struct owns everything (no
+     * pointers): it can be copied, stored in a receipt and compared with memcmp-free
+     * field checks. */
+    float typical_p;         /* 0 or >= 1: off */
+    float top_n_sigma;       /* <= 0: off */
+    float xtc_probability;   /* 0: off */
+    float xtc_threshold;     /* > 0.5: off */
+    float dry_multiplier;    /* 0: off */
+    float dry_base;          /* >= 1 (llama.cpp: 1.75); < 1: off */
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n; /* 0: off, -1: all history */
+    int32_t n_dry_breakers;
+    char dry_breakers[SAMPLE_MAX_BREAKERS][SAMPLE_MAX_BREAKER_LEN + 1]; /* non-empty */
+    int32_t mirostat;        /* 0: off, 1 or 2 */
+    float mirostat_tau;
+    float mirostat_eta;
+    int32_t min_keep;        /* 0 or 1: keep at least one */
+    int32_t n_logit_bias;
+    struct sample_bias logit_bias[SAMPLE_MAX_BIAS];
+    int32_t n_samplers;      /* 0: the default chain */
+    uint8_t samplers[SAMPLE_MAX_CHAIN]; /* enum sample_step values, applied in this order */
 };
 
 /* Kinetic's defaults, those of the receipt spec: temperature 0.8, top_k 50, top_p 0.95,
- * min_p 0.05, repeat_penalty 1.1, repeat_last_n 64, no presence/frequency penalty. */
+ * min_p 0.05, repeat_penalty 1.1, repeat_last_n 64, no presence/frequency penalty; the
+ * samplers added later are off (typical_p 1, dry_multiplier 0, xtc_probability 0,
+ * mirostat 0) with llama.cpp's values for their secondary settings (xtc_threshold 0.1,
+ * dry_base 1.75, dry_allowed_length 2, dry_penalty_last_n -1, breakers "\n" ":" "\"" "*",
+ * mirostat_tau 5, mirostat_eta 0.1). */
 void sample_params_default(struct sample_params *p);
 /* Checks every setting's range; names the bad one. */
 KN_MUST_USE enum kn_status sample_params_check(const struct sample_params *p, struct kn_err *err);
 /* A fresh random seed from the OS, for requests that give none. */
 uint64_t sample_fresh_seed(void);
 
+/* The default chain: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc,
+ * temperature (llama.cpp's order; the original Kinetic chain is the same order with the
+ * steps that were off left out, so old settings give the same tokens). */
+extern const uint8_t sample_default_chain[9];
+/* The name of a step ("top_k"...), or NULL. */
+const char *sample_step_name(int step);
+/* Parses a step name (llama.cpp's names and aliases: "top-k", "typical", "temp"...) into
+ * *step; false if unknown. */
+bool sample_step_parse(const char *name, size_t len, int *step);
+/* Parses a chain given as names separated by ';', ',' or spaces ("top_k;top_p;temperature")
+ * into p->samplers. Errors name the unknown step. */
+KN_MUST_USE enum kn_status sample_chain_parse(struct sample_params *p, const char *text,
+                                              struct kn_err *err);
+
+/* ---- settings as JSON (receipts, server requests)
+ *
+ * The keys of the settings added in issue 10, in the order sample_params_json_write
+ * appends them: typical_p, top_n_sigma, xtc_probability, xtc_threshold, dry_multiplier,
+ * dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, mirostat,
+ * mirostat_tau, mirostat_eta, min_keep, logit_bias, samplers. NULL-terminated. */
+extern const char *const sample_json_keys[];
+struct json_value;
+/* Appends to the JSON object obj the settings of p that are on, in the order above (a
+ * sampler's secondary settings with it: xtc_threshold with xtc_probability > 0, the dry_*
+ * with dry_multiplier > 0, mirostat_tau/eta with mirostat); settings that are off are
+ * left out, so settings that existed before issue 10 give the same object as before.
+ * Floats are written with the fewest digits that read back to the same float;
+ * logit_bias as [[id, bias], ...] with bans (<= -100, -inf) as -100; samplers as names. */
+KN_MUST_USE enum kn_status sample_params_json_write(const struct sample_params *p,
+                                                    struct json_value *obj, struct kn_err *err);
+/* Reads the keys above from obj where present (others untouched: call
+ * sample_params_default or zero the struct first), with errors naming the key. logit_bias
+ * may also be OpenAI's object form {"123": -100, ...} (ids in ascending order) and
+ * samplers a string ("top_k;top_p") or an array of names. Does not check ranges: call
+ * sample_params_check. */
+KN_MUST_USE enum kn_status sample_params_json_read(const struct json_value *obj,
+                                                   struct sample_params *p, struct kn_err *err);
+
 /* The counter-based generator: a uniform float in [0, 1) with 24 random bits, a pure
  * function of (seed, index). */
 float sample_uniform(uint64_t seed, uint64_t index);
+/* The key of XTC's own stream: XTC's draw for token i is sample_uniform(sample_xtc_key(seed), i),
+ * independent of the token draw sample_uniform(seed, i). */
+uint64_t sample_xtc_key(uint64_t seed);
 
-/* Scratch space for one sequence's sampling, sized for the vocabulary once. */
+/* Scratch space and per-request state for one sequence's sampling, sized for the
+ * vocabulary once. */
 struct sample_ctx {
     int32_t n_vocab;
     struct sample_cand *cand; /* n_vocab candidates */
     int32_t *count;           /* n_vocab occurrence counts, all zero between calls */
+    /* ---- set up by sample_ctx_prepare (optional; needed by DRY, Mirostat, grammars) */
+    int32_t *dry_len;         /* n_vocab: 1 + longest repeat per token, zero between calls */
+    uint8_t *dry_single;      /* n_vocab: 1 if the token's text contains a breaker */
+    int32_t *dry_z;           /* max_history scratch for the Z-function */
+    int64_t max_history;
+    const char *(*piece)(const void *pctx, int32_t id, size_t *len);
+    const void *pctx;
+    struct sample_cand *scratch; /* n_vocab scratch (typical-p's order) */
+    uint8_t *allowed;         /* n_vocab grammar mask */
+    float mirostat_mu;        /* Mirostat's state; NaN until the first Mirostat draw of a
+                               * request, which starts it at 2 * tau */
+    struct grammar_state *grammar;       /* not owned; advanced by each sampled token */
+    const struct grammar_vocab *gvocab;  /* not owned */
 };
 struct sample_cand {
     int32_t id;
@@ -48,10 +159,90 @@ KN_MUST_USE enum kn_status sample_ctx_init(struct sample_ctx *s, int32_t n_vocab
                                            struct kn_err *err);
 void sample_ctx_free(struct sample_ctx *s);
 
+/* Prepares s for one request with settings p: checks logit_bias ids against the
+ * vocabulary, sizes DRY's scratch for histories of up to max_history tokens (the context
+ * size; DRY looks at no more), finds the tokens whose text contains a DRY sequence breaker
+ * (piece(pctx, id, &len) gives a token's bytes; sample_tok_piece adapts a struct tok) and
+ * resets Mirostat. Needed when DRY is on (without it DRY does nothing); piece may be NULL
+ * when DRY is off. Call it (or sample_ctx_reset) before each new request. */
+KN_MUST_USE enum kn_status sample_ctx_prepare(struct sample_ctx *s, const struct sample_params *p,
+                                              int64_t max_history,
+                                              const char *(*piece)(const void *pctx, int32_t id,
+                                                                   size_t *len),
+                                              const void *pctx, struct kn_err *err);
+/* Resets the per-request state (Mirostat's mu) for a new request. */
+void sample_ctx_reset(struct sample_ctx *s);
+/* Attaches a grammar (NULL to detach): only tokens that continue it can be sampled, and
+ * end-of-generation tokens (those gv was built with) only where it is complete. Each
+ * sampled token advances the state. Neither is owned. */
+void sample_ctx_set_grammar(struct sample_ctx *s, struct grammar_state *g,
+                            const struct grammar_vocab *gv);
+/* tok_piece(t, id, true, len) in the shape sample_ctx_prepare wants (pctx: a struct tok). */
+const char *sample_tok_piece(const void *tok, int32_t id, size_t *len);
+
 /* Samples the token at generated-token index token_index from logits (n_vocab floats,
  * not modified). history holds the sequence so far (prompt and generated tokens) for
- * the penalties. Returns the token id. */
+ * the penalties and DRY. Returns the token id; with a grammar attached, -1 when no token
+ * can continue it (the grammar cannot be completed with this vocabulary). The per-request
+ * state (Mirostat's mu, the grammar) advances by the returned token: it is a function of
+ * the tokens sampled so far, so replaying a request reproduces it. */
 int32_t sample_token(struct sample_ctx *s, const struct sample_params *p, const float *logits,
                      const int32_t *history, int64_t n_history, uint64_t token_index);
+
+/* ---------------------------------------------------------------- stop strings */
+
+/* Finds stop strings in streamed text across token boundaries. Text goes in piece by
+ * piece; what comes out is the text that can safely be shown: a tail that could be the
+ * start of a stop string is held back until it is ruled out. When a stop string is
+ * found, it and everything after it are dropped and matched says which one. */
+#define SAMPLE_MAX_STOPS 16
+struct sample_stop {
+    int n;
+    const char *stop[SAMPLE_MAX_STOPS]; /* not owned; non-empty */
+    size_t len[SAMPLE_MAX_STOPS];
+    size_t max_len;
+    char *held;                         /* max_len bytes: a possible stop prefix */
+    size_t n_held;
+    int matched;                        /* index of the stop string found, or -1 */
+};
+/* stops: n non-empty NUL-terminated strings (kept by reference). */
+KN_MUST_USE enum kn_status sample_stop_init(struct sample_stop *s, const char *const *stops, int n,
+                                            struct kn_err *err);
+void sample_stop_free(struct sample_stop *s);
+/* Feeds len bytes; writes the bytes safe to emit to out (capacity len + max_len) and
+ * their count to *n_out. Returns true once a stop string has matched (then s->matched
+ * names it and later calls emit nothing). */
+bool sample_stop_feed(struct sample_stop *s, const char *bytes, size_t len, char *out,
+                      size_t *n_out);
+/* At the end of generation (no stop matched): emits the held-back bytes (at most max_len). */
+void sample_stop_flush(struct sample_stop *s, char *out, size_t *n_out);
+
+/* ---------------------------------------------------------------- reasoning split */
+
+/* Splits streamed text into content and reasoning at markers such as <think> and
+ * </think> (the markers themselves go to neither). Like the stop matcher it holds back
+ * a tail that could be the start of the marker it is waiting for. start_inside: the
+ * output starts inside the reasoning (templates that put the opening marker in the
+ * prompt). */
+#define SAMPLE_MAX_MARKER 63
+struct sample_think {
+    char open[SAMPLE_MAX_MARKER + 1], close[SAMPLE_MAX_MARKER + 1];
+    size_t open_len, close_len;
+    bool inside;
+    char held[SAMPLE_MAX_MARKER + 1];
+    size_t n_held;
+};
+/* open and close: non-empty, at most SAMPLE_MAX_MARKER bytes. */
+KN_MUST_USE enum kn_status sample_think_init(struct sample_think *t, const char *open,
+                                             const char *close, bool start_inside,
+                                             struct kn_err *err);
+/* Feeds len bytes; content and reasoning (each of capacity len + SAMPLE_MAX_MARKER)
+ * receive the bytes of each kind that are safe to show, their counts in *n_content and
+ * *n_reasoning. Bytes keep their order within each kind. */
+void sample_think_feed(struct sample_think *t, const char *bytes, size_t len, char *content,
+                       size_t *n_content, char *reasoning, size_t *n_reasoning);
+/* At the end: the held-back bytes go to the kind they were in. */
+void sample_think_flush(struct sample_think *t, char *content, size_t *n_content, char *reasoning,
+                        size_t *n_reasoning);
 
 #endif

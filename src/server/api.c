@@ -325,9 +325,20 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         return st;
     r->seed_given = seed_given;
     r->sampling.seed = seed_given ? (uint64_t)seed : sample_fresh_seed();
+    /* The samplers of issue 10 under llama.cpp's request names (typical_p, top_n_sigma,
+     * xtc_*, mirostat*, min_keep, logit_bias in OpenAI's {"id": bias} form, samplers). */
     struct kn_err serr = {0};
-    if (sample_params_check(&r->sampling, &serr) != KN_OK)
+    if (sample_params_json_read(body, &r->sampling, &serr) != KN_OK ||
+        sample_params_check(&r->sampling, &serr) != KN_OK)
         return BAD(e, NULL, "%s", serr.msg);
+    if (r->sampling.dry_multiplier > 0)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
+                             "dry_multiplier", "DRY ('dry_multiplier') is not supported by this "
+                             "server yet; use kinetic run or kinetic chat");
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].id < 0 || r->sampling.logit_bias[i].id >= s->b->n_vocab)
+            return BAD(e, "logit_bias", "'logit_bias' names token %d, outside the vocabulary",
+                       r->sampling.logit_bias[i].id);
 
     if ((st = get_bool(body, "stream", &r->stream, e)) ||
         (st = get_bool(body, "receipt", &r->want_receipt, e)) ||
@@ -369,9 +380,6 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     /* Known OpenAI features this server does not implement: refuse rather than ignore,
      * since ignoring them would silently change what the client gets. */
     const struct json_value *v;
-    if ((v = json_get(body, "logit_bias")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logit_bias",
-                             "'logit_bias' is not supported by this server yet");
     if ((v = json_get(body, "response_format")) && !json_is(v, JSON_NULL)) {
         const char *t = json_str(json_get(v, "type"));
         if (!t || strcmp(t, "text") != 0)

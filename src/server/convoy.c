@@ -269,6 +269,13 @@ static bool step(struct convoy *c)
             j->state = SRV_JOB_RUNNING;
             j->slot = s;
             j->t_start = kn_now();
+            /* Per-request sampler state (Mirostat's mu) starts afresh, as engine_generate
+             * does for kinetic run and verify-receipt. DRY, which needs token texts, is
+             * refused by the API until the backends hand them over. */
+            struct kn_err perr;
+            if (sample_ctx_prepare(&c->samplers[s], &j->sampling, c->b->n_ctx, NULL, NULL,
+                                   &perr) != KN_OK)
+                kn_log(KN_LOG_WARN, "sampler state for slot %d: %s", s, perr.msg);
             c->slots[s] = j;
             c->fresh[s] = true;
         }

@@ -317,3 +317,45 @@ def test_bad_keys_and_flags(work):
     assert p.returncode == EXIT_USAGE and "unknown device class" in p.stdout
     p = run("verify-receipt", check=False)
     assert p.returncode == EXIT_USAGE
+
+
+def test_every_sampler_recorded_and_verified(work):
+    """The samplers of issue 10 go into the receipt (only those that are on), the rerun
+    reproduces them, and changing one breaks the signature."""
+    cases = [
+        (["--typical", "0.9"], {"typical_p": 0.9}),
+        (["--top-nsigma", "1.5"], {"top_n_sigma": 1.5}),
+        (["--xtc-probability", "0.5", "--xtc-threshold", "0.05"], {"xtc_probability": 0.5, "xtc_threshold": 0.05}),
+        (["--dry-multiplier", "0.8", "--dry-allowed-length", "3"], {"dry_multiplier": 0.8, "dry_allowed_length": 3}),
+        (["--mirostat", "2", "--mirostat-ent", "4"], {"mirostat": 2, "mirostat_tau": 4.0}),
+        (["--mirostat", "1"], {"mirostat": 1}),
+        (["--logit-bias", "5+2.5,7-inf", "--min-keep", "3"], {"min_keep": 3}),
+        (["--samplers", "top_k;temperature"], {"samplers": ["top_k", "temperature"]}),
+    ]
+    for i, (flags, want) in enumerate(cases):
+        path, r = make(work, "smp%d.json" % i, *flags)
+        s = r["sampling"]
+        for k, v in want.items():
+            assert s[k] == v, (flags, k, s)
+        p = verify(path)
+        assert p.returncode == EXIT_OK, (flags, p.stdout)
+        # any change to a sampler setting breaks the signature
+        k = next(iter(want))
+        doc = copy.deepcopy(r)
+        v = doc["sampling"][k]
+        doc["sampling"][k] = (["temperature"] if isinstance(v, list) else
+                              v % 2 + 1 if isinstance(v, int) else v * 0.5)
+        p = verify(write(work, "smp_bad.json", doc))
+        assert p.returncode == EXIT_SIGNATURE, (flags, p.stdout)
+    path, r = make(work, "bias.json", "--logit-bias", "5+2.5,7-inf")
+    assert r["sampling"]["logit_bias"][0] == [5, 2.5] and r["sampling"]["logit_bias"][1][0] == 7
+    assert r["sampling"]["logit_bias"][1][1] <= -100
+    assert 7 not in r["output"]["tokens"]["ids"]
+    # defaults write none of the new keys: receipts made before keep their bytes
+    path, r = make(work, "plain.json")
+    assert list(r["sampling"])[-1] == "stop"
+    # a bad flag is a clear error
+    p = run("run", work["model"], "x", "--logit-bias", "5*2", check=False)
+    assert p.returncode == 1 and "--logit-bias" in p.stderr
+    p = run("run", work["model"], "x", "--logit-bias", "999999+1", check=False)
+    assert p.returncode == 1 and "outside the vocabulary" in p.stderr

@@ -195,7 +195,10 @@ HOSTILE = [
     ("bad token id", "POST", "/v1/completions", {"prompt": [1, 99999]}, None, 400, ["token id"]),
     ("prompt too long", "POST", "/v1/completions", {"prompt": "x" * 400}, None, 400, ["401 tokens", "holds 256"]),
     ("receipt unavailable", "POST", "/v1/completions", {"prompt": "a", "receipt": True}, None, 400, ["receipt"]),
-    ("logit_bias", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": 10}}, None, 400, ["logit_bias"]),
+    ("logit_bias range", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"99999": 10}}, None, 400, ["logit_bias"]),
+    ("logit_bias type", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": "x"}}, None, 400, ["logit_bias"]),
+    ("dry", "POST", "/v1/completions", {"prompt": "a", "dry_multiplier": 0.8}, None, 400, ["dry_multiplier"]),
+    ("typical_p range", "POST", "/v1/completions", {"prompt": "a", "typical_p": 7}, None, 400, ["typical_p"]),
     ("json schema", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
      "response_format": {"type": "json_schema"}}, None, 400, ["response_format"]),
     ("tools", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
@@ -427,3 +430,25 @@ def test_unknown_parameters_ignored(srv):
     plain = srv.post("/v1/completions", {"prompt": "abc", "max_tokens": 5, "temperature": 0},
                      headers=AUTH)[2]
     assert js["choices"][0]["text"] == plain["choices"][0]["text"]
+
+
+def test_samplers_of_issue_10(srv):
+    """logit_bias (OpenAI's form) bans a token; requests with typical_p, top_n_sigma, xtc,
+    Mirostat or a sampler order are accepted and give the same answer twice."""
+    body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+    st, _, js = srv.post("/v1/completions", body, headers=AUTH)
+    assert st == 200, js
+    text = js["choices"][0]["text"]
+    first = text.encode("latin-1", "replace")[0]  # the toy model's tokens are bytes
+    st, _, js2 = srv.post("/v1/completions", {**body, "logit_bias": {str(first): -100}}, headers=AUTH)
+    assert st == 200, js2
+    assert js2["choices"][0]["text"].encode("latin-1", "replace")[0] != first
+    for extra in ({"typical_p": 0.5}, {"top_n_sigma": 1.0}, {"xtc_probability": 0.9, "xtc_threshold": 0.01},
+                  {"mirostat": 2, "mirostat_tau": 3.0}, {"samplers": ["top_k", "temperature"]}):
+        req = {**body, "temperature": 1.0, "seed": 5, **extra}
+        answers = set()
+        for _ in range(2):
+            st, _, js3 = srv.post("/v1/completions", req, headers=AUTH)
+            assert st == 200, (extra, js3)
+            answers.add(js3["choices"][0]["text"])
+        assert len(answers) == 1, extra

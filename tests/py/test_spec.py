@@ -63,6 +63,9 @@ SETTINGS = [
     ["--temp", "0.8", "--presence-penalty", "0.4", "--frequency-penalty", "0.3"],
     ["--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--repeat-penalty", "1"],
     ["--temp", "1.5"],
+    # Stateful and history-reading samplers: each token is sampled once, in order.
+    ["--temp", "0.8", "--mirostat", "2"],
+    ["--temp", "1.0", "--dry-multiplier", "0.8", "--repeat-penalty", "1"],
 ]
 
 
