@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "receipt/hashcache.h"
 #include "receipt/receipt.h"
 #include "sample/sample.h"
 #include "token/tok.h"
@@ -174,6 +175,9 @@ struct run_opts {
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int64_t top_k, repeat_last_n, seed, n_predict, ctx_size, threads, batch;
     bool seed_set, raw, json, print_prompt;
+    bool no_draft, no_warm_start;
+    int64_t draft_max, cache_ram;
+    const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
     /* the samplers of issue 10: applied only when given (see run_samplers) */
@@ -297,6 +301,7 @@ int cmd_run(int argc, char **argv)
         .temp = 0.8, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.1,
         .top_k = 50, .repeat_last_n = 64, .n_predict = -1, .ctx_size = 0,
         .threads = default_threads(), .batch = 512, .device = "cpu", .kv_type = "f32",
+        .cache_ram = 2048,
     };
     const struct cli_opt opts[] = {
         {"temp", 0, CLI_FLOAT, &o.temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
@@ -338,6 +343,11 @@ int cmd_run(int argc, char **argv)
         {"logit-bias", 0, CLI_STR, &o.logit_bias, "LIST", "add to token logits: ID+B,ID-B; ID-inf bans a token", NULL},
         {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
         {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
+        {"no-draft", 0, CLI_FLAG, &o.no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
+        {"draft-max", 0, CLI_INT, &o.draft_max, "N", "most draft tokens per verification pass (default 16)", NULL},
+        {"prompt-cache", 0, CLI_STR, &o.prompt_cache, "FILE", "Warm Start: keep the prompt's KV entries in FILE and reuse the longest cached prefix next time", NULL},
+        {"cache-ram", 0, CLI_INT, &o.cache_ram, "MiB", "most memory (and file size) of the prompt cache (default 2048)", NULL},
+        {"no-warm-start", 0, CLI_FLAG, &o.no_warm_start, NULL, "turn the prompt cache off (never changes the output)", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[2];
@@ -419,6 +429,10 @@ int cmd_run(int argc, char **argv)
     struct json_value *input = NULL;
     struct receipt rcpt = {0};
     enum engine_finish finish = ENGINE_FINISH_LENGTH;
+    struct pcache *pc = NULL;
+    char model_hex[65] = {0};
+    int64_t n_reused = 0;
+    double cache_load_s = 0;
 
     /* ---- the signing key first: a bad key should not cost a model load. */
     if (o.sign_key) {
@@ -551,7 +565,12 @@ int cmd_run(int argc, char **argv)
     }
     if (kern_pool_create((int)o.threads, &pool, &err) != KN_OK)
         goto out;
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type};
+    if (o.draft_max < 0 || o.draft_max > 256) {
+        kn_fail(&err, KN_E_ARG, "--draft-max must be in 0..256");
+        goto out;
+    }
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type,
+                               .no_draft = o.no_draft, .draft_max = (int32_t)o.draft_max};
     if (engine_init(&e, m, pool, &ep, &err) != KN_OK)
         goto out;
     engine_ok = true;
@@ -597,9 +616,27 @@ int cmd_run(int argc, char **argv)
     }
     tok_stream_init(&ts, tk, false);
 
+    /* ---- Warm Start: the prompt cache file, when asked for. */
+    if (o.prompt_cache && !o.no_warm_start) {
+        if (o.cache_ram < 1 || o.cache_ram > ((int64_t)1 << 30)) {
+            kn_fail(&err, KN_E_ARG, "--cache-ram must be in 1..%lld MiB", (long long)1 << 30);
+            goto out;
+        }
+        if (hashcache_model_blake3(model_path, model_hex, &err) != KN_OK ||
+            pcache_create(&pc, m, kv_type, (size_t)o.cache_ram << 20, &err) != KN_OK)
+            goto out;
+        struct kn_err lerr = {0};
+        double tl = kn_now();
+        if (access(o.prompt_cache, F_OK) == 0 &&
+            pcache_load(pc, o.prompt_cache, model_hex, &lerr) != KN_OK)
+            fprintf(stderr, "kinetic run: warning: ignoring the prompt cache: %s; it will be rewritten\n",
+                    lerr.msg);
+        cache_load_s = kn_now() - tl;
+    }
+
     /* ---- prompt, then generation. */
     double t0 = kn_now();
-    if (engine_eval(&e, ptoks, n_ptoks, &err) != KN_OK)
+    if (engine_eval_prompt(&e, pc, ptoks, n_ptoks, &n_reused, &err) != KN_OK)
         goto out;
     double t1 = kn_now();
     struct run_gen g = {&o, &e, n_vocab, logits_f, &ts, piece, &text, &err, false};
@@ -632,8 +669,13 @@ int cmd_run(int argc, char **argv)
             printf(i ? ", %d" : "%d", gen[i]);
         printf("], \"text\": ");
         run_print_str(stdout, text.p ? text.p : "", text.n);
-        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f}\n", stop,
+        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
                (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)n_reused,
+               cache_load_s * 1e3);
+        printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
+               (long long)e.draft_stats.proposed, (long long)e.draft_stats.accepted,
+               (long long)e.draft_stats.passes, (long long)e.draft_stats.steps);
     } else {
         printf("\n");
     }
@@ -645,9 +687,15 @@ int cmd_run(int argc, char **argv)
     int64_t n_dec = n_gen > 0 ? n_gen - 1 : 0;
     if (strcmp(stop, "eog") == 0)
         n_dec = n_gen;
-    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads\n",
+    const struct engine_draft_stats *ds = &e.draft_stats;
+    if (pc)
+        fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
+                (long long)n_reused, (long long)n_ptoks, cache_load_s);
+    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
             (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
-            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads);
+            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads,
+            (long long)ds->accepted, (long long)ds->proposed, (long long)ds->passes,
+            e.draft ? "" : " (off)");
     if (o.receipt) {
         if (o.prompt_ids)
             input = json_new_string(o.prompt_ids);
@@ -672,9 +720,12 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: receipt written to %s%s\n", o.receipt,
                 have_key ? " (signed)" : "");
     }
+    if (pc && pcache_save(pc, o.prompt_cache, model_hex, &err) != KN_OK)
+        goto out;
     ret = 0;
 
 out:
+    pcache_free(pc);
     if (have_key)
         receipt_key_wipe(&key);
     receipt_free(&rcpt);

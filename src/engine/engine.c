@@ -31,6 +31,11 @@ enum kn_status engine_init(struct engine *e, const struct model *m, struct kern_
         engine_free(e);
         return KN_E_NOMEM;
     }
+    st = engine_draft_init(e, p, err);
+    if (st != KN_OK) {
+        engine_free(e);
+        return st;
+    }
     return KN_OK;
 }
 
@@ -41,6 +46,7 @@ void engine_free(struct engine *e)
     free(e->history);
     free(e->pos);
     free(e->logits);
+    engine_draft_free(e);
     memset(e, 0, sizeof *e);
 }
 

@@ -4,6 +4,8 @@
 #include "../sample/sample.h"
 #include "../token/tok.h"
 
+#include <string.h>
+
 const char *engine_finish_name(enum engine_finish f)
 {
     return f == ENGINE_FINISH_STOP ? "stop" : "length";
@@ -14,6 +16,10 @@ enum kn_status engine_generate(struct engine *e, const struct tok *tk, struct sa
                                engine_token_fn on_token, void *ctx, int32_t *ids, int64_t *n_ids,
                                enum engine_finish *finish, struct kn_err *err)
 {
+    if (e->draft)
+        return engine_generate_draft(e, tk, sctx, sp, max_tokens, on_token, ctx, ids, n_ids, finish,
+                                     err);
+    memset(&e->draft_stats, 0, sizeof e->draft_stats);
     int64_t n = 0;
     *n_ids = 0;
     *finish = ENGINE_FINISH_LENGTH;
@@ -48,6 +54,7 @@ enum kn_status engine_generate(struct engine *e, const struct tok *tk, struct sa
             *finish = ENGINE_FINISH_CONTEXT;
             break;
         }
+        e->draft_stats.steps++;
         st = engine_eval(e, &id, 1, err);
         if (st != KN_OK)
             return st;

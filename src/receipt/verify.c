@@ -295,7 +295,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     int threads = o->threads > 0 ? o->threads : 2;
-    struct engine_params ep = {.n_ctx = r.ctx_size, .n_batch = 512, .kv_type = kv};
+    struct engine_params ep = {.n_ctx = r.ctx_size, .n_batch = 512, .kv_type = kv, .no_draft = true};
     if (kern_pool_create(threads, &pool, &err) != KN_OK || engine_init(&e, m, pool, &ep, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Benchmarks of the speed features with `kinetic run` (docs/speed.md quotes them).
+
+  bench/spec.py draft MODEL [--runs 5] [--threads 2] [-n 128]
+      generation speed, RAD-1 on vs --no-draft, on a repetitive task (copying and
+      editing code) and on ordinary text; on and off runs alternate, medians reported,
+      and every pair is checked to give the same tokens.
+  bench/spec.py warm MODEL [--runs 5] [--prefix-tokens 2000]
+      time to first token (prompt evaluation) with a ~2,000-token shared prefix held in
+      the prompt cache file vs cold (--no-warm-start).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+KINETIC = os.environ.get("KINETIC", os.path.join(os.path.dirname(__file__), "..", "build", "kinetic"))
+
+CODE = '''def compute_total(items, tax_rate):
+    """Return the total price of items, with tax, rounded to cents."""
+    total = 0
+    for item in items:
+        price = item.price * item.quantity
+        if item.discount:
+            price = price - item.discount
+        if price < 0:
+            price = 0
+        total = total + price
+    total = total * (1 + tax_rate)
+    return round(total, 2)
+
+
+def describe(items):
+    lines = []
+    for item in items:
+        lines.append(f"{item.name}: {item.quantity} x {item.price}")
+    return "\\n".join(lines)
+'''
+
+TASKS = {
+    "copy code": ("Here is a Python module:\n\n" + CODE +
+                  "\nHere is the same module again, copied exactly:\n\n",
+                  ["--temp", "0", "--repeat-penalty", "1"]),
+    "edit code": ("Here is a Python module:\n\n" + CODE +
+                  "\nHere is the same module with the variable `total` renamed to `amount`:\n\n",
+                  ["--temp", "0", "--repeat-penalty", "1"]),
+    "edit code, sampled": ("Here is a Python module:\n\n" + CODE +
+                           "\nHere is the same module with the variable `total` renamed to `amount`:\n\n",
+                           ["--temp", "0.8", "--seed", "7", "--repeat-penalty", "1"]),
+    "story (defaults)": ("Once upon a time, in a small village by the sea, there lived an old "
+                         "fisherman who", ["--temp", "0.8", "--seed", "7"]),
+    "story, greedy": ("The history of the printing press begins", ["--temp", "0"]),
+}
+
+
+def run(model, prompt, extra, threads):
+    p = subprocess.run([KINETIC, "run", model, prompt, "--raw", "--json", "-t", str(threads), *extra],
+                       capture_output=True, encoding="utf-8", errors="surrogateescape", check=True)
+    return json.loads(p.stdout)
+
+
+def bench_draft(a):
+    print(f"| task | tokens | --no-draft t/s | RAD-1 t/s | speed-up | drafts accepted |")
+    print(f"|---|---|---|---|---|---|")
+    for name, (prompt, extra) in TASKS.items():
+        off, on, acc = [], [], None
+        for _ in range(a.runs):
+            x = run(a.model, prompt, ["-n", str(a.n), "--no-draft", *extra], a.threads)
+            y = run(a.model, prompt, ["-n", str(a.n), *extra], a.threads)
+            assert x["tokens"] == y["tokens"], name
+            n = len(x["tokens"])
+            off.append(n / (x["gen_ms"] / 1e3))
+            on.append(n / (y["gen_ms"] / 1e3))
+            acc = (y["draft_accepted"], y["draft_proposed"], y["forward_passes"], x["forward_passes"])
+        mo, mn = statistics.median(off), statistics.median(on)
+        print(f"| {name} | {n} | {mo:.1f} | {mn:.1f} | {mn / mo:.2f}x | {acc[0]}/{acc[1]}, "
+              f"{acc[2]} vs {acc[3]} passes |", flush=True)
+
+
+def bench_warm(a):
+    para = ("Kinetic is an inference engine whose output is reproducible bit for bit. "
+            "Every request records a receipt that anyone can check by running it again. ")
+    # About 2,000 tokens of shared system prompt, then different questions.
+    system = "You are a helpful assistant. Read the notes below.\n\n" + para * a.repeat
+    qs = ["What is Kinetic?", "What does a receipt record?", "Who can check a receipt?",
+          "Why is bit-for-bit output useful?", "Summarise the notes."]
+    with tempfile.TemporaryDirectory() as d:
+        cache = os.path.join(d, "bench.pcache")
+        # Warm the file with the shared prefix (another question).
+        r = run(a.model, system + "Hello.", ["-n", "1", "--temp", "0", "--prompt-cache", cache],
+                a.threads)
+        print(f"shared prompt: {len(r['prompt_tokens'])} tokens; cache file "
+              f"{os.path.getsize(cache) / 2**20:.1f} MiB")
+        cold, warm, load = [], [], []
+        for i in range(a.runs):
+            q = system + qs[i % len(qs)]
+            x = run(a.model, q, ["-n", "1", "--temp", "0", "--no-warm-start"], a.threads)
+            y = run(a.model, q, ["-n", "1", "--temp", "0", "--prompt-cache", cache], a.threads)
+            assert x["tokens"] == y["tokens"]
+            cold.append(x["prompt_ms"])
+            warm.append(y["prompt_ms"])
+            load.append(y["cache_load_ms"])
+            reused = y["prompt_reused"]
+        print(f"time to first token: cold {statistics.median(cold):.0f} ms, warm "
+              f"{statistics.median(warm):.0f} ms ({reused} of {len(x['prompt_tokens'])} tokens "
+              f"from the cache; medians of {a.runs}); reading the cache file took "
+              f"{statistics.median(load):.0f} ms more (a server keeps it in memory)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["draft", "warm"])
+    ap.add_argument("model")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=60, help="paragraph repeats in the shared prefix")
+    a = ap.parse_args()
+    if a.what == "draft":
+        bench_draft(a)
+    else:
+        bench_warm(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
