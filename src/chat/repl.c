@@ -34,6 +34,8 @@ struct repl_turn_stats {
     int64_t n_reused;     /* of those, already in the KV cache at Enter */
     int64_t n_typed;      /* evaluated by Zero Wait while the line was typed */
     int64_t n_gen;        /* generated tokens */
+    int64_t n_drafted;    /* RAD-1 draft tokens proposed */
+    int64_t n_accepted;   /* of those, equal to the sampled token */
     double prompt_s, gen_s;
 };
 
@@ -96,17 +98,6 @@ static char *dupn(const char *s, size_t n)
         p[n] = 0;
     }
     return p;
-}
-
-/* Forgets the cached tokens from position p on (the KV entries there are overwritten by
- * the next evaluation). engine.h has no such call yet; this is the only place that
- * shortens the sequence, and it keeps engine's invariant (history holds n_past tokens). */
-static void repl_cache_keep(struct engine *e, int64_t p)
-{
-    if (p < e->n_past) {
-        e->n_past = p;
-        e->have_logits = false;
-    }
 }
 
 static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
@@ -286,7 +277,8 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
                            : (r->m->hp.n_ctx_train < 4096 ? r->m->hp.n_ctx_train : 4096);
     if ((st = kern_pool_create(o->threads, &r->pool, err)) != KN_OK)
         goto fail;
-    struct engine_params ep = {.n_ctx = r->n_ctx, .n_batch = o->batch, .kv_type = kv_type};
+    struct engine_params ep = {.n_ctx = r->n_ctx, .n_batch = o->batch, .kv_type = kv_type,
+                               .no_draft = o->no_draft};
     if ((st = engine_init(&r->e, r->m, r->pool, &ep, err)) != KN_OK)
         goto fail;
     r->engine_ok = true;
@@ -444,7 +436,7 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     int64_t p = common_prefix(r->e.history, r->e.n_past, r->toks, n);
     if (p >= n)
         p = n - 1;
-    repl_cache_keep(&r->e, p);
+    engine_truncate(&r->e, p);
     struct repl_turn_stats ts = {.n_prompt = n, .n_reused = p, .n_typed = r->zw_done};
     r->zw_done = 0;
     r->zw_valid = false;
@@ -526,6 +518,8 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
         fprintf(stderr, "[answer stopped after %lld tokens]\n", (long long)n_gen);
 
     ts.n_gen = n_gen;
+    ts.n_drafted = r->e.draft_stats.proposed;
+    ts.n_accepted = r->e.draft_stats.accepted;
     ts.prompt_s = t1 - t0;
     ts.gen_s = t2 - t1;
     r->last = ts;
@@ -533,6 +527,8 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     r->total.n_reused += ts.n_reused;
     r->total.n_typed += ts.n_typed;
     r->total.n_gen += ts.n_gen;
+    r->total.n_drafted += ts.n_drafted;
+    r->total.n_accepted += ts.n_accepted;
     r->total.prompt_s += ts.prompt_s;
     r->total.gen_s += ts.gen_s;
     r->n_turns++;
@@ -592,7 +588,7 @@ bool repl_prefill(struct repl *r, const char *partial, size_t len)
     int64_t p = common_prefix(r->e.history, r->e.n_past, r->zw_toks, r->n_zw_toks);
     if (p >= r->n_zw_toks)
         return false;
-    repl_cache_keep(&r->e, p);
+    engine_truncate(&r->e, p);
     if (r->zw_chunk < 1)
         r->zw_chunk = 4;
     int64_t c = r->n_zw_toks - p < r->zw_chunk ? r->n_zw_toks - p : r->zw_chunk;
@@ -630,7 +626,7 @@ const char *const repl_help_text =
     "  /seed N             the seed every answer is sampled with\n"
     "  /save FILE          save the conversation and settings as JSON\n"
     "  /load FILE          load a conversation saved with /save\n"
-    "  /stats              prompt tokens reused from the cache, tokens/s\n"
+    "  /stats              prompt tokens reused from the cache, tokens/s, drafts accepted\n"
     "  /help               this text\n"
     "  /quit               exit\n";
 
@@ -973,6 +969,11 @@ static void cmd_stats(const struct repl *r, FILE *out)
             t->n_prompt ? 100.0 * (double)t->n_reused / (double)t->n_prompt : 0.0,
             (long long)t->n_gen, t->gen_s, t->gen_s > 0 ? (double)t->n_gen / t->gen_s : 0.0,
             (long long)r->e.n_past, (long long)r->n_ctx);
+    fprintf(out, "drafts (RAD-1): last answer %lld proposed, %lld accepted; session %lld "
+            "proposed, %lld accepted (%.0f%%)\n",
+            (long long)l->n_drafted, (long long)l->n_accepted, (long long)t->n_drafted,
+            (long long)t->n_accepted,
+            t->n_drafted ? 100.0 * (double)t->n_accepted / (double)t->n_drafted : 0.0);
 }
 
 enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *quit,

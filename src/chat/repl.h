@@ -34,6 +34,7 @@ struct repl_opts {
     int64_t batch;                /* prompt tokens per forward pass */
     int threads;
     bool zero_wait;               /* pre-evaluate the line being typed (repl_prefill) */
+    bool no_draft;                /* turn RAD-1 drafting off (it never changes a token) */
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
 };
 

@@ -104,7 +104,7 @@ int cmd_chat(int argc, char **argv)
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.1, presence = 0, frequency = 0;
     int64_t top_k = 50, repeat_last_n = 64, seed = 0, n_predict = -1, ctx_size = 0,
             threads = default_threads(), batch = 512;
-    bool seed_set = false, no_zero_wait = false;
+    bool seed_set = false, no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
     /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
     const struct cli_opt opts[] = {
@@ -126,6 +126,7 @@ int cmd_chat(int argc, char **argv)
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "do not evaluate the line while it is typed", NULL},
+        {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (it never changes a token)", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[1];
@@ -172,7 +173,7 @@ int cmd_chat(int argc, char **argv)
                .presence_penalty = (float)presence, .frequency_penalty = (float)frequency,
                .repeat_last_n = (int32_t)repeat_last_n, .seed = useed},
         .n_predict = n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
-        .zero_wait = !no_zero_wait && interactive, .interrupt = &chat_interrupt,
+        .zero_wait = !no_zero_wait && interactive, .no_draft = no_draft, .interrupt = &chat_interrupt,
     };
 
     struct kn_err err = {0};

@@ -426,3 +426,22 @@ def test_usage_errors(work):
     p = subprocess.run([KINETIC, "chat", AIDREAMS, "--sign-key", "/nonexistent.key"],
                        input="", capture_output=True, text=True, timeout=30)
     assert p.returncode == 1 and "nonexistent.key" in p.stderr
+
+
+def test_drafting_on_off_same_answers_and_stats(work):
+    """RAD-1 drafting is on in chat by default and changes no token: a repetitive
+    conversation gives the same answers with --no-draft, and /stats reports the drafts."""
+    script = ("Repeat: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat\n"
+              "And again: the cat sat on the mat, the cat sat on the mat\n/stats\n")
+    on = piped([AIDREAMS, "--seed", "3", "-n", "40", "--temp", "0", "--repeat-penalty", "1"], script)
+    off = piped([AIDREAMS, "--seed", "3", "-n", "40", "--temp", "0", "--repeat-penalty", "1",
+                 "--no-draft"], script)
+    assert on.returncode == 0 and off.returncode == 0, (on.stderr, off.stderr)
+    answers_on = on.stdout.split("last answer:")[0]
+    answers_off = off.stdout.split("last answer:")[0]
+    assert answers_on == answers_off
+    line_on = [l for l in on.stdout.splitlines() if l.startswith("drafts (RAD-1):")]
+    line_off = [l for l in off.stdout.splitlines() if l.startswith("drafts (RAD-1):")]
+    assert len(line_on) == 1 and len(line_off) == 1
+    assert "session 0 proposed" in line_off[0]
+    assert "session 0 proposed" not in line_on[0], line_on[0]
