@@ -205,7 +205,7 @@ static float dot_q4_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb
         int32_t isum = 0, imin = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m;
-            kern_k4_scale_min(w[b].scales, j, &sc, &m);
+            quant_k4_scale_min(w[b].scales, j, &sc, &m);
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             int shift = (j & 1) * 4;
             int32_t s = 0;
@@ -229,7 +229,7 @@ static float dot_q5_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb
         int32_t isum = 0, imin = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m;
-            kern_k4_scale_min(w[b].scales, j, &sc, &m);
+            quant_k4_scale_min(w[b].scales, j, &sc, &m);
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             int shift = (j & 1) * 4;
             int32_t s = 0;

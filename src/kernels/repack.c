@@ -154,7 +154,7 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
         for (int j = 0; j < 8; j++) {
             int sc = 0, m = 0;
             if (blk[r])
-                kern_k4_scale_min(blk[r] + 4, j, &sc, &m);
+                quant_k4_scale_min(blk[r] + 4, j, &sc, &m);
             o[16 * j + r] = (uint8_t)sc;
             o[128 + 32 * (j / 2) + 2 * r + (j & 1)] = (uint8_t)m;
         }

@@ -163,20 +163,6 @@ static void deq_q3_K(const uint8_t *src, float *y, int64_t nb)
     }
 }
 
-/* The 6-bit scale and min of sub-block j (0..7) of Q4_K/Q5_K: bytes 0..3 hold scales
- * 0..3 and bytes 4..7 mins 0..3 in their low 6 bits; sub-blocks 4..7 take their low
- * nibbles from bytes 8..11 and their top two bits from the top of bytes 0..7. */
-void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* Q4_K: 8 sub-blocks of 32; value v is nibble (v%64)/32 of qs[(v/64)*32 + v%32];
  * x = (d * sc) * q - (dmin * m). */
 static void deq_q4_K(const uint8_t *src, float *y, int64_t nb)

@@ -137,7 +137,18 @@ bool quant_can_dequantize(uint32_t t);
 bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n);
 bool quant_can_quantize(uint32_t t);
 /* The 6-bit scale and min of sub-block j (0..7) from the 12 packed scale bytes of a
- * Q4_K or Q5_K block. */
-void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m);
+ * Q4_K or Q5_K block: bytes 0..3 hold scales 0..3 and bytes 4..7 mins 0..3 in their low
+ * 6 bits; sub-blocks 4..7 take their low nibbles from bytes 8..11 and their top two bits
+ * from the top of bytes 0..7. Inline: the kernels call it per sub-block. */
+static inline void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 
 #endif
