@@ -41,7 +41,17 @@ void srv_request_free(struct srv_request *r)
     free(r->ids);
     free(r->rendered);
     json_free(r->input);
+    grammar_free(r->grammar);
+    free(r->grammar_text);
+    json_free(r->response_format);
+    free(r->think);
     memset(r, 0, sizeof *r);
+}
+
+void api_free(struct srv *s)
+{
+    grammar_vocab_free(s->gvocab);
+    s->gvocab = NULL;
 }
 
 /* ---------------------------------------------------------------- field readers */
@@ -266,6 +276,172 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
     return 0;
 }
 
+/* ---------------------------------------------------------------- structured output */
+
+#define OOM(e) srv_error_set((e), 500, "server_error", NULL, NULL, "out of memory")
+
+/* The server's grammar vocabulary, built by the first request that needs one (a walk
+ * over the whole vocabulary) and shared read-only by every job afterwards. */
+static int shared_vocab(struct srv *s, struct srv_error *e)
+{
+    struct kn_err err = {0};
+    enum kn_status st = KN_OK;
+    pthread_mutex_lock(&s->gmu);
+    if (!s->gvocab)
+        st = s->b->grammar_vocab(s->b->ctx, &s->gvocab, &err);
+    pthread_mutex_unlock(&s->gmu);
+    if (st != KN_OK)
+        return srv_error_set(e, 500, "server_error", NULL, "grammar",
+                             "the grammar vocabulary could not be built: %.400s", err.msg);
+    return 0;
+}
+
+/* Converts a JSON Schema value (an object, or true for any value) to GBNF text in *out. */
+static int schema_to_gbnf(const struct json_value *schema, const char *param, const char *where,
+                          char **out, struct srv_error *e)
+{
+    if (!json_is(schema, JSON_OBJECT) && !json_is(schema, JSON_BOOL))
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
+                             "%s must be a JSON Schema object", where);
+    char *text = NULL;
+    size_t len = 0;
+    struct kn_err err = {0};
+    if (json_write(schema, JSON_COMPACT, &text, &len, &err) != KN_OK)
+        return OOM(e);
+    enum kn_status st = grammar_from_json_schema(text, len, out, &err);
+    free(text);
+    if (st == KN_E_NOMEM)
+        return OOM(e);
+    if (st != KN_OK)
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
+                             "%s cannot be used: %.450s", where, err.msg);
+    return 0;
+}
+
+/* Reads "grammar" (GBNF text, llama-server's field), "json_schema" (a schema, llama-server's
+ * field) and "response_format" (OpenAI's {"type": "text" | "json_object" | "json_schema"})
+ * into r->grammar, compiled. At most one of them may constrain the output. */
+static int read_structured(struct srv *s, const struct json_value *body, struct srv_request *r,
+                           struct srv_error *e)
+{
+    const struct json_value *g = json_get(body, "grammar"), *js = json_get(body, "json_schema"),
+                            *rf = json_get(body, "response_format");
+    if (g && (json_is(g, JSON_NULL) || (json_is(g, JSON_STRING) && g->u.string.len == 0)))
+        g = NULL; /* llama-server's clients send "" for "no grammar" */
+    if (js && json_is(js, JSON_NULL))
+        js = NULL;
+    const char *rf_type = NULL;
+    if (rf && !json_is(rf, JSON_NULL)) {
+        if (!json_is(rf, JSON_OBJECT) || !(rf_type = json_str(json_get(rf, "type"))))
+            return BAD(e, "response_format", "'response_format' must be an object with a \"type\": "
+                       "\"text\", \"json_object\" or \"json_schema\"");
+        if (strcmp(rf_type, "text") == 0)
+            rf = NULL;
+        else if (strcmp(rf_type, "json_object") != 0 && strcmp(rf_type, "json_schema") != 0)
+            return BAD(e, "response_format", "'response_format' type \"%.60s\" is not supported; "
+                       "use \"text\", \"json_object\" or \"json_schema\"", rf_type);
+    } else {
+        rf = NULL;
+    }
+    if ((g != NULL) + (js != NULL) + (rf != NULL) > 1)
+        return BAD(e, g ? "grammar" : "json_schema", "'grammar', 'json_schema' and "
+                   "'response_format' each constrain the output; send only one of them");
+    if (!g && !js && !rf)
+        return 0;
+    const char *param = g ? "grammar" : js ? "json_schema" : "response_format";
+    if (!s->b->grammar_vocab)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+                             "'%s' is not supported by this server's model", param);
+    char *text = NULL;
+    int st;
+    if (g) {
+        if (!json_is(g, JSON_STRING))
+            return BAD(e, "grammar", "'grammar' must be a string of GBNF rules");
+        if (memchr(g->u.string.s, 0, g->u.string.len))
+            return BAD(e, "grammar", "'grammar' contains a NUL character");
+        if (!(text = dup_n(g->u.string.s, g->u.string.len)))
+            return OOM(e);
+    } else if (js) {
+        if ((st = schema_to_gbnf(js, "json_schema", "'json_schema'", &text, e)))
+            return st;
+    } else if (strcmp(rf_type, "json_object") == 0) {
+        /* llama-server also takes {"type": "json_object", "schema": {...}}. */
+        const struct json_value *sc = json_get(rf, "schema");
+        if (sc && !json_is(sc, JSON_NULL)) {
+            if ((st = schema_to_gbnf(sc, "response_format", "'response_format.schema'", &text, e)))
+                return st;
+        } else if (!(text = dup_n(grammar_json_object_gbnf(), strlen(grammar_json_object_gbnf())))) {
+            return OOM(e);
+        }
+    } else {
+        const struct json_value *jw = json_get(rf, "json_schema");
+        if (!json_is(jw, JSON_OBJECT))
+            return BAD(e, "response_format", "'response_format' of type \"json_schema\" needs "
+                       "\"json_schema\": {\"name\": ..., \"schema\": {...}}");
+        const struct json_value *sc = json_get(jw, "schema");
+        if (!sc || json_is(sc, JSON_NULL))
+            return BAD(e, "response_format", "'response_format.json_schema.schema' is required: "
+                       "the JSON Schema the output must follow");
+        if ((st = schema_to_gbnf(sc, "response_format", "'response_format.json_schema.schema'",
+                                 &text, e)))
+            return st;
+    }
+    struct kn_err err = {0};
+    enum kn_status gs = grammar_parse(text, strlen(text), NULL, &r->grammar, &err);
+    if (gs != KN_OK) {
+        free(text);
+        if (gs == KN_E_NOMEM)
+            return OOM(e);
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_grammar", param,
+                             g ? "'grammar' is not a valid GBNF grammar: %.450s"
+                               : "the grammar made from '%s' does not compile: %.400s",
+                             g ? err.msg : param, err.msg);
+    }
+    r->grammar_text = text;
+    if (rf && !(r->response_format = json_clone(rf)))
+        return OOM(e);
+    return shared_vocab(s, e);
+}
+
+/* "reasoning_format" (llama-server's field): "auto" (the default) splits the reasoning off
+ * when the model's vocabulary has its family's markers, "deepseek" always splits (at
+ * <think> ... </think> when the model names no markers of its own), "none" never does. */
+static int read_reasoning(struct srv *s, const struct json_value *body, struct srv_request *r,
+                          struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, "reasoning_format");
+    const char *fmt = "auto";
+    if (v && !json_is(v, JSON_NULL) && !(fmt = json_str(v)))
+        return BAD(e, "reasoning_format", "'reasoning_format' must be \"auto\", \"deepseek\" or "
+                   "\"none\"");
+    bool force = strcmp(fmt, "deepseek") == 0 || strcmp(fmt, "deepseek-legacy") == 0;
+    if (!force && strcmp(fmt, "auto") != 0 && strcmp(fmt, "none") != 0)
+        return BAD(e, "reasoning_format", "'reasoning_format' is \"%.40s\"; it must be \"auto\", "
+                   "\"deepseek\" or \"none\"", fmt);
+    if (r->kind != SRV_KIND_CHAT || strcmp(fmt, "none") == 0)
+        return 0;
+    if (s->b->think_open && s->b->think_close) {
+        r->think_open = s->b->think_open;
+        r->think_close = s->b->think_close;
+        r->think_inside = s->b->think_inside;
+    } else if (force) {
+        r->think_open = "<think>";
+        r->think_close = "</think>";
+    } else {
+        return 0;
+    }
+    if (r->stream) { /* the streaming splitter, fed chunk by chunk */
+        struct kn_err err = {0};
+        r->think = malloc(sizeof *r->think);
+        if (!r->think)
+            return OOM(e);
+        if (sample_think_init(r->think, r->think_open, r->think_close, r->think_inside, &err) !=
+            KN_OK)
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    }
+    return 0;
+}
+
 int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
                          struct srv_request *r, struct srv_error *e)
 {
@@ -331,10 +507,10 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     if (sample_params_json_read(body, &r->sampling, &serr) != KN_OK ||
         sample_params_check(&r->sampling, &serr) != KN_OK)
         return BAD(e, NULL, "%s", serr.msg);
-    if (r->sampling.dry_multiplier > 0)
+    if (r->sampling.dry_multiplier != 0 && !s->b->sample_piece)
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
                              "dry_multiplier", "DRY ('dry_multiplier') is not supported by this "
-                             "server yet; use kinetic run or kinetic chat");
+                             "server's model: it has no token texts");
     for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
         if (r->sampling.logit_bias[i].id < 0 || r->sampling.logit_bias[i].id >= s->b->n_vocab)
             return BAD(e, "logit_bias", "'logit_bias' names token %d, outside the vocabulary",
@@ -380,18 +556,17 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     /* Known OpenAI features this server does not implement: refuse rather than ignore,
      * since ignoring them would silently change what the client gets. */
     const struct json_value *v;
-    if ((v = json_get(body, "response_format")) && !json_is(v, JSON_NULL)) {
-        const char *t = json_str(json_get(v, "type"));
-        if (!t || strcmp(t, "text") != 0)
-            return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
-                                 "response_format", "'response_format' other than {\"type\": "
-                                 "\"text\"} is not supported by this server yet");
-    }
+    if ((st = read_structured(s, body, r, e)) || (st = read_reasoning(s, body, r, e)))
+        return st;
     if ((v = json_get(body, "tools")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
                              "'tools' (function calling) is not supported by this server yet");
     if ((st = read_stop(body, r, e)))
         return st;
+    if (r->want_receipt && r->grammar)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "receipt",
+                             "a grammar, 'json_schema' or 'response_format' cannot be combined "
+                             "with 'receipt' yet: verify-receipt reruns without grammars");
     /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
      * an answer cut by one would not verify: refuse the pair rather than issue it. */
     if (r->want_receipt && r->n_stop > 0)
@@ -576,6 +751,47 @@ static struct json_value *logprobs_value(struct srv *s, const struct srv_request
     return o;
 }
 
+/* Feeds [text, text + len) through splitter t (flushing it at the end when final) and
+ * returns the content and reasoning bytes in one buffer: content at *content (n_c
+ * bytes), reasoning at *reasoning (n_r bytes). NULL when out of memory; free() it. */
+static char *think_split(struct sample_think *t, const char *text, size_t len, bool final,
+                         const char **content, size_t *n_c, const char **reasoning, size_t *n_r)
+{
+    size_t cap = len + 2 * SAMPLE_MAX_MARKER + 2;
+    char *buf = malloc(2 * cap);
+    if (!buf)
+        return NULL;
+    char *c = buf, *rs = buf + cap;
+    size_t a = 0, b = 0, fa = 0, fb = 0;
+    sample_think_feed(t, text, len, c, &a, rs, &b);
+    if (final)
+        sample_think_flush(t, c + a, &fa, rs + b, &fb);
+    *content = c;
+    *n_c = a + fa;
+    *reasoning = rs;
+    *n_r = b + fb;
+    return buf;
+}
+
+size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out)
+{
+    *out = NULL;
+    if (!r->think_open)
+        return 0;
+    struct sample_think t;
+    if (sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) != KN_OK)
+        return 0;
+    const char *c, *rs;
+    size_t nc, nr;
+    char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
+    if (buf) {
+        memmove(buf, c, nc);
+        buf[nc] = '\0';
+    }
+    *out = buf;
+    return nc;
+}
+
 static char *finish_json(struct json_value *root, bool ok)
 {
     char *out = NULL;
@@ -616,7 +832,22 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
     if (chat) {
         struct json_value *msg = json_new_object();
         set(msg, "role", json_new_string("assistant"), &ok);
-        set(msg, "content", text_value(j->text, j->text_len), &ok);
+        struct sample_think t;
+        if (r->think_open &&
+            sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
+            const char *c, *rs;
+            size_t nc, nr;
+            char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
+            ok = ok && buf;
+            if (buf) {
+                set(msg, "content", text_value(c, nc), &ok);
+                if (nr > 0)
+                    set(msg, "reasoning_content", text_value(rs, nr), &ok);
+            }
+            free(buf);
+        } else {
+            set(msg, "content", text_value(j->text, j->text_len), &ok);
+        }
         set(choice, "message", msg, &ok);
     } else {
         set(choice, "text", text_value(j->text, j->text_len), &ok);
@@ -648,6 +879,18 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
         if (role) {
             set(delta, "role", json_new_string("assistant"), &ok);
             set(delta, "content", json_new_string(""), &ok);
+        } else if (r->think) {
+            /* The reasoning goes out as delta.reasoning_content, the rest as content. */
+            const char *c, *rs;
+            size_t nc, nr;
+            char *buf = think_split(r->think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
+                                    &nr);
+            ok = ok && buf;
+            if (buf && (nc > 0 || (!final && nr == 0)))
+                set(delta, "content", text_value(c, nc), &ok);
+            if (buf && nr > 0)
+                set(delta, "reasoning_content", text_value(rs, nr), &ok);
+            free(buf);
         } else if (text1 > text0 || !final) {
             set(delta, "content", text_value(j->text + text0, text1 - text0), &ok);
         }

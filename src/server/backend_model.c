@@ -8,6 +8,8 @@
  * so batching changes speed, never bits. */
 #include "server.h"
 #include "chat/chat.h"
+#include "grammar/grammar.h"
+#include "sample/sample.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -114,6 +116,35 @@ static bool mb_is_eog(void *ctx, int32_t id)
 {
     struct mb *b = ctx;
     return tok_is_eog(b->tk, id);
+}
+
+/* As kinetic run builds its grammar vocabulary, so a grammar allows the same tokens. */
+static enum kn_status mb_grammar_vocab(void *ctx, struct grammar_vocab **out, struct kn_err *err)
+{
+    struct mb *b = ctx;
+    return grammar_vocab_from_tok(out, b->tk, (int32_t)b->m->hp.n_vocab, err);
+}
+
+/* The reasoning markers of the model families that have them, most common first. A model
+ * reasons with a pair when its vocabulary holds both as single tokens. */
+static const char *const think_markers[][2] = {
+    {"<think>", "</think>"},                         /* DeepSeek-R1, Qwen3, QwQ */
+    {"<|START_THINKING|>", "<|END_THINKING|>"},      /* Command R7B */
+    {"[THINK]", "[/THINK]"},                         /* Magistral */
+    {"<seed:think>", "</seed:think>"},               /* Seed-OSS */
+};
+
+static void mb_find_think(struct mb *b, struct srv_backend *out)
+{
+    for (size_t i = 0; i < sizeof think_markers / sizeof think_markers[0]; i++) {
+        const char *o = think_markers[i][0], *c = think_markers[i][1];
+        if (tok_find(b->tk, o, strlen(o)) >= 0 && tok_find(b->tk, c, strlen(c)) >= 0) {
+            out->think_open = o;
+            out->think_close = c;
+            out->think_inside = i == 0 && b->tmpl.open_think;
+            return;
+        }
+    }
 }
 
 static void mb_slot_reset(void *ctx, int slot)
@@ -228,6 +259,10 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->piece = mb_piece;
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;
+    out->sample_piece = sample_tok_piece;
+    out->sample_pctx = b->tk;
+    out->grammar_vocab = mb_grammar_vocab;
+    mb_find_think(b, out);
     out->slot_reset = mb_slot_reset;
     out->forward = mb_forward;
     out->free = mb_free;

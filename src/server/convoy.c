@@ -13,6 +13,7 @@
  * sampling draws the random number of output index i from (seed, i) (rule 8). So joining,
  * leaving, chunking and slot numbers change only timing. */
 #include "server.h"
+#include "grammar/grammar.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -120,6 +121,8 @@ static void job_free(struct srv_job *j)
     free(j->top_lp);
     free(j->text_end);
     free(j->text);
+    grammar_state_free(j->gstate);
+    grammar_free(j->grammar);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -234,6 +237,24 @@ static void fail_all_active(struct convoy *c, const char *msg)
     convoy_unlock(c);
 }
 
+/* Sets slot s's sampler up for job j, as engine_generate sets up kinetic run's: the
+ * per-request state (Mirostat's mu, DRY's breaker tokens from the backend's token texts)
+ * starts afresh and j's grammar (or none) is attached. False (j->error set) if it cannot. */
+static bool slot_sampling_setup(struct convoy *c, int s, struct srv_job *j)
+{
+    struct kn_err perr = {0};
+    struct sample_ctx *sc = &c->samplers[s];
+    sample_ctx_set_grammar(sc, NULL, NULL);
+    if (sample_ctx_prepare(sc, &j->sampling, c->b->n_ctx, c->b->sample_piece, c->b->sample_pctx,
+                           &perr) != KN_OK) {
+        snprintf(j->error, sizeof j->error, "sampler setup: %.200s", perr.msg);
+        return false;
+    }
+    if (j->gstate)
+        sample_ctx_set_grammar(sc, j->gstate, j->gvocab);
+    return true;
+}
+
 /* Runs one step; returns false when the convoy is stopping. */
 static bool step(struct convoy *c)
 {
@@ -269,13 +290,11 @@ static bool step(struct convoy *c)
             j->state = SRV_JOB_RUNNING;
             j->slot = s;
             j->t_start = kn_now();
-            /* Per-request sampler state (Mirostat's mu) starts afresh, as engine_generate
-             * does for kinetic run and verify-receipt. DRY, which needs token texts, is
-             * refused by the API until the backends hand them over. */
-            struct kn_err perr;
-            if (sample_ctx_prepare(&c->samplers[s], &j->sampling, c->b->n_ctx, NULL, NULL,
-                                   &perr) != KN_OK)
-                kn_log(KN_LOG_WARN, "sampler state for slot %d: %s", s, perr.msg);
+            if (!slot_sampling_setup(c, s, j)) {
+                finish_locked(c, j, SRV_FINISH_ERROR);
+                s--;
+                continue;
+            }
             c->slots[s] = j;
             c->fresh[s] = true;
         }
@@ -359,6 +378,8 @@ static bool step(struct convoy *c)
                                   (uint64_t)j->n_out);
         sampled[s] = id;
         sampled_lp[s] = 0.0f;
+        if (id < 0)
+            continue;
         if (j->want_logprobs || j->n_top > 0) {
             srv_logprobs(lg, b->n_vocab, c->lp, j->n_top, tops_id[s], tops_lp[s]);
             sampled_lp[s] = c->lp[id];
@@ -373,6 +394,17 @@ static bool step(struct convoy *c)
     for (int64_t r = 0; r < n_out; r++) {
         int s = c->out_slot[r];
         struct srv_job *j = active[s];
+        if (sampled[s] < 0) { /* a grammar that no token of the vocabulary can continue */
+            snprintf(j->error, sizeof j->error,
+                     "the grammar cannot be continued: after %lld generated tokens no token of "
+                     "the vocabulary continues the text and it is not complete; the grammar "
+                     "needs characters this model cannot write",
+                     (long long)j->n_out);
+            j->error_is_request = true;
+            finish_locked(c, j, SRV_FINISH_ERROR);
+            c->slots[s] = NULL;
+            continue;
+        }
         enum srv_finish f = append_locked(c, j, sampled[s], sampled_lp[s], tops_id[s], tops_lp[s]);
         if (f != SRV_FINISH_NONE) {
             finish_locked(c, j, f);

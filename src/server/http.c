@@ -308,7 +308,10 @@ static bool next_event(struct stream *st)
             st->seen = j->n_out;
             if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
                 struct srv_error e;
-                if (j->finish == SRV_FINISH_ERROR)
+                if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+                    srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s",
+                                  j->error);
+                else if (j->finish == SRV_FINISH_ERROR)
                     srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
                 else
                     srv_error_set(&e, 503, "server_error", "shutting_down", NULL,
@@ -438,6 +441,16 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         if (!j->stop[i])
             break;
     }
+    if (r.grammar) { /* the job takes the grammar, with a state at its start */
+        j->grammar = r.grammar;
+        r.grammar = NULL;
+        j->gvocab = s->gvocab;
+        if (grammar_state_init(&j->gstate, j->grammar, &err) != KN_OK) {
+            convoy_release(NULL, j);
+            srv_request_free(&r);
+            return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
+        }
+    }
     if (j->n_stop != r.n_stop || srv_job_alloc_results(j, s->b->max_piece, &err) != KN_OK) {
         convoy_release(NULL, j);
         srv_request_free(&r);
@@ -499,7 +512,10 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
     convoy_lock(s->convoy);
     if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
         convoy_unlock(s->convoy);
-        if (j->finish == SRV_FINISH_ERROR)
+        if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+            res = fail(s, conn, ep, 400, "invalid_request_error", "grammar_dead_end", "%s",
+                       j->error);
+        else if (j->finish == SRV_FINISH_ERROR)
             res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", j->error);
         else
             res = fail(s, conn, ep, 503, "server_error", "shutting_down",
@@ -875,6 +891,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
             *p = '_'; /* the id is written into JSON by hand in /v1/models */
     pthread_mutex_init(&s->mmu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
 
     struct sockaddr_in a4;
@@ -962,7 +979,9 @@ void srv_stop(struct srv *s)
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     convoy_free(s->convoy);
+    api_free(s);
     pthread_mutex_destroy(&s->mmu);
+    pthread_mutex_destroy(&s->gmu);
     pthread_cond_destroy(&s->idle_cv);
     free(s);
 }

@@ -40,6 +40,8 @@ struct srv_batch {
     int64_t n_out;
 };
 
+struct grammar_vocab;
+
 struct srv_backend {
     void *ctx;
     const char *name;          /* model name shown by /v1/models unless --alias */
@@ -65,6 +67,21 @@ struct srv_backend {
     /* The vocabulary text of a token (for logprobs' "token" fields), any token. */
     const char *(*token_text)(void *ctx, int32_t id, size_t *len);
     bool (*is_eog)(void *ctx, int32_t id);
+    /* A token's text as DRY sees it, in sample_ctx_prepare's shape: the same function
+     * kinetic run hands to its sampler, so DRY penalises the same tokens (NULL: DRY is
+     * refused). Thread-safe, read-only. */
+    const char *(*sample_piece)(const void *pctx, int32_t id, size_t *len);
+    const void *sample_pctx;
+    /* Builds a new grammar vocabulary for this model exactly as kinetic run builds its own
+     * (same pieces, same end-of-generation ids), so a grammar allows the same tokens in
+     * both (NULL: grammars are refused). The server calls it once and shares the result. */
+    KN_MUST_USE enum kn_status (*grammar_vocab)(void *ctx, struct grammar_vocab **out,
+                                                struct kn_err *err);
+    /* The reasoning markers of the model's family ("<think>", "</think>"), or NULL when
+     * its vocabulary has none; think_inside: the chat template opens the reply inside the
+     * reasoning (QwQ's "<think>\n" after the assistant marker). */
+    const char *think_open, *think_close;
+    bool think_inside;
 
     /* Scheduler thread only. Forgets slot's sequence. */
     void (*slot_reset)(void *ctx, int slot);
@@ -128,11 +145,19 @@ struct srv_job {
     int n_top;                 /* top log-probabilities kept per token (0..20) */
     bool ignore_eos;           /* benchmarks: end-of-generation tokens do not stop */
     bool want_logprobs;
+    /* A grammar constraining the output (grammar, json_schema or response_format), or
+     * NULL. The job owns grammar and gstate (a fresh state at the grammar's start);
+     * gvocab is the server's shared vocabulary. Only the scheduler advances gstate. */
+    struct grammar *grammar;
+    struct grammar_state *gstate;
+    const struct grammar_vocab *gvocab;
 
     /* results (sized for max_tokens at srv_job_alloc_results) */
     enum srv_job_state state;
     enum srv_finish finish;
     char error[256];
+    bool error_is_request;     /* the error is the request's fault (a grammar no token can
+                                * continue): HTTP 400 rather than 500 */
     int32_t *out_ids;          /* (n_out) generated ids, an end-of-generation id included */
     float *out_lp;             /* (n_out) log-probability of each, if want_logprobs */
     int32_t *top_ids;          /* (n_out, n_top) */

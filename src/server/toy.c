@@ -6,6 +6,7 @@
  * chance of EOS. A batch that feeds a position whose predecessor was never written, or
  * mixes up slots, fails or changes every later logit: the scheduler tests rely on that. */
 #include "server.h"
+#include "grammar/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,18 @@ static const char *toy_token_text(void *ctx, int32_t id, size_t *len)
     }
     *len = strlen(t->pieces[id]);
     return t->pieces[id];
+}
+
+/* The piece in the shape samplers and grammars take (pctx: the struct toy). */
+static const char *toy_sample_piece(const void *ctx, int32_t id, size_t *len)
+{
+    return toy_piece((void *)ctx, id, len);
+}
+
+static enum kn_status toy_grammar_vocab(void *ctx, struct grammar_vocab **out, struct kn_err *err)
+{
+    const int32_t eog[1] = {TOY_EOS};
+    return grammar_vocab_init(out, TOY_VOCAB, toy_sample_piece, ctx, eog, 1, err);
 }
 
 static bool toy_is_eog(void *ctx, int32_t id)
@@ -204,6 +217,9 @@ enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_c
     out->piece = toy_piece;
     out->token_text = toy_token_text;
     out->is_eog = toy_is_eog;
+    out->sample_piece = toy_sample_piece;
+    out->sample_pctx = t;
+    out->grammar_vocab = toy_grammar_vocab;
     out->slot_reset = toy_slot_reset;
     out->forward = toy_forward;
     out->free = toy_free;
