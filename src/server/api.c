@@ -392,10 +392,13 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
         free(text);
         if (gs == KN_E_NOMEM)
             return OOM(e);
+        const char *m = err.msg;
+        if (strncmp(m, "grammar: ", 9) == 0)
+            m += 9; /* the field name says it already */
         return srv_error_set(e, 400, "invalid_request_error", "invalid_grammar", param,
                              g ? "'grammar' is not a valid GBNF grammar: %.450s"
                                : "the grammar made from '%s' does not compile: %.400s",
-                             g ? err.msg : param, err.msg);
+                             g ? m : param, m);
     }
     r->grammar_text = text;
     if (rf && !(r->response_format = json_clone(rf)))
