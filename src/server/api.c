@@ -296,28 +296,6 @@ static int shared_vocab(struct srv *s, struct srv_error *e)
     return 0;
 }
 
-/* Converts a JSON Schema value (an object, or true for any value) to GBNF text in *out. */
-static int schema_to_gbnf(const struct json_value *schema, const char *param, const char *where,
-                          char **out, struct srv_error *e)
-{
-    if (!json_is(schema, JSON_OBJECT) && !json_is(schema, JSON_BOOL))
-        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
-                             "%s must be a JSON Schema object", where);
-    char *text = NULL;
-    size_t len = 0;
-    struct kn_err err = {0};
-    if (json_write(schema, JSON_COMPACT, &text, &len, &err) != KN_OK)
-        return OOM(e);
-    enum kn_status st = grammar_from_json_schema(text, len, out, &err);
-    free(text);
-    if (st == KN_E_NOMEM)
-        return OOM(e);
-    if (st != KN_OK)
-        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
-                             "%s cannot be used: %.450s", where, err.msg);
-    return 0;
-}
-
 /* Reads "grammar" (GBNF text, llama-server's field), "json_schema" (a schema, llama-server's
  * field) and "response_format" (OpenAI's {"type": "text" | "json_object" | "json_schema"})
  * into r->grammar, compiled. At most one of them may constrain the output. */
@@ -353,7 +331,7 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
                              "'%s' is not supported by this server's model", param);
     char *text = NULL;
-    int st;
+    struct kn_err err = {0};
     if (g) {
         if (!json_is(g, JSON_STRING))
             return BAD(e, "grammar", "'grammar' must be a string of GBNF rules");
@@ -361,32 +339,38 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
             return BAD(e, "grammar", "'grammar' contains a NUL character");
         if (!(text = dup_n(g->u.string.s, g->u.string.len)))
             return OOM(e);
-    } else if (js) {
-        if ((st = schema_to_gbnf(js, "json_schema", "'json_schema'", &text, e)))
-            return st;
-    } else if (strcmp(rf_type, "json_object") == 0) {
-        /* llama-server also takes {"type": "json_object", "schema": {...}}. */
-        const struct json_value *sc = json_get(rf, "schema");
-        if (sc && !json_is(sc, JSON_NULL)) {
-            if ((st = schema_to_gbnf(sc, "response_format", "'response_format.schema'", &text, e)))
-                return st;
-        } else if (!(text = dup_n(grammar_json_object_gbnf(), strlen(grammar_json_object_gbnf())))) {
+    } else {
+        /* llama-server's json_schema is response_format {"type": "json_schema"} by another
+         * name: record it so, and convert both with grammar_from_response_format, the one
+         * converter verify-receipt checks a receipt's grammar with. */
+        if (js) {
+            struct json_value *o = json_new_object(), *w = json_new_object();
+            bool ok = o && w && json_object_set(w, "schema", json_clone(js), NULL) == KN_OK &&
+                      json_object_set(o, "type", json_new_string("json_schema"), NULL) == KN_OK;
+            if (ok)
+                ok = json_object_set(o, "json_schema", w, NULL) == KN_OK;
+            else
+                json_free(w);
+            if (!ok) {
+                json_free(o);
+                return OOM(e);
+            }
+            r->response_format = o;
+        } else if (!(r->response_format = json_clone(rf))) {
             return OOM(e);
         }
-    } else {
-        const struct json_value *jw = json_get(rf, "json_schema");
-        if (!json_is(jw, JSON_OBJECT))
-            return BAD(e, "response_format", "'response_format' of type \"json_schema\" needs "
-                       "\"json_schema\": {\"name\": ..., \"schema\": {...}}");
-        const struct json_value *sc = json_get(jw, "schema");
-        if (!sc || json_is(sc, JSON_NULL))
-            return BAD(e, "response_format", "'response_format.json_schema.schema' is required: "
-                       "the JSON Schema the output must follow");
-        if ((st = schema_to_gbnf(sc, "response_format", "'response_format.json_schema.schema'",
-                                 &text, e)))
-            return st;
+        enum kn_status cs = grammar_from_response_format(r->response_format, &text, &err);
+        if (cs == KN_E_NOMEM)
+            return OOM(e);
+        if (cs != KN_OK) {
+            const char *m = err.msg, *pre = "response_format: ";
+            if (strncmp(m, pre, strlen(pre)) == 0)
+                m += strlen(pre); /* the message names the field itself */
+            const char *param = js ? "json_schema" : "response_format";
+            return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
+                                 "'%s' cannot be used: %.450s", param, m);
+        }
     }
-    struct kn_err err = {0};
     enum kn_status gs = grammar_parse(text, strlen(text), NULL, &r->grammar, &err);
     if (gs != KN_OK) {
         free(text);
@@ -401,8 +385,6 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
                              g ? m : param, m);
     }
     r->grammar_text = text;
-    if (rf && !(r->response_format = json_clone(rf)))
-        return OOM(e);
     return shared_vocab(s, e);
 }
 
@@ -566,10 +548,7 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
                              "'tools' (function calling) is not supported by this server yet");
     if ((st = read_stop(body, r, e)))
         return st;
-    if (r->want_receipt && r->grammar)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "receipt",
-                             "a grammar, 'json_schema' or 'response_format' cannot be combined "
-                             "with 'receipt' yet: verify-receipt reruns without grammars");
+
     /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
      * an answer cut by one would not verify: refuse the pair rather than issue it. */
     if (r->want_receipt && r->n_stop > 0)

@@ -204,15 +204,30 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
         .max_tokens = max_tokens,
         .stop = (const char *const *)r->stop,
         .n_stop = r->n_stop,
+        .grammar = r->grammar_text,
+        .response_format = r->response_format,
         .finish = srv_finish_str(j->finish),
         .text = j->text,
         .text_len = j->text_len,
         .out_ids = j->out_ids,
         .n_out = n_out,
     };
+    /* output.text is the answer without its reasoning, as the client's content. */
+    char *content = NULL;
+    size_t content_len = api_answer_content(r, j, &content);
+    if (r->think_open && !content) {
+        srv_error_set(e, 500, "server_error", NULL, "receipt", "out of memory");
+        return NULL;
+    }
+    if (content) {
+        in.text = content;
+        in.text_len = content_len;
+    }
     struct json_value *out = NULL;
     struct kn_err err = {0};
-    if (s->cfg.receipt(s->cfg.receipt_ctx, &in, &out, &err) != KN_OK) {
+    enum kn_status rst = s->cfg.receipt(s->cfg.receipt_ctx, &in, &out, &err);
+    free(content);
+    if (rst != KN_OK) {
         srv_error_set(e, 500, "server_error", "receipt_failed", "receipt",
                       "the receipt could not be made: %.400s", err.msg);
         return NULL;

@@ -235,8 +235,11 @@ struct srv_receipt_input {
     int64_t max_tokens;            /* -1: no limit but the context */
     const char *const *stop;
     int n_stop;
+    const char *grammar;           /* the GBNF text the output was constrained by, or NULL */
+    const struct json_value *response_format; /* as the request gave it (json_schema: as
+                                   * {"type": "json_schema", "json_schema": {"schema": S}}) */
     const char *finish;            /* "stop" or "length" */
-    const char *text;              /* output text after stop strings are cut */
+    const char *text;              /* output text after stop strings and reasoning are cut */
     size_t text_len;
     const int32_t *out_ids;        /* generated tokens, without an end-of-generation id */
     int64_t n_out;

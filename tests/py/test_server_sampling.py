@@ -318,3 +318,67 @@ def test_reasoning_split(toy):
     st, _, js = toy.post("/v1/completions", {"prompt": "x", "grammar": THINK, "seed": 9,
                                              "reasoning_format": "deepseek", "max_tokens": 100})
     assert st == 200 and js["choices"][0]["text"].startswith("<think>")
+
+
+# ---------------------------------------------------------------- receipts
+
+def verify(path):
+    r = subprocess.run([KINETIC, "verify-receipt", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+SMALL_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                                  "n": {"enum": [1, 2, 3]}},
+                "required": ["ok", "n"]}
+
+
+def test_receipts_with_grammars_and_samplers_verify(aid, tmp_path):
+    """Receipts of grammar, json_schema, response_format and issue-10 sampler requests,
+    made while the server is busy, record the grammar and response_format and verify
+    `identical`."""
+    msgs = [{"role": "user", "content": "Once upon a time"}]
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": SMALL_SCHEMA}}
+    gbnf = 'root ::= [a-z]+ (" " [a-z]+){2,6} "."'
+    cases = {
+        "gbnf": {"messages": msgs, "grammar": gbnf, "max_tokens": 60, "seed": 3},
+        "response_format": {"messages": msgs, "response_format": rf, "max_tokens": 60,
+                            "seed": 4},
+        "json_schema": {"prompt": "Once", "json_schema": SMALL_SCHEMA, "max_tokens": 60,
+                        "seed": 5},
+        "json_object": {"prompt": "Once", "response_format": {"type": "json_object"},
+                        "max_tokens": 40, "seed": 6},
+        "samplers": {"messages": msgs, "max_tokens": 40, "seed": 7, "dry_multiplier": 1.2,
+                     "mirostat": 2, "logit_bias": {"13": 3}, "xtc_probability": 0.3,
+                     "typical_p": 0.8},
+    }
+    stop, errors = threading.Event(), []
+    ts = busy_clients(aid, stop, errors)
+    try:
+        got = {}
+        for name, body in cases.items():
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            st, _, js = aid.post(path, {**body, "temperature": 1.0, "receipt": True})
+            assert st == 200, (name, js)
+            got[name] = js
+    finally:
+        stop.set()
+        for t in ts:
+            t.join(60)
+    assert not errors, errors
+    samp = {k: v["receipt"]["sampling"] for k, v in got.items()}
+    assert samp["gbnf"]["grammar"] == gbnf and "response_format" not in samp["gbnf"]
+    assert samp["response_format"]["response_format"] == rf
+    assert samp["json_schema"]["response_format"] == {"type": "json_schema",
+                                                      "json_schema": {"schema": SMALL_SCHEMA}}
+    assert samp["json_object"]["response_format"] == {"type": "json_object"}
+    assert samp["samplers"]["dry_multiplier"] == 1.2 and samp["samplers"]["mirostat"] == 2
+    assert "grammar" not in samp["samplers"]
+    text = got["gbnf"]["choices"][0]["message"]["content"]
+    if got["gbnf"]["choices"][0]["finish_reason"] == "stop":
+        assert re.fullmatch(r"[a-z]+( [a-z]+){2,6}\.", text), text
+    for name, js in got.items():
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(js["receipt"], indent=2))
+        code, out = verify(p)
+        assert code == 0 and "rerun: identical" in out, (name, out)
