@@ -6,13 +6,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT };
+enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT, CLI_STRS };
+
+/* CLI_STRS: an option that may be repeated; each value is appended (dest: struct cli_strs *). */
+#define CLI_MAX_STRS 16
+struct cli_strs {
+    const char *v[CLI_MAX_STRS];
+    int n;
+};
 
 struct cli_opt {
     const char *name;  /* long name without dashes, e.g. "threads" */
     char short_name;   /* 0 for none */
     enum cli_kind kind;
-    void *dest;        /* bool*, const char**, int64_t*, double* */
+    void *dest;        /* bool*, const char**, int64_t*, double*, struct cli_strs* */
     const char *arg;   /* metavariable in help, e.g. "N" */
     const char *help;
     bool *seen;        /* optional: set when the option was given */

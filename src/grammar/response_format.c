@@ -20,8 +20,6 @@ static enum kn_status schema_gbnf(const struct json_value *schema, const char *w
         return st;
     st = grammar_from_json_schema(text, len, out, err);
     free(text);
-    if (st != KN_OK)
-        kn_err_prefix(err, "response_format");
     return st;
 }
 

@@ -348,6 +348,13 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         }
         sample_ctx_set_grammar(&sctx, gstate, gvocab);
     }
+    if (r.n_stop > SAMPLE_MAX_STOPS ||
+        engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.stop: %s\n",
+                r.n_stop > SAMPLE_MAX_STOPS ? "too many stop strings" : err.msg);
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
+    }
     ids = malloc((size_t)r.ctx_size * sizeof *ids);
     if (!ids) {
         fprintf(out, "rerun: out of memory\n");

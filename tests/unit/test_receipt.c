@@ -254,7 +254,7 @@ static void test_response_format(void)
                       "\"pattern\":\"a+\"}}}";
     CHECK(json_parse(bad, strlen(bad), NULL, &v, &err) == KN_OK);
     CHECK(grammar_from_response_format(v, &g, &err) != KN_OK);
-    CHECKF(strstr(err.msg, "response_format") && strstr(err.msg, "pattern"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "JSON schema") && strstr(err.msg, "pattern"), "%s", err.msg);
     json_free(v);
     const char *missing = "{\"type\":\"json_schema\"}";
     CHECK(json_parse(missing, strlen(missing), NULL, &v, &err) == KN_OK);
