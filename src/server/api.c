@@ -265,6 +265,8 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
             return BAD(e, "stop", "'stop' must be a string or an array of strings");
         if (s->u.string.len == 0)
             continue; /* an empty stop string would end every answer at once */
+        if (memchr(s->u.string.s, 0, s->u.string.len))
+            return BAD(e, "stop", "a stop string contains a NUL character");
         if (s->u.string.len > 256)
             return BAD(e, "stop", "a stop string is %zu bytes; at most 256 are accepted",
                        s->u.string.len);
@@ -549,12 +551,6 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     if ((st = read_stop(body, r, e)))
         return st;
 
-    /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
-     * an answer cut by one would not verify: refuse the pair rather than issue it. */
-    if (r->want_receipt && r->n_stop > 0)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
-                             "'stop' cannot be combined with 'receipt' yet: verify-receipt "
-                             "reruns without stop strings; send one or the other");
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);
 }
 

@@ -121,6 +121,9 @@ static void job_free(struct srv_job *j)
     free(j->top_lp);
     free(j->text_end);
     free(j->text);
+    if (j->stopm)
+        sample_stop_free(j->stopm);
+    free(j->stopm);
     grammar_state_free(j->gstate);
     grammar_free(j->grammar);
     pthread_cond_destroy(&j->cv);
@@ -188,35 +191,37 @@ static enum srv_finish append_locked(struct convoy *c, struct srv_job *j, int32_
     if (b->is_eog(b->ctx, id) && !j->ignore_eos) {
         f = SRV_FINISH_STOP;
     } else {
-        size_t len = 0;
+        size_t len = 0, n = 0;
         const char *p = b->piece(b->ctx, id, &len);
         size_t old = j->text_len;
         assert(len <= b->max_piece && old + len < j->text_cap);
-        memcpy(j->text + old, p, len);
-        j->text_len = old + len;
-        j->text[j->text_len] = '\0';
-        /* A stop string may straddle earlier pieces: search from where it could start. */
-        for (int s = 0; s < j->n_stop && len > 0; s++) {
-            size_t sl = j->stop_len[s];
-            if (sl == 0 || sl > j->text_len)
-                continue;
-            size_t from = old + 1 > sl ? old + 1 - sl : 0;
-            const char *hit = memmem(j->text + from, j->text_len - from, j->stop[s], sl);
-            if (hit) {
-                j->text_len = (size_t)(hit - j->text);
-                j->text[j->text_len] = '\0';
+        if (j->stopm) {
+            /* engine_generate's rule, with the same matcher: the token whose bytes
+             * complete a stop string is the last one; the text ends before the string. A
+             * tail that may start one is held back (the text holds only what is safe to
+             * show), so the bytes out never exceed the bytes in. */
+            if (sample_stop_feed(j->stopm, p, len, j->text + old, &n))
                 f = SRV_FINISH_STOP;
-                break;
-            }
+        } else {
+            memcpy(j->text + old, p, len);
+            n = len;
         }
+        j->text_len = old + n;
+        j->text[j->text_len] = '\0';
     }
-    j->text_end[k] = j->text_len;
     j->n_out = k + 1;
     /* As engine_generate (what kinetic run and verify-receipt use): stop after max_tokens,
      * or when the token just sampled could not be fed (the context is full). */
     if (f == SRV_FINISH_NONE &&
         (j->n_out >= j->max_tokens || (int64_t)j->n_prompt + j->n_out > b->n_ctx))
         f = SRV_FINISH_LENGTH;
+    if (f != SRV_FINISH_NONE && j->stopm && j->stopm->matched < 0) {
+        size_t n = 0; /* no stop string: the held-back tail is text after all */
+        sample_stop_flush(j->stopm, j->text + j->text_len, &n);
+        j->text_len += n;
+        j->text[j->text_len] = '\0';
+    }
+    j->text_end[k] = j->text_len;
     pthread_cond_broadcast(&j->cv);
     return f;
 }
@@ -252,6 +257,16 @@ static bool slot_sampling_setup(struct convoy *c, int s, struct srv_job *j)
     }
     if (j->gstate)
         sample_ctx_set_grammar(sc, j->gstate, j->gvocab);
+    if (j->n_stop > 0 && !j->stopm) {
+        j->stopm = kn_calloc(1, sizeof *j->stopm, &perr);
+        if (!j->stopm || sample_stop_init(j->stopm, (const char *const *)j->stop, j->n_stop,
+                                          &perr) != KN_OK) {
+            free(j->stopm);
+            j->stopm = NULL;
+            snprintf(j->error, sizeof j->error, "stop strings: %.200s", perr.msg);
+            return false;
+        }
+    }
     return true;
 }
 

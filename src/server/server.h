@@ -162,10 +162,13 @@ struct srv_job {
     float *out_lp;             /* (n_out) log-probability of each, if want_logprobs */
     int32_t *top_ids;          /* (n_out, n_top) */
     float *top_lp;
-    size_t *text_end;          /* (n_out) text length after each token (before a stop cut) */
+    size_t *text_end;          /* (n_out) text length after each token: the text safe to
+                                * show then (a possible stop-string start held back) */
     int64_t n_out;
     int64_t out_cap;           /* max_tokens when the results were sized */
-    char *text;                /* generated text, cut at a stop string when one matched */
+    char *text;                /* generated text safe to show: it ends before a matched stop
+                                * string, and while running holds back a tail that may start
+                                * one (released at the end) */
     size_t text_len, text_cap;
     bool cancel;               /* set by the HTTP side: free the slot at the next step */
     double t_submit, t_start, t_first, t_done;
@@ -176,6 +179,7 @@ struct srv_job {
     int slot;
     int64_t n_fed;             /* prompt tokens already in the slot's cache */
     int32_t next_token;        /* the sampled token not yet fed */
+    struct sample_stop *stopm; /* the stop-string matcher (n_stop > 0) */
     struct srv_job *next;      /* queue link */
 };
 

@@ -382,3 +382,54 @@ def test_receipts_with_grammars_and_samplers_verify(aid, tmp_path):
         p.write_text(json.dumps(js["receipt"], indent=2))
         code, out = verify(p)
         assert code == 0 and "rerun: identical" in out, (name, out)
+
+
+def test_stop_strings_match_run_and_receipts_verify(aid, tmp_path):
+    """Stop strings: the server ends on the token that completes one, cuts the text
+    before it (plain and streamed), exactly as kinetic run --stop does; the receipt records
+    the stop strings and verifies identical."""
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 60,
+            "temperature": 1.0, "seed": 21}
+    full = aid.post("/v1/chat/completions", body)[2]["choices"][0]["message"]["content"]
+    assert len(full) > 40, full
+    for cut in (full[25:29], full[33:34]):
+        stops = [cut, "zzzq"]
+        st, _, js = aid.post("/v1/chat/completions", {**body, "stop": stops, "receipt": True})
+        assert st == 200, js
+        ch = js["choices"][0]
+        assert ch["finish_reason"] == "stop"
+        assert ch["message"]["content"] == full[:full.index(cut)]
+        cli = run_cli(PROMPT, "-n", 60, "--temp", 1.0, "--seed", 21, "--stop", cut,
+                      "--stop", "zzzq")
+        assert cli["text"] == ch["message"]["content"]
+        assert js["usage"]["completion_tokens"] == len(cli["tokens"])
+        rc = js["receipt"]
+        assert rc["sampling"]["stop"] == stops and rc["output"]["finish"] == "stop"
+        assert rc["output"]["tokens"]["ids"] == cli["tokens"]
+        ev = aid.stream("/v1/chat/completions", {**body, "stop": stops, "stream": True,
+                                                 "receipt": True})
+        streamed = "".join(e["choices"][0]["delta"].get("content") or ""
+                           for e in ev[:-1] if e["choices"])
+        assert streamed == ch["message"]["content"]
+        final = [e for e in ev[:-1] if e["choices"] and e["choices"][0]["finish_reason"]][0]
+        assert final["receipt"]["output"] == rc["output"]
+        p = tmp_path / "stop.json"
+        p.write_text(json.dumps(rc, indent=2))
+        code, out = verify(p)
+        assert code == 0 and "rerun: identical" in out, out
+
+
+def test_grammars_match_kinetic_run(aid):
+    """A GBNF grammar and a JSON Schema give the same tokens in the server as in
+    kinetic run --grammar / --json-schema with the same settings."""
+    gbnf = 'root ::= [a-z]+ (" " [a-z]+){2,8} "."'
+    for seed in (1, 2):
+        body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 50,
+                "temperature": 1.0, "seed": seed}
+        js = aid.post("/v1/chat/completions", {**body, "grammar": gbnf})[2]
+        cli = run_cli(PROMPT, "-n", 50, "--temp", 1.0, "--seed", seed, "--grammar", gbnf)
+        assert js["choices"][0]["message"]["content"] == cli["text"]
+        js = aid.post("/v1/chat/completions", {**body, "json_schema": SMALL_SCHEMA})[2]
+        cli = run_cli(PROMPT, "-n", 50, "--temp", 1.0, "--seed", seed, "--json-schema",
+                      json.dumps(SMALL_SCHEMA))
+        assert js["choices"][0]["message"]["content"] == cli["text"]
