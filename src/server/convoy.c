@@ -198,7 +198,7 @@ static void finish_locked(struct convoy *c, struct srv_job *j, enum srv_finish f
     j->t_done = kn_now();
     if (f == SRV_FINISH_CANCELLED)
         c->stats.jobs_cancelled++;
-    else
+    else if (!j->prefill) /* prefills have their own counters */
         c->stats.jobs_done++;
     pthread_cond_broadcast(&j->cv);
     release_locked(j);
