@@ -188,6 +188,15 @@ int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens
  * the prefix that fits). Fails only for lack of memory. */
 KN_MUST_USE enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
                                         struct kn_err *err);
+/* The same two on a bare KV cache whose first `keep` positions hold tokens[0..keep-1]
+ * (server slots, which have no engine): pcache_restore_kv copies the entries of positions
+ * keep.. of the longest cached prefix of tokens[0..max_n-1] into kv and returns its
+ * length (keep when the cache knows nothing longer); pcache_store_kv records kv's first n
+ * positions, which hold tokens[0..n-1]. */
+int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *tokens,
+                          int64_t keep, int64_t max_n);
+KN_MUST_USE enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv,
+                                           const int32_t *tokens, int64_t n, struct kn_err *err);
 /* The cache file (docs/speed.md): bound to the model's BLAKE3 (64 hex digits), the KV
  * type and shape and the numerics version; checksummed. pcache_load adds a file's records
  * (evicting as needed) and fails with KN_E_FORMAT, leaving the cache empty, for anything

@@ -788,6 +788,28 @@ static struct json_value *usage_value(const struct srv_job *j, bool *ok)
     return u;
 }
 
+/* llama-server's "timings" object: prompt positions computed (prompt_n) and reused
+ * (cache_n: held by the slot or restored by Warm Start), generated tokens, their times,
+ * and RAD-1's draft tokens verified (draft_n) and accepted (draft_n_accepted). */
+static struct json_value *timings_value(const struct srv_job *j, bool *ok)
+{
+    struct json_value *t = json_new_object();
+    double t_first = j->n_out > 0 ? j->t_first : j->t_done;
+    double prompt_ms = j->t_start > 0 && t_first >= j->t_start ? (t_first - j->t_start) * 1e3 : 0;
+    double gen_ms = j->n_out > 0 && j->t_done >= j->t_first ? (j->t_done - j->t_first) * 1e3 : 0;
+    int64_t prompt_n = (int64_t)j->n_prompt - j->n_cached;
+    set(t, "cache_n", json_new_int(j->n_cached), ok);
+    set(t, "prompt_n", json_new_int(prompt_n), ok);
+    set(t, "prompt_ms", json_new_double(prompt_ms), ok);
+    set(t, "predicted_n", json_new_int(j->n_out), ok);
+    set(t, "predicted_ms", json_new_double(gen_ms), ok);
+    set(t, "predicted_per_second",
+        json_new_double(gen_ms > 0 && j->n_out > 1 ? (double)(j->n_out - 1) * 1e3 / gen_ms : 0), ok);
+    set(t, "draft_n", json_new_int(j->draft_n), ok);
+    set(t, "draft_n_accepted", json_new_int(j->draft_n_accepted), ok);
+    return t;
+}
+
 static void head(struct srv *s, struct json_value *root, const char *id, const char *object,
                  int64_t created, bool *ok)
 {
@@ -836,6 +858,7 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
     set(root, "usage", usage_value(j, &ok), &ok);
+    set(root, "timings", timings_value(j, &ok), &ok);
     set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
     if (receipt)
         set(root, "receipt", receipt, &ok);
@@ -884,6 +907,7 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
     if (final) {
+        set(root, "timings", timings_value(j, &ok), &ok);
         set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
         if (receipt)
             set(root, "receipt", receipt, &ok);

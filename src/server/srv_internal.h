@@ -58,7 +58,7 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 8
+#define SRV_N_ENDPOINTS 10
 #define SRV_N_STATUS 11
 
 struct srv {
