@@ -433,3 +433,28 @@ def test_grammars_match_kinetic_run(aid):
         cli = run_cli(PROMPT, "-n", 50, "--temp", 1.0, "--seed", seed, "--json-schema",
                       json.dumps(SMALL_SCHEMA))
         assert js["choices"][0]["message"]["content"] == cli["text"]
+
+
+def test_drafting_and_cache_off_give_the_same_tokens(aid):
+    """RAD-1 drafting and Warm Start (on in `aid`) change no token of any sampler, grammar
+    or stop string: a server with both off answers identically."""
+    bodies = [probe_body(fields) for _, fields, _ in SAMPLERS]
+    bodies += [
+        probe_body({"grammar": 'root ::= [a-z]+ (" " [a-z]+){2,8} "."'}),
+        probe_body({"json_schema": SMALL_SCHEMA}),
+        probe_body({"stop": ["ing"], "dry_multiplier": 0.9}),
+        # greedy, no penalty: the text repeats itself, so drafts are accepted, under a grammar
+        # and a stop string too
+        {"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 60,
+         "temperature": 0, "repeat_penalty": 1.0, "grammar": "root ::= [a-zA-Z ,.]+"},
+        {"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 60,
+         "temperature": 0, "repeat_penalty": 1.0, "stop": ["a gentle"]},
+    ]
+    got = [aid.post("/v1/chat/completions", b)[2] for b in bodies]
+    assert got[-2]["timings"]["draft_n_accepted"] > 0 and got[-1]["timings"]["draft_n_accepted"] > 0
+    assert got[-1]["choices"][0]["finish_reason"] == "stop"
+    on = [g["choices"] for g in got]
+    with Server(AIDREAMS, "--parallel", "2", "--threads", "1", "--no-draft",
+                "--no-warm-start") as off:
+        for b, want in zip(bodies, on):
+            assert off.post("/v1/chat/completions", b)[2]["choices"] == want, b
