@@ -29,7 +29,11 @@ static const char *const more_help =
     "draft_n_accepted per request (docs/speed.md).\n"
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
     "reruns. Chat templates are chosen as `kinetic run` chooses them. SIGINT or SIGTERM\n"
-    "stops the server cleanly.\n";
+    "stops the server cleanly.\n"
+    "Every sampler of kinetic run (typical_p, top_n_sigma, xtc_*, dry_*, mirostat*,\n"
+    "logit_bias, min_keep, samplers), stop strings, \"grammar\" (GBNF), \"json_schema\",\n"
+    "\"response_format\" (json_object, json_schema) and \"reasoning_format\" (auto, deepseek,\n"
+    "none: <think> text as reasoning_content) are request fields (docs/server.md).\n";
 
 int cmd_serve(int argc, char **argv)
 {
