@@ -4,13 +4,18 @@
 - GBNF outputs parse, json_object outputs are JSON objects, response_format json_schema
   outputs validate with the `jsonschema` package (toy model: fast, long context), also
   through the official openai client;
-- <think>...</think> goes to reasoning_content, streamed and not;
+- <think>...</think> goes to reasoning_content, streamed and not (toy model with forced
+  markers; a random-weight qwen3 model with Qwen3's vocabulary, whose marker tokens
+  "auto" finds);
+- stop strings, grammars and schemas give kinetic run's tokens, receipts record them and
+  verify identical, drafting and Warm Start change nothing;
 - bad grammars, schemas and response_formats get 400s that say what is wrong, and the
   server keeps serving."""
 import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -458,3 +463,51 @@ def test_drafting_and_cache_off_give_the_same_tokens(aid):
                 "--no-warm-start") as off:
         for b, want in zip(bodies, on):
             assert off.post("/v1/chat/completions", b)[2]["choices"] == want, b
+
+
+# ---------------------------------------------------------------- reasoning, real markers
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    """A tiny random-weight qwen3 model with Qwen3's real vocabulary, whose <think> and
+    </think> are tokens: reasoning_format "auto" must find them."""
+    pytest.importorskip("gguf")
+    tok_dir = os.path.join(SHARED, "tokenizers", "qwen3")
+    if not os.path.isdir(tok_dir):
+        pytest.skip("Qwen3 tokenizer files not found")
+    d = tmp_path_factory.mktemp("qwen3")
+    here = os.path.dirname(__file__)
+    subprocess.run([sys.executable, os.path.join(here, "vocab_from_hf.py"), tok_dir, str(d / "vocab.gguf")],
+                   check=True, capture_output=True, timeout=120)
+    subprocess.run([KINETIC, "synth", "--arch", "qwen3", "--dims",
+                    "dim=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab=151936,ctx=256",
+                    "--vocab", str(d / "vocab.gguf"), "-o", str(d / "q.gguf")],
+                   check=True, capture_output=True, timeout=120)
+    with Server(d / "q.gguf", "--threads", "1", "--parallel", "2") as s:
+        yield s
+
+
+def test_reasoning_auto_on_real_think_tokens(qwen3, tmp_path):
+    think, end = 151667, 151668  # Qwen3's <think> and </think>
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "seed": 1,
+            "logprobs": True, "logit_bias": {str(think): 30, str(end): 15},
+            "grammar": 'root ::= "<think>" [a-z]{2,6} "</think>" [a-z]{2,6}'}
+    st, _, js = qwen3.post("/v1/chat/completions", {**body, "receipt": True})
+    assert st == 200, js
+    ch = js["choices"][0]
+    toks = [t["token"] for t in ch["logprobs"]["content"]]
+    assert toks[0] == "<think>" and "</think>" in toks, toks  # the marker tokens themselves
+    msg = ch["message"]
+    whole = "".join(toks)
+    assert whole == "<think>" + msg["reasoning_content"] + "</think>" + msg["content"]
+    assert js["receipt"]["output"]["text"] == msg["content"]
+    p = tmp_path / "think.json"
+    p.write_text(json.dumps(js["receipt"]))
+    code, out = verify(p)
+    assert code == 0 and "rerun: identical" in out, out
+    ev = qwen3.stream("/v1/chat/completions", {**body, "stream": True})
+    deltas = [e["choices"][0]["delta"] for e in ev[:-1] if e["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == msg["reasoning_content"]
+    assert "".join(d.get("content") or "" for d in deltas) == msg["content"]
+    none = qwen3.post("/v1/chat/completions", {**body, "reasoning_format": "none"})[2]
+    assert none["choices"][0]["message"]["content"] == whole
