@@ -693,6 +693,11 @@ static bool step(struct convoy *c)
         } else {
             for (int r = 0; r < c->n_samp[s]; r++) {
                 size_t at = (size_t)s * D + (size_t)r;
+                if (c->samp_id[at] < 0 && j->gstate && grammar_is_done(j->gstate)) {
+                    /* ignore_eos went past the grammar's end-of-generation token */
+                    c->finishing[s] = SRV_FINISH_STOP;
+                    break;
+                }
                 if (c->samp_id[at] < 0) { /* a grammar no token of the vocabulary continues */
                     snprintf(j->error, sizeof j->error,
                              "the grammar cannot be continued: after %lld generated tokens no "

@@ -294,6 +294,10 @@ def test_bad_grammars_are_400s_and_the_server_lives(toy):
         for w in words:
             assert w.lower() in msg, (w, msg)
     assert toy.post("/v1/completions", {"prompt": "x", "max_tokens": 3})[0] == 200
+    # ignore_eos (benchmarks) past a grammar's end: the answer ends there, no error
+    st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 20, "ignore_eos": True,
+                                             "grammar": 'root ::= "ab"'})
+    assert st == 200 and js["choices"][0]["text"] == "ab", js
 
 
 # ---------------------------------------------------------------- reasoning
