@@ -346,18 +346,22 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
          * name: record it so, and convert both with grammar_from_response_format, the one
          * converter verify-receipt checks a receipt's grammar with. */
         if (js) {
-            struct json_value *o = json_new_object(), *w = json_new_object();
-            bool ok = o && w && json_object_set(w, "schema", json_clone(js), NULL) == KN_OK &&
-                      json_object_set(o, "type", json_new_string("json_schema"), NULL) == KN_OK;
-            if (ok)
-                ok = json_object_set(o, "json_schema", w, NULL) == KN_OK;
-            else
-                json_free(w);
-            if (!ok) {
+            struct json_value *o = json_new_object(), *w = json_new_object(),
+                              *sc = json_clone(js), *ty = json_new_string("json_schema");
+            if (!o || !w || !sc || !ty) {
                 json_free(o);
+                json_free(w);
+                json_free(sc);
+                json_free(ty);
                 return OOM(e);
             }
-            r->response_format = o;
+            /* json_object_set takes the value, also when it fails */
+            bool ok = json_object_set(w, "schema", sc, NULL) == KN_OK;
+            ok = json_object_set(o, "type", ty, NULL) == KN_OK && ok;
+            ok = json_object_set(o, "json_schema", w, NULL) == KN_OK && ok;
+            r->response_format = o; /* freed with the request */
+            if (!ok)
+                return OOM(e);
         } else if (!(r->response_format = json_clone(rf))) {
             return OOM(e);
         }
@@ -550,7 +554,6 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
                              "'tools' (function calling) is not supported by this server yet");
     if ((st = read_stop(body, r, e)))
         return st;
-
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);
 }
 
