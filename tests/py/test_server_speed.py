@@ -272,6 +272,8 @@ def test_toy_stats_and_switches():
         pre = s.post("/prefill", {"prompt": "hello"})[2]
         assert pre["enabled"] and pre["tokens"] == 6  # BOS + 5 bytes
         assert s.get("/stats")[2]["completions"] == 6
+        assert s.metric("kinetic_draft_tokens_total") == tot_n + tot_acc
+        assert s.metric("kinetic_prefills_total") == 1
         assert s.post("/prefill", {"prompt": []})[0] == 400
     for flag in ("--no-zero-wait", "--no-warm-start"):
         with Server("--toy", flag) as s:
