@@ -143,6 +143,30 @@ class Server:
             js = json.loads(r.read())
         return js, (time.perf_counter() - t) * 1e3
 
+    def ttft(self, body, path="/v1/chat/completions"):
+        """Streams body; returns (the text, ms until the first token's chunk, the final
+        chunk's timings)."""
+        req = urllib.request.Request(self.base + path,
+                                     data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t = time.perf_counter()
+        first, text, timings = None, "", None
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if not ev.get("choices"):
+                    continue
+                ch = ev["choices"][0]
+                piece = ch.get("delta", {}).get("content") or ch.get("text") or ""
+                if piece and first is None:
+                    first = (time.perf_counter() - t) * 1e3
+                text += piece
+                timings = ev.get("timings", timings)
+        return text, first, timings
+
     def close(self):
         self.p.terminate()
         self.p.wait()
@@ -172,15 +196,17 @@ def bench_serve_warm(a):
         n_prompt = first["usage"]["prompt_tokens"]
         cold, warm, cold_srv, warm_srv, reused = [], [], [], [], 0
         for i in range(a.runs):
-            body = {"messages": msgs(qs[i % len(qs)]), "max_tokens": 1, "temperature": 0}
-            x, tx = cold_s.post(body, "/v1/chat/completions")
-            y, ty = warm_s.post(body, "/v1/chat/completions")
-            assert x["choices"][0]["message"] == y["choices"][0]["message"]
+            # 8 tokens, streamed: the first one's arrival is the time to first token
+            body = {"messages": msgs(qs[i % len(qs)]), "max_tokens": 8, "temperature": 0,
+                    "ignore_eos": True}
+            x, tx, mx = cold_s.ttft(body)
+            y, ty, my = warm_s.ttft(body)
+            assert x == y
             cold.append(tx)
             warm.append(ty)
-            cold_srv.append(x["timings"]["prompt_ms"])
-            warm_srv.append(y["timings"]["prompt_ms"])
-            reused = y["timings"]["cache_n"]
+            cold_srv.append(mx["prompt_ms"])
+            warm_srv.append(my["prompt_ms"])
+            reused = my["cache_n"]
         mc, mw = statistics.median(cold), statistics.median(warm)
         print(f"shared system prompt: {n_prompt} tokens (with the first question)")
         print(f"| server | time to first token (client) | prompt_ms (server) | cache_n |")
