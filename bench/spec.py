@@ -226,6 +226,8 @@ def bench_serve_draft(a):
         print(f"| task | tokens | --no-draft t/s | RAD-1 t/s | speed-up | drafts accepted |")
         print(f"|---|---|---|---|---|---|")
         for name, (prompt, extra) in TASKS.items():
+            if a.only and a.only not in name:
+                continue
             body = {"prompt": prompt, "max_tokens": a.n, **cli_to_json(extra)}
             off, on = [], []
             for _ in range(a.runs):
@@ -252,6 +254,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=60, help="paragraph repeats in the shared prefix")
+    ap.add_argument("--only", default="", help="serve-draft: only the tasks whose name has this")
     a = ap.parse_args()
     if a.what == "draft":
         bench_draft(a)
