@@ -724,24 +724,30 @@ static bool step(struct convoy *c)
     if (!any_finish)
         return true;
 
-    /* Store finished sequences before answering, so a client's next request (or a
-     * prefill's caller) finds them in the cache. */
-    for (int s = 0; s < c->n_slots; s++)
-        c->store_pending[s] |= c->finishing[s] != SRV_FINISH_NONE;
-    flush_stores(c);
-    convoy_lock(c);
-    for (int s = 0; s < c->n_slots; s++) {
-        struct srv_job *j = active[s];
-        if (!j || c->finishing[s] == SRV_FINISH_NONE)
-            continue;
-        if (j->prefill) {
-            c->stats.prefills_done++;
-            c->stats.prefill_tokens += (uint64_t)j->n_fed;
+    /* Answer finished requests, then store their sequences: only this thread admits
+     * jobs, so the slot keeps its history until the store, and the client's next
+     * request (admitted at a later step) finds them. A prefill answers only once
+     * stored: its answer means "in the cache". */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (int s = 0; s < c->n_slots; s++)
+                c->store_pending[s] |= c->finishing[s] != SRV_FINISH_NONE;
+            flush_stores(c);
         }
-        finish_locked(c, j, c->finishing[s]);
-        c->slots[s] = NULL;
+        convoy_lock(c);
+        for (int s = 0; s < c->n_slots; s++) {
+            struct srv_job *j = active[s];
+            if (!j || c->finishing[s] == SRV_FINISH_NONE || j->prefill != (pass == 1))
+                continue;
+            if (j->prefill) {
+                c->stats.prefills_done++;
+                c->stats.prefill_tokens += (uint64_t)j->n_fed;
+            }
+            finish_locked(c, j, c->finishing[s]);
+            c->slots[s] = NULL;
+        }
+        convoy_unlock(c);
     }
-    convoy_unlock(c);
     return true;
 }
 

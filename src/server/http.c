@@ -621,6 +621,15 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# TYPE kinetic_tokens_per_second gauge\nkinetic_tokens_per_second %.3f\n",
          cs.tokens_prompt, cs.tokens_generated, cs.jobs_done, cs.jobs_cancelled, cs.steps, cs.queued,
          cs.queue_cap, cs.slots_busy, cs.n_slots, tps);
+    EMIT("# HELP kinetic_draft_tokens_total RAD-1 draft tokens verified and accepted.\n"
+         "# TYPE kinetic_draft_tokens_total counter\n"
+         "kinetic_draft_tokens_total{result=\"proposed\"} %" PRIu64 "\n"
+         "kinetic_draft_tokens_total{result=\"accepted\"} %" PRIu64 "\n"
+         "# HELP kinetic_prompt_tokens_reused_total Prompt positions not recomputed (Warm Start).\n"
+         "# TYPE kinetic_prompt_tokens_reused_total counter\nkinetic_prompt_tokens_reused_total %" PRIu64 "\n"
+         "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
+         "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
+         cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
 #undef EMIT
     if (k >= cap) {
         free(out);

@@ -268,10 +268,12 @@ def test_toy_stats_and_switches():
         st = s.get("/stats")[2]
         assert (st["draft"]["proposed"], st["draft"]["accepted"]) == (tot_n, tot_acc)
         assert 0 < tot_acc < tot_n and st["completions"] == 6
-        assert st["warm_start"]["cache"]["stores"] >= 6
         pre = s.post("/prefill", {"prompt": "hello"})[2]
         assert pre["enabled"] and pre["tokens"] == 6  # BOS + 5 bytes
-        assert s.get("/stats")[2]["completions"] == 6
+        st = s.get("/stats")[2]
+        assert st["completions"] == 6 and st["warm_start"]["cache"]["stores"] >= 7
+        assert s.metric("kinetic_draft_tokens_total") == tot_n + tot_acc
+        assert s.metric("kinetic_prefills_total") == 1
         assert s.post("/prefill", {"prompt": []})[0] == 400
     for flag in ("--no-zero-wait", "--no-warm-start"):
         with Server("--toy", flag) as s:

@@ -56,6 +56,13 @@ static struct srv_job *make_job(int k, struct kn_err *err)
         j->sampling.mirostat_tau = 3.0f;
         j->sampling.mirostat_eta = 0.2f;
     }
+    /* Stop strings met inside a run of accepted drafts end the answer exactly there. */
+    const char *stop = k % 6 == 4 ? "aaaaaaa" : k % 5 == 2 ? "e " : NULL;
+    if (stop) {
+        j->stop[0] = strdup(stop);
+        j->stop_len[0] = strlen(stop);
+        j->n_stop = 1;
+    }
     j->want_logprobs = true;
     j->n_top = 3;
     if (srv_job_alloc_results(j, 4, err) != KN_OK)
@@ -128,10 +135,15 @@ static void test_invariance(void)
     const struct convoy_speed plain = {.no_draft = true, .no_warm_start = true};
     run_all(1, false, &plain, ref, &st);
     CHECK(st.draft_proposed == 0 && st.prompt_tokens_reused == 0);
-    int distinct = 0;
-    for (int k = 1; k < N_JOBS; k++)
+    int distinct = 0, stopped = 0;
+    for (int k = 1; k < N_JOBS; k++) {
         distinct += strcmp(ref[k].text, ref[k - 1].text) != 0;
+        stopped += (k % 6 == 4 || k % 5 == 2) && ref[k].finish == SRV_FINISH_STOP;
+    }
     CHECK(distinct > N_JOBS / 2);
+    CHECK(stopped >= 4); /* the stop strings were met */
+    /* job 4 writes only a: the stop string (cut from the text) ends it at token 7 */
+    CHECK(ref[4].n_out == 7 && ref[4].text[0] == 0 && ref[4].finish == SRV_FINISH_STOP);
 
     const struct convoy_speed configs[] = {
         {0},                                  /* everything on */
