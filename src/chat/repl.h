@@ -35,6 +35,7 @@ struct repl_opts {
     int threads;
     bool zero_wait;               /* pre-evaluate the line being typed (repl_prefill) */
     bool no_draft;                /* turn RAD-1 drafting off (it never changes a token) */
+    bool hide_reasoning;          /* hide <think> reasoning instead of showing it dimmed */
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
 };
 
