@@ -3,6 +3,7 @@
 
 #include "../base/json.h"
 #include "../engine/engine.h"
+#include "../grammar/grammar.h"
 #include "../gguf/gguf.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
@@ -67,6 +68,8 @@ struct repl {
      * (/set reasoning show|hide); never part of the conversation or the receipt text. */
     bool hide_reasoning;
     char *split_content, *split_reasoning; /* the splitter's outputs, sized once */
+    struct grammar_vocab *gvocab;          /* with o.grammar: its vocabulary and state, */
+    struct grammar_state *gstate;          /* reset for every answer */
 
     /* Zero Wait: the target computed for the last partial line. */
     char *zw_text;
@@ -296,6 +299,12 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     r->split_content = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
     r->split_reasoning = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
     r->hide_reasoning = o->hide_reasoning;
+    if (o->grammar) {
+        if ((st = grammar_vocab_from_tok(&r->gvocab, r->tk, (int32_t)r->m->hp.n_vocab, err)) != KN_OK ||
+            (st = grammar_state_init(&r->gstate, o->grammar, err)) != KN_OK)
+            goto fail;
+        sample_ctx_set_grammar(&r->sctx, r->gstate, r->gvocab);
+    }
     if (!r->gen || !r->piece || !r->split_content || !r->split_reasoning) {
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
         goto fail;
@@ -334,6 +343,8 @@ void repl_close(struct repl *r)
     free(r->piece);
     free(r->split_content);
     free(r->split_reasoning);
+    grammar_state_free(r->gstate);
+    grammar_vocab_free(r->gvocab);
     free(r->zw_text);
     free(r->zw_toks);
     free(r->system);
@@ -519,6 +530,8 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
         goto drop;
     int64_t n_gen = 0;
     enum engine_finish fin = ENGINE_FINISH_LENGTH;
+    if (r->gstate)
+        grammar_state_reset(r->gstate); /* each answer starts the grammar afresh */
     st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.n_predict, gen_on_token, &g,
                          r->gen, &n_gen, &fin, err);
     if (st == KN_OK && g.nomem)
@@ -815,6 +828,7 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
         .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
         .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
         .stop = NULL, .n_stop = 0, .finish = r->last_finish, .text = r->last_text,
+        .grammar = r->o.gbnf, .response_format = r->o.response_format,
         .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
         .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
     };

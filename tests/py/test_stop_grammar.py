@@ -203,3 +203,27 @@ def test_unsigned_tampered_grammar_or_stop_differs(work):
     rewrite(path, t)
     v = kn("verify-receipt", path, check=False)
     assert v.returncode == EXIT_DIFFERS and "DIFFERS" in v.stdout
+
+
+def test_chat_reasoning_shown_or_hidden_and_grammar_receipt(work):
+    g = 'root ::= "<think>" [a-z ]{3,20} "</think>" [a-z]{1,10}'
+    rp = os.path.join(work["dir"], "chat.json")
+    p = subprocess.run([KINETIC, "chat", MODEL, "--seed", "3", "--grammar", g],
+                       input=f"Think please\n/set reasoning hide\nAgain\n/receipt {rp}\n",
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split("\n")
+    first, second = lines[0], lines[2]
+    assert lines[1] == "reasoning hide" and "think" not in p.stdout
+    with open(rp) as f:
+        rec = json.load(f)
+    # The answer that joined the conversation and the receipt's text exclude the reasoning.
+    content1 = rec["input"][1]["content"]
+    assert rec["input"][1]["role"] == "assistant" and first.endswith(content1)
+    assert len(content1) < len(first)  # the reasoning was shown before it
+    assert rec["output"]["text"] == second and second.isalpha()
+    assert rec["sampling"]["grammar"] == g
+    assert "rerun: identical" in kn("verify-receipt", rp).stdout
+    bad = subprocess.run([KINETIC, "chat", MODEL, "--grammar", "root ::= (", "--seed", "1"],
+                         input="", capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "column" in bad.stderr
