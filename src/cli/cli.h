@@ -33,6 +33,17 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
 void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
 
+/* The grammar the flags ask for (at most one given; all NULL: none): GBNF text (*gbnf,
+ * owned) and, for a JSON Schema, the response_format a receipt records (*rf, owned:
+ * {"type": "json_schema", "json_schema": {"schema": S}}), compiled into *g (owned). Errors
+ * name the flag or file, with the line and column of a bad grammar or schema. */
+struct grammar;
+struct json_value;
+struct kn_err;
+int cli_grammar(const char *grammar, const char *grammar_file, const char *json_schema,
+                const char *json_schema_file, char **gbnf, struct json_value **rf,
+                struct grammar **g, struct kn_err *err);
+
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

@@ -366,74 +366,6 @@ static char *run_unescape(const char *s, struct kn_err *err)
     return out;
 }
 
-/* The grammar the flags ask for: GBNF text (*gbnf, owned) and, for a JSON Schema, the
- * response_format the receipt records (*rf, owned), compiled into *g. NULL: no grammar. */
-static enum kn_status run_grammar(const struct run_opts *o, char **gbnf, struct json_value **rf,
-                                  struct grammar **g, struct kn_err *err)
-{
-    *gbnf = NULL;
-    *rf = NULL;
-    *g = NULL;
-    int given = (o->grammar != NULL) + (o->grammar_file != NULL) + (o->json_schema != NULL) +
-                (o->json_schema_file != NULL);
-    if (given == 0)
-        return KN_OK;
-    if (given > 1)
-        return kn_fail(err, KN_E_ARG, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
-    enum kn_status st;
-    char *text = NULL;
-    size_t len = 0;
-    const char *file = o->grammar_file ? o->grammar_file : o->json_schema_file;
-    const char *flag = o->grammar ? "--grammar" : o->grammar_file ? "--grammar-file"
-                       : o->json_schema ? "--json-schema" : "--json-schema-file";
-    if (file) {
-        st = kn_read_file(file, 16u << 20, &text, &len, err);
-        if (st != KN_OK)
-            return st;
-    } else {
-        const char *src = o->grammar ? o->grammar : o->json_schema;
-        if (!(text = kn_strdup(src, err)))
-            return KN_E_NOMEM;
-        len = strlen(src);
-    }
-    if (o->json_schema || o->json_schema_file) {
-        struct json_value *schema = NULL;
-        st = json_parse(text, len, NULL, &schema, err);
-        free(text);
-        text = NULL;
-        if (st != KN_OK) {
-            kn_err_prefix(err, file ? file : "--json-schema");
-            return st;
-        }
-        struct json_value *js = json_new_object();
-        *rf = json_new_object();
-        if (!js || !*rf || json_object_set(*rf, "type", json_new_string("json_schema"), err) != KN_OK ||
-            json_object_set(js, "schema", schema, err) != KN_OK) {
-            json_free(js);
-            json_free(*rf);
-            *rf = NULL;
-            return kn_fail(err, KN_E_NOMEM, "out of memory");
-        }
-        if (json_object_set(*rf, "json_schema", js, err) != KN_OK)
-            return KN_E_NOMEM;
-        st = grammar_from_response_format(*rf, gbnf, err);
-        if (st != KN_OK) {
-            kn_err_prefix(err, flag);
-            return st;
-        }
-    } else {
-        if (!json_utf8_valid(text, len) || strlen(text) != len) {
-            free(text);
-            return kn_fail(err, KN_E_ARG, "%s: the grammar is not UTF-8 text", file ? file : flag);
-        }
-        *gbnf = text;
-    }
-    st = grammar_parse(*gbnf, strlen(*gbnf), NULL, g, err);
-    if (st != KN_OK)
-        kn_err_prefix(err, file ? file : flag);
-    return st;
-}
-
 static int fail(const struct kn_err *err)
 {
     fprintf(stderr, "kinetic run: %s\n", err->msg);
@@ -613,7 +545,8 @@ int cmd_run(int argc, char **argv)
             kn_fail(&err, KN_E_ARG, "--stop: a stop string needs at least one byte");
             goto out;
         }
-    if (run_grammar(&o, &gbnf, &rf, &gram, &err) != KN_OK) {
+    if (cli_grammar(o.grammar, o.grammar_file, o.json_schema, o.json_schema_file, &gbnf, &rf, &gram,
+                    &err) != KN_OK) {
         if (err.status != KN_E_NOMEM && err.status != KN_E_IO) {
             fprintf(stderr, "kinetic run: %s\n", err.msg);
             ret = 2;
