@@ -737,7 +737,9 @@ static bool step(struct convoy *c)
         convoy_lock(c);
         for (int s = 0; s < c->n_slots; s++) {
             struct srv_job *j = active[s];
-            if (!j || c->finishing[s] == SRV_FINISH_NONE || j->prefill != (pass == 1))
+            /* A job answered in pass 0 left its slot and may be freed already. */
+            if (!j || c->slots[s] != j || c->finishing[s] == SRV_FINISH_NONE ||
+                j->prefill != (pass == 1))
                 continue;
             if (j->prefill) {
                 c->stats.prefills_done++;
