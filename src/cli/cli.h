@@ -36,7 +36,8 @@ void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *op
 /* The grammar the flags ask for (at most one given; all NULL: none): GBNF text (*gbnf,
  * owned) and, for a JSON Schema, the response_format a receipt records (*rf, owned:
  * {"type": "json_schema", "json_schema": {"schema": S}}), compiled into *g (owned). Errors
- * name the flag or file, with the line and column of a bad grammar or schema. */
+ * name the flag or file, with the line and column of a bad grammar or schema, and leave
+ * all three NULL. */
 struct grammar;
 struct json_value;
 struct kn_err;

@@ -50,28 +50,36 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
             kn_err_prefix(err, file ? file : "--json-schema");
             return st;
         }
-        /* {"type": "json_schema", "json_schema": {"schema": S}}; each set takes its value,
-         * freeing it on failure; *rf is freed by the caller. */
+        /* {"type": "json_schema", "json_schema": {"schema": S}}; a set takes its value,
+         * freeing it on failure. */
         struct json_value *js = json_new_object();
         *rf = json_new_object();
         if (!js || !*rf) {
             json_free(js);
             json_free(schema);
+            json_free(*rf);
+            *rf = NULL;
             return kn_fail(err, KN_E_NOMEM, "out of memory");
         }
-        if (json_object_set(js, "schema", schema, err) != KN_OK) {
+        bool ok = json_object_set(*rf, "type", json_new_string("json_schema"), err) == KN_OK;
+        if (!ok)
+            json_free(schema);
+        else
+            ok = json_object_set(js, "schema", schema, err) == KN_OK; /* frees schema if not */
+        if (!ok)
             json_free(js);
+        else
+            ok = json_object_set(*rf, "json_schema", js, err) == KN_OK; /* frees js if not */
+        if (!ok) {
+            json_free(*rf);
+            *rf = NULL;
             return KN_E_NOMEM;
         }
-        if (json_object_set(*rf, "type", json_new_string("json_schema"), err) != KN_OK) {
-            json_free(js);
-            return KN_E_NOMEM;
-        }
-        if (json_object_set(*rf, "json_schema", js, err) != KN_OK)
-            return KN_E_NOMEM;
         st = grammar_from_response_format(*rf, gbnf, err);
         if (st != KN_OK) {
             kn_err_prefix(err, flag);
+            json_free(*rf);
+            *rf = NULL;
             return st;
         }
     } else {
@@ -82,8 +90,13 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
         *gbnf = text;
     }
     st = grammar_parse(*gbnf, strlen(*gbnf), NULL, g, err);
-    if (st != KN_OK)
+    if (st != KN_OK) {
         kn_err_prefix(err, file ? file : flag);
+        free(*gbnf);
+        json_free(*rf);
+        *gbnf = NULL;
+        *rf = NULL;
+    }
     return st;
 }
 

@@ -143,7 +143,7 @@ def test_drafting_does_not_change_constrained_tokens(model, tmp_path):
     # top_k 3 without a boost makes the text repeat itself, so RAD-1 drafts get accepted.
     for mode, arg in (("--json", None), ("--schema", path)):
         args = [str(TOOL), str(model), mode] + ([str(arg)] if arg else []) + \
-            ["60", "99", "--boost", "0", "--top-k", "3", "--max-tokens", "120"]
+            [str(60 // SCALE), "99", "--boost", "0", "--top-k", "3", "--max-tokens", "120"]
         a = subprocess.run(args, capture_output=True, text=True, timeout=300)
         b = subprocess.run(args + ["--no-draft"], capture_output=True, text=True, timeout=300)
         assert a.returncode == 0 and b.returncode == 0

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#define NV 40000
+#define NV 12000
 
 static void trial(struct sample_ctx *s, float *l, int variant)
 {
@@ -32,7 +32,7 @@ static void trial(struct sample_ctx *s, float *l, int variant)
     b = a;
     b.top_k = NV - 2; /* all but the -inf one and the worst */
     int differ = 0;
-    for (int seed = 0; seed < 200; seed++) {
+    for (int seed = 0; seed < 120; seed++) {
         float top_p = seed % 3 == 0 ? 0.5f : seed % 3 == 1 ? 0.9f : 0.999f;
         a.top_p = b.top_p = top_p;
         a.seed = b.seed = (uint64_t)seed;
@@ -40,7 +40,7 @@ static void trial(struct sample_ctx *s, float *l, int variant)
         int32_t tb = sample_token(s, &b, l, NULL, 0, (uint64_t)seed);
         differ += ta != tb;
     }
-    CHECKF(differ == 0, "variant %d: %d of 200 draws differ", variant, differ);
+    CHECKF(differ == 0, "variant %d: %d of 120 draws differ", variant, differ);
 }
 
 int main(void)
