@@ -693,6 +693,7 @@ static bool step(struct convoy *c)
             }
             finish_locked(c, j, c->finishing[s]);
             c->slots[s] = NULL;
+            active[s] = NULL; /* its holder may free it now */
         }
         convoy_unlock(c);
     }
