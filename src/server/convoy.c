@@ -685,7 +685,9 @@ static bool step(struct convoy *c)
         convoy_lock(c);
         for (int s = 0; s < c->n_slots; s++) {
             struct srv_job *j = active[s];
-            if (!j || c->finishing[s] == SRV_FINISH_NONE || j->prefill != (pass == 1))
+            /* A job answered in pass 0 left its slot and may be freed already. */
+            if (!j || c->slots[s] != j || c->finishing[s] == SRV_FINISH_NONE ||
+                j->prefill != (pass == 1))
                 continue;
             if (j->prefill) {
                 c->stats.prefills_done++;
@@ -693,7 +695,6 @@ static bool step(struct convoy *c)
             }
             finish_locked(c, j, c->finishing[s]);
             c->slots[s] = NULL;
-            active[s] = NULL; /* its holder may free it now */
         }
         convoy_unlock(c);
     }
