@@ -99,8 +99,13 @@ def reference(plain):
     return [fingerprint(ask(plain, b)) for b in cases()]
 
 
+# Under the sanitizers each feature alone is left to test_server_speed.c (same code).
+ASAN_SKIP = pytest.mark.skipif(sanitizer_build(), reason="sanitizer build: covered by the C test")
+
+
 @need_aid
-@pytest.mark.parametrize("flags", [(), ("--no-warm-start",), ("--no-draft",),
+@pytest.mark.parametrize("flags", [(), pytest.param(("--no-warm-start",), marks=ASAN_SKIP),
+                                   pytest.param(("--no-draft",), marks=ASAN_SKIP),
                                    ("--draft-max", "3", "--cache-ram", "0")])
 def test_invariance(reference, flags):
     """32 requests (8 prompts x 4 temperatures/seeds), each twice (the second reuses the
