@@ -29,7 +29,7 @@ static const char *const more_help =
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
-    const char *chat_format = NULL;
+    const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false;
@@ -44,6 +44,8 @@ int cmd_serve(int argc, char **argv)
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL},
+        {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
+        {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
         {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
@@ -100,7 +102,7 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
         struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
-                                    chat_format};
+                                    chat_format, chat_template, chat_template_kwargs};
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;

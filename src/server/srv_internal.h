@@ -42,11 +42,13 @@ struct srv_request {
     size_t n_ids;
     char *rendered;            /* chat: the rendered prompt */
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
+    struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
+    struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */
 };
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 8
+#define SRV_N_ENDPOINTS 9
 #define SRV_N_STATUS 11
 
 struct srv {
@@ -67,6 +69,11 @@ struct srv {
  * srv_request_free) and returns 0, or fills e and returns its HTTP status. */
 int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
                          struct srv_request *r, struct srv_error *e);
+/* POST /apply-template: renders body's messages (with chat_template_kwargs, tools and
+ * add_generation_prompt, default true) with the model's chat template; *out receives
+ * {"prompt": text} (malloc'd JSON). Returns 0, or fills e and returns its HTTP status. */
+int api_apply_template(struct srv *s, const struct json_value *body, char **out,
+                       struct srv_error *e);
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 
