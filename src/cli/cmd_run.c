@@ -36,7 +36,9 @@ static const char *const run_more_help =
     "model without tokenizer.chat_template (a base model) gets the prompt raw (--system\n"
     "text first, then a blank line). --raw always sends the prompt as is, with BOS if the\n"
     "model wants one. Message text never turns into control tokens; only the template's\n"
-    "own text does. --print-prompt shows the rendered prompt and its tokens and exits\n"
+    "own text does. --messages FILE takes a whole conversation instead of PROMPT: a JSON\n"
+    "array of OpenAI-style messages, or {\"messages\": [...], \"tools\": [...]}; tool\n"
+    "definitions and assistant tool_calls go to the template. --print-prompt shows the rendered prompt and its tokens and exits\n"
     "(with --json: {\"prompt\": text, \"prompt_tokens\": [ids], \"template\": name}).\n"
     "\n"
     "Generation stops at an end-of-generation token, after -n tokens, or at the context\n"
@@ -183,7 +185,7 @@ struct run_opts {
     const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
-    const char *chat_template, *chat_template_kwargs;
+    const char *chat_template, *chat_template_kwargs, *messages;
     /* the samplers of issue 10: applied only when given (see run_samplers) */
     double typical, top_nsigma, xtc_p, xtc_t, dry_mult, dry_base, miro_tau, miro_eta;
     int64_t dry_allowed, dry_last_n, mirostat, min_keep;
@@ -328,6 +330,7 @@ int cmd_run(int argc, char **argv)
         {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
         {"chat-template", 0, CLI_STR, &o.chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &o.chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL},
+        {"messages", 0, CLI_STR, &o.messages, "FILE", "the conversation as JSON: [messages] or {\"messages\": [...], \"tools\": [...]}", NULL},
         {"file", 'f', CLI_STR, &o.file, "FILE", "read the prompt from FILE ('-' = standard input)", NULL},
         {"prompt-ids", 0, CLI_STR, &o.prompt_ids, "IDS", "use these comma-separated token ids as the prompt (no template, no tokenizer)", NULL},
         {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
@@ -412,8 +415,12 @@ int cmd_run(int argc, char **argv)
     }
     const char *model_path = pos[0];
     const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
-    if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
-        fprintf(stderr, "kinetic run: give the prompt once: as an argument, with -f, or with --prompt-ids\n");
+    if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) + (o.messages != NULL) > 1) {
+        fprintf(stderr, "kinetic run: give the prompt once: as an argument, with -f, --prompt-ids or --messages\n");
+        return 2;
+    }
+    if (o.messages && (o.raw || o.system)) {
+        fprintf(stderr, "kinetic run: --messages holds the whole conversation; it cannot be combined with --raw or --system\n");
         return 2;
     }
 
@@ -431,6 +438,8 @@ int cmd_run(int argc, char **argv)
     struct chat_renderer cr = {0};
     bool cr_ok = false;
     struct gguf_file *g_only = NULL;
+    struct json_value *conv = NULL;
+    const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
     struct tok_stream ts;
     char *piece = NULL;
     struct sample_ctx sctx = {0};
@@ -453,8 +462,20 @@ int cmd_run(int argc, char **argv)
         have_key = true;
     }
 
-    /* ---- the prompt text. */
-    if (!o.prompt_ids) {
+    /* ---- the prompt text, or the conversation. */
+    if (o.messages) {
+        if (json_parse_file(o.messages, NULL, &conv, &err) != KN_OK) {
+            kn_err_prefix(&err, "--messages");
+            goto out;
+        }
+        conv_msgs = json_is(conv, JSON_ARRAY) ? conv : json_get(conv, "messages");
+        conv_tools = json_is(conv, JSON_OBJECT) ? json_get(conv, "tools") : NULL;
+        if (!json_is(conv_msgs, JSON_ARRAY) || json_len(conv_msgs) == 0) {
+            kn_fail(&err, KN_E_ARG, "--messages %s: want a non-empty JSON array of messages, or an "
+                    "object with one in \"messages\"", o.messages);
+            goto out;
+        }
+    } else if (!o.prompt_ids) {
         enum kn_status st = KN_OK;
         if (prompt_arg && strcmp(prompt_arg, "-") != 0)
             st = kn_buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
@@ -519,8 +540,12 @@ int cmd_run(int argc, char **argv)
         if (o.system && !o.raw)
             msgs[nm++] = (struct chat_message){"system", o.system};
         msgs[nm++] = (struct chat_message){"user", prompt.p};
-        if (chat_renderer_render(&cr, msgs, nm, !o.raw, &cp, &err) != KN_OK)
+        if (conv_msgs) {
+            if (chat_renderer_render_json(&cr, conv_msgs, conv_tools, NULL, true, &cp, &err) != KN_OK)
+                goto out;
+        } else if (chat_renderer_render(&cr, msgs, nm, !o.raw, &cp, &err) != KN_OK) {
             goto out;
+        }
         if (!o.json)
             kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(&cr), cr.source);
         /* Control tokens only from the template's own text; one BOS if the model wants it. */
@@ -705,6 +730,8 @@ int cmd_run(int argc, char **argv)
             input = json_new_string(o.prompt_ids);
         else if (o.raw)
             input = json_new_stringn(prompt.p ? prompt.p : "", prompt.n);
+        else if (conv_msgs)
+            input = json_clone(conv_msgs);
         else
             input = run_messages(o.system, prompt.p ? prompt.p : "", prompt.n, &err);
         if (!input) {
@@ -754,6 +781,7 @@ out:
     tok_free(tk);
     model_close(m);
     gguf_close(g_only);
+    json_free(conv);
     free(prompt.p);
     free(text.p);
     return ret;
