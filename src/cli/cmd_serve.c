@@ -16,15 +16,18 @@ static const char *const more_help =
     "\n"
     "Endpoints (OpenAI's shapes and error format): POST /v1/chat/completions and\n"
     "/v1/completions (\"stream\": true for server-sent events), GET /v1/models, GET /health\n"
-    "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.\n"
+    "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize,\n"
+    "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": the rendered text}).\n"
     "\n"
     "Convoy: each step runs one forward pass over every busy slot's next token plus prompt\n"
     "chunks; a request's tokens and log-probabilities are the same alone or in a crowd.\n"
     "Requests beyond the slots wait in a queue; when it is full the answer is 503 with\n"
     "Retry-After. A request without \"seed\" gets a fresh one, reported as \"seed\".\n"
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
-    "reruns. Chat templates are chosen as `kinetic run` chooses them. SIGINT or SIGTERM\n"
-    "stops the server cleanly.\n";
+    "reruns. Chat templates are chosen as `kinetic run` chooses them (the model's Jinja\n"
+    "template; --chat-template FILE, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
+    "and \"chat_template_kwargs\" go to the template (the answer stays plain text: tool\n"
+    "calls in it are not parsed). SIGINT or SIGTERM stops the server cleanly.\n";
 
 int cmd_serve(int argc, char **argv)
 {
