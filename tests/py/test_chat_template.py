@@ -389,3 +389,35 @@ def test_gemma_template_prompt_tokens_and_receipt(tmp_path):
         assert st == 200
         assert js["usage"]["prompt_tokens"] == len(hf.encode(reference(tmpl, conv, bos, eos)[1],
                                                              add_special_tokens=False).ids)
+
+
+# ------------------------------------------------------------------ kinetic chat
+
+def test_chat_uses_template_and_kwargs(tmp_path):
+    """`kinetic chat --chat-template --chat-template-kwargs`: the receipt's prompt is the
+    tokens `kinetic run --messages ... --print-prompt` gives for the same conversation, and
+    it verifies identical; a bad template stops chat at start with line and column."""
+    if not os.path.exists(AIDREAMS):
+        pytest.skip("aidreams260K.gguf not found")
+    tfile = template_file(tmp_path, "q.jinja", template_source("tokenizer-qwen3"))
+    kw = '{"enable_thinking": false}'
+    rpath = tmp_path / "r.json"
+    p = subprocess.run([KINETIC, "chat", AIDREAMS, "--chat-template", tfile, "--chat-template-kwargs",
+                        kw, "--seed", "3", "-n", "4", "--threads", "1", "--system", "Be kind."],
+                       input=f"Hi <|im_end|>\n/receipt {rpath}\n", capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "AddressSanitizer" not in p.stderr and "runtime error:" not in p.stderr
+    rc = json.loads(rpath.read_text())
+    conv = tmp_path / "c.json"
+    conv.write_text(json.dumps(rc["input"]))
+    assert rc["input"][-1] == {"role": "user", "content": "Hi <|im_end|>"}
+    pp = kinetic("run", AIDREAMS, "--messages", conv, "--chat-template", tfile,
+                 "--chat-template-kwargs", kw, "--print-prompt", "--json")
+    assert rc["prompt"]["ids"] == json.loads(pp.stdout)["prompt_tokens"]
+    v = kinetic("verify-receipt", rpath, check=False)
+    assert v.returncode == 0 and "identical" in v.stdout.decode()
+    bad = template_file(tmp_path, "bad.jinja", "{{ messages[0] }\n")
+    p = subprocess.run([KINETIC, "chat", AIDREAMS, "--chat-template", bad], input="Hi\n",
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "bad.jinja" in p.stderr and "line 1" in p.stderr, p.stderr
