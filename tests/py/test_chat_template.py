@@ -421,3 +421,23 @@ def test_chat_uses_template_and_kwargs(tmp_path):
     p = subprocess.run([KINETIC, "chat", AIDREAMS, "--chat-template", bad], input="Hi\n",
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "bad.jinja" in p.stderr and "line 1" in p.stderr, p.stderr
+
+
+def test_unrenderable_model_template_falls_back(tmp_path):
+    """A model template the engine cannot render (here: a recursive loop, which it does not
+    implement) gets the built-in renderer of the family it shows, with a warning."""
+    import sys
+    if not os.path.exists(AIDREAMS):
+        pytest.skip("aidreams260K.gguf not found")
+    pytest.importorskip("gguf")
+    tpl = template_file(tmp_path, "t.jinja",
+                        "{% for m in messages recursive %}<|im_start|>{{ m.role }}\n"
+                        "{{ m.content }}<|im_end|>\n{% endfor %}")
+    model = tmp_path / "m.gguf"
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", AIDREAMS, str(model),
+                    "--chat-template-file", tpl], check=True, capture_output=True)
+    p = kinetic("run", model, "Hi", "--print-prompt", "--json")
+    js = json.loads(p.stdout)
+    assert js["template"] == "chatml", js
+    assert js["prompt"] == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert "cannot be rendered" in p.stderr.decode() and "line 1" in p.stderr.decode()
