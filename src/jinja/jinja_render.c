@@ -219,6 +219,14 @@ static bool v_str_m(struct rs *r, struct jv *out, const char *p, size_t n, int t
     return true;
 }
 
+/* s[b:e] keeping each byte's provenance (strip and trim: whitespace around a template's
+ * markup must not turn the markup into context text). */
+static bool v_substr(struct rs *r, struct jv *out, const struct jv *s, size_t b, size_t e)
+{
+    const uint8_t *m = str_mask(s);
+    return v_str_m(r, out, s->u.s->p + b, e - b, s->trust, m ? m + b : NULL);
+}
+
 /* a + b for two strings, keeping each byte's provenance. */
 static bool str_join2(struct rs *r, const struct jv *a, const struct jv *b, struct jv *out)
 {
@@ -2649,7 +2657,7 @@ static enum kn_status call_method(struct rs *r, const struct jnode *at, int fn, 
         const struct jstr *chars = g[0] && a[0].t == JV_STR ? a[0].u.s : NULL;
         size_t b = 0, e = 0;
         strip_span(s, chars, fn != S_RSTRIP, fn != S_LSTRIP, &b, &e);
-        return v_str(r, out, s->p + b, e - b) ? KN_OK : nomem(r);
+        return v_substr(r, out, &self, b, e) ? KN_OK : nomem(r);
     }
     case S_SPLIT: case S_RSPLIT: {
         TRY(bind_args(r, at, "split", p_split, 2, args, nargs, kwn, kwv, nkw, a, g));
@@ -3122,7 +3130,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         if (g[0] && a[0].t != JV_NONE) TRY(want_str(r, at, "strip", &a[0], true));
         size_t b = 0, e = 0;
         strip_span(s.u.s, g[0] && a[0].t == JV_STR ? a[0].u.s : NULL, true, true, &b, &e);
-        if (!v_str(r, out, s.u.s->p + b, e - b)) return nomem(r);
+        if (!v_substr(r, out, &s, b, e)) return nomem(r);
         out->markup = s.markup; /* Markup.strip() stays Markup */
         return KN_OK;
     }

@@ -309,6 +309,9 @@ static void test_marks(void)
     expect_marks("{{ '<' ~ x ~ 1 ~ '>' }}", ctx, NULL, "<ab1>", "10001");
     /* any other operation on context text marks the whole result as context */
     expect_marks("{{ ('<' + x) | upper }}{{ '<T>' | upper }}", ctx, NULL, "<AB<T>", "000000");
+    /* strip and trim keep the marks of what they keep */
+    expect_marks("{{ (' <' + x + '> ') | trim }}", ctx, NULL, "<ab>", "1001");
+    expect_marks("{{ ('<' ~ x ~ '>\\n').rstrip() }}{{ x.strip() }}", ctx, NULL, "<ab>ab", "100100");
     /* set, macros, call blocks and set blocks keep each byte's mark */
     expect_marks("{% set y = '[' + x %}{{ y }}", ctx, NULL, "[ab", "100");
     expect_marks("{% macro m(v) %}<{{ v }}>{% endmacro %}{{ m(x) }}", ctx, NULL, "<ab>", "1001");
