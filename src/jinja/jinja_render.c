@@ -565,6 +565,31 @@ static bool sb_done(struct sb *b, struct jv *out)
     return v_str(b->r, out, b->p ? b->p : "", b->n);
 }
 
+/* Appends string v to b and its marks to m (a byte per byte, as chars). */
+static void sb_add_marked(struct sb *b, struct sb *m, const struct jv *v)
+{
+    size_t n = v->u.s->n;
+    sb_add(b, v->u.s->p, n);
+    if (v->trust == JTRUST_MIXED) {
+        sb_add(m, (const char *)str_mask(v), n);
+        return;
+    }
+    char fill[64];
+    memset(fill, v->trust == JTRUST_ALL, sizeof fill);
+    for (size_t k = 0; k < n; k += sizeof fill)
+        sb_add(m, fill, n - k < sizeof fill ? n - k : sizeof fill);
+}
+
+/* Finishes a marked string built with sb_add_marked. */
+static bool sb_done_marked(struct sb *b, struct sb *m, struct jv *out)
+{
+    if (b->fail || m->fail)
+        return false;
+    if (!b->p)
+        return v_str(b->r, out, "", 0);
+    return v_str_m(b->r, out, b->p, b->n, JTRUST_MIXED, (const uint8_t *)m->p);
+}
+
 /* ---- Python float repr ---- */
 static void fmt_float(double x, char *buf, size_t cap)
 {
@@ -2749,16 +2774,15 @@ static enum kn_status call_method(struct rs *r, const struct jnode *at, int fn, 
         if (nargs != 1 || nkw) return rerr(r, at, JINJA_ERR_TYPE, "join() takes exactly one argument");
         struct jseq *l;
         TRY(iterate(r, at, args[0], &l));
-        struct sb b = {.r = r};
+        struct sb b = {.r = r}, m = {.r = r};
         for (size_t i = 0; i < l->n; i++) {
             if (l->v[i].t != JV_STR)
                 return rerr(r, at, JINJA_ERR_TYPE, "sequence item %zu: expected str instance, %s found",
                             i, type_name(&l->v[i]));
-            if (i) sb_add(&b, s->p, s->n);
-            sb_add(&b, l->v[i].u.s->p, l->v[i].u.s->n);
+            if (i) sb_add_marked(&b, &m, &self);
+            sb_add_marked(&b, &m, &l->v[i]);
         }
-        if (!b.p) return v_str(r, out, "", 0) ? KN_OK : nomem(r);
-        return sb_done(&b, out) ? KN_OK : nomem(r);
+        return sb_done_marked(&b, &m, out) ? KN_OK : nomem(r);
     }
     case S_SPLITLINES: {
         static const char *const p_keep[] = {"keepends"};
@@ -3190,16 +3214,15 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         struct jv sep;
         if (g[0]) { if (!str_of(r, &a[0], &sep)) return nomem(r); }
         else if (!v_str(r, &sep, "", 0)) return nomem(r);
-        struct sb b = {.r = r};
+        struct sb b = {.r = r}, m = {.r = r};
         for (size_t i = 0; i < l->n; i++) {
             struct jv x = l->v[i], s;
             if (g[1] && a[1].t != JV_NONE) TRY(attr_path(r, at, x, &a[1], &x));
             if (!str_of(r, &x, &s)) return nomem(r);
-            if (i) sb_add(&b, sep.u.s->p, sep.u.s->n);
-            sb_add(&b, s.u.s->p, s.u.s->n);
+            if (i) sb_add_marked(&b, &m, &sep);
+            sb_add_marked(&b, &m, &s);
         }
-        if (!b.p) return v_str(r, out, "", 0) ? KN_OK : nomem(r);
-        return sb_done(&b, out) ? KN_OK : nomem(r);
+        return sb_done_marked(&b, &m, out) ? KN_OK : nomem(r);
     }
     if (IS("first") || IS("last")) {
         NOARGS();

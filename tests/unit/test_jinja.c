@@ -312,6 +312,9 @@ static void test_marks(void)
     /* strip and trim keep the marks of what they keep */
     expect_marks("{{ (' <' + x + '> ') | trim }}", ctx, NULL, "<ab>", "1001");
     expect_marks("{{ ('<' ~ x ~ '>\\n').rstrip() }}{{ x.strip() }}", ctx, NULL, "<ab>ab", "100100");
+    /* so do join (filter and method) */
+    expect_marks("{{ ['<a>', x] | join('|') }}{{ '-'.join([x, '<b>']) }}", ctx, NULL, "<a>|abab-<b>",
+                 "1111000" "01" "111");
     /* set, macros, call blocks and set blocks keep each byte's mark */
     expect_marks("{% set y = '[' + x %}{{ y }}", ctx, NULL, "[ab", "100");
     expect_marks("{% macro m(v) %}<{{ v }}>{% endmacro %}{{ m(x) }}", ctx, NULL, "<ab>", "1001");
