@@ -93,7 +93,7 @@ KN_MUST_USE enum kn_status jinja_render(const struct jinja_template *t,
  * byte i is the template's own text (its literal text and string literals, and the
  * context values opts names as trusted), 0 when it came from the context (message
  * content, tools, extra variables) or was computed from it. Concatenation (+, ~, macro
- * and block output) and strip/trim keep each byte's mark; any other operation on a
+ * and block output), join and strip/trim keep each byte's mark; any other operation on a
  * string marks its whole result 0. The tokenizer parses control tokens only where
  * every byte is marked 1, so text in messages can never become a control token
  * (tok_encode_marked). *marks is malloc'd (free()), out_len bytes. */
