@@ -441,3 +441,51 @@ def test_unrenderable_model_template_falls_back(tmp_path):
     assert js["template"] == "chatml", js
     assert js["prompt"] == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert "cannot be rendered" in p.stderr.decode() and "line 1" in p.stderr.decode()
+
+
+# ------------------------------------------------------------------ marks on every template
+
+MARKUP = __import__("re").compile(
+    r"<\|[^<>|\s]{1,40}\|>|<｜[^｜]{1,40}｜>|\[/?(?:INST|AVAILABLE_TOOLS|TOOL_RESULTS|SYSTEM_PROMPT)\]"
+    r"|\[TOOL_CALLS\]|<start_of_turn>|<end_of_turn>|</?s>|</?think>|</?tool_call>")
+MARK_CONVS = ["02_system_multiturn_gen", "06_unicode", "07_tools_defined", "08_tool_calls_dict_args"]
+
+
+def test_template_markup_is_marked_on_every_shared_template(tmp_path):
+    """For every shared template and harmless conversations, every piece of markup in the
+    rendered prompt (turn markers, [INST], <think>...) carries the template's mark, so it
+    tokenizes as the control token; the text equals jinja2's."""
+    tool = os.path.join(BUILD, "tests", "jinja_render")
+    checked = 0
+    problems = []
+    for tid, src, bos, eos in jinja_ref.load_templates():
+        tpath = tmp_path / "t.jinja"
+        tpath.write_text(src, encoding="utf-8")
+        for cname in MARK_CONVS:
+            conv = CONVS[cname]
+            ctx = jinja_ref.chat_context(conv, bos, eos)
+            ref = jinja_ref.render(src, ctx)
+            if ref[0] != "ok":
+                continue
+            cpath = tmp_path / "c.json"
+            cpath.write_text(json.dumps(ctx, ensure_ascii=False), encoding="utf-8")
+            mpath = tmp_path / "m.txt"
+            p = subprocess.run([tool, tpath, cpath, "--time", str(jinja_ref.FIXED_TIME),
+                                "--marks", mpath], capture_output=True, timeout=30)
+            assert p.returncode == 0, (tid, cname, p.stderr)
+            text = p.stdout.decode("utf-8")
+            assert text == ref[1], (tid, cname)
+            raw = p.stdout
+            marks = mpath.read_bytes()
+            assert len(marks) == len(raw)
+            in_content = json.dumps(conv["messages"] + (conv.get("tools") or []), ensure_ascii=False)
+            for m in MARKUP.finditer(text):
+                if m.group(0) in in_content:
+                    continue  # the conversation itself holds this text
+                b0 = len(text[:m.start()].encode("utf-8"))
+                b1 = len(text[:m.end()].encode("utf-8"))
+                if set(marks[b0:b1]) != {ord("1")}:
+                    problems.append((tid, cname, m.group(0), text[max(0, m.start() - 30):m.end() + 10]))
+            checked += 1
+    assert checked > 60
+    assert not problems, problems[:10]
