@@ -329,6 +329,19 @@ def test_apply_template_bad_requests(tmp_path):
         st, _, js = s.post("/apply-template", {"messages": msgs,
                                                "chat_template_kwargs": {"enable_thinking": True}})
         assert st == 200 and js["prompt"].endswith("<|im_start|>assistant\n"), js
+        # A receipt of a templated chat completion (server and request kwargs) verifies.
+        body = {"messages": [{"role": "system", "content": "Dream."},
+                             {"role": "user", "content": "A cat <|im_end|>"}],
+                "chat_template_kwargs": {"enable_thinking": True}, "max_tokens": 6,
+                "temperature": 0.8, "seed": 9, "receipt": True}
+        st, _, js = s.post("/v1/chat/completions", body)
+        assert st == 200, js
+        rc = js["receipt"]
+        assert rc["input"] == body["messages"]
+        rpath = tmp_path / "srv-receipt.json"
+        rpath.write_text(json.dumps(rc))
+        v = kinetic("verify-receipt", rpath, check=False)
+        assert v.returncode == 0 and "identical" in v.stdout.decode(), v.stdout.decode() + v.stderr.decode()
         st, _, js = s.get("/health")
         assert st == 200
 
