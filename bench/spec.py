@@ -8,14 +8,24 @@
   bench/spec.py warm MODEL [--runs 5] [--prefix-tokens 2000]
       time to first token (prompt evaluation) with a ~2,000-token shared prefix held in
       the prompt cache file vs cold (--no-warm-start).
+  bench/spec.py serve-warm MODEL [--runs 5] [--repeat 60]
+      the same through `kinetic serve`: time to first token of requests sharing a ~2,000-
+      token system prompt on a server whose prompt cache holds it vs a --no-warm-start
+      server; requests alternate between the two; answers are checked to be equal.
+  bench/spec.py serve-draft MODEL [--runs 5] [-n 128]
+      generation speed through `kinetic serve`, RAD-1 on vs --no-draft (two servers,
+      requests alternating, server-side `timings`), same tasks as `draft`.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 KINETIC = os.environ.get("KINETIC", os.path.join(os.path.dirname(__file__), "..", "build", "kinetic"))
 
@@ -110,19 +120,150 @@ def bench_warm(a):
               f"{statistics.median(load):.0f} ms more (a server keeps it in memory)")
 
 
+class Server:
+    """`kinetic serve MODEL` on a free loopback port (one slot, a context that holds the
+    benchmark prompts)."""
+
+    def __init__(self, model, threads, *flags):
+        self.p = subprocess.Popen([KINETIC, "serve", model, "--port", "0", "--parallel", "1",
+                                   "--ctx-size", "3072", "-t", str(threads), *flags],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.p.stdout.readline()
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if not m:
+            self.p.kill()
+            raise RuntimeError(f"server did not start: {line!r}")
+        self.base = f"http://127.0.0.1:{m.group(1)}"
+
+    def post(self, body, path="/v1/completions"):
+        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            js = json.loads(r.read())
+        return js, (time.perf_counter() - t) * 1e3
+
+    def ttft(self, body, path="/v1/chat/completions"):
+        """Streams body; returns (the text, ms until the first token's chunk, the final
+        chunk's timings)."""
+        req = urllib.request.Request(self.base + path,
+                                     data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t = time.perf_counter()
+        first, text, timings = None, "", None
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if not ev.get("choices"):
+                    continue
+                ch = ev["choices"][0]
+                piece = ch.get("delta", {}).get("content") or ch.get("text") or ""
+                if piece and first is None:
+                    first = (time.perf_counter() - t) * 1e3
+                text += piece
+                timings = ev.get("timings", timings)
+        return text, first, timings
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait()
+
+
+def cli_to_json(extra):
+    """kinetic run's sampling flags of TASKS as request fields."""
+    names = {"--temp": "temperature", "--seed": "seed", "--repeat-penalty": "repeat_penalty"}
+    body = {}
+    for k, v in zip(extra[::2], extra[1::2]):
+        body[names[k]] = int(v) if k == "--seed" else float(v)
+    return body
+
+
+def bench_serve_warm(a):
+    para = ("Kinetic is an inference engine whose output is reproducible bit for bit. "
+            "Every request records a receipt that anyone can check by running it again. ")
+    system = "You are a helpful assistant. Read the notes below.\n\n" + para * a.repeat
+    qs = ["What is Kinetic?", "What does a receipt record?", "Who can check a receipt?",
+          "Why is bit-for-bit output useful?", "Summarise the notes."]
+    cold_s = Server(a.model, a.threads, "--no-warm-start")
+    warm_s = Server(a.model, a.threads)
+    try:
+        msgs = lambda q: [{"role": "system", "content": system}, {"role": "user", "content": q}]
+        first, _ = warm_s.post({"messages": msgs("Hello."), "max_tokens": 1, "temperature": 0},
+                               "/v1/chat/completions")
+        n_prompt = first["usage"]["prompt_tokens"]
+        cold, warm, cold_srv, warm_srv, reused = [], [], [], [], 0
+        for i in range(a.runs):
+            # 8 tokens, streamed: the first one's arrival is the time to first token
+            body = {"messages": msgs(qs[i % len(qs)]), "max_tokens": 8, "temperature": 0,
+                    "ignore_eos": True}
+            x, tx, mx = cold_s.ttft(body)
+            y, ty, my = warm_s.ttft(body)
+            assert x == y
+            cold.append(tx)
+            warm.append(ty)
+            cold_srv.append(mx["prompt_ms"])
+            warm_srv.append(my["prompt_ms"])
+            reused = my["cache_n"]
+        mc, mw = statistics.median(cold), statistics.median(warm)
+        print(f"shared system prompt: {n_prompt} tokens (with the first question)")
+        print(f"| server | time to first token (client) | prompt_ms (server) | cache_n |")
+        print(f"|---|---|---|---|")
+        print(f"| --no-warm-start | {mc:.0f} ms | {statistics.median(cold_srv):.0f} ms | 0 |")
+        print(f"| Warm Start | {mw:.0f} ms | {statistics.median(warm_srv):.0f} ms | {reused} |")
+        print(f"speed-up {mc / mw:.1f}x (medians of {a.runs} alternated runs)")
+    finally:
+        cold_s.close()
+        warm_s.close()
+
+
+def bench_serve_draft(a):
+    off_s = Server(a.model, a.threads, "--no-draft")
+    on_s = Server(a.model, a.threads)
+    try:
+        print(f"| task | tokens | --no-draft t/s | RAD-1 t/s | speed-up | drafts accepted |")
+        print(f"|---|---|---|---|---|---|")
+        for name, (prompt, extra) in TASKS.items():
+            if a.only and a.only not in name:
+                continue
+            body = {"prompt": prompt, "max_tokens": a.n, **cli_to_json(extra)}
+            off, on = [], []
+            for _ in range(a.runs):
+                x, _ = off_s.post(body)
+                y, _ = on_s.post(body)
+                assert x["choices"][0]["text"] == y["choices"][0]["text"], name
+                tx, ty = x["timings"], y["timings"]
+                n = tx["predicted_n"]
+                off.append(tx["predicted_per_second"])
+                on.append(ty["predicted_per_second"])
+            mo, mn = statistics.median(off), statistics.median(on)
+            print(f"| {name} | {n} | {mo:.1f} | {mn:.1f} | {mn / mo:.2f}x | "
+                  f"{ty['draft_n_accepted']}/{ty['draft_n']} |", flush=True)
+    finally:
+        off_s.close()
+        on_s.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["draft", "warm"])
+    ap.add_argument("what", choices=["draft", "warm", "serve-draft", "serve-warm"])
     ap.add_argument("model")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=60, help="paragraph repeats in the shared prefix")
+    ap.add_argument("--only", default="", help="serve-draft: only the tasks whose name has this")
     a = ap.parse_args()
     if a.what == "draft":
         bench_draft(a)
-    else:
+    elif a.what == "warm":
         bench_warm(a)
+    elif a.what == "serve-draft":
+        bench_serve_draft(a)
+    else:
+        bench_serve_warm(a)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include "../base/json.h"
 #include "../engine/engine.h"
+#include "../grammar/grammar.h"
 #include "../gguf/gguf.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Zero Wait evaluates a chunk of tokens per call and sizes it so that a call takes about
  * REPL_PREFILL_MS: a keystroke waits about that long at worst. */
@@ -62,6 +64,12 @@ struct repl {
     size_t cap_toks;
     int32_t *gen;           /* (n_ctx) generated ids */
     char *piece;
+    /* Reasoning (<think> ... </think>): split off the answer, shown dimmed or hidden
+     * (/set reasoning show|hide); never part of the conversation or the receipt text. */
+    bool hide_reasoning;
+    char *split_content, *split_reasoning; /* the splitter's outputs, sized once */
+    struct grammar_vocab *gvocab;          /* with o.grammar: its vocabulary and state, */
+    struct grammar_state *gstate;          /* reset for every answer */
 
     /* Zero Wait: the target computed for the last partial line. */
     char *zw_text;
@@ -317,7 +325,17 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     r->sctx_ok = true;
     r->gen = malloc((size_t)r->n_ctx * sizeof *r->gen);
     r->piece = malloc(tok_max_piece(r->tk) + 8);
-    if (!r->gen || !r->piece) {
+    /* One token's text plus held-back marker bytes (chat sets no stop strings). */
+    r->split_content = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
+    r->split_reasoning = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
+    r->hide_reasoning = o->hide_reasoning;
+    if (o->grammar) {
+        if ((st = grammar_vocab_from_tok(&r->gvocab, r->tk, (int32_t)r->m->hp.n_vocab, err)) != KN_OK ||
+            (st = grammar_state_init(&r->gstate, o->grammar, err)) != KN_OK)
+            goto fail;
+        sample_ctx_set_grammar(&r->sctx, r->gstate, r->gvocab);
+    }
+    if (!r->gen || !r->piece || !r->split_content || !r->split_reasoning) {
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -353,6 +371,10 @@ void repl_close(struct repl *r)
     free(r->toks);
     free(r->gen);
     free(r->piece);
+    free(r->split_content);
+    free(r->split_reasoning);
+    grammar_state_free(r->gstate);
+    grammar_vocab_free(r->gvocab);
     free(r->zw_text);
     free(r->zw_toks);
     free(r->system);
@@ -372,7 +394,8 @@ void repl_close(struct repl *r)
 
 struct repl_gen {
     struct repl *r;
-    struct tok_stream ts;
+    struct sample_think think;
+    bool dim, in_reasoning;
     FILE *out;
     char *text;
     size_t len, cap;
@@ -397,22 +420,74 @@ static bool gen_add(struct repl_gen *g, const char *s, size_t n)
     return true;
 }
 
+/* Splits the text the engine says is safe to show into answer (kept, printed) and
+ * reasoning (printed dimmed on a terminal, or hidden). */
+static bool gen_emit(struct repl_gen *g, const char *bytes, size_t len, bool last)
+{
+    struct repl *r = g->r;
+    size_t nc = 0, nr = 0;
+    if (last)
+        sample_think_flush(&g->think, r->split_content, &nc, r->split_reasoning, &nr);
+    else
+        sample_think_feed(&g->think, bytes, len, r->split_content, &nc, r->split_reasoning, &nr);
+    if (!gen_add(g, r->split_content, nc)) {
+        g->nomem = true;
+        return false;
+    }
+    /* Within one feed, the kind that was open comes first. */
+    bool r_first = g->in_reasoning || !g->think.inside;
+    for (int k = 0; k < 2; k++) {
+        bool is_r = (k == 0) == r_first;
+        size_t n = is_r ? nr : nc;
+        if (n == 0 || (is_r && r->hide_reasoning))
+            continue;
+        if (g->dim && is_r != g->in_reasoning)
+            fputs(is_r ? "\x1b[2m" : "\x1b[0m", g->out);
+        g->in_reasoning = is_r;
+        fwrite(is_r ? r->split_reasoning : r->split_content, 1, n, g->out);
+    }
+    if (last && g->dim && g->in_reasoning) {
+        fputs("\x1b[0m", g->out);
+        g->in_reasoning = false;
+    }
+    fflush(g->out);
+    return true;
+}
+
+/* True when the prompt ends by opening the reasoning (templates that write "<think>\n"
+ * for the model), so the answer starts inside it. */
+static bool prompt_opens_think(const struct tok *tk, const int32_t *toks, int64_t n)
+{
+    char tail[64];
+    size_t tl = 0;
+    /* The text of the last few tokens, newest last. */
+    for (int64_t i = n > 4 ? n - 4 : 0; i < n; i++) {
+        size_t len = 0;
+        const char *p = tok_piece(tk, toks[i], true, &len);
+        if (!p || len > sizeof tail - tl) {
+            tl = 0;
+            if (!p || len > sizeof tail)
+                continue;
+        }
+        memcpy(tail + tl, p, len);
+        tl += len;
+    }
+    while (tl > 0 && (tail[tl - 1] == '\n' || tail[tl - 1] == ' '))
+        tl--;
+    return tl >= 7 && memcmp(tail + tl - 7, "<think>", 7) == 0;
+}
+
 /* Streams each token's text; stops the answer when the interrupt flag is set (after
  * this token, which is kept: the answer is exactly the tokens shown). */
 static bool gen_on_token(void *ctx, int32_t id, int64_t index)
 {
     struct repl_gen *g = ctx;
+    (void)id;
     (void)index;
-    size_t pn = 0;
-    tok_stream_push(&g->ts, id, g->r->piece, &pn);
-    if (!gen_add(g, g->r->piece, pn)) {
-        g->nomem = true;
+    size_t tn;
+    const char *t = engine_text(&g->r->e, &tn);
+    if (!gen_emit(g, t, tn, false))
         return false;
-    }
-    if (pn) {
-        fwrite(g->r->piece, 1, pn, g->out);
-        fflush(g->out);
-    }
     if (g->r->o.interrupt && *g->r->o.interrupt) {
         g->interrupted = true;
         return false;
@@ -480,21 +555,25 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     }
     double t1 = kn_now();
 
-    struct repl_gen g = {.r = r, .out = out};
-    tok_stream_init(&g.ts, r->tk, false);
+    struct repl_gen g = {.r = r, .out = out, .dim = isatty(fileno(out)) != 0};
+    st = sample_think_init(&g.think, "<think>", "</think>", prompt_opens_think(r->tk, r->toks, n),
+                           err);
+    if (st != KN_OK)
+        goto drop;
     int64_t n_gen = 0;
     enum engine_finish fin = ENGINE_FINISH_LENGTH;
+    if (r->gstate)
+        grammar_state_reset(r->gstate); /* each answer starts the grammar afresh */
     st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.n_predict, gen_on_token, &g,
                          r->gen, &n_gen, &fin, err);
     if (st == KN_OK && g.nomem)
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
     if (st == KN_OK) {
-        size_t pn = 0;
-        tok_stream_flush(&g.ts, r->piece, &pn);
-        if (!gen_add(&g, r->piece, pn))
+        /* The tail the stop matcher held back, then what the splitter holds. */
+        size_t tn;
+        const char *tail = engine_text(&r->e, &tn);
+        if (!gen_emit(&g, tail, tn, false) || !gen_emit(&g, NULL, 0, true))
             st = kn_fail(err, KN_E_NOMEM, "out of memory");
-        else if (pn)
-            fwrite(r->piece, 1, pn, out);
     }
     double t2 = kn_now();
     if (st != KN_OK) {
@@ -654,7 +733,8 @@ const char *const repl_help_text =
     "  /system [TEXT]      set the system message (none without TEXT)\n"
     "  /set [NAME VALUE]   change a setting, or list them: temp, top_k, top_p, min_p,\n"
     "                      repeat_penalty, repeat_last_n, presence_penalty,\n"
-    "                      frequency_penalty, n_predict\n"
+    "                      frequency_penalty, n_predict; /set reasoning show|hide\n"
+    "                      shows <think> reasoning dimmed or hides it\n"
     "  /seed N             the seed every answer is sampled with\n"
     "  /save FILE          save the conversation and settings as JSON\n"
     "  /load FILE          load a conversation saved with /save\n"
@@ -780,6 +860,7 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
         .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
         .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
         .stop = NULL, .n_stop = 0, .finish = r->last_finish, .text = r->last_text,
+        .grammar = r->o.gbnf, .response_format = r->o.response_format,
         .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
         .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
     };
@@ -1064,6 +1145,17 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
                 val++;
             snprintf(sname, sizeof sname, "%.*s", (int)(k < 63 ? k : 63), arg);
             const struct setting *s = setting_find(sname);
+            if (strcmp(sname, "reasoning") == 0) {
+                if (strcmp(val, "show") == 0 || strcmp(val, "hide") == 0) {
+                    r->hide_reasoning = val[0] == 'h';
+                    fprintf(out, "reasoning %s\n", val);
+                } else {
+                    fprintf(out, "/set reasoning takes show or hide\n");
+                }
+                fflush(out);
+                free(arg);
+                return st;
+            }
             double v;
             struct kn_err e2 = {0};
             if (!s) {

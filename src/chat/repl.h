@@ -21,6 +21,8 @@
 #include <stdio.h>
 
 struct repl;
+struct grammar;
+struct json_value;
 
 struct repl_opts {
     const char *model_path;
@@ -37,6 +39,12 @@ struct repl_opts {
     int threads;
     bool zero_wait;               /* pre-evaluate the line being typed (repl_prefill) */
     bool no_draft;                /* turn RAD-1 drafting off (it never changes a token) */
+    bool hide_reasoning;          /* hide <think> reasoning instead of showing it dimmed */
+    /* A grammar every answer follows (NULL: none), its GBNF text and the response_format
+     * it came from (NULL: none), for receipts. Borrowed: they outlive the repl. */
+    const struct grammar *grammar;
+    const char *gbnf;
+    const struct json_value *response_format;
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
 };
 

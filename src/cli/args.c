@@ -52,6 +52,16 @@ static int store(const char *cmd, const struct cli_opt *o, const char *val)
     case CLI_STR:
         *(const char **)o->dest = val;
         break;
+    case CLI_STRS: {
+        struct cli_strs *l = o->dest;
+        if (l->n >= CLI_MAX_STRS) {
+            fprintf(stderr, "kinetic %s: --%s may be given at most %d times\n", cmd, o->name,
+                    CLI_MAX_STRS);
+            return 2;
+        }
+        l->v[l->n++] = val;
+        break;
+    }
     case CLI_INT: {
         long long v = strtoll(val, &end, 10);
         if (errno || end == val || *end) {

@@ -6,13 +6,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT };
+enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT, CLI_STRS };
+
+/* CLI_STRS: an option that may be repeated; each value is appended (dest: struct cli_strs *). */
+#define CLI_MAX_STRS 16
+struct cli_strs {
+    const char *v[CLI_MAX_STRS];
+    int n;
+};
 
 struct cli_opt {
     const char *name;  /* long name without dashes, e.g. "threads" */
     char short_name;   /* 0 for none */
     enum cli_kind kind;
-    void *dest;        /* bool*, const char**, int64_t*, double* */
+    void *dest;        /* bool*, const char**, int64_t*, double*, struct cli_strs* */
     const char *arg;   /* metavariable in help, e.g. "N" */
     const char *help;
     bool *seen;        /* optional: set when the option was given */
@@ -25,6 +32,17 @@ struct cli_opt {
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
 void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
+
+/* The grammar the flags ask for (at most one given; all NULL: none): GBNF text (*gbnf,
+ * owned) and, for a JSON Schema, the response_format a receipt records (*rf, owned:
+ * {"type": "json_schema", "json_schema": {"schema": S}}), compiled into *g (owned). Errors
+ * name the flag or file, with the line and column of a bad grammar or schema. */
+struct grammar;
+struct json_value;
+struct kn_err;
+int cli_grammar(const char *grammar, const char *grammar_file, const char *json_schema,
+                const char *json_schema_file, char **gbnf, struct json_value **rf,
+                struct grammar **g, struct kn_err *err);
 
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -7,6 +7,8 @@
 #include "base/base.h"
 #include "chat/repl.h"
 #include "chat/repl_edit.h"
+#include "base/json.h"
+#include "grammar/grammar.h"
 #include "sample/sample.h"
 
 #include <errno.h>
@@ -107,6 +109,8 @@ int cmd_chat(int argc, char **argv)
     bool seed_set = false, no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
     const char *chat_template = NULL, *chat_template_kwargs = NULL;
+    const char *reasoning = "show";
+    const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
     const struct cli_opt opts[] = {
         {"temp", 0, CLI_FLOAT, &temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
@@ -130,6 +134,11 @@ int cmd_chat(int argc, char **argv)
         {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "do not evaluate the line while it is typed", NULL},
         {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (it never changes a token)", NULL},
+        {"grammar", 0, CLI_STR, &grammar, "GBNF", "constrain every answer with a GBNF grammar", NULL},
+        {"grammar-file", 0, CLI_STR, &grammar_file, "FILE", "read the GBNF grammar from FILE", NULL},
+        {"json-schema", 0, CLI_STR, &json_schema, "JSON", "answer with JSON matching this JSON Schema", NULL},
+        {"json-schema-file", 0, CLI_STR, &json_schema_file, "FILE", "read the JSON Schema from FILE", NULL},
+        {"reasoning", 0, CLI_STR, &reasoning, "MODE", "show <think> reasoning dimmed (default) or hide it; /set reasoning changes it", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[1];
@@ -151,6 +160,10 @@ int cmd_chat(int argc, char **argv)
     }
     if (ctx_size < 0 || n_predict < -1 || top_k < 0 || repeat_last_n < -1 || temp < 0 || seed < 0) {
         fprintf(stderr, "kinetic chat: --ctx-size, --top-k, --seed and --temp must not be negative; -n and --repeat-last-n take -1 or more\n");
+        return 2;
+    }
+    if (strcmp(reasoning, "show") != 0 && strcmp(reasoning, "hide") != 0) {
+        fprintf(stderr, "kinetic chat: --reasoning must be show or hide, not '%s'\n", reasoning);
         return 2;
     }
     if (top_k > INT32_MAX || repeat_last_n > INT32_MAX) {
@@ -178,9 +191,21 @@ int cmd_chat(int argc, char **argv)
                .repeat_last_n = (int32_t)repeat_last_n, .seed = useed},
         .n_predict = n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
         .zero_wait = !no_zero_wait && interactive, .no_draft = no_draft, .interrupt = &chat_interrupt,
+        .hide_reasoning = strcmp(reasoning, "hide") == 0,
     };
 
     struct kn_err err = {0};
+    char *gbnf = NULL;
+    struct json_value *rf = NULL;
+    struct grammar *gram = NULL;
+    if (cli_grammar(grammar, grammar_file, json_schema, json_schema_file, &gbnf, &rf, &gram,
+                    &err) != KN_OK) {
+        fprintf(stderr, "kinetic chat: %s\n", err.msg);
+        return err.status == KN_E_NOMEM || err.status == KN_E_IO ? 1 : 2;
+    }
+    ro.grammar = gram;
+    ro.gbnf = gbnf;
+    ro.response_format = rf;
     struct repl *r = NULL;
     struct repl_edit *ed = NULL;
     struct kn_buf msg = {0};
@@ -191,7 +216,7 @@ int cmd_chat(int argc, char **argv)
 
     if (repl_open(&r, &ro, &err) != KN_OK) {
         fprintf(stderr, "kinetic chat: %s\n", err.msg);
-        return 1;
+        goto out;
     }
     if (interactive) {
         if (pipe(chat_wake) != 0 || fcntl(chat_wake[0], F_SETFL, O_NONBLOCK) != 0 ||
@@ -319,6 +344,9 @@ out:
         chat_wake[0] = chat_wake[1] = -1;
     }
     repl_close(r);
+    grammar_free(gram);
+    free(gbnf);
+    json_free(rf);
     free(msg.p);
     free(ci.tmp.p);
     free(line_buf);

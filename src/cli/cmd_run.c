@@ -6,6 +6,7 @@
 #include "base/json.h"
 #include "chat/chat.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -46,10 +47,23 @@ static const char *const run_more_help =
     "stderr; the same seed, prompt and settings give the same tokens on any thread count\n"
     "and instruction set.\n"
     "\n"
+    "--stop TEXT (repeatable; llama.cpp's -r/--reverse-prompt is an alias) ends generation\n"
+    "after the token whose text completes TEXT (matched across token boundaries); the text\n"
+    "printed and recorded stops before TEXT. \\n, \\t, \\r, \\\\ and \\xHH in TEXT are escapes.\n"
+    "\n"
+    "--grammar GBNF, --grammar-file FILE, --json-schema JSON or --json-schema-file FILE\n"
+    "constrain the output (llama.cpp's GBNF; JSON Schema converted to GBNF). Drafting\n"
+    "stays on and never changes a token. A receipt records the grammar used and, for a\n"
+    "schema, {\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}.\n"
+    "\n"
+    "Reasoning between <think> and </think> is split off the answer: --reasoning show\n"
+    "(default) prints it (dimmed on a terminal), --reasoning hide does not. It is never part\n"
+    "of the receipt's output.text (the tokens keep it).\n"
+    "\n"
     "--json prints one JSON object on stdout instead of streaming text:\n"
     "  {\"prompt_tokens\": [ids], \"tokens\": [generated ids], \"text\": \"...\",\n"
-    "   \"stop\": \"eog\" | \"length\" | \"context\", \"seed\": N,\n"
-    "   \"prompt_ms\": F, \"gen_ms\": F}\n"
+    "   \"reasoning\": \"...\", \"stop\": \"eog\" | \"stop_string\" | \"length\" | \"context\",\n"
+    "   \"seed\": N, \"prompt_ms\": F, \"gen_ms\": F}\n"
     "--logits-out FILE writes the logits of every generated position as little-endian\n"
     "float32 rows of n_vocab values (for checking against a reference).\n";
 
@@ -146,9 +160,12 @@ struct run_gen {
     const struct engine *e;
     int64_t n_vocab;
     FILE *logits_f;
-    struct tok_stream *ts;
-    char *piece;
-    struct kn_buf *text;
+    struct sample_think *think;
+    bool show_reasoning, dim;    /* print the reasoning; dimmed (a terminal) */
+    bool in_reasoning;           /* the last bytes printed were reasoning */
+    char *content, *reasoning;   /* scratch for the split */
+    struct kn_buf *text;         /* the answer: after stop strings and reasoning */
+    struct kn_buf *rtext;        /* the reasoning */
     struct kn_err *err;
     bool failed;
 };
@@ -192,6 +209,9 @@ struct run_opts {
     bool typical_set, top_nsigma_set, xtc_p_set, xtc_t_set, dry_mult_set, dry_base_set,
         miro_tau_set, miro_eta_set, dry_allowed_set, dry_last_n_set, mirostat_set, min_keep_set;
     const char *samplers, *logit_bias;
+    /* stop strings, grammars, reasoning */
+    struct cli_strs stop;
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file, *reasoning;
 };
 
 /* Applies the sampler flags that were given on top of Kinetic's defaults. */
@@ -266,25 +286,90 @@ static bool run_write_logits(struct run_gen *g)
     return true;
 }
 
-/* Streams each token's text (held back while a UTF-8 sequence is incomplete). */
-static bool run_on_token(void *ctx, int32_t id, int64_t index)
+/* Splits text the engine says is safe to show (stop strings held back and cut) into
+ * answer and reasoning, keeps both and prints them. */
+static bool run_emit(struct run_gen *g, const char *bytes, size_t len, bool last)
 {
-    struct run_gen *g = ctx;
-    (void)index;
-    if (g->logits_f && !run_write_logits(g))
-        return false;
-    size_t pn = 0;
-    tok_stream_push(g->ts, id, g->piece, &pn);
-    if (!kn_buf_add(g->text, g->piece, pn)) {
+    size_t nc = 0, nr = 0;
+    if (last)
+        sample_think_flush(g->think, g->content, &nc, g->reasoning, &nr);
+    else
+        sample_think_feed(g->think, bytes, len, g->content, &nc, g->reasoning, &nr);
+    if (!kn_buf_add(g->text, g->content, nc) || !kn_buf_add(g->rtext, g->reasoning, nr)) {
         kn_fail(g->err, KN_E_NOMEM, "out of memory");
         g->failed = true;
         return false;
     }
-    if (!g->o->json && pn) {
-        fwrite(g->piece, 1, pn, stdout);
-        fflush(stdout);
+    if (g->o->json)
+        return true;
+    /* Within one feed the kinds come in order: reasoning ends before content starts
+     * (or the reverse), so print the kind that was open first. */
+    bool r_first = g->in_reasoning || !g->think->inside;
+    for (int k = 0; k < 2; k++) {
+        bool is_r = (k == 0) == r_first;
+        const char *p = is_r ? g->reasoning : g->content;
+        size_t n = is_r ? nr : nc;
+        if (n == 0 || (is_r && !g->show_reasoning))
+            continue;
+        if (g->dim && is_r != g->in_reasoning)
+            fputs(is_r ? "\x1b[2m" : "\x1b[0m", stdout);
+        g->in_reasoning = is_r;
+        fwrite(p, 1, n, stdout);
     }
+    if (last && g->dim && g->in_reasoning) {
+        fputs("\x1b[0m", stdout);
+        g->in_reasoning = false;
+    }
+    fflush(stdout);
     return true;
+}
+
+/* Writes the logits, then streams the text the token adds. */
+static bool run_on_token(void *ctx, int32_t id, int64_t index)
+{
+    struct run_gen *g = ctx;
+    (void)id;
+    (void)index;
+    if (g->logits_f && !run_write_logits(g))
+        return false;
+    size_t n;
+    const char *t = engine_text(g->e, &n);
+    return run_emit(g, t, n, false);
+}
+
+/* Decodes the escapes \n \t \r \\ \" \xHH of a --stop value into a new string. */
+static char *run_unescape(const char *s, struct kn_err *err)
+{
+    char *out = kn_malloc(strlen(s) + 1, err), *o = out;
+    if (!out)
+        return NULL;
+    for (; *s; s++) {
+        if (*s != '\\' || !s[1]) {
+            *o++ = *s;
+            continue;
+        }
+        s++;
+        switch (*s) {
+        case 'n': *o++ = '\n'; break;
+        case 't': *o++ = '\t'; break;
+        case 'r': *o++ = '\r'; break;
+        case 'x': {
+            int v = 0, k = 0;
+            for (; k < 2 && ((s[1] >= '0' && s[1] <= '9') || ((s[1] | 32) >= 'a' && (s[1] | 32) <= 'f')); k++, s++)
+                v = v * 16 + (s[1] <= '9' ? s[1] - '0' : (s[1] | 32) - 'a' + 10);
+            if (k == 0 || v == 0) {
+                free(out);
+                kn_fail(err, KN_E_ARG, "--stop: \\x needs one or two hex digits (not 00)");
+                return NULL;
+            }
+            *o++ = (char)v;
+            break;
+        }
+        default: *o++ = *s; break; /* \\ and \" and anything else: the character */
+        }
+    }
+    *o = 0;
+    return out;
 }
 
 static int fail(const struct kn_err *err)
@@ -357,6 +442,13 @@ int cmd_run(int argc, char **argv)
         {"prompt-cache", 0, CLI_STR, &o.prompt_cache, "FILE", "Warm Start: keep the prompt's KV entries in FILE and reuse the longest cached prefix next time", NULL},
         {"cache-ram", 0, CLI_INT, &o.cache_ram, "MiB", "most memory (and file size) of the prompt cache (default 2048)", NULL},
         {"no-warm-start", 0, CLI_FLAG, &o.no_warm_start, NULL, "turn the prompt cache off (never changes the output)", NULL},
+        {"stop", 0, CLI_STRS, &o.stop, "TEXT", "stop after the text TEXT appears (repeatable; not printed)", NULL},
+        {"reverse-prompt", 'r', CLI_STRS, &o.stop, "TEXT", "the same as --stop (llama.cpp's name)", NULL},
+        {"grammar", 0, CLI_STR, &o.grammar, "GBNF", "constrain the output with a GBNF grammar", NULL},
+        {"grammar-file", 0, CLI_STR, &o.grammar_file, "FILE", "read the GBNF grammar from FILE", NULL},
+        {"json-schema", 0, CLI_STR, &o.json_schema, "JSON", "constrain the output to JSON matching this JSON Schema", NULL},
+        {"json-schema-file", 0, CLI_STR, &o.json_schema_file, "FILE", "read the JSON Schema from FILE", NULL},
+        {"reasoning", 0, CLI_STR, &o.reasoning, "MODE", "show (default; dimmed on a terminal) or hide <think> reasoning", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[2];
@@ -440,8 +532,15 @@ int cmd_run(int argc, char **argv)
     struct gguf_file *g_only = NULL;
     struct json_value *conv = NULL;
     const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
-    struct tok_stream ts;
-    char *piece = NULL;
+    struct sample_think think;
+    struct kn_buf rtext = {0};
+    char *content_buf = NULL, *reasoning_buf = NULL;
+    char *gbnf = NULL;
+    struct json_value *rf = NULL;
+    struct grammar *gram = NULL;
+    struct grammar_vocab *gvocab = NULL;
+    struct grammar_state *gstate = NULL;
+    char *stops[CLI_MAX_STRS] = {0};
     struct sample_ctx sctx = {0};
     bool sctx_ok = false;
     FILE *logits_f = NULL;
@@ -454,6 +553,28 @@ int cmd_run(int argc, char **argv)
     char model_hex[65] = {0};
     int64_t n_reused = 0;
     double cache_load_s = 0;
+
+    if (o.reasoning && strcmp(o.reasoning, "show") != 0 && strcmp(o.reasoning, "hide") != 0) {
+        fprintf(stderr, "kinetic run: --reasoning must be show or hide, not '%s'\n", o.reasoning);
+        return 2;
+    }
+    /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
+    for (int i = 0; i < o.stop.n; i++)
+        if (!(stops[i] = run_unescape(o.stop.v[i], &err)))
+            goto out;
+        else if (!stops[i][0]) {
+            kn_fail(&err, KN_E_ARG, "--stop: a stop string needs at least one byte");
+            goto out;
+        }
+    if (cli_grammar(o.grammar, o.grammar_file, o.json_schema, o.json_schema_file, &gbnf, &rf, &gram,
+                    &err) != KN_OK) {
+        if (err.status != KN_E_NOMEM && err.status != KN_E_IO) {
+            fprintf(stderr, "kinetic run: %s\n", err.msg);
+            ret = 2;
+            err.msg[0] = 0;
+        }
+        goto out;
+    }
 
     /* ---- the signing key first: a bad key should not cost a model load. */
     if (o.sign_key) {
@@ -633,9 +754,23 @@ int cmd_run(int argc, char **argv)
     if (sample_ctx_init(&sctx, (int32_t)n_vocab, &err) != KN_OK)
         goto out;
     sctx_ok = true;
+    if (gram) {
+        if (grammar_vocab_from_tok(&gvocab, tk, (int32_t)n_vocab, &err) != KN_OK ||
+            grammar_state_init(&gstate, gram, &err) != KN_OK)
+            goto out;
+        sample_ctx_set_grammar(&sctx, gstate, gvocab);
+    }
+    if (engine_set_stop(&e, (const char *const *)stops, o.stop.n, &err) != KN_OK)
+        goto out;
     gen = malloc((size_t)n_ctx * sizeof *gen);
-    piece = malloc(tok_max_piece(tk) + 8);
-    if (!gen || !piece) {
+    /* The splitter's outputs: one token's text, what the stop matcher held back and a
+     * marker's held-back bytes. */
+    size_t split_cap = tok_max_piece(tk) + SAMPLE_MAX_MARKER + 16;
+    for (int i = 0; i < o.stop.n; i++)
+        split_cap += strlen(stops[i]);
+    content_buf = malloc(split_cap);
+    reasoning_buf = malloc(split_cap);
+    if (!gen || !content_buf || !reasoning_buf) {
         kn_fail(&err, KN_E_NOMEM, "out of memory");
         goto out;
     }
@@ -643,7 +778,16 @@ int cmd_run(int argc, char **argv)
         kn_fail(&err, KN_E_IO, "cannot write %s: %s", o.logits_out, strerror(errno));
         goto out;
     }
-    tok_stream_init(&ts, tk, false);
+    {
+        /* A template that opens the reasoning in the prompt (DeepSeek-R1, Qwen3 thinking)
+         * makes the output start inside it. */
+        size_t pl = cp.len;
+        while (pl > 0 && (cp.text[pl - 1] == '\n' || cp.text[pl - 1] == ' '))
+            pl--;
+        bool inside = pl >= 7 && memcmp(cp.text + pl - 7, "<think>", 7) == 0;
+        if (sample_think_init(&think, "<think>", "</think>", inside, &err) != KN_OK)
+            goto out;
+    }
 
     /* ---- Warm Start: the prompt cache file, when asked for. */
     if (o.prompt_cache && !o.no_warm_start) {
@@ -668,26 +812,29 @@ int cmd_run(int argc, char **argv)
     if (engine_eval_prompt(&e, pc, ptoks, n_ptoks, &n_reused, &err) != KN_OK)
         goto out;
     double t1 = kn_now();
-    struct run_gen g = {&o, &e, n_vocab, logits_f, &ts, piece, &text, &err, false};
+    struct run_gen g = {
+        .o = &o, .e = &e, .n_vocab = n_vocab, .logits_f = logits_f, .think = &think,
+        .show_reasoning = !o.reasoning || strcmp(o.reasoning, "show") == 0,
+        .dim = isatty(STDOUT_FILENO) != 0, .content = content_buf, .reasoning = reasoning_buf,
+        .text = &text, .rtext = &rtext, .err = &err,
+    };
     if (engine_generate(&e, tk, &sctx, &spar, o.n_predict, run_on_token, &g, gen, &n_gen, &finish,
                         &err) != KN_OK ||
         g.failed)
         goto out;
+    bool by_string = engine_stop_matched(&e) >= 0;
     /* The logits the end-of-generation token was sampled from. */
-    if (finish == ENGINE_FINISH_STOP && logits_f && !run_write_logits(&g))
+    if (finish == ENGINE_FINISH_STOP && !by_string && logits_f && !run_write_logits(&g))
         goto out;
-    const char *stop = finish == ENGINE_FINISH_STOP ? "eog"
+    const char *stop = finish == ENGINE_FINISH_STOP ? (by_string ? "stop_string" : "eog")
                        : finish == ENGINE_FINISH_CONTEXT ? "context" : "length";
     double t2 = kn_now();
     {
-        size_t pn = 0;
-        tok_stream_flush(&ts, piece, &pn);
-        if (!kn_buf_add(&text, piece, pn)) {
-            kn_fail(&err, KN_E_NOMEM, "out of memory");
+        /* The tail the stop matcher held back, then what the splitter holds. */
+        size_t tn;
+        const char *tail = engine_text(&e, &tn);
+        if (!run_emit(&g, tail, tn, false) || !run_emit(&g, NULL, 0, true))
             goto out;
-        }
-        if (!o.json && pn)
-            fwrite(piece, 1, pn, stdout);
     }
     if (o.json) {
         printf("{\"prompt_tokens\": [");
@@ -698,6 +845,8 @@ int cmd_run(int argc, char **argv)
             printf(i ? ", %d" : "%d", gen[i]);
         printf("], \"text\": ");
         run_print_str(stdout, text.p ? text.p : "", text.n);
+        printf(", \"reasoning\": ");
+        run_print_str(stdout, rtext.p ? rtext.p : "", rtext.n);
         printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
                (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
         printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)n_reused,
@@ -740,7 +889,9 @@ int cmd_run(int argc, char **argv)
         }
         struct receipt_run rr = {
             .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
-            .sampling = &spar, .max_tokens = o.n_predict, .stop = NULL, .n_stop = 0,
+            .sampling = &spar, .max_tokens = o.n_predict,
+            .stop = (const char *const *)stops, .n_stop = o.stop.n,
+            .grammar = gbnf, .response_format = rf,
             .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,
             .output = gen, .n_output = n_gen, .ctx_size = n_ctx, .cache_type = o.kv_type,
         };
@@ -769,7 +920,16 @@ out:
     }
     if (sctx_ok)
         sample_ctx_free(&sctx);
-    free(piece);
+    grammar_state_free(gstate);
+    grammar_vocab_free(gvocab);
+    grammar_free(gram);
+    free(gbnf);
+    json_free(rf);
+    for (int i = 0; i < CLI_MAX_STRS; i++)
+        free(stops[i]);
+    free(content_buf);
+    free(reasoning_buf);
+    free(rtext.p);
     free(gen);
     free(ptoks);
     chat_prompt_free(&cp);

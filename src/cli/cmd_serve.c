@@ -18,16 +18,25 @@ static const char *const more_help =
     "/v1/completions (\"stream\": true for server-sent events), GET /v1/models, GET /health\n"
     "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize,\n"
     "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": the rendered text}).\n"
+    "POST /prefill (Zero Wait: a chat or completion body whose prompt is evaluated into the\n"
+    "prompt cache ahead of the real request), GET /stats (counters, drafts, cache hits).\n"
     "\n"
     "Convoy: each step runs one forward pass over every busy slot's next token plus prompt\n"
     "chunks; a request's tokens and log-probabilities are the same alone or in a crowd.\n"
     "Requests beyond the slots wait in a queue; when it is full the answer is 503 with\n"
     "Retry-After. A request without \"seed\" gets a fresh one, reported as \"seed\".\n"
+    "RAD-1 drafting, Warm Start (slots keep and share prompt prefixes) and Zero Wait are on\n"
+    "by default and never change a token; \"timings\" reports cache_n, draft_n and\n"
+    "draft_n_accepted per request (docs/speed.md).\n"
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
     "reruns. Chat templates are chosen as `kinetic run` chooses them (the model's Jinja\n"
     "template; --chat-template FILE, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
     "and \"chat_template_kwargs\" go to the template (the answer stays plain text: tool\n"
-    "calls in it are not parsed). SIGINT or SIGTERM stops the server cleanly.\n";
+    "calls in it are not parsed). SIGINT or SIGTERM stops the server cleanly.\n"
+    "Every sampler of kinetic run (typical_p, top_n_sigma, xtc_*, dry_*, mirostat*,\n"
+    "logit_bias, min_keep, samplers), stop strings, \"grammar\" (GBNF), \"json_schema\",\n"
+    "\"response_format\" (json_object, json_schema) and \"reasoning_format\" (auto, deepseek,\n"
+    "none: <think> text as reasoning_content) are request fields (docs/server.md).\n";
 
 int cmd_serve(int argc, char **argv)
 {
@@ -35,7 +44,8 @@ int cmd_serve(int argc, char **argv)
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
-    bool toy = false, verbose = false;
+    bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
+    int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
         {"port", 0, CLI_INT, &port, "N", "port (default 8080; 0 picks a free one)", NULL},
@@ -54,6 +64,11 @@ int cmd_serve(int argc, char **argv)
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
         {"queue", 0, CLI_INT, &queue, "N", "requests that may wait for a slot (default 4 x parallel); more get 503", NULL},
         {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL},
+        {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
+        {"draft-max", 0, CLI_INT, &draft_max, "N", "most RAD-1 draft tokens per slot and step (default 16)", NULL},
+        {"cache-ram", 0, CLI_INT, &cache_ram, "MiB", "the prompt cache shared by the slots (default 256; 0: none)", NULL},
+        {"no-warm-start", 0, CLI_FLAG, &no_warm, NULL, "reuse no prompt prefix: neither what a slot holds nor the prompt cache", NULL},
+        {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "POST /prefill evaluates nothing (answers {\"tokens\": 0})", NULL},
         {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL},
         {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL},
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL},
@@ -78,9 +93,11 @@ int cmd_serve(int argc, char **argv)
     }
     if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > 1000 || timeout < 1 ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
-        toy_delay > 1000000) {
+        toy_delay > 1000000 || draft_max < 0 || draft_max > 256 || cache_ram < 0 ||
+        cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
-                        "--max-depth 2..1000, --timeout >= 1, others >= 0)\n");
+                        "--max-depth 2..1000, --timeout >= 1, --draft-max 0..256, --cache-ram 0..1048576, "
+                        "others >= 0)\n");
         return 2;
     }
 
@@ -105,7 +122,8 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
         struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
-                                    chat_format, chat_template, chat_template_kwargs};
+                                    chat_format, chat_template, chat_template_kwargs,
+                                    no_warm ? 0 : cache_ram};
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;
@@ -146,6 +164,8 @@ int cmd_serve(int argc, char **argv)
         .default_max_tokens = max_tokens,
         .receipt = signer ? srv_receipt_build : NULL,
         .receipt_ctx = signer,
+        .speed = {.no_draft = no_draft, .draft_max = (int)draft_max, .no_warm_start = no_warm},
+        .no_zero_wait = no_zero_wait,
     };
     struct srv *s = NULL;
     if (srv_start(&s, &cfg, &backend, &err) != KN_OK) {

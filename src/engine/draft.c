@@ -153,6 +153,8 @@ enum kn_status engine_generate_draft(struct engine *e, const struct tok *tk, str
      * sampled exactly once, in order (a rejected draft is never sampled: the sampled token
      * replaces it), so stateful samplers (Mirostat, a grammar) advance exactly as there. */
     enum kn_status st0 = sample_ctx_prepare(sctx, sp, e->n_ctx, sample_tok_piece, tk, err);
+    if (st0 == KN_OK)
+        st0 = engine_text_begin(e, tk, err);
     if (st0 != KN_OK)
         return st0;
     const size_t V = (size_t)e->m->hp.n_vocab;
@@ -180,7 +182,8 @@ enum kn_status engine_generate_draft(struct engine *e, const struct tok *tk, str
         }
         ids[n++] = id;
         *n_ids = n;
-        if (on_token && !on_token(ctx, id, n - 1)) {
+        bool stopped = engine_text_push(e, tk, id);
+        if ((on_token && !on_token(ctx, id, n - 1)) || stopped) {
             *finish = ENGINE_FINISH_STOP;
             break;
         }
@@ -239,5 +242,6 @@ enum kn_status engine_generate_draft(struct engine *e, const struct tok *tk, str
     if (in_pass)
         e->n_past = base + vj + 1;
     e->have_logits = true;
+    engine_text_end(e);
     return KN_OK;
 }

@@ -47,6 +47,7 @@ void engine_free(struct engine *e)
     free(e->pos);
     free(e->logits);
     engine_draft_free(e);
+    engine_stop_free(e);
     memset(e, 0, sizeof *e);
 }
 

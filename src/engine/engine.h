@@ -47,6 +47,11 @@ struct engine {
         int64_t none;         /* passes whose first draft was already rejected */
         int64_t partial;      /* passes with some drafts accepted, then one rejected */
     } draft_stats;            /* of the last engine_generate call */
+    /* ---- stop strings and the generated text (generate.c) */
+    struct sample_stop *stop; /* engine_set_stop's matcher (n == 0: no stop strings) */
+    char **stop_strs;         /* its strings, owned */
+    char *text;               /* the bytes safe to show after the current token */
+    size_t text_n, text_cap;
 };
 
 KN_MUST_USE enum kn_status engine_init(struct engine *e, const struct model *m, struct kern_pool *pool,
@@ -67,8 +72,8 @@ struct tok;
 struct sample_params;
 struct sample_ctx;
 
-/* Why generation ended: an end-of-generation token ("stop"), the token limit or the
- * context limit ("length"). */
+/* Why generation ended: an end-of-generation token, a stop string or a grammar that
+ * cannot go on ("stop"), the token limit or the context limit ("length"). */
 enum engine_finish { ENGINE_FINISH_STOP = 0, ENGINE_FINISH_LENGTH, ENGINE_FINISH_CONTEXT };
 /* "stop" or "length", as OpenAI and receipts name them. */
 const char *engine_finish_name(enum engine_finish f);
@@ -78,8 +83,9 @@ const char *engine_finish_name(enum engine_finish f);
 typedef bool (*engine_token_fn)(void *ctx, int32_t id, int64_t index);
 
 /* Generates after the evaluated prompt (e->have_logits): samples token i with index i,
- * stops before an end-of-generation token, after max_tokens tokens (-1: no limit), or
- * when the context is full. ids (capacity e->n_ctx) receives the tokens. Every caller that
+ * stops before an end-of-generation token, after the token whose text completes a stop
+ * string (engine_set_stop), after max_tokens tokens (-1: no limit), or when the context
+ * is full. ids (capacity e->n_ctx) receives the tokens. Every caller that
  * must produce a receipt's tokens (run, chat, verify-receipt) goes through here, so they
  * cannot drift apart. */
 KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *tk,
@@ -88,6 +94,30 @@ KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *t
                                            engine_token_fn on_token, void *ctx, int32_t *ids,
                                            int64_t *n_ids, enum engine_finish *finish,
                                            struct kn_err *err);
+
+/* Stop strings for the following engine_generate calls (copied; n = 0: none; at most
+ * SAMPLE_MAX_STOPS, each non-empty). They are matched on the bytes of the token pieces
+ * (tok_piece without control tokens), across token boundaries; the token that completes
+ * one is the last generated token and finish is ENGINE_FINISH_STOP. */
+KN_MUST_USE enum kn_status engine_set_stop(struct engine *e, const char *const *stops, int n,
+                                           struct kn_err *err);
+/* The generated text that is safe to show, the same with or without drafting: inside an
+ * on_token callback, the bytes that token adds (a tail that could start a stop string is
+ * held back until ruled out; a matched stop string and everything after it never
+ * appear); after engine_generate returns, the held-back tail released at the end (empty
+ * when a stop string matched). Concatenated, the pieces are the output text. */
+const char *engine_text(const struct engine *e, size_t *len);
+/* The index of the stop string that ended the last engine_generate, or -1. */
+int engine_stop_matched(const struct engine *e);
+/* For the generation loops (generate.c, draft.c): engine_text_begin starts a generation's
+ * text; engine_text_push feeds a generated token and returns true when it completed a stop
+ * string; engine_text_end releases the held-back tail. */
+KN_MUST_USE enum kn_status engine_text_begin(struct engine *e, const struct tok *tk,
+                                             struct kn_err *err);
+bool engine_text_push(struct engine *e, const struct tok *tk, int32_t id);
+void engine_text_end(struct engine *e);
+/* Called by engine_free. */
+void engine_stop_free(struct engine *e);
 
 /* ================================================================ speed features
  * RAD-1 drafting (draft.c), Warm Start (pcache.c) and Zero Wait (prefill.c). None of them
@@ -158,6 +188,15 @@ int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens
  * the prefix that fits). Fails only for lack of memory. */
 KN_MUST_USE enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
                                         struct kn_err *err);
+/* The same two on a bare KV cache whose first `keep` positions hold tokens[0..keep-1]
+ * (server slots, which have no engine): pcache_restore_kv copies the entries of positions
+ * keep.. of the longest cached prefix of tokens[0..max_n-1] into kv and returns its
+ * length (keep when the cache knows nothing longer); pcache_store_kv records kv's first n
+ * positions, which hold tokens[0..n-1]. */
+int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *tokens,
+                          int64_t keep, int64_t max_n);
+KN_MUST_USE enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv,
+                                           const int32_t *tokens, int64_t n, struct kn_err *err);
 /* The cache file (docs/speed.md): bound to the model's BLAKE3 (64 hex digits), the KV
  * type and shape and the numerics version; checksummed. pcache_load adds a file's records
  * (evicting as needed) and fails with KN_E_FORMAT, leaving the cache empty, for anything

@@ -139,10 +139,15 @@ static int64_t best_rec(const struct pcache *c, const int32_t *tokens, int64_t n
     return best;
 }
 
+static bool kv_shape_ok(const struct pcache *c, const struct model_kv *kv)
+{
+    return kv->type == c->type && kv->n_layer == c->n_layer && kv->k_row_bytes == c->k_row &&
+           kv->v_row_bytes == c->v_row;
+}
+
 static bool kv_compatible(const struct pcache *c, const struct engine *e)
 {
-    return e->kv.type == c->type && e->kv.n_layer == c->n_layer && e->kv.k_row_bytes == c->k_row &&
-           e->kv.v_row_bytes == c->v_row && e->m->hp.n_vocab == c->n_vocab;
+    return kv_shape_ok(c, &e->kv) && e->m->hp.n_vocab == c->n_vocab;
 }
 
 /* Copies position p's keys and values of every layer between the engine's head-major
@@ -180,17 +185,12 @@ int64_t pcache_lookup(struct pcache *c, const int32_t *tokens, int64_t n)
     return len;
 }
 
-int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens, int64_t n,
-                       int64_t max_n)
+int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *tokens,
+                          int64_t keep, int64_t max_n)
 {
-    if (max_n > n)
-        max_n = n;
-    if (max_n > e->n_ctx)
-        max_n = e->n_ctx;
-    /* What the engine holds already stays (Zero Wait, chat turns). */
-    int64_t keep = common_prefix(e->history, e->n_past, tokens, max_n);
-    engine_truncate(e, keep);
-    if (!c || !kv_compatible(c, e) || max_n <= keep)
+    if (max_n > kv->n_ctx)
+        max_n = kv->n_ctx;
+    if (!c || !kv_shape_ok(c, kv) || max_n <= keep)
         return keep;
     pthread_mutex_lock(&c->mu);
     int64_t len;
@@ -203,10 +203,28 @@ int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens
     struct pcache_rec *r = &c->recs[bi];
     r->last_use = ++c->clock;
     for (int64_t p = keep; p < len; p++)
-        copy_pos(c, &e->kv, p, r->kv + (size_t)p * c->row_bytes, false);
+        copy_pos(c, kv, p, r->kv + (size_t)p * c->row_bytes, false);
     c->stats.hits++;
     c->stats.tokens_restored += len - keep;
     pthread_mutex_unlock(&c->mu);
+    return len;
+}
+
+int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens, int64_t n,
+                       int64_t max_n)
+{
+    if (max_n > n)
+        max_n = n;
+    if (max_n > e->n_ctx)
+        max_n = e->n_ctx;
+    /* What the engine holds already stays (Zero Wait, chat turns). */
+    int64_t keep = common_prefix(e->history, e->n_past, tokens, max_n);
+    engine_truncate(e, keep);
+    if (!c || !kv_compatible(c, e) || max_n <= keep)
+        return keep;
+    int64_t len = pcache_restore_kv(c, &e->kv, tokens, keep, max_n);
+    if (len <= keep)
+        return keep;
     memcpy(e->history + keep, tokens + keep, (size_t)(len - keep) * sizeof(int32_t));
     e->n_past = len;
     e->have_logits = false;
@@ -246,11 +264,12 @@ static enum kn_status add_rec(struct pcache *c, int32_t *tokens, uint8_t *kv, in
     return KN_OK;
 }
 
-enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n, struct kn_err *err)
+enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv, const int32_t *tokens,
+                               int64_t n, struct kn_err *err)
 {
-    if (n > e->n_past)
-        n = e->n_past;
-    if (n <= 0 || !kv_compatible(c, e))
+    if (n > kv->n_ctx)
+        n = kv->n_ctx;
+    if (n <= 0 || !kv_shape_ok(c, kv))
         return KN_OK;
     /* A sequence larger than the whole cache keeps its longest prefix that fits. */
     int64_t fit = (int64_t)(c->max_bytes / (c->row_bytes + sizeof(int32_t)));
@@ -264,7 +283,7 @@ enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
      * new sequence become redundant. */
     for (size_t i = 0; i < c->n_recs;) {
         struct pcache_rec *r = &c->recs[i];
-        int64_t l = common_prefix(r->tokens, r->n, e->history, n);
+        int64_t l = common_prefix(r->tokens, r->n, tokens, n);
         if (l == n) {
             r->last_use = ++c->clock;
             c->stats.stores_redundant++;
@@ -278,23 +297,32 @@ enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
     }
     make_room(c, rec_bytes(c, n));
     int32_t *toks = malloc((size_t)n * sizeof *toks);
-    uint8_t *kv = malloc((size_t)n * c->row_bytes);
-    if (!toks || !kv) {
+    uint8_t *rows = malloc((size_t)n * c->row_bytes);
+    if (!toks || !rows) {
         free(toks);
-        free(kv);
+        free(rows);
         st = kn_fail(err, KN_E_NOMEM, "out of memory storing %lld tokens in the prompt cache",
                      (long long)n);
         goto done;
     }
-    memcpy(toks, e->history, (size_t)n * sizeof *toks);
+    memcpy(toks, tokens, (size_t)n * sizeof *toks);
     for (int64_t p = 0; p < n; p++)
-        copy_pos(c, &e->kv, p, kv + (size_t)p * c->row_bytes, true);
-    st = add_rec(c, toks, kv, n, err);
+        copy_pos(c, kv, p, rows + (size_t)p * c->row_bytes, true);
+    st = add_rec(c, toks, rows, n, err);
     if (st == KN_OK)
         c->stats.stores++;
 done:
     pthread_mutex_unlock(&c->mu);
     return st;
+}
+
+enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n, struct kn_err *err)
+{
+    if (n > e->n_past)
+        n = e->n_past;
+    if (n <= 0 || !kv_compatible(c, e))
+        return KN_OK;
+    return pcache_store_kv(c, &e->kv, e->history, n, err);
 }
 
 /* ---------------------------------------------------------------- the cache file */

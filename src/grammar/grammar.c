@@ -707,6 +707,19 @@ struct grammar_state {
     bool done, oom;
     uint32_t *path;     /* compaction scratch */
     size_t cap_path;
+    /* grammar_mask's cache. A mask is a function of the state (its stacks and UTF-8
+     * position) and the vocabulary, and states come back: inside a JSON string every
+     * ordinary character leads to the same state. A hit costs a copy of n_vocab bytes
+     * instead of a walk of the vocabulary's trie. */
+    struct mask_entry {
+        uint32_t *key;
+        size_t len, cap;
+        uint8_t *mask;
+        const struct grammar_vocab *gv;
+    } mc[4];
+    int mc_next;
+    uint32_t *key;      /* the current state's key (scratch) */
+    size_t key_len, key_cap;
 };
 
 static uint32_t node_new(struct grammar_state *st, uint32_t pos, uint32_t next)
@@ -961,6 +974,11 @@ void grammar_state_free(struct grammar_state *st)
     free(st->b.n);
     free(st->set);
     free(st->path);
+    for (size_t i = 0; i < sizeof st->mc / sizeof st->mc[0]; i++) {
+        free(st->mc[i].key);
+        free(st->mc[i].mask);
+    }
+    free(st->key);
     free(st);
 }
 
@@ -1270,11 +1288,77 @@ static void walk(struct grammar_state *st, const struct grammar_vocab *gv, uint3
     }
 }
 
+/* Writes the current state's key to st->key: the UTF-8 position, then each stack's
+ * element positions from the top, each stack ended by NIL. False when out of memory. */
+static bool state_key(struct grammar_state *st)
+{
+    size_t n = 0;
+    if (!grow((void **)&st->key, &st->key_cap, 3, sizeof *st->key))
+        return false;
+    st->key[n++] = st->cp;
+    st->key[n++] = (uint32_t)st->rem;
+    st->key[n++] = (uint32_t)st->n_cur;
+    for (size_t i = 0; i < st->n_cur; i++) {
+        for (uint32_t x = st->set[i];; x = st->a.n[x].next) {
+            if (!grow((void **)&st->key, &st->key_cap, n + 1, sizeof *st->key))
+                return false;
+            if (x == NIL) {
+                st->key[n++] = NIL;
+                break;
+            }
+            st->key[n++] = st->a.n[x].pos;
+        }
+    }
+    st->key_len = n;
+    return true;
+}
+
+static void walk_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint8_t *allowed);
+
 void grammar_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint8_t *allowed)
 {
-    memset(allowed, 0, (size_t)gv->n_vocab);
-    if (st->done || st->oom)
+    if (st->done || st->oom) {
+        memset(allowed, 0, (size_t)gv->n_vocab);
         return;
+    }
+    bool keyed = state_key(st);
+    const size_t n_mc = sizeof st->mc / sizeof st->mc[0];
+    for (size_t i = 0; keyed && i < n_mc; i++) {
+        struct mask_entry *m = &st->mc[i];
+        if (m->mask && m->gv == gv && m->len == st->key_len &&
+            memcmp(m->key, st->key, st->key_len * sizeof *st->key) == 0) {
+            memcpy(allowed, m->mask, (size_t)gv->n_vocab);
+            return;
+        }
+    }
+    walk_mask(st, gv, allowed);
+    if (!keyed || st->oom)
+        return;
+    /* Remember it (round robin); a failed allocation only means no cache. */
+    struct mask_entry *m = &st->mc[st->mc_next];
+    if (m->gv != gv) {
+        free(m->mask);
+        m->mask = NULL;
+        m->gv = NULL;
+    }
+    if (!m->mask)
+        m->mask = malloc((size_t)gv->n_vocab);
+    if (!m->mask || !grow((void **)&m->key, &m->cap, st->key_len, sizeof *m->key)) {
+        free(m->mask);
+        m->mask = NULL;
+        m->gv = NULL;
+        return;
+    }
+    memcpy(m->key, st->key, st->key_len * sizeof *m->key);
+    m->len = st->key_len;
+    memcpy(m->mask, allowed, (size_t)gv->n_vocab);
+    m->gv = gv;
+    st->mc_next = (st->mc_next + 1) % (int)n_mc;
+}
+
+static void walk_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint8_t *allowed)
+{
+    memset(allowed, 0, (size_t)gv->n_vocab);
     walk(st, gv, 0, 0, st->n_cur, st->cp, st->rem, allowed);
     if (st->oom) {
         memset(allowed, 0, (size_t)gv->n_vocab);

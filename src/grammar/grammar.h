@@ -95,4 +95,13 @@ const char *grammar_json_object_gbnf(void);
 KN_MUST_USE enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,
                                                     struct kn_err *err);
 
+/* The GBNF an OpenAI response_format asks for, in a new buffer (*out, free()):
+ * {"type": "text"} (or NULL / null): none (*out = NULL); {"type": "json_object"}: any JSON
+ * object (grammar_json_object_gbnf), or with llama.cpp's "schema" member that schema;
+ * {"type": "json_schema", "json_schema": {"schema": S, ...}}: S converted. Errors name the
+ * member that is wrong. */
+struct json_value;
+KN_MUST_USE enum kn_status grammar_from_response_format(const struct json_value *rf, char **out,
+                                                        struct kn_err *err);
+
 #endif

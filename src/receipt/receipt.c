@@ -19,6 +19,8 @@ void receipt_free(struct receipt *r)
     for (int64_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
+    free(r->grammar);
+    json_free(r->response_format);
     free(r->text);
     free(r->output_ids);
     memset(r, 0, sizeof *r);
@@ -137,6 +139,11 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     for (int64_t i = 0; stop && b.st == KN_OK && i < r->n_stop; i++)
         b.st = json_array_push(stop, json_new_string(r->stop[i]), err);
     set(&b, smp, "stop", stop);
+    /* Present only when used, so receipts without them keep the spec's bytes. */
+    if (r->grammar)
+        set(&b, smp, "grammar", json_new_string(r->grammar));
+    if (r->response_format)
+        set(&b, smp, "response_format", json_clone(r->response_format));
     /* The samplers of issue 10, only those that are on, so older receipts keep their bytes. */
     if (b.st == KN_OK && smp)
         b.st = sample_params_json_write(s, smp, err);
@@ -384,7 +391,8 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     TRY(need(doc, "", "sampling", JSON_OBJECT, &o, err));
     static const char *const smp[] = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty",
                                       "presence_penalty", "frequency_penalty", "repeat_last_n",
-                                      "seed", "max_tokens", "stop", NULL};
+                                      "seed", "max_tokens", "stop", "grammar",
+                                      "response_format", NULL};
     for (size_t i = 0; i < json_len(o); i++) {
         const char *k = o->u.object.items[i].key;
         bool known = false;
@@ -430,6 +438,23 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
             r->n_stop = i;
             return KN_E_NOMEM;
         }
+    }
+    /* grammar: the GBNF text (null or absent: none); response_format: an object (null or
+     * absent: none). Whether they agree is checked by verify-receipt. */
+    v = json_get(o, "grammar");
+    if (v && !json_is(v, JSON_NULL)) {
+        TRY(get_strdup(o, "sampling", "grammar", &r->grammar, err));
+        if (strlen(r->grammar) != v->u.string.len)
+            return kn_fail(err, KN_E_FORMAT, "receipt: field sampling.grammar holds a NUL");
+    }
+    v = json_get(o, "response_format");
+    if (v && !json_is(v, JSON_NULL)) {
+        if (!json_is(v, JSON_OBJECT))
+            return kn_fail(err, KN_E_FORMAT,
+                           "receipt: field sampling.response_format must be an object or null");
+        r->response_format = json_clone(v);
+        if (!r->response_format)
+            return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
     }
     struct kn_err serr;
     if (sample_params_json_read(o, s, &serr) != KN_OK || sample_params_check(s, &serr) != KN_OK)

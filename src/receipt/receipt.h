@@ -44,6 +44,8 @@ struct receipt {
     int64_t max_tokens;     /* -1: no limit (null) */
     char **stop;            /* stop strings */
     int64_t n_stop;
+    char *grammar;          /* the GBNF text generation was constrained by, or NULL */
+    struct json_value *response_format; /* the request's response_format as given, or NULL */
     /* output */
     char finish[16];        /* "stop" or "length" */
     char *text;
@@ -131,6 +133,8 @@ struct receipt_run {
     int64_t n_output;
     int64_t ctx_size;
     const char *cache_type;          /* "f32" or "f16" */
+    const char *grammar;             /* the GBNF text used, or NULL */
+    const struct json_value *response_format; /* as the request gave it, or NULL */
 };
 
 /* Fills r from a run: Kinetic's version and build id, the numerics version, the model

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "../engine/engine.h"
+#include "../grammar/grammar.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
 #include "../token/tok.h"
@@ -73,6 +74,14 @@ enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run
     r->prompt_ids = malloc(((size_t)run->n_prompt + 1) * sizeof(int32_t));
     r->output_ids = malloc(((size_t)run->n_output + 1) * sizeof(int32_t));
     r->stop = calloc((size_t)run->n_stop + 1, sizeof(char *));
+    if (run->grammar && !(r->grammar = strdup(run->grammar))) {
+        receipt_free(r);
+        return kn_fail(err, KN_E_NOMEM, "out of memory building a receipt");
+    }
+    if (run->response_format && !(r->response_format = json_clone(run->response_format))) {
+        receipt_free(r);
+        return kn_fail(err, KN_E_NOMEM, "out of memory building a receipt");
+    }
     size_t tl;
     r->text = json_utf8_sanitize(run->text ? run->text : "", run->text ? run->text_len : 0, &tl);
     if (!r->model_file || !r->model_path || !r->device_name || !r->input || !r->prompt_ids ||
@@ -178,6 +187,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     bool sctx_ok = false;
     int32_t *ids = NULL;
     char *model_path = NULL;
+    struct grammar *gram = NULL;
+    struct grammar_vocab *gvocab = NULL;
+    struct grammar_state *gstate = NULL;
+    char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
 
     struct json_limits lim = {.max_bytes = 64u << 20, .max_depth = 32};
@@ -227,6 +240,27 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         }
         fprintf(out, "signature: absent (the receipt is not signed)\n");
         break;
+    }
+
+    /* The grammar must compile, and agree with the response_format it came from. */
+    if (r.response_format) {
+        if (grammar_from_response_format(r.response_format, &rf_gbnf, &err) != KN_OK) {
+            fprintf(out, "receipt: sampling.%s\n", err.msg);
+            rc = RECEIPT_EXIT_MALFORMED;
+            goto done;
+        }
+        if ((rf_gbnf == NULL) != (r.grammar == NULL) ||
+            (rf_gbnf && strcmp(rf_gbnf, r.grammar) != 0)) {
+            fprintf(out, "receipt: MISMATCH: sampling.grammar is not the grammar "
+                         "sampling.response_format gives; the receipt was changed\n");
+            rc = RECEIPT_EXIT_MALFORMED;
+            goto done;
+        }
+    }
+    if (r.grammar && grammar_parse(r.grammar, strlen(r.grammar), NULL, &gram, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.grammar: %s\n", err.msg);
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
     }
 
     /* 3. the model file */
@@ -306,6 +340,21 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     sctx_ok = true;
+    if (gram) {
+        if (grammar_vocab_from_tok(&gvocab, tk, (int32_t)m->hp.n_vocab, &err) != KN_OK ||
+            grammar_state_init(&gstate, gram, &err) != KN_OK) {
+            fprintf(out, "rerun: %s\n", err.msg);
+            goto done;
+        }
+        sample_ctx_set_grammar(&sctx, gstate, gvocab);
+    }
+    if (r.n_stop > SAMPLE_MAX_STOPS ||
+        engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.stop: %s\n",
+                r.n_stop > SAMPLE_MAX_STOPS ? "too many stop strings" : err.msg);
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
+    }
     ids = malloc((size_t)r.ctx_size * sizeof *ids);
     if (!ids) {
         fprintf(out, "rerun: out of memory\n");
@@ -363,6 +412,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
 
 done:
     free(ids);
+    grammar_state_free(gstate);
+    grammar_vocab_free(gvocab);
+    grammar_free(gram);
+    free(rf_gbnf);
     if (sctx_ok)
         sample_ctx_free(&sctx);
     if (engine_ok)

@@ -547,6 +547,48 @@ static int cand_cmp(const void *pa, const void *pb)
     return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
 }
 
+/* The sort key of a finite or +inf logit: unsigned order of keys is descending order of
+ * logits, and -0 and +0 (equal logits) get the same key, as cand_before sees them. */
+static inline uint32_t cand_key(float l)
+{
+    if (l == 0)
+        l = 0; /* -0 -> +0 */
+    uint32_t u;
+    memcpy(&u, &l, sizeof u);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~asc;
+}
+
+/* Sorts cand[0..n) (finite or +inf logits, ids ascending) into the total order with a
+ * stable LSD radix sort on the logit key: ties keep their ascending ids, so the result is
+ * exactly the order cand_before defines (the same as any comparison sort gives), in
+ * O(n) instead of O(n log n) calls through qsort's comparator: sorting a 262k vocabulary
+ * for top-p was a third of decode time. */
+static void radix_sort_cands(struct sample_cand *cand, int32_t n, struct sample_cand *scratch)
+{
+    enum { BITS = 11, BUCKETS = 1 << BITS };
+    uint32_t count[BUCKETS];
+    struct sample_cand *src = cand, *dst = scratch;
+    for (int shift = 0; shift < 32; shift += BITS) {
+        memset(count, 0, sizeof count);
+        for (int32_t i = 0; i < n; i++)
+            count[(cand_key(src[i].logit) >> shift) & (BUCKETS - 1)]++;
+        uint32_t sum = 0;
+        for (int b = 0; b < BUCKETS; b++) {
+            uint32_t c = count[b];
+            count[b] = sum;
+            sum += c;
+        }
+        for (int32_t i = 0; i < n; i++)
+            dst[count[(cand_key(src[i].logit) >> shift) & (BUCKETS - 1)]++] = src[i];
+        struct sample_cand *t = src;
+        src = dst;
+        dst = t;
+    }
+    /* Three passes (11 + 11 + 10 bits): the result is in scratch. */
+    memcpy(cand, src, (size_t)n * sizeof *cand);
+}
+
 /* Moves the k first candidates in the total order to cand[0..k), sorted. A min-heap of
  * the best k seen so far: O(n log k). */
 static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k, struct sample_cand *scratch)
@@ -562,7 +604,13 @@ static void select_top_k(struct sample_cand *cand, int32_t n, int32_t k, struct 
             else
                 scratch[ni++] = cand[i];
         memcpy(cand + nf, scratch, (size_t)ni * sizeof *cand);
-        qsort(cand, (size_t)nf, sizeof *cand, cand_cmp);
+        bool ids_up = true;
+        for (int32_t i = 1; i < nf && ids_up; i++)
+            ids_up = cand[i - 1].id < cand[i].id;
+        if (ids_up && nf >= 2048)
+            radix_sort_cands(cand, nf, scratch);
+        else
+            qsort(cand, (size_t)nf, sizeof *cand, cand_cmp);
         bool by_id = true; /* the -inf ones kept their relative order */
         for (int32_t i = nf + 1; i < n && by_id; i++)
             by_id = cand[i - 1].id < cand[i].id;

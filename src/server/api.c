@@ -43,7 +43,17 @@ void srv_request_free(struct srv_request *r)
     json_free(r->input);
     json_free(r->tools);
     json_free(r->tmpl_kwargs);
+    grammar_free(r->grammar);
+    free(r->grammar_text);
+    json_free(r->response_format);
+    free(r->think);
     memset(r, 0, sizeof *r);
+}
+
+void api_free(struct srv *s)
+{
+    grammar_vocab_free(s->gvocab);
+    s->gvocab = NULL;
 }
 
 /* ---------------------------------------------------------------- field readers */
@@ -265,6 +275,8 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
             return BAD(e, "stop", "'stop' must be a string or an array of strings");
         if (s->u.string.len == 0)
             continue; /* an empty stop string would end every answer at once */
+        if (memchr(s->u.string.s, 0, s->u.string.len))
+            return BAD(e, "stop", "a stop string contains a NUL character");
         if (s->u.string.len > 256)
             return BAD(e, "stop", "a stop string is %zu bytes; at most 256 are accepted",
                        s->u.string.len);
@@ -301,6 +313,161 @@ static int read_template_args(struct srv *s, enum srv_kind kind, const struct js
             return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' applies to chat completions only");
         if (!(r->tmpl_kwargs = json_clone(v)))
             return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- structured output */
+
+#define OOM(e) srv_error_set((e), 500, "server_error", NULL, NULL, "out of memory")
+
+/* The server's grammar vocabulary, built by the first request that needs one (a walk
+ * over the whole vocabulary) and shared read-only by every job afterwards. */
+static int shared_vocab(struct srv *s, struct srv_error *e)
+{
+    struct kn_err err = {0};
+    enum kn_status st = KN_OK;
+    pthread_mutex_lock(&s->gmu);
+    if (!s->gvocab)
+        st = s->b->grammar_vocab(s->b->ctx, &s->gvocab, &err);
+    pthread_mutex_unlock(&s->gmu);
+    if (st != KN_OK)
+        return srv_error_set(e, 500, "server_error", NULL, "grammar",
+                             "the grammar vocabulary could not be built: %.400s", err.msg);
+    return 0;
+}
+
+/* Reads "grammar" (GBNF text, llama-server's field), "json_schema" (a schema, llama-server's
+ * field) and "response_format" (OpenAI's {"type": "text" | "json_object" | "json_schema"})
+ * into r->grammar, compiled. At most one of them may constrain the output. */
+static int read_structured(struct srv *s, const struct json_value *body, struct srv_request *r,
+                           struct srv_error *e)
+{
+    const struct json_value *g = json_get(body, "grammar"), *js = json_get(body, "json_schema"),
+                            *rf = json_get(body, "response_format");
+    if (g && (json_is(g, JSON_NULL) || (json_is(g, JSON_STRING) && g->u.string.len == 0)))
+        g = NULL; /* llama-server's clients send "" for "no grammar" */
+    if (js && json_is(js, JSON_NULL))
+        js = NULL;
+    const char *rf_type = NULL;
+    if (rf && !json_is(rf, JSON_NULL)) {
+        if (!json_is(rf, JSON_OBJECT) || !(rf_type = json_str(json_get(rf, "type"))))
+            return BAD(e, "response_format", "'response_format' must be an object with a \"type\": "
+                       "\"text\", \"json_object\" or \"json_schema\"");
+        if (strcmp(rf_type, "text") == 0)
+            rf = NULL;
+        else if (strcmp(rf_type, "json_object") != 0 && strcmp(rf_type, "json_schema") != 0)
+            return BAD(e, "response_format", "'response_format' type \"%.60s\" is not supported; "
+                       "use \"text\", \"json_object\" or \"json_schema\"", rf_type);
+    } else {
+        rf = NULL;
+    }
+    if ((g != NULL) + (js != NULL) + (rf != NULL) > 1)
+        return BAD(e, g ? "grammar" : "json_schema", "'grammar', 'json_schema' and "
+                   "'response_format' each constrain the output; send only one of them");
+    if (!g && !js && !rf)
+        return 0;
+    const char *param = g ? "grammar" : js ? "json_schema" : "response_format";
+    if (!s->b->grammar_vocab)
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+                             "'%s' is not supported by this server's model", param);
+    char *text = NULL;
+    struct kn_err err = {0};
+    if (g) {
+        if (!json_is(g, JSON_STRING))
+            return BAD(e, "grammar", "'grammar' must be a string of GBNF rules");
+        if (memchr(g->u.string.s, 0, g->u.string.len))
+            return BAD(e, "grammar", "'grammar' contains a NUL character");
+        if (!(text = dup_n(g->u.string.s, g->u.string.len)))
+            return OOM(e);
+    } else {
+        /* llama-server's json_schema is response_format {"type": "json_schema"} by another
+         * name: record it so, and convert both with grammar_from_response_format, the one
+         * converter verify-receipt checks a receipt's grammar with. */
+        if (js) {
+            struct json_value *o = json_new_object(), *w = json_new_object(),
+                              *sc = json_clone(js), *ty = json_new_string("json_schema");
+            if (!o || !w || !sc || !ty) {
+                json_free(o);
+                json_free(w);
+                json_free(sc);
+                json_free(ty);
+                return OOM(e);
+            }
+            /* json_object_set takes the value, also when it fails */
+            bool ok = json_object_set(w, "schema", sc, NULL) == KN_OK;
+            ok = json_object_set(o, "type", ty, NULL) == KN_OK && ok;
+            ok = json_object_set(o, "json_schema", w, NULL) == KN_OK && ok;
+            r->response_format = o; /* freed with the request */
+            if (!ok)
+                return OOM(e);
+        } else if (!(r->response_format = json_clone(rf))) {
+            return OOM(e);
+        }
+        enum kn_status cs = grammar_from_response_format(r->response_format, &text, &err);
+        if (cs == KN_E_NOMEM)
+            return OOM(e);
+        if (cs != KN_OK) {
+            const char *m = err.msg, *pre = "response_format: ";
+            if (strncmp(m, pre, strlen(pre)) == 0)
+                m += strlen(pre); /* the message names the field itself */
+            const char *param = js ? "json_schema" : "response_format";
+            return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", param,
+                                 "'%s' cannot be used: %.450s", param, m);
+        }
+    }
+    enum kn_status gs = grammar_parse(text, strlen(text), NULL, &r->grammar, &err);
+    if (gs != KN_OK) {
+        free(text);
+        if (gs == KN_E_NOMEM)
+            return OOM(e);
+        const char *m = err.msg;
+        if (strncmp(m, "grammar: ", 9) == 0)
+            m += 9; /* the field name says it already */
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_grammar", param,
+                             g ? "'grammar' is not a valid GBNF grammar: %.450s"
+                               : "the grammar made from '%s' does not compile: %.400s",
+                             g ? m : param, m);
+    }
+    r->grammar_text = text;
+    return shared_vocab(s, e);
+}
+
+/* "reasoning_format" (llama-server's field): "auto" (the default) splits the reasoning off
+ * when the model's vocabulary has its family's markers, "deepseek" always splits (at
+ * <think> ... </think> when the model names no markers of its own), "none" never does. */
+static int read_reasoning(struct srv *s, const struct json_value *body, struct srv_request *r,
+                          struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, "reasoning_format");
+    const char *fmt = "auto";
+    if (v && !json_is(v, JSON_NULL) && !(fmt = json_str(v)))
+        return BAD(e, "reasoning_format", "'reasoning_format' must be \"auto\", \"deepseek\" or "
+                   "\"none\"");
+    bool force = strcmp(fmt, "deepseek") == 0 || strcmp(fmt, "deepseek-legacy") == 0;
+    if (!force && strcmp(fmt, "auto") != 0 && strcmp(fmt, "none") != 0)
+        return BAD(e, "reasoning_format", "'reasoning_format' is \"%.40s\"; it must be \"auto\", "
+                   "\"deepseek\" or \"none\"", fmt);
+    if (r->kind != SRV_KIND_CHAT || strcmp(fmt, "none") == 0)
+        return 0;
+    if (s->b->think_open && s->b->think_close) {
+        r->think_open = s->b->think_open;
+        r->think_close = s->b->think_close;
+        r->think_inside = s->b->think_inside;
+    } else if (force) {
+        r->think_open = "<think>";
+        r->think_close = "</think>";
+    } else {
+        return 0;
+    }
+    if (r->stream) { /* the streaming splitter, fed chunk by chunk */
+        struct kn_err err = {0};
+        r->think = malloc(sizeof *r->think);
+        if (!r->think)
+            return OOM(e);
+        if (sample_think_init(r->think, r->think_open, r->think_close, r->think_inside, &err) !=
+            KN_OK)
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
     }
     return 0;
 }
@@ -411,10 +578,10 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     if (sample_params_json_read(body, &r->sampling, &serr) != KN_OK ||
         sample_params_check(&r->sampling, &serr) != KN_OK)
         return BAD(e, NULL, "%s", serr.msg);
-    if (r->sampling.dry_multiplier > 0)
+    if (r->sampling.dry_multiplier != 0 && !s->b->sample_piece)
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
                              "dry_multiplier", "DRY ('dry_multiplier') is not supported by this "
-                             "server yet; use kinetic run or kinetic chat");
+                             "server's model: it has no token texts");
     for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
         if (r->sampling.logit_bias[i].id < 0 || r->sampling.logit_bias[i].id >= s->b->n_vocab)
             return BAD(e, "logit_bias", "'logit_bias' names token %d, outside the vocabulary",
@@ -459,24 +626,12 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     }
     /* Known OpenAI features this server does not implement: refuse rather than ignore,
      * since ignoring them would silently change what the client gets. */
-    const struct json_value *v;
-    if ((v = json_get(body, "response_format")) && !json_is(v, JSON_NULL)) {
-        const char *t = json_str(json_get(v, "type"));
-        if (!t || strcmp(t, "text") != 0)
-            return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
-                                 "response_format", "'response_format' other than {\"type\": "
-                                 "\"text\"} is not supported by this server yet");
-    }
+    if ((st = read_structured(s, body, r, e)) || (st = read_reasoning(s, body, r, e)))
+        return st;
     if ((st = read_template_args(s, kind, body, r, e)))
         return st;
     if ((st = read_stop(body, r, e)))
         return st;
-    /* verify-receipt's rerun (engine_generate) knows no stop strings yet, so a receipt of
-     * an answer cut by one would not verify: refuse the pair rather than issue it. */
-    if (r->want_receipt && r->n_stop > 0)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "stop",
-                             "'stop' cannot be combined with 'receipt' yet: verify-receipt "
-                             "reruns without stop strings; send one or the other");
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e, s->b->chat_json != NULL)
                                  : read_prompt(s, body, r, e);
 }
@@ -662,6 +817,47 @@ static struct json_value *logprobs_value(struct srv *s, const struct srv_request
     return o;
 }
 
+/* Feeds [text, text + len) through splitter t (flushing it at the end when final) and
+ * returns the content and reasoning bytes in one buffer: content at *content (n_c
+ * bytes), reasoning at *reasoning (n_r bytes). NULL when out of memory; free() it. */
+static char *think_split(struct sample_think *t, const char *text, size_t len, bool final,
+                         const char **content, size_t *n_c, const char **reasoning, size_t *n_r)
+{
+    size_t cap = len + 2 * SAMPLE_MAX_MARKER + 2;
+    char *buf = malloc(2 * cap);
+    if (!buf)
+        return NULL;
+    char *c = buf, *rs = buf + cap;
+    size_t a = 0, b = 0, fa = 0, fb = 0;
+    sample_think_feed(t, text, len, c, &a, rs, &b);
+    if (final)
+        sample_think_flush(t, c + a, &fa, rs + b, &fb);
+    *content = c;
+    *n_c = a + fa;
+    *reasoning = rs;
+    *n_r = b + fb;
+    return buf;
+}
+
+size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out)
+{
+    *out = NULL;
+    if (!r->think_open)
+        return 0;
+    struct sample_think t;
+    if (sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) != KN_OK)
+        return 0;
+    const char *c, *rs;
+    size_t nc, nr;
+    char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
+    if (buf) {
+        memmove(buf, c, nc);
+        buf[nc] = '\0';
+    }
+    *out = buf;
+    return nc;
+}
+
 static char *finish_json(struct json_value *root, bool ok)
 {
     char *out = NULL;
@@ -678,6 +874,28 @@ static struct json_value *usage_value(const struct srv_job *j, bool *ok)
     set(u, "completion_tokens", json_new_int(j->n_out), ok);
     set(u, "total_tokens", json_new_int((int64_t)j->n_prompt + j->n_out), ok);
     return u;
+}
+
+/* llama-server's "timings" object: prompt positions computed (prompt_n) and reused
+ * (cache_n: held by the slot or restored by Warm Start), generated tokens, their times,
+ * and RAD-1's draft tokens verified (draft_n) and accepted (draft_n_accepted). */
+static struct json_value *timings_value(const struct srv_job *j, bool *ok)
+{
+    struct json_value *t = json_new_object();
+    double t_first = j->n_out > 0 ? j->t_first : j->t_done;
+    double prompt_ms = j->t_start > 0 && t_first >= j->t_start ? (t_first - j->t_start) * 1e3 : 0;
+    double gen_ms = j->n_out > 0 && j->t_done >= j->t_first ? (j->t_done - j->t_first) * 1e3 : 0;
+    int64_t prompt_n = (int64_t)j->n_prompt - j->n_cached;
+    set(t, "cache_n", json_new_int(j->n_cached), ok);
+    set(t, "prompt_n", json_new_int(prompt_n), ok);
+    set(t, "prompt_ms", json_new_double(prompt_ms), ok);
+    set(t, "predicted_n", json_new_int(j->n_out), ok);
+    set(t, "predicted_ms", json_new_double(gen_ms), ok);
+    set(t, "predicted_per_second",
+        json_new_double(gen_ms > 0 && j->n_out > 1 ? (double)(j->n_out - 1) * 1e3 / gen_ms : 0), ok);
+    set(t, "draft_n", json_new_int(j->draft_n), ok);
+    set(t, "draft_n_accepted", json_new_int(j->draft_n_accepted), ok);
+    return t;
 }
 
 static void head(struct srv *s, struct json_value *root, const char *id, const char *object,
@@ -702,7 +920,22 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
     if (chat) {
         struct json_value *msg = json_new_object();
         set(msg, "role", json_new_string("assistant"), &ok);
-        set(msg, "content", text_value(j->text, j->text_len), &ok);
+        struct sample_think t;
+        if (r->think_open &&
+            sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
+            const char *c, *rs;
+            size_t nc, nr;
+            char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
+            ok = ok && buf;
+            if (buf) {
+                set(msg, "content", text_value(c, nc), &ok);
+                if (nr > 0)
+                    set(msg, "reasoning_content", text_value(rs, nr), &ok);
+            }
+            free(buf);
+        } else {
+            set(msg, "content", text_value(j->text, j->text_len), &ok);
+        }
         set(choice, "message", msg, &ok);
     } else {
         set(choice, "text", text_value(j->text, j->text_len), &ok);
@@ -713,6 +946,7 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
     set(root, "usage", usage_value(j, &ok), &ok);
+    set(root, "timings", timings_value(j, &ok), &ok);
     set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
     if (receipt)
         set(root, "receipt", receipt, &ok);
@@ -734,6 +968,18 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
         if (role) {
             set(delta, "role", json_new_string("assistant"), &ok);
             set(delta, "content", json_new_string(""), &ok);
+        } else if (r->think) {
+            /* The reasoning goes out as delta.reasoning_content, the rest as content. */
+            const char *c, *rs;
+            size_t nc, nr;
+            char *buf = think_split(r->think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
+                                    &nr);
+            ok = ok && buf;
+            if (buf && (nc > 0 || (!final && nr == 0)))
+                set(delta, "content", text_value(c, nc), &ok);
+            if (buf && nr > 0)
+                set(delta, "reasoning_content", text_value(rs, nr), &ok);
+            free(buf);
         } else if (text1 > text0 || !final) {
             set(delta, "content", text_value(j->text + text0, text1 - text0), &ok);
         }
@@ -749,6 +995,7 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
     if (final) {
+        set(root, "timings", timings_value(j, &ok), &ok);
         set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
         if (receipt)
             set(root, "receipt", receipt, &ok);

@@ -8,9 +8,12 @@
  * so batching changes speed, never bits. */
 #include "server.h"
 #include "chat/chat.h"
+#include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "sample/sample.h"
 #include "token/tok.h"
 
 #include <stdio.h>
@@ -28,6 +31,8 @@ struct mb {
     struct chat_renderer cr;
     bool cr_ok;
     struct model_kv **kv_tok;  /* (max_batch) each batch token's cache */
+    struct pcache *cache;      /* Warm Start, shared by the slots; NULL: none */
+    size_t cache_max;
     char name[256];
 };
 
@@ -113,6 +118,35 @@ static bool mb_is_eog(void *ctx, int32_t id)
     return tok_is_eog(b->tk, id);
 }
 
+/* As kinetic run builds its grammar vocabulary, so a grammar allows the same tokens. */
+static enum kn_status mb_grammar_vocab(void *ctx, struct grammar_vocab **out, struct kn_err *err)
+{
+    struct mb *b = ctx;
+    return grammar_vocab_from_tok(out, b->tk, (int32_t)b->m->hp.n_vocab, err);
+}
+
+/* The reasoning markers of the model families that have them, most common first. A model
+ * reasons with a pair when its vocabulary holds both as single tokens. */
+static const char *const think_markers[][2] = {
+    {"<think>", "</think>"},                         /* DeepSeek-R1, Qwen3, QwQ */
+    {"<|START_THINKING|>", "<|END_THINKING|>"},      /* Command R7B */
+    {"[THINK]", "[/THINK]"},                         /* Magistral */
+    {"<seed:think>", "</seed:think>"},               /* Seed-OSS */
+};
+
+static void mb_find_think(struct mb *b, struct srv_backend *out)
+{
+    for (size_t i = 0; i < sizeof think_markers / sizeof think_markers[0]; i++) {
+        const char *o = think_markers[i][0], *c = think_markers[i][1];
+        if (tok_find(b->tk, o, strlen(o)) >= 0 && tok_find(b->tk, c, strlen(c)) >= 0) {
+            out->think_open = o;
+            out->think_close = c;
+            out->think_inside = i == 0 && b->cr.tmpl.open_think;
+            return;
+        }
+    }
+}
+
 static void mb_slot_reset(void *ctx, int slot)
 {
     (void)ctx;
@@ -134,11 +168,36 @@ static enum kn_status mb_forward(void *ctx, const struct srv_batch *bt, float *l
                                bt->n_out, logits, err);
 }
 
+/* ---- Warm Start: the slots' KV caches and one shared prompt cache (engine pcache). */
+
+static int64_t mb_cache_restore(void *ctx, int slot, const int32_t *tokens, int64_t keep,
+                                int64_t max_n)
+{
+    struct mb *b = ctx;
+    return pcache_restore_kv(b->cache, &b->kv[slot], tokens, keep, max_n);
+}
+
+static enum kn_status mb_cache_store(void *ctx, int slot, const int32_t *tokens, int64_t n,
+                                     struct kn_err *err)
+{
+    struct mb *b = ctx;
+    return pcache_store_kv(b->cache, &b->kv[slot], tokens, n, err);
+}
+
+static void mb_cache_stats(void *ctx, struct srv_cache_stats *out)
+{
+    struct mb *b = ctx;
+    struct pcache_stats ps = pcache_get_stats(b->cache);
+    *out = (struct srv_cache_stats){ps.hits, ps.misses, ps.tokens_restored, ps.stores,
+                                    ps.evictions, ps.records, ps.bytes, b->cache_max};
+}
+
 static void mb_free(void *ctx)
 {
     struct mb *b = ctx;
     if (!b)
         return;
+    pcache_free(b->cache);
     if (b->kv)
         for (int s = 0; s < b->n_slots; s++)
             model_kv_free(&b->kv[s]);
@@ -213,6 +272,17 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
         if ((st = model_kv_init(&b->kv[s], b->m, n_ctx, MODEL_KV_F32, err)) != KN_OK)
             goto fail;
 
+    if (o->cache_ram_mib > 0) {
+        if (o->cache_ram_mib > (INT64_C(1) << 20)) {
+            st = kn_fail(err, KN_E_ARG, "serve: --cache-ram %lld MiB is too large",
+                         (long long)o->cache_ram_mib);
+            goto fail;
+        }
+        b->cache_max = (size_t)o->cache_ram_mib << 20;
+        if ((st = pcache_create(&b->cache, b->m, MODEL_KV_F32, b->cache_max, err)) != KN_OK)
+            goto fail;
+    }
+
     const char *base = strrchr(o->path, '/');
     snprintf(b->name, sizeof b->name, "%s", base ? base + 1 : o->path);
     out->ctx = b;
@@ -231,9 +301,18 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->piece = mb_piece;
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;
+    out->sample_piece = sample_tok_piece;
+    out->sample_pctx = b->tk;
+    out->grammar_vocab = mb_grammar_vocab;
+    mb_find_think(b, out);
     out->slot_reset = mb_slot_reset;
     out->forward = mb_forward;
     out->free = mb_free;
+    if (b->cache) {
+        out->cache_restore = mb_cache_restore;
+        out->cache_store = mb_cache_store;
+        out->cache_stats = mb_cache_stats;
+    }
     return KN_OK;
 fail:
     mb_free(b);

@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
-                EP_DETOKENIZE, EP_OTHER, EP_APPLY_TEMPLATE };
+                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "other", "apply_template"};
+    "prefill", "stats", "other", "apply_template"};
 static const int status_codes[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
 
 struct route {
@@ -46,6 +46,9 @@ static const struct route routes[] = {
     {"/metrics", "GET", EP_METRICS, false},
     {"/tokenize", "POST", EP_TOKENIZE, false},
     {"/detokenize", "POST", EP_DETOKENIZE, false},
+    {"/prefill", "POST", EP_PREFILL, false},
+    {"/v1/prefill", "POST", EP_PREFILL, false},
+    {"/stats", "GET", EP_STATS, false},
     {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
 };
 
@@ -205,15 +208,30 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
         .max_tokens = max_tokens,
         .stop = (const char *const *)r->stop,
         .n_stop = r->n_stop,
+        .grammar = r->grammar_text,
+        .response_format = r->response_format,
         .finish = srv_finish_str(j->finish),
         .text = j->text,
         .text_len = j->text_len,
         .out_ids = j->out_ids,
         .n_out = n_out,
     };
+    /* output.text is the answer without its reasoning, as the client's content. */
+    char *content = NULL;
+    size_t content_len = api_answer_content(r, j, &content);
+    if (r->think_open && !content) {
+        srv_error_set(e, 500, "server_error", NULL, "receipt", "out of memory");
+        return NULL;
+    }
+    if (content) {
+        in.text = content;
+        in.text_len = content_len;
+    }
     struct json_value *out = NULL;
     struct kn_err err = {0};
-    if (s->cfg.receipt(s->cfg.receipt_ctx, &in, &out, &err) != KN_OK) {
+    enum kn_status rst = s->cfg.receipt(s->cfg.receipt_ctx, &in, &out, &err);
+    free(content);
+    if (rst != KN_OK) {
         srv_error_set(e, 500, "server_error", "receipt_failed", "receipt",
                       "the receipt could not be made: %.400s", err.msg);
         return NULL;
@@ -309,7 +327,10 @@ static bool next_event(struct stream *st)
             st->seen = j->n_out;
             if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
                 struct srv_error e;
-                if (j->finish == SRV_FINISH_ERROR)
+                if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+                    srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s",
+                                  j->error);
+                else if (j->finish == SRV_FINISH_ERROR)
                     srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
                 else
                     srv_error_set(&e, 503, "server_error", "shutting_down", NULL,
@@ -439,6 +460,16 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         if (!j->stop[i])
             break;
     }
+    if (r.grammar) { /* the job takes the grammar, with a state at its start */
+        j->grammar = r.grammar;
+        r.grammar = NULL;
+        j->gvocab = s->gvocab;
+        if (grammar_state_init(&j->gstate, j->grammar, &err) != KN_OK) {
+            convoy_release(NULL, j);
+            srv_request_free(&r);
+            return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
+        }
+    }
     if (j->n_stop != r.n_stop || srv_job_alloc_results(j, s->b->max_piece, &err) != KN_OK) {
         convoy_release(NULL, j);
         srv_request_free(&r);
@@ -500,7 +531,10 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
     convoy_lock(s->convoy);
     if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
         convoy_unlock(s->convoy);
-        if (j->finish == SRV_FINISH_ERROR)
+        if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+            res = fail(s, conn, ep, 400, "invalid_request_error", "grammar_dead_end", "%s",
+                       j->error);
+        else if (j->finish == SRV_FINISH_ERROR)
             res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", j->error);
         else
             res = fail(s, conn, ep, 503, "server_error", "shutting_down",
@@ -588,6 +622,15 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# TYPE kinetic_tokens_per_second gauge\nkinetic_tokens_per_second %.3f\n",
          cs.tokens_prompt, cs.tokens_generated, cs.jobs_done, cs.jobs_cancelled, cs.steps, cs.queued,
          cs.queue_cap, cs.slots_busy, cs.n_slots, tps);
+    EMIT("# HELP kinetic_draft_tokens_total RAD-1 draft tokens verified and accepted.\n"
+         "# TYPE kinetic_draft_tokens_total counter\n"
+         "kinetic_draft_tokens_total{result=\"proposed\"} %" PRIu64 "\n"
+         "kinetic_draft_tokens_total{result=\"accepted\"} %" PRIu64 "\n"
+         "# HELP kinetic_prompt_tokens_reused_total Prompt positions not recomputed (Warm Start).\n"
+         "# TYPE kinetic_prompt_tokens_reused_total counter\nkinetic_prompt_tokens_reused_total %" PRIu64 "\n"
+         "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
+         "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
+         cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
 #undef EMIT
     if (k >= cap) {
         free(out);
@@ -694,6 +737,115 @@ static enum MHD_Result handle_apply_template(struct srv *s, struct MHD_Connectio
     return send_json(s, conn, EP_APPLY_TEMPLATE, 200, out);
 }
 
+/* ---------------------------------------------------------------- speed features */
+
+/* POST /prefill (Zero Wait): a chat completions or completions body ("messages" or
+ * "prompt"); evaluates its prompt into the prompt cache at low priority and answers when
+ * that is done: {"tokens": positions now cached, "prompt_tokens", "cache_n": positions
+ * that were cached already, "preempted": gave its slot up to a request first}. */
+static enum MHD_Result handle_prefill(struct srv *s, struct MHD_Connection *conn,
+                                      const struct json_value *body)
+{
+    struct srv_request r;
+    struct srv_error e;
+    enum srv_kind kind = json_get(body, "messages") ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
+    if (api_parse_completion(s, kind, body, &r, &e) || api_prepare_prompt(s, &r, &e)) {
+        srv_request_free(&r);
+        return send_error(s, conn, EP_PREFILL, &e);
+    }
+    char *out = NULL;
+    if (s->cfg.no_zero_wait || s->cfg.speed.no_warm_start) {
+        if (asprintf(&out, "{\"object\":\"prefill\",\"tokens\":0,\"prompt_tokens\":%zu,"
+                           "\"cache_n\":0,\"preempted\":false,\"enabled\":false}",
+                     r.n_ids) < 0)
+            out = NULL;
+        srv_request_free(&r);
+        return send_json(s, conn, EP_PREFILL, 200, out);
+    }
+    struct kn_err err = {0};
+    struct srv_job *j = NULL;
+    if (srv_job_new(&j, r.ids, r.n_ids, &err) != KN_OK) {
+        srv_request_free(&r);
+        return fail(s, conn, EP_PREFILL, 500, "server_error", NULL, "%s", err.msg);
+    }
+    srv_request_free(&r);
+    j->prefill = true;
+    j->max_tokens = 1;
+    enum kn_status st = convoy_submit_prefill(s->convoy, j, &err);
+    if (st != KN_OK) {
+        convoy_release(NULL, j);
+        if (st == KN_E_LIMIT)
+            return fail(s, conn, EP_PREFILL, 503, "server_error", "server_busy",
+                        "the server is busy: %s; retry in a moment", err.msg);
+        return fail(s, conn, EP_PREFILL, 503, "server_error", "shutting_down", "%s", err.msg);
+    }
+    while (!convoy_wait(s->convoy, j, INT64_MAX, 100)) {
+        if (client_gone(conn)) {
+            convoy_cancel(s->convoy, j);
+            convoy_release(s->convoy, j);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result res;
+    if (j->finish == SRV_FINISH_ERROR)
+        res = fail(s, conn, EP_PREFILL, 500, "server_error", "generation_failed", "%s", j->error);
+    else if (j->finish == SRV_FINISH_CANCELLED)
+        res = fail(s, conn, EP_PREFILL, 503, "server_error", "shutting_down",
+                   "the server is shutting down");
+    else {
+        /* Done: the scheduler no longer writes the job. */
+        if (asprintf(&out, "{\"object\":\"prefill\",\"tokens\":%lld,\"prompt_tokens\":%zu,"
+                           "\"cache_n\":%lld,\"preempted\":%s,\"enabled\":true}",
+                     (long long)j->n_fed, j->n_prompt, (long long)j->n_cached,
+                     j->preempted ? "true" : "false") < 0)
+            out = NULL;
+        res = send_json(s, conn, EP_PREFILL, 200, out);
+    }
+    convoy_release(s->convoy, j);
+    return res;
+}
+
+/* GET /stats: the scheduler's counters and the speed features' (docs/speed.md). */
+static enum MHD_Result handle_stats(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    struct srv_cache_stats ks = {0};
+    bool cache = s->b->cache_stats && !s->cfg.speed.no_warm_start;
+    if (cache)
+        s->b->cache_stats(s->b->ctx, &ks);
+    char cache_json[512] = "null";
+    if (cache)
+        snprintf(cache_json, sizeof cache_json,
+                 "{\"hits\":%lld,\"misses\":%lld,\"tokens_restored\":%lld,\"stores\":%lld,"
+                 "\"evictions\":%lld,\"records\":%lld,\"bytes\":%zu,\"max_bytes\":%zu}",
+                 (long long)ks.hits, (long long)ks.misses, (long long)ks.tokens_restored,
+                 (long long)ks.stores, (long long)ks.evictions, (long long)ks.records, ks.bytes,
+                 ks.max_bytes);
+    char *out = NULL;
+    if (asprintf(&out,
+                 "{\"slots\":%d,\"slots_busy\":%d,\"requests_waiting\":%d,\"queue_capacity\":%d,"
+                 "\"completions\":%" PRIu64 ",\"cancelled\":%" PRIu64 ",\"prompt_tokens\":%" PRIu64
+                 ",\"generated_tokens\":%" PRIu64 ",\"steps\":%" PRIu64 ",\"busy_seconds\":%.3f,"
+                 "\"draft\":{\"enabled\":%s,\"max\":%d,\"proposed\":%" PRIu64 ",\"accepted\":%" PRIu64
+                 ",\"passes\":%" PRIu64 "},"
+                 "\"warm_start\":{\"enabled\":%s,\"prompt_tokens_reused\":%" PRIu64
+                 ",\"slot_reuse_tokens\":%" PRIu64 ",\"cache_restored_tokens\":%" PRIu64
+                 ",\"cache\":%s},"
+                 "\"zero_wait\":{\"enabled\":%s,\"prefills\":%" PRIu64 ",\"preempted\":%" PRIu64
+                 ",\"tokens\":%" PRIu64 ",\"queued\":%d,\"queue_capacity\":%d}}",
+                 cs.n_slots, cs.slots_busy, cs.queued, cs.queue_cap, cs.jobs_done, cs.jobs_cancelled,
+                 cs.tokens_prompt, cs.tokens_generated, cs.steps, cs.busy_seconds,
+                 cs.draft_max > 0 ? "true" : "false", cs.draft_max, cs.draft_proposed,
+                 cs.draft_accepted, cs.draft_passes, s->cfg.speed.no_warm_start ? "false" : "true",
+                 cs.prompt_tokens_reused, cs.slot_reuse_tokens, cs.cache_restored_tokens, cache_json,
+                 s->cfg.no_zero_wait || s->cfg.speed.no_warm_start ? "false" : "true",
+                 cs.prefills_done, cs.prefills_preempted, cs.prefill_tokens, cs.prefill_queued,
+                 cs.prefill_queue_cap) < 0)
+        out = NULL;
+    return send_json(s, conn, EP_STATS, 200, out);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static bool json_content_type(struct MHD_Connection *conn)
@@ -714,6 +866,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_MODELS: return handle_models(s, conn);
     case EP_HEALTH: return handle_health(s, conn);
     case EP_METRICS: return handle_metrics(s, conn);
+    case EP_STATS: return handle_stats(s, conn);
     default: break;
     }
     if (q->too_big)
@@ -736,6 +889,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
         res = handle_tokenize(s, conn, body);
     else if (ep == EP_DETOKENIZE)
         res = handle_detokenize(s, conn, body);
+    else if (ep == EP_PREFILL)
+        res = handle_prefill(s, conn, body);
     else if (ep == EP_APPLY_TEMPLATE)
         res = handle_apply_template(s, conn, body);
     else
@@ -772,7 +927,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /health, /metrics, /tokenize, /detokenize, /apply-template",
+                        "/v1/completions, /health, /metrics, /tokenize, /detokenize, "
+                        "/prefill, /stats, /apply-template",
                         method, url);
         if (!q->route) {
             const char *hdrs[] = {"Allow", path_match->method, NULL};
@@ -891,6 +1047,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
             *p = '_'; /* the id is written into JSON by hand in /v1/models */
     pthread_mutex_init(&s->mmu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
 
     struct sockaddr_in a4;
@@ -921,7 +1078,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         return kn_fail(err, KN_E_ARG, "serve: --port %d is out of range (0..65535)", cfg->port);
     }
 
-    enum kn_status st = convoy_start(&s->convoy, b, s->cfg.queue, err);
+    enum kn_status st = convoy_start_speed(&s->convoy, b, s->cfg.queue, &s->cfg.speed, err);
     if (st != KN_OK) {
         pthread_mutex_destroy(&s->mmu);
         free(s);
@@ -978,7 +1135,9 @@ void srv_stop(struct srv *s)
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     convoy_free(s->convoy);
+    api_free(s);
     pthread_mutex_destroy(&s->mmu);
+    pthread_mutex_destroy(&s->gmu);
     pthread_cond_destroy(&s->idle_cv);
     free(s);
 }

@@ -62,6 +62,8 @@ enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
         .n_output = in->n_out,
         .ctx_size = in->n_ctx,
         .cache_type = "f32",
+        .grammar = in->grammar,
+        .response_format = in->response_format,
     };
     struct receipt r = {0};
     enum kn_status st = receipt_from_run(&r, &run, err);

@@ -41,6 +41,15 @@ struct srv_batch {
     int64_t n_out;
 };
 
+struct grammar_vocab;
+
+/* The shared prompt cache's counters (engine.h struct pcache_stats, restated so the
+ * server layers need not see the engine). */
+struct srv_cache_stats {
+    int64_t hits, misses, tokens_restored, stores, evictions, records;
+    size_t bytes, max_bytes;
+};
+
 struct srv_backend {
     void *ctx;
     const char *name;          /* model name shown by /v1/models unless --alias */
@@ -66,6 +75,21 @@ struct srv_backend {
     /* The vocabulary text of a token (for logprobs' "token" fields), any token. */
     const char *(*token_text)(void *ctx, int32_t id, size_t *len);
     bool (*is_eog)(void *ctx, int32_t id);
+    /* A token's text as DRY sees it, in sample_ctx_prepare's shape: the same function
+     * kinetic run hands to its sampler, so DRY penalises the same tokens (NULL: DRY is
+     * refused). Thread-safe, read-only. */
+    const char *(*sample_piece)(const void *pctx, int32_t id, size_t *len);
+    const void *sample_pctx;
+    /* Builds a new grammar vocabulary for this model exactly as kinetic run builds its own
+     * (same pieces, same end-of-generation ids), so a grammar allows the same tokens in
+     * both (NULL: grammars are refused). The server calls it once and shares the result. */
+    KN_MUST_USE enum kn_status (*grammar_vocab)(void *ctx, struct grammar_vocab **out,
+                                                struct kn_err *err);
+    /* The reasoning markers of the model's family ("<think>", "</think>"), or NULL when
+     * its vocabulary has none; think_inside: the chat template opens the reply inside the
+     * reasoning (QwQ's "<think>\n" after the assistant marker). */
+    const char *think_open, *think_close;
+    bool think_inside;
 
     /* Scheduler thread only. Forgets slot's sequence. */
     void (*slot_reset)(void *ctx, int slot);
@@ -74,6 +98,17 @@ struct srv_backend {
                                           struct kn_err *err);
     void (*free)(void *ctx);
 
+    /* Warm Start (optional; all NULL when the backend has no prompt cache). One cache is
+     * shared by every slot. Scheduler thread only, except cache_stats. */
+    /* Slot holds tokens[0..keep-1] already; copies the cached entries of positions
+     * keep.. of the longest known prefix of tokens[0..max_n-1] into the slot and returns
+     * that prefix's length (keep when the cache knows nothing longer). */
+    int64_t (*cache_restore)(void *ctx, int slot, const int32_t *tokens, int64_t keep,
+                             int64_t max_n);
+    /* Records the slot's first n positions, which hold tokens[0..n-1]. */
+    KN_MUST_USE enum kn_status (*cache_store)(void *ctx, int slot, const int32_t *tokens,
+                                              int64_t n, struct kn_err *err);
+    void (*cache_stats)(void *ctx, struct srv_cache_stats *out);
     /* Optional (NULL: chat above). Renders OpenAI messages (the JSON array as sent) with
      * the model's template, passing tools (an array or NULL) and kwargs
      * (chat_template_kwargs, an object or NULL) to it; *text receives the rendered prompt
@@ -105,6 +140,7 @@ struct srv_model_opts {
     const char *chat_format;   /* NULL: as kinetic run chooses; else a chat_format name */
     const char *chat_template; /* --chat-template FILE (a Jinja template), or NULL */
     const char *chat_template_kwargs; /* --chat-template-kwargs JSON object, or NULL */
+    int64_t cache_ram_mib;     /* the shared prompt cache (Warm Start); 0: none */
 };
 
 /* The backend over a GGUF model file (model, tokenizer, chat template, a KV cache per
@@ -144,22 +180,39 @@ struct srv_job {
     int n_top;                 /* top log-probabilities kept per token (0..20) */
     bool ignore_eos;           /* benchmarks: end-of-generation tokens do not stop */
     bool want_logprobs;
+    /* A grammar constraining the output (grammar, json_schema or response_format), or
+     * NULL. The job owns grammar and gstate (a fresh state at the grammar's start);
+     * gvocab is the server's shared vocabulary. Only the scheduler advances gstate. */
+    struct grammar *grammar;
+    struct grammar_state *gstate;
+    const struct grammar_vocab *gvocab;
+    bool prefill;              /* Zero Wait: evaluate the prompt into the cache, sample nothing */
 
     /* results (sized for max_tokens at srv_job_alloc_results) */
     enum srv_job_state state;
     enum srv_finish finish;
     char error[256];
+    bool error_is_request;     /* the error is the request's fault (a grammar no token can
+                                * continue): HTTP 400 rather than 500 */
     int32_t *out_ids;          /* (n_out) generated ids, an end-of-generation id included */
     float *out_lp;             /* (n_out) log-probability of each, if want_logprobs */
     int32_t *top_ids;          /* (n_out, n_top) */
     float *top_lp;
-    size_t *text_end;          /* (n_out) text length after each token (before a stop cut) */
+    size_t *text_end;          /* (n_out) text length after each token: the text safe to
+                                * show then (a possible stop-string start held back) */
     int64_t n_out;
     int64_t out_cap;           /* max_tokens when the results were sized */
-    char *text;                /* generated text, cut at a stop string when one matched */
+    char *text;                /* generated text safe to show: it ends before a matched stop
+                                * string, and while running holds back a tail that may start
+                                * one (released at the end) */
     size_t text_len, text_cap;
     bool cancel;               /* set by the HTTP side: free the slot at the next step */
     double t_submit, t_start, t_first, t_done;
+    /* speed features (timings): prompt positions not recomputed (held by the slot or
+     * restored from the prompt cache), RAD-1 draft tokens verified and accepted; a
+     * prefill that gave way to a waiting request before its end */
+    int64_t n_cached, draft_n, draft_n_accepted;
+    bool preempted;
 
     /* private to convoy */
     pthread_cond_t cv;
@@ -167,6 +220,7 @@ struct srv_job {
     int slot;
     int64_t n_fed;             /* prompt tokens already in the slot's cache */
     int32_t next_token;        /* the sampled token not yet fed */
+    struct sample_stop *stopm; /* the stop-string matcher (n_stop > 0) */
     struct srv_job *next;      /* queue link */
 };
 
@@ -185,11 +239,36 @@ struct convoy_stats {
     int n_slots, slots_busy, queued, queue_cap;
     uint64_t jobs_done, jobs_cancelled, tokens_prompt, tokens_generated, steps;
     double busy_seconds;       /* time spent in forward + sampling */
+    /* speed features */
+    uint64_t draft_proposed, draft_accepted, draft_passes;
+    uint64_t prompt_tokens_reused;  /* positions not recomputed (slot or cache) */
+    uint64_t slot_reuse_tokens;     /* of them, kept from what the slot held */
+    uint64_t cache_restored_tokens; /* of them, copied from the shared prompt cache */
+    uint64_t prefills_done, prefills_preempted, prefill_tokens;
+    int prefill_queued, prefill_queue_cap;
+    int draft_max;                  /* 0: RAD-1 off */
+};
+
+/* The speed features (docs/speed.md); zero values: all on, default lengths. */
+struct convoy_speed {
+    bool no_draft;             /* RAD-1 drafting off */
+    int draft_max;             /* most draft tokens per slot and step; 0: 16 */
+    bool no_warm_start;        /* neither slot reuse nor the backend's prompt cache */
+    int prefill_queue;         /* Zero Wait requests that may wait; 0: 2 x slots */
 };
 
 /* Starts the scheduler thread over backend (borrowed) with queue_cap waiting jobs. */
 KN_MUST_USE enum kn_status convoy_start(struct convoy **out, struct srv_backend *backend,
                                         int queue_cap, struct kn_err *err);
+/* The same with the speed features set (speed NULL: all on). */
+KN_MUST_USE enum kn_status convoy_start_speed(struct convoy **out, struct srv_backend *backend,
+                                              int queue_cap, const struct convoy_speed *speed,
+                                              struct kn_err *err);
+/* Queues a Zero Wait job (job->prefill): it runs only in a slot no waiting request needs,
+ * with small prompt chunks while others generate, and gives its slot up (storing what it
+ * has evaluated) when a request waits for one. KN_E_LIMIT when its queue is full. */
+KN_MUST_USE enum kn_status convoy_submit_prefill(struct convoy *c, struct srv_job *job,
+                                                 struct kn_err *err);
 /* Cancels every job and joins the thread; later submissions fail with KN_E_CANCELLED.
  * The convoy stays valid for the jobs' holders until convoy_free. */
 void convoy_stop(struct convoy *c);
@@ -226,8 +305,11 @@ struct srv_receipt_input {
     int64_t max_tokens;            /* -1: no limit but the context */
     const char *const *stop;
     int n_stop;
+    const char *grammar;           /* the GBNF text the output was constrained by, or NULL */
+    const struct json_value *response_format; /* as the request gave it (json_schema: as
+                                   * {"type": "json_schema", "json_schema": {"schema": S}}) */
     const char *finish;            /* "stop" or "length" */
-    const char *text;              /* output text after stop strings are cut */
+    const char *text;              /* output text after stop strings and reasoning are cut */
     size_t text_len;
     const int32_t *out_ids;        /* generated tokens, without an end-of-generation id */
     int64_t n_out;
@@ -262,6 +344,8 @@ struct srv_config {
     int64_t default_max_tokens;/* when a request names none; 0: the rest of the context */
     srv_receipt_fn receipt;    /* NULL: "receipt": true is refused as unavailable */
     void *receipt_ctx;
+    struct convoy_speed speed; /* RAD-1, Warm Start, Zero Wait switches */
+    bool no_zero_wait;         /* POST /prefill does nothing (answers {"tokens": 0}) */
 };
 
 struct srv;

@@ -5,6 +5,7 @@
 
 #include "server.h"
 #include "base/json.h"
+#include "grammar/grammar.h"
 
 #include <microhttpd.h>
 
@@ -44,11 +45,22 @@ struct srv_request {
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
     struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
     struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */
+    /* Structured output: the compiled grammar (owned until handed to the job) from
+     * "grammar" (GBNF), "json_schema" or "response_format"; the GBNF text it came from;
+     * the response_format object as sent (receipts record both). */
+    struct grammar *grammar;
+    char *grammar_text;
+    struct json_value *response_format;
+    /* Reasoning split (chat only): markers, or NULL for none; think: the streaming
+     * splitter's state (owned), set up when the request streams. */
+    const char *think_open, *think_close;
+    bool think_inside;
+    struct sample_think *think;
 };
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 9
+#define SRV_N_ENDPOINTS 11
 #define SRV_N_STATUS 11
 
 struct srv {
@@ -63,7 +75,12 @@ struct srv {
     pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
     int active;                /* requests between their first call and completion */
     uint64_t requests[SRV_N_ENDPOINTS][SRV_N_STATUS];
+    pthread_mutex_t gmu;       /* guards gvocab's creation */
+    struct grammar_vocab *gvocab; /* built at the first grammar request; read-only after */
 };
+
+/* api.c: frees what the API layer keeps in s (the grammar vocabulary). */
+void api_free(struct srv *s);
 
 /* api.c: parses and validates body as a completion request of kind; fills r (free with
  * srv_request_free) and returns 0, or fills e and returns its HTTP status. */
@@ -86,6 +103,9 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
                        const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
                        size_t text0, size_t text1, bool final, struct json_value *receipt);
+/* The answer's content when the request splits reasoning off (*out: malloc'd, its
+ * length returned); *out stays NULL when it does not (the content is the whole text). */
+size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out);
 char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
                       const char *id, int64_t created);
 char *api_error_json(const struct srv_error *e);

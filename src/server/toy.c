@@ -6,6 +6,7 @@
  * chance of EOS. A batch that feeds a position whose predecessor was never written, or
  * mixes up slots, fails or changes every later logit: the scheduler tests rely on that. */
 #include "server.h"
+#include "grammar/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,17 @@
 #define TOY_EOS 257
 #define TOY_VOCAB 258
 
+/* The toy's Warm Start: a few sequences with their chain values, least recently used
+ * replaced first, longest common prefix restored (the real backend uses engine pcache). */
+#define TOY_CACHE_RECS 8
+
+struct toy_rec {
+    int32_t *tokens;
+    uint64_t *h;
+    int64_t n;
+    uint64_t last_use;
+};
+
 struct toy {
     int n_slots;
     int64_t n_ctx;
@@ -23,6 +35,10 @@ struct toy {
     uint64_t *h;      /* (n_slots, n_ctx) */
     uint8_t *filled;  /* (n_slots, n_ctx) */
     char pieces[TOY_VOCAB][8];
+    struct toy_rec recs[TOY_CACHE_RECS];
+    uint64_t clock;
+    pthread_mutex_t cmu;  /* guards cstats (read by HTTP threads) */
+    struct srv_cache_stats cstats;
 };
 
 static uint64_t toy_mix(uint64_t z)
@@ -100,6 +116,18 @@ static const char *toy_token_text(void *ctx, int32_t id, size_t *len)
     return t->pieces[id];
 }
 
+/* The piece in the shape samplers and grammars take (pctx: the struct toy). */
+static const char *toy_sample_piece(const void *ctx, int32_t id, size_t *len)
+{
+    return toy_piece((void *)ctx, id, len);
+}
+
+static enum kn_status toy_grammar_vocab(void *ctx, struct grammar_vocab **out, struct kn_err *err)
+{
+    const int32_t eog[1] = {TOY_EOS};
+    return grammar_vocab_init(out, TOY_VOCAB, toy_sample_piece, ctx, eog, 1, err);
+}
+
 static bool toy_is_eog(void *ctx, int32_t id)
 {
     (void)ctx;
@@ -150,11 +178,103 @@ static enum kn_status toy_forward(void *ctx, const struct srv_batch *b, float *l
     return KN_OK;
 }
 
+static int64_t toy_common(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+static int64_t toy_cache_restore(void *ctx, int slot, const int32_t *tokens, int64_t keep,
+                                 int64_t max_n)
+{
+    struct toy *t = ctx;
+    int best = -1;
+    int64_t len = keep;
+    for (int i = 0; i < TOY_CACHE_RECS; i++) {
+        int64_t l = toy_common(t->recs[i].tokens, t->recs[i].n, tokens, max_n);
+        if (l > len) {
+            len = l;
+            best = i;
+        }
+    }
+    pthread_mutex_lock(&t->cmu);
+    if (best < 0) {
+        t->cstats.misses++;
+        pthread_mutex_unlock(&t->cmu);
+        return keep;
+    }
+    t->cstats.hits++;
+    t->cstats.tokens_restored += len - keep;
+    pthread_mutex_unlock(&t->cmu);
+    size_t base = (size_t)slot * (size_t)t->n_ctx;
+    memcpy(t->h + base + keep, t->recs[best].h + keep, (size_t)(len - keep) * sizeof *t->h);
+    memset(t->filled + base + keep, 1, (size_t)(len - keep));
+    t->recs[best].last_use = ++t->clock;
+    return len;
+}
+
+static enum kn_status toy_cache_store(void *ctx, int slot, const int32_t *tokens, int64_t n,
+                                      struct kn_err *err)
+{
+    struct toy *t = ctx;
+    size_t base = (size_t)slot * (size_t)t->n_ctx;
+    int victim = 0;
+    for (int i = 0; i < TOY_CACHE_RECS; i++) {
+        struct toy_rec *r = &t->recs[i];
+        if (r->n >= n && toy_common(r->tokens, r->n, tokens, n) == n) {
+            r->last_use = ++t->clock; /* held already */
+            return KN_OK;
+        }
+        if (r->last_use < t->recs[victim].last_use)
+            victim = i;
+    }
+    for (int64_t p = 0; p < n; p++)
+        if (!t->filled[base + (size_t)p])
+            return kn_fail(err, KN_E_INTERNAL, "toy: storing slot %d position %lld never fed",
+                           slot, (long long)p);
+    struct toy_rec *r = &t->recs[victim];
+    int32_t *tk = kn_malloc((size_t)n * sizeof *tk, err);
+    uint64_t *h = kn_malloc((size_t)n * sizeof *h, err);
+    if (!tk || !h) {
+        free(tk);
+        free(h);
+        return KN_E_NOMEM;
+    }
+    pthread_mutex_lock(&t->cmu);
+    if (r->n)
+        t->cstats.evictions++;
+    else
+        t->cstats.records++;
+    t->cstats.stores++;
+    pthread_mutex_unlock(&t->cmu);
+    free(r->tokens);
+    free(r->h);
+    memcpy(tk, tokens, (size_t)n * sizeof *tk);
+    memcpy(h, t->h + base, (size_t)n * sizeof *h);
+    *r = (struct toy_rec){tk, h, n, ++t->clock};
+    return KN_OK;
+}
+
+static void toy_cache_stats(void *ctx, struct srv_cache_stats *out)
+{
+    struct toy *t = ctx;
+    pthread_mutex_lock(&t->cmu);
+    *out = t->cstats;
+    pthread_mutex_unlock(&t->cmu);
+}
+
 static void toy_free(void *ctx)
 {
     struct toy *t = ctx;
     if (!t)
         return;
+    for (int i = 0; i < TOY_CACHE_RECS; i++) {
+        free(t->recs[i].tokens);
+        free(t->recs[i].h);
+    }
+    pthread_mutex_destroy(&t->cmu);
     free(t->h);
     free(t->filled);
     free(t);
@@ -174,6 +294,7 @@ enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_c
         free(t);
         return kn_fail(err, KN_E_LIMIT, "toy: context too large");
     }
+    pthread_mutex_init(&t->cmu, NULL);
     t->n_slots = n_slots;
     t->n_ctx = n_ctx;
     t->delay_us = delay_us;
@@ -204,8 +325,14 @@ enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_c
     out->piece = toy_piece;
     out->token_text = toy_token_text;
     out->is_eog = toy_is_eog;
+    out->sample_piece = toy_sample_piece;
+    out->sample_pctx = t;
+    out->grammar_vocab = toy_grammar_vocab;
     out->slot_reset = toy_slot_reset;
     out->forward = toy_forward;
     out->free = toy_free;
+    out->cache_restore = toy_cache_restore;
+    out->cache_store = toy_cache_store;
+    out->cache_stats = toy_cache_stats;
     return KN_OK;
 }

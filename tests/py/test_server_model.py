@@ -213,8 +213,3 @@ def test_signed_receipts(tmp_path):
     path.write_text(json.dumps(js["receipt"], indent=2))
     code, out = verify(path)
     assert code != 0 and "signature" in out, out
-
-
-def test_receipt_with_stop_refused(aid):
-    st, _, js = aid.post("/v1/completions", {"prompt": "a", "stop": ["x"], "receipt": True})
-    assert st == 400 and "'stop' cannot be combined with 'receipt'" in js["error"]["message"], js

@@ -324,6 +324,52 @@ static void test_mask_real(void)
     tok_free(t);
 }
 
+/* grammar_mask's cache of recent states: a long-lived state that keeps coming back to the
+ * same states (and evicts some) gives exactly the masks a fresh state computes. */
+static void test_mask_cache(void)
+{
+    struct tok *t = load_vocab("ggml-vocab-llama-spm.gguf");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct grammar_vocab *gv;
+    struct kn_err err;
+    CHECK(grammar_vocab_from_tok(&gv, t, 0, &err) == KN_OK);
+    struct grammar *g = compile(grammar_json_object_gbnf());
+    struct grammar_state *warm, *cold;
+    CHECK(grammar_state_init(&warm, g, &err) == KN_OK);
+    int32_t n = grammar_vocab_n(gv);
+    uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
+    /* Inside a string the state repeats; six distinct states evict from a cache of four. */
+    const char *texts[] = {"{\"ab", "{\"abc", "{\"abcd", "{", "{\"k\": 1", "{\"k\": [", "{\"k\": \"x",
+                           "{\"ab", "{\"k\": [", "{\"abcde", "{\"k\": \"xy", "{", "{\"k\": 1"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        grammar_state_reset(warm);
+        CHECK(grammar_accept_bytes(warm, texts[i], strlen(texts[i])));
+        grammar_mask(warm, gv, a);
+        CHECK(grammar_state_init(&cold, g, &err) == KN_OK);
+        CHECK(grammar_accept_bytes(cold, texts[i], strlen(texts[i])));
+        grammar_mask(cold, gv, b);
+        CHECKF(memcmp(a, b, (size_t)n) == 0, "text '%s': cached mask differs", texts[i]);
+        grammar_state_free(cold);
+    }
+    /* A token that changes the state, then back: the eog bit follows completeness. */
+    int32_t eos = tok_specials(t)->eos;
+    grammar_state_reset(warm);
+    CHECK(grammar_accept_bytes(warm, "{\"a\": 1", 7));
+    grammar_mask(warm, gv, a);
+    CHECK(!a[eos]);
+    CHECK(grammar_accept_bytes(warm, "}", 1));
+    grammar_mask(warm, gv, a);
+    CHECK(a[eos]);
+    free(a);
+    free(b);
+    grammar_state_free(warm);
+    grammar_free(g);
+    grammar_vocab_free(gv);
+    tok_free(t);
+}
+
 static void test_json_schema(void)
 {
     struct kn_err err;
@@ -573,6 +619,7 @@ int main(void)
     test_errors();
     test_mask_toy();
     test_mask_real();
+    test_mask_cache();
     test_json_schema();
     test_sample_with_grammar();
     test_sample_equals_mask();

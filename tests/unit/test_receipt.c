@@ -1,6 +1,7 @@
 /* test_receipt.c: receipts round-trip through their JSON form, sign and verify, and any
  * change to a signed field breaks the signature. */
 #include "check.h"
+#include "grammar/grammar.h"
 #include "receipt/receipt.h"
 
 #include <sodium.h>
@@ -154,10 +155,125 @@ static void test_strict(void)
     receipt_free(&r);
 }
 
+/* grammar and response_format: written only when used (receipts without them keep their
+ * bytes), read back, null accepted, covered by the signature. */
+static void test_grammar_fields(void)
+{
+    struct kn_err err = {0};
+    struct receipt r, back;
+    fill(&r);
+    char *plain;
+    size_t plain_len;
+    CHECK(receipt_signed_bytes(&r, &plain, &plain_len, &err) == KN_OK);
+    CHECK(strstr(plain, "grammar") == NULL && strstr(plain, "response_format") == NULL);
+    free(plain);
+
+    const char *rf_text = "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                          "\"required\":[\"a\"]}}}";
+    CHECK(json_parse(rf_text, strlen(rf_text), NULL, &r.response_format, &err) == KN_OK);
+    CHECK(grammar_from_response_format(r.response_format, &r.grammar, &err) == KN_OK);
+    CHECK(r.grammar && strstr(r.grammar, "root") != NULL);
+    char *bytes;
+    size_t len;
+    CHECK(receipt_signed_bytes(&r, &bytes, &len, &err) == KN_OK);
+    CHECKF(strstr(bytes, "\"stop\":[\"\\n\\n\"],\"grammar\":\"") != NULL, "%s", bytes);
+    CHECK(strstr(bytes, ",\"response_format\":{\"type\":\"json_schema\"") != NULL);
+    free(bytes);
+
+    struct receipt_key key;
+    unsigned char seed[32] = {7};
+    crypto_sign_seed_keypair(key.pk, key.sk, seed);
+    CHECK(receipt_sign(&r, &key, &err) == KN_OK);
+    struct json_value *doc;
+    CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK_STR(back.grammar, r.grammar);
+    CHECK(json_is(json_get(back.response_format, "json_schema"), JSON_OBJECT));
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    /* Changing the grammar or a stop string breaks the signature. */
+    struct json_value *smp = (struct json_value *)json_get(doc, "sampling");
+    struct json_value *g = (struct json_value *)json_get(smp, "grammar");
+    char saved = g->u.string.s[0];
+    g->u.string.s[0] = saved == 'x' ? 'y' : 'x';
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    g->u.string.s[0] = saved;
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    struct json_value *stop0 = (struct json_value *)json_at(json_get(smp, "stop"), 0);
+    stop0->u.string.s[0] = 'X';
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    stop0->u.string.s[0] = '\n';
+    struct json_value *rf = (struct json_value *)json_get(smp, "response_format");
+    struct json_value *type = (struct json_value *)json_get(rf, "type");
+    type->u.string.s[5] = 'X';
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    type->u.string.s[5] = 's';
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    receipt_free(&back);
+
+    /* null means none; other types are malformed. */
+    json_free(json_object_take(smp, "grammar"));
+    json_free(json_object_take(smp, "response_format"));
+    CHECK(json_object_set(smp, "grammar", json_new_null(), &err) == KN_OK);
+    CHECK(json_object_set(smp, "response_format", json_new_null(), &err) == KN_OK);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.grammar == NULL && back.response_format == NULL);
+    receipt_free(&back);
+    json_free(json_object_take(smp, "grammar"));
+    CHECK(json_object_set(smp, "grammar", json_new_int(3), &err) == KN_OK);
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
+    CHECK_STR(err.msg, "receipt: field sampling.grammar must be a string");
+    json_free(json_object_take(smp, "grammar"));
+    json_free(json_object_take(smp, "response_format"));
+    CHECK(json_object_set(smp, "response_format", json_new_string("json"), &err) == KN_OK);
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
+    CHECK(strstr(err.msg, "sampling.response_format must be an object") != NULL);
+    json_free(doc);
+    receipt_free(&r);
+}
+
+/* response_format to GBNF: text gives none, json_object the JSON grammar, json_schema the
+ * schema's conversion; mistakes are named. */
+static void test_response_format(void)
+{
+    struct kn_err err = {0};
+    struct json_value *v;
+    char *g;
+    const char *text = "{\"type\":\"text\"}";
+    CHECK(json_parse(text, strlen(text), NULL, &v, &err) == KN_OK);
+    CHECK(grammar_from_response_format(v, &g, &err) == KN_OK && g == NULL);
+    json_free(v);
+    CHECK(grammar_from_response_format(NULL, &g, &err) == KN_OK && g == NULL);
+    const char *obj = "{\"type\":\"json_object\"}";
+    CHECK(json_parse(obj, strlen(obj), NULL, &v, &err) == KN_OK);
+    CHECK(grammar_from_response_format(v, &g, &err) == KN_OK);
+    CHECK_STR(g, grammar_json_object_gbnf());
+    free(g);
+    json_free(v);
+    const char *bad = "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\","
+                      "\"pattern\":\"a+\"}}}";
+    CHECK(json_parse(bad, strlen(bad), NULL, &v, &err) == KN_OK);
+    CHECK(grammar_from_response_format(v, &g, &err) != KN_OK);
+    CHECKF(strstr(err.msg, "JSON schema") && strstr(err.msg, "pattern"), "%s", err.msg);
+    json_free(v);
+    const char *missing = "{\"type\":\"json_schema\"}";
+    CHECK(json_parse(missing, strlen(missing), NULL, &v, &err) == KN_OK);
+    CHECK(grammar_from_response_format(v, &g, &err) == KN_E_ARG);
+    CHECK(strstr(err.msg, "json_schema") != NULL);
+    json_free(v);
+    const char *odd = "{\"type\":\"yaml\"}";
+    CHECK(json_parse(odd, strlen(odd), NULL, &v, &err) == KN_OK);
+    CHECK(grammar_from_response_format(v, &g, &err) == KN_E_ARG);
+    CHECK(strstr(err.msg, "unknown type \"yaml\"") != NULL);
+    json_free(v);
+}
+
 int main(void)
 {
     test_token_hash();
     test_roundtrip_and_sign();
     test_strict();
+    test_grammar_fields();
+    test_response_format();
     CHECK_DONE();
 }

@@ -1,8 +1,10 @@
 /* test_server_convoy.c: Convoy's scheduling against the toy backend: a job gives the same
  * tokens, log-probabilities and text alone as in a crowd (joining mid-way, queued, chunked
- * prompts), the queue bound holds, cancellation frees the slot, stop strings cut the text. */
+ * prompts), the queue bound holds, cancellation frees the slot, stop strings cut the text,
+ * a grammar constrains a job and one that no token can continue ends it with an error. */
 #include "check.h"
 #include "server/server.h"
+#include "grammar/grammar.h"
 
 #include <math.h>
 #include <string.h>
@@ -211,10 +213,78 @@ static void test_stop_and_length(void)
     b.free(b.ctx);
 }
 
+/* The toy's byte pieces, except that no token writes 'Z'. */
+static const char *no_z_piece(const void *ctx, int32_t id, size_t *len)
+{
+    static char bytes[256][2];
+    (void)ctx;
+    if (id < 0 || id >= 256 || id == 'Z') {
+        *len = 0;
+        return "";
+    }
+    bytes[id][0] = (char)id;
+    *len = 1;
+    return bytes[id];
+}
+
+static struct srv_job *grammar_job(const char *gbnf, const struct grammar_vocab *gv,
+                                   struct kn_err *err)
+{
+    struct srv_job *j = make_job(1, 40, err);
+    CHECK(j != NULL);
+    CHECK(grammar_parse(gbnf, strlen(gbnf), NULL, &j->grammar, err) == KN_OK);
+    CHECK(grammar_state_init(&j->gstate, j->grammar, err) == KN_OK);
+    j->gvocab = gv;
+    return j;
+}
+
+static void test_grammar(void)
+{
+    struct kn_err err = {0};
+    struct srv_backend b;
+    CHECK(srv_toy_backend(&b, 2, 128, 0, &err) == KN_OK);
+    struct grammar_vocab *gv = NULL, *no_z = NULL;
+    CHECK(b.grammar_vocab(b.ctx, &gv, &err) == KN_OK);
+    const int32_t eos[1] = {257};
+    CHECK(grammar_vocab_init(&no_z, b.n_vocab, no_z_piece, NULL, eos, 1, &err) == KN_OK);
+    struct convoy *c;
+    CHECK(convoy_start(&c, &b, 4, &err) == KN_OK);
+
+    struct srv_job *ok = grammar_job("root ::= \"ab\" [0-9] \"!\"", gv, &err);
+    struct srv_job *dead = grammar_job("root ::= \"ab\" \"Z\" [a-z]*", no_z, &err);
+    CHECK(convoy_submit(c, ok, &err) == KN_OK);
+    CHECK(convoy_submit(c, dead, &err) == KN_OK);
+    struct result r;
+    collect(c, ok, &r);
+    CHECK_EQ_INT(r.finish, SRV_FINISH_STOP);
+    CHECK(strlen(r.text) == 4 && memcmp(r.text, "ab", 2) == 0 && r.text[2] >= '0' &&
+          r.text[2] <= '9' && r.text[3] == '!');
+    CHECK_EQ_INT(r.n_out, 5); /* four characters, then the end-of-generation token */
+    CHECK_EQ_INT(r.ids[4], 257);
+    collect(c, dead, &r);
+    CHECK_EQ_INT(r.finish, SRV_FINISH_ERROR);
+    CHECK(dead->error_is_request && strstr(dead->error, "grammar cannot be continued"));
+    CHECKF(r.n_out == 2 && strcmp(r.text, "ab") == 0, "%lld '%s'", (long long)r.n_out, r.text);
+    convoy_release(c, ok);
+    convoy_release(c, dead);
+    /* the convoy serves on: a plain job afterwards runs to its end */
+    struct srv_job *plain = make_job(2, 20, &err);
+    CHECK(convoy_submit(c, plain, &err) == KN_OK);
+    collect(c, plain, &r);
+    CHECK(r.finish == SRV_FINISH_STOP || r.finish == SRV_FINISH_LENGTH);
+    convoy_release(c, plain);
+    convoy_stop(c);
+    convoy_free(c);
+    grammar_vocab_free(gv);
+    grammar_vocab_free(no_z);
+    b.free(b.ctx);
+}
+
 int main(void)
 {
     test_alone_vs_crowd();
     test_queue_limit_and_cancel();
     test_stop_and_length();
+    test_grammar();
     CHECK_DONE();
 }
