@@ -126,7 +126,9 @@ enum chat_engine { CHAT_ENGINE_BUILTIN = 0, CHAT_ENGINE_JINJA };
 struct chat_renderer {
     enum chat_engine engine;
     enum chat_choice choice;       /* how the built-in family was chosen (BUILTIN) */
-    struct chat_template tmpl;     /* BUILTIN */
+    struct chat_template tmpl;     /* BUILTIN: the renderer; JINJA: the family the template
+                                    * source shows (chat_template_detect), for its traits
+                                    * such as open_think (the prompt opens a <think> block) */
     struct jinja_template *jinja;  /* JINJA */
     char source[160];              /* where the template came from, for messages */
     char bos[256], eos[256];       /* the model's BOS/EOS text ("" when absent) */

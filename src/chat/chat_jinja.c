@@ -378,6 +378,9 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
             return st;
         }
         st = parse_template(src, len, o->template_file, &cr->jinja, err);
+        chat_template_detect(src, len, &cr->tmpl); /* the family, for its traits (open_think) */
+        cr->tmpl.bos = cr->bos;
+        cr->tmpl.eos = cr->eos;
         free(src);
         if (st != KN_OK) {
             chat_renderer_free(cr);
@@ -393,6 +396,9 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
         struct kn_err jerr = {0};
         snprintf(cr->source, sizeof cr->source, "tokenizer.chat_template");
         if (parse_template(src.data, src.len, cr->source, &cr->jinja, &jerr) == KN_OK) {
+            chat_template_detect(src.data, src.len, &cr->tmpl); /* traits such as open_think */
+            cr->tmpl.bos = cr->bos;
+            cr->tmpl.eos = cr->eos;
             cr->engine = CHAT_ENGINE_JINJA;
             cr->choice = CHAT_CHOICE_TEMPLATE;
             if (trial_render(cr, &jerr) == KN_OK)
