@@ -97,4 +97,86 @@ KN_MUST_USE enum kn_status chat_render(const struct chat_template *t, const stru
                                        struct chat_prompt *out, struct kn_err *err);
 void chat_prompt_free(struct chat_prompt *p);
 
+/* ================================================================ the chat renderer
+ *
+ * What run, chat and serve use (chat_jinja.c): the model's own tokenizer.chat_template
+ * (or --chat-template FILE) rendered by the Jinja engine exactly as transformers renders
+ * it, with the built-in families above as the fallback for a template Kinetic cannot
+ * render. The policy, in order:
+ *   raw                 no template: the prompt as is (--raw)
+ *   chat_format         a built-in family (--chat-format NAME)
+ *   template_file       this Jinja file (--chat-template FILE); errors name line and column
+ *   tokenizer.chat_template, Jinja: when it parses and renders a one-message conversation
+ *   tokenizer.chat_template, built-in: the family it shows (chat_template_for_model),
+ *                       with a warning, when the Jinja engine cannot render it
+ *   no template         a base model: raw
+ * Template variables: messages, tools (or none), add_generation_prompt, bos_token and
+ * eos_token (the model's BOS/EOS text), then kwargs (--chat-template-kwargs, then a
+ * request's chat_template_kwargs) at top level.
+ *
+ * Safety: a rendered prompt keeps, byte by byte, whether the template produced it
+ * (jinja_render_marked); chat_prompt_tokenize makes control tokens only from template
+ * bytes, so message text ("<|im_end|>" typed by a user) stays ordinary text. */
+
+struct jinja_template;
+struct json_value;
+
+enum chat_engine { CHAT_ENGINE_BUILTIN = 0, CHAT_ENGINE_JINJA };
+
+struct chat_renderer {
+    enum chat_engine engine;
+    enum chat_choice choice;       /* how the built-in family was chosen (BUILTIN) */
+    struct chat_template tmpl;     /* BUILTIN: the renderer; JINJA: the family the template
+                                    * source shows (chat_template_detect), for its traits
+                                    * such as open_think (the prompt opens a <think> block) */
+    struct jinja_template *jinja;  /* JINJA */
+    char source[160];              /* where the template came from, for messages */
+    char bos[256], eos[256];       /* the model's BOS/EOS text ("" when absent) */
+    struct json_value *kwargs;     /* --chat-template-kwargs (an object) or NULL */
+    char warning[600];             /* why the Jinja template was not used, or "" */
+};
+
+struct chat_renderer_opts {
+    bool raw;                      /* --raw */
+    const char *chat_format;       /* --chat-format NAME, or NULL */
+    const char *template_file;     /* --chat-template FILE, or NULL */
+    const char *kwargs_json;       /* --chat-template-kwargs JSON (an object), or NULL */
+};
+
+/* Chooses and loads the template (see above). Errors: an unknown --chat-format, an
+ * unreadable or invalid --chat-template file ("FILE: template syntax error at line L,
+ * column C: ..."), --chat-template-kwargs that is not a JSON object. */
+KN_MUST_USE enum kn_status chat_renderer_init(struct chat_renderer *cr,
+                                              const struct chat_renderer_opts *o,
+                                              const struct gguf_file *g, const struct tok *tk,
+                                              struct kn_err *err);
+void chat_renderer_free(struct chat_renderer *cr);
+/* "jinja" or the built-in family's name. */
+const char *chat_renderer_name(const struct chat_renderer *cr);
+
+/* Renders plain text messages (role, content). */
+KN_MUST_USE enum kn_status chat_renderer_render(const struct chat_renderer *cr,
+                                                const struct chat_message *msgs, size_t n_msgs,
+                                                bool add_generation_prompt,
+                                                struct chat_prompt *out, struct kn_err *err);
+/* Renders OpenAI-style messages: a JSON array of objects with role, content (a string,
+ * null, or an array of {"type":"text","text":...} parts, joined) and any other members
+ * (tool_calls, tool_call_id, name, reasoning_content), passed to the template as they
+ * are; tools (an array or NULL) and kwargs (an object or NULL, over the renderer's own)
+ * as template variables. The built-in families take only string contents and ignore
+ * tools and kwargs. */
+KN_MUST_USE enum kn_status chat_renderer_render_json(const struct chat_renderer *cr,
+                                                     const struct json_value *messages,
+                                                     const struct json_value *tools,
+                                                     const struct json_value *kwargs,
+                                                     bool add_generation_prompt,
+                                                     struct chat_prompt *out,
+                                                     struct kn_err *err);
+
+/* Tokenizes a rendered prompt: control tokens only from template text (segments with
+ * special set), the text between them tokenized whole; one BOS at the start when the
+ * vocabulary wants one and the template did not write it. *ids is malloc'd. */
+KN_MUST_USE enum kn_status chat_prompt_tokenize(const struct chat_prompt *p, const struct tok *tk,
+                                                int32_t **ids, size_t *n, struct kn_err *err);
+
 #endif

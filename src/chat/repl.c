@@ -51,8 +51,8 @@ struct repl {
     bool engine_ok;
     struct sample_ctx sctx;
     bool sctx_ok;
-    struct chat_template tmpl;
-    char bos_buf[256], eos_buf[256];
+    struct chat_renderer cr;
+    bool cr_ok;
     int64_t n_ctx;
     struct receipt_key key;
     bool have_key;
@@ -177,41 +177,69 @@ static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_
     if (extra)
         cm[k++] = (struct chat_message){"user", extra};
     struct chat_prompt cp;
-    enum kn_status st = chat_render(&r->tmpl, cm, k, true, &cp, err);
+    enum kn_status st = chat_renderer_render(&r->cr, cm, k, true, &cp, err);
     free(cm);
     if (st != KN_OK)
         return st;
-    size_t cap = cp.len + 2;
-    if (cap > r->cap_toks) {
-        int32_t *t = realloc(r->toks, cap * sizeof *t);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if ((st = chat_prompt_tokenize(&cp, r->tk, &ids, &n, err)) != KN_OK) {
+        chat_prompt_free(&cp);
+        return st;
+    }
+    if (n > r->cap_toks) {
+        int32_t *t = realloc(r->toks, n * sizeof *t);
         if (!t) {
+            free(ids);
             chat_prompt_free(&cp);
             return kn_fail(err, KN_E_NOMEM, "out of memory");
         }
         r->toks = t;
-        r->cap_toks = cap;
+        r->cap_toks = n;
     }
-    const struct tok_special *sp = tok_specials(r->tk);
-    int64_t n = 0;
-    if (sp->add_bos && sp->bos != TOK_NULL)
-        r->toks[n++] = sp->bos;
-    *text_start = *text_end = n;
-    for (size_t i = 0; i < cp.n_segs; i++) {
-        size_t nn = 0;
-        if (!cp.segs[i].special)
-            *text_start = n;
-        st = tok_encode(r->tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
-                        r->toks + n, cap - (size_t)n, &nn, err);
-        if (st != KN_OK) {
+    if (n)
+        memcpy(r->toks, ids, n * sizeof *ids);
+    free(ids);
+    /* The last message-text segment, in tokens: the tokens that the prompt cut before the
+     * segment's start (and before its end) shares with the whole prompt. Text between
+     * control tokens is tokenized whole, so these are the safe prefixes, not exact
+     * boundaries; Zero Wait only needs prefixes of the final prompt. */
+    size_t seg = cp.n_segs;
+    for (size_t i = cp.n_segs; i-- > 0;)
+        if (!cp.segs[i].special) {
+            seg = i;
+            break;
+        }
+    size_t cut[2] = {cp.len, cp.len};
+    if (seg < cp.n_segs) {
+        cut[0] = cp.segs[seg].off;
+        cut[1] = cp.segs[seg].off + cp.segs[seg].len;
+    }
+    int64_t pos[2] = {(int64_t)n, (int64_t)n};
+    for (int c = 0; c < 2; c++) {
+        if (cut[c] >= cp.len)
+            continue;
+        struct chat_prompt part = cp;
+        part.len = cut[c];
+        part.n_segs = 0;
+        while (part.n_segs < cp.n_segs && cp.segs[part.n_segs].off < cut[c])
+            part.n_segs++;
+        int32_t *pi = NULL;
+        size_t pn = 0;
+        if ((st = chat_prompt_tokenize(&part, r->tk, &pi, &pn, err)) != KN_OK) {
             chat_prompt_free(&cp);
             return st;
         }
-        n += (int64_t)nn;
-        if (!cp.segs[i].special)
-            *text_end = n;
+        size_t same = 0;
+        while (same < pn && same < n && pi[same] == r->toks[same])
+            same++;
+        free(pi);
+        pos[c] = (int64_t)same;
     }
     chat_prompt_free(&cp);
-    *n_out = n;
+    *text_start = pos[0];
+    *text_end = pos[1] > pos[0] ? pos[1] : pos[0];
+    *n_out = (int64_t)n;
     return KN_OK;
 }
 
@@ -273,13 +301,15 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         goto fail;
     }
     /* The template, chosen as `kinetic run` and `kinetic serve` choose it. */
-    enum chat_format forced;
-    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
-        st = kn_fail(err, KN_E_ARG, "unknown --chat-format '%s'", o->chat_format);
+    struct chat_renderer_opts ro = {.chat_format = o->chat_format,
+                                    .template_file = o->chat_template,
+                                    .kwargs_json = o->chat_template_kwargs};
+    if ((st = chat_renderer_init(&r->cr, &ro, r->m->gguf, r->tk, err)) != KN_OK)
         goto fail;
-    }
-    chat_template_for_model(&r->tmpl, o->chat_format ? &forced : NULL, r->m->gguf, r->tk,
-                            r->bos_buf, r->eos_buf, sizeof r->bos_buf);
+    r->cr_ok = true;
+    if (r->cr.warning[0])
+        fprintf(stderr, "kinetic chat: warning: the model's chat template cannot be rendered (%s); "
+                "using the built-in %s template\n", r->cr.warning, chat_format_name(r->cr.tmpl.format));
 
     r->n_ctx = o->ctx_size ? o->ctx_size
                            : (r->m->hp.n_ctx_train < 4096 ? r->m->hp.n_ctx_train : 4096);
@@ -309,7 +339,7 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
         goto fail;
     }
-    kn_log(KN_LOG_DEBUG, "chat format %s", chat_format_name(r->tmpl.format));
+    kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(&r->cr), r->cr.source);
     *out = r;
     return KN_OK;
 fail:
@@ -353,6 +383,8 @@ void repl_close(struct repl *r)
     if (r->engine_ok)
         engine_free(&r->e);
     kern_pool_free(r->pool);
+    if (r->cr_ok)
+        chat_renderer_free(&r->cr);
     tok_free(r->tk);
     model_close(r->m);
     free(r);

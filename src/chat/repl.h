@@ -27,7 +27,9 @@ struct json_value;
 struct repl_opts {
     const char *model_path;
     const char *system;           /* NULL: no system message */
-    const char *chat_format;      /* NULL: recognise the model's template */
+    const char *chat_format;      /* NULL: the model's template (see chat_renderer_init) */
+    const char *chat_template;    /* --chat-template FILE, or NULL */
+    const char *chat_template_kwargs; /* --chat-template-kwargs JSON, or NULL */
     const char *sign_key;         /* NULL: receipts are not signed */
     const char *kv_type;          /* "f32" or "f16" */
     struct sample_params sp;      /* the seed included */

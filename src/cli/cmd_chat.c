@@ -108,6 +108,7 @@ int cmd_chat(int argc, char **argv)
             threads = default_threads(), batch = 512;
     bool seed_set = false, no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
+    const char *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
@@ -128,6 +129,8 @@ int cmd_chat(int argc, char **argv)
         {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type: f32 or f16 (default f32)", NULL},
         {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
+        {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "do not evaluate the line while it is typed", NULL},
         {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (it never changes a token)", NULL},
@@ -180,6 +183,7 @@ int cmd_chat(int argc, char **argv)
     bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     struct repl_opts ro = {
         .model_path = pos[0], .system = system, .chat_format = chat_format, .sign_key = sign_key,
+        .chat_template = chat_template, .chat_template_kwargs = chat_template_kwargs,
         .kv_type = kv_type,
         .sp = {.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p,
                .min_p = (float)min_p, .repeat_penalty = (float)repeat_penalty,

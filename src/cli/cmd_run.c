@@ -28,14 +28,19 @@ static const char *const run_usage =
 static const char *const run_more_help =
     "\n"
     "The prompt comes from PROMPT, from -f FILE, or from standard input ('-' or -f -).\n"
-    "Chat models get their chat template: a built-in renderer is chosen by recognising\n"
-    "the model's tokenizer.chat_template (chatml/Qwen, Llama 3, Llama 2, Mistral, Gemma,\n"
-    "Phi-3). A model without tokenizer.chat_template (a base model) gets the prompt raw\n"
-    "(--system text first, then a blank line). A template Kinetic does not recognise gets\n"
-    "the family whose turn tokens the vocabulary holds (<|im_start|>, <|start_header_id|>,\n"
-    "<start_of_turn>, <|user|>), else raw. --chat-format forces a family. --raw always\n"
-    "sends the prompt as is, with BOS if the model wants one. Message text never turns into\n"
-    "special tokens; only the template's own markers do.\n"
+    "Chat models get their own chat template: tokenizer.chat_template is rendered by\n"
+    "Kinetic's Jinja engine exactly as Hugging Face transformers renders it (bos_token,\n"
+    "eos_token, add_generation_prompt set; --chat-template-kwargs adds variables such as\n"
+    "'{\"enable_thinking\": false}'). --chat-template FILE uses a Jinja file instead. A template\n"
+    "the engine cannot render falls back, with a warning, to the built-in renderer of its\n"
+    "family (chatml, llama3, llama2, mistral, gemma, phi3), which --chat-format forces. A\n"
+    "model without tokenizer.chat_template (a base model) gets the prompt raw (--system\n"
+    "text first, then a blank line). --raw always sends the prompt as is, with BOS if the\n"
+    "model wants one. Message text never turns into control tokens; only the template's\n"
+    "own text does. --messages FILE takes a whole conversation instead of PROMPT: a JSON\n"
+    "array of OpenAI-style messages, or {\"messages\": [...], \"tools\": [...]}; tool\n"
+    "definitions and assistant tool_calls go to the template. --print-prompt shows the rendered prompt and its tokens and exits\n"
+    "(with --json: {\"prompt\": text, \"prompt_tokens\": [ids], \"template\": name}).\n"
     "\n"
     "Generation stops at an end-of-generation token, after -n tokens, or at the context\n"
     "limit (with a message). Without --seed a fresh random seed is drawn and printed on\n"
@@ -197,6 +202,7 @@ struct run_opts {
     const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
+    const char *chat_template, *chat_template_kwargs, *messages;
     /* the samplers of issue 10: applied only when given (see run_samplers) */
     double typical, top_nsigma, xtc_p, xtc_t, dry_mult, dry_base, miro_tau, miro_eta;
     int64_t dry_allowed, dry_last_n, mirostat, min_keep;
@@ -407,6 +413,9 @@ int cmd_run(int argc, char **argv)
         {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
         {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"chat-template", 0, CLI_STR, &o.chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
+        {"chat-template-kwargs", 0, CLI_STR, &o.chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL},
+        {"messages", 0, CLI_STR, &o.messages, "FILE", "the conversation as JSON: [messages] or {\"messages\": [...], \"tools\": [...]}", NULL},
         {"file", 'f', CLI_STR, &o.file, "FILE", "read the prompt from FILE ('-' = standard input)", NULL},
         {"prompt-ids", 0, CLI_STR, &o.prompt_ids, "IDS", "use these comma-separated token ids as the prompt (no template, no tokenizer)", NULL},
         {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
@@ -484,6 +493,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: unknown --chat-format '%s'\n", o.chat_format);
         return 2;
     }
+    if (o.raw && (o.chat_template || o.chat_template_kwargs)) {
+        fprintf(stderr, "kinetic run: --raw sends the prompt as is; it cannot be combined with --chat-template or --chat-template-kwargs\n");
+        return 2;
+    }
     if (o.sign_key && !o.receipt) {
         fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
         return 2;
@@ -494,8 +507,12 @@ int cmd_run(int argc, char **argv)
     }
     const char *model_path = pos[0];
     const char *prompt_arg = n_pos > 1 ? pos[1] : NULL;
-    if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) > 1) {
-        fprintf(stderr, "kinetic run: give the prompt once: as an argument, with -f, or with --prompt-ids\n");
+    if ((prompt_arg != NULL) + (o.file != NULL) + (o.prompt_ids != NULL) + (o.messages != NULL) > 1) {
+        fprintf(stderr, "kinetic run: give the prompt once: as an argument, with -f, --prompt-ids or --messages\n");
+        return 2;
+    }
+    if (o.messages && (o.raw || o.system)) {
+        fprintf(stderr, "kinetic run: --messages holds the whole conversation; it cannot be combined with --raw or --system\n");
         return 2;
     }
 
@@ -510,6 +527,11 @@ int cmd_run(int argc, char **argv)
     int32_t *ptoks = NULL, *gen = NULL;
     int64_t n_ptoks = 0, n_gen = 0;
     struct chat_prompt cp = {0};
+    struct chat_renderer cr = {0};
+    bool cr_ok = false;
+    struct gguf_file *g_only = NULL;
+    struct json_value *conv = NULL;
+    const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
     struct sample_think think;
     struct kn_buf rtext = {0};
     char *content_buf = NULL, *reasoning_buf = NULL;
@@ -521,7 +543,6 @@ int cmd_run(int argc, char **argv)
     char *stops[CLI_MAX_STRS] = {0};
     struct sample_ctx sctx = {0};
     bool sctx_ok = false;
-    char bos_buf[256], eos_buf[256];
     FILE *logits_f = NULL;
     struct receipt_key key;
     bool have_key = false;
@@ -562,8 +583,20 @@ int cmd_run(int argc, char **argv)
         have_key = true;
     }
 
-    /* ---- the prompt text. */
-    if (!o.prompt_ids) {
+    /* ---- the prompt text, or the conversation. */
+    if (o.messages) {
+        if (json_parse_file(o.messages, NULL, &conv, &err) != KN_OK) {
+            kn_err_prefix(&err, "--messages");
+            goto out;
+        }
+        conv_msgs = json_is(conv, JSON_ARRAY) ? conv : json_get(conv, "messages");
+        conv_tools = json_is(conv, JSON_OBJECT) ? json_get(conv, "tools") : NULL;
+        if (!json_is(conv_msgs, JSON_ARRAY) || json_len(conv_msgs) == 0) {
+            kn_fail(&err, KN_E_ARG, "--messages %s: want a non-empty JSON array of messages, or an "
+                    "object with one in \"messages\"", o.messages);
+            goto out;
+        }
+    } else if (!o.prompt_ids) {
         enum kn_status st = KN_OK;
         if (prompt_arg && strcmp(prompt_arg, "-") != 0)
             st = kn_buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
@@ -586,10 +619,20 @@ int cmd_run(int argc, char **argv)
     }
 
     /* ---- the model and its tokenizer. */
+    /* --print-prompt needs only the vocabulary and template: it also works on a
+     * vocabulary-only GGUF file. */
     struct model_load_opts lo = {.repack = true};
-    if (model_open(&m, model_path, &lo, &err) != KN_OK)
-        goto out;
-    if (tok_load(&tk, m->gguf, &err) != KN_OK) {
+    const struct gguf_file *gf = NULL;
+    if (o.print_prompt && !o.prompt_ids) {
+        if (gguf_open(&g_only, model_path, &err) != KN_OK)
+            goto out;
+        gf = g_only;
+    } else {
+        if (model_open(&m, model_path, &lo, &err) != KN_OK)
+            goto out;
+        gf = m->gguf;
+    }
+    if (tok_load(&tk, gf, &err) != KN_OK) {
         kn_err_prefix(&err, model_path);
         goto out;
     }
@@ -599,72 +642,58 @@ int cmd_run(int argc, char **argv)
         if (parse_ids(o.prompt_ids, &ptoks, &n_ptoks, &err) != KN_OK)
             goto out;
     } else {
-        struct chat_template tmpl;
-        const struct tok_special *sp = tok_specials(tk);
-        enum chat_format raw = CHAT_FORMAT_RAW;
-        /* No template: a base model; its prompt goes as is. A template Kinetic does not
-         * recognise: the family whose turn tokens the vocabulary holds. */
-        enum chat_choice choice = chat_template_for_model(
-            &tmpl, o.raw ? &raw : o.chat_format ? &forced_format : NULL, m->gguf, tk, bos_buf,
-            eos_buf, sizeof bos_buf);
-        const char *how = o.raw ? "--raw" : o.chat_format ? "--chat-format" : "";
-        switch (choice) {
-        case CHAT_CHOICE_FORCED:
-            break;
-        case CHAT_CHOICE_TEMPLATE:
-            how = "tokenizer.chat_template";
-            break;
-        case CHAT_CHOICE_NONE:
-            how = "no tokenizer.chat_template";
-            break;
-        case CHAT_CHOICE_VOCAB:
-            how = "vocabulary (template not recognised)";
+        struct chat_renderer_opts ro = {.raw = o.raw, .chat_format = o.chat_format,
+                                        .template_file = o.chat_template,
+                                        .kwargs_json = o.chat_template_kwargs};
+        if (chat_renderer_init(&cr, &ro, gf, tk, &err) != KN_OK)
+            goto out;
+        cr_ok = true;
+        if (cr.warning[0])
+            fprintf(stderr, "kinetic run: warning: the model's chat template cannot be rendered (%s); "
+                    "using the built-in %s template\n", cr.warning, chat_format_name(cr.tmpl.format));
+        if (cr.engine == CHAT_ENGINE_BUILTIN && cr.choice == CHAT_CHOICE_VOCAB)
             fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
-                    chat_format_name(tmpl.format));
-            break;
-        case CHAT_CHOICE_UNKNOWN:
-            how = "template not recognised";
+                    chat_format_name(cr.tmpl.format));
+        else if (cr.engine == CHAT_ENGINE_BUILTIN && cr.choice == CHAT_CHOICE_UNKNOWN)
             fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
-            break;
-        }
         struct chat_message msgs[2];
         size_t nm = 0;
         if (o.system && !o.raw)
             msgs[nm++] = (struct chat_message){"system", o.system};
         msgs[nm++] = (struct chat_message){"user", prompt.p};
-        if (o.raw) {
-            if (chat_render(&tmpl, msgs, nm, false, &cp, &err) != KN_OK)
+        if (conv_msgs) {
+            if (chat_renderer_render_json(&cr, conv_msgs, conv_tools, NULL, true, &cp, &err) != KN_OK)
                 goto out;
-        } else if (chat_render(&tmpl, msgs, nm, true, &cp, &err) != KN_OK) {
+        } else if (chat_renderer_render(&cr, msgs, nm, !o.raw, &cp, &err) != KN_OK) {
             goto out;
         }
         if (!o.json)
-            kn_log(KN_LOG_DEBUG, "chat format %s (%s)", chat_format_name(tmpl.format), how);
-        /* Tokenize segment by segment: template markers may become special tokens,
-         * message text never does. BOS once, at the start, if the model wants it. */
-        /* A token never covers less than one byte, so len + 1 ids always suffice. */
-        size_t cap = cp.len + 2;
-        ptoks = malloc(cap * sizeof *ptoks);
-        if (!ptoks) {
-            kn_fail(&err, KN_E_NOMEM, "out of memory");
+            kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(&cr), cr.source);
+        /* Control tokens only from the template's own text; one BOS if the model wants it. */
+        size_t nt = 0;
+        if (chat_prompt_tokenize(&cp, tk, &ptoks, &nt, &err) != KN_OK)
             goto out;
-        }
-        if (sp->add_bos && sp->bos != TOK_NULL)
-            ptoks[n_ptoks++] = sp->bos;
-        for (size_t i = 0; i < cp.n_segs; i++) {
-            size_t nn = 0;
-            if (tok_encode(tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
-                           ptoks + n_ptoks, cap - (size_t)n_ptoks, &nn, &err) != KN_OK)
-                goto out;
-            n_ptoks += (int64_t)nn;
-        }
+        n_ptoks = (int64_t)nt;
         if (o.print_prompt) {
-            fwrite(cp.text, 1, cp.len, stdout);
-            printf("\n[format %s from %s; %lld tokens:", chat_format_name(tmpl.format), how,
-                   (long long)n_ptoks);
-            for (int64_t i = 0; i < n_ptoks; i++)
-                printf(" %d", ptoks[i]);
-            printf("]\n");
+            if (o.json) {
+                printf("{\"prompt\": ");
+                run_print_str(stdout, cp.text, cp.len);
+                printf(", \"template\": ");
+                run_print_str(stdout, chat_renderer_name(&cr), strlen(chat_renderer_name(&cr)));
+                printf(", \"source\": ");
+                run_print_str(stdout, cr.source, strlen(cr.source));
+                printf(", \"prompt_tokens\": [");
+                for (int64_t i = 0; i < n_ptoks; i++)
+                    printf(i ? ", %d" : "%d", ptoks[i]);
+                printf("]}\n");
+            } else {
+                fwrite(cp.text, 1, cp.len, stdout);
+                printf("\n[template %s from %s; %lld tokens:", chat_renderer_name(&cr), cr.source,
+                       (long long)n_ptoks);
+                for (int64_t i = 0; i < n_ptoks; i++)
+                    printf(" %d", ptoks[i]);
+                printf("]\n");
+            }
             ret = 0;
             goto out;
         }
@@ -850,6 +879,8 @@ int cmd_run(int argc, char **argv)
             input = json_new_string(o.prompt_ids);
         else if (o.raw)
             input = json_new_stringn(prompt.p ? prompt.p : "", prompt.n);
+        else if (conv_msgs)
+            input = json_clone(conv_msgs);
         else
             input = run_messages(o.system, prompt.p ? prompt.p : "", prompt.n, &err);
         if (!input) {
@@ -902,11 +933,15 @@ out:
     free(gen);
     free(ptoks);
     chat_prompt_free(&cp);
+    if (cr_ok)
+        chat_renderer_free(&cr);
     if (engine_ok)
         engine_free(&e);
     kern_pool_free(pool);
     tok_free(tk);
     model_close(m);
+    gguf_close(g_only);
+    json_free(conv);
     free(prompt.p);
     free(text.p);
     return ret;

@@ -17,6 +17,7 @@ static const char *const more_help =
     "Endpoints (OpenAI's shapes and error format): POST /v1/chat/completions and\n"
     "/v1/completions (\"stream\": true for server-sent events), GET /v1/models, GET /health\n"
     "(no key needed), GET /metrics (Prometheus), POST /tokenize, POST /detokenize,\n"
+    "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": the rendered text}).\n"
     "POST /prefill (Zero Wait: a chat or completion body whose prompt is evaluated into the\n"
     "prompt cache ahead of the real request), GET /stats (counters, drafts, cache hits).\n"
     "\n"
@@ -28,8 +29,10 @@ static const char *const more_help =
     "by default and never change a token; \"timings\" reports cache_n, draft_n and\n"
     "draft_n_accepted per request (docs/speed.md).\n"
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
-    "reruns. Chat templates are chosen as `kinetic run` chooses them. SIGINT or SIGTERM\n"
-    "stops the server cleanly.\n"
+    "reruns. Chat templates are chosen as `kinetic run` chooses them (the model's Jinja\n"
+    "template; --chat-template FILE, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
+    "and \"chat_template_kwargs\" go to the template (the answer stays plain text: tool\n"
+    "calls in it are not parsed). SIGINT or SIGTERM stops the server cleanly.\n"
     "Every sampler of kinetic run (typical_p, top_n_sigma, xtc_*, dry_*, mirostat*,\n"
     "logit_bias, min_keep, samplers), stop strings, \"grammar\" (GBNF), \"json_schema\",\n"
     "\"response_format\" (json_object, json_schema) and \"reasoning_format\" (auto, deepseek,\n"
@@ -38,7 +41,7 @@ static const char *const more_help =
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
-    const char *chat_format = NULL;
+    const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
@@ -54,6 +57,8 @@ int cmd_serve(int argc, char **argv)
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL},
+        {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
+        {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
         {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
@@ -117,7 +122,8 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
         struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
-                                    chat_format, no_warm ? 0 : cache_ram};
+                                    chat_format, chat_template, chat_template_kwargs,
+                                    no_warm ? 0 : cache_ram};
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;

@@ -43,6 +43,14 @@ struct jinja_options {
      * fixed_time is set; otherwise the current local time, like transformers. */
     bool fixed_time;
     int64_t now_unix;
+    /* jinja_render_marked only: top-level context variables whose string values count as
+     * template text (the model's bos_token and eos_token, say), and whether
+     * messages[i].role counts as template text when it is a standard role (system, user,
+     * assistant, tool, developer, model, ipython, function), so that '<|' + role + '|>'
+     * still makes a control token. */
+    const char *const *trusted_vars;
+    size_t n_trusted_vars;
+    bool trust_roles;
 };
 
 enum jinja_error_kind {
@@ -80,6 +88,20 @@ KN_MUST_USE enum kn_status jinja_render(const struct jinja_template *t,
                                         const struct jinja_options *opts, char **out,
                                         size_t *out_len, struct jinja_diag *diag,
                                         struct kn_err *err);
+
+/* As jinja_render, and also says where each output byte came from: (*marks)[i] is 1 when
+ * byte i is the template's own text (its literal text and string literals, and the
+ * context values opts names as trusted), 0 when it came from the context (message
+ * content, tools, extra variables) or was computed from it. Concatenation (+, ~, macro
+ * and block output), join and strip/trim keep each byte's mark; any other operation on a
+ * string marks its whole result 0. The tokenizer parses control tokens only where
+ * every byte is marked 1, so text in messages can never become a control token
+ * (tok_encode_marked). *marks is malloc'd (free()), out_len bytes. */
+KN_MUST_USE enum kn_status jinja_render_marked(const struct jinja_template *t,
+                                               const struct json_value *context,
+                                               const struct jinja_options *opts, char **out,
+                                               uint8_t **marks, size_t *out_len,
+                                               struct jinja_diag *diag, struct kn_err *err);
 
 /* Builds the context transformers' apply_chat_template passes to a chat template:
  * messages (an array, cloned), tools and documents (cloned, or null when NULL),

@@ -20,6 +20,9 @@ enum jv_type {
     JV_UNDEF = 0, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_TUPLE, JV_DICT,
     JV_NS, JV_LOOP, JV_MACRO, JV_FUNC,
 };
+/* JV_STR provenance: no byte, every byte, or some bytes (then a mask of n bytes, 1 = from
+ * the template, follows the string's NUL) came from the template's own text. */
+enum { JTRUST_NONE = 0, JTRUST_ALL = 1, JTRUST_MIXED = 2 };
 struct jstr {
     size_t n;
     char p[]; /* NUL-terminated */
@@ -29,6 +32,7 @@ struct jv {
     uint8_t gen;   /* JV_LIST: produced by a generator filter (select, map...) */
     uint8_t unsafe; /* JV_UNDEF: a sandbox-refused attribute: calling it fails */
     uint8_t markup; /* JV_STR: a markupsafe.Markup (from |safe, |escape): + escapes plain str */
+    uint8_t trust;  /* JV_STR: where the bytes came from (jinja_render_marked): JTRUST_* */
     uint16_t fn;   /* JV_FUNC: which builtin or method */
     union {
         bool b;

@@ -17,6 +17,7 @@
 
 struct obuf {
     char *p;
+    uint8_t *m; /* when tracking provenance (rs.track): 1 = the byte is template text */
     size_t n, cap;
 };
 
@@ -51,6 +52,7 @@ struct rs {
     struct kn_err *err;
     struct jinja_diag *diag;
     struct obuf *out;
+    bool track; /* jinja_render_marked: keep obuf.m */
     size_t total_out, depth, iters, work;
     int ctl; /* 1 break, 2 continue */
     struct scope *root;
@@ -169,6 +171,83 @@ static struct jv v_strs(struct jstr *s)
     struct jv v = {.t = JV_STR};
     v.u.s = s;
     return v;
+}
+
+/* ---- provenance of strings (jinja_render_marked) ---- */
+
+/* The per-byte mask of a JTRUST_MIXED string; NULL otherwise. */
+static const uint8_t *str_mask(const struct jv *v)
+{
+    return v->trust == JTRUST_MIXED ? (const uint8_t *)v->u.s->p + v->u.s->n + 1 : NULL;
+}
+static bool trusted_at(const struct jv *v, size_t i)
+{
+    return v->trust == JTRUST_ALL || (v->trust == JTRUST_MIXED && str_mask(v)[i]);
+}
+
+/* A string value with a provenance: trust JTRUST_NONE/ALL, or JTRUST_MIXED with mask (n
+ * bytes), which is normalised to NONE or ALL when it is uniform. */
+static bool v_str_m(struct rs *r, struct jv *out, const char *p, size_t n, int trust,
+                    const uint8_t *mask)
+{
+    if (trust == JTRUST_MIXED) {
+        size_t ones = 0;
+        for (size_t i = 0; i < n; i++)
+            ones += mask[i] != 0;
+        trust = ones == 0 ? JTRUST_NONE : ones == n ? JTRUST_ALL : JTRUST_MIXED;
+    }
+    if (trust != JTRUST_MIXED) {
+        if (!v_str(r, out, p, n))
+            return false;
+        out->trust = (uint8_t)trust;
+        return true;
+    }
+    size_t sz;
+    if (!kn_add_size(sizeof(struct jstr) + 1, n, &sz) || !kn_add_size(sz, n, &sz))
+        return false;
+    struct jstr *s = ralloc(r, sz);
+    if (!s)
+        return false;
+    s->n = n;
+    memcpy(s->p, p, n);
+    s->p[n] = 0;
+    uint8_t *m = (uint8_t *)s->p + n + 1;
+    for (size_t i = 0; i < n; i++)
+        m[i] = mask[i] != 0;
+    *out = v_strs(s);
+    out->trust = JTRUST_MIXED;
+    return true;
+}
+
+/* s[b:e] keeping each byte's provenance (strip and trim: whitespace around a template's
+ * markup must not turn the markup into context text). */
+static bool v_substr(struct rs *r, struct jv *out, const struct jv *s, size_t b, size_t e)
+{
+    const uint8_t *m = str_mask(s);
+    return v_str_m(r, out, s->u.s->p + b, e - b, s->trust, m ? m + b : NULL);
+}
+
+/* a + b for two strings, keeping each byte's provenance. */
+static bool str_join2(struct rs *r, const struct jv *a, const struct jv *b, struct jv *out)
+{
+    size_t na = a->u.s->n, nb = b->u.s->n, n;
+    if (!kn_add_size(na, nb, &n))
+        return false;
+    char *p = ralloc(r, n + 1);
+    if (!p)
+        return false;
+    memcpy(p, a->u.s->p, na);
+    memcpy(p + na, b->u.s->p, nb);
+    if (a->trust == b->trust && a->trust != JTRUST_MIXED)
+        return v_str_m(r, out, p, n, a->trust, NULL);
+    uint8_t *m = ralloc(r, n ? n : 1);
+    if (!m)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        m[i] = trusted_at(a, i);
+    for (size_t i = 0; i < nb; i++)
+        m[na + i] = trusted_at(b, i);
+    return v_str_m(r, out, p, n, JTRUST_MIXED, m);
 }
 
 static struct jseq *seq_new(struct rs *r, size_t cap)
@@ -484,6 +563,31 @@ static bool sb_done(struct sb *b, struct jv *out)
     if (b->fail)
         return false;
     return v_str(b->r, out, b->p ? b->p : "", b->n);
+}
+
+/* Appends string v to b and its marks to m (a byte per byte, as chars). */
+static void sb_add_marked(struct sb *b, struct sb *m, const struct jv *v)
+{
+    size_t n = v->u.s->n;
+    sb_add(b, v->u.s->p, n);
+    if (v->trust == JTRUST_MIXED) {
+        sb_add(m, (const char *)str_mask(v), n);
+        return;
+    }
+    char fill[64];
+    memset(fill, v->trust == JTRUST_ALL, sizeof fill);
+    for (size_t k = 0; k < n; k += sizeof fill)
+        sb_add(m, fill, n - k < sizeof fill ? n - k : sizeof fill);
+}
+
+/* Finishes a marked string built with sb_add_marked. */
+static bool sb_done_marked(struct sb *b, struct sb *m, struct jv *out)
+{
+    if (b->fail || m->fail)
+        return false;
+    if (!b->p)
+        return v_str(b->r, out, "", 0);
+    return v_str_m(b->r, out, b->p, b->n, JTRUST_MIXED, (const uint8_t *)m->p);
 }
 
 /* ---- Python float repr ---- */
@@ -954,7 +1058,8 @@ static enum kn_status from_json(struct rs *r, const struct json_value *j, struct
 
 /* ================================================================ output =========== */
 
-static enum kn_status emit(struct rs *r, const struct jnode *at, const char *p, size_t n)
+static enum kn_status emit_m(struct rs *r, const struct jnode *at, const char *p, size_t n,
+                             int trust, const uint8_t *mask)
 {
     if (!n)
         return KN_OK;
@@ -972,12 +1077,30 @@ static enum kn_status emit(struct rs *r, const struct jnode *at, const char *p, 
         if (!np)
             return kn_fail(r->err, KN_E_NOMEM, "out of memory rendering a template");
         o->p = np;
+        if (r->track) {
+            uint8_t *nm = realloc(o->m, nc);
+            if (!nm)
+                return kn_fail(r->err, KN_E_NOMEM, "out of memory rendering a template");
+            o->m = nm;
+        }
         o->cap = nc;
     }
     memcpy(o->p + o->n, p, n);
+    if (r->track) {
+        if (trust == JTRUST_MIXED)
+            memcpy(o->m + o->n, mask, n);
+        else
+            memset(o->m + o->n, trust == JTRUST_ALL, n);
+    }
     o->n += n;
     o->p[o->n] = 0;
     return KN_OK;
+}
+
+/* Emits a string value with its provenance. */
+static enum kn_status emit_v(struct rs *r, const struct jnode *at, const struct jv *s)
+{
+    return emit_m(r, at, s->u.s->p, s->u.s->n, s->trust, str_mask(s));
 }
 
 /* ================================================================ evaluation ======= */
@@ -1561,11 +1684,7 @@ static enum kn_status arith(struct rs *r, const struct jnode *at, int op, struct
             return nomem(r);
         if (mk && !b.markup && !html_escape(r, b.u.s, &b))
             return nomem(r);
-        struct sb s = {.r = r};
-        sb_add(&s, a.u.s->p, a.u.s->n);
-        sb_add(&s, b.u.s->p, b.u.s->n);
-        sb_add(&s, "", 0);
-        if (!sb_done(&s, out))
+        if (!str_join2(r, &a, &b, out))
             return nomem(r);
         out->markup = mk;
         return KN_OK;
@@ -1819,6 +1938,8 @@ static enum kn_status eval(struct rs *r, struct scope *sc, const struct jnode *n
     switch (n->kind) {
     case JN_LIT:
         *out = n->lit;
+        if (out->t == JV_STR)
+            out->trust = JTRUST_ALL; /* the template's own text */
         break;
     case JN_NAME:
         if (!scope_get(sc, n->name->p, n->name->n, out)) {
@@ -1952,11 +2073,7 @@ static enum kn_status eval(struct rs *r, struct scope *sc, const struct jnode *n
             TRY(check_printable(r, n, &a));
             TRY(check_printable(r, n, &b));
             if (!str_of(r, &a, &sa) || !str_of(r, &b, &sbv)) { st = nomem(r); break; }
-            struct sb s = {.r = r};
-            sb_add(&s, sa.u.s->p, sa.u.s->n);
-            sb_add(&s, sbv.u.s->p, sbv.u.s->n);
-            if (!s.p) { if (!v_str(r, out, "", 0)) st = nomem(r); break; }
-            if (!sb_done(&s, out)) st = nomem(r);
+            if (!str_join2(r, &sa, &sbv, out)) st = nomem(r);
         } else {
             st = arith(r, n, n->op, a, b, out);
         }
@@ -2565,7 +2682,7 @@ static enum kn_status call_method(struct rs *r, const struct jnode *at, int fn, 
         const struct jstr *chars = g[0] && a[0].t == JV_STR ? a[0].u.s : NULL;
         size_t b = 0, e = 0;
         strip_span(s, chars, fn != S_RSTRIP, fn != S_LSTRIP, &b, &e);
-        return v_str(r, out, s->p + b, e - b) ? KN_OK : nomem(r);
+        return v_substr(r, out, &self, b, e) ? KN_OK : nomem(r);
     }
     case S_SPLIT: case S_RSPLIT: {
         TRY(bind_args(r, at, "split", p_split, 2, args, nargs, kwn, kwv, nkw, a, g));
@@ -2657,16 +2774,15 @@ static enum kn_status call_method(struct rs *r, const struct jnode *at, int fn, 
         if (nargs != 1 || nkw) return rerr(r, at, JINJA_ERR_TYPE, "join() takes exactly one argument");
         struct jseq *l;
         TRY(iterate(r, at, args[0], &l));
-        struct sb b = {.r = r};
+        struct sb b = {.r = r}, m = {.r = r};
         for (size_t i = 0; i < l->n; i++) {
             if (l->v[i].t != JV_STR)
                 return rerr(r, at, JINJA_ERR_TYPE, "sequence item %zu: expected str instance, %s found",
                             i, type_name(&l->v[i]));
-            if (i) sb_add(&b, s->p, s->n);
-            sb_add(&b, l->v[i].u.s->p, l->v[i].u.s->n);
+            if (i) sb_add_marked(&b, &m, &self);
+            sb_add_marked(&b, &m, &l->v[i]);
         }
-        if (!b.p) return v_str(r, out, "", 0) ? KN_OK : nomem(r);
-        return sb_done(&b, out) ? KN_OK : nomem(r);
+        return sb_done_marked(&b, &m, out) ? KN_OK : nomem(r);
     }
     case S_SPLITLINES: {
         static const char *const p_keep[] = {"keepends"};
@@ -3038,7 +3154,7 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         if (g[0] && a[0].t != JV_NONE) TRY(want_str(r, at, "strip", &a[0], true));
         size_t b = 0, e = 0;
         strip_span(s.u.s, g[0] && a[0].t == JV_STR ? a[0].u.s : NULL, true, true, &b, &e);
-        if (!v_str(r, out, s.u.s->p + b, e - b)) return nomem(r);
+        if (!v_substr(r, out, &s, b, e)) return nomem(r);
         out->markup = s.markup; /* Markup.strip() stays Markup */
         return KN_OK;
     }
@@ -3098,16 +3214,15 @@ static enum kn_status apply_filter(struct rs *r, struct scope *sc, const struct 
         struct jv sep;
         if (g[0]) { if (!str_of(r, &a[0], &sep)) return nomem(r); }
         else if (!v_str(r, &sep, "", 0)) return nomem(r);
-        struct sb b = {.r = r};
+        struct sb b = {.r = r}, m = {.r = r};
         for (size_t i = 0; i < l->n; i++) {
             struct jv x = l->v[i], s;
             if (g[1] && a[1].t != JV_NONE) TRY(attr_path(r, at, x, &a[1], &x));
             if (!str_of(r, &x, &s)) return nomem(r);
-            if (i) sb_add(&b, sep.u.s->p, sep.u.s->n);
-            sb_add(&b, s.u.s->p, s.u.s->n);
+            if (i) sb_add_marked(&b, &m, &sep);
+            sb_add_marked(&b, &m, &s);
         }
-        if (!b.p) return v_str(r, out, "", 0) ? KN_OK : nomem(r);
-        return sb_done(&b, out) ? KN_OK : nomem(r);
+        return sb_done_marked(&b, &m, out) ? KN_OK : nomem(r);
     }
     if (IS("first") || IS("last")) {
         NOARGS();
@@ -3575,9 +3690,11 @@ static enum kn_status capture(struct rs *r, struct scope *sc, struct jnode *cons
     r->out = &buf;
     enum kn_status st = exec_body(r, sc, body, cnt);
     r->out = saved;
-    if (!st && !v_str(r, out, buf.p ? buf.p : "", buf.n))
+    if (!st && !v_str_m(r, out, buf.p ? buf.p : "", buf.n, r->track ? JTRUST_MIXED : JTRUST_NONE,
+                        buf.m))
         st = nomem(r);
     free(buf.p);
+    free(buf.m);
     return st;
 }
 
@@ -3679,14 +3796,14 @@ static enum kn_status exec_stmt(struct rs *r, struct scope *sc, const struct jno
 {
     switch (n->kind) {
     case JN_DATA:
-        return emit(r, n, n->lit.u.s->p, n->lit.u.s->n);
+        return emit_m(r, n, n->lit.u.s->p, n->lit.u.s->n, JTRUST_ALL, NULL);
     case JN_OUT: {
         struct jv v, s;
         TRY(eval(r, sc, n->a, &v));
         TRY(check_printable(r, n, &v));
         if (!str_of(r, &v, &s))
             return nomem(r);
-        return emit(r, n, s.u.s->p, s.u.s->n);
+        return emit_v(r, n, &s);
     }
     case JN_IF: {
         struct jv c;
@@ -3792,7 +3909,7 @@ static enum kn_status exec_stmt(struct rs *r, struct scope *sc, const struct jno
             return rerr(r, n, JINJA_ERR_TYPE, "{%% call %%} needs a macro, got %s", type_name(&fn));
         struct jv res;
         TRY(call_macro(r, n, fn.u.m, a.pos, a.npos, a.kwn, a.kwv, a.nkw, callerv, &res));
-        return emit(r, n, res.u.s->p, res.u.s->n);
+        return emit_v(r, n, &res);
     }
     case JN_FILTERBLOCK: {
         struct jv v;
@@ -3802,7 +3919,7 @@ static enum kn_status exec_stmt(struct rs *r, struct scope *sc, const struct jno
         TRY(check_printable(r, n, &v));
         if (!str_of(r, &v, &s))
             return nomem(r);
-        return emit(r, n, s.u.s->p, s.u.s->n);
+        return emit_v(r, n, &s);
     }
     case JN_BREAK:
         r->ctl = 1;
@@ -3847,11 +3964,44 @@ static enum kn_status exec_body(struct rs *r, struct scope *sc, struct jnode *co
 
 /* ================================================================ API ============== */
 
-enum kn_status jinja_render(const struct jinja_template *t, const struct json_value *context,
-                            const struct jinja_options *opts, char **out, size_t *out_len,
-                            struct jinja_diag *diag, struct kn_err *err)
+/* The standard chat roles: a role string from this list cannot form a control token
+ * with the template's text except the one the template means ('<|' + role + '|>'). */
+static bool std_role(const struct jv *v)
+{
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer",
+                                        "model", "ipython", "function"};
+    if (v->t != JV_STR)
+        return false;
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(v->u.s->p, roles[i]) == 0 && strlen(roles[i]) == v->u.s->n)
+            return true;
+    return false;
+}
+
+/* Marks the context values that count as template text: opts->trusted_vars and, with
+ * opts->trust_roles, messages[i].role when it is a standard role. */
+static void mark_trusted(const struct jinja_options *opts, const char *name, struct jv *v)
+{
+    for (size_t k = 0; k < opts->n_trusted_vars; k++)
+        if (v->t == JV_STR && strcmp(opts->trusted_vars[k], name) == 0)
+            v->trust = JTRUST_ALL;
+    if (opts->trust_roles && strcmp(name, "messages") == 0 && v->t == JV_LIST) {
+        for (size_t i = 0; i < v->u.l->n; i++) {
+            struct jv *m = &v->u.l->v[i];
+            struct jv *role = m->t == JV_DICT ? map_finds(m->u.d, "role", 4) : NULL;
+            if (role && std_role(role))
+                role->trust = JTRUST_ALL;
+        }
+    }
+}
+
+static enum kn_status render(const struct jinja_template *t, const struct json_value *context,
+                             const struct jinja_options *opts, char **out, uint8_t **marks,
+                             size_t *out_len, struct jinja_diag *diag, struct kn_err *err)
 {
     *out = NULL;
+    if (marks)
+        *marks = NULL;
     if (out_len)
         *out_len = 0;
     if (diag)
@@ -3871,6 +4021,7 @@ enum kn_status jinja_render(const struct jinja_template *t, const struct json_va
     r.opts = opts;
     r.err = err;
     r.diag = diag;
+    r.track = marks != NULL;
     struct obuf main = {0};
     r.out = &main;
     enum kn_status st = KN_OK;
@@ -3886,6 +4037,8 @@ enum kn_status jinja_render(const struct jinja_template *t, const struct json_va
             break;
         }
         st = from_json(&r, m->value, &v, 0);
+        if (!st && marks && opts)
+            mark_trusted(opts, name->p, &v);
         if (!st && !scope_set(&r, r.root, name, v))
             st = nomem(&r);
     }
@@ -3894,18 +4047,42 @@ enum kn_status jinja_render(const struct jinja_template *t, const struct json_va
     jarena_free(&r.a);
     if (st) {
         free(main.p);
+        free(main.m);
         return st;
     }
     if (!main.p) {
         main.p = malloc(1);
-        if (!main.p)
+        main.m = malloc(1);
+        if (!main.p || !main.m) {
+            free(main.p);
+            free(main.m);
             return kn_fail(err, KN_E_NOMEM, "out of memory rendering a template");
+        }
         main.p[0] = 0;
     }
+    if (marks)
+        *marks = main.m;
+    else
+        free(main.m);
     *out = main.p;
     if (out_len)
         *out_len = main.n;
     return KN_OK;
+}
+
+enum kn_status jinja_render(const struct jinja_template *t, const struct json_value *context,
+                            const struct jinja_options *opts, char **out, size_t *out_len,
+                            struct jinja_diag *diag, struct kn_err *err)
+{
+    return render(t, context, opts, out, NULL, out_len, diag, err);
+}
+
+enum kn_status jinja_render_marked(const struct jinja_template *t,
+                                   const struct json_value *context,
+                                   const struct jinja_options *opts, char **out, uint8_t **marks,
+                                   size_t *out_len, struct jinja_diag *diag, struct kn_err *err)
+{
+    return render(t, context, opts, out, marks, out_len, diag, err);
 }
 
 enum kn_status jinja_chat_context(const struct json_value *messages,

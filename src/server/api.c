@@ -41,6 +41,8 @@ void srv_request_free(struct srv_request *r)
     free(r->ids);
     free(r->rendered);
     json_free(r->input);
+    json_free(r->tools);
+    json_free(r->tmpl_kwargs);
     grammar_free(r->grammar);
     free(r->grammar_text);
     json_free(r->response_format);
@@ -156,7 +158,8 @@ static int read_content(const struct json_value *c, size_t idx, char **out, stru
     return 0;
 }
 
-static int read_messages(const struct json_value *body, struct srv_request *r, struct srv_error *e)
+static int read_messages(const struct json_value *body, struct srv_request *r, struct srv_error *e,
+                         bool s_chat_json)
 {
     const struct json_value *m = json_get(body, "messages");
     if (!m || json_is(m, JSON_NULL))
@@ -181,12 +184,19 @@ static int read_messages(const struct json_value *body, struct srv_request *r, s
             return BAD(e, "messages", "messages[%zu].role must be a string", i);
         if (strcmp(role, "developer") == 0)
             role = "system"; /* OpenAI's newer name for the system role */
+        /* tool: a tool's result, for templates that take tools (chat_json backends) */
+        bool tool_ok = s_chat_json && strcmp(role, "tool") == 0;
         if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
-            strcmp(role, "assistant") != 0)
+            strcmp(role, "assistant") != 0 && !tool_ok)
             return BAD(e, "messages",
-                       "messages[%zu].role is \"%.40s\"; it must be system, user or assistant", i,
-                       role);
+                       "messages[%zu].role is \"%.40s\"; it must be system, user or assistant%s", i,
+                       role, s_chat_json ? " (or tool)" : "");
         const struct json_value *c = json_get(msg, "content");
+        /* An assistant turn that only calls tools has content null. */
+        static const struct json_value empty = {.type = JSON_STRING, .u.string = {"", 0}};
+        if (s_chat_json && strcmp(role, "assistant") == 0 && json_get(msg, "tool_calls") &&
+            (!c || json_is(c, JSON_NULL)))
+            c = &empty;
         if (!c || json_is(c, JSON_NULL))
             return BAD(e, "messages", "messages[%zu].content is required", i);
         r->msgs[r->n_msgs].role = dup_n(role, strlen(role));
@@ -274,6 +284,35 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
         if (!r->stop[r->n_stop])
             return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         r->stop_len[r->n_stop++] = s->u.string.len;
+    }
+    return 0;
+}
+
+/* tools and chat_template_kwargs: passed to the chat template (chat_json backends). The
+ * answer is plain text: tool calls in it are not parsed into tool_calls. */
+static int read_template_args(struct srv *s, enum srv_kind kind, const struct json_value *body,
+                              struct srv_request *r, struct srv_error *e)
+{
+    const struct json_value *v = json_get(body, "tools");
+    if (v && !json_is(v, JSON_NULL) && !(json_is(v, JSON_ARRAY) && json_len(v) == 0)) {
+        if (kind != SRV_KIND_CHAT || !s->b->chat_json)
+            return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
+                                 "'tools' needs a chat completion and a model whose Jinja chat "
+                                 "template is in use");
+        if (!json_is(v, JSON_ARRAY))
+            return BAD(e, "tools", "'tools' must be an array of tool definitions");
+        if (!(r->tools = json_clone(v)))
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    v = json_get(body, "chat_template_kwargs");
+    if (v && !json_is(v, JSON_NULL)) {
+        if (!json_is(v, JSON_OBJECT))
+            return BAD(e, "chat_template_kwargs",
+                       "'chat_template_kwargs' must be a JSON object, e.g. {\"enable_thinking\": false}");
+        if (kind != SRV_KIND_CHAT)
+            return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' applies to chat completions only");
+        if (!(r->tmpl_kwargs = json_clone(v)))
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     return 0;
 }
@@ -433,6 +472,47 @@ static int read_reasoning(struct srv *s, const struct json_value *body, struct s
     return 0;
 }
 
+int api_apply_template(struct srv *s, const struct json_value *body, char **out,
+                       struct srv_error *e)
+{
+    *out = NULL;
+    struct srv_request r = {0};
+    r.kind = SRV_KIND_CHAT;
+    bool add_gen = true;
+    int st = get_bool(body, "add_generation_prompt", &add_gen, e);
+    if (!st)
+        st = read_template_args(s, SRV_KIND_CHAT, body, &r, e);
+    if (!st)
+        st = read_messages(body, &r, e, s->b->chat_json != NULL);
+    char *text = NULL;
+    struct kn_err err = {0};
+    if (!st) {
+        struct srv_backend *b = s->b;
+        enum kn_status ks;
+        if (b->chat_json) {
+            ks = b->chat_json(b->ctx, r.input, r.tools, r.tmpl_kwargs, add_gen, NULL, NULL, &text, &err);
+        } else {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            ks = b->chat(b->ctx, r.msgs, r.n_msgs, &ids, &n, &text, &err);
+            free(ids);
+        }
+        if (ks != KN_OK)
+            st = ks == KN_E_NOMEM ? srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg)
+                                  : BAD(e, "messages", "%s", err.msg);
+    }
+    if (!st) {
+        struct json_value *root = json_new_object();
+        if (!root || json_object_set(root, "prompt", json_new_string(text), NULL) != KN_OK ||
+            json_write(root, JSON_COMPACT, out, NULL, NULL) != KN_OK)
+            st = srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        json_free(root);
+    }
+    free(text);
+    srv_request_free(&r);
+    return st;
+}
+
 int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
                          struct srv_request *r, struct srv_error *e)
 {
@@ -546,22 +626,27 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     }
     /* Known OpenAI features this server does not implement: refuse rather than ignore,
      * since ignoring them would silently change what the client gets. */
-    const struct json_value *v;
     if ((st = read_structured(s, body, r, e)) || (st = read_reasoning(s, body, r, e)))
         return st;
-    if ((v = json_get(body, "tools")) && !json_is(v, JSON_NULL) && json_len(v) > 0)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools",
-                             "'tools' (function calling) is not supported by this server yet");
+    if ((st = read_template_args(s, kind, body, r, e)))
+        return st;
     if ((st = read_stop(body, r, e)))
         return st;
-    return kind == SRV_KIND_CHAT ? read_messages(body, r, e) : read_prompt(s, body, r, e);
+    return kind == SRV_KIND_CHAT ? read_messages(body, r, e, s->b->chat_json != NULL)
+                                 : read_prompt(s, body, r, e);
 }
 
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e)
 {
     struct kn_err err = {0};
     struct srv_backend *b = s->b;
-    if (r->kind == SRV_KIND_CHAT) {
+    if (r->kind == SRV_KIND_CHAT && b->chat_json) {
+        if (b->chat_json(b->ctx, r->input, r->tools, r->tmpl_kwargs, true, &r->ids, &r->n_ids,
+                         &r->rendered, &err) != KN_OK)
+            return err.status == KN_E_NOMEM
+                       ? srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg)
+                       : BAD(e, "messages", "%s", err.msg);
+    } else if (r->kind == SRV_KIND_CHAT) {
         if (b->chat(b->ctx, r->msgs, r->n_msgs, &r->ids, &r->n_ids, &r->rendered, &err) != KN_OK)
             return err.status == KN_E_NOMEM
                        ? srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg)

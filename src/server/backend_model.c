@@ -28,8 +28,8 @@ struct mb {
     struct model_fwd *fwd;
     struct model_kv *kv;       /* (n_slots) */
     int n_slots;
-    struct chat_template tmpl;
-    char bos_buf[256], eos_buf[256];
+    struct chat_renderer cr;
+    bool cr_ok;
     struct model_kv **kv_tok;  /* (max_batch) each batch token's cache */
     struct pcache *cache;      /* Warm Start, shared by the slots; NULL: none */
     size_t cache_max;
@@ -53,6 +53,21 @@ static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool 
     return KN_OK;
 }
 
+/* The rendered prompt's text and (when ids is not NULL) tokens. */
+static enum kn_status mb_finish(struct mb *b, struct chat_prompt *cp, int32_t **ids, size_t *n,
+                                char **text, struct kn_err *err)
+{
+    enum kn_status st = KN_OK;
+    if (ids)
+        st = chat_prompt_tokenize(cp, b->tk, ids, n, err);
+    if (st == KN_OK) {
+        *text = cp->text; /* NUL-terminated; the prompt hands it over */
+        cp->text = NULL;
+    }
+    chat_prompt_free(cp);
+    return st;
+}
+
 static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_msgs, int32_t **ids,
                               size_t *n, char **text, struct kn_err *err)
 {
@@ -63,43 +78,25 @@ static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_ms
     for (size_t i = 0; i < n_msgs; i++)
         cm[i] = (struct chat_message){msgs[i].role, msgs[i].content};
     struct chat_prompt cp = {0};
-    enum kn_status st = chat_render(&b->tmpl, cm, n_msgs, true, &cp, err);
+    enum kn_status st = chat_renderer_render(&b->cr, cm, n_msgs, true, &cp, err);
     free(cm);
     if (st != KN_OK)
         return st;
-    /* Segment by segment, as kinetic run does: template markers may become special
-     * tokens, message text never does; BOS once at the start if the model wants it. */
-    size_t cap = cp.len + 2, k = 0;
-    int32_t *v = kn_malloc(cap * sizeof *v, err);
-    char *t = kn_malloc(cp.len + 1, err);
-    if (!v || !t) {
-        free(v);
-        free(t);
-        chat_prompt_free(&cp);
-        return KN_E_NOMEM;
-    }
-    const struct tok_special *sp = tok_specials(b->tk);
-    if (sp->add_bos && sp->bos != TOK_NULL)
-        v[k++] = sp->bos;
-    for (size_t i = 0; i < cp.n_segs; i++) {
-        size_t nn = 0;
-        st = tok_encode(b->tk, cp.text + cp.segs[i].off, cp.segs[i].len, false, cp.segs[i].special,
-                        v + k, cap - k, &nn, err);
-        if (st != KN_OK) {
-            free(v);
-            free(t);
-            chat_prompt_free(&cp);
-            return st;
-        }
-        k += nn;
-    }
-    memcpy(t, cp.text, cp.len);
-    t[cp.len] = '\0';
-    chat_prompt_free(&cp);
-    *ids = v;
-    *n = k;
-    *text = t;
-    return KN_OK;
+    return mb_finish(b, &cp, ids, n, text, err);
+}
+
+static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
+                                   const struct json_value *tools, const struct json_value *kwargs,
+                                   bool add_generation_prompt, int32_t **ids, size_t *n,
+                                   char **text, struct kn_err *err)
+{
+    struct mb *b = ctx;
+    struct chat_prompt cp = {0};
+    enum kn_status st = chat_renderer_render_json(&b->cr, messages, tools, kwargs,
+                                                  add_generation_prompt, &cp, err);
+    if (st != KN_OK)
+        return st;
+    return mb_finish(b, &cp, ids, n, text, err);
 }
 
 static const char *mb_piece(void *ctx, int32_t id, size_t *len)
@@ -144,7 +141,7 @@ static void mb_find_think(struct mb *b, struct srv_backend *out)
         if (tok_find(b->tk, o, strlen(o)) >= 0 && tok_find(b->tk, c, strlen(c)) >= 0) {
             out->think_open = o;
             out->think_close = c;
-            out->think_inside = i == 0 && b->tmpl.open_think;
+            out->think_inside = i == 0 && b->cr.tmpl.open_think;
             return;
         }
     }
@@ -208,6 +205,8 @@ static void mb_free(void *ctx)
     free(b->kv_tok);
     model_fwd_free(b->fwd);
     kern_pool_free(b->pool);
+    if (b->cr_ok)
+        chat_renderer_free(&b->cr);
     tok_free(b->tk);
     model_close(b->m);
     free(b);
@@ -233,14 +232,17 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
      * without tokenizer.chat_template is a base model and gets the messages raw (a system
      * text, a blank line, then the turns' text); a template that is not recognised gets
      * the family whose turn tokens the vocabulary holds, else raw. */
-    enum chat_format forced;
-    if (o->chat_format && !chat_format_from_name(o->chat_format, &forced)) {
-        st = kn_fail(err, KN_E_ARG, "serve: unknown --chat-format '%s' (raw, chatml, llama3, "
-                     "llama2, mistral, gemma, phi3)", o->chat_format);
+    struct chat_renderer_opts ro = {.chat_format = o->chat_format,
+                                    .template_file = o->chat_template,
+                                    .kwargs_json = o->chat_template_kwargs};
+    if ((st = chat_renderer_init(&b->cr, &ro, b->m->gguf, b->tk, err)) != KN_OK) {
+        kn_err_prefix(err, "serve");
         goto fail;
     }
-    chat_template_for_model(&b->tmpl, o->chat_format ? &forced : NULL, b->m->gguf, b->tk,
-                            b->bos_buf, b->eos_buf, sizeof b->bos_buf);
+    b->cr_ok = true;
+    if (b->cr.warning[0])
+        fprintf(stderr, "kinetic serve: warning: the model's chat template cannot be rendered (%s); "
+                "using the built-in %s template\n", b->cr.warning, chat_format_name(b->cr.tmpl.format));
 
     int64_t n_ctx = o->n_ctx ? o->n_ctx
                              : (b->m->hp.n_ctx_train < 4096 ? b->m->hp.n_ctx_train : 4096);
@@ -292,9 +294,10 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->n_slots = o->n_slots;
     out->max_batch = max_batch;
     out->max_piece = tok_max_piece(b->tk) + 4;
-    out->chat_format = chat_format_name(b->tmpl.format);
+    out->chat_format = chat_renderer_name(&b->cr);
     out->tokenize = mb_tokenize;
     out->chat = mb_chat;
+    out->chat_json = mb_chat_json;
     out->piece = mb_piece;
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;

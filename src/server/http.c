@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
-                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER };
+                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other"};
+    "prefill", "stats", "other", "apply_template"};
 static const int status_codes[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
 
 struct route {
@@ -49,6 +49,7 @@ static const struct route routes[] = {
     {"/prefill", "POST", EP_PREFILL, false},
     {"/v1/prefill", "POST", EP_PREFILL, false},
     {"/stats", "GET", EP_STATS, false},
+    {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -723,6 +724,19 @@ static enum MHD_Result handle_detokenize(struct srv *s, struct MHD_Connection *c
     return send_json(s, conn, EP_DETOKENIZE, 200, out);
 }
 
+/* POST /apply-template: the prompt a chat completion with this body would get (as
+ * llama-server's endpoint of the same name). */
+static enum MHD_Result handle_apply_template(struct srv *s, struct MHD_Connection *conn,
+                                             const struct json_value *body)
+{
+    struct srv_error e = {0};
+    char *out = NULL;
+    int st = api_apply_template(s, body, &out, &e);
+    if (st)
+        return send_error(s, conn, EP_APPLY_TEMPLATE, &e);
+    return send_json(s, conn, EP_APPLY_TEMPLATE, 200, out);
+}
+
 /* ---------------------------------------------------------------- speed features */
 
 /* POST /prefill (Zero Wait): a chat completions or completions body ("messages" or
@@ -877,6 +891,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
         res = handle_detokenize(s, conn, body);
     else if (ep == EP_PREFILL)
         res = handle_prefill(s, conn, body);
+    else if (ep == EP_APPLY_TEMPLATE)
+        res = handle_apply_template(s, conn, body);
     else
         res = handle_completion(s, conn, ep, body);
     json_free(body);
@@ -912,7 +928,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
                         "/v1/completions, /health, /metrics, /tokenize, /detokenize, "
-                        "/prefill, /stats",
+                        "/prefill, /stats, /apply-template",
                         method, url);
         if (!q->route) {
             const char *hdrs[] = {"Allow", path_match->method, NULL};

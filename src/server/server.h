@@ -19,6 +19,7 @@
 #define KN_SERVER_H
 
 #include "../base/base.h"
+#include "../base/json.h"
 #include "../sample/sample.h"
 
 #include <pthread.h>
@@ -108,6 +109,18 @@ struct srv_backend {
     KN_MUST_USE enum kn_status (*cache_store)(void *ctx, int slot, const int32_t *tokens,
                                               int64_t n, struct kn_err *err);
     void (*cache_stats)(void *ctx, struct srv_cache_stats *out);
+    /* Optional (NULL: chat above). Renders OpenAI messages (the JSON array as sent) with
+     * the model's template, passing tools (an array or NULL) and kwargs
+     * (chat_template_kwargs, an object or NULL) to it; *text receives the rendered prompt
+     * (malloc'd). ids may be NULL (text only, for /apply-template); else the prompt's
+     * tokens, in which only the template's own text makes control tokens. Thread-safe.
+     * KN_E_ARG: the request's fault (bad messages, a template error or
+     * raise_exception). */
+    KN_MUST_USE enum kn_status (*chat_json)(void *ctx, const struct json_value *messages,
+                                            const struct json_value *tools,
+                                            const struct json_value *kwargs,
+                                            bool add_generation_prompt, int32_t **ids,
+                                            size_t *n, char **text, struct kn_err *err);
 };
 
 /* A deterministic stand-in model: 256 byte tokens plus BOS (256) and EOS (257); the
@@ -125,6 +138,8 @@ struct srv_model_opts {
     int64_t max_batch;         /* tokens per forward call; 0: 512 */
     int threads;               /* 0: all CPUs */
     const char *chat_format;   /* NULL: as kinetic run chooses; else a chat_format name */
+    const char *chat_template; /* --chat-template FILE (a Jinja template), or NULL */
+    const char *chat_template_kwargs; /* --chat-template-kwargs JSON object, or NULL */
     int64_t cache_ram_mib;     /* the shared prompt cache (Warm Start); 0: none */
 };
 

@@ -43,6 +43,8 @@ struct srv_request {
     size_t n_ids;
     char *rendered;            /* chat: the rendered prompt */
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
+    struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
+    struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */
     /* Structured output: the compiled grammar (owned until handed to the job) from
      * "grammar" (GBNF), "json_schema" or "response_format"; the GBNF text it came from;
      * the response_format object as sent (receipts record both). */
@@ -58,7 +60,7 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 10
+#define SRV_N_ENDPOINTS 11
 #define SRV_N_STATUS 11
 
 struct srv {
@@ -84,6 +86,11 @@ void api_free(struct srv *s);
  * srv_request_free) and returns 0, or fills e and returns its HTTP status. */
 int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_value *body,
                          struct srv_request *r, struct srv_error *e);
+/* POST /apply-template: renders body's messages (with chat_template_kwargs, tools and
+ * add_generation_prompt, default true) with the model's chat template; *out receives
+ * {"prompt": text} (malloc'd JSON). Returns 0, or fills e and returns its HTTP status. */
+int api_apply_template(struct srv *s, const struct json_value *body, char **out,
+                       struct srv_error *e);
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 

@@ -617,8 +617,18 @@ static bool frags_push(struct frags *f, int32_t id, size_t off, size_t len)
 
 /* Splits the text at whole-token matches the way llama.cpp does: for each special token,
  * longest first, every raw fragment is cut at each leftmost non-overlapping occurrence. */
+static bool all_marked(const uint8_t *marks, size_t off, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!marks[off + i])
+            return false;
+    return true;
+}
+
+/* marks (NULL: none): control and unknown tokens match only where every byte of the
+ * occurrence is marked; parse_special is then taken as true. */
 static bool partition(const struct tok *t, const char *text, size_t len, bool parse_special,
-                      struct frags *cur)
+                      const uint8_t *marks, struct frags *cur)
 {
     struct frags next = {0};
     bool ok = frags_push(cur, TOK_NULL, 0, len);
@@ -637,7 +647,8 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
     for (int32_t k = 0; ok && k < t->n_special; k++) {
         int32_t id = t->special_ids[k];
         uint8_t ty = t->types[id];
-        if (!parse_special && (ty == TOK_T_CONTROL || ty == TOK_T_UNKNOWN))
+        bool guarded = marks && (ty == TOK_T_CONTROL || ty == TOK_T_UNKNOWN);
+        if (!parse_special && !marks && (ty == TOK_T_CONTROL || ty == TOK_T_UNKNOWN))
             continue;
         const char *s = t->text_blob + t->text_off[id];
         size_t sl = t->text_len[id];
@@ -658,16 +669,22 @@ static bool partition(const struct tok *t, const char *text, size_t len, bool pa
                 ok = frags_push(&next, fr.id, fr.off, fr.len);
                 continue;
             }
-            size_t p = fr.off, end = fr.off + fr.len;
+            size_t p = fr.off, end = fr.off + fr.len, q = p;
             while (ok && p < end) {
-                const char *hit = memmem(text + p, end - p, s, sl);
+                /* q: where to search from; an occurrence that is not all template text
+                 * (marks) stays raw text and the search goes on after its first byte. */
+                const char *hit = memmem(text + q, end - q, s, sl);
                 if (!hit) {
                     ok = frags_push(&next, TOK_NULL, p, end - p);
                     break;
                 }
                 size_t h = (size_t)(hit - text);
+                if (guarded && !all_marked(marks, h, sl)) {
+                    q = h + 1;
+                    continue;
+                }
                 ok = frags_push(&next, TOK_NULL, p, h - p) && frags_push(&next, id, h, sl);
-                p = h + sl;
+                p = q = h + sl;
             }
         }
         struct frags tmp = *cur;
@@ -706,7 +723,8 @@ static bool encode_spm_fragment(const struct tok *t, const char *text, size_t le
 
 /* Tokenizes into out (owned by the caller). */
 static enum kn_status encode(const struct tok *t, const char *text, size_t len, bool add_special,
-                             bool parse_special, struct tok_ids *out, struct kn_err *err)
+                             bool parse_special, const uint8_t *marks, struct tok_ids *out,
+                             struct kn_err *err)
 {
     if (len > (size_t)1 << 30)
         return kn_fail(err, KN_E_LIMIT, "text of %zu bytes is too long to tokenize (1 GiB at most)",
@@ -714,7 +732,7 @@ static enum kn_status encode(const struct tok *t, const char *text, size_t len, 
     struct frags fr = {0};
     bool ok = true;
     if (len > 0)
-        ok = partition(t, text, len, parse_special, &fr);
+        ok = partition(t, text, len, parse_special, marks, &fr);
     if (ok && add_special && t->sp.add_bos)
         ok = tok_ids_push(out, t->sp.bos);
     bool prev_special = true; /* the first fragment gets the SPM space prefix */
@@ -750,7 +768,7 @@ enum kn_status tok_encode(const struct tok *t, const char *text, size_t len, boo
 {
     struct tok_ids out = {0};
     *n = 0;
-    enum kn_status st = encode(t, text, len, add_special, parse_special, &out, err);
+    enum kn_status st = encode(t, text, len, add_special, parse_special, NULL, &out, err);
     if (st == KN_OK) {
         *n = out.n;
         if (out.n > max)
@@ -763,6 +781,23 @@ enum kn_status tok_encode(const struct tok *t, const char *text, size_t len, boo
     return st;
 }
 
+enum kn_status tok_encode_marked(const struct tok *t, const char *text, const uint8_t *marks,
+                                 size_t len, bool add_special, int32_t **ids, size_t *n,
+                                 struct kn_err *err)
+{
+    struct tok_ids out = {0};
+    *ids = NULL;
+    *n = 0;
+    enum kn_status st = encode(t, text, len, add_special, true, marks, &out, err);
+    if (st != KN_OK) {
+        free(out.v);
+        return st;
+    }
+    *ids = out.v;
+    *n = out.n;
+    return KN_OK;
+}
+
 enum kn_status tok_encode_alloc(const struct tok *t, const char *text, size_t len,
                                 bool add_special, bool parse_special, int32_t **ids, size_t *n,
                                 struct kn_err *err)
@@ -770,7 +805,7 @@ enum kn_status tok_encode_alloc(const struct tok *t, const char *text, size_t le
     struct tok_ids out = {0};
     *ids = NULL;
     *n = 0;
-    enum kn_status st = encode(t, text, len, add_special, parse_special, &out, err);
+    enum kn_status st = encode(t, text, len, add_special, parse_special, NULL, &out, err);
     if (st != KN_OK) {
         free(out.v);
         return st;

@@ -90,6 +90,15 @@ KN_MUST_USE enum kn_status tok_encode_alloc(const struct tok *t, const char *tex
                                             bool add_special, bool parse_special, int32_t **ids,
                                             size_t *n, struct kn_err *err);
 
+/* As tok_encode_alloc with parse_special, except that a control (or unknown) token's text
+ * becomes that token only where all its bytes have marks[i] != 0 (marks: len bytes, as
+ * jinja_render_marked gives them: 1 for the chat template's own text, 0 for message
+ * content). Elsewhere it is ordinary text. The text between matched tokens is tokenized
+ * as one piece whatever its marks, so a harmless prompt gives exactly the tokens of
+ * tok_encode(parse_special = true). */
+KN_MUST_USE enum kn_status tok_encode_marked(const struct tok *t, const char *text,
+                                             const uint8_t *marks, size_t len, bool add_special,
+                                             int32_t **ids, size_t *n, struct kn_err *err);
 /* The bytes a token stands for: SPM U+2581 becomes a space and <0xXX> one byte; BPE code
  * points map back to bytes. Control and unknown tokens give their text only when special
  * is true, otherwise nothing. The result may be an incomplete UTF-8 sequence. Returns the

@@ -1,12 +1,15 @@
 /* jinja_render: renders a Jinja template file with a JSON context file, for tests that
  * compare Kinetic's renderer with Python's jinja2.
  *
- *   jinja_render TEMPLATE CONTEXT.json [--time UNIX_SECONDS] [--name NAME]
+ *   jinja_render TEMPLATE CONTEXT.json [--time UNIX_SECONDS] [--name NAME] [--marks FILE]
  *
  * TEMPLATE is a .jinja file, or a tokenizer_config.json (its "chat_template", a string or a
  * list of {name, template}; --name picks one, default "default"). The rendered text goes to
  * stdout, byte for byte. On failure, exit status 1 and stderr has one line
- * "error KIND LINE:COLUMN" then the message (for raise_exception, exactly the template's). */
+ * "error KIND LINE:COLUMN" then the message (for raise_exception, exactly the template's).
+ * --marks FILE renders with jinja_render_marked as the chat renderer does (bos_token and
+ * eos_token trusted, standard roles trusted) and writes one byte per output byte to FILE:
+ * '1' for template text, '0' for context text. */
 #include "jinja/jinja.h"
 
 #include <stdio.h>
@@ -34,13 +37,19 @@ int main(int argc, char **argv)
         return 2;
     }
     struct jinja_options opts = {0};
-    const char *name = NULL;
+    const char *name = NULL, *marks_path = NULL;
+    static const char *const trusted[] = {"bos_token", "eos_token"};
     for (int i = 3; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--time") == 0) {
             opts.fixed_time = true;
             opts.now_unix = strtoll(argv[i + 1], NULL, 10);
         } else if (strcmp(argv[i], "--name") == 0) {
             name = argv[i + 1];
+        } else if (strcmp(argv[i], "--marks") == 0) {
+            marks_path = argv[i + 1];
+            opts.trusted_vars = trusted;
+            opts.n_trusted_vars = 2;
+            opts.trust_roles = true;
         }
     }
     struct kn_err err = {0};
@@ -78,14 +87,26 @@ int main(int argc, char **argv)
         rc = 1;
     } else {
         char *out = NULL;
+        uint8_t *marks = NULL;
         size_t olen = 0;
-        if (jinja_render(t, ctx, &opts, &out, &olen, &diag, &err)) {
+        enum kn_status st = marks_path
+                                ? jinja_render_marked(t, ctx, &opts, &out, &marks, &olen, &diag, &err)
+                                : jinja_render(t, ctx, &opts, &out, &olen, &diag, &err);
+        if (st) {
             fprintf(stderr, "error %s %d:%d\n%s\n", kind_name(diag.kind), diag.line, diag.column,
                     diag.kind == JINJA_ERR_NONE ? err.msg : diag.message);
             rc = 1;
         } else {
             fwrite(out, 1, olen, stdout);
             free(out);
+            if (marks_path) {
+                FILE *f = fopen(marks_path, "wb");
+                for (size_t i = 0; f && i < olen; i++)
+                    fputc(marks[i] ? '1' : '0', f);
+                if (!f || fclose(f) != 0)
+                    rc = 2;
+            }
+            free(marks);
         }
     }
     jinja_free(t);

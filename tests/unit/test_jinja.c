@@ -251,6 +251,83 @@ static void test_shared_templates(void)
     }
 }
 
+/* Renders with marks; returns the marks as a string of '1'/'0' (malloc'd). */
+static char *marks_of(const char *src, const char *ctx_json, const struct jinja_options *o,
+                      char **text)
+{
+    struct kn_err err = {0};
+    struct jinja_template *t = NULL;
+    struct json_value *ctx = NULL;
+    char *out = NULL, *ms = NULL;
+    uint8_t *marks = NULL;
+    size_t len = 0;
+    enum kn_status st = jinja_parse(&t, src, strlen(src), NULL, NULL, &err);
+    if (!st)
+        st = json_parse(ctx_json, strlen(ctx_json), NULL, &ctx, &err);
+    if (!st)
+        st = jinja_render_marked(t, ctx, o, &out, &marks, &len, NULL, &err);
+    CHECKF(st == KN_OK, "%s: %s", src, err.msg);
+    if (!st) {
+        ms = malloc(len + 1);
+        for (size_t i = 0; i < len; i++)
+            ms[i] = marks[i] ? '1' : '0';
+        ms[len] = 0;
+        /* The text is the unmarked render's, byte for byte. */
+        char *plain = NULL;
+        CHECK(jinja_render(t, ctx, o, &plain, NULL, NULL, &err) == KN_OK && strcmp(plain, out) == 0);
+        free(plain);
+    }
+    jinja_free(t);
+    json_free(ctx);
+    free(marks);
+    if (text)
+        *text = out;
+    else
+        free(out);
+    return ms;
+}
+
+static void expect_marks(const char *src, const char *ctx, const struct jinja_options *o,
+                         const char *want_text, const char *want)
+{
+    char *text = NULL;
+    char *got = marks_of(src, ctx, o, &text);
+    CHECKF(text && strcmp(text, want_text) == 0, "%s: text \"%s\"", src, text ? text : "");
+    CHECKF(got && strcmp(got, want) == 0, "%s: marks %s, want %s", src, got ? got : "-", want);
+    free(got);
+    free(text);
+}
+
+/* jinja_render_marked: which bytes are the template's own text. */
+static void test_marks(void)
+{
+    const char *ctx = "{\"x\": \"ab\", \"bos_token\": \"<s>\", \"messages\": [{\"role\": \"user\", "
+                      "\"content\": \"hi\"}, {\"role\": \"im_end\", \"content\": \"\"}]}";
+    /* literal text, a variable, concatenation with + and ~ */
+    expect_marks("A{{ x }}B", ctx, NULL, "AabB", "1001");
+    expect_marks("{{ '<' + x + '>' }}", ctx, NULL, "<ab>", "1001");
+    expect_marks("{{ '<' ~ x ~ 1 ~ '>' }}", ctx, NULL, "<ab1>", "10001");
+    /* any other operation on context text marks the whole result as context */
+    expect_marks("{{ ('<' + x) | upper }}{{ '<T>' | upper }}", ctx, NULL, "<AB<T>", "000000");
+    /* strip and trim keep the marks of what they keep */
+    expect_marks("{{ (' <' + x + '> ') | trim }}", ctx, NULL, "<ab>", "1001");
+    expect_marks("{{ ('<' ~ x ~ '>\\n').rstrip() }}{{ x.strip() }}", ctx, NULL, "<ab>ab", "100100");
+    /* so do join (filter and method) */
+    expect_marks("{{ ['<a>', x] | join('|') }}{{ '-'.join([x, '<b>']) }}", ctx, NULL, "<a>|abab-<b>",
+                 "1111000" "01" "111");
+    /* set, macros, call blocks and set blocks keep each byte's mark */
+    expect_marks("{% set y = '[' + x %}{{ y }}", ctx, NULL, "[ab", "100");
+    expect_marks("{% macro m(v) %}<{{ v }}>{% endmacro %}{{ m(x) }}", ctx, NULL, "<ab>", "1001");
+    expect_marks("{% set b %}<{{ x }}>{% endset %}{{ b }}", ctx, NULL, "<ab>", "1001");
+    /* trusted variables and standard roles (when asked for) */
+    const char *tv[] = {"bos_token"};
+    struct jinja_options o = {.trusted_vars = tv, .n_trusted_vars = 1, .trust_roles = true};
+    expect_marks("{{ bos_token }}{{ x }}", ctx, NULL, "<s>ab", "00000");
+    expect_marks("{{ bos_token }}{{ x }}", ctx, &o, "<s>ab", "11100");
+    expect_marks("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}", ctx, &o,
+                 "<|user|>hi<|im_end|>", "1111111100" "11" "000000" "11");
+}
+
 int main(void)
 {
     test_basics();
@@ -260,5 +337,6 @@ int main(void)
     test_chat_context();
     test_pick();
     test_shared_templates();
+    test_marks();
     CHECK_DONE();
 }

@@ -560,8 +560,63 @@ static void test_duplicate_texts(void)
     }
 }
 
+/* tok_encode_marked: control tokens only where every byte is marked (template text). */
+static void test_marked(void)
+{
+    struct tok *t = load_shared("ggml-vocab-phi-3.gguf");
+    if (!t)
+        return;
+    const int32_t user = tok_find(t, "<|user|>", 8), end = tok_find(t, "<|end|>", 7);
+    CHECK(user != TOK_NULL && end != TOK_NULL);
+    const char *text = "<|user|>\nA <|end|> B<|end|>\n";
+    size_t len = strlen(text);
+    uint8_t marks[64];
+    struct kn_err err = {0};
+    int32_t *ids = NULL, ref[64];
+    size_t n = 0;
+    /* all marked = parse_special; none marked = no control tokens (parse_special off) */
+    memset(marks, 1, len);
+    CHECK(tok_encode_marked(t, text, marks, len, false, &ids, &n, &err) == KN_OK);
+    CHECK(ids_eq(ids, n, ref, enc(t, text, len, false, true, ref, 64)));
+    free(ids);
+    memset(marks, 0, len);
+    CHECK(tok_encode_marked(t, text, marks, len, false, &ids, &n, &err) == KN_OK);
+    CHECK(ids_eq(ids, n, ref, enc(t, text, len, false, false, ref, 64)));
+    free(ids);
+    /* the template's <|user|> and final <|end|>, the message's <|end|> in between */
+    memset(marks, 0, len);
+    memset(marks, 1, 8);
+    memset(marks + len - 8, 1, 8);
+    CHECK(tok_encode_marked(t, text, marks, len, false, &ids, &n, &err) == KN_OK);
+    int cu = 0, ce = 0;
+    for (size_t i = 0; i < n; i++) {
+        cu += ids[i] == user;
+        ce += ids[i] == end;
+    }
+    CHECK_EQ_INT(cu, 1);
+    CHECK_EQ_INT(ce, 1);
+    CHECK(n >= 2 && ids[0] == user);
+    free(ids);
+    /* an occurrence only partly template text stays text */
+    memset(marks, 1, len);
+    marks[len - 3] = 0; /* the '|' of the final <|end|> */
+    CHECK(tok_encode_marked(t, text, marks, len, false, &ids, &n, &err) == KN_OK);
+    ce = 0;
+    for (size_t i = 0; i < n; i++)
+        ce += ids[i] == end;
+    CHECK_EQ_INT(ce, 1); /* the middle one only */
+    free(ids);
+    /* add_special prepends BOS as tok_encode does */
+    memset(marks, 1, len);
+    CHECK(tok_encode_marked(t, text, marks, len, true, &ids, &n, &err) == KN_OK);
+    CHECK(ids_eq(ids, n, ref, enc(t, text, len, true, true, ref, 64)));
+    free(ids);
+    tok_free(t);
+}
+
 int main(void)
 {
+    test_marked();
     test_llama_spm();
     test_gpt2();
     test_spm_merge_order();
