@@ -18,7 +18,12 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spin iterations before a worker sleeps (about 100-300 us), and before the caller
+/* A worker spins this long on the job word before it sleeps (checking the clock every
+ * POOL_SPIN pauses): long enough to stay awake between the decode steps of `kinetic run`
+ * (sampling a 262k vocabulary takes a millisecond), since waking a sleeping vCPU takes
+ * tens of microseconds; short enough that an idle server soon costs nothing. */
+#define POOL_SPIN_SECONDS 0.002
+/* Pauses between clock checks of a spinning worker, and pauses before the caller
  * starts yielding its core while it waits for the workers that joined a job: their
  * last share is tens of microseconds away, and a yield on a busy machine can hand the
  * core to another process for a whole time slice (measured: median decode step of
@@ -68,9 +73,17 @@ static void *worker_main(void *p)
     uint32_t seen = 0;
     for (;;) {
         uint64_t j = atomic_load_explicit(&pool->job, memory_order_acquire);
-        for (int i = 0; JOB_GEN(j) == seen && i < POOL_SPIN; i++) {
+        double spin_end = 0;
+        for (int i = 1; JOB_GEN(j) == seen; i++) {
             cpu_relax();
             j = atomic_load_explicit(&pool->job, memory_order_acquire);
+            if (i % POOL_SPIN == 0) {
+                double t = kn_now();
+                if (spin_end == 0)
+                    spin_end = t + POOL_SPIN_SECONDS;
+                else if (t > spin_end)
+                    break;
+            }
         }
         if (JOB_GEN(j) == seen) {
             pthread_mutex_lock(&pool->mu);
