@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""serve_bench.py: aggregate generation throughput of an OpenAI-compatible server with N
-parallel streams, for `kinetic serve` and (optionally) `llama-server` on the same model.
+"""serve_bench.py: aggregate generation throughput of OpenAI-compatible servers with N
+parallel streams: `kinetic serve` against llama-server (or any server of that family,
+e.g. ik_llama.cpp's) on the same model, or against servers already running.
 
-  python bench/serve_bench.py --model M.gguf --kinetic build/kinetic \\
-      [--llama-server /path/llama-server] [--parallel 4] [--tokens 128] [--rounds 2]
+  python bench/serve_bench.py --model M.gguf --kinetic build/kinetic --threads 2 \\
+      [--llama-server /path/llama-server] [--peer-server ik_llama.cpp=/path/llama-server] \\
+      [--url name=http://host:port] [--parallel 4] [--tokens 128] [--rounds 2]
 
-Each server is started with --parallel P; after a warm-up request, every round sends
+Each started server gets --parallel P and the same threads; a --url server is used as
+it runs (start it with the same settings). After a warm-up request, every round sends
 P completions at once (different prompts, temperature 0.8, fixed seeds) and measures the
 wall time until the last one ends. Throughput = generated tokens (from `usage`) / wall
-time, summed over rounds. A random-weight model may emit an end token early, so both
-servers are asked to ignore it where they can (llama-server: ignore_eos) and the tokens
-actually generated are what is counted. Python standard library only.
+time, summed over rounds. All servers start first; then each round runs on one server
+at a time while the others idle, so the machine's changing load falls on all alike. A
+random-weight model may emit an end token early, so servers are asked to ignore it where
+they can (ignore_eos) and the tokens actually generated are what is counted. Python standard library only.
 """
 import argparse
 import json
@@ -52,73 +56,119 @@ def wait_ready(base, proc, timeout=600):
     return False
 
 
-def bench(name, cmd, args):
+def one_round(name, base, args, rnd):
+    """Sends P completions at once; returns (generated tokens, seconds)."""
+    results = [None] * args.parallel
+
+    def one(i):
+        results[i] = post(base, {
+            "prompt": f"Stream {i} of round {rnd}: tell a long story about the sea.",
+            "max_tokens": args.tokens, "temperature": 0.8, "seed": 100 * rnd + i,
+            "ignore_eos": True})
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(args.parallel)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.time() - t0
+    n = sum(r["usage"]["completion_tokens"] for r in results)
+    print(f"{name}: round {rnd + 1}: {n} tokens in {dt:.2f} s = {n / dt:.1f} tokens/s", flush=True)
+    return n, dt
+
+
+def start(name, cmd):
+    """Starts a server; returns (process, base URL), or (None, None) if it did not come up."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        if not wait_ready(base, proc):
-            print(f"{name}: the server did not start: {' '.join(cmd(port))}")
-            return None
-        post(base, {"prompt": "warm up", "max_tokens": 8, "temperature": 0})
-        total_tokens, total_time = 0, 0.0
-        for rnd in range(args.rounds):
-            results = [None] * args.parallel
+    if not wait_ready(base, proc):
+        print(f"{name}: the server did not start: {' '.join(cmd(port))}")
+        stop(proc)
+        return None, None
+    return proc, base
 
-            def one(i):
-                results[i] = post(base, {
-                    "prompt": f"Stream {i} of round {rnd}: tell a long story about the sea.",
-                    "max_tokens": args.tokens, "temperature": 0.8, "seed": 100 * rnd + i,
-                    "ignore_eos": True})
-            ts = [threading.Thread(target=one, args=(i,)) for i in range(args.parallel)]
-            t0 = time.time()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            dt = time.time() - t0
-            n = sum(r["usage"]["completion_tokens"] for r in results)
-            total_tokens += n
-            total_time += dt
-            print(f"{name}: round {rnd + 1}: {n} tokens in {dt:.2f} s = {n / dt:.1f} tokens/s",
-                  flush=True)
-        tps = total_tokens / total_time
-        print(f"{name}: {args.parallel} streams: {total_tokens} tokens in {total_time:.2f} s = "
-              f"{tps:.1f} tokens/s aggregate", flush=True)
-        return tps
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def name_value(spec, what):
+    if "=" not in spec:
+        sys.exit(f"serve_bench: {what} wants NAME=VALUE, not {spec!r}")
+    return spec.split("=", 1)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--kinetic", default="kinetic")
+    ap.add_argument("--model", help="GGUF file the started servers load")
+    ap.add_argument("--kinetic", default="kinetic", help="kinetic binary ('' to skip)")
     ap.add_argument("--kinetic-args", default="")
-    ap.add_argument("--llama-server")
-    ap.add_argument("--llama-args", default="-ngl 0")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary")
+    ap.add_argument("--peer-server", action="append", default=[], metavar="NAME=PATH",
+                    help="another llama-server-compatible binary (repeatable)")
+    ap.add_argument("--llama-args", default="-ngl 0", help="extra arguments for llama-server binaries")
+    ap.add_argument("--url", action="append", default=[], metavar="NAME=URL",
+                    help="a server already running at URL (repeatable)")
+    ap.add_argument("--threads", type=int, default=0, help="threads for started servers (0: their default)")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128, help="tokens per stream per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ctx-size", type=int, default=1024, help="context per slot")
     args = ap.parse_args()
-    k = bench("kinetic serve", lambda p: [
-        args.kinetic, "serve", args.model, "--parallel", str(args.parallel), "--port", str(p),
-        "--ctx-size", str(args.ctx_size), *shlex.split(args.kinetic_args)], args)
-    ll = None
-    if args.llama_server:
+    if (args.kinetic or args.llama_server or args.peer_server) and not args.model:
+        sys.exit("serve_bench: --model is needed to start servers")
+    servers = []  # (name, command or None, url or None)
+    if args.kinetic:
+        th = ["--threads", str(args.threads)] if args.threads else []
+        servers.append(("kinetic serve", lambda p: [
+            args.kinetic, "serve", args.model, "--parallel", str(args.parallel), "--port", str(p),
+            "--ctx-size", str(args.ctx_size), *th, *shlex.split(args.kinetic_args)], None))
+    peers = ([("llama-server", args.llama_server)] if args.llama_server else []) + \
+        [name_value(s, "--peer-server") for s in args.peer_server]
+    for name, path in peers:
+        th = ["-t", str(args.threads)] if args.threads else []
         # llama-server divides -c among its slots: give it the same context per slot.
-        ll = bench("llama-server", lambda p: [
-            args.llama_server, "-m", args.model, "--parallel", str(args.parallel),
+        servers.append((name, lambda p, path=path: [
+            path, "-m", args.model, "--parallel", str(args.parallel),
             "--port", str(p), "--host", "127.0.0.1", "-c", str(args.ctx_size * args.parallel),
-            *shlex.split(args.llama_args)], args)
-    if k and ll:
-        print(f"kinetic / llama-server: {k / ll:.2f}x")
-    return 0 if k else 1
+            *th, *shlex.split(args.llama_args)], None))
+    for name, url in (name_value(s, "--url") for s in args.url):
+        servers.append((name, None, url.rstrip("/")))
+    if not servers:
+        sys.exit("serve_bench: nothing to measure")
+    procs, bases = [], []
+    try:
+        for name, cmd, url in servers:
+            proc, base = start(name, cmd) if cmd else (None, url)
+            if base is None:
+                return 1
+            procs.append(proc)
+            bases.append(base)
+            post(base, {"prompt": "warm up", "max_tokens": 8, "temperature": 0})
+        # Round by round, one server at a time (the others idle), so a change in the
+        # machine's load falls on every server alike.
+        totals = [[0, 0.0] for _ in servers]
+        for rnd in range(args.rounds):
+            for i, (name, _, _) in enumerate(servers):
+                n, dt = one_round(name, bases[i], args, rnd)
+                totals[i][0] += n
+                totals[i][1] += dt
+    finally:
+        for p in procs:
+            if p:
+                stop(p)
+    tps = []
+    for (name, _, _), (n, dt) in zip(servers, totals):
+        tps.append(n / dt)
+        print(f"{name}: {args.parallel} streams: {n} tokens in {dt:.2f} s = {n / dt:.1f} tokens/s aggregate")
+    for i in range(1, len(servers)):
+        print(f"{servers[0][0]} / {servers[i][0]}: {tps[0] / tps[i]:.2f}x")
+    return 0
 
 
 if __name__ == "__main__":

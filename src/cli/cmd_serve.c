@@ -49,7 +49,7 @@ int cmd_serve(int argc, char **argv)
     const struct cli_opt opts[] = {
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
         {"port", 0, CLI_INT, &port, "N", "port (default 8080; 0 picks a free one)", NULL},
-        {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4)", NULL},
+        {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4; -np N as in llama-server)", NULL},
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: the model's, at most 4096)", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default 512)", NULL},
         {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)", NULL},
@@ -74,6 +74,11 @@ int cmd_serve(int argc, char **argv)
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
+    /* llama-server's -np N: the same as --parallel N, so its command lines carry over. */
+    static char parallel_flag[] = "--parallel";
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "-np") == 0)
+            argv[i] = parallel_flag;
     const char *pos[1];
     int n_pos = 0;
     int rc = cli_parse("serve", usage, argc, argv, opts, pos, 1, &n_pos);

@@ -22,10 +22,12 @@
 /* ================================================================ thread pool */
 
 /* A fixed set of worker threads created once (--threads N). The caller of
- * kern_pool_run is thread 0; workers 1..N-1 spin briefly on a new job, then sleep. */
+ * kern_pool_run works too; workers spin briefly on a new job, then sleep. */
 struct kern_pool;
 
-/* A unit of parallel work: called once on every thread, ith in [0, nth). */
+/* A unit of parallel work: share ith of nth. A job calls it once for every ith in
+ * [0, nth), on whichever thread takes that share (the caller does them all if the
+ * workers are late), so it may use ith only to choose its part of the work. */
 typedef void (*kern_task_fn)(void *ctx, int ith, int nth);
 
 /* Creates a pool of n_threads threads in all (the caller counts as one; 1 <= n <= 256). */
@@ -35,9 +37,13 @@ KN_MUST_USE enum kn_status kern_pool_create(int n_threads, struct kern_pool **ou
 void kern_pool_free(struct kern_pool *pool);
 /* Threads in the pool (1 for a NULL pool). */
 int kern_pool_threads(const struct kern_pool *pool);
-/* Runs fn(ctx, ith, nth) on every thread (the caller is ith 0) and returns when all
- * have returned. A NULL pool runs fn(ctx, 0, 1). Not reentrant: one job at a time. */
+/* Runs fn(ctx, ith, nth) for ith in [0, nth), nth = the pool's thread count, spread
+ * over the threads, and returns when all have returned. A NULL pool runs fn(ctx, 0, 1).
+ * Not reentrant: one job at a time. */
 void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *ctx);
+/* The same with n_shares >= 1 shares: more shares than threads balance the load when a
+ * thread runs slower (other work on its core) at the cost of a counter step per share. */
+void kern_pool_run_shares(struct kern_pool *pool, kern_task_fn fn, void *ctx, int n_shares);
 /* The deterministic share [*lo, *hi) of [0, n) for thread ith of nth: contiguous chunks
  * whose boundaries are multiples of align (except n itself), earlier threads first. */
 void kern_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);

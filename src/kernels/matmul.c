@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 bool kern_type_supported(enum quant_type t)
 {
@@ -30,6 +31,28 @@ enum kern_act_kind kern_act_kind_for(enum quant_type t)
 }
 
 /* ---------------------------------------------------------------- weight set-up */
+
+/* Huge pages for the packed copy: decode streams every weight once per token, and with
+ * 4 KiB pages the hardware prefetchers stop at each page boundary and every page costs
+ * a TLB miss (a two-level walk under a hypervisor). Copies of 2 MiB or more start on a
+ * 2 MiB boundary and ask the kernel for transparent huge pages (advice only: where THP
+ * is off this is an ordinary allocation). Freed with free(). */
+#define KERN_HUGE_BYTES ((size_t)2 << 20)
+
+static void *packed_alloc(size_t bytes, struct kn_err *err)
+{
+    if (bytes < KERN_HUGE_BYTES)
+        return kn_aligned_alloc(bytes, err);
+    void *p = NULL;
+    if (posix_memalign(&p, KERN_HUGE_BYTES, bytes) != 0) {
+        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes of packed weights", bytes);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes & ~(KERN_HUGE_BYTES - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}
 
 enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int64_t N,
                                 int64_t K, const void *data, size_t data_bytes, bool repack,
@@ -68,7 +91,7 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
     if (repack && kern_isa_active() != KERN_ISA_SCALAR) {
         size_t pb = kern_repack_bytes(type, N, K);
         if (pb) {
-            w->packed = kn_aligned_alloc(pb, err);
+            w->packed = packed_alloc(pb, err);
             if (!w->packed)
                 return KN_E_NOMEM;
             w->packed_bytes = pb;
@@ -354,5 +377,5 @@ void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const floa
     if (M < 4 && (size_t)w->N * w->row_bytes < KERN_SMALL_BYTES)
         mm_task(&c, 0, 1);
     else
-        kern_pool_run(pool, mm_task, &c);
+        kern_pool_run_shares(pool, mm_task, &c, 4 * kern_pool_threads(pool));
 }

@@ -205,6 +205,14 @@ static void mm_task_fn(void *ctx, int ith, int nth)
     }
 }
 
+/* Shares of a product job: several per thread, so a thread slowed by other work on its
+ * core hands its remaining rows to the others (rows are computed the same anywhere). */
+static int mm_shares(const struct kern_pool *pool)
+{
+    int n = kern_pool_threads(pool);
+    return n == 1 ? 1 : 4 * n;
+}
+
 /* y_i = x . w_i^T for i < n (n <= 4); every w_i has K columns; x: (M, K). */
 static void matmuls(struct model_fwd *f, const float *x, int64_t M, int n,
                     const struct kern_weight *const *w, float *const *y)
@@ -220,7 +228,7 @@ static void matmuls(struct model_fwd *f, const float *x, int64_t M, int n,
         }
         task.jobs[i] = (struct mm_job){w[i], &acts[kind], y[i]};
     }
-    kern_pool_run(f->pool, mm_task_fn, &task);
+    kern_pool_run_shares(f->pool, mm_task_fn, &task, mm_shares(f->pool));
 }
 
 static void matmul1(struct model_fwd *f, const struct kern_weight *w, const float *x, int64_t M,

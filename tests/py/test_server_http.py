@@ -369,6 +369,12 @@ def test_same_answer_alone_and_under_load(srv):
     assert srv.metric("kinetic_scheduler_steps_total", headers=AUTH) > 0
 
 
+def test_np_is_parallel():
+    # llama-server's -np N names the slot count too.
+    with Server("--toy", "-np", "3") as s:
+        assert s.metric("kinetic_slots_total") == 3
+
+
 def test_queue_full_gets_503():
     with Server("--toy", "--parallel", "1", "--queue", "1", "--toy-delay-us", "20000") as s:
         body = {"prompt": "x", "max_tokens": 100}

@@ -1,4 +1,4 @@
-/* test_kern_pool.c: the thread pool runs a job on every thread exactly once, returns only
+/* test_kern_pool.c: the thread pool runs every share of a job exactly once, returns only
  * when all are done (also after its workers fell asleep), and splits work deterministically. */
 #include "check.h"
 #include "kernels/kernels.h"
@@ -48,6 +48,25 @@ int main(void)
                     ok = false;
             if (rep % 500 == 0)
                 sleep_ms(20); /* let the workers fall asleep, then wake them */
+        }
+        CHECKF(ok, "threads=%d", n);
+        kern_pool_free(p);
+    }
+    /* More shares than threads: each share exactly once, whichever thread takes it. */
+    for (int n = 1; n <= 3; n++) {
+        CHECK(kern_pool_create(n, &p, &err) == KN_OK);
+        bool ok = true;
+        for (int rep = 0; rep < 500; rep++) {
+            int shares = 1 + rep % 8;
+            struct job j = {0};
+            kern_pool_run_shares(p, job_fn, &j, shares);
+            if (atomic_load(&j.total) != shares || atomic_load(&j.nth_seen) != shares)
+                ok = false;
+            for (int i = 0; i < shares; i++)
+                if (atomic_load(&j.calls[i]) != 1)
+                    ok = false;
+            if (rep == 250)
+                sleep_ms(20);
         }
         CHECKF(ok, "threads=%d", n);
         kern_pool_free(p);
