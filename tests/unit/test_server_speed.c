@@ -7,6 +7,7 @@
 #include "server/server.h"
 
 #include <string.h>
+#include <time.h>
 
 #define N_JOBS 24
 
@@ -231,7 +232,7 @@ static void test_prefill(void)
 
     /* One slow slot: a long prefill is running when a job arrives; the prefill stops,
      * keeps what it evaluated, and the job gets the cold answer. */
-    CHECK(srv_toy_backend(&b, 1, 160, 20000, &err) == KN_OK);
+    CHECK(srv_toy_backend(&b, 1, 160, 50000, &err) == KN_OK);
     b.max_batch = 8;
     CHECK(convoy_start_speed(&c, &b, 4, NULL, &err) == KN_OK);
     int32_t longp[150];
@@ -240,7 +241,17 @@ static void test_prefill(void)
     CHECK(srv_job_new(&pj, longp, 150, &err) == KN_OK);
     pj->prefill = true;
     CHECK(convoy_submit_prefill(c, pj, &err) == KN_OK);
-    convoy_wait(c, pj, INT64_MAX, 100);
+    /* Submit the job as soon as the prefill has begun (not after a fixed sleep: on a
+     * loaded machine a sleeping test thread woke after the whole prefill had finished).
+     * The prefill needs 19 steps of at least 50 ms, so the job arrives mid-way. */
+    for (;;) {
+        convoy_lock(c);
+        bool begun = pj->n_fed > 0 || pj->state == SRV_JOB_DONE;
+        convoy_unlock(c);
+        if (begun)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
     j = make_job(20, &err);
     CHECK(convoy_submit(c, j, &err) == KN_OK);
     collect(c, j, &warm);
