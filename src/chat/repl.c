@@ -1005,6 +1005,17 @@ static struct json_value *settings_json(const struct repl *r, struct kn_err *err
         json_free(o);
         return NULL;
     }
+    struct json_value *stops = json_new_array();
+    for (int i = 0; stops && i < r->n_stops; i++)
+        if (json_array_push(stops, json_new_string(r->stops[i]), err) != KN_OK) {
+            json_free(stops);
+            json_free(o);
+            return NULL;
+        }
+    if (json_object_set(o, "stop", stops, err) != KN_OK) {
+        json_free(o);
+        return NULL;
+    }
     return o;
 nomem:
     kn_fail(err, KN_E_NOMEM, "out of memory");
@@ -1095,9 +1106,26 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
     }
     struct sample_params sp = r->o.sp;
     int64_t np = r->o.n_predict;
+    const char *stops[SAMPLE_MAX_STOPS];
+    int n_stops = -1; /* -1: the file has none; the current ones stay */
     for (size_t i = 0; i < json_len(set); i++) {
         const char *k = set->u.object.items[i].key;
         const struct json_value *v = set->u.object.items[i].value;
+        if (strcmp(k, "stop") == 0) {
+            if (!json_is(v, JSON_ARRAY) || json_len(v) > SAMPLE_MAX_STOPS)
+                return kn_fail(err, KN_E_FORMAT, "settings.stop must be an array of at most %d "
+                               "strings", SAMPLE_MAX_STOPS);
+            n_stops = 0;
+            for (size_t j = 0; j < json_len(v); j++) {
+                const struct json_value *sv = json_at(v, j);
+                const char *t = json_str(sv);
+                if (!t || !*t || strlen(t) != sv->u.string.len)
+                    return kn_fail(err, KN_E_FORMAT, "settings.stop[%zu] must be a non-empty "
+                                   "string without NUL characters", j);
+                stops[n_stops++] = t;
+            }
+            continue;
+        }
         if (strcmp(k, "seed") == 0) {
             int64_t s;
             if (!json_int(v, &s) || s < 0)
@@ -1121,6 +1149,12 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
         if (!(system = kn_strdup(json_str(json_get(json_at(msgs, 0), "content")), err)))
             return KN_E_NOMEM;
         first = 1;
+    }
+    /* Checked above, so only memory can fail here, before anything has changed. */
+    enum kn_status sst = n_stops >= 0 ? repl_set_stops(r, stops, n_stops, err) : KN_OK;
+    if (sst != KN_OK) {
+        free(system);
+        return sst;
     }
     msgs_clear(r);
     for (size_t i = first; i < json_len(msgs); i++) {

@@ -139,3 +139,21 @@ def test_bad_stop_flag(work):
         p = subprocess.run([KINETIC, "chat", AIDREAMS, "--stop", bad], input="", capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 2 and "--stop:" in p.stderr, p.stderr
+
+
+def test_save_load_keeps_stops(work, base):
+    _, stop = base
+    save, bad, r = (os.path.join(work["dir"], n) for n in ("sl.json", "sl_bad.json", "sl_r.json"))
+    piped([*ARGS, "--stop", stop, "-r", "\\n\\n"], f"{MSG}\n/save {save}\n")
+    doc = load(save)
+    assert doc["settings"]["stop"] == [stop, "\n\n"]
+    # Loaded into a session without stop strings, the next answer runs with them.
+    p = piped(ARGS, f"/load {save}\nand then\n/receipt {r}\n/set\n")
+    assert load(r)["sampling"]["stop"] == [stop, "\n\n"]
+    assert f'stop "{stop}" "\\n\\n"' in p.stdout
+    for value in ([""], "x", ["a"] * 17, [1]):
+        doc["settings"]["stop"] = value
+        with open(bad, "w") as f:
+            json.dump(doc, f)
+        p = piped(ARGS, f"/load {bad}\n/set\n")
+        assert "cannot load" in p.stdout and "settings.stop" in p.stdout and "stop none" in p.stdout
