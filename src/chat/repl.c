@@ -904,8 +904,9 @@ static void settings_print(const struct repl *r, FILE *out)
                 fputs("\\r", out);
             else if (*c == '\\' || *c == '"')
                 fprintf(out, "\\%c", *c);
-            else if (*c < 0x20 || *c == 0x7f || (*c == ' ' && !c[1]))
-                fprintf(out, "\\x%02x", *c); /* a trailing space too: /set trims it */
+            else if (*c < 0x20 || *c == 0x7f ||
+                     (*c == ' ' && (!c[1] || c == (const unsigned char *)r->stops[i])))
+                fprintf(out, "\\x%02x", *c); /* a space at either end too: /set trims it */
             else
                 fputc(*c, out);
         }

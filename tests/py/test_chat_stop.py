@@ -157,3 +157,10 @@ def test_save_load_keeps_stops(work, base):
             json.dump(doc, f)
         p = piped(ARGS, f"/load {bad}\n/set\n")
         assert "cannot load" in p.stdout and "settings.stop" in p.stdout and "stop none" in p.stdout
+
+
+def test_set_lists_stops_as_set_takes_them(work):
+    # Spaces at either end, quotes, backslashes and newlines come back in a form /set stop
+    # and --stop read back as the same string.
+    p = piped(ARGS, '/set stop \\x20a"b\\\\c\\n\\x20\n/set\n')
+    assert 'stop "\\x20a\\"b\\\\c\\n\\x20"' in p.stdout, p.stdout
