@@ -70,6 +70,8 @@ struct repl {
     char *split_content, *split_reasoning; /* the splitter's outputs, sized once */
     struct grammar_vocab *gvocab;          /* with o.grammar: its vocabulary and state, */
     struct grammar_state *gstate;          /* reset for every answer */
+    char *stops[SAMPLE_MAX_STOPS];         /* the stop strings (owned; engine_set_stop has */
+    int n_stops;                           /* its own copy), /set stop changes them */
 
     /* Zero Wait: the target computed for the last partial line. */
     char *zw_text;
@@ -90,6 +92,8 @@ struct repl {
     char last_finish[16];
     struct sample_params last_sp;
     int64_t last_max_tokens;
+    char *last_stops[SAMPLE_MAX_STOPS];   /* the stop strings the last answer ran with */
+    int n_last_stops;
 
     struct repl_turn_stats last;
     struct repl_turn_stats total;
@@ -114,6 +118,28 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     while (i < n && a[i] == b[i])
         i++;
     return i;
+}
+
+static void stops_free(char **v, int *n)
+{
+    for (int i = 0; i < *n; i++)
+        free(v[i]);
+    *n = 0;
+}
+
+/* Copies n strings into v (which held *n_v, freed first). */
+static enum kn_status stops_copy(char **v, int *n_v, const char *const *src, int n,
+                                 struct kn_err *err)
+{
+    stops_free(v, n_v);
+    for (int i = 0; i < n; i++) {
+        if (!(v[i] = kn_strdup(src[i], err))) {
+            stops_free(v, n_v);
+            return KN_E_NOMEM;
+        }
+        *n_v = i + 1;
+    }
+    return KN_OK;
 }
 
 static void msgs_clear(struct repl *r)
@@ -269,6 +295,48 @@ static struct json_value *repl_messages_json(const struct repl *r, struct kn_err
 
 /* ================================================================ open / close */
 
+/* Sets the stop strings every answer ends at (n == 0: none) and sizes the reasoning
+ * splitter's outputs for them: one token's text, the tail the stop matcher held back
+ * and a marker's held-back bytes. On failure the old strings stay. */
+static enum kn_status repl_set_stops(struct repl *r, const char *const *stops, int n,
+                                     struct kn_err *err)
+{
+    if (n < 0 || n > SAMPLE_MAX_STOPS)
+        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", SAMPLE_MAX_STOPS, n);
+    size_t cap = tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 16;
+    for (int i = 0; i < n; i++)
+        cap += strlen(stops[i]);
+    char *c = malloc(cap), *rs = malloc(cap);
+    char *copy[SAMPLE_MAX_STOPS] = {0};
+    int n_copy = 0;
+    enum kn_status st = KN_OK;
+    if (!c || !rs) {
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = stops_copy(copy, &n_copy, stops, n, err)) != KN_OK ||
+        (st = engine_set_stop(&r->e, stops, n, err)) != KN_OK)
+        goto fail;
+    free(r->split_content);
+    free(r->split_reasoning);
+    r->split_content = c;
+    r->split_reasoning = rs;
+    stops_free(r->stops, &r->n_stops);
+    memcpy(r->stops, copy, sizeof copy);
+    r->n_stops = n_copy;
+    return KN_OK;
+fail:
+    free(c);
+    free(rs);
+    stops_free(copy, &n_copy);
+    /* engine_set_stop clears on failure: put the old strings back (cannot fail on the
+     * sizes they had before except for memory, reported already). */
+    struct kn_err e2 = {0};
+    if (engine_set_stop(&r->e, (const char *const *)r->stops, r->n_stops, &e2) != KN_OK && st == KN_OK)
+        st = kn_fail(err, e2.status, "%s", e2.msg);
+    return st;
+}
+
 enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn_err *err)
 {
     *out = NULL;
@@ -325,17 +393,16 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     r->sctx_ok = true;
     r->gen = malloc((size_t)r->n_ctx * sizeof *r->gen);
     r->piece = malloc(tok_max_piece(r->tk) + 8);
-    /* One token's text plus held-back marker bytes (chat sets no stop strings). */
-    r->split_content = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
-    r->split_reasoning = malloc(tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 8);
     r->hide_reasoning = o->hide_reasoning;
+    if ((st = repl_set_stops(r, o->stop, o->n_stop, err)) != KN_OK)
+        goto fail;
     if (o->grammar) {
         if ((st = grammar_vocab_from_tok(&r->gvocab, r->tk, (int32_t)r->m->hp.n_vocab, err)) != KN_OK ||
             (st = grammar_state_init(&r->gstate, o->grammar, err)) != KN_OK)
             goto fail;
         sample_ctx_set_grammar(&r->sctx, r->gstate, r->gvocab);
     }
-    if (!r->gen || !r->piece || !r->split_content || !r->split_reasoning) {
+    if (!r->gen || !r->piece) {
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -356,6 +423,7 @@ static void repl_last_clear(struct repl *r)
     r->last_input = NULL;
     r->last_prompt = r->last_out = NULL;
     r->last_text = NULL;
+    stops_free(r->last_stops, &r->n_last_stops);
     r->have_last = false;
 }
 
@@ -375,6 +443,7 @@ void repl_close(struct repl *r)
     free(r->split_reasoning);
     grammar_state_free(r->gstate);
     grammar_vocab_free(r->gvocab);
+    stops_free(r->stops, &r->n_stops);
     free(r->zw_text);
     free(r->zw_toks);
     free(r->system);
@@ -611,6 +680,13 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     r->n_last_prompt = n;
     r->n_last_out = n_gen;
     r->last_sp = r->o.sp;
+    if (stops_copy(r->last_stops, &r->n_last_stops, (const char *const *)r->stops, r->n_stops,
+                   err) != KN_OK) {
+        free(g.text);
+        repl_last_clear(r);
+        st = KN_E_NOMEM;
+        goto drop;
+    }
     if (g.interrupted) {
         r->last_max_tokens = n_gen;
         snprintf(r->last_finish, sizeof r->last_finish, "length");
@@ -734,7 +810,9 @@ const char *const repl_help_text =
     "  /set [NAME VALUE]   change a setting, or list them: temp, top_k, top_p, min_p,\n"
     "                      repeat_penalty, repeat_last_n, presence_penalty,\n"
     "                      frequency_penalty, n_predict; /set reasoning show|hide\n"
-    "                      shows <think> reasoning dimmed or hides it\n"
+    "                      shows <think> reasoning dimmed or hides it;\n"
+    "                      /set stop TEXT: answers end at TEXT (not shown, not kept;\n"
+    "                      escapes \\n \\t \\r \\\\ \\xHH); /set stop alone: none\n"
     "  /seed N             the seed every answer is sampled with\n"
     "  /save FILE          save the conversation and settings as JSON\n"
     "  /load FILE          load a conversation saved with /save\n"
@@ -813,6 +891,28 @@ static void settings_print(const struct repl *r, FILE *out)
             (double)sp->repeat_penalty, sp->repeat_last_n, (double)sp->presence_penalty,
             (double)sp->frequency_penalty, (long long)r->o.n_predict,
             (unsigned long long)sp->seed);
+    /* The stop strings as /set stop and --stop take them back (same escapes). */
+    fputs(r->n_stops ? "stop" : "stop none (/set stop TEXT sets one)", out);
+    for (int i = 0; i < r->n_stops; i++) {
+        fputs(" \"", out);
+        for (const unsigned char *c = (const unsigned char *)r->stops[i]; *c; c++) {
+            if (*c == '\n')
+                fputs("\\n", out);
+            else if (*c == '\t')
+                fputs("\\t", out);
+            else if (*c == '\r')
+                fputs("\\r", out);
+            else if (*c == '\\' || *c == '"')
+                fprintf(out, "\\%c", *c);
+            else if (*c < 0x20 || *c == 0x7f ||
+                     (*c == ' ' && (!c[1] || c == (const unsigned char *)r->stops[i])))
+                fprintf(out, "\\x%02x", *c); /* a space at either end too: /set trims it */
+            else
+                fputc(*c, out);
+        }
+        fputc('"', out);
+    }
+    fputc('\n', out);
 }
 
 static bool parse_number(const char *s, double *out)
@@ -859,7 +959,8 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
     struct receipt_run rr = {
         .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
         .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
-        .stop = NULL, .n_stop = 0, .finish = r->last_finish, .text = r->last_text,
+        .stop = (const char *const *)r->last_stops, .n_stop = r->n_last_stops,
+        .finish = r->last_finish, .text = r->last_text,
         .grammar = r->o.gbnf, .response_format = r->o.response_format,
         .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
         .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
@@ -902,6 +1003,17 @@ static struct json_value *settings_json(const struct repl *r, struct kn_err *err
         }
     }
     if (json_object_set(o, "seed", json_new_int((int64_t)r->o.sp.seed), err) != KN_OK) {
+        json_free(o);
+        return NULL;
+    }
+    struct json_value *stops = json_new_array();
+    for (int i = 0; stops && i < r->n_stops; i++)
+        if (json_array_push(stops, json_new_string(r->stops[i]), err) != KN_OK) {
+            json_free(stops);
+            json_free(o);
+            return NULL;
+        }
+    if (json_object_set(o, "stop", stops, err) != KN_OK) {
         json_free(o);
         return NULL;
     }
@@ -995,9 +1107,26 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
     }
     struct sample_params sp = r->o.sp;
     int64_t np = r->o.n_predict;
+    const char *stops[SAMPLE_MAX_STOPS];
+    int n_stops = -1; /* -1: the file has none; the current ones stay */
     for (size_t i = 0; i < json_len(set); i++) {
         const char *k = set->u.object.items[i].key;
         const struct json_value *v = set->u.object.items[i].value;
+        if (strcmp(k, "stop") == 0) {
+            if (!json_is(v, JSON_ARRAY) || json_len(v) > SAMPLE_MAX_STOPS)
+                return kn_fail(err, KN_E_FORMAT, "settings.stop must be an array of at most %d "
+                               "strings", SAMPLE_MAX_STOPS);
+            n_stops = 0;
+            for (size_t j = 0; j < json_len(v); j++) {
+                const struct json_value *sv = json_at(v, j);
+                const char *t = json_str(sv);
+                if (!t || !*t || strlen(t) != sv->u.string.len)
+                    return kn_fail(err, KN_E_FORMAT, "settings.stop[%zu] must be a non-empty "
+                                   "string without NUL characters", j);
+                stops[n_stops++] = t;
+            }
+            continue;
+        }
         if (strcmp(k, "seed") == 0) {
             int64_t s;
             if (!json_int(v, &s) || s < 0)
@@ -1021,6 +1150,12 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
         if (!(system = kn_strdup(json_str(json_get(json_at(msgs, 0), "content")), err)))
             return KN_E_NOMEM;
         first = 1;
+    }
+    /* Checked above, so only memory can fail here, before anything has changed. */
+    enum kn_status sst = n_stops >= 0 ? repl_set_stops(r, stops, n_stops, err) : KN_OK;
+    if (sst != KN_OK) {
+        free(system);
+        return sst;
     }
     msgs_clear(r);
     for (size_t i = first; i < json_len(msgs); i++) {
@@ -1145,6 +1280,31 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
                 val++;
             snprintf(sname, sizeof sname, "%.*s", (int)(k < 63 ? k : 63), arg);
             const struct setting *s = setting_find(sname);
+            if (strcmp(sname, "stop") == 0) {
+                /* /set stop TEXT: answers end at TEXT (escapes as --stop); /set stop: none. */
+                char *one = NULL;
+                struct kn_err e3 = {0};
+                if (*val && !(one = sample_stop_unescape(val, "/set stop", &e3))) {
+                    if (e3.status == KN_E_NOMEM)
+                        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+                    else
+                        fprintf(out, "%s\n", e3.msg);
+                } else if ((st = repl_set_stops(r, (const char *const *)&one, one ? 1 : 0,
+                                                &e3)) != KN_OK) {
+                    if (st == KN_E_NOMEM)
+                        *err = e3;
+                    else {
+                        fprintf(out, "%s\n", e3.msg);
+                        st = KN_OK;
+                    }
+                } else {
+                    settings_print(r, out);
+                }
+                free(one);
+                fflush(out);
+                free(arg);
+                return st;
+            }
             if (strcmp(sname, "reasoning") == 0) {
                 if (strcmp(val, "show") == 0 || strcmp(val, "hide") == 0) {
                     r->hide_reasoning = val[0] == 'h';
@@ -1161,7 +1321,7 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
             if (!s) {
                 fprintf(out, "unknown setting '%s'; /set lists them: temp, top_k, top_p, min_p, "
                         "repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
-                        "n_predict (the seed: /seed N)\n", sname);
+                        "n_predict, reasoning, stop (the seed: /seed N)\n", sname);
             } else if (!*val || !parse_number(val, &v)) {
                 fprintf(out, "/set %s needs a number: /set %s VALUE\n", s->name, s->name);
             } else if (!setting_apply(s, v, &r->o.sp, &r->o.n_predict, &e2)) {

@@ -45,6 +45,11 @@ struct repl_opts {
     const struct grammar *grammar;
     const char *gbnf;
     const struct json_value *response_format;
+    /* Stop strings (already unescaped, non-empty; at most SAMPLE_MAX_STOPS): every answer
+     * ends at the first one it contains, which is neither shown nor added to the
+     * conversation. Copied by repl_open; /set stop changes them. */
+    const char *const *stop;
+    int n_stop;
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
 };
 

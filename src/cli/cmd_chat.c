@@ -34,6 +34,10 @@ static const char *const chat_more_help =
     "the same tokens, and '/receipt FILE' saves a receipt that 'kinetic verify-receipt'\n"
     "checks by rerunning it from scratch.\n"
     "\n"
+    "--stop TEXT (repeatable; -r is an alias) ends every answer where TEXT appears, as in\n"
+    "'kinetic run' (escapes \\n \\t \\r \\\\ \\xHH); the stop string is neither shown nor\n"
+    "kept in the conversation. /set stop TEXT changes it, /set stop alone removes it.\n"
+    "\n"
     "Every answer is sampled with the session's seed (--seed, /seed; without one a fresh\n"
     "seed is drawn and printed), so an answer depends only on the conversation so far and\n"
     "the settings.\n"
@@ -111,6 +115,7 @@ int cmd_chat(int argc, char **argv)
     const char *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
+    struct cli_strs stop = {0};
     /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
     const struct cli_opt opts[] = {
         {"temp", 0, CLI_FLOAT, &temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
@@ -138,6 +143,8 @@ int cmd_chat(int argc, char **argv)
         {"grammar-file", 0, CLI_STR, &grammar_file, "FILE", "read the GBNF grammar from FILE", NULL},
         {"json-schema", 0, CLI_STR, &json_schema, "JSON", "answer with JSON matching this JSON Schema", NULL},
         {"json-schema-file", 0, CLI_STR, &json_schema_file, "FILE", "read the JSON Schema from FILE", NULL},
+        {"stop", 0, CLI_STRS, &stop, "TEXT", "end every answer where TEXT appears (repeatable; not shown, not kept; /set stop changes it)", NULL},
+        {"reverse-prompt", 'r', CLI_STRS, &stop, "TEXT", "the same as --stop (llama.cpp's name)", NULL},
         {"reasoning", 0, CLI_STR, &reasoning, "MODE", "show <think> reasoning dimmed (default) or hide it; /set reasoning changes it", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
@@ -171,6 +178,17 @@ int cmd_chat(int argc, char **argv)
         return 2;
     }
 
+    /* Stop strings: mistakes in them should not cost a model load. */
+    char *stops[CLI_MAX_STRS] = {0};
+    struct kn_err err = {0};
+    for (int i = 0; i < stop.n; i++)
+        if (!(stops[i] = sample_stop_unescape(stop.v[i], "--stop", &err))) {
+            fprintf(stderr, "kinetic chat: %s\n", err.msg);
+            for (int j = 0; j < i; j++)
+                free(stops[j]);
+            return err.status == KN_E_NOMEM ? 1 : 2;
+        }
+
     /* Wide characters in libedit follow LC_CTYPE; numbers keep the C locale. */
     if (!setlocale(LC_CTYPE, "") || strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
         setlocale(LC_CTYPE, "C.UTF-8");
@@ -192,15 +210,17 @@ int cmd_chat(int argc, char **argv)
         .n_predict = n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
         .zero_wait = !no_zero_wait && interactive, .no_draft = no_draft, .interrupt = &chat_interrupt,
         .hide_reasoning = strcmp(reasoning, "hide") == 0,
+        .stop = (const char *const *)stops, .n_stop = stop.n,
     };
 
-    struct kn_err err = {0};
     char *gbnf = NULL;
     struct json_value *rf = NULL;
     struct grammar *gram = NULL;
     if (cli_grammar(grammar, grammar_file, json_schema, json_schema_file, &gbnf, &rf, &gram,
                     &err) != KN_OK) {
         fprintf(stderr, "kinetic chat: %s\n", err.msg);
+        for (int i = 0; i < stop.n; i++)
+            free(stops[i]);
         return err.status == KN_E_NOMEM || err.status == KN_E_IO ? 1 : 2;
     }
     ro.grammar = gram;
@@ -347,6 +367,8 @@ out:
     grammar_free(gram);
     free(gbnf);
     json_free(rf);
+    for (int i = 0; i < stop.n; i++)
+        free(stops[i]);
     free(msg.p);
     free(ci.tmp.p);
     free(line_buf);

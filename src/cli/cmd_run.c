@@ -337,41 +337,6 @@ static bool run_on_token(void *ctx, int32_t id, int64_t index)
     return run_emit(g, t, n, false);
 }
 
-/* Decodes the escapes \n \t \r \\ \" \xHH of a --stop value into a new string. */
-static char *run_unescape(const char *s, struct kn_err *err)
-{
-    char *out = kn_malloc(strlen(s) + 1, err), *o = out;
-    if (!out)
-        return NULL;
-    for (; *s; s++) {
-        if (*s != '\\' || !s[1]) {
-            *o++ = *s;
-            continue;
-        }
-        s++;
-        switch (*s) {
-        case 'n': *o++ = '\n'; break;
-        case 't': *o++ = '\t'; break;
-        case 'r': *o++ = '\r'; break;
-        case 'x': {
-            int v = 0, k = 0;
-            for (; k < 2 && ((s[1] >= '0' && s[1] <= '9') || ((s[1] | 32) >= 'a' && (s[1] | 32) <= 'f')); k++, s++)
-                v = v * 16 + (s[1] <= '9' ? s[1] - '0' : (s[1] | 32) - 'a' + 10);
-            if (k == 0 || v == 0) {
-                free(out);
-                kn_fail(err, KN_E_ARG, "--stop: \\x needs one or two hex digits (not 00)");
-                return NULL;
-            }
-            *o++ = (char)v;
-            break;
-        }
-        default: *o++ = *s; break; /* \\ and \" and anything else: the character */
-        }
-    }
-    *o = 0;
-    return out;
-}
-
 static int fail(const struct kn_err *err)
 {
     fprintf(stderr, "kinetic run: %s\n", err->msg);
@@ -560,12 +525,8 @@ int cmd_run(int argc, char **argv)
     }
     /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
     for (int i = 0; i < o.stop.n; i++)
-        if (!(stops[i] = run_unescape(o.stop.v[i], &err)))
+        if (!(stops[i] = sample_stop_unescape(o.stop.v[i], "--stop", &err)))
             goto out;
-        else if (!stops[i][0]) {
-            kn_fail(&err, KN_E_ARG, "--stop: a stop string needs at least one byte");
-            goto out;
-        }
     if (cli_grammar(o.grammar, o.grammar_file, o.json_schema, o.json_schema_file, &gbnf, &rf, &gram,
                     &err) != KN_OK) {
         if (err.status != KN_E_NOMEM && err.status != KN_E_IO) {

@@ -1337,6 +1337,45 @@ enum kn_status sample_stop_init(struct sample_stop *s, const char *const *stops,
     return s->held ? KN_OK : KN_E_NOMEM;
 }
 
+char *sample_stop_unescape(const char *s, const char *what, struct kn_err *err)
+{
+    char *out = kn_malloc(strlen(s) + 1, err), *o = out;
+    if (!out)
+        return NULL;
+    for (; *s; s++) {
+        if (*s != '\\' || !s[1]) {
+            *o++ = *s;
+            continue;
+        }
+        s++;
+        switch (*s) {
+        case 'n': *o++ = '\n'; break;
+        case 't': *o++ = '\t'; break;
+        case 'r': *o++ = '\r'; break;
+        case 'x': {
+            int v = 0, k = 0;
+            for (; k < 2 && ((s[1] >= '0' && s[1] <= '9') || ((s[1] | 32) >= 'a' && (s[1] | 32) <= 'f')); k++, s++)
+                v = v * 16 + (s[1] <= '9' ? s[1] - '0' : (s[1] | 32) - 'a' + 10);
+            if (k == 0 || v == 0) {
+                free(out);
+                kn_fail(err, KN_E_ARG, "%s: \\x needs one or two hex digits (not 00)", what);
+                return NULL;
+            }
+            *o++ = (char)v;
+            break;
+        }
+        default: *o++ = *s; break; /* \\ and \" and anything else: the character */
+        }
+    }
+    *o = 0;
+    if (!out[0]) {
+        free(out);
+        kn_fail(err, KN_E_ARG, "%s: a stop string needs at least one byte", what);
+        return NULL;
+    }
+    return out;
+}
+
 void sample_stop_free(struct sample_stop *s)
 {
     free(s->held);

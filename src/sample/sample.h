@@ -216,6 +216,12 @@ bool sample_stop_feed(struct sample_stop *s, const char *bytes, size_t len, char
                       size_t *n_out);
 /* At the end of generation (no stop matched): emits the held-back bytes (at most max_len). */
 void sample_stop_flush(struct sample_stop *s, char *out, size_t *n_out);
+/* A stop string as typed on a command line (`kinetic run --stop`, `kinetic chat --stop`,
+ * chat's /set stop) decoded into a new string (free()): \n \t \r \\ \" and \xHH (one or
+ * two hex digits, not 00) are escapes; any other escaped character stands for itself.
+ * Fails (KN_E_ARG, the message starting with what, e.g. "--stop") on a bad \x or an
+ * empty result: a stop string needs at least one byte. */
+char *sample_stop_unescape(const char *s, const char *what, struct kn_err *err);
 
 /* ---------------------------------------------------------------- reasoning split */
 

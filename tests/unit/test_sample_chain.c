@@ -487,6 +487,24 @@ static void feed_all(struct sample_stop *st, const char *const *pieces, int n, c
     out[*len] = 0;
 }
 
+/* The --stop / /set stop decoder that run and chat share. */
+static void test_stop_unescape(void)
+{
+    struct kn_err err;
+    char *s = sample_stop_unescape("a\\nb\\tc\\rd\\\\e\\\"f\\x41\\x7g\\q\\", "--stop", &err);
+    CHECK(s != NULL);
+    if (s)
+        CHECK_STR(s, "a\nb\tc\rd\\e\"fA\x07gq\\");
+    free(s);
+    const char *bad[] = {"\\x", "\\xg", "\\x00", "\\x0"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(sample_stop_unescape(bad[i], "/set stop", &err) == NULL);
+        CHECK(err.status == KN_E_ARG && strstr(err.msg, "/set stop: \\x needs") == err.msg);
+    }
+    CHECK(sample_stop_unescape("", "--stop", &err) == NULL);
+    CHECK(err.status == KN_E_ARG && strstr(err.msg, "at least one byte") != NULL);
+}
+
 static void test_stop(void)
 {
     struct kn_err err;
@@ -699,6 +717,7 @@ int main(void)
     test_all_on(&s);
     sample_ctx_free(&s);
     test_stop();
+    test_stop_unescape();
     test_think();
     test_json();
     CHECK_DONE();
