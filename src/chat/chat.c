@@ -384,3 +384,35 @@ enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum 
     tmpl->eos = special_text(tk, sp->eos, eos_buf, cap);
     return how;
 }
+
+/* ---------------------------------------------------------------- reasoning markers */
+
+static const char *const think_markers[][2] = {
+    {"<think>", "</think>"},                         /* DeepSeek-R1, Qwen3, QwQ */
+    {"<|START_THINKING|>", "<|END_THINKING|>"},      /* Command R7B */
+    {"[THINK]", "[/THINK]"},                         /* Magistral */
+    {"<seed:think>", "</seed:think>"},               /* Seed-OSS */
+};
+
+bool chat_think_markers(const struct tok *tk, const char **open, const char **close)
+{
+    for (size_t i = 0; i < sizeof think_markers / sizeof think_markers[0]; i++) {
+        const char *o = think_markers[i][0], *c = think_markers[i][1];
+        if (tok_find(tk, o, strlen(o)) >= 0 && tok_find(tk, c, strlen(c)) >= 0) {
+            *open = o;
+            *close = c;
+            return true;
+        }
+    }
+    *open = think_markers[0][0];
+    *close = think_markers[0][1];
+    return false;
+}
+
+bool chat_prompt_opens_think(const char *text, size_t len, const char *open)
+{
+    size_t ol = strlen(open);
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        len--;
+    return len >= ol && memcmp(text + len - ol, open, ol) == 0;
+}

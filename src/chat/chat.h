@@ -179,4 +179,15 @@ KN_MUST_USE enum kn_status chat_renderer_render_json(const struct chat_renderer 
 KN_MUST_USE enum kn_status chat_prompt_tokenize(const struct chat_prompt *p, const struct tok *tk,
                                                 int32_t **ids, size_t *n, struct kn_err *err);
 
+/* ---------------------------------------------------------------- reasoning markers */
+
+/* The reasoning markers of tk's model family: the first known pair (<think>, Command R7B's
+ * <|START_THINKING|>, Magistral's [THINK], Seed-OSS's <seed:think>) whose two markers are
+ * both single tokens of the vocabulary. Returns false, and "<think>"/"</think>" as the
+ * conventional pair, when the vocabulary has none of them. */
+bool chat_think_markers(const struct tok *tk, const char **open, const char **close);
+/* Whether a rendered prompt ends by opening the reasoning (the template wrote the open
+ * marker for the model, blanks after it aside), so the answer starts inside it. */
+bool chat_prompt_opens_think(const char *text, size_t len, const char *open);
+
 #endif

@@ -525,7 +525,8 @@ static bool gen_emit(struct repl_gen *g, const char *bytes, size_t len, bool las
 
 /* True when the prompt ends by opening the reasoning (templates that write "<think>\n"
  * for the model), so the answer starts inside it. */
-static bool prompt_opens_think(const struct tok *tk, const int32_t *toks, int64_t n)
+static bool prompt_opens_think(const struct tok *tk, const int32_t *toks, int64_t n,
+                               const char *open)
 {
     char tail[64];
     size_t tl = 0;
@@ -541,9 +542,7 @@ static bool prompt_opens_think(const struct tok *tk, const int32_t *toks, int64_
         memcpy(tail + tl, p, len);
         tl += len;
     }
-    while (tl > 0 && (tail[tl - 1] == '\n' || tail[tl - 1] == ' '))
-        tl--;
-    return tl >= 7 && memcmp(tail + tl - 7, "<think>", 7) == 0;
+    return chat_prompt_opens_think(tail, tl, open);
 }
 
 /* Streams each token's text; stops the answer when the interrupt flag is set (after
@@ -625,7 +624,9 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     double t1 = kn_now();
 
     struct repl_gen g = {.r = r, .out = out, .dim = isatty(fileno(out)) != 0};
-    st = sample_think_init(&g.think, "<think>", "</think>", prompt_opens_think(r->tk, r->toks, n),
+    const char *topen, *tclose;
+    chat_think_markers(r->tk, &topen, &tclose);
+    st = sample_think_init(&g.think, topen, tclose, prompt_opens_think(r->tk, r->toks, n, topen),
                            err);
     if (st != KN_OK)
         goto drop;

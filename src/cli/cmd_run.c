@@ -742,11 +742,10 @@ int cmd_run(int argc, char **argv)
     {
         /* A template that opens the reasoning in the prompt (DeepSeek-R1, Qwen3 thinking)
          * makes the output start inside it. */
-        size_t pl = cp.len;
-        while (pl > 0 && (cp.text[pl - 1] == '\n' || cp.text[pl - 1] == ' '))
-            pl--;
-        bool inside = pl >= 7 && memcmp(cp.text + pl - 7, "<think>", 7) == 0;
-        if (sample_think_init(&think, "<think>", "</think>", inside, &err) != KN_OK)
+        const char *topen, *tclose;
+        chat_think_markers(tk, &topen, &tclose);
+        bool inside = chat_prompt_opens_think(cp.text, cp.len, topen);
+        if (sample_think_init(&think, topen, tclose, inside, &err) != KN_OK)
             goto out;
     }
 

@@ -125,25 +125,15 @@ static enum kn_status mb_grammar_vocab(void *ctx, struct grammar_vocab **out, st
     return grammar_vocab_from_tok(out, b->tk, (int32_t)b->m->hp.n_vocab, err);
 }
 
-/* The reasoning markers of the model families that have them, most common first. A model
- * reasons with a pair when its vocabulary holds both as single tokens. */
-static const char *const think_markers[][2] = {
-    {"<think>", "</think>"},                         /* DeepSeek-R1, Qwen3, QwQ */
-    {"<|START_THINKING|>", "<|END_THINKING|>"},      /* Command R7B */
-    {"[THINK]", "[/THINK]"},                         /* Magistral */
-    {"<seed:think>", "</seed:think>"},               /* Seed-OSS */
-};
-
+/* The family's reasoning markers when its vocabulary has them (chat_think_markers, as
+ * kinetic run and chat choose them); none otherwise, so "auto" leaves the text whole. */
 static void mb_find_think(struct mb *b, struct srv_backend *out)
 {
-    for (size_t i = 0; i < sizeof think_markers / sizeof think_markers[0]; i++) {
-        const char *o = think_markers[i][0], *c = think_markers[i][1];
-        if (tok_find(b->tk, o, strlen(o)) >= 0 && tok_find(b->tk, c, strlen(c)) >= 0) {
-            out->think_open = o;
-            out->think_close = c;
-            out->think_inside = i == 0 && b->cr.tmpl.open_think;
-            return;
-        }
+    const char *o, *c;
+    if (chat_think_markers(b->tk, &o, &c)) {
+        out->think_open = o;
+        out->think_close = c;
+        out->think_inside = strcmp(o, "<think>") == 0 && b->cr.tmpl.open_think;
     }
 }
 

@@ -7,6 +7,10 @@
 
 #include "base/base.h"
 #include "chat/chat.h"
+#include "gguf/gguf.h"
+#include "token/tok.h"
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,11 +163,44 @@ static void test_vocab_fallback(void)
     CHECK(!chat_format_from_name("nope", &f));
 }
 
+/* The reasoning markers run, chat and serve share. */
+static void test_think_markers(void)
+{
+    CHECK(chat_prompt_opens_think("<|im_start|>assistant\n<think>\n", 30, "<think>"));
+    CHECK(chat_prompt_opens_think("<think>", 7, "<think>"));
+    CHECK(chat_prompt_opens_think("x [THINK] \n\n", 12, "[THINK]"));
+    CHECK(!chat_prompt_opens_think("<think>x", 8, "<think>"));
+    CHECK(!chat_prompt_opens_think("</think>\n", 9, "<think>"));
+    CHECK(!chat_prompt_opens_think("think>", 6, "<think>"));
+    CHECK(!chat_prompt_opens_think("", 0, "<think>"));
+    CHECK(!chat_prompt_opens_think("  \n", 3, "<think>"));
+
+    /* A vocabulary without reasoning tokens: no family pair, the conventional one. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", check_shared_dir());
+    struct gguf_file *g = NULL;
+    struct tok *tk = NULL;
+    struct kn_err err = {0};
+    CHECKF(gguf_open(&g, path, &err) == KN_OK, "%s", err.msg);
+    if (!g)
+        return;
+    CHECKF(tok_load(&tk, g, &err) == KN_OK, "%s", err.msg);
+    gguf_close(g);
+    if (!tk)
+        return;
+    const char *o = NULL, *c = NULL;
+    CHECK(!chat_think_markers(tk, &o, &c));
+    CHECK_STR(o, "<think>");
+    CHECK_STR(c, "</think>");
+    tok_free(tk);
+}
+
 int main(void)
 {
     test_against_jinja();
     test_segments();
     test_llama2_and_raw();
     test_vocab_fallback();
+    test_think_markers();
     CHECK_DONE();
 }
