@@ -37,6 +37,42 @@
 #include <string.h>
 #include <time.h>
 
+/* A FIFO of waiting jobs linked through srv_job.next; cap bounds len (checked by the
+ * submitters, whose rules differ). */
+struct jobq {
+    struct srv_job *head, *tail;
+    int len, cap;
+};
+
+static void jobq_push(struct jobq *q, struct srv_job *j)
+{
+    j->next = NULL;
+    if (q->tail)
+        q->tail->next = j;
+    else
+        q->head = j;
+    q->tail = j;
+    q->len++;
+}
+
+/* Unlinks j (which need not be in q); returns whether it was. */
+static bool jobq_remove(struct jobq *q, struct srv_job *j)
+{
+    struct srv_job **pp = &q->head, *prev = NULL;
+    while (*pp && *pp != j) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return false;
+    *pp = j->next;
+    if (q->tail == j)
+        q->tail = prev;
+    q->len--;
+    j->next = NULL;
+    return true;
+}
+
 struct convoy {
     struct srv_backend *b;
     pthread_mutex_t mu;
@@ -44,8 +80,7 @@ struct convoy {
     pthread_t thread;
     bool thread_started, stopping;
 
-    struct srv_job *q_head, *q_tail;
-    int q_len, q_cap;
+    struct jobq q;                /* requests waiting for a slot */
 
     int n_slots;
     struct srv_job **slots;       /* (n_slots) running job or NULL */
@@ -76,8 +111,7 @@ struct convoy {
     float *samp_lp;               /* (n_slots, dmax + 1) */
     int32_t *samp_top_id;         /* (n_slots, dmax + 1, SRV_MAX_TOP_LOGPROBS) */
     float *samp_top_lp;
-    struct srv_job *pq_head, *pq_tail; /* Zero Wait jobs waiting for a free slot */
-    int pq_len, pq_cap;
+    struct jobq pq;               /* Zero Wait jobs waiting for a free slot */
 
     struct convoy_stats stats;
 };
@@ -394,10 +428,10 @@ static void flush_stores(struct convoy *c)
 static void admit_locked(struct convoy *c)
 {
     for (;;) {
-        struct srv_job *j = c->q_head;
+        struct srv_job *j = c->q.head;
         bool prefill = false;
         if (!j) {
-            j = c->pq_head;
+            j = c->pq.head;
             prefill = true;
         }
         if (!j)
@@ -418,18 +452,7 @@ static void admit_locked(struct convoy *c)
         }
         if (s < 0)
             return;
-        if (prefill) {
-            c->pq_head = j->next;
-            if (!c->pq_head)
-                c->pq_tail = NULL;
-            c->pq_len--;
-        } else {
-            c->q_head = j->next;
-            if (!c->q_head)
-                c->q_tail = NULL;
-            c->q_len--;
-        }
-        j->next = NULL;
+        jobq_remove(prefill ? &c->pq : &c->q, j); /* the head: no walk */
         if (j->cancel) { /* left before it started */
             finish_locked(c, j, SRV_FINISH_CANCELLED);
             continue;
@@ -547,14 +570,14 @@ static bool step(struct convoy *c)
         for (int s = 0; s < c->n_slots; s++)
             busy += c->slots[s] != NULL;
         c->stats.slots_busy = busy;
-        c->stats.queued = c->q_len;
-        c->stats.prefill_queued = c->pq_len;
+        c->stats.queued = c->q.len;
+        c->stats.prefill_queued = c->pq.len;
         if (busy)
             break;
         convoy_unlock(c);
         flush_stores(c); /* cancelled jobs' sequences, before waiting */
         convoy_lock(c);
-        if (!c->stopping && !c->q_head && !c->pq_head)
+        if (!c->stopping && !c->q.head && !c->pq.head)
             pthread_cond_wait(&c->work_cv, &c->mu);
     }
     /* Snapshot the slot table: only this thread changes it, so it stays valid unlocked;
@@ -827,9 +850,9 @@ enum kn_status convoy_start_speed(struct convoy **out, struct srv_backend *b, in
     pthread_cond_init(&c->work_cv, NULL);
     c->b = b;
     c->n_slots = b->n_slots;
-    c->q_cap = queue_cap < 0 ? 0 : queue_cap;
+    c->q.cap = queue_cap < 0 ? 0 : queue_cap;
     c->speed = sp;
-    c->pq_cap = sp.prefill_queue ? sp.prefill_queue : 2 * c->n_slots;
+    c->pq.cap = sp.prefill_queue ? sp.prefill_queue : 2 * c->n_slots;
     /* A slot's pass holds its token and its drafts, within one batch. */
     int64_t dmax = sp.no_draft ? 0 : sp.draft_max ? sp.draft_max : CONVOY_DRAFT_DEFAULT;
     if (dmax > b->max_batch - 1)
@@ -884,8 +907,8 @@ enum kn_status convoy_start_speed(struct convoy **out, struct srv_backend *b, in
         }
     }
     c->stats.n_slots = c->n_slots;
-    c->stats.queue_cap = c->q_cap;
-    c->stats.prefill_queue_cap = c->pq_cap;
+    c->stats.queue_cap = c->q.cap;
+    c->stats.prefill_queue_cap = c->pq.cap;
     c->stats.draft_max = c->dmax;
     if (pthread_create(&c->thread, NULL, convoy_main, c) != 0) {
         convoy_free(c);
@@ -913,20 +936,13 @@ void convoy_stop(struct convoy *c)
             finish_locked(c, c->slots[s], SRV_FINISH_CANCELLED);
             c->slots[s] = NULL;
         }
-    while (c->q_head) {
-        struct srv_job *j = c->q_head;
-        c->q_head = j->next;
-        finish_locked(c, j, SRV_FINISH_CANCELLED);
-    }
-    c->q_tail = NULL;
-    c->q_len = 0;
-    while (c->pq_head) {
-        struct srv_job *j = c->pq_head;
-        c->pq_head = j->next;
-        finish_locked(c, j, SRV_FINISH_CANCELLED);
-    }
-    c->pq_tail = NULL;
-    c->pq_len = 0;
+    struct jobq *queues[] = {&c->q, &c->pq};
+    for (int i = 0; i < 2; i++)
+        while (queues[i]->head) {
+            struct srv_job *j = queues[i]->head;
+            jobq_remove(queues[i], j);
+            finish_locked(c, j, SRV_FINISH_CANCELLED);
+        }
     convoy_unlock(c);
 }
 
@@ -946,22 +962,16 @@ enum kn_status convoy_submit(struct convoy *c, struct srv_job *j, struct kn_err 
         busy += c->slots[s] != NULL && !c->slots[s]->prefill;
     /* Free slots (and slots a prefill would give up) absorb queued jobs at the next
      * step, so they count as room too. */
-    if (c->q_len >= c->q_cap + (c->n_slots - busy)) {
+    if (c->q.len >= c->q.cap + (c->n_slots - busy)) {
         convoy_unlock(c);
         return kn_fail(err, KN_E_LIMIT, "all %d slots are busy and %d requests are waiting",
-                       c->n_slots, c->q_len);
+                       c->n_slots, c->q.len);
     }
     j->refs++;
     j->state = SRV_JOB_QUEUED;
     j->t_submit = kn_now();
-    j->next = NULL;
-    if (c->q_tail)
-        c->q_tail->next = j;
-    else
-        c->q_head = j;
-    c->q_tail = j;
-    c->q_len++;
-    c->stats.queued = c->q_len;
+    jobq_push(&c->q, j);
+    c->stats.queued = c->q.len;
     pthread_cond_signal(&c->work_cv);
     convoy_unlock(c);
     return KN_OK;
@@ -978,21 +988,15 @@ enum kn_status convoy_submit_prefill(struct convoy *c, struct srv_job *j, struct
         convoy_unlock(c);
         return kn_fail(err, KN_E_CANCELLED, "the server is shutting down");
     }
-    if (c->pq_len >= c->pq_cap) {
+    if (c->pq.len >= c->pq.cap) {
         convoy_unlock(c);
-        return kn_fail(err, KN_E_LIMIT, "%d prefill requests are waiting already", c->pq_len);
+        return kn_fail(err, KN_E_LIMIT, "%d prefill requests are waiting already", c->pq.len);
     }
     j->refs++;
     j->state = SRV_JOB_QUEUED;
     j->t_submit = kn_now();
-    j->next = NULL;
-    if (c->pq_tail)
-        c->pq_tail->next = j;
-    else
-        c->pq_head = j;
-    c->pq_tail = j;
-    c->pq_len++;
-    c->stats.prefill_queued = c->pq_len;
+    jobq_push(&c->pq, j);
+    c->stats.prefill_queued = c->pq.len;
     pthread_cond_signal(&c->work_cv);
     convoy_unlock(c);
     return KN_OK;
@@ -1022,24 +1026,9 @@ void convoy_cancel(struct convoy *c, struct srv_job *j)
     convoy_lock(c);
     if (j->state == SRV_JOB_QUEUED && j->refs > 1) {
         /* Still waiting: take it out now so it stops counting against the queue. */
-        struct srv_job **head = j->prefill ? &c->pq_head : &c->q_head;
-        struct srv_job **tail = j->prefill ? &c->pq_tail : &c->q_tail;
-        struct srv_job **pp = head, *prev = NULL;
-        while (*pp && *pp != j) {
-            prev = *pp;
-            pp = &(*pp)->next;
-        }
-        if (*pp) {
-            *pp = j->next;
-            if (*tail == j)
-                *tail = prev;
-            if (j->prefill)
-                c->pq_len--;
-            else
-                c->q_len--;
-            c->stats.queued = c->q_len;
-            c->stats.prefill_queued = c->pq_len;
-            j->next = NULL;
+        if (jobq_remove(j->prefill ? &c->pq : &c->q, j)) {
+            c->stats.queued = c->q.len;
+            c->stats.prefill_queued = c->pq.len;
             finish_locked(c, j, SRV_FINISH_CANCELLED);
         }
     } else if (j->state == SRV_JOB_RUNNING) {
