@@ -1,11 +1,13 @@
 """srvutil.py: start `kinetic serve` on loopback for a test and talk to it with plain
 http.client (so malformed requests can be sent exactly as written)."""
+import contextlib
 import http.client
 import json
 import os
 import re
 import select
 import subprocess
+import threading
 import time
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
@@ -160,3 +162,42 @@ def fingerprint(resp):
     else:
         lps = None
     return json.dumps([text, lps, ch["finish_reason"], resp["usage"]["completion_tokens"]])
+
+
+@contextlib.contextmanager
+def busy_clients(srv, max_tokens=60, headers=None, n=3, settle=0.3):
+    """Keeps n other clients sending long, different completions (every other one
+    streamed) while the block runs, so a request in it shares the server's slots.
+    Yields the count of requests each client finished (final once the block ends);
+    fails with the clients' first error."""
+    stop = threading.Event()
+    errors = []
+    counts = [0] * n
+
+    def loop(k):
+        try:
+            while not stop.is_set():
+                i = counts[k]
+                body = {"prompt": f"client {k} request {i}: " + "the stars " * (2 + 3 * k),
+                        "max_tokens": max_tokens + 10 * k, "temperature": 1.0,
+                        "seed": 100 * k + i}
+                if i % 2:
+                    srv.stream("/v1/completions", {**body, "stream": True}, headers=headers)
+                else:
+                    st, _, js = srv.post("/v1/completions", body, headers=headers)
+                    assert st == 200, js
+                counts[k] += 1
+        except Exception as e:  # reported when the block ends
+            errors.append(e)
+
+    ts = [threading.Thread(target=loop, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    time.sleep(settle)
+    try:
+        yield counts
+    finally:
+        stop.set()
+        for t in ts:
+            t.join(60)
+    assert not errors, errors

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from srvutil import Server, fingerprint
+from srvutil import Server, busy_clients, fingerprint
 
 KEY = "sk-test-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -333,36 +333,13 @@ def test_same_answer_alone_and_under_load(srv):
     equal to the answer alone."""
     srv.wait_idle()
     alone = fingerprint(srv.post("/v1/chat/completions", CHAT, headers=AUTH)[2])
-    stop = threading.Event()
-
-    def busy(k):
-        def loop():
-            n = 0
-            while not stop.is_set():
-                body = {"prompt": f"client {k} request {n} " + "lorem ipsum " * (3 + k),
-                        "max_tokens": 60 + 20 * k, "temperature": 0.9, "seed": k * 100 + n,
-                        "stream": n % 2 == 1}
-                if body["stream"]:
-                    srv.stream("/v1/completions", body, headers=AUTH)
-                else:
-                    assert srv.post("/v1/completions", body, headers=AUTH)[0] == 200
-                n += 1
-            return n
-        return loop
-
     answers = []
-
-    def probe():
-        time.sleep(0.2)
+    with busy_clients(srv, max_tokens=70, headers=AUTH, settle=0.2) as counts:
         for _ in range(10):
             st, _, js = srv.post("/v1/chat/completions", CHAT, headers=AUTH)
             assert st == 200, js
             answers.append(fingerprint(js))
-        stop.set()
-        return 0
-
-    counts = run_concurrently([busy(1), busy(2), busy(3), probe])
-    assert all(c >= 1 for c in counts[:3])
+    assert all(c >= 1 for c in counts)
     distinct = {hashlib.sha256(a.encode()).hexdigest() for a in answers}
     assert len(answers) == 10 and len(distinct) == 1, f"{len(distinct)} distinct answers in 10 runs"
     assert answers[0] == alone

@@ -6,12 +6,10 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
-import time
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, fingerprint
+from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 GEMMA = os.environ.get("KN_GEMMA",
@@ -61,38 +59,14 @@ def test_same_answer_under_load(aid):
              "temperature": 0.8, "seed": 1234, "logprobs": True, "top_logprobs": 4}
     aid.wait_idle()
     alone = fingerprint(aid.post("/v1/chat/completions", probe)[2])
-    stop = threading.Event()
-    errors = []
-
-    def busy(k):
-        n = 0
-        try:
-            while not stop.is_set():
-                body = {"prompt": f"Story {k}.{n}: " + "the stars " * (2 + 3 * k),
-                        "max_tokens": 70 + 10 * k, "temperature": 1.0, "seed": 10 * k + n}
-                if n % 2:
-                    aid.stream("/v1/completions", {**body, "stream": True})
-                else:
-                    assert aid.post("/v1/completions", body)[0] == 200
-                n += 1
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    ts = [threading.Thread(target=busy, args=(k,)) for k in (1, 2, 3)]
-    for t in ts:
-        t.start()
-    time.sleep(0.3)
     answers = []
     busy_seen = 0
-    for _ in range(10):
-        st, _, js = aid.post("/v1/chat/completions", probe)
-        assert st == 200, js
-        answers.append(fingerprint(js))
-        busy_seen = max(busy_seen, aid.get("/health")[2]["slots_processing"])
-    stop.set()
-    for t in ts:
-        t.join(60)
-    assert not errors, errors
+    with busy_clients(aid, max_tokens=80):
+        for _ in range(10):
+            st, _, js = aid.post("/v1/chat/completions", probe)
+            assert st == 200, js
+            answers.append(fingerprint(js))
+            busy_seen = max(busy_seen, aid.get("/health")[2]["slots_processing"])
     distinct = {hashlib.sha256(a.encode()).hexdigest() for a in answers}
     assert len(distinct) == 1, f"{len(distinct)} distinct answers in 10 runs"
     assert answers[0] == alone
@@ -151,19 +125,7 @@ def verify(path, *extra):
 def test_receipt_made_under_load_verifies(aid, tmp_path):
     """A receipt made while three other clients keep the server busy verifies
     `identical` with kinetic verify-receipt (a plain rerun on one slot)."""
-    stop = threading.Event()
-
-    def busy(k):
-        n = 0
-        while not stop.is_set():
-            aid.post("/v1/completions", {"prompt": f"Busy {k}.{n} " + "moon " * (3 * k),
-                                         "max_tokens": 80, "temperature": 1.0, "seed": k + n})
-            n += 1
-    ts = [threading.Thread(target=busy, args=(k,)) for k in (1, 2, 3)]
-    for t in ts:
-        t.start()
-    time.sleep(0.3)
-    try:
+    with busy_clients(aid, max_tokens=60):
         st, _, chat = aid.post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "A dream about the sea"}],
             "max_tokens": 50, "temperature": 0.8, "seed": 42, "receipt": True})
@@ -172,10 +134,6 @@ def test_receipt_made_under_load_verifies(aid, tmp_path):
         ev = aid.stream("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "A dream about the sea"}],
             "max_tokens": 50, "temperature": 0.8, "seed": 42, "receipt": True, "stream": True})
-    finally:
-        stop.set()
-        for t in ts:
-            t.join(60)
     assert st == 200 and st2 == 200, (chat, comp)
     rc = chat["receipt"]
     assert rc["input"] == [{"role": "user", "content": "A dream about the sea"}]

@@ -7,12 +7,10 @@ request verify `identical`, the switches."""
 import json
 import os
 import subprocess
-import threading
-import time
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, fingerprint
+from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 GEMMA = os.environ.get("KN_GEMMA",
@@ -181,29 +179,8 @@ def test_drafted_cached_under_load(plain, full):
     probe = {"prompt": REPEAT, "max_tokens": 60, "temperature": 0.8, "seed": 99, "logprobs": 3}
     cold = fingerprint(ask(plain, probe))
     ask(full, probe)  # now cached
-    stop = threading.Event()
-    errors = []
-
-    def busy(k):
-        n = 0
-        try:
-            while not stop.is_set():
-                body = {"prompt": f"Busy {k}.{n}: " + "the stars " * (2 + 3 * k),
-                        "max_tokens": 50 + 10 * k, "temperature": 1.0, "seed": 10 * k + n}
-                if n % 2:
-                    full.stream("/v1/completions", {**body, "stream": True})
-                else:
-                    assert full.post("/v1/completions", body)[0] == 200
-                n += 1
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    ts = [threading.Thread(target=busy, args=(k,)) for k in (1, 2, 3)]
-    for t in ts:
-        t.start()
-    time.sleep(0.2)
     busy_seen = 0
-    try:
+    with busy_clients(full, max_tokens=60, settle=0.2):
         for _ in range(6):
             js = ask(full, probe)
             assert fingerprint(js) == cold
@@ -214,11 +191,6 @@ def test_drafted_cached_under_load(plain, full):
         assert text == json.loads(cold)[0]
         final = [e for e in ev if e != "[DONE]" and e["choices"] and e["choices"][0]["finish_reason"]]
         assert final[0]["timings"]["draft_n"] > 0
-    finally:
-        stop.set()
-        for t in ts:
-            t.join(60)
-    assert not errors, errors
     assert busy_seen >= 2
 
 
