@@ -27,6 +27,8 @@ struct jstr {
     size_t n;
     char p[]; /* NUL-terminated */
 };
+/* A copy of p[0..n-1] in the arena; NULL when it is full (or the size overflows). */
+struct jstr *jstr_make(struct jarena *a, const char *p, size_t n);
 struct jv {
     uint8_t t;
     uint8_t gen;   /* JV_LIST: produced by a generator filter (select, map...) */

@@ -153,7 +153,7 @@ static enum kn_status lex_fail(struct lexer *lx, size_t pos, const char *msg)
     return syntax_at(lx->err, lx->diag, l, c, "%s", msg);
 }
 
-static struct jstr *jstr_make(struct jarena *a, const char *p, size_t n)
+struct jstr *jstr_make(struct jarena *a, const char *p, size_t n)
 {
     size_t sz;
     if (!kn_add_size(sizeof(struct jstr) + 1, n, &sz))

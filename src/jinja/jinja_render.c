@@ -143,20 +143,7 @@ static struct jv v_bool(bool b) { struct jv v = {.t = JV_BOOL}; v.u.b = b; retur
 static struct jv v_int(int64_t i) { struct jv v = {.t = JV_INT}; v.u.i = i; return v; }
 static struct jv v_float(double f) { struct jv v = {.t = JV_FLOAT}; v.u.f = f; return v; }
 
-static struct jstr *mkstr(struct rs *r, const char *p, size_t n)
-{
-    size_t sz;
-    if (!kn_add_size(sizeof(struct jstr) + 1, n, &sz))
-        return NULL;
-    struct jstr *s = ralloc(r, sz);
-    if (!s)
-        return NULL;
-    s->n = n;
-    if (n)
-        memcpy(s->p, p, n);
-    s->p[n] = 0;
-    return s;
-}
+static struct jstr *mkstr(struct rs *r, const char *p, size_t n) { return jstr_make(&r->a, p, n); }
 static bool v_str(struct rs *r, struct jv *out, const char *p, size_t n)
 {
     struct jstr *s = mkstr(r, p, n);
