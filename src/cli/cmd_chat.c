@@ -1,15 +1,16 @@
 /* cmd_chat.c: `kinetic chat`: an interactive conversation with a model (line editing,
  * streaming answers, slash commands, receipts), or, when standard input is not a
  * terminal, the same conversation read line by line for scripts. The conversation itself
- * lives in src/chat/repl.c, line editing in src/chat/repl_edit.c. */
+ * lives in src/repl/repl.c, line editing in src/repl/repl_edit.c. */
 #include "cli.h"
 
 #include "base/base.h"
-#include "chat/repl.h"
-#include "chat/repl_edit.h"
+#include "repl/repl.h"
+#include "repl/repl_edit.h"
 #include "base/json.h"
 #include "grammar/grammar.h"
 #include "sample/sample.h"
+#include "text/text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -182,7 +183,7 @@ int cmd_chat(int argc, char **argv)
     char *stops[CLI_MAX_STRS] = {0};
     struct kn_err err = {0};
     for (int i = 0; i < stop.n; i++)
-        if (!(stops[i] = sample_stop_unescape(stop.v[i], "--stop", &err))) {
+        if (!(stops[i] = text_stop_unescape(stop.v[i], "--stop", &err))) {
             fprintf(stderr, "kinetic chat: %s\n", err.msg);
             for (int j = 0; j < i; j++)
                 free(stops[j]);

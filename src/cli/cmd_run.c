@@ -13,6 +13,7 @@
 #include "receipt/hashcache.h"
 #include "receipt/receipt.h"
 #include "sample/sample.h"
+#include "text/text.h"
 #include "token/tok.h"
 
 #include <errno.h>
@@ -160,7 +161,7 @@ struct run_gen {
     const struct engine *e;
     int64_t n_vocab;
     FILE *logits_f;
-    struct sample_think *think;
+    struct text_think *think;
     bool show_reasoning, dim;    /* print the reasoning; dimmed (a terminal) */
     bool in_reasoning;           /* the last bytes printed were reasoning */
     char *content, *reasoning;   /* scratch for the split */
@@ -292,9 +293,9 @@ static bool run_emit(struct run_gen *g, const char *bytes, size_t len, bool last
 {
     size_t nc = 0, nr = 0;
     if (last)
-        sample_think_flush(g->think, g->content, &nc, g->reasoning, &nr);
+        text_think_flush(g->think, g->content, &nc, g->reasoning, &nr);
     else
-        sample_think_feed(g->think, bytes, len, g->content, &nc, g->reasoning, &nr);
+        text_think_feed(g->think, bytes, len, g->content, &nc, g->reasoning, &nr);
     if (!kn_buf_add(g->text, g->content, nc) || !kn_buf_add(g->rtext, g->reasoning, nr)) {
         kn_fail(g->err, KN_E_NOMEM, "out of memory");
         g->failed = true;
@@ -497,7 +498,7 @@ int cmd_run(int argc, char **argv)
     struct gguf_file *g_only = NULL;
     struct json_value *conv = NULL;
     const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
-    struct sample_think think;
+    struct text_think think;
     struct kn_buf rtext = {0};
     char *content_buf = NULL, *reasoning_buf = NULL;
     char *gbnf = NULL;
@@ -525,7 +526,7 @@ int cmd_run(int argc, char **argv)
     }
     /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
     for (int i = 0; i < o.stop.n; i++)
-        if (!(stops[i] = sample_stop_unescape(o.stop.v[i], "--stop", &err)))
+        if (!(stops[i] = text_stop_unescape(o.stop.v[i], "--stop", &err)))
             goto out;
     if (cli_grammar(o.grammar, o.grammar_file, o.json_schema, o.json_schema_file, &gbnf, &rf, &gram,
                     &err) != KN_OK) {
@@ -726,7 +727,7 @@ int cmd_run(int argc, char **argv)
     gen = malloc((size_t)n_ctx * sizeof *gen);
     /* The splitter's outputs: one token's text, what the stop matcher held back and a
      * marker's held-back bytes. */
-    size_t split_cap = tok_max_piece(tk) + SAMPLE_MAX_MARKER + 16;
+    size_t split_cap = tok_max_piece(tk) + TEXT_MAX_MARKER + 16;
     for (int i = 0; i < o.stop.n; i++)
         split_cap += strlen(stops[i]);
     content_buf = malloc(split_cap);
@@ -745,7 +746,7 @@ int cmd_run(int argc, char **argv)
         const char *topen, *tclose;
         chat_think_markers(tk, &topen, &tclose);
         bool inside = chat_prompt_opens_think(cp.text, cp.len, topen);
-        if (sample_think_init(&think, topen, tclose, inside, &err) != KN_OK)
+        if (text_think_init(&think, topen, tclose, inside, &err) != KN_OK)
             goto out;
     }
 

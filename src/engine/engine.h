@@ -48,7 +48,7 @@ struct engine {
         int64_t partial;      /* passes with some drafts accepted, then one rejected */
     } draft_stats;            /* of the last engine_generate call */
     /* ---- stop strings and the generated text (generate.c) */
-    struct sample_stop *stop; /* engine_set_stop's matcher (n == 0: no stop strings) */
+    struct text_stop *stop; /* engine_set_stop's matcher (n == 0: no stop strings) */
     char **stop_strs;         /* its strings, owned */
     char *text;               /* the bytes safe to show after the current token */
     size_t text_n, text_cap;
@@ -96,7 +96,7 @@ KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *t
                                            struct kn_err *err);
 
 /* Stop strings for the following engine_generate calls (copied; n = 0: none; at most
- * SAMPLE_MAX_STOPS, each non-empty). They are matched on the bytes of the token pieces
+ * TEXT_MAX_STOPS, each non-empty). They are matched on the bytes of the token pieces
  * (tok_piece without control tokens), across token boundaries; the token that completes
  * one is the last generated token and finish is ENGINE_FINISH_STOP. */
 KN_MUST_USE enum kn_status engine_set_stop(struct engine *e, const char *const *stops, int n,

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "../sample/sample.h"
+#include "../text/text.h"
 #include "../token/tok.h"
 
 #include <stdlib.h>
@@ -14,7 +15,7 @@ static void stop_clear(struct engine *e)
     if (e->stop) {
         for (int i = 0; i < e->stop->n; i++)
             free(e->stop_strs[i]);
-        sample_stop_free(e->stop);
+        text_stop_free(e->stop);
     }
     free(e->stop);
     free(e->stop_strs);
@@ -34,8 +35,8 @@ enum kn_status engine_set_stop(struct engine *e, const char *const *stops, int n
                                struct kn_err *err)
 {
     stop_clear(e);
-    if (n < 0 || n > SAMPLE_MAX_STOPS)
-        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", SAMPLE_MAX_STOPS, n);
+    if (n < 0 || n > TEXT_MAX_STOPS)
+        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", TEXT_MAX_STOPS, n);
     e->stop = kn_calloc(1, sizeof *e->stop, err);
     e->stop_strs = kn_calloc((size_t)n + 1, sizeof *e->stop_strs, err);
     if (!e->stop || !e->stop_strs) {
@@ -60,7 +61,7 @@ enum kn_status engine_set_stop(struct engine *e, const char *const *stops, int n
             return KN_E_NOMEM;
         }
     }
-    enum kn_status st = sample_stop_init(e->stop, (const char *const *)e->stop_strs, n, err);
+    enum kn_status st = text_stop_init(e->stop, (const char *const *)e->stop_strs, n, err);
     if (st != KN_OK) {
         for (int i = 0; i < n; i++)
             free(e->stop_strs[i]);
@@ -110,12 +111,12 @@ bool engine_text_push(struct engine *e, const struct tok *tk, int32_t id)
 {
     size_t len = 0;
     const char *p = tok_piece(tk, id, false, &len);
-    return sample_stop_feed(e->stop, p ? p : "", p ? len : 0, e->text, &e->text_n);
+    return text_stop_feed(e->stop, p ? p : "", p ? len : 0, e->text, &e->text_n);
 }
 
 void engine_text_end(struct engine *e)
 {
-    sample_stop_flush(e->stop, e->text, &e->text_n);
+    text_stop_flush(e->stop, e->text, &e->text_n);
 }
 
 /* ---------------------------------------------------------------- generation */

@@ -11,6 +11,7 @@
 #include "../grammar/grammar.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
+#include "../text/text.h"
 #include "../token/tok.h"
 #include "buildid.h"
 #include "hashcache.h"
@@ -348,10 +349,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         }
         sample_ctx_set_grammar(&sctx, gstate, gvocab);
     }
-    if (r.n_stop > SAMPLE_MAX_STOPS ||
+    if (r.n_stop > TEXT_MAX_STOPS ||
         engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
         fprintf(out, "receipt: sampling.stop: %s\n",
-                r.n_stop > SAMPLE_MAX_STOPS ? "too many stop strings" : err.msg);
+                r.n_stop > TEXT_MAX_STOPS ? "too many stop strings" : err.msg);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }

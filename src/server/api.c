@@ -465,7 +465,7 @@ static int read_reasoning(struct srv *s, const struct json_value *body, struct s
         r->think = malloc(sizeof *r->think);
         if (!r->think)
             return OOM(e);
-        if (sample_think_init(r->think, r->think_open, r->think_close, r->think_inside, &err) !=
+        if (text_think_init(r->think, r->think_open, r->think_close, r->think_inside, &err) !=
             KN_OK)
             return srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
     }
@@ -820,18 +820,18 @@ static struct json_value *logprobs_value(struct srv *s, const struct srv_request
 /* Feeds [text, text + len) through splitter t (flushing it at the end when final) and
  * returns the content and reasoning bytes in one buffer: content at *content (n_c
  * bytes), reasoning at *reasoning (n_r bytes). NULL when out of memory; free() it. */
-static char *think_split(struct sample_think *t, const char *text, size_t len, bool final,
+static char *think_split(struct text_think *t, const char *text, size_t len, bool final,
                          const char **content, size_t *n_c, const char **reasoning, size_t *n_r)
 {
-    size_t cap = len + 2 * SAMPLE_MAX_MARKER + 2;
+    size_t cap = len + 2 * TEXT_MAX_MARKER + 2;
     char *buf = malloc(2 * cap);
     if (!buf)
         return NULL;
     char *c = buf, *rs = buf + cap;
     size_t a = 0, b = 0, fa = 0, fb = 0;
-    sample_think_feed(t, text, len, c, &a, rs, &b);
+    text_think_feed(t, text, len, c, &a, rs, &b);
     if (final)
-        sample_think_flush(t, c + a, &fa, rs + b, &fb);
+        text_think_flush(t, c + a, &fa, rs + b, &fb);
     *content = c;
     *n_c = a + fa;
     *reasoning = rs;
@@ -844,8 +844,8 @@ size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, 
     *out = NULL;
     if (!r->think_open)
         return 0;
-    struct sample_think t;
-    if (sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) != KN_OK)
+    struct text_think t;
+    if (text_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) != KN_OK)
         return 0;
     const char *c, *rs;
     size_t nc, nr;
@@ -920,9 +920,9 @@ char *api_completion_response(struct srv *s, const struct srv_request *r, const 
     if (chat) {
         struct json_value *msg = json_new_object();
         set(msg, "role", json_new_string("assistant"), &ok);
-        struct sample_think t;
+        struct text_think t;
         if (r->think_open &&
-            sample_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
+            text_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
             const char *c, *rs;
             size_t nc, nr;
             char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);

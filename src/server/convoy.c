@@ -197,7 +197,7 @@ static void job_free(struct srv_job *j)
     free(j->text_end);
     free(j->text);
     if (j->stopm)
-        sample_stop_free(j->stopm);
+        text_stop_free(j->stopm);
     free(j->stopm);
     grammar_state_free(j->gstate);
     grammar_free(j->grammar);
@@ -275,7 +275,7 @@ static enum srv_finish append_locked(struct convoy *c, struct srv_job *j, int32_
              * complete a stop string is the last one; the text ends before the string. A
              * tail that may start one is held back (the text holds only what is safe to
              * show), so the bytes out never exceed the bytes in. */
-            if (sample_stop_feed(j->stopm, p, len, j->text + old, &n))
+            if (text_stop_feed(j->stopm, p, len, j->text + old, &n))
                 f = SRV_FINISH_STOP;
         } else {
             memcpy(j->text + old, p, len);
@@ -292,7 +292,7 @@ static enum srv_finish append_locked(struct convoy *c, struct srv_job *j, int32_
         f = SRV_FINISH_LENGTH;
     if (f != SRV_FINISH_NONE && j->stopm && j->stopm->matched < 0) {
         size_t n = 0; /* no stop string: the held-back tail is text after all */
-        sample_stop_flush(j->stopm, j->text + j->text_len, &n);
+        text_stop_flush(j->stopm, j->text + j->text_len, &n);
         j->text_len += n;
         j->text[j->text_len] = '\0';
     }
@@ -334,7 +334,7 @@ static bool slot_sampling_setup(struct convoy *c, int s, struct srv_job *j)
         sample_ctx_set_grammar(sc, j->gstate, j->gvocab);
     if (j->n_stop > 0 && !j->stopm) {
         j->stopm = kn_calloc(1, sizeof *j->stopm, &perr);
-        if (!j->stopm || sample_stop_init(j->stopm, (const char *const *)j->stop, j->n_stop,
+        if (!j->stopm || text_stop_init(j->stopm, (const char *const *)j->stop, j->n_stop,
                                           &perr) != KN_OK) {
             free(j->stopm);
             j->stopm = NULL;

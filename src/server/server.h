@@ -21,6 +21,7 @@
 #include "../base/base.h"
 #include "../base/json.h"
 #include "../sample/sample.h"
+#include "../text/text.h"
 
 #include <pthread.h>
 
@@ -220,7 +221,7 @@ struct srv_job {
     int slot;
     int64_t n_fed;             /* prompt tokens already in the slot's cache */
     int32_t next_token;        /* the sampled token not yet fed */
-    struct sample_stop *stopm; /* the stop-string matcher (n_stop > 0) */
+    struct text_stop *stopm; /* the stop-string matcher (n_stop > 0) */
     struct srv_job *next;      /* queue link */
 };
 

@@ -55,7 +55,7 @@ struct srv_request {
      * splitter's state (owned), set up when the request streams. */
     const char *think_open, *think_close;
     bool think_inside;
-    struct sample_think *think;
+    struct text_think *think;
 };
 
 void srv_request_free(struct srv_request *r);

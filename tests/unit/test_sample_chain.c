@@ -5,6 +5,7 @@
 #include "check.h"
 #include "base/json.h"
 #include "sample/sample.h"
+#include "text/text.h"
 
 #include <math.h>
 
@@ -466,7 +467,7 @@ static void test_all_on(struct sample_ctx *s)
 
 /* ---- stop strings */
 
-static void feed_all(struct sample_stop *st, const char *const *pieces, int n, char *out,
+static void feed_all(struct text_stop *st, const char *const *pieces, int n, char *out,
                      size_t *len, bool *stopped)
 {
     *len = 0;
@@ -474,13 +475,13 @@ static void feed_all(struct sample_stop *st, const char *const *pieces, int n, c
     char buf[256];
     for (int i = 0; i < n && !*stopped; i++) {
         size_t k;
-        *stopped = sample_stop_feed(st, pieces[i], strlen(pieces[i]), buf, &k);
+        *stopped = text_stop_feed(st, pieces[i], strlen(pieces[i]), buf, &k);
         memcpy(out + *len, buf, k);
         *len += k;
     }
     if (!*stopped) {
         size_t k;
-        sample_stop_flush(st, buf, &k);
+        text_stop_flush(st, buf, &k);
         memcpy(out + *len, buf, k);
         *len += k;
     }
@@ -491,26 +492,26 @@ static void feed_all(struct sample_stop *st, const char *const *pieces, int n, c
 static void test_stop_unescape(void)
 {
     struct kn_err err;
-    char *s = sample_stop_unescape("a\\nb\\tc\\rd\\\\e\\\"f\\x41\\x7g\\q\\", "--stop", &err);
+    char *s = text_stop_unescape("a\\nb\\tc\\rd\\\\e\\\"f\\x41\\x7g\\q\\", "--stop", &err);
     CHECK(s != NULL);
     if (s)
         CHECK_STR(s, "a\nb\tc\rd\\e\"fA\x07gq\\");
     free(s);
     const char *bad[] = {"\\x", "\\xg", "\\x00", "\\x0"};
     for (int i = 0; i < 4; i++) {
-        CHECK(sample_stop_unescape(bad[i], "/set stop", &err) == NULL);
+        CHECK(text_stop_unescape(bad[i], "/set stop", &err) == NULL);
         CHECK(err.status == KN_E_ARG && strstr(err.msg, "/set stop: \\x needs") == err.msg);
     }
-    CHECK(sample_stop_unescape("", "--stop", &err) == NULL);
+    CHECK(text_stop_unescape("", "--stop", &err) == NULL);
     CHECK(err.status == KN_E_ARG && strstr(err.msg, "at least one byte") != NULL);
 }
 
 static void test_stop(void)
 {
     struct kn_err err;
-    struct sample_stop st;
+    struct text_stop st;
     const char *stops[] = {"</s>", "\n\nUser:"};
-    CHECK(sample_stop_init(&st, stops, 2, &err) == KN_OK);
+    CHECK(text_stop_init(&st, stops, 2, &err) == KN_OK);
     const char *p1[] = {"Hel", "lo wor", "ld<", "/s>tail", "more"};
     char out[256];
     size_t len;
@@ -519,75 +520,75 @@ static void test_stop(void)
     CHECK(stopped);
     CHECK_STR(out, "Hello world");
     CHECK_EQ_INT(st.matched, 0);
-    sample_stop_free(&st);
+    text_stop_free(&st);
 
     /* a held-back prefix is emitted once ruled out, and at the end */
-    CHECK(sample_stop_init(&st, stops, 2, &err) == KN_OK);
+    CHECK(text_stop_init(&st, stops, 2, &err) == KN_OK);
     char buf[64];
     size_t k;
-    CHECK(!sample_stop_feed(&st, "a\n", 2, buf, &k));
+    CHECK(!text_stop_feed(&st, "a\n", 2, buf, &k));
     CHECK_EQ_INT(k, 1); /* "\n" might start "\n\nUser:" */
-    CHECK(!sample_stop_feed(&st, "\nUs", 3, buf, &k));
+    CHECK(!text_stop_feed(&st, "\nUs", 3, buf, &k));
     CHECK_EQ_INT(k, 0);
-    CHECK(!sample_stop_feed(&st, "ed", 2, buf, &k)); /* "\n\nUse" + "d": not a stop */
+    CHECK(!text_stop_feed(&st, "ed", 2, buf, &k)); /* "\n\nUse" + "d": not a stop */
     buf[k] = 0;
     CHECK_STR(buf, "\n\nUsed");
-    CHECK(!sample_stop_feed(&st, "x<", 2, buf, &k));
+    CHECK(!text_stop_feed(&st, "x<", 2, buf, &k));
     CHECK_EQ_INT(k, 1);
-    sample_stop_flush(&st, buf, &k);
+    text_stop_flush(&st, buf, &k);
     CHECK(k == 1 && buf[0] == '<');
-    sample_stop_free(&st);
+    text_stop_free(&st);
 
     /* the earliest-ending match wins; one piece holding the whole stop and more */
     const char *s2[] = {"abcd", "bc"};
-    CHECK(sample_stop_init(&st, s2, 2, &err) == KN_OK);
+    CHECK(text_stop_init(&st, s2, 2, &err) == KN_OK);
     const char *p2[] = {"xabcdy"};
     feed_all(&st, p2, 1, out, &len, &stopped);
     CHECK(stopped && st.matched == 1);
     CHECK_STR(out, "xa");
-    CHECK(sample_stop_feed(&st, "zz", 2, buf, &k) && k == 0); /* stays stopped */
-    sample_stop_free(&st);
+    CHECK(text_stop_feed(&st, "zz", 2, buf, &k) && k == 0); /* stays stopped */
+    text_stop_free(&st);
 
     /* overlapping prefix: "aab" with stop "ab" */
     const char *s3[] = {"ab"};
-    CHECK(sample_stop_init(&st, s3, 1, &err) == KN_OK);
+    CHECK(text_stop_init(&st, s3, 1, &err) == KN_OK);
     const char *p3[] = {"a", "a", "b"};
     feed_all(&st, p3, 3, out, &len, &stopped);
     CHECK(stopped);
     CHECK_STR(out, "a");
-    sample_stop_free(&st);
+    text_stop_free(&st);
 
     /* multi-byte UTF-8 stop split across pieces */
     const char *s4[] = {"\xc3\xa9t\xc3\xa9"};
-    CHECK(sample_stop_init(&st, s4, 1, &err) == KN_OK);
+    CHECK(text_stop_init(&st, s4, 1, &err) == KN_OK);
     const char *p4[] = {"l'\xc3", "\xa9", "t", "\xc3", "\xa9!"};
     feed_all(&st, p4, 5, out, &len, &stopped);
     CHECK(stopped);
     CHECK_STR(out, "l'");
-    sample_stop_free(&st);
+    text_stop_free(&st);
 
     /* no stop strings: everything passes through */
-    CHECK(sample_stop_init(&st, NULL, 0, &err) == KN_OK);
-    CHECK(!sample_stop_feed(&st, "abc", 3, buf, &k) && k == 3);
-    sample_stop_free(&st);
+    CHECK(text_stop_init(&st, NULL, 0, &err) == KN_OK);
+    CHECK(!text_stop_feed(&st, "abc", 3, buf, &k) && k == 3);
+    text_stop_free(&st);
     const char *bad[] = {""};
-    CHECK(sample_stop_init(&st, bad, 1, &err) == KN_E_ARG && strstr(err.msg, "empty"));
-    sample_stop_free(&st);
+    CHECK(text_stop_init(&st, bad, 1, &err) == KN_E_ARG && strstr(err.msg, "empty"));
+    text_stop_free(&st);
 }
 
 /* Splits pieces into content and reasoning; returns them joined as "content|reasoning". */
-static void think_run(struct sample_think *t, const char *const *pieces, int n, char *c, char *r)
+static void think_run(struct text_think *t, const char *const *pieces, int n, char *c, char *r)
 {
     size_t nc = 0, nr = 0, a, b;
     char bc[256], br[256];
     for (int i = 0; i < n; i++) {
-        sample_think_feed(t, pieces[i], strlen(pieces[i]), bc, &a, br, &b);
+        text_think_feed(t, pieces[i], strlen(pieces[i]), bc, &a, br, &b);
         memcpy(c + nc, bc, a);
         memcpy(r + nr, br, b);
         nc += a;
         nr += b;
     }
-    sample_think_flush(t, bc, &a, br, &b);
+    text_think_flush(t, bc, &a, br, &b);
     memcpy(c + nc, bc, a);
     memcpy(r + nr, br, b);
     c[nc + a] = 0;
@@ -597,26 +598,26 @@ static void think_run(struct sample_think *t, const char *const *pieces, int n, 
 static void test_think(void)
 {
     struct kn_err err;
-    struct sample_think t;
+    struct text_think t;
     char c[256], r[256];
-    CHECK(sample_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
+    CHECK(text_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
     const char *p1[] = {"<th", "ink>Let me", " see.</", "think>\n\nThe answer", " is <", "b>4</b>"};
     think_run(&t, p1, 6, c, r);
     CHECK_STR(r, "Let me see.");
     CHECK_STR(c, "\n\nThe answer is <b>4</b>");
     /* starting inside (the template opened the block); a second block; an unclosed one */
-    CHECK(sample_think_init(&t, "<think>", "</think>", true, &err) == KN_OK);
+    CHECK(text_think_init(&t, "<think>", "</think>", true, &err) == KN_OK);
     const char *p2[] = {"hmm</think>A<think>more", "</thin"};
     think_run(&t, p2, 2, c, r);
     CHECK_STR(c, "A");
     CHECK_STR(r, "hmmmore</thin");
     /* a held prefix that turns out not to be a marker is emitted where it was */
-    CHECK(sample_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
+    CHECK(text_think_init(&t, "<think>", "</think>", false, &err) == KN_OK);
     const char *p3[] = {"a <thi", "s> b"};
     think_run(&t, p3, 2, c, r);
     CHECK_STR(c, "a <this> b");
     CHECK_STR(r, "");
-    CHECK(sample_think_init(&t, "", "</think>", false, &err) == KN_E_ARG);
+    CHECK(text_think_init(&t, "", "</think>", false, &err) == KN_E_ARG);
 }
 
 static void test_json(void)

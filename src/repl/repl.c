@@ -9,7 +9,7 @@
 #include "../model/model.h"
 #include "../receipt/receipt.h"
 #include "../token/tok.h"
-#include "chat.h"
+#include "../chat/chat.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -70,7 +70,7 @@ struct repl {
     char *split_content, *split_reasoning; /* the splitter's outputs, sized once */
     struct grammar_vocab *gvocab;          /* with o.grammar: its vocabulary and state, */
     struct grammar_state *gstate;          /* reset for every answer */
-    char *stops[SAMPLE_MAX_STOPS];         /* the stop strings (owned; engine_set_stop has */
+    char *stops[TEXT_MAX_STOPS];         /* the stop strings (owned; engine_set_stop has */
     int n_stops;                           /* its own copy), /set stop changes them */
 
     /* Zero Wait: the target computed for the last partial line. */
@@ -92,7 +92,7 @@ struct repl {
     char last_finish[16];
     struct sample_params last_sp;
     int64_t last_max_tokens;
-    char *last_stops[SAMPLE_MAX_STOPS];   /* the stop strings the last answer ran with */
+    char *last_stops[TEXT_MAX_STOPS];   /* the stop strings the last answer ran with */
     int n_last_stops;
 
     struct repl_turn_stats last;
@@ -301,13 +301,13 @@ static struct json_value *repl_messages_json(const struct repl *r, struct kn_err
 static enum kn_status repl_set_stops(struct repl *r, const char *const *stops, int n,
                                      struct kn_err *err)
 {
-    if (n < 0 || n > SAMPLE_MAX_STOPS)
-        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", SAMPLE_MAX_STOPS, n);
-    size_t cap = tok_max_piece(r->tk) + SAMPLE_MAX_MARKER + 16;
+    if (n < 0 || n > TEXT_MAX_STOPS)
+        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", TEXT_MAX_STOPS, n);
+    size_t cap = tok_max_piece(r->tk) + TEXT_MAX_MARKER + 16;
     for (int i = 0; i < n; i++)
         cap += strlen(stops[i]);
     char *c = malloc(cap), *rs = malloc(cap);
-    char *copy[SAMPLE_MAX_STOPS] = {0};
+    char *copy[TEXT_MAX_STOPS] = {0};
     int n_copy = 0;
     enum kn_status st = KN_OK;
     if (!c || !rs) {
@@ -463,7 +463,7 @@ void repl_close(struct repl *r)
 
 struct repl_gen {
     struct repl *r;
-    struct sample_think think;
+    struct text_think think;
     bool dim, in_reasoning;
     FILE *out;
     char *text;
@@ -496,9 +496,9 @@ static bool gen_emit(struct repl_gen *g, const char *bytes, size_t len, bool las
     struct repl *r = g->r;
     size_t nc = 0, nr = 0;
     if (last)
-        sample_think_flush(&g->think, r->split_content, &nc, r->split_reasoning, &nr);
+        text_think_flush(&g->think, r->split_content, &nc, r->split_reasoning, &nr);
     else
-        sample_think_feed(&g->think, bytes, len, r->split_content, &nc, r->split_reasoning, &nr);
+        text_think_feed(&g->think, bytes, len, r->split_content, &nc, r->split_reasoning, &nr);
     if (!gen_add(g, r->split_content, nc)) {
         g->nomem = true;
         return false;
@@ -626,7 +626,7 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     struct repl_gen g = {.r = r, .out = out, .dim = isatty(fileno(out)) != 0};
     const char *topen, *tclose;
     chat_think_markers(r->tk, &topen, &tclose);
-    st = sample_think_init(&g.think, topen, tclose, prompt_opens_think(r->tk, r->toks, n, topen),
+    st = text_think_init(&g.think, topen, tclose, prompt_opens_think(r->tk, r->toks, n, topen),
                            err);
     if (st != KN_OK)
         goto drop;
@@ -1108,15 +1108,15 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
     }
     struct sample_params sp = r->o.sp;
     int64_t np = r->o.n_predict;
-    const char *stops[SAMPLE_MAX_STOPS];
+    const char *stops[TEXT_MAX_STOPS];
     int n_stops = -1; /* -1: the file has none; the current ones stay */
     for (size_t i = 0; i < json_len(set); i++) {
         const char *k = set->u.object.items[i].key;
         const struct json_value *v = set->u.object.items[i].value;
         if (strcmp(k, "stop") == 0) {
-            if (!json_is(v, JSON_ARRAY) || json_len(v) > SAMPLE_MAX_STOPS)
+            if (!json_is(v, JSON_ARRAY) || json_len(v) > TEXT_MAX_STOPS)
                 return kn_fail(err, KN_E_FORMAT, "settings.stop must be an array of at most %d "
-                               "strings", SAMPLE_MAX_STOPS);
+                               "strings", TEXT_MAX_STOPS);
             n_stops = 0;
             for (size_t j = 0; j < json_len(v); j++) {
                 const struct json_value *sv = json_at(v, j);
@@ -1285,7 +1285,7 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
                 /* /set stop TEXT: answers end at TEXT (escapes as --stop); /set stop: none. */
                 char *one = NULL;
                 struct kn_err e3 = {0};
-                if (*val && !(one = sample_stop_unescape(val, "/set stop", &e3))) {
+                if (*val && !(one = text_stop_unescape(val, "/set stop", &e3))) {
                     if (e3.status == KN_E_NOMEM)
                         st = kn_fail(err, KN_E_NOMEM, "out of memory");
                     else

@@ -16,6 +16,7 @@
 
 #include "../base/base.h"
 #include "../sample/sample.h"
+#include "../text/text.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ struct repl_opts {
     const struct grammar *grammar;
     const char *gbnf;
     const struct json_value *response_format;
-    /* Stop strings (already unescaped, non-empty; at most SAMPLE_MAX_STOPS): every answer
+    /* Stop strings (already unescaped, non-empty; at most TEXT_MAX_STOPS): every answer
      * ends at the first one it contains, which is neither shown nor added to the
      * conversation. Copied by repl_open; /set stop changes them. */
     const char *const *stop;
