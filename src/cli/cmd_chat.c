@@ -8,6 +8,7 @@
 #include "repl/repl.h"
 #include "repl/repl_edit.h"
 #include "base/json.h"
+#include "engine/session.h"
 #include "grammar/grammar.h"
 #include "sample/sample.h"
 #include "text/text.h"
@@ -71,14 +72,6 @@ static void on_sigint(int sig)
     errno = saved;
 }
 
-static int default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
-    return n > 16 ? 16 : (int)n;
-}
-
 /* Zero Wait's hook: the message so far (earlier continued lines + the line being typed). */
 struct chat_idle {
     struct repl *r;
@@ -110,7 +103,7 @@ int cmd_chat(int argc, char **argv)
 {
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.1, presence = 0, frequency = 0;
     int64_t top_k = 50, repeat_last_n = 64, seed = 0, n_predict = -1, ctx_size = 0,
-            threads = default_threads(), batch = 512;
+            threads = session_default_threads(), batch = SESSION_BATCH_DEFAULT;
     bool seed_set = false, no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
     const char *chat_template = NULL, *chat_template_kwargs = NULL;

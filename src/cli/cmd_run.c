@@ -5,16 +5,12 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "chat/chat.h"
-#include "engine/engine.h"
+#include "engine/session.h"
 #include "grammar/grammar.h"
-#include "gguf/gguf.h"
-#include "kernels/kernels.h"
-#include "model/model.h"
 #include "receipt/hashcache.h"
 #include "receipt/receipt.h"
 #include "sample/sample.h"
 #include "text/text.h"
-#include "token/tok.h"
 
 #include <errno.h>
 #include <math.h>
@@ -155,24 +151,15 @@ static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, st
 
 struct run_opts;
 
-/* What the per-token callback needs: where the text goes and the logits file. */
+/* What the per-token callback needs: the session, the reply's text and the logits file. */
 struct run_gen {
     const struct run_opts *o;
-    const struct engine *e;
-    int64_t n_vocab;
+    const struct session *s;
     FILE *logits_f;
-    struct text_think *think;
-    bool show_reasoning, dim;    /* print the reasoning; dimmed (a terminal) */
-    bool in_reasoning;           /* the last bytes printed were reasoning */
-    char *content, *reasoning;   /* scratch for the split */
-    struct kn_buf *text;         /* the answer: after stop strings and reasoning */
-    struct kn_buf *rtext;        /* the reasoning */
+    struct session_reply *reply;
     struct kn_err *err;
     bool failed;
 };
-
-static bool run_write_logits(struct run_gen *g);
-static bool run_on_token(void *ctx, int32_t id, int64_t index);
 
 /* The receipt's input for a chat run: the messages as sent. */
 static struct json_value *run_messages(const char *system, const char *user, size_t user_len,
@@ -279,49 +266,12 @@ static enum kn_status run_samplers(const struct run_opts *o, struct sample_param
 
 static bool run_write_logits(struct run_gen *g)
 {
-    if (fwrite(g->e->logits, sizeof(float), (size_t)g->n_vocab, g->logits_f) != (size_t)g->n_vocab) {
+    size_t n_vocab = (size_t)g->s->n_vocab;
+    if (fwrite(g->s->e.logits, sizeof(float), n_vocab, g->logits_f) != n_vocab) {
         kn_fail(g->err, KN_E_IO, "cannot write %s", g->o->logits_out);
         g->failed = true;
         return false;
     }
-    return true;
-}
-
-/* Splits text the engine says is safe to show (stop strings held back and cut) into
- * answer and reasoning, keeps both and prints them. */
-static bool run_emit(struct run_gen *g, const char *bytes, size_t len, bool last)
-{
-    size_t nc = 0, nr = 0;
-    if (last)
-        text_think_flush(g->think, g->content, &nc, g->reasoning, &nr);
-    else
-        text_think_feed(g->think, bytes, len, g->content, &nc, g->reasoning, &nr);
-    if (!kn_buf_add(g->text, g->content, nc) || !kn_buf_add(g->rtext, g->reasoning, nr)) {
-        kn_fail(g->err, KN_E_NOMEM, "out of memory");
-        g->failed = true;
-        return false;
-    }
-    if (g->o->json)
-        return true;
-    /* Within one feed the kinds come in order: reasoning ends before content starts
-     * (or the reverse), so print the kind that was open first. */
-    bool r_first = g->in_reasoning || !g->think->inside;
-    for (int k = 0; k < 2; k++) {
-        bool is_r = (k == 0) == r_first;
-        const char *p = is_r ? g->reasoning : g->content;
-        size_t n = is_r ? nr : nc;
-        if (n == 0 || (is_r && !g->show_reasoning))
-            continue;
-        if (g->dim && is_r != g->in_reasoning)
-            fputs(is_r ? "\x1b[2m" : "\x1b[0m", stdout);
-        g->in_reasoning = is_r;
-        fwrite(p, 1, n, stdout);
-    }
-    if (last && g->dim && g->in_reasoning) {
-        fputs("\x1b[0m", stdout);
-        g->in_reasoning = false;
-    }
-    fflush(stdout);
     return true;
 }
 
@@ -334,8 +284,13 @@ static bool run_on_token(void *ctx, int32_t id, int64_t index)
     if (g->logits_f && !run_write_logits(g))
         return false;
     size_t n;
-    const char *t = engine_text(g->e, &n);
-    return run_emit(g, t, n, false);
+    const char *t = engine_text(&g->s->e, &n);
+    if (!session_reply_feed(g->reply, t, n, false)) {
+        kn_fail(g->err, KN_E_NOMEM, "out of memory");
+        g->failed = true;
+        return false;
+    }
+    return true;
 }
 
 static int fail(const struct kn_err *err)
@@ -344,20 +299,12 @@ static int fail(const struct kn_err *err)
     return 1;
 }
 
-static int default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
-    return n > 16 ? 16 : (int)n;
-}
-
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {
         .temp = 0.8, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.1,
         .top_k = 50, .repeat_last_n = 64, .n_predict = -1, .ctx_size = 0,
-        .threads = default_threads(), .batch = 512, .device = "cpu", .kv_type = "f32",
+        .threads = session_default_threads(), .batch = SESSION_BATCH_DEFAULT, .device = "cpu", .kv_type = "f32",
         .cache_ram = 2048,
     };
     const struct cli_opt opts[] = {
@@ -484,44 +431,32 @@ int cmd_run(int argc, char **argv)
 
     struct kn_err err = {0};
     int ret = 1;
-    struct kn_buf prompt = {0}, text = {0};
-    struct model *m = NULL;
-    struct tok *tk = NULL;
-    struct kern_pool *pool = NULL;
-    struct engine e = {0};
-    bool engine_ok = false;
-    int32_t *ptoks = NULL, *gen = NULL;
-    int64_t n_ptoks = 0, n_gen = 0;
-    struct chat_prompt cp = {0};
-    struct chat_renderer cr = {0};
-    bool cr_ok = false;
-    struct gguf_file *g_only = NULL;
+    struct kn_buf prompt = {0};
+    struct session s = {0};
+    bool s_ok = false;
+    struct session_prompt sp = {0};
+    struct session_reply reply = {0};
+    int32_t *ids = NULL;
+    const int32_t *ptoks = NULL;
+    int64_t n_ptoks = 0;
     struct json_value *conv = NULL;
     const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
-    struct text_think think;
-    struct kn_buf rtext = {0};
-    char *content_buf = NULL, *reasoning_buf = NULL;
     char *gbnf = NULL;
     struct json_value *rf = NULL;
     struct grammar *gram = NULL;
-    struct grammar_vocab *gvocab = NULL;
-    struct grammar_state *gstate = NULL;
     char *stops[CLI_MAX_STRS] = {0};
-    struct sample_ctx sctx = {0};
-    bool sctx_ok = false;
     FILE *logits_f = NULL;
     struct receipt_key key;
     bool have_key = false;
     struct json_value *input = NULL;
     struct receipt rcpt = {0};
-    enum engine_finish finish = ENGINE_FINISH_LENGTH;
-    struct pcache *pc = NULL;
-    char model_hex[65] = {0};
-    int64_t n_reused = 0;
-    double cache_load_s = 0;
 
     if (o.reasoning && strcmp(o.reasoning, "show") != 0 && strcmp(o.reasoning, "hide") != 0) {
         fprintf(stderr, "kinetic run: --reasoning must be show or hide, not '%s'\n", o.reasoning);
+        return 2;
+    }
+    if (o.draft_max < 0 || o.draft_max > 256) {
+        fprintf(stderr, "kinetic run: --draft-max must be in 0..256\n");
         return 2;
     }
     /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
@@ -578,79 +513,89 @@ int cmd_run(int argc, char **argv)
         }
         if (st != KN_OK)
             goto out;
-    }
-
-    /* ---- the model and its tokenizer. */
-    /* --print-prompt needs only the vocabulary and template: it also works on a
-     * vocabulary-only GGUF file. */
-    struct model_load_opts lo = {.repack = true};
-    const struct gguf_file *gf = NULL;
-    if (o.print_prompt && !o.prompt_ids) {
-        if (gguf_open(&g_only, model_path, &err) != KN_OK)
-            goto out;
-        gf = g_only;
-    } else {
-        if (model_open(&m, model_path, &lo, &err) != KN_OK)
-            goto out;
-        gf = m->gguf;
-    }
-    if (tok_load(&tk, gf, &err) != KN_OK) {
-        kn_err_prefix(&err, model_path);
+    } else if (parse_ids(o.prompt_ids, &ids, &n_ptoks, &err) != KN_OK) {
         goto out;
     }
 
+    /* ---- the session: --print-prompt needs only the vocabulary and template (it also
+     * works on a vocabulary-only GGUF file); token ids need no template. */
+    struct session_opts so;
+    session_opts_default(&so);
+    so.model_path = model_path;
+    so.level = o.print_prompt && !o.prompt_ids ? SESSION_VOCAB : SESSION_ENGINE;
+    so.name = "kinetic run";
+    so.no_template = o.prompt_ids != NULL;
+    so.raw = o.raw;
+    so.chat_format = o.chat_format;
+    so.chat_template = o.chat_template;
+    so.chat_template_kwargs = o.chat_template_kwargs;
+    so.ctx_size = o.ctx_size;
+    so.batch = o.batch;
+    so.threads = (int)o.threads;
+    so.kv_type = o.kv_type;
+    so.no_draft = o.no_draft;
+    so.draft_max = (int32_t)o.draft_max;
+    so.max_tokens = o.n_predict;
+    so.stop = (const char *const *)stops;
+    so.n_stop = o.stop.n;
+    so.grammar = gram;
+    so.gbnf = gbnf;
+    so.response_format = rf;
+    if (so.level == SESSION_ENGINE) {
+        /* ---- sampling settings and seed. */
+        uint64_t seed = (uint64_t)o.seed;
+        if (!o.seed_set) {
+            seed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
+            fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)seed);
+        }
+        struct sample_params *spar = &so.sp;
+        spar->temperature = (float)o.temp;
+        spar->top_k = (int32_t)o.top_k;
+        spar->top_p = (float)o.top_p;
+        spar->min_p = (float)o.min_p;
+        spar->repeat_penalty = (float)o.repeat_penalty;
+        spar->presence_penalty = (float)o.presence_penalty;
+        spar->frequency_penalty = (float)o.frequency_penalty;
+        spar->repeat_last_n = (int32_t)o.repeat_last_n;
+        spar->seed = seed;
+        if (run_samplers(&o, spar, &err) != KN_OK)
+            goto out;
+    }
+    if (session_open(&s, &so, &err) != KN_OK)
+        goto out;
+    s_ok = true;
+
     /* ---- prompt tokens: ids given, raw text, or the chat template. */
     if (o.prompt_ids) {
-        if (parse_ids(o.prompt_ids, &ptoks, &n_ptoks, &err) != KN_OK)
-            goto out;
+        ptoks = ids;
     } else {
-        struct chat_renderer_opts ro = {.raw = o.raw, .chat_format = o.chat_format,
-                                        .template_file = o.chat_template,
-                                        .kwargs_json = o.chat_template_kwargs};
-        if (chat_renderer_init(&cr, &ro, gf, tk, &err) != KN_OK)
-            goto out;
-        cr_ok = true;
-        if (cr.warning[0])
-            fprintf(stderr, "kinetic run: warning: the model's chat template cannot be rendered (%s); "
-                    "using the built-in %s template\n", cr.warning, chat_format_name(cr.tmpl.format));
-        if (cr.engine == CHAT_ENGINE_BUILTIN && cr.choice == CHAT_CHOICE_VOCAB)
-            fprintf(stderr, "kinetic run: chat template not recognised; using the %s format its tokens suggest\n",
-                    chat_format_name(cr.tmpl.format));
-        else if (cr.engine == CHAT_ENGINE_BUILTIN && cr.choice == CHAT_CHOICE_UNKNOWN)
-            fprintf(stderr, "kinetic run: chat template not recognised; sending the prompt raw (see --chat-format)\n");
         struct chat_message msgs[2];
         size_t nm = 0;
         if (o.system && !o.raw)
             msgs[nm++] = (struct chat_message){"system", o.system};
         msgs[nm++] = (struct chat_message){"user", prompt.p};
-        if (conv_msgs) {
-            if (chat_renderer_render_json(&cr, conv_msgs, conv_tools, NULL, true, &cp, &err) != KN_OK)
-                goto out;
-        } else if (chat_renderer_render(&cr, msgs, nm, !o.raw, &cp, &err) != KN_OK) {
+        struct session_input in = {.msgs = conv_msgs ? NULL : msgs, .n_msgs = nm,
+                                   .messages = conv_msgs, .tools = conv_tools};
+        if (session_prompt(&s, &in, true, &sp, &err) != KN_OK)
             goto out;
-        }
-        if (!o.json)
-            kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(&cr), cr.source);
-        /* Control tokens only from the template's own text; one BOS if the model wants it. */
-        size_t nt = 0;
-        if (chat_prompt_tokenize(&cp, tk, &ptoks, &nt, &err) != KN_OK)
-            goto out;
-        n_ptoks = (int64_t)nt;
+        ptoks = sp.ids;
+        n_ptoks = sp.n;
         if (o.print_prompt) {
+            const char *tname = chat_renderer_name(&s.cr);
             if (o.json) {
                 printf("{\"prompt\": ");
-                run_print_str(stdout, cp.text, cp.len);
+                run_print_str(stdout, sp.cp.text, sp.cp.len);
                 printf(", \"template\": ");
-                run_print_str(stdout, chat_renderer_name(&cr), strlen(chat_renderer_name(&cr)));
+                run_print_str(stdout, tname, strlen(tname));
                 printf(", \"source\": ");
-                run_print_str(stdout, cr.source, strlen(cr.source));
+                run_print_str(stdout, s.cr.source, strlen(s.cr.source));
                 printf(", \"prompt_tokens\": [");
                 for (int64_t i = 0; i < n_ptoks; i++)
                     printf(i ? ", %d" : "%d", ptoks[i]);
                 printf("]}\n");
             } else {
-                fwrite(cp.text, 1, cp.len, stdout);
-                printf("\n[template %s from %s; %lld tokens:", chat_renderer_name(&cr), cr.source,
+                fwrite(sp.cp.text, 1, sp.cp.len, stdout);
+                printf("\n[template %s from %s; %lld tokens:", tname, s.cr.source,
                        (long long)n_ptoks);
                 for (int64_t i = 0; i < n_ptoks; i++)
                     printf(" %d", ptoks[i]);
@@ -664,177 +609,76 @@ int cmd_run(int argc, char **argv)
         kn_fail(&err, KN_E_ARG, "the prompt is empty (and the model adds no BOS token)");
         goto out;
     }
-
-    /* ---- context, threads, engine. */
-    int64_t n_ctx = o.ctx_size ? o.ctx_size : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-    if (n_ctx > m->hp.n_ctx_train)
-        fprintf(stderr, "kinetic run: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
-                (long long)n_ctx, (long long)m->hp.n_ctx_train);
-    if (n_ptoks >= n_ctx) {
-        kn_fail(&err, KN_E_LIMIT, "the prompt has %lld tokens; the context holds %lld; use a larger --ctx-size",
-                (long long)n_ptoks, (long long)n_ctx);
-        goto out;
-    }
-    if (kern_pool_create((int)o.threads, &pool, &err) != KN_OK)
-        goto out;
-    if (o.draft_max < 0 || o.draft_max > 256) {
-        kn_fail(&err, KN_E_ARG, "--draft-max must be in 0..256");
-        goto out;
-    }
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type,
-                               .no_draft = o.no_draft, .draft_max = (int32_t)o.draft_max};
-    if (engine_init(&e, m, pool, &ep, &err) != KN_OK)
-        goto out;
-    engine_ok = true;
-
-    /* ---- sampling settings and seed. */
-    uint64_t seed = (uint64_t)o.seed;
-    if (!o.seed_set) {
-        seed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
-        fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)seed);
-    }
-    struct sample_params spar;
-    sample_params_default(&spar);
-    spar.temperature = (float)o.temp;
-    spar.top_k = (int32_t)o.top_k;
-    spar.top_p = (float)o.top_p;
-    spar.min_p = (float)o.min_p;
-    spar.repeat_penalty = (float)o.repeat_penalty;
-    spar.presence_penalty = (float)o.presence_penalty;
-    spar.frequency_penalty = (float)o.frequency_penalty;
-    spar.repeat_last_n = (int32_t)o.repeat_last_n;
-    spar.seed = seed;
-    const int64_t n_vocab = m->hp.n_vocab;
-    if (run_samplers(&o, &spar, &err) != KN_OK || sample_params_check(&spar, &err) != KN_OK)
-        goto out;
-    for (int32_t i = 0; i < spar.n_logit_bias; i++)
-        if (spar.logit_bias[i].id >= n_vocab) {
-            kn_fail(&err, KN_E_ARG, "--logit-bias: token %d is outside the vocabulary of %lld",
-                    spar.logit_bias[i].id, (long long)n_vocab);
-            goto out;
-        }
-    if (sample_ctx_init(&sctx, (int32_t)n_vocab, &err) != KN_OK)
-        goto out;
-    sctx_ok = true;
-    if (gram) {
-        if (grammar_vocab_from_tok(&gvocab, tk, (int32_t)n_vocab, &err) != KN_OK ||
-            grammar_state_init(&gstate, gram, &err) != KN_OK)
-            goto out;
-        sample_ctx_set_grammar(&sctx, gstate, gvocab);
-    }
-    if (engine_set_stop(&e, (const char *const *)stops, o.stop.n, &err) != KN_OK)
-        goto out;
-    gen = malloc((size_t)n_ctx * sizeof *gen);
-    /* The splitter's outputs: one token's text, what the stop matcher held back and a
-     * marker's held-back bytes. */
-    size_t split_cap = tok_max_piece(tk) + TEXT_MAX_MARKER + 16;
-    for (int i = 0; i < o.stop.n; i++)
-        split_cap += strlen(stops[i]);
-    content_buf = malloc(split_cap);
-    reasoning_buf = malloc(split_cap);
-    if (!gen || !content_buf || !reasoning_buf) {
-        kn_fail(&err, KN_E_NOMEM, "out of memory");
-        goto out;
-    }
     if (o.logits_out && !(logits_f = fopen(o.logits_out, "wb"))) {
         kn_fail(&err, KN_E_IO, "cannot write %s: %s", o.logits_out, strerror(errno));
         goto out;
     }
-    {
-        /* A template that opens the reasoning in the prompt (DeepSeek-R1, Qwen3 thinking)
-         * makes the output start inside it. */
-        const char *topen, *tclose;
-        chat_think_markers(tk, &topen, &tclose);
-        bool inside = chat_prompt_opens_think(cp.text, cp.len, topen);
-        if (text_think_init(&think, topen, tclose, inside, &err) != KN_OK)
-            goto out;
-    }
+    bool show_reasoning = !o.reasoning || strcmp(o.reasoning, "show") == 0;
+    if (session_reply_init(&reply, &s, sp.think_inside, o.json ? NULL : stdout, show_reasoning,
+                           &err) != KN_OK)
+        goto out;
 
     /* ---- Warm Start: the prompt cache file, when asked for. */
     if (o.prompt_cache && !o.no_warm_start) {
-        if (o.cache_ram < 1 || o.cache_ram > ((int64_t)1 << 30)) {
-            kn_fail(&err, KN_E_ARG, "--cache-ram must be in 1..%lld MiB", (long long)1 << 30);
-            goto out;
-        }
+        char model_hex[65];
         if (hashcache_model_blake3(model_path, model_hex, &err) != KN_OK ||
-            pcache_create(&pc, m, kv_type, (size_t)o.cache_ram << 20, &err) != KN_OK)
+            session_open_cache(&s, o.prompt_cache, o.cache_ram, model_hex, &err) != KN_OK)
             goto out;
-        struct kn_err lerr = {0};
-        double tl = kn_now();
-        if (access(o.prompt_cache, F_OK) == 0 &&
-            pcache_load(pc, o.prompt_cache, model_hex, &lerr) != KN_OK)
-            fprintf(stderr, "kinetic run: warning: ignoring the prompt cache: %s; it will be rewritten\n",
-                    lerr.msg);
-        cache_load_s = kn_now() - tl;
     }
 
     /* ---- prompt, then generation. */
-    double t0 = kn_now();
-    if (engine_eval_prompt(&e, pc, ptoks, n_ptoks, &n_reused, &err) != KN_OK)
-        goto out;
-    double t1 = kn_now();
-    struct run_gen g = {
-        .o = &o, .e = &e, .n_vocab = n_vocab, .logits_f = logits_f, .think = &think,
-        .show_reasoning = !o.reasoning || strcmp(o.reasoning, "show") == 0,
-        .dim = isatty(STDOUT_FILENO) != 0, .content = content_buf, .reasoning = reasoning_buf,
-        .text = &text, .rtext = &rtext, .err = &err,
-    };
-    if (engine_generate(&e, tk, &sctx, &spar, o.n_predict, run_on_token, &g, gen, &n_gen, &finish,
-                        &err) != KN_OK ||
+    struct run_gen g = {.o = &o, .s = &s, .logits_f = logits_f, .reply = &reply, .err = &err};
+    struct session_gen gen;
+    if (session_generate(&s, &s.o.sp, o.n_predict, ptoks, n_ptoks, run_on_token, &g, &gen,
+                         &err) != KN_OK ||
         g.failed)
         goto out;
-    bool by_string = engine_stop_matched(&e) >= 0;
+    const char *stop = session_stop_name(&gen);
     /* The logits the end-of-generation token was sampled from. */
-    if (finish == ENGINE_FINISH_STOP && !by_string && logits_f && !run_write_logits(&g))
+    if (strcmp(stop, "eog") == 0 && logits_f && !run_write_logits(&g))
         goto out;
-    const char *stop = finish == ENGINE_FINISH_STOP ? (by_string ? "stop_string" : "eog")
-                       : finish == ENGINE_FINISH_CONTEXT ? "context" : "length";
-    double t2 = kn_now();
-    {
-        /* The tail the stop matcher held back, then what the splitter holds. */
-        size_t tn;
-        const char *tail = engine_text(&e, &tn);
-        if (!run_emit(&g, tail, tn, false) || !run_emit(&g, NULL, 0, true))
-            goto out;
+    if (!session_reply_finish(&reply, &s)) {
+        kn_fail(&err, KN_E_NOMEM, "out of memory");
+        goto out;
     }
+    const struct engine_draft_stats *ds = &s.e.draft_stats;
     if (o.json) {
         printf("{\"prompt_tokens\": [");
         for (int64_t i = 0; i < n_ptoks; i++)
             printf(i ? ", %d" : "%d", ptoks[i]);
         printf("], \"tokens\": [");
-        for (int64_t i = 0; i < n_gen; i++)
-            printf(i ? ", %d" : "%d", gen[i]);
+        for (int64_t i = 0; i < gen.n; i++)
+            printf(i ? ", %d" : "%d", gen.ids[i]);
         printf("], \"text\": ");
-        run_print_str(stdout, text.p ? text.p : "", text.n);
+        run_print_str(stdout, reply.text.p, reply.text.n);
         printf(", \"reasoning\": ");
-        run_print_str(stdout, rtext.p ? rtext.p : "", rtext.n);
+        run_print_str(stdout, reply.rtext.p, reply.rtext.n);
         printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
-               (unsigned long long)seed, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)n_reused,
-               cache_load_s * 1e3);
+               (unsigned long long)s.o.sp.seed, gen.prompt_s * 1e3, gen.gen_s * 1e3);
+        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)gen.n_reused,
+               s.cache_load_s * 1e3);
         printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
-               (long long)e.draft_stats.proposed, (long long)e.draft_stats.accepted,
-               (long long)e.draft_stats.passes, (long long)e.draft_stats.steps);
+               (long long)ds->proposed, (long long)ds->accepted, (long long)ds->passes,
+               (long long)ds->steps);
     } else {
         printf("\n");
     }
     fflush(stdout);
-    if (strcmp(stop, "context") == 0)
+    if (gen.finish == ENGINE_FINISH_CONTEXT)
         fprintf(stderr, "kinetic run: stopped at the context limit (%lld tokens); use a larger --ctx-size\n",
-                (long long)n_ctx);
+                (long long)s.n_ctx);
     /* Generated tokens after the first each cost one forward pass. */
-    int64_t n_dec = n_gen > 0 ? n_gen - 1 : 0;
+    int64_t n_dec = gen.n > 0 ? gen.n - 1 : 0;
     if (strcmp(stop, "eog") == 0)
-        n_dec = n_gen;
-    const struct engine_draft_stats *ds = &e.draft_stats;
-    if (pc)
+        n_dec = gen.n;
+    if (s.pc)
         fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
-                (long long)n_reused, (long long)n_ptoks, cache_load_s);
+                (long long)gen.n_reused, (long long)n_ptoks, s.cache_load_s);
     fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
-            (long long)n_ptoks, t1 - t0, (t1 - t0) > 0 ? n_ptoks / (t1 - t0) : 0.0, (long long)n_gen,
-            t2 - t1, (t2 - t1) > 0 && n_dec ? n_dec / (t2 - t1) : 0.0, (long long)o.threads,
-            (long long)ds->accepted, (long long)ds->proposed, (long long)ds->passes,
-            e.draft ? "" : " (off)");
+            (long long)n_ptoks, gen.prompt_s, gen.prompt_s > 0 ? n_ptoks / gen.prompt_s : 0.0,
+            (long long)gen.n, gen.gen_s, gen.gen_s > 0 && n_dec ? n_dec / gen.gen_s : 0.0,
+            (long long)s.o.threads, (long long)ds->accepted, (long long)ds->proposed,
+            (long long)ds->passes, s.e.draft ? "" : " (off)");
     if (o.receipt) {
         if (o.prompt_ids)
             input = json_new_string(o.prompt_ids);
@@ -848,14 +692,13 @@ int cmd_run(int argc, char **argv)
             kn_fail(&err, KN_E_NOMEM, "out of memory building the receipt");
             goto out;
         }
-        struct receipt_run rr = {
-            .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
-            .sampling = &spar, .max_tokens = o.n_predict,
-            .stop = (const char *const *)stops, .n_stop = o.stop.n,
-            .grammar = gbnf, .response_format = rf,
-            .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,
-            .output = gen, .n_output = n_gen, .ctx_size = n_ctx, .cache_type = o.kv_type,
-        };
+        struct session_record rr;
+        session_record_init(&s, &gen, &rr);
+        rr.input = input;
+        rr.prompt = ptoks;
+        rr.n_prompt = n_ptoks;
+        rr.text = reply.text.p;
+        rr.text_len = reply.text.n;
         if (receipt_from_run(&rcpt, &rr, &err) != KN_OK ||
             (have_key && receipt_sign(&rcpt, &key, &err) != KN_OK) ||
             receipt_write(&rcpt, o.receipt, &err) != KN_OK)
@@ -863,12 +706,11 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: receipt written to %s%s\n", o.receipt,
                 have_key ? " (signed)" : "");
     }
-    if (pc && pcache_save(pc, o.prompt_cache, model_hex, &err) != KN_OK)
+    if (session_save_cache(&s, &err) != KN_OK)
         goto out;
     ret = 0;
 
 out:
-    pcache_free(pc);
     if (have_key)
         receipt_key_wipe(&key);
     receipt_free(&rcpt);
@@ -879,31 +721,17 @@ out:
         fprintf(stderr, "kinetic run: cannot write %s\n", o.logits_out);
         ret = 1;
     }
-    if (sctx_ok)
-        sample_ctx_free(&sctx);
-    grammar_state_free(gstate);
-    grammar_vocab_free(gvocab);
+    session_reply_free(&reply);
+    session_prompt_free(&sp);
+    if (s_ok)
+        session_close(&s);
     grammar_free(gram);
     free(gbnf);
     json_free(rf);
     for (int i = 0; i < CLI_MAX_STRS; i++)
         free(stops[i]);
-    free(content_buf);
-    free(reasoning_buf);
-    free(rtext.p);
-    free(gen);
-    free(ptoks);
-    chat_prompt_free(&cp);
-    if (cr_ok)
-        chat_renderer_free(&cr);
-    if (engine_ok)
-        engine_free(&e);
-    kern_pool_free(pool);
-    tok_free(tk);
-    model_close(m);
-    gguf_close(g_only);
+    free(ids);
     json_free(conv);
     free(prompt.p);
-    free(text.p);
     return ret;
 }

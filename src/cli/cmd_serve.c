@@ -42,6 +42,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
+    const char *kv_type = "f32";
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
@@ -52,7 +53,8 @@ int cmd_serve(int argc, char **argv)
         {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4; -np N as in llama-server)", NULL},
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: the model's, at most 4096)", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default 512)", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: all cores)", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: CPUs online, at most 16)", NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default f32)", NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
@@ -126,9 +128,16 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
             return 2;
         }
-        struct srv_model_opts mo = {pos[0], (int)parallel, ctx_size, batch, (int)threads,
-                                    chat_format, chat_template, chat_template_kwargs,
-                                    no_warm ? 0 : cache_ram};
+        struct srv_model_opts mo = {.n_slots = (int)parallel, .cache_ram_mib = no_warm ? 0 : cache_ram};
+        session_opts_default(&mo.session);
+        mo.session.model_path = pos[0];
+        mo.session.chat_format = chat_format;
+        mo.session.chat_template = chat_template;
+        mo.session.chat_template_kwargs = chat_template_kwargs;
+        mo.session.ctx_size = ctx_size;
+        mo.session.batch = batch;
+        mo.session.threads = (int)threads;
+        mo.session.kv_type = kv_type;
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
             return 1;

@@ -11,6 +11,7 @@
 
 #include "../base/base.h"
 #include "../base/json.h"
+#include "../engine/session.h"
 #include "../sample/sample.h"
 
 #include <stdio.h>
@@ -112,35 +113,16 @@ enum receipt_sig_state {
 enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
                                                const struct receipt *r);
 
-#endif
 
 /* ---------------------------------------------------------------- from a run */
 
-/* What a finished generation hands over to become a receipt. Pointers are borrowed. */
-struct receipt_run {
-    const char *model_path;          /* as given by the user */
-    const struct json_value *input;  /* messages array or prompt string */
-    const int32_t *prompt;
-    int64_t n_prompt;
-    const struct sample_params *sampling;
-    int64_t max_tokens;              /* -1: none */
-    const char *const *stop;
-    int64_t n_stop;
-    const char *finish;              /* "stop" or "length" */
-    const char *text;                /* the output text (sanitised to UTF-8 here) */
-    size_t text_len;
-    const int32_t *output;
-    int64_t n_output;
-    int64_t ctx_size;
-    const char *cache_type;          /* "f32" or "f16" */
-    const char *grammar;             /* the GBNF text used, or NULL */
-    const struct json_value *response_format; /* as the request gave it, or NULL */
-};
-
+/* What a finished generation hands over to become a receipt is the session's record
+ * (struct session_record, engine/session.h: session_record_init fills the session's part),
+ * so run, chat, serve and verify describe a run with the same fields. */
 /* Fills r from a run: Kinetic's version and build id, the numerics version, the model
  * file's size and BLAKE3 (through the model-hash cache), the active device class and the
  * CPU's name. */
-KN_MUST_USE enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run,
+KN_MUST_USE enum kn_status receipt_from_run(struct receipt *r, const struct session_record *run,
                                             struct kn_err *err);
 
 /* ---------------------------------------------------------------- verification */
@@ -167,3 +149,5 @@ struct receipt_verify_opts {
 /* Checks the receipt at path (token hashes, signature, model, rerun) and prints the
  * report to out. Returns an enum receipt_exit code. */
 int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out);
+
+#endif

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../engine/engine.h"
+#include "../engine/session.h"
 #include "../grammar/grammar.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
@@ -48,7 +48,7 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run,
+enum kn_status receipt_from_run(struct receipt *r, const struct session_record *run,
                                 struct kn_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -179,18 +179,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     struct kn_err err = {0};
     struct json_value *doc = NULL;
     struct receipt r = {0};
-    struct model *m = NULL;
-    struct tok *tk = NULL;
-    struct kern_pool *pool = NULL;
-    struct engine e;
-    bool engine_ok = false;
-    struct sample_ctx sctx = {0};
-    bool sctx_ok = false;
-    int32_t *ids = NULL;
+    struct session s = {0};
+    bool s_ok = false;
     char *model_path = NULL;
     struct grammar *gram = NULL;
-    struct grammar_vocab *gvocab = NULL;
-    struct grammar_state *gstate = NULL;
     char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
 
@@ -305,71 +297,63 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
-    enum model_kv_type kv;
-    if (!model_kv_type_from_name(r.cache_type, &kv)) {
-        fprintf(out, "rerun: the receipt's cache type '%s' is not one this build has\n",
-                r.cache_type);
-        goto done;
-    }
-    struct model_load_opts lo = {.repack = true};
-    if (model_open(&m, model_path, &lo, &err) != KN_OK || tok_load(&tk, m->gguf, &err) != KN_OK) {
-        fprintf(out, "rerun: %s\n", err.msg);
-        goto done;
-    }
-    for (int64_t i = 0; i < r.n_prompt; i++)
-        if (r.prompt_ids[i] >= m->hp.n_vocab) {
-            fprintf(out, "rerun: prompt token %lld (id %d) is outside the model's vocabulary\n",
-                    (long long)i, r.prompt_ids[i]);
-            rc = RECEIPT_EXIT_MALFORMED;
-            goto done;
-        }
     if (r.n_prompt == 0 || r.n_prompt >= r.ctx_size) {
         fprintf(out, "rerun: the receipt's %lld prompt tokens do not fit its context of %lld\n",
                 (long long)r.n_prompt, (long long)r.ctx_size);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    int threads = o->threads > 0 ? o->threads : 2;
-    struct engine_params ep = {.n_ctx = r.ctx_size, .n_batch = 512, .kv_type = kv, .no_draft = true};
-    if (kern_pool_create(threads, &pool, &err) != KN_OK || engine_init(&e, m, pool, &ep, &err) != KN_OK) {
+    enum model_kv_type kv;
+    if (!model_kv_type_from_name(r.cache_type, &kv)) {
+        fprintf(out, "rerun: the receipt's cache type '%s' is not one this build has\n",
+                r.cache_type);
+        goto done;
+    }
+    /* The session of kinetic run with the receipt's load and sampling settings; the
+     * threads never change a token. */
+    struct session_opts so;
+    session_opts_default(&so);
+    so.model_path = model_path;
+    so.name = "kinetic verify-receipt";
+    so.no_template = true; /* the prompt is the receipt's tokens */
+    so.ctx_size = r.ctx_size;
+    so.threads = o->threads > 0 ? o->threads : 0;
+    so.kv_type = r.cache_type;
+    so.no_draft = true;
+    so.sp = r.sampling;
+    so.max_tokens = r.max_tokens;
+    so.grammar = gram;
+    so.gbnf = r.grammar;
+    so.response_format = r.response_format;
+    if (session_open(&s, &so, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
-    engine_ok = true;
-    if (sample_ctx_init(&sctx, (int32_t)m->hp.n_vocab, &err) != KN_OK) {
-        fprintf(out, "rerun: %s\n", err.msg);
-        goto done;
-    }
-    sctx_ok = true;
-    if (gram) {
-        if (grammar_vocab_from_tok(&gvocab, tk, (int32_t)m->hp.n_vocab, &err) != KN_OK ||
-            grammar_state_init(&gstate, gram, &err) != KN_OK) {
-            fprintf(out, "rerun: %s\n", err.msg);
+    s_ok = true;
+    for (int64_t i = 0; i < r.n_prompt; i++)
+        if (r.prompt_ids[i] >= s.n_vocab) {
+            fprintf(out, "rerun: prompt token %lld (id %d) is outside the model's vocabulary\n",
+                    (long long)i, r.prompt_ids[i]);
+            rc = RECEIPT_EXIT_MALFORMED;
             goto done;
         }
-        sample_ctx_set_grammar(&sctx, gstate, gvocab);
-    }
     if (r.n_stop > TEXT_MAX_STOPS ||
-        engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
+        session_set_stop(&s, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
         fprintf(out, "receipt: sampling.stop: %s\n",
                 r.n_stop > TEXT_MAX_STOPS ? "too many stop strings" : err.msg);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    ids = malloc((size_t)r.ctx_size * sizeof *ids);
-    if (!ids) {
-        fprintf(out, "rerun: out of memory\n");
-        goto done;
-    }
     struct rerun_cmp cmp = {&r, -1};
-    int64_t n_ids = 0;
-    enum engine_finish fin;
-    if (engine_eval(&e, r.prompt_ids, r.n_prompt, &err) != KN_OK ||
-        engine_generate(&e, tk, &sctx, &r.sampling, r.max_tokens, compare_token, &cmp, ids, &n_ids,
-                        &fin, &err) != KN_OK) {
+    struct session_gen gen;
+    if (session_generate(&s, &r.sampling, r.max_tokens, r.prompt_ids, r.n_prompt, compare_token,
+                         &cmp, &gen, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
+    const int32_t *ids = gen.ids;
+    int64_t n_ids = gen.n;
+    enum engine_finish fin = gen.finish;
     const char *cls = kern_device_class(isa);
     if (cmp.first_diff < 0 && n_ids == r.n_output && strcmp(engine_finish_name(fin), r.finish) == 0) {
         char th[65];
@@ -383,9 +367,9 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     int64_t i = cmp.first_diff >= 0 ? cmp.first_diff : n_ids;
     char a[96], b[96];
     if (i < r.n_output)
-        piece_quoted(tk, r.output_ids[i], a, sizeof a);
+        piece_quoted(s.tk, r.output_ids[i], a, sizeof a);
     if (cmp.first_diff >= 0)
-        piece_quoted(tk, ids[i], b, sizeof b);
+        piece_quoted(s.tk, ids[i], b, sizeof b);
     if (i < r.n_output && cmp.first_diff >= 0)
         fprintf(out, "rerun: DIFFERS at output token %lld of %lld: the receipt has %d %s, the rerun %d %s\n",
                 (long long)i, (long long)r.n_output, r.output_ids[i], a, ids[i], b);
@@ -412,18 +396,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     rc = RECEIPT_EXIT_DIFFERS;
 
 done:
-    free(ids);
-    grammar_state_free(gstate);
-    grammar_vocab_free(gvocab);
+    if (s_ok)
+        session_close(&s);
     grammar_free(gram);
     free(rf_gbnf);
-    if (sctx_ok)
-        sample_ctx_free(&sctx);
-    if (engine_ok)
-        engine_free(&e);
-    kern_pool_free(pool);
-    tok_free(tk);
-    model_close(m);
     free(model_path);
     receipt_free(&r);
     json_free(doc);

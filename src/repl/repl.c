@@ -2,14 +2,9 @@
 #include "repl.h"
 
 #include "../base/json.h"
-#include "../engine/engine.h"
-#include "../grammar/grammar.h"
-#include "../gguf/gguf.h"
-#include "../kernels/kernels.h"
-#include "../model/model.h"
-#include "../receipt/receipt.h"
-#include "../token/tok.h"
 #include "../chat/chat.h"
+#include "../engine/session.h"
+#include "../receipt/receipt.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -44,16 +39,8 @@ struct repl_turn_stats {
 struct repl {
     struct repl_opts o;
     char *system;
-    struct model *m;
-    struct tok *tk;
-    struct kern_pool *pool;
-    struct engine e;
-    bool engine_ok;
-    struct sample_ctx sctx;
-    bool sctx_ok;
-    struct chat_renderer cr;
-    bool cr_ok;
-    int64_t n_ctx;
+    struct session s;       /* model, tokenizer, template, engine, sampler, grammar, stops */
+    bool s_ok;
     struct receipt_key key;
     bool have_key;
 
@@ -62,15 +49,10 @@ struct repl {
 
     int32_t *toks;          /* scratch: a rendered conversation's tokens */
     size_t cap_toks;
-    int32_t *gen;           /* (n_ctx) generated ids */
-    char *piece;
     /* Reasoning (<think> ... </think>): split off the answer, shown dimmed or hidden
      * (/set reasoning show|hide); never part of the conversation or the receipt text. */
     bool hide_reasoning;
-    char *split_content, *split_reasoning; /* the splitter's outputs, sized once */
-    struct grammar_vocab *gvocab;          /* with o.grammar: its vocabulary and state, */
-    struct grammar_state *gstate;          /* reset for every answer */
-    char *stops[TEXT_MAX_STOPS];         /* the stop strings (owned; engine_set_stop has */
+    char *stops[TEXT_MAX_STOPS];         /* the stop strings (owned; the session has */
     int n_stops;                           /* its own copy), /set stop changes them */
 
     /* Zero Wait: the target computed for the last partial line. */
@@ -110,14 +92,6 @@ static char *dupn(const char *s, size_t n)
         p[n] = 0;
     }
     return p;
-}
-
-static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
-{
-    int64_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i])
-        i++;
-    return i;
 }
 
 static void stops_free(char **v, int *n)
@@ -183,13 +157,14 @@ static void msgs_pop(struct repl *r)
 /* ================================================================ rendering */
 
 /* The conversation (system + turns, then `extra` as a user message when not NULL) as
- * tokens in r->toks: rendered with the template, tokenized segment by segment so that
- * message text never becomes special tokens, BOS first when the model wants it (as
- * `kinetic run` does). [*text_start, *text_end) receives the tokens of the last
- * message-text segment (where a partial user line is; the template's closing markers
- * follow it). */
+ * tokens in r->toks: session_prompt, as `kinetic run` and `kinetic serve` render and
+ * tokenize (message text never becomes special tokens, BOS first when the model wants
+ * it). [*text_start, *text_end) receives the tokens of the last message-text segment
+ * (where a partial user line is; the template's closing markers follow it);
+ * *think_inside (may be NULL) whether the reply starts inside the reasoning. */
 static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_out,
-                                  int64_t *text_start, int64_t *text_end, struct kn_err *err)
+                                  int64_t *text_start, int64_t *text_end, bool *think_inside,
+                                  struct kn_err *err)
 {
     size_t nm = r->n_msgs + 2;
     struct chat_message *cm = malloc(nm * sizeof *cm);
@@ -202,58 +177,55 @@ static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_
         cm[k++] = (struct chat_message){r->msgs[i].role, r->msgs[i].content};
     if (extra)
         cm[k++] = (struct chat_message){"user", extra};
-    struct chat_prompt cp;
-    enum kn_status st = chat_renderer_render(&r->cr, cm, k, true, &cp, err);
+    struct session_prompt sp;
+    struct session_input in = {.msgs = cm, .n_msgs = k};
+    enum kn_status st = session_prompt(&r->s, &in, true, &sp, err);
     free(cm);
     if (st != KN_OK)
         return st;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if ((st = chat_prompt_tokenize(&cp, r->tk, &ids, &n, err)) != KN_OK) {
-        chat_prompt_free(&cp);
-        return st;
-    }
+    size_t n = (size_t)sp.n;
     if (n > r->cap_toks) {
         int32_t *t = realloc(r->toks, n * sizeof *t);
         if (!t) {
-            free(ids);
-            chat_prompt_free(&cp);
+            session_prompt_free(&sp);
             return kn_fail(err, KN_E_NOMEM, "out of memory");
         }
         r->toks = t;
         r->cap_toks = n;
     }
     if (n)
-        memcpy(r->toks, ids, n * sizeof *ids);
-    free(ids);
+        memcpy(r->toks, sp.ids, n * sizeof *sp.ids);
+    if (think_inside)
+        *think_inside = sp.think_inside;
     /* The last message-text segment, in tokens: the tokens that the prompt cut before the
      * segment's start (and before its end) shares with the whole prompt. Text between
      * control tokens is tokenized whole, so these are the safe prefixes, not exact
      * boundaries; Zero Wait only needs prefixes of the final prompt. */
-    size_t seg = cp.n_segs;
-    for (size_t i = cp.n_segs; i-- > 0;)
-        if (!cp.segs[i].special) {
+    const struct chat_prompt *cp = &sp.cp;
+    size_t seg = cp->n_segs;
+    for (size_t i = cp->n_segs; i-- > 0;)
+        if (!cp->segs[i].special) {
             seg = i;
             break;
         }
-    size_t cut[2] = {cp.len, cp.len};
-    if (seg < cp.n_segs) {
-        cut[0] = cp.segs[seg].off;
-        cut[1] = cp.segs[seg].off + cp.segs[seg].len;
+    size_t cut[2] = {cp->len, cp->len};
+    if (seg < cp->n_segs) {
+        cut[0] = cp->segs[seg].off;
+        cut[1] = cp->segs[seg].off + cp->segs[seg].len;
     }
     int64_t pos[2] = {(int64_t)n, (int64_t)n};
     for (int c = 0; c < 2; c++) {
-        if (cut[c] >= cp.len)
+        if (cut[c] >= cp->len)
             continue;
-        struct chat_prompt part = cp;
+        struct chat_prompt part = *cp;
         part.len = cut[c];
         part.n_segs = 0;
-        while (part.n_segs < cp.n_segs && cp.segs[part.n_segs].off < cut[c])
+        while (part.n_segs < cp->n_segs && cp->segs[part.n_segs].off < cut[c])
             part.n_segs++;
         int32_t *pi = NULL;
         size_t pn = 0;
-        if ((st = chat_prompt_tokenize(&part, r->tk, &pi, &pn, err)) != KN_OK) {
-            chat_prompt_free(&cp);
+        if ((st = chat_prompt_tokenize(&part, r->s.tk, &pi, &pn, err)) != KN_OK) {
+            session_prompt_free(&sp);
             return st;
         }
         size_t same = 0;
@@ -262,7 +234,7 @@ static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_
         free(pi);
         pos[c] = (int64_t)same;
     }
-    chat_prompt_free(&cp);
+    session_prompt_free(&sp);
     *text_start = pos[0];
     *text_end = pos[1] > pos[0] ? pos[1] : pos[0];
     *n_out = (int64_t)n;
@@ -295,44 +267,25 @@ static struct json_value *repl_messages_json(const struct repl *r, struct kn_err
 
 /* ================================================================ open / close */
 
-/* Sets the stop strings every answer ends at (n == 0: none) and sizes the reasoning
- * splitter's outputs for them: one token's text, the tail the stop matcher held back
- * and a marker's held-back bytes. On failure the old strings stay. */
+/* Sets the stop strings every answer ends at (n == 0: none): the session's (which also
+ * sizes the reply's split for them) and the REPL's copy for /set. On failure the old
+ * strings stay. */
 static enum kn_status repl_set_stops(struct repl *r, const char *const *stops, int n,
                                      struct kn_err *err)
 {
-    if (n < 0 || n > TEXT_MAX_STOPS)
-        return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", TEXT_MAX_STOPS, n);
-    size_t cap = tok_max_piece(r->tk) + TEXT_MAX_MARKER + 16;
-    for (int i = 0; i < n; i++)
-        cap += strlen(stops[i]);
-    char *c = malloc(cap), *rs = malloc(cap);
     char *copy[TEXT_MAX_STOPS] = {0};
     int n_copy = 0;
-    enum kn_status st = KN_OK;
-    if (!c || !rs) {
-        st = kn_fail(err, KN_E_NOMEM, "out of memory");
-        goto fail;
+    enum kn_status st = session_set_stop(&r->s, stops, n, err);
+    if (st == KN_OK && (st = stops_copy(copy, &n_copy, stops, n, err)) == KN_OK) {
+        stops_free(r->stops, &r->n_stops);
+        memcpy(r->stops, copy, sizeof copy);
+        r->n_stops = n_copy;
+        return KN_OK;
     }
-    if ((st = stops_copy(copy, &n_copy, stops, n, err)) != KN_OK ||
-        (st = engine_set_stop(&r->e, stops, n, err)) != KN_OK)
-        goto fail;
-    free(r->split_content);
-    free(r->split_reasoning);
-    r->split_content = c;
-    r->split_reasoning = rs;
-    stops_free(r->stops, &r->n_stops);
-    memcpy(r->stops, copy, sizeof copy);
-    r->n_stops = n_copy;
-    return KN_OK;
-fail:
-    free(c);
-    free(rs);
-    stops_free(copy, &n_copy);
-    /* engine_set_stop clears on failure: put the old strings back (cannot fail on the
-     * sizes they had before except for memory, reported already). */
+    /* Only memory can fail after the session took them: put the old strings back. */
     struct kn_err e2 = {0};
-    if (engine_set_stop(&r->e, (const char *const *)r->stops, r->n_stops, &e2) != KN_OK && st == KN_OK)
+    if (session_set_stop(&r->s, (const char *const *)r->stops, r->n_stops, &e2) != KN_OK &&
+        st == KN_OK)
         st = kn_fail(err, e2.status, "%s", e2.msg);
     return st;
 }
@@ -345,13 +298,6 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     r->o = *o;
     enum kn_status st = KN_OK;
-    enum model_kv_type kv_type;
-    if (!model_kv_type_from_name(o->kv_type ? o->kv_type : "f32", &kv_type)) {
-        st = kn_fail(err, KN_E_ARG, "--kv-type must be f32 or f16");
-        goto fail;
-    }
-    if ((st = sample_params_check(&o->sp, err)) != KN_OK)
-        goto fail;
     if (o->system && !(r->system = kn_strdup(o->system, err))) {
         st = KN_E_NOMEM;
         goto fail;
@@ -361,52 +307,31 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
             goto fail;
         r->have_key = true;
     }
-    struct model_load_opts lo = {.repack = true};
-    if ((st = model_open(&r->m, o->model_path, &lo, err)) != KN_OK)
+    /* The session of `kinetic run` and `kinetic serve`: the same template choice and
+     * defaults (context, threads, batch, KV type). */
+    struct session_opts so;
+    session_opts_default(&so);
+    so.model_path = o->model_path;
+    so.name = "kinetic chat";
+    so.chat_format = o->chat_format;
+    so.chat_template = o->chat_template;
+    so.chat_template_kwargs = o->chat_template_kwargs;
+    so.ctx_size = o->ctx_size;
+    so.batch = o->batch;
+    so.threads = o->threads;
+    so.kv_type = o->kv_type;
+    so.no_draft = o->no_draft;
+    so.sp = o->sp;
+    so.max_tokens = o->n_predict;
+    so.grammar = o->grammar;
+    so.gbnf = o->gbnf;
+    so.response_format = o->response_format;
+    if ((st = session_open(&r->s, &so, err)) != KN_OK)
         goto fail;
-    if ((st = tok_load(&r->tk, r->m->gguf, err)) != KN_OK) {
-        kn_err_prefix(err, o->model_path);
-        goto fail;
-    }
-    /* The template, chosen as `kinetic run` and `kinetic serve` choose it. */
-    struct chat_renderer_opts ro = {.chat_format = o->chat_format,
-                                    .template_file = o->chat_template,
-                                    .kwargs_json = o->chat_template_kwargs};
-    if ((st = chat_renderer_init(&r->cr, &ro, r->m->gguf, r->tk, err)) != KN_OK)
-        goto fail;
-    r->cr_ok = true;
-    if (r->cr.warning[0])
-        fprintf(stderr, "kinetic chat: warning: the model's chat template cannot be rendered (%s); "
-                "using the built-in %s template\n", r->cr.warning, chat_format_name(r->cr.tmpl.format));
-
-    r->n_ctx = o->ctx_size ? o->ctx_size
-                           : (r->m->hp.n_ctx_train < 4096 ? r->m->hp.n_ctx_train : 4096);
-    if ((st = kern_pool_create(o->threads, &r->pool, err)) != KN_OK)
-        goto fail;
-    struct engine_params ep = {.n_ctx = r->n_ctx, .n_batch = o->batch, .kv_type = kv_type,
-                               .no_draft = o->no_draft};
-    if ((st = engine_init(&r->e, r->m, r->pool, &ep, err)) != KN_OK)
-        goto fail;
-    r->engine_ok = true;
-    if ((st = sample_ctx_init(&r->sctx, (int32_t)r->m->hp.n_vocab, err)) != KN_OK)
-        goto fail;
-    r->sctx_ok = true;
-    r->gen = malloc((size_t)r->n_ctx * sizeof *r->gen);
-    r->piece = malloc(tok_max_piece(r->tk) + 8);
+    r->s_ok = true;
     r->hide_reasoning = o->hide_reasoning;
     if ((st = repl_set_stops(r, o->stop, o->n_stop, err)) != KN_OK)
         goto fail;
-    if (o->grammar) {
-        if ((st = grammar_vocab_from_tok(&r->gvocab, r->tk, (int32_t)r->m->hp.n_vocab, err)) != KN_OK ||
-            (st = grammar_state_init(&r->gstate, o->grammar, err)) != KN_OK)
-            goto fail;
-        sample_ctx_set_grammar(&r->sctx, r->gstate, r->gvocab);
-    }
-    if (!r->gen || !r->piece) {
-        st = kn_fail(err, KN_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(&r->cr), r->cr.source);
     *out = r;
     return KN_OK;
 fail:
@@ -437,25 +362,12 @@ void repl_close(struct repl *r)
     msgs_clear(r);
     free(r->msgs);
     free(r->toks);
-    free(r->gen);
-    free(r->piece);
-    free(r->split_content);
-    free(r->split_reasoning);
-    grammar_state_free(r->gstate);
-    grammar_vocab_free(r->gvocab);
     stops_free(r->stops, &r->n_stops);
     free(r->zw_text);
     free(r->zw_toks);
     free(r->system);
-    if (r->sctx_ok)
-        sample_ctx_free(&r->sctx);
-    if (r->engine_ok)
-        engine_free(&r->e);
-    kern_pool_free(r->pool);
-    if (r->cr_ok)
-        chat_renderer_free(&r->cr);
-    tok_free(r->tk);
-    model_close(r->m);
+    if (r->s_ok)
+        session_close(&r->s);
     free(r);
 }
 
@@ -463,87 +375,9 @@ void repl_close(struct repl *r)
 
 struct repl_gen {
     struct repl *r;
-    struct text_think think;
-    bool dim, in_reasoning;
-    FILE *out;
-    char *text;
-    size_t len, cap;
+    struct session_reply reply; /* the answer (kept) and the reasoning, printed to out */
     bool nomem, interrupted;
 };
-
-static bool gen_add(struct repl_gen *g, const char *s, size_t n)
-{
-    if (g->len + n + 1 > g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 256;
-        while (cap < g->len + n + 1)
-            cap *= 2;
-        char *t = realloc(g->text, cap);
-        if (!t)
-            return false;
-        g->text = t;
-        g->cap = cap;
-    }
-    memcpy(g->text + g->len, s, n);
-    g->len += n;
-    g->text[g->len] = 0;
-    return true;
-}
-
-/* Splits the text the engine says is safe to show into answer (kept, printed) and
- * reasoning (printed dimmed on a terminal, or hidden). */
-static bool gen_emit(struct repl_gen *g, const char *bytes, size_t len, bool last)
-{
-    struct repl *r = g->r;
-    size_t nc = 0, nr = 0;
-    if (last)
-        text_think_flush(&g->think, r->split_content, &nc, r->split_reasoning, &nr);
-    else
-        text_think_feed(&g->think, bytes, len, r->split_content, &nc, r->split_reasoning, &nr);
-    if (!gen_add(g, r->split_content, nc)) {
-        g->nomem = true;
-        return false;
-    }
-    /* Within one feed, the kind that was open comes first. */
-    bool r_first = g->in_reasoning || !g->think.inside;
-    for (int k = 0; k < 2; k++) {
-        bool is_r = (k == 0) == r_first;
-        size_t n = is_r ? nr : nc;
-        if (n == 0 || (is_r && r->hide_reasoning))
-            continue;
-        if (g->dim && is_r != g->in_reasoning)
-            fputs(is_r ? "\x1b[2m" : "\x1b[0m", g->out);
-        g->in_reasoning = is_r;
-        fwrite(is_r ? r->split_reasoning : r->split_content, 1, n, g->out);
-    }
-    if (last && g->dim && g->in_reasoning) {
-        fputs("\x1b[0m", g->out);
-        g->in_reasoning = false;
-    }
-    fflush(g->out);
-    return true;
-}
-
-/* True when the prompt ends by opening the reasoning (templates that write "<think>\n"
- * for the model), so the answer starts inside it. */
-static bool prompt_opens_think(const struct tok *tk, const int32_t *toks, int64_t n,
-                               const char *open)
-{
-    char tail[64];
-    size_t tl = 0;
-    /* The text of the last few tokens, newest last. */
-    for (int64_t i = n > 4 ? n - 4 : 0; i < n; i++) {
-        size_t len = 0;
-        const char *p = tok_piece(tk, toks[i], true, &len);
-        if (!p || len > sizeof tail - tl) {
-            tl = 0;
-            if (!p || len > sizeof tail)
-                continue;
-        }
-        memcpy(tail + tl, p, len);
-        tl += len;
-    }
-    return chat_prompt_opens_think(tail, tl, open);
-}
 
 /* Streams each token's text; stops the answer when the interrupt flag is set (after
  * this token, which is kept: the answer is exactly the tokens shown). */
@@ -553,9 +387,11 @@ static bool gen_on_token(void *ctx, int32_t id, int64_t index)
     (void)id;
     (void)index;
     size_t tn;
-    const char *t = engine_text(&g->r->e, &tn);
-    if (!gen_emit(g, t, tn, false))
+    const char *t = engine_text(&g->r->s.e, &tn);
+    if (!session_reply_feed(&g->reply, t, tn, false)) {
+        g->nomem = true;
         return false;
+    }
     if (g->r->o.interrupt && *g->r->o.interrupt) {
         g->interrupted = true;
         return false;
@@ -568,18 +404,23 @@ static bool interrupted(const struct repl *r)
     return r->o.interrupt && *r->o.interrupt;
 }
 
-/* Evaluates toks[from..n) in chunks, checking the interrupt flag between them. */
-static enum kn_status eval_range(struct repl *r, const int32_t *toks, int64_t from, int64_t n,
-                                 struct kn_err *err)
+/* Evaluates the prompt but its last token with the engine's prompt reuse (engine_prefill
+ * keeps what the engine holds: the earlier turns, what Zero Wait typed ahead), a batch
+ * at a time so that Ctrl-C is seen between batches. Returns the positions reused. */
+static enum kn_status prefill_prompt(struct repl *r, const int32_t *toks, int64_t n,
+                                     int64_t *n_reused, struct kn_err *err)
 {
-    while (from < n) {
+    struct engine *e = &r->s.e;
+    int64_t done = pcache_restore(NULL, e, toks, n, n - 1);
+    *n_reused = done;
+    while (done < n - 1) {
         if (interrupted(r))
             return kn_fail(err, KN_E_CANCELLED, "interrupted");
-        int64_t c = n - from < r->e.n_batch ? n - from : r->e.n_batch;
-        enum kn_status st = engine_eval(&r->e, toks + from, c, err);
+        int64_t upto = n - 1 - done < e->n_batch ? n - 1 : done + e->n_batch;
+        enum kn_status st = engine_prefill(e, toks, upto, err);
         if (st != KN_OK)
             return st;
-        from += c;
+        done = upto;
     }
     return KN_OK;
 }
@@ -592,73 +433,48 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     if (!msgs_push(r, "user", text, len))
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     int64_t n = 0, text_start = 0, text_end = 0;
-    enum kn_status st = repl_tokens(r, NULL, &n, &text_start, &text_end, err);
+    bool think_inside = false;
+    struct repl_gen g = {.r = r};
+    enum kn_status st = repl_tokens(r, NULL, &n, &text_start, &text_end, &think_inside, err);
     if (st != KN_OK)
         goto drop;
     if (n == 0) {
         st = kn_fail(err, KN_E_ARG, "the prompt is empty (and the model adds no BOS token)");
         goto drop;
     }
-    if (n >= r->n_ctx) {
+    if (n >= r->s.n_ctx) {
         st = kn_fail(err, KN_E_LIMIT,
                      "the conversation is %lld tokens; the context holds %lld; /reset to start "
                      "over, or use a larger --ctx-size",
-                     (long long)n, (long long)r->n_ctx);
+                     (long long)n, (long long)r->s.n_ctx);
         goto drop;
     }
-    /* Warm Start: keep the cached tokens that equal the new prompt's; always evaluate at
-     * least one token so the logits are those after the whole prompt. */
-    int64_t p = common_prefix(r->e.history, r->e.n_past, r->toks, n);
-    if (p >= n)
-        p = n - 1;
-    engine_truncate(&r->e, p);
-    struct repl_turn_stats ts = {.n_prompt = n, .n_reused = p, .n_typed = r->zw_done};
+    struct repl_turn_stats ts = {.n_prompt = n, .n_typed = r->zw_done};
     r->zw_done = 0;
     r->zw_valid = false;
     double t0 = kn_now();
-    st = eval_range(r, r->toks, p, n, err);
-    if (st != KN_OK) {
-        /* What was evaluated stays valid in the cache; only the message goes. */
+    /* What was evaluated stays valid in the cache, also when this fails; only the
+     * message goes. */
+    if ((st = prefill_prompt(r, r->toks, n, &ts.n_reused, err)) != KN_OK)
         goto drop;
-    }
     double t1 = kn_now();
-
-    struct repl_gen g = {.r = r, .out = out, .dim = isatty(fileno(out)) != 0};
-    const char *topen, *tclose;
-    chat_think_markers(r->tk, &topen, &tclose);
-    st = text_think_init(&g.think, topen, tclose, prompt_opens_think(r->tk, r->toks, n, topen),
-                           err);
-    if (st != KN_OK)
+    if ((st = session_reply_init(&g.reply, &r->s, think_inside, out, !r->hide_reasoning, err)) !=
+        KN_OK)
         goto drop;
-    int64_t n_gen = 0;
-    enum engine_finish fin = ENGINE_FINISH_LENGTH;
-    if (r->gstate)
-        grammar_state_reset(r->gstate); /* each answer starts the grammar afresh */
-    st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.n_predict, gen_on_token, &g,
-                         r->gen, &n_gen, &fin, err);
+    struct session_gen gen;
+    st = session_generate(&r->s, &r->o.sp, r->o.n_predict, r->toks, n, gen_on_token, &g, &gen,
+                          err);
     if (st == KN_OK && g.nomem)
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
-    if (st == KN_OK) {
-        /* The tail the stop matcher held back, then what the splitter holds. */
-        size_t tn;
-        const char *tail = engine_text(&r->e, &tn);
-        if (!gen_emit(&g, tail, tn, false) || !gen_emit(&g, NULL, 0, true))
-            st = kn_fail(err, KN_E_NOMEM, "out of memory");
-    }
-    double t2 = kn_now();
-    if (st != KN_OK) {
-        free(g.text);
-        goto drop;
-    }
-    if (!g.text && !gen_add(&g, "", 0)) {
+    if (st == KN_OK && !session_reply_finish(&g.reply, &r->s))
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
+    if (st != KN_OK)
         goto drop;
-    }
     fputc('\n', out);
     fflush(out);
-    if (fin == ENGINE_FINISH_CONTEXT)
+    if (gen.finish == ENGINE_FINISH_CONTEXT)
         fprintf(stderr, "kinetic chat: the answer stopped at the context limit (%lld tokens); "
-                "/reset to start over, or use a larger --ctx-size\n", (long long)r->n_ctx);
+                "/reset to start over, or use a larger --ctx-size\n", (long long)r->s.n_ctx);
 
     /* The receipt of this answer: input is the conversation as sent (before the answer),
      * prompt the exact tokens, output the answer's tokens. An interrupted answer is
@@ -667,49 +483,47 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     repl_last_clear(r);
     r->last_input = repl_messages_json(r, err);
     r->last_prompt = malloc((size_t)n * sizeof(int32_t));
-    r->last_out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
-    char *text_valid = json_utf8_sanitize(g.text, g.len, &r->last_text_len);
+    r->last_out = malloc(((size_t)gen.n + 1) * sizeof(int32_t));
+    char *text_valid = json_utf8_sanitize(g.reply.text.p, g.reply.text.n, &r->last_text_len);
     r->last_text = text_valid;
     if (!r->last_input || !r->last_prompt || !r->last_out || !text_valid) {
-        free(g.text);
         repl_last_clear(r);
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
         goto drop;
     }
     memcpy(r->last_prompt, r->toks, (size_t)n * sizeof(int32_t));
-    memcpy(r->last_out, r->gen, (size_t)n_gen * sizeof(int32_t));
+    memcpy(r->last_out, gen.ids, (size_t)gen.n * sizeof(int32_t));
     r->n_last_prompt = n;
-    r->n_last_out = n_gen;
+    r->n_last_out = gen.n;
     r->last_sp = r->o.sp;
     if (stops_copy(r->last_stops, &r->n_last_stops, (const char *const *)r->stops, r->n_stops,
                    err) != KN_OK) {
-        free(g.text);
         repl_last_clear(r);
         st = KN_E_NOMEM;
         goto drop;
     }
     if (g.interrupted) {
-        r->last_max_tokens = n_gen;
+        r->last_max_tokens = gen.n;
         snprintf(r->last_finish, sizeof r->last_finish, "length");
     } else {
         r->last_max_tokens = r->o.n_predict;
-        snprintf(r->last_finish, sizeof r->last_finish, "%s", engine_finish_name(fin));
+        snprintf(r->last_finish, sizeof r->last_finish, "%s", engine_finish_name(gen.finish));
     }
     r->have_last = true;
 
     /* The answer joins the conversation as the text the user saw. */
     bool ok = msgs_push(r, "assistant", text_valid, r->last_text_len);
-    free(g.text);
+    session_reply_free(&g.reply);
     if (!ok)
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     if (g.interrupted)
-        fprintf(stderr, "[answer stopped after %lld tokens]\n", (long long)n_gen);
+        fprintf(stderr, "[answer stopped after %lld tokens]\n", (long long)gen.n);
 
-    ts.n_gen = n_gen;
-    ts.n_drafted = r->e.draft_stats.proposed;
-    ts.n_accepted = r->e.draft_stats.accepted;
-    ts.prompt_s = t1 - t0;
-    ts.gen_s = t2 - t1;
+    ts.n_gen = gen.n;
+    ts.n_drafted = r->s.e.draft_stats.proposed;
+    ts.n_accepted = r->s.e.draft_stats.accepted;
+    ts.prompt_s = t1 - t0 + gen.prompt_s;
+    ts.gen_s = gen.gen_s;
     r->last = ts;
     r->total.n_prompt += ts.n_prompt;
     r->total.n_reused += ts.n_reused;
@@ -723,6 +537,7 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     return KN_OK;
 
 drop:
+    session_reply_free(&g.reply);
     msgs_pop(r);
     return st;
 }
@@ -751,7 +566,7 @@ bool repl_prefill(struct repl *r, const char *partial, size_t len)
             return false;
         struct kn_err err;
         int64_t n = 0, text_start = 0, text_end = 0;
-        if (repl_tokens(r, blank ? "x" : copy, &n, &text_start, &text_end, &err) != KN_OK)
+        if (repl_tokens(r, blank ? "x" : copy, &n, &text_start, &text_end, NULL, &err) != KN_OK)
             return false;
         /* The stable part: everything before the last message text (which may begin
          * with earlier text: the raw format has no markers, Gemma puts the system text
@@ -760,8 +575,8 @@ bool repl_prefill(struct repl *r, const char *partial, size_t len)
         int64_t stable = text_end - REPL_UNSTABLE - (blank ? 1 : 0);
         if (stable < text_start)
             stable = text_start;
-        if (stable >= r->n_ctx)
-            stable = r->n_ctx - 1;
+        if (stable >= r->s.n_ctx)
+            stable = r->s.n_ctx - 1;
         if (stable > r->cap_zw_toks) {
             int32_t *t = realloc(r->zw_toks, (size_t)stable * sizeof *t);
             if (!t)
@@ -773,16 +588,17 @@ bool repl_prefill(struct repl *r, const char *partial, size_t len)
         r->n_zw_toks = stable;
         r->zw_valid = true;
     }
-    int64_t p = common_prefix(r->e.history, r->e.n_past, r->zw_toks, r->n_zw_toks);
+    /* The engine's Zero Wait (engine_prefill) a few tokens at a time: keep the prefix the
+     * engine shares with the target, then evaluate at most zw_chunk more of it. */
+    int64_t p = pcache_restore(NULL, &r->s.e, r->zw_toks, r->n_zw_toks, r->n_zw_toks);
     if (p >= r->n_zw_toks)
         return false;
-    engine_truncate(&r->e, p);
     if (r->zw_chunk < 1)
         r->zw_chunk = 4;
     int64_t c = r->n_zw_toks - p < r->zw_chunk ? r->n_zw_toks - p : r->zw_chunk;
     struct kn_err err;
     double t0 = kn_now();
-    if (engine_eval(&r->e, r->zw_toks + p, c, &err) != KN_OK) {
+    if (engine_prefill(&r->s.e, r->zw_toks, p + c, &err) != KN_OK) {
         r->zw_valid = false;
         return false;
     }
@@ -957,15 +773,22 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
         return KN_OK;
     }
     struct receipt rc = {0};
-    struct receipt_run rr = {
-        .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
-        .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
-        .stop = (const char *const *)r->last_stops, .n_stop = r->n_last_stops,
-        .finish = r->last_finish, .text = r->last_text,
-        .grammar = r->o.gbnf, .response_format = r->o.response_format,
-        .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
-        .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
-    };
+    /* The session's record (model, context, KV type, grammar), with what the last answer
+     * ran with and produced. */
+    struct session_record rr;
+    session_record_init(&r->s, NULL, &rr);
+    rr.input = r->last_input;
+    rr.prompt = r->last_prompt;
+    rr.n_prompt = r->n_last_prompt;
+    rr.sampling = &r->last_sp;
+    rr.max_tokens = r->last_max_tokens;
+    rr.stop = (const char *const *)r->last_stops;
+    rr.n_stop = r->n_last_stops;
+    rr.finish = r->last_finish;
+    rr.text = r->last_text;
+    rr.text_len = r->last_text_len;
+    rr.output = r->last_out;
+    rr.n_output = r->n_last_out;
     struct kn_err e2 = {0};
     if (receipt_from_run(&rc, &rr, &e2) != KN_OK ||
         (r->have_key && receipt_sign(&rc, &r->key, &e2) != KN_OK) ||
@@ -1217,7 +1040,7 @@ static void cmd_stats(const struct repl *r, FILE *out)
             (long long)r->n_turns, (long long)t->n_prompt, (long long)t->n_reused,
             t->n_prompt ? 100.0 * (double)t->n_reused / (double)t->n_prompt : 0.0,
             (long long)t->n_gen, t->gen_s, t->gen_s > 0 ? (double)t->n_gen / t->gen_s : 0.0,
-            (long long)r->e.n_past, (long long)r->n_ctx);
+            (long long)r->s.e.n_past, (long long)r->s.n_ctx);
     fprintf(out, "drafts (RAD-1): last answer %lld proposed, %lld accepted; session %lld "
             "proposed, %lld accepted (%.0f%%)\n",
             (long long)l->n_drafted, (long long)l->n_accepted, (long long)t->n_drafted,

@@ -4,6 +4,7 @@
  * Validation refuses bad values with 400 and a message naming the field and the range;
  * unknown fields are ignored (as OpenAI's clients send many); null means "not given". */
 #include "srv_internal.h"
+#include "chat/chat.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -453,7 +454,6 @@ static int read_reasoning(struct srv *s, const struct json_value *body, struct s
     if (s->b->think_open && s->b->think_close) {
         r->think_open = s->b->think_open;
         r->think_close = s->b->think_close;
-        r->think_inside = s->b->think_inside;
     } else if (force) {
         r->think_open = "<think>";
         r->think_close = "</think>";
@@ -665,6 +665,13 @@ int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e
                              "the prompt has %zu tokens but the slot context holds %lld "
                              "(--ctx-size), and at least one must be left for the answer",
                              r->n_ids, (long long)b->n_ctx);
+    /* A template that opens the reasoning in the prompt makes the reply start inside it:
+     * the rule kinetic run and chat apply to their rendered prompt (session_prompt). */
+    if (r->think_open && r->rendered) {
+        r->think_inside = chat_prompt_opens_think(r->rendered, strlen(r->rendered), r->think_open);
+        if (r->think)
+            r->think->inside = r->think_inside; /* nothing has been fed yet */
+    }
     return 0;
 }
 

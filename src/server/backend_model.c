@@ -8,7 +8,7 @@
  * so batching changes speed, never bits. */
 #include "server.h"
 #include "chat/chat.h"
-#include "engine/engine.h"
+#include "engine/session.h"
 #include "grammar/grammar.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
@@ -19,17 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct mb {
-    struct model *m;
-    struct tok *tk;
-    struct kern_pool *pool;
+    struct session s;          /* model, tokenizer, template, pool, context, KV type */
+    bool s_ok;
     struct model_fwd *fwd;
     struct model_kv *kv;       /* (n_slots) */
     int n_slots;
-    struct chat_renderer cr;
-    bool cr_ok;
     struct model_kv **kv_tok;  /* (max_batch) each batch token's cache */
     struct pcache *cache;      /* Warm Start, shared by the slots; NULL: none */
     size_t cache_max;
@@ -44,7 +40,7 @@ static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool 
     int32_t *v = kn_malloc(cap * sizeof *v, err);
     if (!v)
         return KN_E_NOMEM;
-    enum kn_status st = tok_encode(b->tk, text, len, add_special, parse_special, v, cap, n, err);
+    enum kn_status st = tok_encode(b->s.tk, text, len, add_special, parse_special, v, cap, n, err);
     if (st != KN_OK) {
         free(v);
         return st;
@@ -53,19 +49,24 @@ static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool 
     return KN_OK;
 }
 
-/* The rendered prompt's text and (when ids is not NULL) tokens. */
-static enum kn_status mb_finish(struct mb *b, struct chat_prompt *cp, int32_t **ids, size_t *n,
-                                char **text, struct kn_err *err)
+/* Renders with session_prompt, as run, chat and verify-receipt do: the rendered prompt's
+ * text and (when ids is not NULL) tokens. */
+static enum kn_status mb_render(struct mb *b, const struct session_input *in, int32_t **ids,
+                                size_t *n, char **text, struct kn_err *err)
 {
-    enum kn_status st = KN_OK;
-    if (ids)
-        st = chat_prompt_tokenize(cp, b->tk, ids, n, err);
-    if (st == KN_OK) {
-        *text = cp->text; /* NUL-terminated; the prompt hands it over */
-        cp->text = NULL;
+    struct session_prompt sp;
+    enum kn_status st = session_prompt(&b->s, in, ids != NULL, &sp, err);
+    if (st != KN_OK)
+        return st;
+    if (ids) {
+        *ids = sp.ids; /* the prompt hands them over */
+        *n = (size_t)sp.n;
+        sp.ids = NULL;
     }
-    chat_prompt_free(cp);
-    return st;
+    *text = sp.cp.text; /* NUL-terminated */
+    sp.cp.text = NULL;
+    session_prompt_free(&sp);
+    return KN_OK;
 }
 
 static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_msgs, int32_t **ids,
@@ -77,12 +78,10 @@ static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_ms
         return KN_E_NOMEM;
     for (size_t i = 0; i < n_msgs; i++)
         cm[i] = (struct chat_message){msgs[i].role, msgs[i].content};
-    struct chat_prompt cp = {0};
-    enum kn_status st = chat_renderer_render(&b->cr, cm, n_msgs, true, &cp, err);
+    struct session_input in = {.msgs = cm, .n_msgs = n_msgs};
+    enum kn_status st = mb_render(b, &in, ids, n, text, err);
     free(cm);
-    if (st != KN_OK)
-        return st;
-    return mb_finish(b, &cp, ids, n, text, err);
+    return st;
 }
 
 static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
@@ -91,49 +90,45 @@ static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
                                    char **text, struct kn_err *err)
 {
     struct mb *b = ctx;
-    struct chat_prompt cp = {0};
-    enum kn_status st = chat_renderer_render_json(&b->cr, messages, tools, kwargs,
-                                                  add_generation_prompt, &cp, err);
-    if (st != KN_OK)
-        return st;
-    return mb_finish(b, &cp, ids, n, text, err);
+    struct session_input in = {.messages = messages, .tools = tools, .kwargs = kwargs,
+                               .no_generation_prompt = !add_generation_prompt};
+    return mb_render(b, &in, ids, n, text, err);
 }
 
 static const char *mb_piece(void *ctx, int32_t id, size_t *len)
 {
     struct mb *b = ctx;
-    return tok_piece(b->tk, id, false, len);
+    return tok_piece(b->s.tk, id, false, len);
 }
 
 static const char *mb_token_text(void *ctx, int32_t id, size_t *len)
 {
     struct mb *b = ctx;
-    const char *p = tok_piece(b->tk, id, true, len);
+    const char *p = tok_piece(b->s.tk, id, true, len);
     return p ? p : "";
 }
 
 static bool mb_is_eog(void *ctx, int32_t id)
 {
     struct mb *b = ctx;
-    return tok_is_eog(b->tk, id);
+    return tok_is_eog(b->s.tk, id);
 }
 
 /* As kinetic run builds its grammar vocabulary, so a grammar allows the same tokens. */
 static enum kn_status mb_grammar_vocab(void *ctx, struct grammar_vocab **out, struct kn_err *err)
 {
     struct mb *b = ctx;
-    return grammar_vocab_from_tok(out, b->tk, (int32_t)b->m->hp.n_vocab, err);
+    return grammar_vocab_from_tok(out, b->s.tk, (int32_t)b->s.m->hp.n_vocab, err);
 }
 
-/* The family's reasoning markers when its vocabulary has them (chat_think_markers, as
- * kinetic run and chat choose them); none otherwise, so "auto" leaves the text whole. */
+/* The family's reasoning markers when its vocabulary has them (the session's choice, as
+ * for kinetic run and chat); none otherwise, so "auto" leaves the text whole. Whether a
+ * reply starts inside them is a property of each rendered prompt (api.c). */
 static void mb_find_think(struct mb *b, struct srv_backend *out)
 {
-    const char *o, *c;
-    if (chat_think_markers(b->tk, &o, &c)) {
-        out->think_open = o;
-        out->think_close = c;
-        out->think_inside = strcmp(o, "<think>") == 0 && b->cr.tmpl.open_think;
+    if (b->s.think_native) {
+        out->think_open = b->s.think_open;
+        out->think_close = b->s.think_close;
     }
 }
 
@@ -194,11 +189,8 @@ static void mb_free(void *ctx)
     free(b->kv);
     free(b->kv_tok);
     model_fwd_free(b->fwd);
-    kern_pool_free(b->pool);
-    if (b->cr_ok)
-        chat_renderer_free(&b->cr);
-    tok_free(b->tk);
-    model_close(b->m);
+    if (b->s_ok)
+        session_close(&b->s);
     free(b);
 }
 
@@ -210,47 +202,25 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     if (!b)
         return KN_E_NOMEM;
     b->n_slots = o->n_slots;
-    enum kn_status st;
-    struct model_load_opts lo = {.repack = true};
-    if ((st = model_open(&b->m, o->path, &lo, err)) != KN_OK)
+    /* The model, tokenizer and template, context, threads and KV type: the session's
+     * defaults, the same as kinetic run's; the slots hold their own caches. */
+    struct session_opts so = o->session;
+    so.level = SESSION_MODEL;
+    so.name = "kinetic serve";
+    enum kn_status st = session_open(&b->s, &so, err);
+    if (st != KN_OK)
         goto fail;
-    if ((st = tok_load(&b->tk, b->m->gguf, err)) != KN_OK) {
-        kn_err_prefix(err, o->path);
-        goto fail;
-    }
-    /* The policy of kinetic run (see its --help): --chat-format forces a family; a model
-     * without tokenizer.chat_template is a base model and gets the messages raw (a system
-     * text, a blank line, then the turns' text); a template that is not recognised gets
-     * the family whose turn tokens the vocabulary holds, else raw. */
-    struct chat_renderer_opts ro = {.chat_format = o->chat_format,
-                                    .template_file = o->chat_template,
-                                    .kwargs_json = o->chat_template_kwargs};
-    if ((st = chat_renderer_init(&b->cr, &ro, b->m->gguf, b->tk, err)) != KN_OK) {
-        kn_err_prefix(err, "serve");
-        goto fail;
-    }
-    b->cr_ok = true;
-    if (b->cr.warning[0])
-        fprintf(stderr, "kinetic serve: warning: the model's chat template cannot be rendered (%s); "
-                "using the built-in %s template\n", b->cr.warning, chat_format_name(b->cr.tmpl.format));
-
-    int64_t n_ctx = o->n_ctx ? o->n_ctx
-                             : (b->m->hp.n_ctx_train < 4096 ? b->m->hp.n_ctx_train : 4096);
+    b->s_ok = true;
+    int64_t n_ctx = b->s.n_ctx;
     if (n_ctx < 8) {
         st = kn_fail(err, KN_E_ARG, "serve: --ctx-size %lld is too small (at least 8)",
                      (long long)n_ctx);
         goto fail;
     }
-    int64_t max_batch = o->max_batch ? o->max_batch : 512;
+    int64_t max_batch = b->s.n_batch;
     if (max_batch < o->n_slots)
         max_batch = o->n_slots;
-    int threads = o->threads;
-    if (threads <= 0) { /* as kinetic run: the CPUs online, at most 16 */
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n < 1 ? 1 : n > 16 ? 16 : (int)n;
-    }
-    if ((st = kern_pool_create(threads, &b->pool, err)) != KN_OK ||
-        (st = model_fwd_create(&b->fwd, b->m, max_batch, b->pool, err)) != KN_OK)
+    if ((st = model_fwd_create(&b->fwd, b->s.m, max_batch, b->s.pool, err)) != KN_OK)
         goto fail;
     b->kv = kn_calloc((size_t)o->n_slots, sizeof *b->kv, err);
     b->kv_tok = kn_malloc((size_t)max_batch * sizeof *b->kv_tok, err);
@@ -259,7 +229,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
         goto fail;
     }
     for (int s = 0; s < o->n_slots; s++)
-        if ((st = model_kv_init(&b->kv[s], b->m, n_ctx, MODEL_KV_F32, err)) != KN_OK)
+        if ((st = model_kv_init(&b->kv[s], b->s.m, n_ctx, b->s.kv_type, err)) != KN_OK)
             goto fail;
 
     if (o->cache_ram_mib > 0) {
@@ -269,22 +239,23 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
             goto fail;
         }
         b->cache_max = (size_t)o->cache_ram_mib << 20;
-        if ((st = pcache_create(&b->cache, b->m, MODEL_KV_F32, b->cache_max, err)) != KN_OK)
+        if ((st = pcache_create(&b->cache, b->s.m, b->s.kv_type, b->cache_max, err)) != KN_OK)
             goto fail;
     }
 
-    const char *base = strrchr(o->path, '/');
-    snprintf(b->name, sizeof b->name, "%s", base ? base + 1 : o->path);
+    const char *path = so.model_path, *base = strrchr(path, '/');
+    snprintf(b->name, sizeof b->name, "%s", base ? base + 1 : path);
     out->ctx = b;
     out->name = b->name;
-    out->model_path = o->path;
+    out->model_path = path;
+    out->cache_type = b->s.kv_name;
     out->device_class = kern_device_class(kern_isa_active());
-    out->n_vocab = (int32_t)b->m->hp.n_vocab;
+    out->n_vocab = (int32_t)b->s.m->hp.n_vocab;
     out->n_ctx = n_ctx;
     out->n_slots = o->n_slots;
     out->max_batch = max_batch;
-    out->max_piece = tok_max_piece(b->tk) + 4;
-    out->chat_format = chat_renderer_name(&b->cr);
+    out->max_piece = tok_max_piece(b->s.tk) + 4;
+    out->chat_format = chat_renderer_name(&b->s.cr);
     out->tokenize = mb_tokenize;
     out->chat = mb_chat;
     out->chat_json = mb_chat_json;
@@ -292,7 +263,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;
     out->sample_piece = sample_tok_piece;
-    out->sample_pctx = b->tk;
+    out->sample_pctx = b->s.tk;
     out->grammar_vocab = mb_grammar_vocab;
     mb_find_think(b, out);
     out->slot_reset = mb_slot_reset;

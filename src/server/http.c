@@ -200,6 +200,7 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
         .model_path = s->b->model_path,
         .device_class = s->b->device_class,
         .n_ctx = s->b->n_ctx,
+        .cache_type = s->b->cache_type,
         .input = r->input,
         .prompt = j->prompt,
         .n_prompt = j->n_prompt,

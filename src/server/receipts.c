@@ -46,7 +46,7 @@ enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
 {
     struct srv_signer *sg = ctx;
     *out = NULL;
-    struct receipt_run run = {
+    struct session_record run = {
         .model_path = in->model_path,
         .input = in->input,
         .prompt = in->prompt,
@@ -61,7 +61,7 @@ enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
         .output = in->out_ids,
         .n_output = in->n_out,
         .ctx_size = in->n_ctx,
-        .cache_type = "f32",
+        .cache_type = in->cache_type,
         .grammar = in->grammar,
         .response_format = in->response_format,
     };

@@ -20,6 +20,7 @@
 
 #include "../base/base.h"
 #include "../base/json.h"
+#include "../engine/session.h"
 #include "../sample/sample.h"
 #include "../text/text.h"
 
@@ -58,6 +59,7 @@ struct srv_backend {
     const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
+    const char *cache_type;    /* the slots' KV cache type, "f32" or "f16"; for receipts */
     int n_slots;
     int64_t max_batch;         /* most tokens in one forward call */
     size_t max_piece;          /* longest token piece in bytes */
@@ -87,10 +89,9 @@ struct srv_backend {
     KN_MUST_USE enum kn_status (*grammar_vocab)(void *ctx, struct grammar_vocab **out,
                                                 struct kn_err *err);
     /* The reasoning markers of the model's family ("<think>", "</think>"), or NULL when
-     * its vocabulary has none; think_inside: the chat template opens the reply inside the
-     * reasoning (QwQ's "<think>\n" after the assistant marker). */
+     * its vocabulary has none. Whether a reply starts inside them is decided per rendered
+     * prompt (chat_prompt_opens_think, as session_prompt decides it). */
     const char *think_open, *think_close;
-    bool think_inside;
 
     /* Scheduler thread only. Forgets slot's sequence. */
     void (*slot_reset)(void *ctx, int slot);
@@ -133,14 +134,11 @@ KN_MUST_USE enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots,
                                            int delay_us, struct kn_err *err);
 
 struct srv_model_opts {
-    const char *path;
+    /* The model path, chat template, --ctx-size (per slot), --batch-size (tokens per
+     * forward call), --threads and --kv-type, with the session's defaults (the same as
+     * kinetic run's); the level is SESSION_MODEL. */
+    struct session_opts session;
     int n_slots;
-    int64_t n_ctx;             /* per slot; 0: the model's training context, at most 4096 */
-    int64_t max_batch;         /* tokens per forward call; 0: 512 */
-    int threads;               /* 0: all CPUs */
-    const char *chat_format;   /* NULL: as kinetic run chooses; else a chat_format name */
-    const char *chat_template; /* --chat-template FILE (a Jinja template), or NULL */
-    const char *chat_template_kwargs; /* --chat-template-kwargs JSON object, or NULL */
     int64_t cache_ram_mib;     /* the shared prompt cache (Warm Start); 0: none */
 };
 
@@ -160,7 +158,8 @@ void srv_logprobs(const float *logits, int32_t n_vocab, float *lp, int k, int32_
 /* ---------------------------------------------------------------- jobs */
 
 #define SRV_MAX_TOP_LOGPROBS 20
-#define SRV_MAX_STOP 8
+/* Stop strings per request: the one limit run, chat and verify-receipt have too. */
+#define SRV_MAX_STOP TEXT_MAX_STOPS
 
 enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
 enum srv_finish { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_CANCELLED,
@@ -298,6 +297,7 @@ struct srv_receipt_input {
     const char *model_path;
     const char *device_class;
     int64_t n_ctx;                 /* the slot context (--ctx-size) */
+    const char *cache_type;        /* the slots' KV cache type: "f32" or "f16" */
     const struct json_value *input;/* the messages array or the prompt, as sent */
     const int32_t *prompt;         /* the exact prompt tokens */
     size_t n_prompt;
