@@ -293,6 +293,168 @@ static bool run_on_token(void *ctx, int32_t id, int64_t index)
     return true;
 }
 
+/* ================================================================ input and output */
+
+/* The prompt as given: text (PROMPT, -f FILE, standard input), a conversation
+ * (--messages) or token ids (--prompt-ids). */
+struct run_input {
+    struct kn_buf text;
+    struct json_value *conv;                  /* the --messages document */
+    const struct json_value *msgs, *tools;    /* in conv */
+    int32_t *ids;
+    int64_t n_ids;
+};
+
+static void run_input_free(struct run_input *in)
+{
+    free(in->text.p);
+    json_free(in->conv);
+    free(in->ids);
+}
+
+static enum kn_status run_read_input(const struct run_opts *o, const char *prompt_arg,
+                                     struct run_input *in, struct kn_err *err)
+{
+    if (o->prompt_ids)
+        return parse_ids(o->prompt_ids, &in->ids, &in->n_ids, err);
+    if (o->messages) {
+        enum kn_status st = json_parse_file(o->messages, NULL, &in->conv, err);
+        if (st != KN_OK) {
+            kn_err_prefix(err, "--messages");
+            return st;
+        }
+        in->msgs = json_is(in->conv, JSON_ARRAY) ? in->conv : json_get(in->conv, "messages");
+        in->tools = json_is(in->conv, JSON_OBJECT) ? json_get(in->conv, "tools") : NULL;
+        if (!json_is(in->msgs, JSON_ARRAY) || json_len(in->msgs) == 0)
+            return kn_fail(err, KN_E_ARG, "--messages %s: want a non-empty JSON array of messages, "
+                           "or an object with one in \"messages\"", o->messages);
+        return KN_OK;
+    }
+    if (prompt_arg && strcmp(prompt_arg, "-") != 0)
+        return kn_buf_add(&in->text, prompt_arg, strlen(prompt_arg))
+                   ? KN_OK : kn_fail(err, KN_E_NOMEM, "out of memory");
+    if ((o->file && strcmp(o->file, "-") == 0) || prompt_arg)
+        return read_stream(stdin, "standard input", &in->text, err);
+    if (!o->file)
+        return kn_fail(err, KN_E_ARG, "no prompt: give PROMPT, -f FILE or '-' for standard input");
+    FILE *f = fopen(o->file, "rb");
+    if (!f)
+        return kn_fail(err, KN_E_IO, "cannot open %s: %s", o->file, strerror(errno));
+    enum kn_status st = read_stream(f, o->file, &in->text, err);
+    fclose(f);
+    return st;
+}
+
+/* --print-prompt: the rendered prompt and its tokens, as text or JSON. */
+static void run_print_prompt(const struct run_opts *o, const struct session *s,
+                             const struct session_prompt *sp)
+{
+    const char *tname = chat_renderer_name(&s->cr);
+    if (o->json) {
+        printf("{\"prompt\": ");
+        run_print_str(stdout, sp->cp.text, sp->cp.len);
+        printf(", \"template\": ");
+        run_print_str(stdout, tname, strlen(tname));
+        printf(", \"source\": ");
+        run_print_str(stdout, s->cr.source, strlen(s->cr.source));
+        printf(", \"prompt_tokens\": [");
+        for (int64_t i = 0; i < sp->n; i++)
+            printf(i ? ", %d" : "%d", sp->ids[i]);
+        printf("]}\n");
+    } else {
+        fwrite(sp->cp.text, 1, sp->cp.len, stdout);
+        printf("\n[template %s from %s; %lld tokens:", tname, s->cr.source, (long long)sp->n);
+        for (int64_t i = 0; i < sp->n; i++)
+            printf(" %d", sp->ids[i]);
+        printf("]\n");
+    }
+}
+
+/* The end of the output (--json: the whole result), then the timing summary on stderr. */
+static void run_print_result(const struct run_opts *o, const struct session *s,
+                             const struct session_gen *g, const struct session_reply *reply,
+                             const int32_t *ptoks, int64_t n_ptoks)
+{
+    const char *stop = session_stop_name(g);
+    const struct engine_draft_stats *ds = &s->e.draft_stats;
+    if (o->json) {
+        printf("{\"prompt_tokens\": [");
+        for (int64_t i = 0; i < n_ptoks; i++)
+            printf(i ? ", %d" : "%d", ptoks[i]);
+        printf("], \"tokens\": [");
+        for (int64_t i = 0; i < g->n; i++)
+            printf(i ? ", %d" : "%d", g->ids[i]);
+        printf("], \"text\": ");
+        run_print_str(stdout, reply->text.p, reply->text.n);
+        printf(", \"reasoning\": ");
+        run_print_str(stdout, reply->rtext.p, reply->rtext.n);
+        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
+               (unsigned long long)s->o.sp.seed, g->prompt_s * 1e3, g->gen_s * 1e3);
+        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)g->n_reused,
+               s->cache_load_s * 1e3);
+        printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
+               (long long)ds->proposed, (long long)ds->accepted, (long long)ds->passes,
+               (long long)ds->steps);
+    } else {
+        printf("\n");
+    }
+    fflush(stdout);
+    if (g->finish == ENGINE_FINISH_CONTEXT)
+        fprintf(stderr, "kinetic run: stopped at the context limit (%lld tokens); use a larger --ctx-size\n",
+                (long long)s->n_ctx);
+    /* Generated tokens after the first each cost one forward pass. */
+    int64_t n_dec = g->n > 0 ? g->n - 1 : 0;
+    if (strcmp(stop, "eog") == 0)
+        n_dec = g->n;
+    if (s->pc)
+        fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
+                (long long)g->n_reused, (long long)n_ptoks, s->cache_load_s);
+    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
+            (long long)n_ptoks, g->prompt_s, g->prompt_s > 0 ? n_ptoks / g->prompt_s : 0.0,
+            (long long)g->n, g->gen_s, g->gen_s > 0 && n_dec ? n_dec / g->gen_s : 0.0,
+            (long long)s->o.threads, (long long)ds->accepted, (long long)ds->proposed,
+            (long long)ds->passes, s->e.draft ? "" : " (off)");
+}
+
+/* --receipt FILE: the session's record with the input as given (the ids as typed, the raw
+ * text, or the messages), signed with key when not NULL. */
+static enum kn_status run_write_receipt(const struct run_opts *o, const struct session *s,
+                                        const struct run_input *in, const int32_t *ptoks,
+                                        int64_t n_ptoks, const struct session_gen *g,
+                                        const struct session_reply *reply,
+                                        const struct receipt_key *key, struct kn_err *err)
+{
+    struct json_value *input;
+    if (o->prompt_ids)
+        input = json_new_string(o->prompt_ids);
+    else if (o->raw)
+        input = json_new_stringn(in->text.p ? in->text.p : "", in->text.n);
+    else if (in->msgs)
+        input = json_clone(in->msgs);
+    else
+        input = run_messages(o->system, in->text.p ? in->text.p : "", in->text.n, err);
+    if (!input)
+        return kn_fail(err, KN_E_NOMEM, "out of memory building the receipt");
+    struct session_record rr;
+    session_record_init(s, g, &rr);
+    rr.input = input;
+    rr.prompt = ptoks;
+    rr.n_prompt = n_ptoks;
+    rr.text = reply->text.p;
+    rr.text_len = reply->text.n;
+    struct receipt rcpt = {0};
+    enum kn_status st = receipt_from_run(&rcpt, &rr, err);
+    if (st == KN_OK && key)
+        st = receipt_sign(&rcpt, key, err);
+    if (st == KN_OK)
+        st = receipt_write(&rcpt, o->receipt, err);
+    receipt_free(&rcpt);
+    json_free(input);
+    if (st == KN_OK)
+        fprintf(stderr, "kinetic run: receipt written to %s%s\n", o->receipt, key ? " (signed)" : "");
+    return st;
+}
+
 static int fail(const struct kn_err *err)
 {
     fprintf(stderr, "kinetic run: %s\n", err->msg);
@@ -429,28 +591,6 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
 
-    struct kn_err err = {0};
-    int ret = 1;
-    struct kn_buf prompt = {0};
-    struct session s = {0};
-    bool s_ok = false;
-    struct session_prompt sp = {0};
-    struct session_reply reply = {0};
-    int32_t *ids = NULL;
-    const int32_t *ptoks = NULL;
-    int64_t n_ptoks = 0;
-    struct json_value *conv = NULL;
-    const struct json_value *conv_msgs = NULL, *conv_tools = NULL;
-    char *gbnf = NULL;
-    struct json_value *rf = NULL;
-    struct grammar *gram = NULL;
-    char *stops[CLI_MAX_STRS] = {0};
-    FILE *logits_f = NULL;
-    struct receipt_key key;
-    bool have_key = false;
-    struct json_value *input = NULL;
-    struct receipt rcpt = {0};
-
     if (o.reasoning && strcmp(o.reasoning, "show") != 0 && strcmp(o.reasoning, "hide") != 0) {
         fprintf(stderr, "kinetic run: --reasoning must be show or hide, not '%s'\n", o.reasoning);
         return 2;
@@ -459,7 +599,23 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --draft-max must be in 0..256\n");
         return 2;
     }
-    /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
+    struct kn_err err = {0};
+    int ret = 1;
+    struct run_input in = {0};
+    struct session s = {0};
+    bool s_ok = false;
+    struct session_prompt sp = {0};
+    struct session_reply reply = {0};
+    char *gbnf = NULL;
+    struct json_value *rf = NULL;
+    struct grammar *gram = NULL;
+    char *stops[CLI_MAX_STRS] = {0};
+    FILE *logits_f = NULL;
+    struct receipt_key key;
+    bool have_key = false;
+
+    /* ---- stop strings, the grammar, the signing key and the prompt: mistakes in them
+     * should not cost a model load. */
     for (int i = 0; i < o.stop.n; i++)
         if (!(stops[i] = text_stop_unescape(o.stop.v[i], "--stop", &err)))
             goto out;
@@ -472,50 +628,13 @@ int cmd_run(int argc, char **argv)
         }
         goto out;
     }
-
-    /* ---- the signing key first: a bad key should not cost a model load. */
     if (o.sign_key) {
         if (receipt_key_load(o.sign_key, &key, &err) != KN_OK)
             goto out;
         have_key = true;
     }
-
-    /* ---- the prompt text, or the conversation. */
-    if (o.messages) {
-        if (json_parse_file(o.messages, NULL, &conv, &err) != KN_OK) {
-            kn_err_prefix(&err, "--messages");
-            goto out;
-        }
-        conv_msgs = json_is(conv, JSON_ARRAY) ? conv : json_get(conv, "messages");
-        conv_tools = json_is(conv, JSON_OBJECT) ? json_get(conv, "tools") : NULL;
-        if (!json_is(conv_msgs, JSON_ARRAY) || json_len(conv_msgs) == 0) {
-            kn_fail(&err, KN_E_ARG, "--messages %s: want a non-empty JSON array of messages, or an "
-                    "object with one in \"messages\"", o.messages);
-            goto out;
-        }
-    } else if (!o.prompt_ids) {
-        enum kn_status st = KN_OK;
-        if (prompt_arg && strcmp(prompt_arg, "-") != 0)
-            st = kn_buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
-        else if ((o.file && strcmp(o.file, "-") == 0) || (prompt_arg && strcmp(prompt_arg, "-") == 0))
-            st = read_stream(stdin, "standard input", &prompt, &err);
-        else if (o.file) {
-            FILE *f = fopen(o.file, "rb");
-            if (!f) {
-                kn_fail(&err, KN_E_IO, "cannot open %s: %s", o.file, strerror(errno));
-                goto out;
-            }
-            st = read_stream(f, o.file, &prompt, &err);
-            fclose(f);
-        } else {
-            kn_fail(&err, KN_E_ARG, "no prompt: give PROMPT, -f FILE or '-' for standard input");
-            goto out;
-        }
-        if (st != KN_OK)
-            goto out;
-    } else if (parse_ids(o.prompt_ids, &ids, &n_ptoks, &err) != KN_OK) {
+    if (run_read_input(&o, prompt_arg, &in, &err) != KN_OK)
         goto out;
-    }
 
     /* ---- the session: --print-prompt needs only the vocabulary and template (it also
      * works on a vocabulary-only GGUF file); token ids need no template. */
@@ -565,45 +684,26 @@ int cmd_run(int argc, char **argv)
         goto out;
     s_ok = true;
 
-    /* ---- prompt tokens: ids given, raw text, or the chat template. */
-    if (o.prompt_ids) {
-        ptoks = ids;
-    } else {
+    /* ---- prompt tokens: ids given, or the conversation through the template. */
+    const int32_t *ptoks = in.ids;
+    int64_t n_ptoks = in.n_ids;
+    if (!o.prompt_ids) {
         struct chat_message msgs[2];
         size_t nm = 0;
         if (o.system && !o.raw)
             msgs[nm++] = (struct chat_message){"system", o.system};
-        msgs[nm++] = (struct chat_message){"user", prompt.p};
-        struct session_input in = {.msgs = conv_msgs ? NULL : msgs, .n_msgs = nm,
-                                   .messages = conv_msgs, .tools = conv_tools};
-        if (session_prompt(&s, &in, true, &sp, &err) != KN_OK)
+        msgs[nm++] = (struct chat_message){"user", in.text.p};
+        struct session_input si = {.msgs = in.msgs ? NULL : msgs, .n_msgs = nm,
+                                   .messages = in.msgs, .tools = in.tools};
+        if (session_prompt(&s, &si, true, &sp, &err) != KN_OK)
             goto out;
-        ptoks = sp.ids;
-        n_ptoks = sp.n;
         if (o.print_prompt) {
-            const char *tname = chat_renderer_name(&s.cr);
-            if (o.json) {
-                printf("{\"prompt\": ");
-                run_print_str(stdout, sp.cp.text, sp.cp.len);
-                printf(", \"template\": ");
-                run_print_str(stdout, tname, strlen(tname));
-                printf(", \"source\": ");
-                run_print_str(stdout, s.cr.source, strlen(s.cr.source));
-                printf(", \"prompt_tokens\": [");
-                for (int64_t i = 0; i < n_ptoks; i++)
-                    printf(i ? ", %d" : "%d", ptoks[i]);
-                printf("]}\n");
-            } else {
-                fwrite(sp.cp.text, 1, sp.cp.len, stdout);
-                printf("\n[template %s from %s; %lld tokens:", tname, s.cr.source,
-                       (long long)n_ptoks);
-                for (int64_t i = 0; i < n_ptoks; i++)
-                    printf(" %d", ptoks[i]);
-                printf("]\n");
-            }
+            run_print_prompt(&o, &s, &sp);
             ret = 0;
             goto out;
         }
+        ptoks = sp.ids;
+        n_ptoks = sp.n;
     }
     if (n_ptoks == 0) {
         kn_fail(&err, KN_E_ARG, "the prompt is empty (and the model adds no BOS token)");
@@ -617,7 +717,6 @@ int cmd_run(int argc, char **argv)
     if (session_reply_init(&reply, &s, sp.think_inside, o.json ? NULL : stdout, show_reasoning,
                            &err) != KN_OK)
         goto out;
-
     /* ---- Warm Start: the prompt cache file, when asked for. */
     if (o.prompt_cache && !o.no_warm_start) {
         char model_hex[65];
@@ -626,86 +725,24 @@ int cmd_run(int argc, char **argv)
             goto out;
     }
 
-    /* ---- prompt, then generation. */
+    /* ---- prompt, then generation, streamed to stdout; then the result. */
     struct run_gen g = {.o = &o, .s = &s, .logits_f = logits_f, .reply = &reply, .err = &err};
     struct session_gen gen;
     if (session_generate(&s, &s.o.sp, o.n_predict, ptoks, n_ptoks, run_on_token, &g, &gen,
                          &err) != KN_OK ||
         g.failed)
         goto out;
-    const char *stop = session_stop_name(&gen);
     /* The logits the end-of-generation token was sampled from. */
-    if (strcmp(stop, "eog") == 0 && logits_f && !run_write_logits(&g))
+    if (strcmp(session_stop_name(&gen), "eog") == 0 && logits_f && !run_write_logits(&g))
         goto out;
     if (!session_reply_finish(&reply, &s)) {
         kn_fail(&err, KN_E_NOMEM, "out of memory");
         goto out;
     }
-    const struct engine_draft_stats *ds = &s.e.draft_stats;
-    if (o.json) {
-        printf("{\"prompt_tokens\": [");
-        for (int64_t i = 0; i < n_ptoks; i++)
-            printf(i ? ", %d" : "%d", ptoks[i]);
-        printf("], \"tokens\": [");
-        for (int64_t i = 0; i < gen.n; i++)
-            printf(i ? ", %d" : "%d", gen.ids[i]);
-        printf("], \"text\": ");
-        run_print_str(stdout, reply.text.p, reply.text.n);
-        printf(", \"reasoning\": ");
-        run_print_str(stdout, reply.rtext.p, reply.rtext.n);
-        printf(", \"stop\": \"%s\", \"seed\": %llu, \"prompt_ms\": %.3f, \"gen_ms\": %.3f", stop,
-               (unsigned long long)s.o.sp.seed, gen.prompt_s * 1e3, gen.gen_s * 1e3);
-        printf(", \"prompt_reused\": %lld, \"cache_load_ms\": %.3f", (long long)gen.n_reused,
-               s.cache_load_s * 1e3);
-        printf(", \"draft_proposed\": %lld, \"draft_accepted\": %lld, \"draft_passes\": %lld, \"forward_passes\": %lld}\n",
-               (long long)ds->proposed, (long long)ds->accepted, (long long)ds->passes,
-               (long long)ds->steps);
-    } else {
-        printf("\n");
-    }
-    fflush(stdout);
-    if (gen.finish == ENGINE_FINISH_CONTEXT)
-        fprintf(stderr, "kinetic run: stopped at the context limit (%lld tokens); use a larger --ctx-size\n",
-                (long long)s.n_ctx);
-    /* Generated tokens after the first each cost one forward pass. */
-    int64_t n_dec = gen.n > 0 ? gen.n - 1 : 0;
-    if (strcmp(stop, "eog") == 0)
-        n_dec = gen.n;
-    if (s.pc)
-        fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
-                (long long)gen.n_reused, (long long)n_ptoks, s.cache_load_s);
-    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
-            (long long)n_ptoks, gen.prompt_s, gen.prompt_s > 0 ? n_ptoks / gen.prompt_s : 0.0,
-            (long long)gen.n, gen.gen_s, gen.gen_s > 0 && n_dec ? n_dec / gen.gen_s : 0.0,
-            (long long)s.o.threads, (long long)ds->accepted, (long long)ds->proposed,
-            (long long)ds->passes, s.e.draft ? "" : " (off)");
-    if (o.receipt) {
-        if (o.prompt_ids)
-            input = json_new_string(o.prompt_ids);
-        else if (o.raw)
-            input = json_new_stringn(prompt.p ? prompt.p : "", prompt.n);
-        else if (conv_msgs)
-            input = json_clone(conv_msgs);
-        else
-            input = run_messages(o.system, prompt.p ? prompt.p : "", prompt.n, &err);
-        if (!input) {
-            kn_fail(&err, KN_E_NOMEM, "out of memory building the receipt");
-            goto out;
-        }
-        struct session_record rr;
-        session_record_init(&s, &gen, &rr);
-        rr.input = input;
-        rr.prompt = ptoks;
-        rr.n_prompt = n_ptoks;
-        rr.text = reply.text.p;
-        rr.text_len = reply.text.n;
-        if (receipt_from_run(&rcpt, &rr, &err) != KN_OK ||
-            (have_key && receipt_sign(&rcpt, &key, &err) != KN_OK) ||
-            receipt_write(&rcpt, o.receipt, &err) != KN_OK)
-            goto out;
-        fprintf(stderr, "kinetic run: receipt written to %s%s\n", o.receipt,
-                have_key ? " (signed)" : "");
-    }
+    run_print_result(&o, &s, &gen, &reply, ptoks, n_ptoks);
+    if (o.receipt && run_write_receipt(&o, &s, &in, ptoks, n_ptoks, &gen, &reply,
+                                       have_key ? &key : NULL, &err) != KN_OK)
+        goto out;
     if (session_save_cache(&s, &err) != KN_OK)
         goto out;
     ret = 0;
@@ -713,8 +750,6 @@ int cmd_run(int argc, char **argv)
 out:
     if (have_key)
         receipt_key_wipe(&key);
-    receipt_free(&rcpt);
-    json_free(input);
     if (ret && err.msg[0])
         fail(&err);
     if (logits_f && fclose(logits_f) != 0 && ret == 0) {
@@ -730,8 +765,6 @@ out:
     json_free(rf);
     for (int i = 0; i < CLI_MAX_STRS; i++)
         free(stops[i]);
-    free(ids);
-    json_free(conv);
-    free(prompt.p);
+    run_input_free(&in);
     return ret;
 }

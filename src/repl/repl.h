@@ -35,7 +35,7 @@ struct repl_opts {
     const char *kv_type;          /* "f32" or "f16" */
     struct sample_params sp;      /* the seed included */
     int64_t n_predict;            /* -1: until end of generation or the context limit */
-    int64_t ctx_size;             /* 0: min(model's, 4096) */
+    int64_t ctx_size;             /* 0: the session's default, min(model's, 4096) */
     int64_t batch;                /* prompt tokens per forward pass */
     int threads;
     bool zero_wait;               /* pre-evaluate the line being typed (repl_prefill) */
@@ -54,7 +54,9 @@ struct repl_opts {
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
 };
 
-/* Loads the model, its tokenizer and template, and an engine; reads the signing key. */
+/* Opens the session of `kinetic run` (session_open: model, tokenizer, template, engine,
+ * sampler, grammar and stop strings, with its defaults for the zero / NULL options) and
+ * reads the signing key. */
 KN_MUST_USE enum kn_status repl_open(struct repl **out, const struct repl_opts *o,
                                      struct kn_err *err);
 void repl_close(struct repl *r);
