@@ -223,6 +223,47 @@ static void test_plain_and_json_messages(void)
     session_close(&s);
 }
 
+/* A template that ends the prompt with the open marker makes the reply start inside the
+ * reasoning (the rule run, chat and serve share); the same template without it does not. */
+static void test_think_inside(void)
+{
+    static const char *const tmpl[2] = {
+        "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}Answer:{% endif %}",
+        "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}Answer: <think>\n{% endif %}",
+    };
+    for (int k = 0; k < 2; k++) {
+        char path[] = "/tmp/kn_test_session_XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0)
+            return;
+        CHECK(write(fd, tmpl[k], strlen(tmpl[k])) == (ssize_t)strlen(tmpl[k]));
+        close(fd);
+        struct session_opts o;
+        session_opts_default(&o);
+        o.level = SESSION_VOCAB;
+        o.chat_template = path;
+        struct session s;
+        struct kn_err err = {0};
+        bool ok = open_aid(&s, &o, &err);
+        CHECKF(ok, "%s", err.msg);
+        unlink(path);
+        if (!ok)
+            continue;
+        CHECK_STR(s.think_open, "<think>"); /* the conventional pair: the vocabulary has none */
+        CHECK(!s.think_native);
+        struct chat_message m = {"user", "Why is the sky blue?"};
+        struct session_input in = {.msgs = &m, .n_msgs = 1};
+        struct session_prompt p;
+        CHECKF(session_prompt(&s, &in, true, &p, &err) == KN_OK, "%s", err.msg);
+        CHECK(p.think_inside == (k == 1));
+        session_prompt_free(&p);
+        session_close(&s);
+    }
+}
+
 int main(void)
 {
     test_defaults();
@@ -230,5 +271,6 @@ int main(void)
     test_stops();
     test_generate();
     test_plain_and_json_messages();
+    test_think_inside();
     CHECK_DONE();
 }
