@@ -59,7 +59,8 @@ struct srv_backend {
     const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
-    const char *cache_type;    /* the slots' KV cache type, "f32" or "f16"; for receipts */
+    const char *cache_type;    /* the slots' KV cache type, "f32" or "f16" (the session's
+                                * kv_name), for receipts; NULL for the toy, which makes none */
     int n_slots;
     int64_t max_batch;         /* most tokens in one forward call */
     size_t max_piece;          /* longest token piece in bytes */
