@@ -45,6 +45,24 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
                 const char *json_schema_file, char **gbnf, struct json_value **rf,
                 struct grammar **g, struct kn_err *err);
 
+/* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):
+ * --temp, --top-k, ..., -s/--seed, -n/--n-predict; help text, default and range from the
+ * table. */
+struct sample_params;
+struct cli_sampling {
+    const char *text[32];  /* the value given for each row (SAMPLE_MAX_SETTINGS), or NULL */
+    char help[32][320];
+};
+/* Writes the sampling options, then own (up to its NULL row), then a NULL row into out
+ * (cap rows); returns false when cap is too small. */
+bool cli_sampling_opts(struct cli_sampling *cs, const struct cli_opt *own, struct cli_opt *out,
+                       int cap);
+/* Sets p to the defaults with the flags given applied; a bad value prints
+ * "kinetic CMD: <the table's message>" and returns 2 (a usage error), else 0. */
+int cli_sampling_apply(const char *cmd, const struct cli_sampling *cs, struct sample_params *p);
+/* Whether the flag of the row named name was given. */
+bool cli_sampling_given(const struct cli_sampling *cs, const char *name);
+
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
