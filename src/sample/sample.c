@@ -70,17 +70,17 @@ enum kn_status sample_chain_parse(struct sample_params *p, const char *text, str
         int step;
         if (!sample_step_parse(s, (size_t)(e - s), &step))
             return kn_fail(err, KN_E_ARG,
-                           "unknown sampler '%.*s' in the chain; use penalties, dry, top_n_sigma, "
-                           "top_k, typ_p, top_p, min_p, xtc, temperature",
+                           "samplers: unknown sampler '%.*s' in the chain; use penalties, dry, "
+                           "top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature",
                            (int)(e - s), s);
         if (n == SAMPLE_MAX_CHAIN)
-            return kn_fail(err, KN_E_ARG, "the sampler chain has more than %d steps",
+            return kn_fail(err, KN_E_ARG, "samplers: the chain has more than %d steps",
                            SAMPLE_MAX_CHAIN);
         p->samplers[n++] = (uint8_t)step;
         s = e;
     }
     if (n == 0)
-        return kn_fail(err, KN_E_ARG, "the sampler chain is empty; name at least one step");
+        return kn_fail(err, KN_E_ARG, "samplers: the chain is empty; name at least one step");
     p->n_samplers = n;
     return KN_OK;
 }

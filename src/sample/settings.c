@@ -461,6 +461,10 @@ static void float_text(float f, char *buf, size_t n)
         snprintf(buf, n, f > 0 ? "inf" : "-inf");
         return;
     }
+    if (f == floorf(f) && fabsf(f) < 1e9f) { /* "100", not "1e+02" */
+        snprintf(buf, n, "%.0f", (double)f);
+        return;
+    }
     for (int d = 1; d <= 9; d++) {
         snprintf(buf, n, "%.*g", d, (double)f);
         if (strtof(buf, NULL) == f)
