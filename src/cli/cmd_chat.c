@@ -175,13 +175,11 @@ int cmd_chat(int argc, char **argv)
     char *stops[CLI_MAX_STRS] = {0};
     struct kn_err err = {0};
     for (int i = 0; i < stop.n; i++)
-        if (!(stops[i] = text_stop_unescape(stop.v[i], "--stop", &err)) || !stops[i][0]) {
-            fprintf(stderr, "kinetic chat: %s\n",
-                    stops[i] ? "--stop needs a non-empty TEXT (an empty one would end every "
-                               "answer at once)" : err.msg);
-            for (int j = 0; j <= i; j++)
+        if (!(stops[i] = text_stop_unescape(stop.v[i], "--stop", &err))) {
+            fprintf(stderr, "kinetic chat: %s\n", err.msg);
+            for (int j = 0; j < i; j++)
                 free(stops[j]);
-            return stops[i] || err.status != KN_E_NOMEM ? 2 : 1;
+            return err.status == KN_E_NOMEM ? 1 : 2;
         }
 
     /* Wide characters in libedit follow LC_CTYPE; numbers keep the C locale. */
