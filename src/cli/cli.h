@@ -53,13 +53,13 @@ struct cli_sampling {
     const char *text[32];  /* the value given for each row (SAMPLE_MAX_SETTINGS), or NULL */
     char help[32][320];
 };
-/* Writes the sampling options, then own (up to its NULL row), then a NULL row into out
- * (cap rows); returns false when cap is too small. */
-bool cli_sampling_opts(struct cli_sampling *cs, const struct cli_opt *own, struct cli_opt *out,
-                       int cap);
-/* Sets p to the defaults with the flags given applied; a bad value prints
- * "kinetic CMD: <the table's message>" and returns 2 (a usage error), else 0. */
-int cli_sampling_apply(const char *cmd, const struct cli_sampling *cs, struct sample_params *p);
+/* cli_parse over the sampling options followed by own (up to its NULL row), then the
+ * sampling flags applied over the defaults into *p (a bad value prints "kinetic CMD:
+ * <the table's message>"). Returns 0 to go on, -1 when --help was printed (more_help
+ * after the options; exit 0), else the exit status (2: usage). */
+int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help, int argc,
+                       char **argv, const struct cli_opt *own, struct cli_sampling *cs,
+                       struct sample_params *p, const char **pos, int max_pos, int *n_pos);
 /* Whether the flag of the row named name was given. */
 bool cli_sampling_given(const struct cli_sampling *cs, const char *name);
 

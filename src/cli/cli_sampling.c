@@ -33,32 +33,32 @@ static void row_help(const struct sample_setting *s, char *buf, size_t n)
     free(b.p);
 }
 
-bool cli_sampling_opts(struct cli_sampling *cs, const struct cli_opt *own, struct cli_opt *out,
-                       int cap)
+int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help, int argc,
+                       char **argv, const struct cli_opt *own, struct cli_sampling *cs,
+                       struct sample_params *p, const char **pos, int max_pos, int *n_pos)
 {
+    struct cli_opt opts[SAMPLE_MAX_SETTINGS + 64];
+    const int cap = (int)(sizeof opts / sizeof opts[0]);
     int k = 0;
     for (size_t i = 0; i < sample_n_settings; i++) {
         const struct sample_setting *s = &sample_settings[i];
-        if (k >= cap)
-            return false;
         cs->text[i] = NULL;
         row_help(s, cs->help[i], sizeof cs->help[i]);
-        out[k++] = (struct cli_opt){s->flag, s->short_flag, CLI_STR, &cs->text[i], s->metavar,
-                                    cs->help[i], NULL};
+        opts[k++] = (struct cli_opt){s->flag, s->short_flag, CLI_STR, &cs->text[i], s->metavar,
+                                     cs->help[i], NULL};
     }
     for (const struct cli_opt *o = own; o->name; o++) {
-        if (k >= cap)
-            return false;
-        out[k++] = *o;
+        assert(k < cap - 1 && "raise the option capacity");
+        opts[k++] = *o;
     }
-    if (k >= cap)
-        return false;
-    out[k] = (struct cli_opt){NULL, 0, 0, NULL, NULL, NULL, NULL};
-    return true;
-}
-
-int cli_sampling_apply(const char *cmd, const struct cli_sampling *cs, struct sample_params *p)
-{
+    opts[k] = (struct cli_opt){NULL, 0, 0, NULL, NULL, NULL, NULL};
+    int rc = cli_parse(cmd, usage, argc, argv, opts, pos, max_pos, n_pos);
+    if (rc == 1) {
+        fputs(more_help, stdout);
+        return -1;
+    }
+    if (rc)
+        return rc;
     sample_params_default(p);
     for (size_t i = 0; i < sample_n_settings; i++) {
         struct kn_err err = {0};

@@ -12,6 +12,7 @@
 #include "sample/sample.h"
 #include "text/text.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <langinfo.h>
@@ -21,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* --stop takes as many strings as the engine and the server take (one limit). */
+static_assert(CLI_MAX_STRS == TEXT_MAX_STOPS, "--stop repeats up to TEXT_MAX_STOPS times");
 
 static const char *const chat_usage = "MODEL.gguf [options]";
 
@@ -139,21 +143,13 @@ int cmd_chat(int argc, char **argv)
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     struct cli_sampling cs;
-    struct cli_opt opts[96];
-    if (!cli_sampling_opts(&cs, own, opts, 96))
-        return 1;
+    struct sample_params sp;
     const char *pos[1];
     int n_pos = 0;
-    int rc = cli_parse("chat", chat_usage, argc, argv, opts, pos, 1, &n_pos);
-    if (rc == 1) {
-        fputs(chat_more_help, stdout);
-        return 0;
-    }
+    int rc = cli_parse_sampling("chat", chat_usage, chat_more_help, argc, argv, own, &cs, &sp, pos, 1,
+                                &n_pos);
     if (rc)
-        return rc;
-    struct sample_params sp;
-    if ((rc = cli_sampling_apply("chat", &cs, &sp)))
-        return rc;
+        return rc < 0 ? 0 : rc;
     if (n_pos < 1) {
         fprintf(stderr, "kinetic chat: give a model file; see 'kinetic chat --help'\n");
         return 2;

@@ -16,12 +16,16 @@
 #include "text/text.h"
 #include "token/tok.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* --stop takes as many strings as the engine and the server take (one limit). */
+static_assert(CLI_MAX_STRS == TEXT_MAX_STOPS, "--stop repeats up to TEXT_MAX_STOPS times");
 
 static const char *const run_usage =
     "MODEL.gguf [PROMPT | -] [options]";
@@ -324,22 +328,13 @@ int cmd_run(int argc, char **argv)
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     struct cli_sampling cs;
-    struct cli_opt opts[96];
-    if (!cli_sampling_opts(&cs, own, opts, 96))
-        return 1;
+    struct sample_params spar;
     const char *pos[2];
     int n_pos = 0;
-    int rc = cli_parse("run", run_usage, argc, argv, opts, pos, 2, &n_pos);
-    if (rc == 1) {
-        fputs(run_more_help, stdout);
-        return 0;
-    }
+    int rc = cli_parse_sampling("run", run_usage, run_more_help, argc, argv, own, &cs, &spar, pos, 2,
+                                &n_pos);
     if (rc)
-        return rc;
-    /* Sampling settings: checked against the table's ranges before anything is loaded. */
-    struct sample_params spar;
-    if ((rc = cli_sampling_apply("run", &cs, &spar)))
-        return rc;
+        return rc < 0 ? 0 : rc;
     if (n_pos < 1) {
         fprintf(stderr, "kinetic run: give a model file; see 'kinetic run --help'\n");
         return 2;

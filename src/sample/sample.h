@@ -129,8 +129,8 @@ const struct sample_setting *sample_setting_find(const char *name);
  * must be between 0 and 100, not 150". */
 KN_MUST_USE enum kn_status sample_setting_parse(const struct sample_setting *s, const char *text,
                                                 struct sample_params *p, struct kn_err *err);
-/* Sets the row's field from a JSON value (null: -1 for n_predict, else untouched), with
- * the same checks and messages. */
+/* Sets the row's field from a JSON value (n_predict: null is -1, no limit), with the same
+ * checks and messages. */
 KN_MUST_USE enum kn_status sample_setting_read(const struct sample_setting *s,
                                                const struct json_value *v,
                                                struct sample_params *p, struct kn_err *err);
@@ -197,6 +197,12 @@ enum {
     SAMPLE_READ_BASE = 2,
     SAMPLE_READ_STRICT = 4,
 };
+/* The value of row s in obj and the key it was found under (key may be NULL), or NULL:
+ * its key, or with SAMPLE_READ_ALIASES its aliases first, then its key and name, where
+ * null means "not given" (except for n_predict, where it means no limit). */
+const struct json_value *sample_setting_lookup(const struct sample_setting *s,
+                                               const struct json_value *obj, unsigned how,
+                                               const char **key);
 /* Reads the rows present in obj into p (others untouched: call sample_params_default
  * first), each checked by sample_setting_read, so errors name the setting and its range.
  * logit_bias may also be OpenAI's object form {"123": -100, ...} and samplers a string

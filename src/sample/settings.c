@@ -371,6 +371,10 @@ static enum kn_status breakers_json(const struct json_value *v, struct sample_pa
 static enum kn_status chain_json(const struct json_value *v, struct sample_params *p,
                                  struct kn_err *err)
 {
+    if (json_is(v, JSON_STRING) && strcmp(json_str(v), "default") == 0) {
+        p->n_samplers = 0;
+        return KN_OK;
+    }
     if (json_is(v, JSON_STRING))
         return sample_chain_parse(p, json_str(v), err);
     if (!json_is(v, JSON_ARRAY) || json_len(v) == 0 || json_len(v) > SAMPLE_MAX_CHAIN)
@@ -601,9 +605,8 @@ enum kn_status sample_setting_read(const struct sample_setting *s, const struct 
 {
     enum kn_status st;
     char lb[80];
-    if (json_is(v, JSON_NULL)) {
-        if (s->type == SAMPLE_T_INT64)
-            store_int(s, p, -1);
+    if (json_is(v, JSON_NULL) && s->type == SAMPLE_T_INT64) {
+        store_int(s, p, -1); /* no limit */
         return KN_OK;
     }
     switch (s->type) {
@@ -621,6 +624,8 @@ enum kn_status sample_setting_read(const struct sample_setting *s, const struct 
         double d;
         if (json_int(v, &i)) {
             st = set_int(s, i, p, err);
+        } else if (json_double(v, &d) && d == floor(d) && fabs(d) < 9.2e18) {
+            st = set_int(s, (int64_t)d, p, err); /* 2.0 */
         } else if (json_double(v, &d) && d == floor(d) && isfinite(d)) {
             char shown[48]; /* a whole number beyond int64 */
             snprintf(shown, sizeof shown, "%.0f", d);
@@ -710,14 +715,50 @@ enum kn_status sample_params_json_write(const struct sample_params *p, struct js
     return KN_OK;
 }
 
+/* Whether k names row s in a JSON object read with how: its key, or with
+ * SAMPLE_READ_ALIASES also its aliases and its name. */
+static bool json_key_of(const struct sample_setting *s, const char *k, unsigned how)
+{
+    if (strcmp(k, s->key) == 0)
+        return true;
+    if (!(how & SAMPLE_READ_ALIASES))
+        return false;
+    return strcmp(k, s->name) == 0 || (s->alias[0] && strcmp(k, s->alias[0]) == 0) ||
+           (s->alias[1] && strcmp(k, s->alias[1]) == 0);
+}
+
+const struct json_value *sample_setting_lookup(const struct sample_setting *s,
+                                               const struct json_value *obj, unsigned how,
+                                               const char **key)
+{
+    const char *keys[4] = {s->key, NULL, NULL, NULL};
+    if (how & SAMPLE_READ_ALIASES) {
+        keys[0] = s->alias[0];
+        keys[1] = s->alias[1];
+        keys[2] = s->key;
+        keys[3] = strcmp(s->name, s->key) != 0 ? s->name : NULL;
+    }
+    for (int k = 0; k < 4; k++) {
+        const struct json_value *v = keys[k] ? json_get(obj, keys[k]) : NULL;
+        if (v && (!(how & SAMPLE_READ_ALIASES) || !json_is(v, JSON_NULL) ||
+                  s->type == SAMPLE_T_INT64)) {
+            if (key)
+                *key = keys[k];
+            return v;
+        }
+    }
+    return NULL;
+}
+
 enum kn_status sample_params_json_read(const struct json_value *obj, struct sample_params *p,
                                        unsigned how, const char *const *extra, struct kn_err *err)
 {
     if (how & SAMPLE_READ_STRICT)
         for (size_t i = 0; i < json_len(obj); i++) {
             const char *k = obj->u.object.items[i].key;
-            const struct sample_setting *s = sample_setting_find(k);
-            bool known = s && (strcmp(k, s->key) == 0 || (how & SAMPLE_READ_ALIASES));
+            bool known = false;
+            for (size_t r = 0; r < sample_n_settings && !known; r++)
+                known = json_key_of(&sample_settings[r], k, how);
             for (const char *const *q = extra; q && *q && !known; q++)
                 known = strcmp(*q, k) == 0;
             if (!known)
@@ -725,24 +766,10 @@ enum kn_status sample_params_json_read(const struct json_value *obj, struct samp
         }
     for (size_t i = 0; i < sample_n_settings; i++) {
         const struct sample_setting *s = &sample_settings[i];
-        const struct json_value *v = json_get(obj, s->key);
-        if (how & SAMPLE_READ_ALIASES) {
-            for (int a = 0; a < 2 && s->alias[a]; a++)
-                if (json_get(obj, s->alias[a])) {
-                    v = json_get(obj, s->alias[a]);
-                    break;
-                }
-            if (!v && strcmp(s->name, s->key) != 0)
-                v = json_get(obj, s->name);
-        }
+        const struct json_value *v = sample_setting_lookup(s, obj, how, NULL);
         if (!v) {
             if ((how & SAMPLE_READ_BASE) && s->always)
                 return kn_fail(err, KN_E_FORMAT, "%s is missing", s->key);
-            continue;
-        }
-        if (s->type == SAMPLE_T_CHAIN && json_is(v, JSON_STRING) &&
-            strcmp(json_str(v), "default") == 0) {
-            p->n_samplers = 0;
             continue;
         }
         enum kn_status st = sample_setting_read(s, v, p, err);

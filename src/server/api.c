@@ -523,18 +523,13 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
      * run, chat, /set and receipts. A limit beyond the context just ends with "length". */
     for (size_t i = 0; i < sample_n_settings; i++) {
         const struct sample_setting *ss = &sample_settings[i];
-        const char *keys[4] = {ss->alias[0], ss->alias[1], ss->key, NULL};
-        for (int k = 0; k < 3; k++) {
-            const struct json_value *v = keys[k] ? json_get(body, keys[k]) : NULL;
-            if (!v || json_is(v, JSON_NULL))
-                continue; /* null: not given */
-            struct kn_err serr = {0};
-            if (sample_setting_read(ss, v, &r->sampling, &serr) != KN_OK)
-                return serr.status == KN_E_NOMEM ? OOM(e) : BAD(e, keys[k], "%s", serr.msg);
-            if (ss->type == SAMPLE_T_SEED)
-                r->seed_given = true;
-            break; /* the first key given wins */
-        }
+        const char *key = NULL;
+        const struct json_value *v = sample_setting_lookup(ss, body, SAMPLE_READ_ALIASES, &key);
+        struct kn_err serr = {0};
+        if (v && sample_setting_read(ss, v, &r->sampling, &serr) != KN_OK)
+            return serr.status == KN_E_NOMEM ? OOM(e) : BAD(e, key, "%s", serr.msg);
+        if (v && ss->type == SAMPLE_T_SEED)
+            r->seed_given = true;
     }
     /* 0: the server's default (--n-predict, else the rest of the context) */
     r->max_tokens = r->sampling.n_predict < 0 ? 0 : r->sampling.n_predict;
