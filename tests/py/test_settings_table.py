@@ -6,8 +6,9 @@ message by `kinetic run` (exit 2), `kinetic chat` (flags: exit 2; piped `/set`),
 (400, under the key and each of its aliases) and a hand-edited receipt (verify-receipt,
 exit 3). An in-range value other than the default, for every row at once, round-trips
 through run's receipt, chat's /set, /save, /load and receipt, and the server's receipt,
-each verifying `identical`. Receipts written before the table (tests/data/receipts_v1,
-made by the build before it) still verify `identical`. Model: aidreams260K (tiny, fast)."""
+each verifying `identical`. Receipts written before the table (tests/data/receipts/
+settings_*.json: every sampler, run, chat and serve) are checked by
+test_receipt_fixtures.py. Model: aidreams260K (tiny, fast)."""
 import copy
 import json
 import os
@@ -23,7 +24,6 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("KN_BUILD", os.path.join(SOURCE, "build"))
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-FIXTURES = os.path.join(SOURCE, "tests", "data", "receipts_v1")
 
 EXIT_USAGE, EXIT_MALFORMED = 2, 3
 
@@ -259,13 +259,3 @@ def test_help_lists_every_row():
         out = run(cmd, "--help").stdout
         for row in TABLE:
             assert f"--{row['flag']} " in out, (cmd, row["flag"])
-
-
-# ---------------------------------------------------------------- receipts from before
-
-def test_receipts_from_before_the_table_verify():
-    files = sorted(f for f in os.listdir(FIXTURES) if f.endswith(".json"))
-    assert len(files) >= 8
-    for f in files:
-        rc, out = verify(os.path.join(FIXTURES, f))
-        assert rc == 0 and "identical" in out, (f, out)
