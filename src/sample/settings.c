@@ -53,7 +53,7 @@ const struct sample_setting sample_settings[] = {
      false, "0: off", true, on_min_p, "F", "drop tokens below F times the top probability"},
     {"repeat_penalty", "repeat_penalty", {NULL, NULL}, "repeat-penalty", 0, SAMPLE_T_FLOAT,
      OFF(repeat_penalty), 1.1, 0, 100, true, false, "1: off", true, on_penalties, "F",
-     "divide recent tokens' positive logits by F"},
+     "penalise recent tokens (positive logits divided by F, negative ones multiplied)"},
     {"presence_penalty", "presence_penalty", {NULL, NULL}, "presence-penalty", 0,
      SAMPLE_T_FLOAT, OFF(presence_penalty), 0, -100, 100, false, false, "0: off", true,
      on_penalties, "F", "subtract F from recent tokens' logits"},
