@@ -55,8 +55,9 @@ struct cli_sampling {
 };
 /* cli_parse over the sampling options followed by own (up to its NULL row), then the
  * sampling flags applied over the defaults into *p (a bad value prints "kinetic CMD:
- * <the table's message>"). Returns 0 to go on, -1 when --help was printed (more_help
- * after the options; exit 0), else the exit status (2: usage). */
+ * <the table's message>"), and at least one positional (the model file). Returns 0 to go
+ * on, -1 when --help was printed (more_help after the options; exit 0), else the exit
+ * status (2: usage). */
 int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help, int argc,
                        char **argv, const struct cli_opt *own, struct cli_sampling *cs,
                        struct sample_params *p, const char **pos, int max_pos, int *n_pos);

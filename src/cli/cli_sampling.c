@@ -59,6 +59,10 @@ int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help
     }
     if (rc)
         return rc;
+    if (*n_pos < 1) {
+        fprintf(stderr, "kinetic %s: give a model file; see 'kinetic %s --help'\n", cmd, cmd);
+        return 2;
+    }
     sample_params_default(p);
     for (size_t i = 0; i < sample_n_settings; i++) {
         struct kn_err err = {0};

@@ -150,10 +150,6 @@ int cmd_chat(int argc, char **argv)
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (n_pos < 1) {
-        fprintf(stderr, "kinetic chat: give a model file; see 'kinetic chat --help'\n");
-        return 2;
-    }
     if (threads < 1 || threads > 256 || batch < 1 || batch > 65536) {
         fprintf(stderr, "kinetic chat: --threads must be in 1..256 and --batch-size in 1..65536\n");
         return 2;

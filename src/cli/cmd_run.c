@@ -335,10 +335,6 @@ int cmd_run(int argc, char **argv)
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (n_pos < 1) {
-        fprintf(stderr, "kinetic run: give a model file; see 'kinetic run --help'\n");
-        return 2;
-    }
     if (strcmp(o.device, "cpu") != 0) {
         if (strcmp(o.device, "cuda") == 0 || strcmp(o.device, "vulkan") == 0)
             fprintf(stderr, "kinetic run: --device %s is not available in this build; use --device cpu\n", o.device);

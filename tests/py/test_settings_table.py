@@ -204,6 +204,22 @@ def test_chat_set_save_load_receipt(work):
     assert json.load(open(r3))["sampling"] == json.load(open(r1))["sampling"]
 
 
+def test_chat_loads_a_file_saved_before_the_table(work):
+    # /save files from before wrote the nine first settings under their /set names
+    # (n_predict, not max_tokens) and nothing of the newer samplers
+    old = os.path.join(work, "old_save.json")
+    json.dump({"format": "kinetic-chat-1", "model": "aidreams260K.gguf",
+               "messages": [{"role": "user", "content": "Once"}, {"role": "assistant", "content": " upon"}],
+               "settings": {"temperature": 0.5, "top_k": 7, "top_p": 0.9, "min_p": 0.0,
+                            "repeat_penalty": 1.0, "repeat_last_n": 16, "presence_penalty": 0.0,
+                            "frequency_penalty": 0.0, "n_predict": 3, "seed": 5, "stop": []}},
+              open(old, "w"))
+    p = run("chat", AIDREAMS, "--mirostat", "2", stdin=f"/load {old}\n/set\n")
+    assert p.returncode == 0 and "cannot load" not in p.stdout, p.stdout
+    assert "temperature 0.5, top_k 7, top_p 0.9, min_p 0, repeat_penalty 1" in p.stdout, p.stdout
+    assert "seed 5, n_predict 3" in p.stdout and "mirostat 2," in p.stdout  # not in the file: kept
+
+
 def test_server_records_every_row(server, work):
     body = {"prompt": "Once upon a time", "receipt": True}
     for name, (_, want) in GOOD.items():
