@@ -13,23 +13,22 @@
 
 static_assert(SAMPLE_MAX_SETTINGS <= 32, "struct cli_sampling holds 32 rows");
 
-/* "sampling temperature: between 0 and 100 (0: greedy); default 0.8" */
+/* "sampling temperature: between 0 and 100 (0: greedy); default 0.8" (the seed has no
+ * default: run and chat draw a fresh one; the chain's default is said by its help). */
 static void row_help(const struct sample_setting *s, char *buf, size_t n)
 {
+    char range[160] = "";
     bool numeric = s->type == SAMPLE_T_FLOAT || s->type == SAMPLE_T_INT ||
                    s->type == SAMPLE_T_INT64 || s->type == SAMPLE_T_SEED;
-    if (!numeric) {
-        snprintf(buf, n, "%s", s->help);
-        return;
-    }
-    char range[160];
-    sample_setting_range(s, range, sizeof range);
+    if (numeric)
+        sample_setting_range(s, range, sizeof range);
     struct sample_params d;
     sample_params_default(&d);
     struct kn_buf b = {0};
-    bool have_def = s->type != SAMPLE_T_SEED && sample_setting_format(s, &d, &b);
-    snprintf(buf, n, "%s: %s%s%s", s->help, range, have_def ? "; default " : "",
-             have_def ? b.p : "");
+    bool have_def = s->type != SAMPLE_T_SEED && s->type != SAMPLE_T_CHAIN &&
+                    sample_setting_format(s, &d, &b);
+    snprintf(buf, n, "%s%s%s%s%s", s->help, numeric ? ": " : "", range,
+             have_def ? "; default " : "", have_def ? b.p : "");
     free(b.p);
 }
 

@@ -92,8 +92,7 @@ const struct sample_setting sample_settings[] = {
      on_dry, "N", "DRY: tokens to look back at"},
     {"dry_sequence_breakers", "dry_sequence_breakers", {NULL, NULL}, "dry-sequence-breakers", 0,
      SAMPLE_T_BREAKERS, OFF(dry_breakers), 0, 0, 0, false, false, NULL, false, on_dry, "JSON",
-     "DRY: strings that end a repeat, a JSON array such as '[\"\\n\", \":\"]' (default "
-     "[\"\\n\", \":\", \"\\\"\", \"*\"]), or none"},
+     "DRY: strings that end a repeat, a JSON array such as '[\"\\n\", \":\"]', or none"},
     {"mirostat", "mirostat", {NULL, NULL}, "mirostat", 0, SAMPLE_T_INT, OFF(mirostat), 0, 0, 2,
      false, false, "0: off", false, on_mirostat, "N", "Mirostat version 1 or 2"},
     {"mirostat_tau", "mirostat_tau", {NULL, NULL}, "mirostat-ent", 0, SAMPLE_T_FLOAT,
@@ -106,11 +105,11 @@ const struct sample_setting sample_settings[] = {
      false, false, NULL, false, on_min_keep, "N", "samplers keep at least N candidates"},
     {"logit_bias", "logit_bias", {NULL, NULL}, "logit-bias", 0, SAMPLE_T_BIAS, OFF(logit_bias), 0,
      0, 0, false, false, NULL, false, on_bias, "LIST",
-     "add to token logits: ID+B,ID-B; ID-inf bans a token (default none)"},
+     "add to token logits: ID+B,ID-B,...; ID-inf bans a token; none: no bias"},
     {"samplers", "samplers", {NULL, NULL}, "samplers", 0, SAMPLE_T_CHAIN, OFF(samplers), 0, 0, 0,
      false, false, NULL, false, on_chain, "LIST",
-     "sampler order, e.g. \"penalties;top_k;top_p;min_p;temperature\" (default: that of "
-     "llama.cpp)"},
+     "sampler order, e.g. \"penalties;top_k;top_p;min_p;temperature\"; default: llama.cpp's "
+     "order"},
 };
 const size_t sample_n_settings = sizeof sample_settings / sizeof sample_settings[0];
 static_assert(sizeof sample_settings / sizeof sample_settings[0] <= SAMPLE_MAX_SETTINGS,
