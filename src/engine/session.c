@@ -18,7 +18,6 @@ void session_opts_default(struct session_opts *o)
     memset(o, 0, sizeof *o);
     o->level = SESSION_ENGINE;
     sample_params_default(&o->sp);
-    o->max_tokens = -1;
 }
 
 int session_default_threads(void)
@@ -102,10 +101,8 @@ static enum kn_status open_engine(struct session *s, const char *const *stop, in
 {
     const struct session_opts *o = &s->o;
     enum kn_status st;
-    for (int32_t i = 0; i < o->sp.n_logit_bias; i++)
-        if (o->sp.logit_bias[i].id >= s->n_vocab)
-            return kn_fail(err, KN_E_ARG, "--logit-bias: token %d is outside the vocabulary of %lld",
-                           o->sp.logit_bias[i].id, (long long)s->n_vocab);
+    if ((st = sample_params_check_vocab(&o->sp, s->n_vocab, err)) != KN_OK)
+        return st;
     struct engine_params ep = {.n_ctx = s->n_ctx, .n_batch = s->n_batch, .kv_type = s->kv_type,
                                .no_draft = o->no_draft, .draft_max = o->draft_max};
     if ((st = engine_init(&s->e, s->m, s->pool, &ep, err)) != KN_OK)
@@ -256,9 +253,8 @@ void session_prompt_free(struct session_prompt *p)
 /* ================================================================ generation */
 
 enum kn_status session_generate(struct session *s, const struct sample_params *sp,
-                                int64_t max_tokens, const int32_t *prompt, int64_t n_prompt,
-                                engine_token_fn on_token, void *ctx, struct session_gen *out,
-                                struct kn_err *err)
+                                const int32_t *prompt, int64_t n_prompt, engine_token_fn on_token,
+                                void *ctx, struct session_gen *out, struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
     out->ids = s->gen;
@@ -275,7 +271,7 @@ enum kn_status session_generate(struct session *s, const struct sample_params *s
     double t1 = kn_now();
     if (s->gstate)
         grammar_state_reset(s->gstate); /* each generation starts the grammar afresh */
-    st = engine_generate(&s->e, s->tk, &s->sctx, sp, max_tokens, on_token, ctx, s->gen, &out->n,
+    st = engine_generate(&s->e, s->tk, &s->sctx, sp, sp->n_predict, on_token, ctx, s->gen, &out->n,
                          &out->finish, err);
     out->by_string = engine_stop_matched(&s->e) >= 0;
     out->prompt_s = t1 - t0;
@@ -401,7 +397,7 @@ void session_record_init(const struct session *s, const struct session_gen *g,
     *r = (struct session_record){
         .model_path = s->o.model_path,
         .sampling = &s->o.sp,
-        .max_tokens = s->o.max_tokens,
+        .max_tokens = s->o.sp.n_predict,
         .stop = (const char *const *)s->stops,
         .n_stop = s->n_stop,
         .ctx_size = s->n_ctx,

@@ -62,9 +62,9 @@ struct session_opts {
     const char *kv_type;       /* "f32" or "f16" */
     bool no_draft;
     int32_t draft_max;         /* 0: the engine's default */
-    /* Sampling (SESSION_ENGINE): checked, logit-bias ids against the vocabulary too. */
+    /* Sampling (SESSION_ENGINE), n_predict included: checked, logit-bias ids against the
+     * vocabulary too. */
     struct sample_params sp;
-    int64_t max_tokens;        /* -1: until the end or the context limit */
     const char *const *stop;   /* n_stop non-empty strings (copied) */
     int n_stop;
     /* A grammar every generation follows (NULL: none), its GBNF text and the
@@ -74,8 +74,8 @@ struct session_opts {
     const struct json_value *response_format;
 };
 
-/* Kinetic's defaults: sample_params_default, max_tokens -1, level SESSION_ENGINE, the rest
- * zero (each zero meaning its default). */
+/* Kinetic's defaults: sample_params_default, level SESSION_ENGINE, the rest zero (each
+ * zero meaning its default). */
 void session_opts_default(struct session_opts *o);
 
 /* The defaults, for callers that report them before a model is open. */
@@ -168,13 +168,12 @@ struct session_gen {
 };
 
 /* Evaluates the prompt (reusing what the engine holds and the Warm Start cache), then
- * generates with sp and max_tokens (a grammar starts afresh). on_token as for
- * engine_generate. */
+ * generates with sp, at most sp->n_predict tokens (a grammar starts afresh). on_token as
+ * for engine_generate. */
 KN_MUST_USE enum kn_status session_generate(struct session *s, const struct sample_params *sp,
-                                            int64_t max_tokens, const int32_t *prompt,
-                                            int64_t n_prompt, engine_token_fn on_token,
-                                            void *ctx, struct session_gen *out,
-                                            struct kn_err *err);
+                                            const int32_t *prompt, int64_t n_prompt,
+                                            engine_token_fn on_token, void *ctx,
+                                            struct session_gen *out, struct kn_err *err);
 /* "eog", "stop_string", "length" or "context": kinetic run's stop reason. */
 const char *session_stop_name(const struct session_gen *g);
 /* Warm Start from a file (SESSION_ENGINE): a prompt cache of at most ram_mib MiB bound to
@@ -233,8 +232,8 @@ struct session_record {
 };
 
 /* The session's part of the record: model path, context, KV type, the session's sampling
- * settings, max_tokens, stop strings, grammar and response_format; and, with g, the
- * output and finish. The caller sets input, prompt and text. */
+ * settings (max_tokens: their n_predict), stop strings, grammar and response_format; and,
+ * with g, the output and finish. The caller sets input, prompt and text. */
 void session_record_init(const struct session *s, const struct session_gen *g,
                          struct session_record *r);
 

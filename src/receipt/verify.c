@@ -321,7 +321,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     so.kv_type = r.cache_type;
     so.no_draft = true;
     so.sp = r.sampling;
-    so.max_tokens = r.max_tokens;
+    so.sp.n_predict = r.max_tokens;
     so.grammar = gram;
     so.gbnf = r.grammar;
     so.response_format = r.response_format;
@@ -346,7 +346,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
     struct rerun_cmp cmp = {&r, -1};
     struct session_gen gen;
-    if (session_generate(&s, &r.sampling, r.max_tokens, r.prompt_ids, r.n_prompt, compare_token,
+    if (session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token,
                          &cmp, &gen, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;

@@ -33,7 +33,7 @@ static void test_defaults(void)
     struct session_opts o;
     session_opts_default(&o);
     CHECK_EQ_INT(o.level, SESSION_ENGINE);
-    CHECK_EQ_INT(o.max_tokens, -1);
+    CHECK_EQ_INT(o.sp.n_predict, -1);
     struct sample_params sp;
     sample_params_default(&sp);
     CHECK(o.sp.temperature == sp.temperature && o.sp.top_k == sp.top_k && o.sp.dry_base == sp.dry_base);
@@ -125,7 +125,7 @@ static void test_generate(void)
     struct session_opts o;
     session_opts_default(&o);
     o.sp.seed = 42;
-    o.max_tokens = 24;
+    o.sp.n_predict = 24;
     struct session s;
     struct kn_err err = {0};
     CHECKF(open_aid(&s, &o, &err), "%s", err.msg);
@@ -136,7 +136,7 @@ static void test_generate(void)
     struct session_prompt p;
     CHECKF(session_prompt(&s, &in, true, &p, &err) == KN_OK, "%s", err.msg);
     struct session_gen g;
-    CHECKF(session_generate(&s, &s.o.sp, s.o.max_tokens, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK,
+    CHECKF(session_generate(&s, &s.o.sp, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK,
            "%s", err.msg);
     CHECK_EQ_INT(g.n, 24);
     CHECK_EQ_INT(g.n_reused, 0);
@@ -156,7 +156,7 @@ static void test_generate(void)
     engine_free(&e);
 
     /* Again: the engine holds the prompt (and the answer) already. */
-    CHECK(session_generate(&s, &s.o.sp, 24, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK);
+    CHECK(session_generate(&s, &s.o.sp, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK);
     CHECK_EQ_INT(g.n_reused, p.n - 1);
     CHECK(memcmp(g.ids, first, sizeof first) == 0);
     CHECK_STR(session_stop_name(&g), "length");
