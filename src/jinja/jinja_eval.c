@@ -27,68 +27,20 @@ struct jv jr_undef_fmt(struct rs *r, const char *fmt, const char *a, const char 
     return v_undef(mkstr(r, buf, strlen(buf)));
 }
 
-static struct jv mkfunc(struct rs *r, int fn, struct jv self)
-{
-    struct jv v = {.t = JV_FUNC, .fn = (uint16_t)fn};
-    struct jfunc *f = ralloc(r, sizeof(*f));
-    if (f)
-        f->self = self;
-    v.u.f2 = f;
-    return v;
-}
-
-struct mname {
-    const char *name;
-    int id; /* 0: unsafe (mutating) method */
-};
-static const struct mname str_methods[] = {
-    {"strip", S_STRIP}, {"lstrip", S_LSTRIP}, {"rstrip", S_RSTRIP}, {"split", S_SPLIT},
-    {"rsplit", S_RSPLIT}, {"startswith", S_STARTSWITH}, {"endswith", S_ENDSWITH},
-    {"lower", S_LOWER}, {"upper", S_UPPER}, {"title", S_TITLE}, {"capitalize", S_CAPITALIZE},
-    {"replace", S_REPLACE}, {"find", S_FIND}, {"rfind", S_RFIND}, {"count", S_COUNT},
-    {"join", S_JOIN}, {"splitlines", S_SPLITLINES}, {"isdigit", S_ISDIGIT},
-    {"isalpha", S_ISALPHA}, {"isspace", S_ISSPACE}, {"isupper", S_ISUPPER},
-    {"islower", S_ISLOWER}, {"isalnum", S_ISALNUM}, {"index", S_INDEX}, {"rindex", S_RINDEX},
-    {"center", S_CENTER}, {"ljust", S_LJUST}, {"rjust", S_RJUST}, {"zfill", S_ZFILL},
-    {"swapcase", S_SWAPCASE}, {"partition", S_PARTITION}, {"rpartition", S_RPARTITION},
-    {"removeprefix", S_REMOVEPREFIX}, {"removesuffix", S_REMOVESUFFIX}, {"format", S_FORMAT},
-    {"isnumeric", S_ISNUMERIC}, {"isdecimal", S_ISDECIMAL}, {"casefold", S_CASEFOLD},
-    {"expandtabs", S_EXPANDTABS}, {"isidentifier", S_ISIDENTIFIER}, {"istitle", S_ISTITLE},
-    {"encode", S_ENCODE}, {NULL, 0}};
-static const struct mname dict_methods[] = {
-    {"get", D_GET}, {"items", D_ITEMS}, {"keys", D_KEYS}, {"values", D_VALUES},
-    {"copy", D_COPY}, {"clear", 0}, {"pop", 0}, {"popitem", 0}, {"setdefault", 0},
-    {"update", 0}, {"fromkeys", -1}, {NULL, 0}};
-static const struct mname list_methods[] = {
-    {"index", L_INDEX}, {"count", L_COUNT}, {"copy", L_COPY}, {"append", 0}, {"clear", 0},
-    {"extend", 0}, {"insert", 0}, {"pop", 0}, {"remove", 0}, {"reverse", 0}, {"sort", 0},
-    {NULL, 0}};
-
-static const struct mname *find_method(const struct mname *tab, const char *name, size_t n)
-{
-    for (size_t i = 0; tab[i].name; i++)
-        if (strlen(tab[i].name) == n && memcmp(tab[i].name, name, n) == 0)
-            return &tab[i];
-    return NULL;
-}
-
 /* Python attribute access on obj through jinja's sandboxed getattr: methods first, then
  * (dicts, namespaces) items. Never fails except for undefined objects. */
 enum kn_status jr_get_attr(struct rs *r, const struct jnode *at, struct jv obj,
                            const char *name, size_t n, struct jv *out)
 {
-    const struct mname *m = NULL;
+    const struct jbuiltin *m = NULL;
     switch (obj.t) {
     case JV_UNDEF:
         return jr_undef_error(r, at, &obj);
-    case JV_STR: m = find_method(str_methods, name, n); break;
-    case JV_DICT: m = find_method(dict_methods, name, n); break;
+    case JV_STR: m = jr_builtin_find(JB_STR, name, n); break;
+    case JV_DICT: m = jr_builtin_find(JB_DICT, name, n); break;
     case JV_LIST: case JV_TUPLE:
-        if (!obj.gen) {
-            m = find_method(list_methods, name, n);
-            if (m && obj.t == JV_TUPLE && m->id != L_INDEX && m->id != L_COUNT)
-                m = NULL;
-        }
+        if (!obj.gen)
+            m = jr_builtin_find(obj.t == JV_TUPLE ? JB_TUPLE : JB_LIST, name, n);
         break;
     case JV_NS: {
         struct jv *v = jr_map_finds(obj.u.d, name, n);
@@ -119,15 +71,14 @@ enum kn_status jr_get_attr(struct rs *r, const struct jnode *at, struct jv obj,
             *out = i + 1 < len ? l->items->v[i + 1] : jr_undef_fmt(r, "there is no next item%s%s", "", "");
             return KN_OK;
         }
-        if (IS("cycle")) { *out = mkfunc(r, F_LOOP_CYCLE, obj); return KN_OK; }
-        if (IS("changed")) { *out = mkfunc(r, F_LOOP_CHANGED, obj); return KN_OK; }
 #undef IS
+        m = jr_builtin_find(JB_LOOP, name, n); /* cycle, changed */
         break;
     }
     default: break;
     }
     if (m) {
-        if (m->id <= 0) {
+        if (!m->fn) {
             char buf[300];
             snprintf(buf, sizeof buf, "access to attribute '%.*s' of '%s' object is unsafe.",
                      (int)(n > 100 ? 100 : n), name, jr_type_name(&obj));
@@ -135,7 +86,7 @@ enum kn_status jr_get_attr(struct rs *r, const struct jnode *at, struct jv obj,
             out->unsafe = 1;
             return KN_OK;
         }
-        *out = mkfunc(r, m->id, obj);
+        *out = jr_builtin_value(r, m, &obj);
         return out->u.f2 ? KN_OK : jr_nomem(r);
     }
     if (obj.t == JV_DICT) {
@@ -830,18 +781,10 @@ enum kn_status jr_eval(struct rs *r, struct scope *sc, const struct jnode *n, st
         break;
     case JN_NAME:
         if (!jr_scope_get(sc, n->name->p, n->name->n, out)) {
-            struct jv g = {.t = JV_FUNC};
             const char *nm = n->name->p;
-            int fn = strcmp(nm, "range") == 0 ? F_RANGE : strcmp(nm, "dict") == 0 ? F_DICT
-                   : strcmp(nm, "namespace") == 0 ? F_NAMESPACE
-                   : strcmp(nm, "raise_exception") == 0 ? F_RAISE
-                   : strcmp(nm, "strftime_now") == 0 ? F_STRFTIME
-                   : (strcmp(nm, "cycler") == 0 || strcmp(nm, "joiner") == 0 ||
-                      strcmp(nm, "lipsum") == 0) ? F_CYCLER_UNSUP : 0;
-            if (fn) {
-                g.fn = (uint16_t)fn;
-                g.u.f2 = NULL;
-                *out = g;
+            const struct jbuiltin *g = jr_builtin_find(JB_GLOBAL, nm, n->name->n);
+            if (g) {
+                *out = jr_builtin_value(r, g, NULL);
             } else {
                 *out = jr_undef_fmt(r, "'%s' is undefined%s", nm, "");
             }

@@ -306,7 +306,7 @@ enum kn_status jr_apply_filter(struct rs *r, struct scope *sc, const struct jnod
         }
         if (val.t != JV_DICT)
             return jr_rerr(r, at, JINJA_ERR_TYPE, "Can only get item pairs from a mapping.");
-        TRY(jr_call_method(r, at, D_ITEMS, val, NULL, 0, NULL, NULL, 0, out));
+        TRY(jr_call_method(r, at, val, "items", NULL, 0, out));
         out->gen = 1;
         return KN_OK;
     }
@@ -568,7 +568,7 @@ enum kn_status jr_apply_filter(struct rs *r, struct scope *sc, const struct jnod
         if (g[1] && a[1].t == JV_STR && !by_value && strcmp(a[1].u.s->p, "key") != 0)
             return jr_rerr(r, at, JINJA_ERR_TYPE, "You can only sort by either \"key\" or \"value\"");
         struct jv items;
-        TRY(jr_call_method(r, at, D_ITEMS, val, NULL, 0, NULL, NULL, 0, &items));
+        TRY(jr_call_method(r, at, val, "items", NULL, 0, &items));
         struct jseq *l = items.u.l;
         struct jv *keys = ralloc(r, (l->n + 1) * sizeof(*keys));
         if (!keys) return jr_nomem(r);
@@ -640,7 +640,7 @@ enum kn_status jr_apply_filter(struct rs *r, struct scope *sc, const struct jnod
         struct jv s;
         if (!jr_str_of(r, &val, &s)) return jr_nomem(r);
         struct jv w = g[0] ? a[0] : v_int(80);
-        return jr_call_method(r, at, S_CENTER, s, &w, 1, NULL, NULL, 0, out);
+        return jr_call_method(r, at, s, "center", &w, 1, out);
     }
     if (IS("attr")) {
         FARGS("name");

@@ -6,6 +6,7 @@
 #endif
 #include "jinja_render_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,9 +328,21 @@ static enum kn_status do_strftime(struct rs *r, const struct jnode *at, struct j
 
 /* ================================================================ calls ============ */
 
-static enum kn_status range_fn(struct rs *r, const struct jnode *at, struct jv *args,
-                               size_t nargs, struct jv *out)
+/* Each built-in a template can call is one row of k_builtins: its name, what it is a name
+ * or a method of, the function (which reads the row's arg to tell variants apart) and, for
+ * the classes dict and namespace, how the function object prints. A JV_FUNC value holds
+ * its row's index (jv.fn) and, for a method, the object it is bound to. */
+
+/* ---- globals ---- */
+
+static enum kn_status g_range(const struct jcall *c, struct jv *out)
 {
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    struct jv *args = c->args;
+    size_t nargs = c->nargs;
+    if (c->nkw)
+        return jr_rerr(r, at, JINJA_ERR_TYPE, "range() takes no keyword arguments");
     int64_t a[3] = {0, 0, 1};
     if (nargs < 1 || nargs > 3)
         return jr_rerr(r, at, JINJA_ERR_TYPE, "range expected 1 to 3 arguments, got %zu", nargs);
@@ -360,96 +373,97 @@ static enum kn_status range_fn(struct rs *r, const struct jnode *at, struct jv *
     return KN_OK;
 }
 
-enum kn_status jr_call_value(struct rs *r, struct scope *sc, const struct jnode *at,
-                             struct jv fn, struct jv *args, size_t nargs,
-                             struct jstr **kwn, struct jv *kwv, size_t nkw, struct jv *out)
+/* dict(...) and namespace(...) (arg: JV_DICT or JV_NS). */
+static enum kn_status g_dict(const struct jcall *c, struct jv *out)
 {
-    (void)sc;
-    if (fn.t == JV_UNDEF)
-        return jr_undef_error(r, at, &fn);
-    if (fn.t == JV_MACRO)
-        return jr_call_macro(r, at, fn.u.m, args, nargs, kwn, kwv, nkw, v_none(), out);
-    if (fn.t != JV_FUNC)
-        return jr_rerr(r, at, JINJA_ERR_TYPE, "'%s' object is not callable", jr_type_name(&fn));
-    switch (fn.fn) {
-    case F_RANGE:
-        if (nkw)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "range() takes no keyword arguments");
-        return range_fn(r, at, args, nargs, out);
-    case F_DICT: case F_NAMESPACE: {
-        struct jmap *m = jr_map_new(r);
-        if (!m)
-            return jr_nomem(r);
-        if (nargs > 1)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "%s expected at most 1 argument, got %zu",
-                           fn.fn == F_DICT ? "dict" : "namespace", nargs);
-        if (nargs == 1) {
-            if (args[0].t == JV_UNDEF)
-                return jr_undef_error(r, at, &args[0]);
-            if (args[0].t == JV_DICT || args[0].t == JV_NS) {
-                for (size_t i = 0; i < args[0].u.d->n; i++)
-                    if (!jr_map_set(r, m, args[0].u.d->k[i], args[0].u.d->v[i]))
-                        return jr_nomem(r);
-            } else {
-                struct jseq *l;
-                TRY(jr_iterate(r, at, args[0], &l));
-                for (size_t i = 0; i < l->n; i++) {
-                    struct jv p = l->v[i];
-                    if ((p.t != JV_LIST && p.t != JV_TUPLE) || p.gen || p.u.l->n != 2)
-                        return jr_rerr(r, at, JINJA_ERR_TYPE,
-                                       "dictionary update sequence element #%zu has the wrong length", i);
-                    if (!jr_map_set(r, m, p.u.l->v[0], p.u.l->v[1]))
-                        return jr_nomem(r);
-                }
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    struct jv *args = c->args;
+    struct jmap *m = jr_map_new(r);
+    if (!m)
+        return jr_nomem(r);
+    if (c->nargs > 1)
+        return jr_rerr(r, at, JINJA_ERR_TYPE, "%s expected at most 1 argument, got %zu", c->name,
+                       c->nargs);
+    if (c->nargs == 1) {
+        if (args[0].t == JV_UNDEF)
+            return jr_undef_error(r, at, &args[0]);
+        if (args[0].t == JV_DICT || args[0].t == JV_NS) {
+            for (size_t i = 0; i < args[0].u.d->n; i++)
+                if (!jr_map_set(r, m, args[0].u.d->k[i], args[0].u.d->v[i]))
+                    return jr_nomem(r);
+        } else {
+            struct jseq *l;
+            TRY(jr_iterate(r, at, args[0], &l));
+            for (size_t i = 0; i < l->n; i++) {
+                struct jv p = l->v[i];
+                if ((p.t != JV_LIST && p.t != JV_TUPLE) || p.gen || p.u.l->n != 2)
+                    return jr_rerr(r, at, JINJA_ERR_TYPE,
+                                   "dictionary update sequence element #%zu has the wrong length", i);
+                if (!jr_map_set(r, m, p.u.l->v[0], p.u.l->v[1]))
+                    return jr_nomem(r);
             }
         }
-        for (size_t k = 0; k < nkw; k++) {
-            struct jv key = v_strs(kwn[k]);
-            if (!jr_map_set(r, m, key, kwv[k]))
-                return jr_nomem(r);
-        }
-        struct jv d = {.t = (uint8_t)(fn.fn == F_DICT ? JV_DICT : JV_NS)};
-        d.u.d = m;
-        *out = d;
-        return KN_OK;
     }
-    case F_RAISE: {
-        struct jv msg = nargs ? args[0] : (nkw ? kwv[0] : v_none());
-        struct jv s;
-        if (!jr_str_of(r, &msg, &s))
+    for (size_t k = 0; k < c->nkw; k++) {
+        struct jv key = v_strs(c->kwn[k]);
+        if (!jr_map_set(r, m, key, c->kwv[k]))
             return jr_nomem(r);
-        return jr_rerr(r, at, JINJA_ERR_RAISED, "%s", s.u.s->p);
     }
-    case F_STRFTIME:
-        if (nargs != 1 || nkw)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "strftime_now() takes exactly one argument");
-        return do_strftime(r, at, args[0], out);
-    case F_CYCLER_UNSUP:
-        return jr_rerr(r, at, JINJA_ERR_UNSUPPORTED, "cycler, joiner and lipsum are not supported");
-    case F_LOOP_CYCLE: {
-        if (nargs == 0)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "no items for cycling given");
-        struct jloop *l = fn.u.f2->self.u.loop;
-        *out = args[l->idx % nargs];
-        return KN_OK;
-    }
-    case F_LOOP_CHANGED: {
-        struct jloop *l = fn.u.f2->self.u.loop;
-        struct jseq *vals = jr_seq_new(r, nargs);
-        if (!vals)
-            return jr_nomem(r);
-        for (size_t i = 0; i < nargs; i++)
-            vals->v[vals->n++] = args[i];
-        struct jv cur = v_list(vals, JV_LIST);
-        bool changed = !l->has_changed || !jr_py_eq(&cur, &l->last_changed);
-        l->has_changed = true;
-        l->last_changed = cur;
-        *out = v_bool(changed);
-        return KN_OK;
-    }
-    default:
-        return jr_call_method(r, at, fn.fn, fn.u.f2->self, args, nargs, kwn, kwv, nkw, out);
-    }
+    struct jv d = {.t = (uint8_t)c->arg};
+    d.u.d = m;
+    *out = d;
+    return KN_OK;
+}
+
+static enum kn_status g_raise(const struct jcall *c, struct jv *out)
+{
+    (void)out;
+    struct jv msg = c->nargs ? c->args[0] : (c->nkw ? c->kwv[0] : v_none());
+    struct jv s;
+    if (!jr_str_of(c->r, &msg, &s))
+        return jr_nomem(c->r);
+    return jr_rerr(c->r, c->at, JINJA_ERR_RAISED, "%s", s.u.s->p);
+}
+
+static enum kn_status g_strftime(const struct jcall *c, struct jv *out)
+{
+    if (c->nargs != 1 || c->nkw)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "strftime_now() takes exactly one argument");
+    return do_strftime(c->r, c->at, c->args[0], out);
+}
+
+static enum kn_status g_unsupported(const struct jcall *c, struct jv *out)
+{
+    (void)out;
+    return jr_rerr(c->r, c->at, JINJA_ERR_UNSUPPORTED, "cycler, joiner and lipsum are not supported");
+}
+
+/* ---- loop.cycle, loop.changed ---- */
+
+static enum kn_status loop_cycle(const struct jcall *c, struct jv *out)
+{
+    if (c->nargs == 0)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "no items for cycling given");
+    struct jloop *l = c->self.u.loop;
+    *out = c->args[l->idx % c->nargs];
+    return KN_OK;
+}
+
+static enum kn_status loop_changed(const struct jcall *c, struct jv *out)
+{
+    struct jloop *l = c->self.u.loop;
+    struct jseq *vals = jr_seq_new(c->r, c->nargs);
+    if (!vals)
+        return jr_nomem(c->r);
+    for (size_t i = 0; i < c->nargs; i++)
+        vals->v[vals->n++] = c->args[i];
+    struct jv cur = v_list(vals, JV_LIST);
+    bool changed = !l->has_changed || !jr_py_eq(&cur, &l->last_changed);
+    l->has_changed = true;
+    l->last_changed = cur;
+    *out = v_bool(changed);
+    return KN_OK;
 }
 
 enum kn_status jr_opt_int(struct rs *r, const struct jnode *at, const struct jv *v,
@@ -466,306 +480,538 @@ enum kn_status jr_opt_int(struct rs *r, const struct jnode *at, const struct jv 
     return KN_OK;
 }
 
-enum kn_status jr_call_method(struct rs *r, const struct jnode *at, int fn, struct jv self,
-                              struct jv *args, size_t nargs, struct jstr **kwn,
-                              struct jv *kwv, size_t nkw, struct jv *out)
+/* ---- dict methods ---- */
+
+static enum kn_status dict_get(const struct jcall *c, struct jv *out)
 {
-    struct jv a[4];
-    bool g[4];
-    if (fn >= D_GET && fn <= D_COPY) {
-        static const char *const p_get[] = {"key", "default"};
-        if (fn == D_GET) {
-            if (nkw)
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "get() takes no keyword arguments");
-            TRY(jr_bind_args(r, at, "get", p_get, 2, args, nargs, NULL, NULL, 0, a, g));
-            if (!g[0])
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "get expected at least 1 argument, got 0");
-            if (a[0].t == JV_LIST || a[0].t == JV_DICT)
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "unhashable type: '%s'", jr_type_name(&a[0]));
-            struct jv *v = jr_map_find(self.u.d, &a[0]);
-            *out = v ? *v : g[1] ? a[1] : v_none();
-            return KN_OK;
-        }
-        if (nargs || nkw)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no arguments");
-        if (fn == D_COPY) {
-            struct jmap *m = jr_map_new(r);
-            if (!m) return jr_nomem(r);
-            for (size_t i = 0; i < self.u.d->n; i++)
-                if (!jr_map_set(r, m, self.u.d->k[i], self.u.d->v[i])) return jr_nomem(r);
-            struct jv d = {.t = JV_DICT};
-            d.u.d = m;
-            *out = d;
-            return KN_OK;
-        }
-        struct jseq *l = jr_seq_new(r, self.u.d->n);
-        if (!l) return jr_nomem(r);
-        for (size_t i = 0; i < self.u.d->n; i++) {
-            if (fn == D_ITEMS) {
-                struct jseq *p = jr_seq_new(r, 2);
-                if (!p) return jr_nomem(r);
-                p->v[0] = self.u.d->k[i];
-                p->v[1] = self.u.d->v[i];
-                p->n = 2;
-                l->v[l->n++] = v_list(p, JV_TUPLE);
-            } else {
-                l->v[l->n++] = fn == D_KEYS ? self.u.d->k[i] : self.u.d->v[i];
-            }
-        }
-        /* dict views print as dict_items([...]) in Python; treat as a generator for printing */
-        *out = v_list(l, JV_LIST);
-        return KN_OK;
-    }
-    if (fn >= L_INDEX && fn <= L_COPY) {
-        if (nkw)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no keyword arguments");
-        if (fn == L_COPY) {
-            if (nargs) return jr_rerr(r, at, JINJA_ERR_TYPE, "copy() takes no arguments");
-            struct jseq *l = jr_seq_new(r, self.u.l->n);
-            if (!l) return jr_nomem(r);
-            for (size_t i = 0; i < self.u.l->n; i++) l->v[l->n++] = self.u.l->v[i];
-            *out = v_list(l, JV_LIST);
-            return KN_OK;
-        }
-        if (nargs != 1)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes exactly one argument");
-        int64_t cnt = 0, first = -1;
-        for (size_t i = 0; i < self.u.l->n; i++)
-            if (jr_py_eq(&self.u.l->v[i], &args[0])) {
-                if (first < 0) first = (int64_t)i;
-                cnt++;
-            }
-        if (fn == L_COUNT) { *out = v_int(cnt); return KN_OK; }
-        if (first < 0)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "list.index(x): x not in list");
-        *out = v_int(first);
-        return KN_OK;
-    }
-    /* string methods */
-    const struct jstr *s = self.u.s;
-    static const char *const p_strip[] = {"chars"};
-    static const char *const p_split[] = {"sep", "maxsplit"};
-    static const char *const p_sw[] = {"prefix", "start", "end"};
-    static const char *const p_repl[] = {"old", "new", "count"};
-    static const char *const p_sub[] = {"sub", "start", "end"};
-    static const char *const p_width[] = {"width", "fillchar"};
-    switch (fn) {
-    case S_STRIP: case S_LSTRIP: case S_RSTRIP: {
-        if (nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "strip() takes no keyword arguments");
-        TRY(jr_bind_args(r, at, "strip", p_strip, 1, args, nargs, NULL, NULL, 0, a, g));
-        if (g[0]) TRY(jr_want_str(r, at, "strip", &a[0], true));
-        const struct jstr *chars = g[0] && a[0].t == JV_STR ? a[0].u.s : NULL;
-        size_t b = 0, e = 0;
-        jr_strip_span(s, chars, fn != S_RSTRIP, fn != S_LSTRIP, &b, &e);
-        return jr_v_substr(r, out, &self, b, e) ? KN_OK : jr_nomem(r);
-    }
-    case S_SPLIT: case S_RSPLIT: {
-        TRY(jr_bind_args(r, at, "split", p_split, 2, args, nargs, kwn, kwv, nkw, a, g));
-        int64_t maxsplit = -1;
-        TRY(jr_opt_int(r, at, &a[1], g[1], -1, &maxsplit));
-        struct jv sep = g[0] ? a[0] : v_none();
-        return str_split(r, at, s, &sep, maxsplit, fn == S_RSPLIT, out);
-    }
-    case S_STARTSWITH: case S_ENDSWITH: {
-        if (nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes no keyword arguments");
-        TRY(jr_bind_args(r, at, fn == S_STARTSWITH ? "startswith" : "endswith", p_sw, 3, args, nargs,
-                         NULL, NULL, 0, a, g));
-        if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes at least 1 argument (0 given)");
-        int64_t len = (int64_t)jr_utf8_count(s->p, s->n), st = 0, en = 0;
-        TRY(jr_opt_int(r, at, &a[1], g[1], 0, &st));
-        TRY(jr_opt_int(r, at, &a[2], g[2], len, &en));
-        if (st < 0) { st += len; if (st < 0) st = 0; }
-        if (en < 0) { en += len; if (en < 0) en = 0; }
-        if (en > len) en = len;
-        /* byte offsets of the code-point range */
-        size_t bs = 0, be = 0, p = 0;
-        for (int64_t i = 0; i <= len; i++) {
-            if (i == st) bs = p;
-            if (i == en) be = p;
-            if (i < len) jr_utf8_next(s->p, s->n, &p);
-        }
-        struct jseq one = {1, 1, &a[0]};
-        struct jseq *cands = &one;
-        if (a[0].t == JV_TUPLE) cands = a[0].u.l;
-        else if (a[0].t != JV_STR)
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "%s first arg must be str or a tuple of str, not %s",
-                           fn == S_STARTSWITH ? "startswith" : "endswith", jr_type_name(&a[0]));
-        bool res = false;
-        for (size_t i = 0; i < cands->n && !res; i++) {
-            if (cands->v[i].t != JV_STR)
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "tuple for startswith must only contain str, not %s",
-                               jr_type_name(&cands->v[i]));
-            const struct jstr *x = cands->v[i].u.s;
-            if (st > len || bs > be || x->n > be - bs) continue;
-            res = fn == S_STARTSWITH ? memcmp(s->p + bs, x->p, x->n) == 0
-                                     : memcmp(s->p + be - x->n, x->p, x->n) == 0;
-        }
-        *out = v_bool(res);
-        return KN_OK;
-    }
-    case S_LOWER: case S_UPPER: case S_TITLE: case S_CAPITALIZE: case S_SWAPCASE: case S_CASEFOLD:
-        if (nargs || nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no arguments");
-        return jr_str_case(r, s, fn == S_LOWER || fn == S_CASEFOLD ? CM_LOWER : fn == S_UPPER ? CM_UPPER
-                              : fn == S_TITLE ? CM_TITLE : fn == S_SWAPCASE ? CM_SWAP : CM_CAPITALIZE, out)
-                   ? KN_OK : jr_nomem(r);
-    case S_REPLACE: {
-        TRY(jr_bind_args(r, at, "replace", p_repl, 3, args, nargs, kwn, kwv, nkw, a, g));
-        if (!g[0] || !g[1]) return jr_rerr(r, at, JINJA_ERR_TYPE, "replace expected at least 2 arguments");
-        TRY(jr_want_str(r, at, "replace", &a[0], false));
-        TRY(jr_want_str(r, at, "replace", &a[1], false));
-        int64_t count = -1;
-        TRY(jr_opt_int(r, at, &a[2], g[2], -1, &count));
-        return jr_str_replace(r, s, a[0].u.s, a[1].u.s, count, out) ? KN_OK : jr_nomem(r);
-    }
-    case S_FIND: case S_RFIND: case S_INDEX: case S_RINDEX: case S_COUNT: {
-        if (nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no keyword arguments");
-        TRY(jr_bind_args(r, at, "find", p_sub, 3, args, nargs, NULL, NULL, 0, a, g));
-        if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes at least 1 argument");
-        TRY(jr_want_str(r, at, "find", &a[0], false));
-        if (g[1] || g[2])
-            return jr_rerr(r, at, JINJA_ERR_UNSUPPORTED, "start/end arguments of find/count are not supported");
-        if (fn == S_COUNT) {
-            int64_t c = 0;
-            const struct jstr *x = a[0].u.s;
-            if (x->n == 0) c = (int64_t)jr_utf8_count(s->p, s->n) + 1;
-            else
-                for (size_t i = 0; i + x->n <= s->n;) {
-                    const char *f = memmem(s->p + i, s->n - i, x->p, x->n);
-                    if (!f) break;
-                    c++;
-                    i = (size_t)(f - s->p) + x->n;
-                }
-            *out = v_int(c);
-            return KN_OK;
-        }
-        int64_t pos;
-        bool found = str_find(s, a[0].u.s, fn == S_RFIND || fn == S_RINDEX, &pos);
-        if (!found && (fn == S_INDEX || fn == S_RINDEX))
-            return jr_rerr(r, at, JINJA_ERR_TYPE, "substring not found");
-        *out = v_int(pos);
-        return KN_OK;
-    }
-    case S_JOIN: {
-        if (nargs != 1 || nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "join() takes exactly one argument");
-        struct jseq *l;
-        TRY(jr_iterate(r, at, args[0], &l));
-        struct sb b = {.r = r}, m = {.r = r};
-        for (size_t i = 0; i < l->n; i++) {
-            if (l->v[i].t != JV_STR)
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "sequence item %zu: expected str instance, %s found",
-                               i, jr_type_name(&l->v[i]));
-            if (i) jr_sb_add_marked(&b, &m, &self);
-            jr_sb_add_marked(&b, &m, &l->v[i]);
-        }
-        return jr_sb_done_marked(&b, &m, out) ? KN_OK : jr_nomem(r);
-    }
-    case S_SPLITLINES: {
-        static const char *const p_keep[] = {"keepends"};
-        TRY(jr_bind_args(r, at, "splitlines", p_keep, 1, args, nargs, kwn, kwv, nkw, a, g));
-        struct jseq *l;
-        TRY(jr_splitlines(r, s->p, s->n, g[0] && jr_truthy(&a[0]), &l));
-        *out = v_list(l, JV_LIST);
-        return KN_OK;
-    }
-    case S_ISDIGIT: case S_ISALPHA: case S_ISSPACE: case S_ISUPPER: case S_ISLOWER:
-    case S_ISALNUM: case S_ISNUMERIC: case S_ISDECIMAL: case S_ISIDENTIFIER: case S_ISTITLE: {
-        if (nargs || nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no arguments");
-        bool res = s->n > 0, any_cased = false, prev_cased = false, title_ok = true;
-        size_t k = 0;
-        for (size_t i = 0; i < s->n; k++) {
-            uint32_t c = jr_utf8_next(s->p, s->n, &i);
-            switch (fn) {
-            case S_ISDIGIT: case S_ISNUMERIC: case S_ISDECIMAL: if (!u_digit(c)) res = false; break;
-            case S_ISALPHA: if (!jr_u_alpha(c)) res = false; break;
-            case S_ISALNUM: if (!jr_u_alpha(c) && !u_digit(c)) res = false; break;
-            case S_ISSPACE: if (!jr_u_space(c)) res = false; break;
-            case S_ISUPPER: if (jr_u_islower(c)) res = false; if (jr_u_isupper(c)) any_cased = true; break;
-            case S_ISLOWER: if (jr_u_isupper(c)) res = false; if (jr_u_islower(c)) any_cased = true; break;
-            case S_ISIDENTIFIER:
-                if (!(c == '_' || jr_u_alpha(c) || (k > 0 && u_digit(c)))) res = false;
-                break;
-            case S_ISTITLE:
-                if (jr_u_isupper(c)) { if (prev_cased) title_ok = false; prev_cased = true; any_cased = true; }
-                else if (jr_u_islower(c)) { if (!prev_cased) title_ok = false; prev_cased = true; }
-                else prev_cased = false;
-                break;
-            default: break;
-            }
-        }
-        if (fn == S_ISUPPER || fn == S_ISLOWER) res = res && any_cased;
-        if (fn == S_ISTITLE) res = title_ok && any_cased;
-        *out = v_bool(res);
-        return KN_OK;
-    }
-    case S_CENTER: case S_LJUST: case S_RJUST: case S_ZFILL: {
-        TRY(jr_bind_args(r, at, "center", p_width, fn == S_ZFILL ? 1 : 2, args, nargs, kwn, kwv, nkw, a, g));
-        int64_t w = 0;
-        if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes at least 1 argument");
-        TRY(jr_opt_int(r, at, &a[0], true, 0, &w));
-        const char *fill = " ";
-        size_t filln = 1;
-        if (fn != S_ZFILL && g[1]) {
-            TRY(jr_want_str(r, at, "center", &a[1], false));
-            if (jr_utf8_count(a[1].u.s->p, a[1].u.s->n) != 1)
-                return jr_rerr(r, at, JINJA_ERR_TYPE, "The fill character must be exactly one character long");
-            fill = a[1].u.s->p;
-            filln = a[1].u.s->n;
-        }
-        int64_t len = (int64_t)jr_utf8_count(s->p, s->n);
-        if (w > (int64_t)r->lim.max_output) return jr_rerr(r, at, JINJA_ERR_LIMIT, "width too large");
-        int64_t pad = w > len ? w - len : 0, left = 0;
-        if (fn == S_CENTER) left = pad / 2 + (pad & w & 1);
-        else if (fn == S_RJUST || fn == S_ZFILL) left = pad;
-        struct sb b = {.r = r};
-        size_t body = 0;
-        if (fn == S_ZFILL && s->n && (s->p[0] == '-' || s->p[0] == '+')) { jr_sb_add(&b, s->p, 1); body = 1; }
-        for (int64_t i = 0; i < left; i++) jr_sb_add(&b, fn == S_ZFILL ? "0" : fill, fn == S_ZFILL ? 1 : filln);
-        jr_sb_add(&b, s->p + body, s->n - body);
-        for (int64_t i = left; i < pad; i++) jr_sb_add(&b, fill, filln);
-        if (!b.p) return jr_v_str(r, out, "", 0) ? KN_OK : jr_nomem(r);
-        return jr_sb_done(&b, out) ? KN_OK : jr_nomem(r);
-    }
-    case S_PARTITION: case S_RPARTITION: {
-        if (nargs != 1 || nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "partition() takes exactly one argument");
-        TRY(jr_want_str(r, at, "partition", &args[0], false));
-        const struct jstr *sep = args[0].u.s;
-        if (!sep->n) return jr_rerr(r, at, JINJA_ERR_TYPE, "empty separator");
-        size_t pos = SIZE_MAX;
-        if (fn == S_PARTITION) {
-            const char *f = memmem(s->p, s->n, sep->p, sep->n);
-            if (f) pos = (size_t)(f - s->p);
-        } else if (s->n >= sep->n) {
-            for (size_t k = s->n - sep->n + 1; k-- > 0;)
-                if (memcmp(s->p + k, sep->p, sep->n) == 0) { pos = k; break; }
-        }
-        struct jseq *l = jr_seq_new(r, 3);
-        if (!l) return jr_nomem(r);
-        l->n = 3;
-        bool ok;
-        if (pos == SIZE_MAX) {
-            ok = fn == S_PARTITION
-                     ? jr_v_str(r, &l->v[0], s->p, s->n) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], "", 0)
-                     : jr_v_str(r, &l->v[0], "", 0) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], s->p, s->n);
+    static const char *const p_get[] = {"key", "default"};
+    struct jv a[2];
+    bool g[2];
+    if (c->nkw)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "get() takes no keyword arguments");
+    TRY(jr_bind_args(c->r, c->at, "get", p_get, 2, c->args, c->nargs, NULL, NULL, 0, a, g));
+    if (!g[0])
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "get expected at least 1 argument, got 0");
+    if (a[0].t == JV_LIST || a[0].t == JV_DICT)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "unhashable type: '%s'", jr_type_name(&a[0]));
+    struct jv *v = jr_map_find(c->self.u.d, &a[0]);
+    *out = v ? *v : g[1] ? a[1] : v_none();
+    return KN_OK;
+}
+
+static enum kn_status dict_copy(const struct jcall *c, struct jv *out)
+{
+    struct rs *r = c->r;
+    const struct jmap *self = c->self.u.d;
+    if (c->nargs || c->nkw)
+        return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes no arguments");
+    struct jmap *m = jr_map_new(r);
+    if (!m) return jr_nomem(r);
+    for (size_t i = 0; i < self->n; i++)
+        if (!jr_map_set(r, m, self->k[i], self->v[i])) return jr_nomem(r);
+    struct jv d = {.t = JV_DICT};
+    d.u.d = m;
+    *out = d;
+    return KN_OK;
+}
+
+enum { VIEW_ITEMS, VIEW_KEYS, VIEW_VALUES };
+/* items(), keys(), values() (arg: VIEW_*). */
+static enum kn_status dict_view(const struct jcall *c, struct jv *out)
+{
+    struct rs *r = c->r;
+    const struct jmap *self = c->self.u.d;
+    if (c->nargs || c->nkw)
+        return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes no arguments");
+    struct jseq *l = jr_seq_new(r, self->n);
+    if (!l) return jr_nomem(r);
+    for (size_t i = 0; i < self->n; i++) {
+        if (c->arg == VIEW_ITEMS) {
+            struct jseq *p = jr_seq_new(r, 2);
+            if (!p) return jr_nomem(r);
+            p->v[0] = self->k[i];
+            p->v[1] = self->v[i];
+            p->n = 2;
+            l->v[l->n++] = v_list(p, JV_TUPLE);
         } else {
-            ok = jr_v_str(r, &l->v[0], s->p, pos) && jr_v_str(r, &l->v[1], sep->p, sep->n) &&
-                 jr_v_str(r, &l->v[2], s->p + pos + sep->n, s->n - pos - sep->n);
+            l->v[l->n++] = c->arg == VIEW_KEYS ? self->k[i] : self->v[i];
         }
-        if (!ok) return jr_nomem(r);
-        *out = v_list(l, JV_TUPLE);
+    }
+    /* dict views print as dict_items([...]) in Python; treat as a generator for printing */
+    *out = v_list(l, JV_LIST);
+    return KN_OK;
+}
+
+/* ---- list (and tuple) methods ---- */
+
+static enum kn_status list_copy(const struct jcall *c, struct jv *out)
+{
+    const struct jseq *self = c->self.u.l;
+    if (c->nkw)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes no keyword arguments");
+    if (c->nargs) return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "copy() takes no arguments");
+    struct jseq *l = jr_seq_new(c->r, self->n);
+    if (!l) return jr_nomem(c->r);
+    for (size_t i = 0; i < self->n; i++) l->v[l->n++] = self->v[i];
+    *out = v_list(l, JV_LIST);
+    return KN_OK;
+}
+
+/* index(x) and count(x) (arg: true for count). */
+static enum kn_status list_find(const struct jcall *c, struct jv *out)
+{
+    const struct jseq *self = c->self.u.l;
+    if (c->nkw)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes no keyword arguments");
+    if (c->nargs != 1)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
+    int64_t cnt = 0, first = -1;
+    for (size_t i = 0; i < self->n; i++)
+        if (jr_py_eq(&self->v[i], &c->args[0])) {
+            if (first < 0) first = (int64_t)i;
+            cnt++;
+        }
+    if (c->arg) { *out = v_int(cnt); return KN_OK; }
+    if (first < 0)
+        return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "list.index(x): x not in list");
+    *out = v_int(first);
+    return KN_OK;
+}
+
+/* ---- str methods ---- */
+
+enum { SIDE_LEFT = 1, SIDE_RIGHT = 2 };
+/* strip, lstrip, rstrip (arg: SIDE_*). */
+static enum kn_status str_strip(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_strip[] = {"chars"};
+    struct jv a[1];
+    bool g[1];
+    if (c->nkw) return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "strip() takes no keyword arguments");
+    TRY(jr_bind_args(c->r, c->at, "strip", p_strip, 1, c->args, c->nargs, NULL, NULL, 0, a, g));
+    if (g[0]) TRY(jr_want_str(c->r, c->at, "strip", &a[0], true));
+    const struct jstr *chars = g[0] && a[0].t == JV_STR ? a[0].u.s : NULL;
+    size_t b = 0, e = 0;
+    jr_strip_span(c->self.u.s, chars, c->arg & SIDE_LEFT, c->arg & SIDE_RIGHT, &b, &e);
+    return jr_v_substr(c->r, out, &c->self, b, e) ? KN_OK : jr_nomem(c->r);
+}
+
+/* split, rsplit (arg: true for rsplit). */
+static enum kn_status str_split_m(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_split[] = {"sep", "maxsplit"};
+    struct jv a[2];
+    bool g[2];
+    TRY(jr_bind_args(c->r, c->at, "split", p_split, 2, c->args, c->nargs, c->kwn, c->kwv, c->nkw, a, g));
+    int64_t maxsplit = -1;
+    TRY(jr_opt_int(c->r, c->at, &a[1], g[1], -1, &maxsplit));
+    struct jv sep = g[0] ? a[0] : v_none();
+    return str_split(c->r, c->at, c->self.u.s, &sep, maxsplit, c->arg, out);
+}
+
+/* startswith, endswith (arg: true for endswith). */
+static enum kn_status str_affix(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_sw[] = {"prefix", "start", "end"};
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    const struct jstr *s = c->self.u.s;
+    bool ends = c->arg;
+    struct jv a[3];
+    bool g[3];
+    if (c->nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes no keyword arguments");
+    TRY(jr_bind_args(r, at, c->name, p_sw, 3, c->args, c->nargs, NULL, NULL, 0, a, g));
+    if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes at least 1 argument (0 given)");
+    int64_t len = (int64_t)jr_utf8_count(s->p, s->n), st = 0, en = 0;
+    TRY(jr_opt_int(r, at, &a[1], g[1], 0, &st));
+    TRY(jr_opt_int(r, at, &a[2], g[2], len, &en));
+    if (st < 0) { st += len; if (st < 0) st = 0; }
+    if (en < 0) { en += len; if (en < 0) en = 0; }
+    if (en > len) en = len;
+    /* byte offsets of the code-point range */
+    size_t bs = 0, be = 0, p = 0;
+    for (int64_t i = 0; i <= len; i++) {
+        if (i == st) bs = p;
+        if (i == en) be = p;
+        if (i < len) jr_utf8_next(s->p, s->n, &p);
+    }
+    struct jseq one = {1, 1, &a[0]};
+    struct jseq *cands = &one;
+    if (a[0].t == JV_TUPLE) cands = a[0].u.l;
+    else if (a[0].t != JV_STR)
+        return jr_rerr(r, at, JINJA_ERR_TYPE, "%s first arg must be str or a tuple of str, not %s",
+                       c->name, jr_type_name(&a[0]));
+    bool res = false;
+    for (size_t i = 0; i < cands->n && !res; i++) {
+        if (cands->v[i].t != JV_STR)
+            return jr_rerr(r, at, JINJA_ERR_TYPE, "tuple for startswith must only contain str, not %s",
+                           jr_type_name(&cands->v[i]));
+        const struct jstr *x = cands->v[i].u.s;
+        if (st > len || bs > be || x->n > be - bs) continue;
+        res = !ends ? memcmp(s->p + bs, x->p, x->n) == 0
+                    : memcmp(s->p + be - x->n, x->p, x->n) == 0;
+    }
+    *out = v_bool(res);
+    return KN_OK;
+}
+
+/* lower, upper, title, capitalize, swapcase, casefold (arg: enum casemode). */
+static enum kn_status str_case_m(const struct jcall *c, struct jv *out)
+{
+    if (c->nargs || c->nkw) return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes no arguments");
+    return jr_str_case(c->r, c->self.u.s, (enum casemode)c->arg, out) ? KN_OK : jr_nomem(c->r);
+}
+
+static enum kn_status str_replace_m(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_repl[] = {"old", "new", "count"};
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    struct jv a[3];
+    bool g[3];
+    TRY(jr_bind_args(r, at, "replace", p_repl, 3, c->args, c->nargs, c->kwn, c->kwv, c->nkw, a, g));
+    if (!g[0] || !g[1]) return jr_rerr(r, at, JINJA_ERR_TYPE, "replace expected at least 2 arguments");
+    TRY(jr_want_str(r, at, "replace", &a[0], false));
+    TRY(jr_want_str(r, at, "replace", &a[1], false));
+    int64_t count = -1;
+    TRY(jr_opt_int(r, at, &a[2], g[2], -1, &count));
+    return jr_str_replace(r, c->self.u.s, a[0].u.s, a[1].u.s, count, out) ? KN_OK : jr_nomem(r);
+}
+
+enum { FIND_REV = 1, FIND_MUST = 2, FIND_COUNT = 4 };
+/* find, rfind, index, rindex, count (arg: FIND_*). */
+static enum kn_status str_find_m(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_sub[] = {"sub", "start", "end"};
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    const struct jstr *s = c->self.u.s;
+    struct jv a[3];
+    bool g[3];
+    if (c->nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes no keyword arguments");
+    TRY(jr_bind_args(r, at, "find", p_sub, 3, c->args, c->nargs, NULL, NULL, 0, a, g));
+    if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes at least 1 argument");
+    TRY(jr_want_str(r, at, "find", &a[0], false));
+    if (g[1] || g[2])
+        return jr_rerr(r, at, JINJA_ERR_UNSUPPORTED, "start/end arguments of find/count are not supported");
+    if (c->arg & FIND_COUNT) {
+        int64_t n = 0;
+        const struct jstr *x = a[0].u.s;
+        if (x->n == 0) n = (int64_t)jr_utf8_count(s->p, s->n) + 1;
+        else
+            for (size_t i = 0; i + x->n <= s->n;) {
+                const char *f = memmem(s->p + i, s->n - i, x->p, x->n);
+                if (!f) break;
+                n++;
+                i = (size_t)(f - s->p) + x->n;
+            }
+        *out = v_int(n);
         return KN_OK;
     }
-    case S_REMOVEPREFIX: case S_REMOVESUFFIX: {
-        if (nargs != 1 || nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes exactly one argument");
-        TRY(jr_want_str(r, at, "removeprefix", &args[0], false));
-        const struct jstr *x = args[0].u.s;
-        if (x->n <= s->n && fn == S_REMOVEPREFIX && memcmp(s->p, x->p, x->n) == 0)
-            return jr_v_str(r, out, s->p + x->n, s->n - x->n) ? KN_OK : jr_nomem(r);
-        if (x->n <= s->n && fn == S_REMOVESUFFIX && memcmp(s->p + s->n - x->n, x->p, x->n) == 0)
-            return jr_v_str(r, out, s->p, s->n - x->n) ? KN_OK : jr_nomem(r);
-        *out = self;
-        return KN_OK;
+    int64_t pos;
+    bool found = str_find(s, a[0].u.s, c->arg & FIND_REV, &pos);
+    if (!found && (c->arg & FIND_MUST))
+        return jr_rerr(r, at, JINJA_ERR_TYPE, "substring not found");
+    *out = v_int(pos);
+    return KN_OK;
+}
+
+static enum kn_status str_join(const struct jcall *c, struct jv *out)
+{
+    struct rs *r = c->r;
+    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "join() takes exactly one argument");
+    struct jseq *l;
+    TRY(jr_iterate(r, c->at, c->args[0], &l));
+    struct sb b = {.r = r}, m = {.r = r};
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].t != JV_STR)
+            return jr_rerr(r, c->at, JINJA_ERR_TYPE, "sequence item %zu: expected str instance, %s found",
+                           i, jr_type_name(&l->v[i]));
+        if (i) jr_sb_add_marked(&b, &m, &c->self);
+        jr_sb_add_marked(&b, &m, &l->v[i]);
     }
-    default:
-        return jr_rerr(r, at, JINJA_ERR_UNSUPPORTED, "this string method is not supported");
+    return jr_sb_done_marked(&b, &m, out) ? KN_OK : jr_nomem(r);
+}
+
+static enum kn_status str_splitlines(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_keep[] = {"keepends"};
+    struct jv a[1];
+    bool g[1];
+    TRY(jr_bind_args(c->r, c->at, "splitlines", p_keep, 1, c->args, c->nargs, c->kwn, c->kwv, c->nkw, a, g));
+    struct jseq *l;
+    TRY(jr_splitlines(c->r, c->self.u.s->p, c->self.u.s->n, g[0] && jr_truthy(&a[0]), &l));
+    *out = v_list(l, JV_LIST);
+    return KN_OK;
+}
+
+enum { IS_DIGIT, IS_ALPHA, IS_ALNUM, IS_SPACE, IS_UPPER, IS_LOWER, IS_IDENTIFIER, IS_TITLE };
+/* isdigit, isnumeric, isdecimal, isalpha, isalnum, isspace, isupper, islower,
+ * isidentifier, istitle (arg: IS_*). */
+static enum kn_status str_is(const struct jcall *c, struct jv *out)
+{
+    const struct jstr *s = c->self.u.s;
+    if (c->nargs || c->nkw) return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes no arguments");
+    bool res = s->n > 0, any_cased = false, prev_cased = false, title_ok = true;
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; k++) {
+        uint32_t ch = jr_utf8_next(s->p, s->n, &i);
+        switch (c->arg) {
+        case IS_DIGIT: if (!u_digit(ch)) res = false; break;
+        case IS_ALPHA: if (!jr_u_alpha(ch)) res = false; break;
+        case IS_ALNUM: if (!jr_u_alpha(ch) && !u_digit(ch)) res = false; break;
+        case IS_SPACE: if (!jr_u_space(ch)) res = false; break;
+        case IS_UPPER: if (jr_u_islower(ch)) res = false; if (jr_u_isupper(ch)) any_cased = true; break;
+        case IS_LOWER: if (jr_u_isupper(ch)) res = false; if (jr_u_islower(ch)) any_cased = true; break;
+        case IS_IDENTIFIER:
+            if (!(ch == '_' || jr_u_alpha(ch) || (k > 0 && u_digit(ch)))) res = false;
+            break;
+        case IS_TITLE:
+            if (jr_u_isupper(ch)) { if (prev_cased) title_ok = false; prev_cased = true; any_cased = true; }
+            else if (jr_u_islower(ch)) { if (!prev_cased) title_ok = false; prev_cased = true; }
+            else prev_cased = false;
+            break;
+        default: break;
+        }
     }
+    if (c->arg == IS_UPPER || c->arg == IS_LOWER) res = res && any_cased;
+    if (c->arg == IS_TITLE) res = title_ok && any_cased;
+    *out = v_bool(res);
+    return KN_OK;
+}
+
+enum { PAD_CENTER, PAD_LJUST, PAD_RJUST, PAD_ZFILL };
+/* center, ljust, rjust, zfill (arg: PAD_*). */
+static enum kn_status str_pad(const struct jcall *c, struct jv *out)
+{
+    static const char *const p_width[] = {"width", "fillchar"};
+    struct rs *r = c->r;
+    const struct jnode *at = c->at;
+    const struct jstr *s = c->self.u.s;
+    bool zfill = c->arg == PAD_ZFILL;
+    struct jv a[2];
+    bool g[2];
+    TRY(jr_bind_args(r, at, "center", p_width, zfill ? 1 : 2, c->args, c->nargs, c->kwn, c->kwv, c->nkw, a, g));
+    int64_t w = 0;
+    if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes at least 1 argument");
+    TRY(jr_opt_int(r, at, &a[0], true, 0, &w));
+    const char *fill = " ";
+    size_t filln = 1;
+    if (!zfill && g[1]) {
+        TRY(jr_want_str(r, at, "center", &a[1], false));
+        if (jr_utf8_count(a[1].u.s->p, a[1].u.s->n) != 1)
+            return jr_rerr(r, at, JINJA_ERR_TYPE, "The fill character must be exactly one character long");
+        fill = a[1].u.s->p;
+        filln = a[1].u.s->n;
+    }
+    int64_t len = (int64_t)jr_utf8_count(s->p, s->n);
+    if (w > (int64_t)r->lim.max_output) return jr_rerr(r, at, JINJA_ERR_LIMIT, "width too large");
+    int64_t pad = w > len ? w - len : 0, left = 0;
+    if (c->arg == PAD_CENTER) left = pad / 2 + (pad & w & 1);
+    else if (c->arg == PAD_RJUST || zfill) left = pad;
+    struct sb b = {.r = r};
+    size_t body = 0;
+    if (zfill && s->n && (s->p[0] == '-' || s->p[0] == '+')) { jr_sb_add(&b, s->p, 1); body = 1; }
+    for (int64_t i = 0; i < left; i++) jr_sb_add(&b, zfill ? "0" : fill, zfill ? 1 : filln);
+    jr_sb_add(&b, s->p + body, s->n - body);
+    for (int64_t i = left; i < pad; i++) jr_sb_add(&b, fill, filln);
+    if (!b.p) return jr_v_str(r, out, "", 0) ? KN_OK : jr_nomem(r);
+    return jr_sb_done(&b, out) ? KN_OK : jr_nomem(r);
+}
+
+/* partition, rpartition (arg: true for rpartition). */
+static enum kn_status str_partition(const struct jcall *c, struct jv *out)
+{
+    struct rs *r = c->r;
+    const struct jstr *s = c->self.u.s;
+    bool rev = c->arg;
+    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "partition() takes exactly one argument");
+    TRY(jr_want_str(r, c->at, "partition", &c->args[0], false));
+    const struct jstr *sep = c->args[0].u.s;
+    if (!sep->n) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "empty separator");
+    size_t pos = SIZE_MAX;
+    if (!rev) {
+        const char *f = memmem(s->p, s->n, sep->p, sep->n);
+        if (f) pos = (size_t)(f - s->p);
+    } else if (s->n >= sep->n) {
+        for (size_t k = s->n - sep->n + 1; k-- > 0;)
+            if (memcmp(s->p + k, sep->p, sep->n) == 0) { pos = k; break; }
+    }
+    struct jseq *l = jr_seq_new(r, 3);
+    if (!l) return jr_nomem(r);
+    l->n = 3;
+    bool ok;
+    if (pos == SIZE_MAX) {
+        ok = !rev
+                 ? jr_v_str(r, &l->v[0], s->p, s->n) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], "", 0)
+                 : jr_v_str(r, &l->v[0], "", 0) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], s->p, s->n);
+    } else {
+        ok = jr_v_str(r, &l->v[0], s->p, pos) && jr_v_str(r, &l->v[1], sep->p, sep->n) &&
+             jr_v_str(r, &l->v[2], s->p + pos + sep->n, s->n - pos - sep->n);
+    }
+    if (!ok) return jr_nomem(r);
+    *out = v_list(l, JV_TUPLE);
+    return KN_OK;
+}
+
+/* removeprefix, removesuffix (arg: true for removesuffix). */
+static enum kn_status str_remove(const struct jcall *c, struct jv *out)
+{
+    struct rs *r = c->r;
+    const struct jstr *s = c->self.u.s;
+    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
+    TRY(jr_want_str(r, c->at, "removeprefix", &c->args[0], false));
+    const struct jstr *x = c->args[0].u.s;
+    if (x->n <= s->n && !c->arg && memcmp(s->p, x->p, x->n) == 0)
+        return jr_v_str(r, out, s->p + x->n, s->n - x->n) ? KN_OK : jr_nomem(r);
+    if (x->n <= s->n && c->arg && memcmp(s->p + s->n - x->n, x->p, x->n) == 0)
+        return jr_v_str(r, out, s->p, s->n - x->n) ? KN_OK : jr_nomem(r);
+    *out = c->self;
+    return KN_OK;
+}
+
+static enum kn_status str_unsupported(const struct jcall *c, struct jv *out)
+{
+    (void)out;
+    return jr_rerr(c->r, c->at, JINJA_ERR_UNSUPPORTED, "this string method is not supported");
+}
+
+/* ---- the table ---- */
+
+#define LIST_OR_TUPLE (JB_LIST | JB_TUPLE)
+static const struct jbuiltin k_builtins[] = {
+    /* globals */
+    {"range", JB_GLOBAL, g_range, 0, NULL},
+    {"dict", JB_GLOBAL, g_dict, JV_DICT, "<class 'dict'>"},
+    {"namespace", JB_GLOBAL, g_dict, JV_NS, "<class 'jinja2.utils.Namespace'>"},
+    {"raise_exception", JB_GLOBAL, g_raise, 0, NULL},
+    {"strftime_now", JB_GLOBAL, g_strftime, 0, NULL},
+    {"cycler", JB_GLOBAL, g_unsupported, 0, NULL},
+    {"joiner", JB_GLOBAL, g_unsupported, 0, NULL},
+    {"lipsum", JB_GLOBAL, g_unsupported, 0, NULL},
+    /* loop */
+    {"cycle", JB_LOOP, loop_cycle, 0, NULL},
+    {"changed", JB_LOOP, loop_changed, 0, NULL},
+    /* str */
+    {"strip", JB_STR, str_strip, SIDE_LEFT | SIDE_RIGHT, NULL},
+    {"lstrip", JB_STR, str_strip, SIDE_LEFT, NULL},
+    {"rstrip", JB_STR, str_strip, SIDE_RIGHT, NULL},
+    {"split", JB_STR, str_split_m, false, NULL},
+    {"rsplit", JB_STR, str_split_m, true, NULL},
+    {"startswith", JB_STR, str_affix, false, NULL},
+    {"endswith", JB_STR, str_affix, true, NULL},
+    {"lower", JB_STR, str_case_m, CM_LOWER, NULL},
+    {"upper", JB_STR, str_case_m, CM_UPPER, NULL},
+    {"title", JB_STR, str_case_m, CM_TITLE, NULL},
+    {"capitalize", JB_STR, str_case_m, CM_CAPITALIZE, NULL},
+    {"swapcase", JB_STR, str_case_m, CM_SWAP, NULL},
+    {"casefold", JB_STR, str_case_m, CM_LOWER, NULL},
+    {"replace", JB_STR, str_replace_m, 0, NULL},
+    {"find", JB_STR, str_find_m, 0, NULL},
+    {"rfind", JB_STR, str_find_m, FIND_REV, NULL},
+    {"index", JB_STR, str_find_m, FIND_MUST, NULL},
+    {"rindex", JB_STR, str_find_m, FIND_REV | FIND_MUST, NULL},
+    {"count", JB_STR, str_find_m, FIND_COUNT, NULL},
+    {"join", JB_STR, str_join, 0, NULL},
+    {"splitlines", JB_STR, str_splitlines, 0, NULL},
+    {"isdigit", JB_STR, str_is, IS_DIGIT, NULL},
+    {"isnumeric", JB_STR, str_is, IS_DIGIT, NULL},
+    {"isdecimal", JB_STR, str_is, IS_DIGIT, NULL},
+    {"isalpha", JB_STR, str_is, IS_ALPHA, NULL},
+    {"isalnum", JB_STR, str_is, IS_ALNUM, NULL},
+    {"isspace", JB_STR, str_is, IS_SPACE, NULL},
+    {"isupper", JB_STR, str_is, IS_UPPER, NULL},
+    {"islower", JB_STR, str_is, IS_LOWER, NULL},
+    {"isidentifier", JB_STR, str_is, IS_IDENTIFIER, NULL},
+    {"istitle", JB_STR, str_is, IS_TITLE, NULL},
+    {"center", JB_STR, str_pad, PAD_CENTER, NULL},
+    {"ljust", JB_STR, str_pad, PAD_LJUST, NULL},
+    {"rjust", JB_STR, str_pad, PAD_RJUST, NULL},
+    {"zfill", JB_STR, str_pad, PAD_ZFILL, NULL},
+    {"partition", JB_STR, str_partition, false, NULL},
+    {"rpartition", JB_STR, str_partition, true, NULL},
+    {"removeprefix", JB_STR, str_remove, false, NULL},
+    {"removesuffix", JB_STR, str_remove, true, NULL},
+    {"format", JB_STR, str_unsupported, 0, NULL},
+    {"expandtabs", JB_STR, str_unsupported, 0, NULL},
+    {"encode", JB_STR, str_unsupported, 0, NULL},
+    /* dict; the mutating methods are refused by the sandbox (no function) */
+    {"get", JB_DICT, dict_get, 0, NULL},
+    {"items", JB_DICT, dict_view, VIEW_ITEMS, NULL},
+    {"keys", JB_DICT, dict_view, VIEW_KEYS, NULL},
+    {"values", JB_DICT, dict_view, VIEW_VALUES, NULL},
+    {"copy", JB_DICT, dict_copy, 0, NULL},
+    {"clear", JB_DICT, NULL, 0, NULL},
+    {"pop", JB_DICT, NULL, 0, NULL},
+    {"popitem", JB_DICT, NULL, 0, NULL},
+    {"setdefault", JB_DICT, NULL, 0, NULL},
+    {"update", JB_DICT, NULL, 0, NULL},
+    {"fromkeys", JB_DICT, NULL, 0, NULL},
+    /* list (index and count on tuples too) */
+    {"index", LIST_OR_TUPLE, list_find, false, NULL},
+    {"count", LIST_OR_TUPLE, list_find, true, NULL},
+    {"copy", JB_LIST, list_copy, 0, NULL},
+    {"append", JB_LIST, NULL, 0, NULL},
+    {"clear", JB_LIST, NULL, 0, NULL},
+    {"extend", JB_LIST, NULL, 0, NULL},
+    {"insert", JB_LIST, NULL, 0, NULL},
+    {"pop", JB_LIST, NULL, 0, NULL},
+    {"remove", JB_LIST, NULL, 0, NULL},
+    {"reverse", JB_LIST, NULL, 0, NULL},
+    {"sort", JB_LIST, NULL, 0, NULL},
+};
+#undef LIST_OR_TUPLE
+
+const struct jbuiltin *jr_builtin_find(unsigned on, const char *name, size_t n)
+{
+    for (size_t i = 0; i < sizeof k_builtins / sizeof k_builtins[0]; i++) {
+        const struct jbuiltin *b = &k_builtins[i];
+        if ((b->on & on) && strlen(b->name) == n && memcmp(b->name, name, n) == 0)
+            return b;
+    }
+    return NULL;
+}
+
+const struct jbuiltin *jr_builtin(uint16_t id) { return &k_builtins[id]; }
+
+struct jv jr_builtin_value(struct rs *r, const struct jbuiltin *b, const struct jv *self)
+{
+    struct jv v = {.t = JV_FUNC, .fn = (uint16_t)(b - k_builtins)};
+    v.u.f2 = NULL;
+    if (self) {
+        struct jfunc *f = ralloc(r, sizeof(*f));
+        if (f)
+            f->self = *self;
+        v.u.f2 = f;
+    }
+    return v;
+}
+
+enum kn_status jr_call_value(struct rs *r, struct scope *sc, const struct jnode *at,
+                             struct jv fn, struct jv *args, size_t nargs,
+                             struct jstr **kwn, struct jv *kwv, size_t nkw, struct jv *out)
+{
+    if (fn.t == JV_UNDEF)
+        return jr_undef_error(r, at, &fn);
+    if (fn.t == JV_MACRO)
+        return jr_call_macro(r, at, fn.u.m, args, nargs, kwn, kwv, nkw, v_none(), out);
+    if (fn.t != JV_FUNC)
+        return jr_rerr(r, at, JINJA_ERR_TYPE, "'%s' object is not callable", jr_type_name(&fn));
+    const struct jbuiltin *b = jr_builtin(fn.fn); /* a JV_FUNC is made only from a row with fn */
+    struct jcall c = {.r = r, .sc = sc, .at = at, .name = b->name, .arg = b->arg,
+                      .self = fn.u.f2 ? fn.u.f2->self : v_none(), .args = args, .nargs = nargs,
+                      .kwn = kwn, .kwv = kwv, .nkw = nkw};
+    return b->fn(&c, out);
+}
+
+enum kn_status jr_call_method(struct rs *r, const struct jnode *at, struct jv self,
+                              const char *name, struct jv *args, size_t nargs, struct jv *out)
+{
+    unsigned on = self.t == JV_STR ? JB_STR : self.t == JV_DICT ? JB_DICT
+                  : self.t == JV_TUPLE ? JB_TUPLE : JB_LIST;
+    const struct jbuiltin *b = jr_builtin_find(on, name, strlen(name));
+    assert(b && b->fn);
+    struct jcall c = {.r = r, .at = at, .name = b->name, .arg = b->arg, .self = self,
+                      .args = args, .nargs = nargs};
+    return b->fn(&c, out);
 }

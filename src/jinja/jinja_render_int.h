@@ -55,24 +55,8 @@ struct rs {
     struct scope *root;
 };
 
-enum {
-    F_NONE = 0,
-    /* globals */
-    F_RANGE, F_DICT, F_NAMESPACE, F_RAISE, F_STRFTIME, F_CYCLER_UNSUP,
-    /* loop */
-    F_LOOP_CYCLE, F_LOOP_CHANGED,
-    /* str methods */
-    S_STRIP, S_LSTRIP, S_RSTRIP, S_SPLIT, S_RSPLIT, S_STARTSWITH, S_ENDSWITH, S_LOWER,
-    S_UPPER, S_TITLE, S_CAPITALIZE, S_REPLACE, S_FIND, S_RFIND, S_COUNT, S_JOIN,
-    S_SPLITLINES, S_ISDIGIT, S_ISALPHA, S_ISSPACE, S_ISUPPER, S_ISLOWER, S_ISALNUM,
-    S_INDEX, S_RINDEX, S_CENTER, S_LJUST, S_RJUST, S_ZFILL, S_SWAPCASE, S_PARTITION,
-    S_RPARTITION, S_REMOVEPREFIX, S_REMOVESUFFIX, S_FORMAT, S_ISNUMERIC, S_ISDECIMAL,
-    S_CASEFOLD, S_EXPANDTABS, S_ISIDENTIFIER, S_ISTITLE, S_ENCODE,
-    /* dict methods */
-    D_GET, D_ITEMS, D_KEYS, D_VALUES, D_COPY,
-    /* list methods */
-    L_INDEX, L_COUNT, L_COPY,
-};
+/* What a built-in is a name or a method of (struct jbuiltin.on). */
+enum { JB_GLOBAL = 1, JB_STR = 2, JB_DICT = 4, JB_LIST = 8, JB_TUPLE = 16, JB_LOOP = 32 };
 
 #define TRY(x)                    \
     do {                          \
@@ -150,6 +134,33 @@ struct argv {
 
 /* The case mappings of jr_str_case (CM_JTITLE: jinja's title filter). */
 enum casemode { CM_LOWER, CM_UPPER, CM_TITLE, CM_CAPITALIZE, CM_SWAP, CM_JTITLE };
+
+/* One call of a built-in (a filter, a test, a global or a method): the render and the
+ * node errors are reported at, the table row's name and arg (which variant of a function
+ * shared by several rows), the object a method is bound to, and the arguments. */
+struct jcall {
+    struct rs *r;
+    struct scope *sc;
+    const struct jnode *at;
+    const char *name;
+    int arg;
+    struct jv self;
+    struct jv *args;
+    size_t nargs;
+    struct jstr **kwn;
+    struct jv *kwv;
+    size_t nkw;
+};
+
+/* A global function or a method of str, dict, list, tuple or loop (jinja_methods.c). */
+struct jbuiltin {
+    const char *name;
+    uint8_t on; /* JB_*: where the name is found */
+    /* NULL: a mutating method the sandbox refuses (reading it gives an unsafe undefined) */
+    enum kn_status (*fn)(const struct jcall *c, struct jv *out);
+    int arg;
+    const char *repr; /* str() of the function object, if it is a class (dict, namespace) */
+};
 
 /* ---- jinja_value.c ---- */
 enum kn_status jr_rerr(struct rs *r, const struct jnode *at, enum jinja_error_kind kind,
@@ -234,14 +245,22 @@ bool jr_str_replace(struct rs *r, const struct jstr *s, const struct jstr *old,
                     const struct jstr *new, int64_t count, struct jv *out);
 bool jr_str_case(struct rs *r, const struct jstr *s, enum casemode m, struct jv *out);
 enum kn_status jr_splitlines(struct rs *r, const char *p, size_t n, bool keepends, struct jseq **out);
+/* The built-in named name among those found on `on` (JB_*), or NULL. */
+const struct jbuiltin *jr_builtin_find(unsigned on, const char *name, size_t n);
+/* The row of a JV_FUNC value's fn. */
+const struct jbuiltin *jr_builtin(uint16_t id);
+/* A JV_FUNC value for b, bound to *self (a method) or to nothing (self NULL); u.f2 is NULL
+ * when a bound one ran out of memory. */
+struct jv jr_builtin_value(struct rs *r, const struct jbuiltin *b, const struct jv *self);
+/* Calls a function value: a macro or a built-in. */
 enum kn_status jr_call_value(struct rs *r, struct scope *sc, const struct jnode *at,
                              struct jv fn, struct jv *args, size_t nargs,
                              struct jstr **kwn, struct jv *kwv, size_t nkw, struct jv *out);
 enum kn_status jr_opt_int(struct rs *r, const struct jnode *at, const struct jv *v,
                           bool given, int64_t dflt, int64_t *out);
-enum kn_status jr_call_method(struct rs *r, const struct jnode *at, int fn, struct jv self,
-                              struct jv *args, size_t nargs, struct jstr **kwn,
-                              struct jv *kwv, size_t nkw, struct jv *out);
+/* Calls self's method name (which must exist) with positional arguments. */
+enum kn_status jr_call_method(struct rs *r, const struct jnode *at, struct jv self,
+                              const char *name, struct jv *args, size_t nargs, struct jv *out);
 
 /* ---- jinja_filters.c ---- */
 enum kn_status jr_charge(struct rs *r, const struct jnode *at, size_t n);

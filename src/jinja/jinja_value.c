@@ -584,8 +584,7 @@ void jr_to_str(struct sb *b, const struct jv *v, bool repr)
         jr_sb_adds(b, "'>");
         break;
     default:
-        jr_sb_adds(b, v->fn == F_DICT ? "<class 'dict'>" : v->fn == F_NAMESPACE ? "<class 'jinja2.utils.Namespace'>"
-                   : "<built-in method>");
+        jr_sb_adds(b, jr_builtin(v->fn)->repr ? jr_builtin(v->fn)->repr : "<built-in method>");
         break;
     }
 }
@@ -606,7 +605,7 @@ bool jr_str_of(struct rs *r, const struct jv *v, struct jv *out)
 enum kn_status jr_check_printable(struct rs *r, const struct jnode *at, const struct jv *v)
 {
     if ((v->t == JV_LIST && v->gen) || v->t == JV_LOOP ||
-        (v->t == JV_FUNC && v->fn != F_DICT && v->fn != F_NAMESPACE))
+        (v->t == JV_FUNC && !jr_builtin(v->fn)->repr))
         return jr_rerr(r, at, JINJA_ERR_TYPE,
                        "printing a %s gives a memory address in Python; convert it first "
                        "(for example with |list)", jr_type_name(v));
