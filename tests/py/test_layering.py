@@ -166,6 +166,39 @@ def test_module_libraries_call_only_declared_modules():
     assert violations(g, defs, undefs) == []
 
 
+def included_modules(m):
+    """The modules whose headers src/<m>/ includes (either spelling)."""
+    found = set()
+    d = os.path.join(SOURCE, "src", m)
+    for f in os.listdir(d):
+        if f.endswith((".c", ".h")):
+            with open(os.path.join(d, f), errors="replace") as fh:
+                for inc in re.findall(r'^\s*#\s*include\s*"([^"]+)"', fh.read(), re.M):
+                    parts = inc.split("/")
+                    if len(parts) == 3 and parts[0] == "..":
+                        found.add(parts[1])
+                    elif len(parts) == 2:
+                        found.add(parts[0])
+    return found - {m}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not installed")
+def test_every_declared_dependency_is_used():
+    """The graph says what the code does: a module listed in kn_module(m ...) is one m
+    includes or calls. A stale entry would let a new upward include through unnoticed."""
+    g = graph()
+    defs, undefs = {}, {}
+    for m in g:
+        defs[m], undefs[m] = symbols(objects_of(m))
+    stale = []
+    for m, deps in g.items():
+        called = {d for d in deps if undefs[m] & defs[d]}
+        for d in sorted(set(deps) - included_modules(m) - called):
+            stale.append(f"kn_module({m} ...) declares {d}, but src/{m} neither includes nor "
+                         f"calls it: remove it from CMakeLists.txt and docs/modules.md")
+    assert stale == []
+
+
 # ---- the document -------------------------------------------------------------------
 
 def test_modules_doc_matches_the_build():
