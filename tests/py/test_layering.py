@@ -116,6 +116,8 @@ def objects_of(m):
 
 def symbols(paths):
     """(defined globals, undefined names) of the objects in paths, from nm -P."""
+    if not paths:  # a module of headers only
+        return set(), set()
     out = subprocess.run(["nm", "-P"] + paths, capture_output=True, text=True, check=True).stdout
     defined, undefined = set(), set()
     for line in out.splitlines():
@@ -160,7 +162,8 @@ def test_module_libraries_call_only_declared_modules():
     defs, undefs = {}, {}
     for m in g:
         paths = objects_of(m)
-        assert paths, f"no objects for module {m} in {BUILD}"
+        has_c = any(f.endswith(".c") for f in os.listdir(os.path.join(SOURCE, "src", m)))
+        assert paths or not has_c, f"no objects for module {m} in {BUILD}"
         defs[m], undefs[m] = symbols(paths)
     assert defs["base"], "nm read no symbols"
     assert violations(g, defs, undefs) == []
