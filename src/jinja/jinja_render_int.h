@@ -58,6 +58,7 @@ struct rs {
 /* What a built-in is a name or a method of (struct jbuiltin.on). */
 enum { JB_GLOBAL = 1, JB_STR = 2, JB_DICT = 4, JB_LIST = 8, JB_TUPLE = 16, JB_LOOP = 32 };
 
+/* Returns the status of x when it fails. */
 #define TRY(x)                    \
     do {                          \
         enum kn_status st_ = (x); \
