@@ -412,7 +412,8 @@ static enum kn_status f_map(const struct jcall *c, struct jv val, struct jv *out
             return jr_rerr(r, at, JINJA_ERR_TYPE, "No filter named '%s'.", fname);
         for (size_t i = 0; i < in->n; i++) {
             struct jv x;
-            TRY(jr_apply_filter(r, c->sc, at, fname, in->v[i], c->args + 1, c->nargs - 1, c->kwn, c->kwv, c->nkw, &x));
+            TRY(jr_apply_filter(r, c->sc, at, fname, in->v[i], c->args + 1, c->nargs - 1, c->kwn,
+                                c->kwv, c->nkw, &x));
             l->v[l->n++] = x;
         }
     }

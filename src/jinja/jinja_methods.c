@@ -719,7 +719,8 @@ static enum kn_status str_find_m(const struct jcall *c, struct jv *out)
 static enum kn_status str_join(const struct jcall *c, struct jv *out)
 {
     struct rs *r = c->r;
-    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "join() takes exactly one argument");
+    if (c->nargs != 1 || c->nkw)
+        return jr_rerr(r, c->at, JINJA_ERR_TYPE, "join() takes exactly one argument");
     struct jseq *l;
     TRY(jr_iterate(r, c->at, c->args[0], &l));
     struct sb b = {.r = r}, m = {.r = r};
@@ -791,7 +792,8 @@ static enum kn_status str_pad(const struct jcall *c, struct jv *out)
     bool zfill = c->arg == PAD_ZFILL;
     struct jv a[2];
     bool g[2];
-    TRY(jr_bind_args(r, at, "center", p_width, zfill ? 1 : 2, c->args, c->nargs, c->kwn, c->kwv, c->nkw, a, g));
+    TRY(jr_bind_args(r, at, "center", p_width, zfill ? 1 : 2, c->args, c->nargs, c->kwn, c->kwv,
+                     c->nkw, a, g));
     int64_t w = 0;
     if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "method takes at least 1 argument");
     TRY(jr_opt_int(r, at, &a[0], true, 0, &w));
@@ -825,7 +827,8 @@ static enum kn_status str_partition(const struct jcall *c, struct jv *out)
     struct rs *r = c->r;
     const struct jstr *s = c->self.u.s;
     bool rev = c->arg;
-    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "partition() takes exactly one argument");
+    if (c->nargs != 1 || c->nkw)
+        return jr_rerr(r, c->at, JINJA_ERR_TYPE, "partition() takes exactly one argument");
     TRY(jr_want_str(r, c->at, "partition", &c->args[0], false));
     const struct jstr *sep = c->args[0].u.s;
     if (!sep->n) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "empty separator");
@@ -842,9 +845,9 @@ static enum kn_status str_partition(const struct jcall *c, struct jv *out)
     l->n = 3;
     bool ok;
     if (pos == SIZE_MAX) {
-        ok = !rev
-                 ? jr_v_str(r, &l->v[0], s->p, s->n) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], "", 0)
-                 : jr_v_str(r, &l->v[0], "", 0) && jr_v_str(r, &l->v[1], "", 0) && jr_v_str(r, &l->v[2], s->p, s->n);
+        /* partition: (s, "", ""); rpartition: ("", "", s) */
+        ok = jr_v_str(r, &l->v[0], s->p, rev ? 0 : s->n) && jr_v_str(r, &l->v[1], "", 0) &&
+             jr_v_str(r, &l->v[2], s->p, rev ? s->n : 0);
     } else {
         ok = jr_v_str(r, &l->v[0], s->p, pos) && jr_v_str(r, &l->v[1], sep->p, sep->n) &&
              jr_v_str(r, &l->v[2], s->p + pos + sep->n, s->n - pos - sep->n);
@@ -859,7 +862,8 @@ static enum kn_status str_remove(const struct jcall *c, struct jv *out)
 {
     struct rs *r = c->r;
     const struct jstr *s = c->self.u.s;
-    if (c->nargs != 1 || c->nkw) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
+    if (c->nargs != 1 || c->nkw)
+        return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
     TRY(jr_want_str(r, c->at, "removeprefix", &c->args[0], false));
     const struct jstr *x = c->args[0].u.s;
     if (x->n <= s->n && !c->arg && memcmp(s->p, x->p, x->n) == 0)

@@ -99,7 +99,10 @@ static inline struct jv v_list(struct jseq *l, int t)
     v.u.l = l;
     return v;
 }
-static inline bool is_num(const struct jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
+static inline bool is_num(const struct jv *v)
+{
+    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
+}
 static inline double num_d(const struct jv *v)
 {
     return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : (double)v->u.b;
