@@ -208,7 +208,31 @@ static void test_propose(void)
     CHECK_EQ_INT(engine_draft_propose(s4, 1, 4, 2, out, 3), 0);
 }
 
-/* engine_eval_all's rows equal token-by-token evaluation. */
+/* RAD-1's verification pass (every row of a multi-token forward) in one call, as the
+ * generation step makes it: tokens at positions n_past.., logits of every row. */
+static enum kn_status eval_all(struct engine *e, const int32_t *tokens, int64_t n, float *rows,
+                               struct kn_err *err)
+{
+    if (n <= 0 || n > e->n_batch)
+        return kn_fail(err, KN_E_ARG, "eval_all takes 1..%lld tokens", (long long)e->n_batch);
+    int64_t out[64];
+    for (int64_t i = 0; i < n; i++) {
+        e->pos[i] = (int32_t)(e->n_past + i);
+        out[i] = i;
+    }
+    struct model_kv *kvs[64];
+    for (int64_t i = 0; i < n; i++)
+        kvs[i] = &e->kv;
+    enum kn_status st = model_forward_multi(e->fwd, kvs, tokens, e->pos, n, out, n, rows, err);
+    if (st != KN_OK)
+        return st;
+    memcpy(e->history + e->n_past, tokens, (size_t)n * sizeof *tokens);
+    e->n_past += n;
+    memcpy(e->logits, rows + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    return KN_OK;
+}
+
+/* A multi-token pass's rows equal token-by-token evaluation. */
 static void test_eval_all(void)
 {
     struct engine a, b;
@@ -218,7 +242,7 @@ static void test_eval_all(void)
     float *rows = calloc(9 * (size_t)V, sizeof(float));
     CHECK(engine_eval(&a, prompts[0], 5, &err) == KN_OK);
     CHECK(engine_eval(&b, prompts[0], 5, &err) == KN_OK);
-    CHECK(engine_eval_all(&a, prompts[2], 9, rows, &err) == KN_OK);
+    CHECK(eval_all(&a, prompts[2], 9, rows, &err) == KN_OK);
     bool same = true;
     for (int i = 0; i < 9; i++) {
         CHECK(engine_eval(&b, &prompts[2][i], 1, &err) == KN_OK);
@@ -227,7 +251,7 @@ static void test_eval_all(void)
     CHECK(same);
     CHECK(memcmp(a.logits, b.logits, (size_t)V * sizeof(float)) == 0);
     CHECK_EQ_INT(a.n_past, 14);
-    CHECK(engine_eval_all(&a, prompts[2], 33, rows, &err) == KN_E_ARG);
+    CHECK(eval_all(&a, prompts[2], 33, rows, &err) == KN_E_ARG);
     free(rows);
     engine_free(&a);
     engine_free(&b);
