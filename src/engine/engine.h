@@ -391,6 +391,10 @@ void engine_slots_free(struct engine_slots *es);
 /* The free slot whose sequence holds the longest prefix of prompt (lowest index on a
  * tie); -1 when none is free. */
 int engine_slots_pick(const struct engine_slots *es, const int32_t *prompt, int64_t n);
+/* Whether a prompt of n tokens fits a slot: a prefill's up to the context, a generating
+ * request's with a position left for its first token. KN_E_LIMIT (or KN_E_ARG: empty). */
+KN_MUST_USE enum kn_status engine_slots_check_prompt(const struct engine_slots *es, int64_t n,
+                                                     bool prefill, struct kn_err *err);
 /* Gives free slot s the request: sets its sampler up (the per-request state afresh, the
  * grammar attached) and its stop strings. The slot enters at the next step: it keeps
  * what its sequence holds of the prompt and restores more from the prompt cache. Fails

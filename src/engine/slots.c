@@ -124,16 +124,30 @@ int engine_slots_pick(const struct engine_slots *es, const int32_t *prompt, int6
     return best;
 }
 
+enum kn_status engine_slots_check_prompt(const struct engine_slots *es, int64_t n, bool prefill,
+                                         struct kn_err *err)
+{
+    /* A generating request needs a position for its first token's feed. */
+    int64_t limit = prefill ? es->lm->n_ctx : es->lm->n_ctx - 1;
+    if (n < 1)
+        return kn_fail(err, KN_E_ARG, "the prompt is empty");
+    if (n > limit)
+        return kn_fail(err, KN_E_LIMIT, "the prompt has %lld tokens but a slot holds %lld",
+                       (long long)n, (long long)es->lm->n_ctx);
+    return KN_OK;
+}
+
 enum kn_status engine_slot_begin(struct engine_slots *es, int s, const struct engine_req *r,
                                  struct kn_err *err)
 {
     const struct engine_lm *lm = es->lm;
     struct engine_slot *sl = &es->slot[s];
     assert(s >= 0 && s < es->n_slots && !sl->busy);
-    /* A generating request needs a position for its first token's feed. */
-    int64_t limit = r->prefill || r->logits ? lm->n_ctx : lm->n_ctx - 1;
-    if (r->n_prompt < 1 || r->n_prompt > limit)
-        return kn_fail(err, KN_E_LIMIT, "the prompt has %lld tokens but a slot holds %lld",
+    enum kn_status st0 = r->logits ? KN_OK : engine_slots_check_prompt(es, r->n_prompt, r->prefill, err);
+    if (st0 != KN_OK)
+        return st0;
+    if (r->n_prompt < 1 || r->n_prompt > lm->n_ctx)
+        return kn_fail(err, KN_E_LIMIT, "the sequence has %lld tokens but a slot holds %lld",
                        (long long)r->n_prompt, (long long)lm->n_ctx);
     struct sample_ctx *sctx = r->sctx;
     if (!r->prefill) {

@@ -532,17 +532,39 @@ void convoy_stop(struct convoy *c)
     convoy_unlock(c);
 }
 
-enum kn_status convoy_submit(struct convoy *c, struct srv_job *j, struct kn_err *err)
+/* Queues j on q (under the lock; the caller checked the room) and wakes the scheduler. */
+static void queue_locked(struct convoy *c, struct jobq *q, struct srv_job *j)
 {
-    assert(j->out_ids && j->max_tokens >= 1 && j->max_tokens <= j->out_cap && j->n_prompt >= 1);
-    if ((int64_t)j->n_prompt >= c->b->n_ctx)
-        return kn_fail(err, KN_E_LIMIT, "the prompt has %zu tokens but a slot holds %lld",
-                       j->n_prompt, (long long)c->b->n_ctx);
+    j->refs++;
+    j->state = SRV_JOB_QUEUED;
+    j->t_submit = kn_now();
+    jobq_push(q, j);
+    c->stats.queued = c->q.len;
+    c->stats.prefill_queued = c->pq.len;
+    pthread_cond_signal(&c->work_cv);
+}
+
+/* Takes the lock for a submission: fails when the prompt does not fit a slot (the
+ * engine's rule) or the convoy is stopping; else returns holding the lock. */
+static enum kn_status submit_lock(struct convoy *c, const struct srv_job *j, struct kn_err *err)
+{
+    enum kn_status st = engine_slots_check_prompt(&c->es, (int64_t)j->n_prompt, j->prefill, err);
+    if (st != KN_OK)
+        return st;
     convoy_lock(c);
     if (c->stopping) {
         convoy_unlock(c);
         return kn_fail(err, KN_E_CANCELLED, "the server is shutting down");
     }
+    return KN_OK;
+}
+
+enum kn_status convoy_submit(struct convoy *c, struct srv_job *j, struct kn_err *err)
+{
+    assert(j->out_ids && j->max_tokens >= 1 && j->max_tokens <= j->out_cap);
+    enum kn_status st = submit_lock(c, j, err);
+    if (st != KN_OK)
+        return st;
     int busy = 0;
     for (int s = 0; s < c->n_slots; s++)
         busy += c->slots[s] != NULL && !c->slots[s]->prefill;
@@ -553,37 +575,22 @@ enum kn_status convoy_submit(struct convoy *c, struct srv_job *j, struct kn_err 
         return kn_fail(err, KN_E_LIMIT, "all %d slots are busy and %d requests are waiting",
                        c->n_slots, c->q.len);
     }
-    j->refs++;
-    j->state = SRV_JOB_QUEUED;
-    j->t_submit = kn_now();
-    jobq_push(&c->q, j);
-    c->stats.queued = c->q.len;
-    pthread_cond_signal(&c->work_cv);
+    queue_locked(c, &c->q, j);
     convoy_unlock(c);
     return KN_OK;
 }
 
 enum kn_status convoy_submit_prefill(struct convoy *c, struct srv_job *j, struct kn_err *err)
 {
-    assert(j->prefill && j->n_prompt >= 1);
-    if ((int64_t)j->n_prompt > c->b->n_ctx)
-        return kn_fail(err, KN_E_LIMIT, "the prompt has %zu tokens but a slot holds %lld",
-                       j->n_prompt, (long long)c->b->n_ctx);
-    convoy_lock(c);
-    if (c->stopping) {
-        convoy_unlock(c);
-        return kn_fail(err, KN_E_CANCELLED, "the server is shutting down");
-    }
+    assert(j->prefill);
+    enum kn_status st = submit_lock(c, j, err);
+    if (st != KN_OK)
+        return st;
     if (c->pq.len >= c->pq.cap) {
         convoy_unlock(c);
         return kn_fail(err, KN_E_LIMIT, "%d prefill requests are waiting already", c->pq.len);
     }
-    j->refs++;
-    j->state = SRV_JOB_QUEUED;
-    j->t_submit = kn_now();
-    jobq_push(&c->pq, j);
-    c->stats.prefill_queued = c->pq.len;
-    pthread_cond_signal(&c->work_cv);
+    queue_locked(c, &c->pq, j);
     convoy_unlock(c);
     return KN_OK;
 }
