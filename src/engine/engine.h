@@ -75,7 +75,6 @@ struct engine_lm {
 };
 
 struct engine_slots;
-struct engine_lm_model;
 
 struct engine {
     const struct model *m;
@@ -133,9 +132,9 @@ typedef bool (*engine_token_fn)(void *ctx, int32_t id, int64_t index);
 /* Generates after the evaluated prompt (e->have_logits): samples token i with index i,
  * stops before an end-of-generation token, after the token whose text completes a stop
  * string (engine_set_stop), after max_tokens tokens (-1: no limit), or when the context
- * is full. ids (capacity e->n_ctx) receives the tokens. Every caller that
- * must produce a receipt's tokens (run, chat, verify-receipt) goes through here, so they
- * cannot drift apart. */
+ * is full. ids (capacity e->n_ctx) receives the tokens. It is a one-slot client of the
+ * generation step the server's slots take (engine_slots_step): run, chat, serve and
+ * verify-receipt produce tokens in one place, so they cannot drift apart. */
 KN_MUST_USE enum kn_status engine_generate(struct engine *e, const struct tok *tk,
                                            struct sample_ctx *sctx,
                                            const struct sample_params *sp, int64_t max_tokens,
@@ -181,10 +180,10 @@ int32_t engine_draft_start(int32_t dmax);
  * accepted; within 1..dmax. */
 int32_t engine_draft_adapt(int32_t len, int32_t dmax, int64_t accepted, int64_t proposed,
                            struct engine_draft_stats *st);
-/* How many drafts a sequence of n tokens (seq) may get after its token at position p:
- * at most len, room and up to the context's end (n_ctx) and the token limit (n_out
- * generated of max_tokens, -1: none; row k samples token n_out + k); writes them to out
- * (RAD-1's lookup) and returns how many. */
+/* The drafts for a sequence seq[0..p] whose token at position p is fed next: at most
+ * len and room, none past the context's end (n_ctx) or the token limit (n_out generated
+ * of max_tokens, -1: none; row k samples token n_out + k). Writes them to out (RAD-1's
+ * lookup window) and returns how many. */
 int64_t engine_draft_next(const int32_t *seq, int64_t p, int32_t len, int64_t room, int64_t n_ctx,
                           int64_t n_out, int64_t max_tokens, int32_t *out);
 
