@@ -390,6 +390,12 @@ void engine_slots_free(struct engine_slots *es);
 /* The free slot whose sequence holds the longest prefix of prompt (lowest index on a
  * tie); -1 when none is free. */
 int engine_slots_pick(const struct engine_slots *es, const int32_t *prompt, int64_t n);
+/* The slot for a request (Zero Wait's rule): the free slot engine_slots_pick chooses;
+ * else, for a generating request, a running prefill gives its slot up: it ends (what it
+ * evaluated is stored at the next flush) and *preempted names its slot (else -1).
+ * Returns -1 when no slot can be had (the request waits). */
+int engine_slots_admit(struct engine_slots *es, const int32_t *prompt, int64_t n, bool prefill,
+                       int *preempted);
 /* Whether a prompt of n tokens fits a slot: a prefill's up to the context, a generating
  * request's with a position left for its first token. KN_E_LIMIT (or KN_E_ARG: empty). */
 KN_MUST_USE enum kn_status engine_slots_check_prompt(const struct engine_slots *es, int64_t n,

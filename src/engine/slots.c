@@ -124,6 +124,26 @@ int engine_slots_pick(const struct engine_slots *es, const int32_t *prompt, int6
     return best;
 }
 
+int engine_slots_admit(struct engine_slots *es, const int32_t *prompt, int64_t n, bool prefill,
+                       int *preempted)
+{
+    *preempted = -1;
+    int s = engine_slots_pick(es, prompt, n);
+    if (s >= 0 || prefill)
+        return s;
+    /* Zero Wait gives way: a running prefill ends, keeping what it evaluated (stored at
+     * the next flush), and its slot takes the request. */
+    for (int t = 0; t < es->n_slots; t++) {
+        struct engine_slot *sl = &es->slot[t];
+        if (sl->busy && sl->req.prefill) {
+            engine_slot_end(es, t);
+            *preempted = t;
+            return engine_slots_pick(es, prompt, n);
+        }
+    }
+    return -1;
+}
+
 enum kn_status engine_slots_check_prompt(const struct engine_slots *es, int64_t n, bool prefill,
                                          struct kn_err *err)
 {

@@ -251,9 +251,9 @@ static void slot_free_locked(struct convoy *c, int s)
 }
 
 /* Moves waiting jobs into free slots: requests first; prefill jobs only when no request
- * waits; a request that finds no free slot takes one from a prefill job (which ends,
- * its evaluated prefix stored). The free slot that holds the longest prefix of the
- * prompt wins (engine_slots_pick). Under the lock. */
+ * waits. The engine chooses the slot (engine_slots_admit: the free one holding the
+ * longest prefix of the prompt, else a prefill's, which ends, its evaluated prefix
+ * stored). Under the lock. */
 static void admit_locked(struct convoy *c)
 {
     for (;;) {
@@ -265,17 +265,15 @@ static void admit_locked(struct convoy *c)
         }
         if (!j)
             return;
-        int s = engine_slots_pick(&c->es, j->prompt, (int64_t)j->n_prompt);
-        for (int t = 0; s < 0 && !prefill && t < c->n_slots; t++) {
-            struct srv_job *pj = c->slots[t];
-            if (pj && pj->prefill) {
-                pj->preempted = true;
-                c->stats.prefills_preempted++;
-                c->stats.prefill_tokens += (uint64_t)pj->n_fed;
-                finish_locked(c, pj, SRV_FINISH_STOP);
-                slot_free_locked(c, t);
-                s = engine_slots_pick(&c->es, j->prompt, (int64_t)j->n_prompt);
-            }
+        int pre;
+        int s = engine_slots_admit(&c->es, j->prompt, (int64_t)j->n_prompt, prefill, &pre);
+        if (pre >= 0) { /* the engine ended the prefill in slot pre: answer it */
+            struct srv_job *pj = c->slots[pre];
+            pj->preempted = true;
+            c->stats.prefills_preempted++;
+            c->stats.prefill_tokens += (uint64_t)pj->n_fed;
+            finish_locked(c, pj, SRV_FINISH_STOP);
+            c->slots[pre] = NULL;
         }
         if (s < 0)
             return;
