@@ -500,8 +500,8 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --reasoning must be show or hide, not '%s'\n", o.reasoning);
         return 2;
     }
-    if (o.draft_max < 0 || o.draft_max > 256) {
-        fprintf(stderr, "kinetic run: --draft-max must be in 0..256\n");
+    if (o.draft_max < 0 || o.draft_max > ENGINE_DRAFT_LIMIT) {
+        fprintf(stderr, "kinetic run: --draft-max must be in 0..%d\n", ENGINE_DRAFT_LIMIT);
         return 2;
     }
     struct kn_err err = {0};
