@@ -875,7 +875,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     if (q->len == 0)
         return fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
                     "the request body is empty; send a JSON object");
-    struct json_limits lim = {s->cfg.max_body, (size_t)s->cfg.max_depth, s->cfg.max_body};
+    struct json_limits lim = {s->cfg.max_body, (size_t)s->cfg.max_depth, s->cfg.max_body, 0};
     struct json_value *body = NULL;
     struct kn_err err = {0};
     if (json_parse(q->body, q->len, &lim, &body, &err) != KN_OK)

@@ -31,7 +31,7 @@ def parse(out):
 @pytest.fixture
 def env(tmp_path):
     model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(300_000))
+    model.write_bytes(b"GGUF" + os.urandom(300_000))
     return tmp_path, model, tmp_path / "cache"
 
 
@@ -89,7 +89,7 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
     files = []
     for i in range(12):
         p = tmp_path / f"m{i}.bin"
-        p.write_bytes(os.urandom(1000 + 777 * i))
+        p.write_bytes(b"GGUF" + os.urandom(1000 + 777 * i))
         files.append(p)
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
     for rnd in range(3):
