@@ -401,9 +401,10 @@ static enum kn_status parse_template(const struct json_value *doc, struct receip
     if (!chat_engine(t->engine)) {
         static const char *const plain[] = {"engine", NULL};
         TRY(only(o, "template", plain, err));
-        if (!json_is(r->input, JSON_STRING))
+        bool ids = strcmp(t->engine, "ids") == 0;
+        if (!json_is(r->input, JSON_STRING) && !(ids && json_is(r->input, JSON_ARRAY)))
             return kn_fail(err, KN_E_FORMAT, "receipt: template.engine '%s' needs the input "
-                           "as a string", t->engine);
+                           "as a string%s", t->engine, ids ? " or an array of token ids" : "");
         return KN_OK;
     }
     static const char *const keys[] = {"engine", "source", "blake3", "add_generation_prompt",

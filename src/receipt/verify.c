@@ -234,10 +234,22 @@ static void report_tokens(FILE *out, const struct tok *tk, const char *what, con
     }
 }
 
-/* The ids of an "ids" input ("1, 2,3"), as kinetic run --prompt-ids reads them. */
-static bool parse_id_list(const char *s, const struct receipt *r, int32_t *ids, int64_t *n)
+/* The ids of an "ids" input: "1, 2,3" as kinetic run --prompt-ids reads it, or the
+ * array of ids a server completion was given. */
+static bool parse_id_list(const struct json_value *in, const struct receipt *r, int32_t *ids,
+                          int64_t *n)
 {
     *n = 0;
+    if (json_is(in, JSON_ARRAY)) {
+        for (size_t i = 0; i < json_len(in); i++) {
+            int64_t v;
+            if (!json_int(json_at(in, i), &v) || v < 0 || v > INT32_MAX || *n >= r->ctx_size)
+                return false;
+            ids[(*n)++] = (int32_t)v;
+        }
+        return true;
+    }
+    const char *s = json_str(in);
     while (*s) {
         while (*s == ' ' || *s == ',')
             s++;
@@ -283,7 +295,7 @@ static int prove_input(const struct receipt *r, const struct gguf_file *g, const
         int64_t k = 0;
         if (!ids)
             goto fail;
-        if (!parse_id_list(json_str(r->input), r, ids, &k)) {
+        if (!parse_id_list(r->input, r, ids, &k)) {
             fprintf(out, "input: MISMATCH: template.engine is \"ids\" but the input is not a list "
                          "of token ids that fits the context\n");
             rc = RECEIPT_EXIT_TEXT;
