@@ -728,11 +728,13 @@ enum kn_status receipt_key_load(const char *path, struct receipt_key *key, struc
     sodium_memzero(buf, len);
     free(buf);
     if (!ok) {
+        /* Never suggest overwriting the file that was given: it may be anything. */
         sodium_memzero(seed, sizeof seed);
         return kn_fail(err, KN_E_ARG,
                        "%s: not an Ed25519 key: the file must hold the 32-byte secret as 32 raw "
-                       "bytes or 64 hex digits (make one with: openssl rand -hex 32 > %s)",
-                       path, path);
+                       "bytes or 64 hex digits (make a new key file with: openssl rand -hex 32 > "
+                       "receipt.key)",
+                       path);
     }
     crypto_sign_seed_keypair(key->pk, key->sk, seed);
     sodium_memzero(seed, sizeof seed);

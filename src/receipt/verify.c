@@ -459,8 +459,10 @@ static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
     if (ok && r->think.present) {
         struct text_think th;
         ok = text_think_init(&th, r->think.open, r->think.close, r->think.inside, &err) == KN_OK;
-        for (size_t i = 0; ok && i < raw.n; i += 256) {
-            size_t k = raw.n - i < 256 ? raw.n - i : 256, nc = 0, nr = 0;
+        /* Each feed's outputs hold its bytes plus a held-back marker (text.h). */
+        size_t step = cap - TEXT_MAX_MARKER - 1;
+        for (size_t i = 0; ok && i < raw.n; i += step) {
+            size_t k = raw.n - i < step ? raw.n - i : step, nc = 0, nr = 0;
             text_think_feed(&th, raw.p + i, k, buf, &nc, rbuf, &nr);
             ok = kn_buf_add(&content, buf, nc);
         }

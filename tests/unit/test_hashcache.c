@@ -65,7 +65,7 @@ static struct json_value *read_cache(void)
 static void test_cache(void)
 {
     char want[65], want2[65];
-    write_file(model, "GGUF model weights v1");
+    write_file(model, "GGUFmodel wts v1");
     expect_hash(model, want);
 
     lookup(model, want, 0, 0); /* first time: hashed */
