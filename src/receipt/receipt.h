@@ -28,10 +28,10 @@
 #define RECEIPT_WRAP_DEPTH 4
 #define RECEIPT_MAX_DEPTH (JSON_MAX_INPUT_DEPTH + RECEIPT_WRAP_DEPTH)
 /* The largest receipt file read (bytes), and the most JSON values in it: the ids a
- * context can hold (MODEL_MAX_CTX + 1, checked in receipt.c) and 2M more for messages,
- * tools and schemas, so a hostile file cannot make the reader build a huge tree. */
+ * context can hold (MODEL_MAX_CTX + 1, checked in receipt.c) and about 1M more for
+ * messages, tools and schemas, so a hostile file cannot make the reader build a huge tree. */
 #define RECEIPT_MAX_BYTES ((size_t)64 << 20)
-#define RECEIPT_MAX_VALUES ((size_t)3 << 20)
+#define RECEIPT_MAX_VALUES ((size_t)2 << 20)
 #define RECEIPT_JSON_LIMITS                                                               \
     ((struct json_limits){.max_bytes = RECEIPT_MAX_BYTES, .max_depth = RECEIPT_MAX_DEPTH, \
                           .max_values = RECEIPT_MAX_VALUES})

@@ -140,13 +140,17 @@ static void piece_quoted(const struct tok *tk, int32_t id, char *buf, size_t cap
 {
     size_t len = 0;
     const char *p = tok_piece(tk, id, true, &len);
+    /* A piece that is not whole UTF-8 (a byte token) is shown byte by byte. */
+    bool utf8 = p && json_utf8_valid(p, len);
     size_t o = 0;
     buf[o++] = '"';
     for (size_t i = 0; p && i < len && o + 8 < cap; i++) {
         unsigned char c = (unsigned char)p[i];
+        if (utf8 && c >= 0xc0 && o + 12 >= cap)
+            break; /* never cut a character */
         if (c == '"' || c == '\\')
             o += (size_t)snprintf(buf + o, cap - o, "\\%c", c);
-        else if (c < 0x20)
+        else if (c < 0x20 || (!utf8 && c >= 0x80))
             o += (size_t)snprintf(buf + o, cap - o, c == '\n' ? "\\n" : "\\x%02x", c);
         else
             buf[o++] = (char)c;
