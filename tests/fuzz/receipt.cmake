@@ -5,7 +5,8 @@
 #   build-fuzz/tests/fuzz/fuzz_receipt -jobs=1 -workers=1 -max_len=65536 \
 #       -dict=tests/fuzz/receipt.dict corpus-work tests/fuzz/corpus/receipt
 set(KN_FUZZ_RECEIPT_SOURCES
-  ${CMAKE_SOURCE_DIR}/src/receipt/receipt.c ${CMAKE_SOURCE_DIR}/src/receipt/template.c)
+  ${CMAKE_SOURCE_DIR}/src/receipt/receipt.c ${CMAKE_SOURCE_DIR}/src/receipt/template.c
+  ${CMAKE_SOURCE_DIR}/src/kernels/cpu.c ${CMAKE_SOURCE_DIR}/src/kernels/kmath.c)
 foreach(mod base chat crypto gguf grammar jinja quant sample text token)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${mod}/*.c)
   list(APPEND KN_FUZZ_RECEIPT_SOURCES ${srcs})
