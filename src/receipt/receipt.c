@@ -186,7 +186,7 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
 
     struct json_value *output = obj(&b);
     set(&b, output, "finish", json_new_string(r->finish));
-    set(&b, output, "text", json_new_string(r->text ? r->text : ""));
+    set(&b, output, "text", json_new_stringn(r->text ? r->text : "", r->text ? r->text_len : 0));
     if (r->think.present) {
         struct json_value *th = obj(&b);
         set(&b, th, "open", json_new_string(r->think.open));
@@ -605,8 +605,7 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     if (strcmp(r->finish, "stop") != 0 && strcmp(r->finish, "length") != 0)
         return kn_fail(err, KN_E_FORMAT, "receipt: output.finish must be \"stop\" or \"length\"");
     TRY(get_strdup(o, "output", "text", &r->text, err));
-    if (strlen(r->text) != json_get(o, "text")->u.string.len)
-        return kn_fail(err, KN_E_FORMAT, "receipt: field output.text holds a NUL");
+    r->text_len = json_get(o, "text")->u.string.len;
     if (json_get(o, "think")) {
         TRY(need(o, "output", "think", JSON_OBJECT, &sub, err));
         static const char *const think[] = {"open", "close", "inside", NULL};

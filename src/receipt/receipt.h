@@ -95,6 +95,7 @@ struct receipt {
     /* output */
     char finish[16];        /* "stop" or "length" */
     char *text;
+    size_t text_len;        /* text may hold NUL bytes (a model can emit them) */
     struct receipt_think think;
     int32_t *output_ids;
     int64_t n_output;

@@ -104,6 +104,7 @@ enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run
     }
     size_t tl;
     r->text = json_utf8_sanitize(run->text ? run->text : "", run->text ? run->text_len : 0, &tl);
+    r->text_len = tl;
     if (!r->model_file || !r->model_path || !r->device_name || !r->input || !r->prompt_ids ||
         !r->output_ids || !r->stop || !r->text) {
         receipt_free(r);
@@ -488,7 +489,7 @@ static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
         fprintf(out, "output.text: could not check: %s\n", err.msg[0] ? err.msg : "out of memory");
         return RECEIPT_EXIT_ERROR;
     }
-    size_t want_len = strlen(r->text), i = 0;
+    size_t want_len = r->text_len, i = 0;
     while (i < clean_len && i < want_len && clean[i] == r->text[i])
         i++;
     int rc = -1;

@@ -39,7 +39,11 @@ static void fill(struct receipt *r)
     r->stop = calloc(2, sizeof *r->stop);
     r->stop[0] = strdup("\n\n");
     strcpy(r->finish, "stop");
-    r->text = strdup("1. The Nile River \xc3\xa9");
+    /* Output text may hold a NUL (a model can emit one): it is kept, not cut. */
+    static const char text[] = "1. The Nile River \xc3\xa9\0and after the NUL";
+    r->text = malloc(sizeof text);
+    memcpy(r->text, text, sizeof text);
+    r->text_len = sizeof text - 1;
     static const int32_t out[] = {25, 22, 440, 124900};
     r->n_output = 4;
     r->output_ids = malloc(sizeof out);
@@ -90,7 +94,7 @@ static void test_roundtrip_and_sign(void)
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
     CHECK(back.sampling.temperature == 0.8f && back.sampling.seed == 42 && back.max_tokens == -1);
     CHECK(back.n_output == 4 && back.output_ids[3] == 124900);
-    CHECK_STR(back.text, r.text);
+    CHECK(back.text_len == r.text_len && memcmp(back.text, r.text, r.text_len) == 0);
     CHECK_STR(back.stop[0], "\n\n");
 
     /* Any changed field breaks the signature. */
