@@ -5,6 +5,7 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "receipt/hashcache.h"
+#include "sample/sample.h"
 #include "server/server.h"
 
 #include <signal.h>
@@ -105,6 +106,16 @@ int cmd_serve(int argc, char **argv)
                         "--max-depth 2..60 (what a receipt can record), --timeout >= 1, --draft-max 0..256, --cache-ram 0..1048576, "
                         "others >= 0)\n");
         return 2;
+    }
+    if (max_tokens) { /* the settings table's n_predict range, as requests and receipts */
+        struct sample_params t;
+        struct kn_err terr = {0};
+        char text[32];
+        snprintf(text, sizeof text, "%lld", (long long)max_tokens);
+        if (sample_setting_parse(sample_setting_find("n_predict"), text, &t, &terr) != KN_OK) {
+            fprintf(stderr, "kinetic serve: --max-tokens: %s\n", terr.msg);
+            return 2;
+        }
     }
 
     struct kn_err err = {0};
