@@ -253,7 +253,7 @@ static enum kn_status run_read_input(const struct run_opts *o, const char *promp
     if (o->prompt_ids)
         return parse_ids(o->prompt_ids, &in->ids, &in->n_ids, err);
     if (o->messages) {
-        enum kn_status st = json_parse_file(o->messages, NULL, &in->conv, err);
+        enum kn_status st = json_parse_file(o->messages, &JSON_INPUT_LIMITS, &in->conv, err);
         if (st != KN_OK) {
             kn_err_prefix(err, "--messages");
             return st;
@@ -354,7 +354,8 @@ static void run_print_result(const struct run_opts *o, const struct session *s,
 /* --receipt FILE: the session's record with the input as given (the ids as typed, the raw
  * text, or the messages), signed with key when not NULL. */
 static enum kn_status run_write_receipt(const struct run_opts *o, const struct session *s,
-                                        const struct run_input *in, const int32_t *ptoks,
+                                        const struct run_input *in,
+                                        const struct session_prompt *sp, const int32_t *ptoks,
                                         int64_t n_ptoks, const struct session_gen *g,
                                         const struct session_reply *reply,
                                         const struct receipt_key *key, struct kn_err *err)
@@ -370,20 +371,34 @@ static enum kn_status run_write_receipt(const struct run_opts *o, const struct s
         input = run_messages(o->system, in->text.p ? in->text.p : "", in->text.n, err);
     if (!input)
         return kn_fail(err, KN_E_NOMEM, "out of memory building the receipt");
+    /* How the input became the prompt, for verify-receipt to render it again. */
+    struct receipt_template rtmpl = {0};
+    enum kn_status st;
+    if (o->prompt_ids)
+        receipt_template_plain(&rtmpl, "ids");
+    else if ((st = receipt_template_from_renderer(&rtmpl, &s->cr, in->tools, NULL,
+                                                  in->msgs ? true : !o->raw, sp->cp.now,
+                                                  err)) != KN_OK) {
+        json_free(input);
+        return st;
+    }
     struct session_record rr;
     session_record_init(s, g, &rr);
+    rr.tmpl = &rtmpl;
+    rr.think_inside = sp->think_inside;
     rr.input = input;
     rr.prompt = ptoks;
     rr.n_prompt = n_ptoks;
     rr.text = reply->text.p;
     rr.text_len = reply->text.n;
     struct receipt rcpt = {0};
-    enum kn_status st = receipt_from_run(&rcpt, &rr, err);
+    st = receipt_from_run(&rcpt, &rr, err);
     if (st == KN_OK && key)
         st = receipt_sign(&rcpt, key, err);
     if (st == KN_OK)
         st = receipt_write(&rcpt, o->receipt, err);
     receipt_free(&rcpt);
+    receipt_template_free(&rtmpl);
     json_free(input);
     if (st == KN_OK)
         fprintf(stderr, "kinetic run: receipt written to %s%s\n", o->receipt, key ? " (signed)" : "");
@@ -461,6 +476,10 @@ int cmd_run(int argc, char **argv)
     }
     if (o.ctx_size < 0) {
         fprintf(stderr, "kinetic run: --ctx-size must not be negative\n");
+        return 2;
+    }
+    if (o.ctx_size > MODEL_MAX_CTX) {
+        fprintf(stderr, "kinetic run: --ctx-size must be at most %lld\n", (long long)MODEL_MAX_CTX);
         return 2;
     }
     enum model_kv_type kv_type;
@@ -643,7 +662,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     run_print_result(&o, &s, &gen, &reply, ptoks, n_ptoks);
-    if (o.receipt && run_write_receipt(&o, &s, &in, ptoks, n_ptoks, &gen, &reply,
+    if (o.receipt && run_write_receipt(&o, &s, &in, &sp, ptoks, n_ptoks, &gen, &reply,
                                        have_key ? &key : NULL, &err) != KN_OK)
         goto out;
     if (session_save_cache(&s, &err) != KN_OK)

@@ -404,6 +404,8 @@ void session_record_init(const struct session *s, const struct session_gen *g,
         .cache_type = s->kv_name,
         .grammar = s->o.gbnf,
         .response_format = s->o.response_format,
+        .think_open = s->think_open,
+        .think_close = s->think_close,
     };
     if (g) {
         r->output = g->ids;

@@ -33,6 +33,7 @@ struct grammar;
 struct grammar_vocab;
 struct grammar_state;
 struct json_value;
+struct receipt_template;
 
 #define SESSION_CTX_MAX_DEFAULT 4096   /* the default context: min(trained, this) */
 #define SESSION_BATCH_DEFAULT 512      /* prompt tokens per forward pass */
@@ -229,11 +230,16 @@ struct session_record {
     const char *cache_type;          /* "f32" or "f16" */
     const char *grammar;             /* the GBNF text used, or NULL */
     const struct json_value *response_format; /* as the request gave it, or NULL */
+    const struct receipt_template *tmpl;  /* how input became the prompt (copied), the
+                                           * receipt module's record */
+    const char *think_open, *think_close; /* the reasoning split of text, or NULL: none */
+    bool think_inside;                    /* the output started inside the reasoning */
 };
 
 /* The session's part of the record: model path, context, KV type, the session's sampling
- * settings (max_tokens: their n_predict), stop strings, grammar and response_format; and,
- * with g, the output and finish. The caller sets input, prompt and text. */
+ * settings (max_tokens: their n_predict), stop strings, grammar and response_format, the
+ * reasoning markers the reply was split at; and, with g, the output and finish. The caller
+ * sets input, prompt, text, tmpl and think_inside. */
 void session_record_init(const struct session *s, const struct session_gen *g,
                          struct session_record *r);
 

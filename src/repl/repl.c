@@ -76,6 +76,9 @@ struct repl {
     int64_t last_max_tokens;
     char *last_stops[TEXT_MAX_STOPS];   /* the stop strings the last answer ran with */
     int n_last_stops;
+    int64_t toks_now, last_now;         /* the clock strftime_now read for r->toks, the answer */
+    const char *last_topen, *last_tclose; /* the answer's reasoning split */
+    bool last_tinside;
 
     struct repl_turn_stats last;
     struct repl_turn_stats total;
@@ -183,6 +186,7 @@ static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_
     free(cm);
     if (st != KN_OK)
         return st;
+    r->toks_now = sp.cp.now;
     size_t n = (size_t)sp.n;
     if (n > r->cap_toks) {
         int32_t *t = realloc(r->toks, n * sizeof *t);
@@ -458,6 +462,9 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     if ((st = prefill_prompt(r, r->toks, n, &ts.n_reused, err)) != KN_OK)
         goto drop;
     double t1 = kn_now();
+    int64_t toks_now = r->toks_now;
+    const char *topen = r->s.think_open, *tclose = r->s.think_close;
+    bool tinside = think_inside;
     if ((st = session_reply_init(&g.reply, &r->s, think_inside, out, !r->hide_reasoning, err)) !=
         KN_OK)
         goto drop;
@@ -496,6 +503,10 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     r->n_last_prompt = n;
     r->n_last_out = gen.n;
     r->last_sp = r->o.sp;
+    r->last_now = toks_now;
+    r->last_topen = topen;
+    r->last_tclose = tclose;
+    r->last_tinside = tinside;
     if (stops_copy(r->last_stops, &r->n_last_stops, (const char *const *)r->stops, r->n_stops,
                    err) != KN_OK) {
         repl_last_clear(r);
@@ -688,9 +699,19 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
     }
     struct receipt rc = {0};
     /* The session's record (model, context, KV type, grammar), with what the last answer
-     * ran with and produced. */
+     * ran with and produced, and how its prompt was rendered. */
+    struct receipt_template tm;
+    struct kn_err e2 = {0};
+    if (receipt_template_from_renderer(&tm, &r->s.cr, NULL, NULL, true, r->last_now, &e2) != KN_OK) {
+        *err = e2;
+        return e2.status;
+    }
     struct session_record rr;
     session_record_init(&r->s, NULL, &rr);
+    rr.tmpl = &tm;
+    rr.think_open = r->last_topen;
+    rr.think_close = r->last_tclose;
+    rr.think_inside = r->last_tinside;
     rr.input = r->last_input;
     rr.prompt = r->last_prompt;
     rr.n_prompt = r->n_last_prompt;
@@ -703,8 +724,9 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
     rr.text_len = r->last_text_len;
     rr.output = r->last_out;
     rr.n_output = r->n_last_out;
-    struct kn_err e2 = {0};
-    if (receipt_from_run(&rc, &rr, &e2) != KN_OK ||
+    enum kn_status rst = receipt_from_run(&rc, &rr, &e2);
+    receipt_template_free(&tm);
+    if (rst != KN_OK ||
         (r->have_key && receipt_sign(&rc, &r->key, &e2) != KN_OK) ||
         receipt_write(&rc, file, &e2) != KN_OK) {
         receipt_free(&rc);

@@ -45,7 +45,7 @@ static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool 
 /* Renders with session_prompt, as run, chat and verify-receipt do: the rendered prompt's
  * text and (when ids is not NULL) tokens. */
 static enum kn_status mb_render(struct mb *b, const struct session_input *in, int32_t **ids,
-                                size_t *n, char **text, struct kn_err *err)
+                                size_t *n, char **text, int64_t *now, struct kn_err *err)
 {
     struct session_prompt sp;
     enum kn_status st = session_prompt(&b->s, in, ids != NULL, &sp, err);
@@ -56,6 +56,8 @@ static enum kn_status mb_render(struct mb *b, const struct session_input *in, in
         *n = (size_t)sp.n;
         sp.ids = NULL;
     }
+    if (now)
+        *now = sp.cp.now; /* the clock strftime_now read, for the receipt's template */
     *text = sp.cp.text; /* NUL-terminated */
     sp.cp.text = NULL;
     session_prompt_free(&sp);
@@ -72,20 +74,20 @@ static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_ms
     for (size_t i = 0; i < n_msgs; i++)
         cm[i] = (struct chat_message){msgs[i].role, msgs[i].content};
     struct session_input in = {.msgs = cm, .n_msgs = n_msgs};
-    enum kn_status st = mb_render(b, &in, ids, n, text, err);
+    enum kn_status st = mb_render(b, &in, ids, n, text, NULL, err);
     free(cm);
     return st;
 }
 
 static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
                                    const struct json_value *tools, const struct json_value *kwargs,
-                                   bool add_generation_prompt, int32_t **ids, size_t *n,
-                                   char **text, struct kn_err *err)
+                                   bool add_generation_prompt, int64_t *now, int32_t **ids,
+                                   size_t *n, char **text, struct kn_err *err)
 {
     struct mb *b = ctx;
     struct session_input in = {.messages = messages, .tools = tools, .kwargs = kwargs,
                                .no_generation_prompt = !add_generation_prompt};
-    return mb_render(b, &in, ids, n, text, err);
+    return mb_render(b, &in, ids, n, text, now, err);
 }
 
 static const char *mb_piece(void *ctx, int32_t id, size_t *len)
@@ -199,6 +201,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->tokenize = mb_tokenize;
     out->chat = mb_chat;
     out->chat_json = mb_chat_json;
+    out->renderer = &b->s.cr;
     out->piece = mb_piece;
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;
