@@ -42,6 +42,8 @@ static void warn_template(const struct session *s)
 {
     const struct chat_renderer *cr = &s->cr;
     const char *name = s->o.name;
+    if (!name)
+        return;
     if (cr->warning[0])
         fprintf(stderr, "%s: warning: the model's chat template cannot be rendered (%s); "
                 "using the built-in %s template\n", name, cr->warning,
@@ -128,8 +130,6 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     s->o = *o;
     s->o.stop = NULL; /* copied into s->stops */
     s->o.n_stop = 0;
-    if (!s->o.name)
-        s->o.name = "kinetic";
     if (!s->o.kv_type)
         s->o.kv_type = "f32";
     if (!s->o.threads)
@@ -175,7 +175,7 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     /* ---- context, threads */
     s->n_ctx = session_ctx_size(o->ctx_size, s->m->hp.n_ctx_train);
     s->n_batch = s->o.batch;
-    if (s->n_ctx > s->m->hp.n_ctx_train)
+    if (s->n_ctx > s->m->hp.n_ctx_train && s->o.name)
         fprintf(stderr, "%s: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
                 s->o.name, (long long)s->n_ctx, (long long)s->m->hp.n_ctx_train);
     if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
@@ -190,6 +190,24 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
 fail:
     session_close(s);
     return st;
+}
+
+enum kn_status session_start_engine(struct session *s, const struct session_opts *o,
+                                    struct kn_err *err)
+{
+    if (!s->m || s->engine_ok)
+        return kn_fail(err, KN_E_INTERNAL, "session_start_engine needs a SESSION_MODEL session");
+    enum kn_status st = sample_params_check(&o->sp, err);
+    if (st != KN_OK)
+        return st;
+    s->o.level = SESSION_ENGINE;
+    s->o.sp = o->sp;
+    s->o.no_draft = o->no_draft;
+    s->o.draft_max = o->draft_max;
+    s->o.grammar = o->grammar;
+    s->o.gbnf = o->gbnf;
+    s->o.response_format = o->response_format;
+    return open_engine(s, o->stop, o->n_stop, err);
 }
 
 void session_close(struct session *s)
@@ -302,7 +320,8 @@ enum kn_status session_open_cache(struct session *s, const char *path, int64_t r
     s->cache_path = path;
     struct kn_err lerr = {0};
     double t0 = kn_now();
-    if (access(path, F_OK) == 0 && pcache_load(s->pc, path, s->model_hex, &lerr) != KN_OK)
+    if (access(path, F_OK) == 0 && pcache_load(s->pc, path, s->model_hex, &lerr) != KN_OK &&
+        s->o.name)
         fprintf(stderr, "%s: warning: ignoring the prompt cache: %s; it will be rewritten\n",
                 s->o.name, lerr.msg);
     s->cache_load_s = kn_now() - t0;

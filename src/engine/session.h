@@ -51,7 +51,7 @@ enum session_level {
 struct session_opts {
     const char *model_path;
     enum session_level level;
-    const char *name;          /* for warnings on stderr, e.g. "kinetic run" */
+    const char *name;          /* for warnings on stderr, e.g. "kinetic run"; NULL: none */
     /* The chat template (chat_renderer_init's policy). */
     bool no_template;          /* the prompt comes as token ids: no template is loaded */
     bool raw;                  /* the prompt as is (--raw) */
@@ -123,6 +123,11 @@ struct session {
 KN_MUST_USE enum kn_status session_open(struct session *s, const struct session_opts *o,
                                         struct kn_err *err);
 void session_close(struct session *s);
+/* Raises a SESSION_MODEL session to SESSION_ENGINE with o's sampling settings, drafting
+ * switches, grammar and stop strings (the rest of o is not read): verify-receipt checks a
+ * receipt against the model's vocabulary before it starts the rerun. */
+KN_MUST_USE enum kn_status session_start_engine(struct session *s, const struct session_opts *o,
+                                                struct kn_err *err);
 
 /* Sets the stop strings of the following generations (copied; at most TEXT_MAX_STOPS,
  * each non-empty); on failure the old ones stay. */

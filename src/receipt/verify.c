@@ -10,7 +10,7 @@
 
 #include "../chat/chat.h"
 #include "../crypto/blake3.h"
-#include "../engine/engine.h"
+#include "../engine/session.h"
 #include "../gguf/gguf.h"
 #include "../grammar/grammar.h"
 #include "../kernels/kernels.h"
@@ -517,18 +517,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     struct kn_err err = {0};
     struct json_value *doc = NULL;
     struct receipt r = {0};
-    struct model *m = NULL;
-    struct tok *tk = NULL;
-    struct kern_pool *pool = NULL;
-    struct engine e;
-    bool engine_ok = false;
-    struct sample_ctx sctx = {0};
-    bool sctx_ok = false;
-    int32_t *ids = NULL;
+    struct session s = {0}; /* the model, then the rerun's engine (engine/session.h) */
+    bool s_ok = false;
     char *model_path = NULL;
     struct grammar *gram = NULL;
-    struct grammar_vocab *gvocab = NULL;
-    struct grammar_state *gstate = NULL;
     char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
     enum receipt_sig_state sig;
@@ -668,11 +660,23 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    struct model_load_opts lo = {.repack = true};
-    if (model_open(&m, model_path, &lo, &err) != KN_OK || tok_load(&tk, m->gguf, &err) != KN_OK) {
+    /* The session of kinetic run with the receipt's load settings (its context and cache
+     * type; the threads never change a token); the prompt is the receipt's tokens. */
+    struct session_opts so;
+    session_opts_default(&so);
+    so.model_path = model_path;
+    so.level = SESSION_MODEL;
+    so.no_template = true;
+    so.ctx_size = r.ctx_size;
+    so.threads = o->threads > 0 ? o->threads : 0;
+    so.kv_type = r.cache_type;
+    if (session_open(&s, &so, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
+    s_ok = true;
+    const struct model *m = s.m;
+    const struct tok *tk = s.tk;
     for (int64_t i = 0; i < r.n_prompt; i++)
         if (r.prompt_ids[i] >= m->hp.n_vocab) {
             fprintf(out, "receipt: prompt token %lld (id %d) is outside the model's vocabulary of "
@@ -712,45 +716,32 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
 
     /* 6. the rerun: one sequence, recorded settings, every speed feature off */
-    int threads = o->threads > 0 ? o->threads : 2;
-    struct engine_params ep = {.n_ctx = r.ctx_size, .n_batch = 512, .kv_type = kv, .no_draft = true};
-    if (kern_pool_create(threads, &pool, &err) != KN_OK || engine_init(&e, m, pool, &ep, &err) != KN_OK) {
+    /* The session's engine with the recorded settings, every speed feature off. */
+    so.no_draft = true;
+    so.sp = r.sampling;
+    so.sp.n_predict = r.max_tokens;
+    so.grammar = gram;
+    so.gbnf = r.grammar;
+    so.response_format = r.response_format;
+    if (session_start_engine(&s, &so, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
-    engine_ok = true;
-    if (sample_ctx_init(&sctx, (int32_t)m->hp.n_vocab, &err) != KN_OK) {
-        fprintf(out, "rerun: %s\n", err.msg);
-        goto done;
-    }
-    sctx_ok = true;
-    if (gram) {
-        if (grammar_vocab_from_tok(&gvocab, tk, (int32_t)m->hp.n_vocab, &err) != KN_OK ||
-            grammar_state_init(&gstate, gram, &err) != KN_OK) {
-            fprintf(out, "rerun: %s\n", err.msg);
-            goto done;
-        }
-        sample_ctx_set_grammar(&sctx, gstate, gvocab);
-    }
-    if (engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
+    if (session_set_stop(&s, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
         fprintf(out, "receipt: sampling.stop: %s\n", err.msg);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    ids = malloc((size_t)r.ctx_size * sizeof *ids);
-    if (!ids) {
-        fprintf(out, "rerun: out of memory\n");
-        goto done;
-    }
     struct rerun_cmp cmp = {&r, -1};
-    int64_t n_ids = 0;
-    enum engine_finish fin;
-    if (engine_eval(&e, r.prompt_ids, r.n_prompt, &err) != KN_OK ||
-        engine_generate(&e, tk, &sctx, &r.sampling, r.max_tokens, compare_token, &cmp, ids, &n_ids,
-                        &fin, &err) != KN_OK) {
+    struct session_gen gen;
+    if (session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token, &cmp, &gen,
+                         &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
+    const int32_t *ids = gen.ids;
+    int64_t n_ids = gen.n;
+    enum engine_finish fin = gen.finish;
     const char *cls = kern_device_class(isa);
     bool same_class = strcmp(cls, r.device_class) == 0,
          same_build = strcmp(kn_build_id(), r.build) == 0,
@@ -818,18 +809,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     rc = RECEIPT_EXIT_DIFFERS;
 
 done:
-    free(ids);
-    grammar_state_free(gstate);
-    grammar_vocab_free(gvocab);
+    if (s_ok)
+        session_close(&s);
     grammar_free(gram);
     free(rf_gbnf);
-    if (sctx_ok)
-        sample_ctx_free(&sctx);
-    if (engine_ok)
-        engine_free(&e);
-    kern_pool_free(pool);
-    tok_free(tk);
-    model_close(m);
     free(model_path);
     receipt_free(&r);
     json_free(doc);

@@ -166,6 +166,30 @@ static void test_generate(void)
     CHECK_STR(rr.finish, "length");
     session_prompt_free(&p);
     session_close(&s);
+
+    /* verify-receipt's way: the model first (SESSION_MODEL), then the engine with the
+     * settings to rerun: the same tokens. */
+    session_opts_default(&o);
+    o.level = SESSION_MODEL;
+    CHECKF(open_aid(&s, &o, &err), "%s", err.msg);
+    if (!s.m)
+        return;
+    CHECK(!s.engine_ok);
+    struct session_opts eo;
+    session_opts_default(&eo);
+    eo.sp.seed = 42;
+    eo.sp.n_predict = 24;
+    eo.no_draft = true;
+    CHECKF(session_start_engine(&s, &eo, &err) == KN_OK, "%s", err.msg);
+    CHECK(s.engine_ok && !s.e.draft);
+    CHECK(session_start_engine(&s, &eo, &err) == KN_E_INTERNAL); /* once */
+    struct session_input in2 = {.msgs = &m, .n_msgs = 1};
+    CHECKF(session_prompt(&s, &in2, true, &p, &err) == KN_OK, "%s", err.msg);
+    CHECK(session_generate(&s, &s.o.sp, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK);
+    CHECK_EQ_INT(g.n, 24);
+    CHECK(memcmp(g.ids, first, sizeof first) == 0);
+    session_prompt_free(&p);
+    session_close(&s);
 }
 
 /* Plain messages (run, chat) and JSON messages (run --messages, serve) render to the same
