@@ -711,7 +711,9 @@ static int decode_text(const struct receipt *r, const struct tok *tk, const stru
  * or with the split the model's family gets by default (chat_think_markers: run always
  * splits at that pair, starting inside when the prompt opened it; serve splits chat
  * replies when the vocabulary has the pair, starting inside for a family that opens
- * <think>). Returns an exit code, or -1 when they agree. */
+ * <think>, and nothing else). So the whole decoded text, reasoning included, is accepted
+ * only where serve would have written it: a completion, or a vocabulary without the
+ * markers. Returns an exit code, or -1 when they agree. */
 static int prove_text(const struct receipt *r, const struct tok *tk, const struct legacy_prompt *lp,
                       FILE *out)
 {
@@ -726,8 +728,10 @@ static int prove_text(const struct receipt *r, const struct tok *tk, const struc
         how[ns++] = "";
     } else {
         bool known = chat_think_markers(tk, &topen, &tclose);
-        splits[ns] = (struct text_split){false, NULL, NULL, false};
-        how[ns++] = "no reasoning split";
+        if (!lp->chat || !known) { /* serve: a completion, or a vocabulary without markers */
+            splits[ns] = (struct text_split){false, NULL, NULL, false};
+            how[ns++] = "no reasoning split, as serve writes it by default";
+        }
         splits[ns] = (struct text_split){true, topen, tclose, lp->opens_think};
         how[ns++] = "the reasoning split off as run does by default";
         bool in = strcmp(topen, "<think>") == 0 && lp->family_open_think;
@@ -775,9 +779,9 @@ static int prove_text(const struct receipt *r, const struct tok *tk, const struc
     excerpt(r->text, r->text_len, best_i, a, sizeof a);
     excerpt(best, best_len, best_i, b, sizeof b);
     if (legacy)
-        snprintf(why, sizeof why, " (the receipt records no reasoning split; with none and with "
-                                  "the model's default %.20s...%.20s split alike)",
-                 topen, tclose);
+        snprintf(why, sizeof why, " (the receipt records no reasoning split; %sthe model's "
+                                  "default %.20s...%.20s split alike)",
+                 ns > 1 && !splits[0].on ? "with none and with " : "with ", topen, tclose);
     fprintf(out, "output.text: MISMATCH: it is not the text of the output tokens%s: they differ "
                  "at byte %zu (the receipt has %zu bytes, the tokens give %zu): the receipt "
                  "reads %s, the tokens %s\n",
