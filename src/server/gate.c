@@ -34,6 +34,7 @@
 #define GATE_LINGER_S 2.0         /* how long a refused connection is drained */
 #define GATE_TICK_MS 200          /* deadline checks */
 #define GATE_ACCEPT_BURST 64      /* connections accepted per wake */
+#define GATE_REFUSED_MAX 64       /* refused connections drained at once, beyond the limits */
 
 /* The address a limit counts: IPv4, or IPv6's first 64 bits (one host's usual share). */
 struct addr_key {
@@ -56,6 +57,7 @@ struct pend {
     size_t seen;       /* bytes peeked so far */
     double quiet_until;/* poll skips it until then (a wake without new bytes) */
     bool draining;     /* answered: reading what still comes, then closing */
+    bool counted;      /* in the limits' counts (not a refused one) */
 };
 
 struct gate {
@@ -73,6 +75,7 @@ struct gate {
     /* The gate thread's own. */
     struct pend *pend;
     int n_pend, cap_pend;
+    int n_refused; /* entries of pend not counted */
     struct pollfd *pfd;
     char buf[GATE_HEAD_MAX];
 };
@@ -344,10 +347,14 @@ static void pend_drop(struct gate *g, int i, bool close_fd)
             ;
         close(p->fd);
     }
-    pthread_mutex_lock(&g->mu);
-    peer_move(g, &p->key, -1);
-    g->n_waiting--;
-    pthread_mutex_unlock(&g->mu);
+    if (p->counted) {
+        pthread_mutex_lock(&g->mu);
+        peer_move(g, &p->key, -1);
+        g->n_waiting--;
+        pthread_mutex_unlock(&g->mu);
+    } else {
+        g->n_refused--;
+    }
     g->pend[i] = g->pend[--g->n_pend];
 }
 
@@ -450,6 +457,24 @@ static void pend_readable(struct gate *g, int i, short revents, double now)
     }
 }
 
+/* Room for one more entry in pend (and its poll slot). */
+static bool pend_room(struct gate *g)
+{
+    if (g->n_pend < g->cap_pend)
+        return true;
+    int cap = g->cap_pend ? 2 * g->cap_pend : 64;
+    struct pend *np = realloc(g->pend, (size_t)cap * sizeof *np);
+    if (np)
+        g->pend = np;
+    struct pollfd *nf = np ? realloc(g->pfd, (size_t)(cap + 2) * sizeof *nf) : NULL;
+    if (nf)
+        g->pfd = nf;
+    if (!np || !nf)
+        return false;
+    g->cap_pend = cap;
+    return true;
+}
+
 static void admit(struct gate *g, int fd, const struct sockaddr_storage *ss, socklen_t len,
                   double now)
 {
@@ -457,6 +482,7 @@ static void admit(struct gate *g, int fd, const struct sockaddr_storage *ss, soc
     struct pend p = {.fd = fd, .addr = *ss, .addr_len = len, .t0 = now, .t_last = now};
     addr_key((const struct sockaddr *)ss, &p.key);
     char msg[200] = "";
+    bool room = pend_room(g);
     pthread_mutex_lock(&g->mu);
     int open_all = g->n_waiting + g->n_active, open_here = peer_open(g, &p.key);
     if (open_all >= s->cfg.max_connections)
@@ -465,36 +491,26 @@ static void admit(struct gate *g, int fd, const struct sockaddr_storage *ss, soc
     else if (open_here >= s->cfg.max_connections_per_ip)
         snprintf(msg, sizeof msg, "this address has %d connections open "
                                   "(--max-connections-per-ip); retry in a moment", open_here);
-    else if (peer_move(g, &p.key, 1) < 0)
-        snprintf(msg, sizeof msg, "too many addresses");
+    else if (!room || peer_move(g, &p.key, 1) < 0)
+        snprintf(msg, sizeof msg, "out of memory");
     else
         g->n_waiting++;
     pthread_mutex_unlock(&g->mu);
-    if (!msg[0] && g->n_pend == g->cap_pend) {
-        int cap = g->cap_pend ? 2 * g->cap_pend : 64;
-        struct pend *np = realloc(g->pend, (size_t)cap * sizeof *np);
-        struct pollfd *nf = realloc(g->pfd, (size_t)(cap + 2) * sizeof *nf);
-        if (np)
-            g->pend = np;
-        if (nf)
-            g->pfd = nf;
-        if (np && nf)
-            g->cap_pend = cap;
-        else {
-            snprintf(msg, sizeof msg, "out of memory");
-            pthread_mutex_lock(&g->mu);
-            peer_move(g, &p.key, -1);
-            g->n_waiting--;
-            pthread_mutex_unlock(&g->mu);
-        }
-    }
-    if (msg[0]) {
-        kn_log(KN_LOG_DEBUG, "http: refused a connection: %s", msg);
-        send_answer(g, fd, 503, "too_many_connections", msg);
-        close(fd);
+    if (!msg[0]) {
+        p.counted = true;
+        g->pend[g->n_pend++] = p;
         return;
     }
-    g->pend[g->n_pend++] = p;
+    kn_log(KN_LOG_DEBUG, "http: refused a connection: %s", msg);
+    if (room && g->n_refused < GATE_REFUSED_MAX) {
+        /* Drained like any answered one (a bounded few), so the 503 is read, not reset. */
+        g->pend[g->n_pend++] = p;
+        g->n_refused++;
+        pend_answer(g, g->n_pend - 1, 503, "too_many_connections", msg, now);
+    } else {
+        send_answer(g, fd, 503, "too_many_connections", msg);
+        close(fd);
+    }
 }
 
 static void *gate_main(void *arg)

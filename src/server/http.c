@@ -644,6 +644,14 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
          "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
          cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
+    int waiting = 0, active = 0;
+    gate_counts(s->gate, &waiting, &active);
+    EMIT("# HELP kinetic_http_connections Open connections: waiting for their request's head "
+         "(in the gate) or with libmicrohttpd.\n"
+         "# TYPE kinetic_http_connections gauge\n"
+         "kinetic_http_connections{state=\"headers\"} %d\n"
+         "kinetic_http_connections{state=\"active\"} %d\n",
+         waiting, active);
 #undef EMIT
     if (k >= cap) {
         free(out);
