@@ -107,7 +107,7 @@ def test_200_slow_header_clients_do_not_lock_anyone_out():
     """Issue 16 item 8, as filed: 200 connections send the start of a request and then
     one byte at a time (faster than the idle timeout). /health and a normal completion
     still answer, bit for bit as before; the slow ones get 408 at the header deadline."""
-    with Server("--toy", "--parallel", "2", "--header-timeout", "4", "--timeout", "30") as srv:
+    with Server("--toy", "--parallel", "2", "--header-timeout", "8", "--timeout", "30") as srv:
         alone = answer(srv)
         # 8 addresses x 25: under the per-address limit, so all 200 stay open.
         socks = [open_from(srv, f"127.0.0.{2 + i // 25}") for i in range(200)]
@@ -124,14 +124,15 @@ def test_200_slow_header_clients_do_not_lock_anyone_out():
             under_attack, dt = timed(lambda: answer(srv))
             assert dt < ANSWER_WITHIN_S, f"a completion took {dt:.2f} s with 200 slow clients"
             assert under_attack == alone
-            assert time.monotonic() - t_open < 4, "the check ran past the header deadline"
-            # The header deadline (4 s) ends them though they never went idle.
+            # ... and all 200 were still open while it was measured.
+            assert srv.metric('kinetic_http_connections{state="headers"}') == 200
+            # The header deadline (8 s) ends them though they never went idle.
             for s in socks:
                 got = closed_with(s, timeout=15)
                 assert got is not None, "a trickling client outlived --header-timeout"
                 status, js = one_response(got)
                 assert status == 408 and "--header-timeout" in js["error"]["message"], js
-            assert time.monotonic() - t_open < 20
+            assert 6 < time.monotonic() - t_open < 25
         finally:
             trickle.close()
         assert srv.metric('kinetic_http_connections{state="headers"}') == 0
