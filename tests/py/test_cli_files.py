@@ -14,7 +14,7 @@ MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
 PROMPT_MAX = 16 << 20  # CLI_PROMPT_MAX_BYTES in src/cli/cli.h
 
 
-def kinetic(*args, stdin=None, timeout=30):
+def kinetic(*args, stdin=subprocess.DEVNULL, timeout=30):
     return subprocess.run([KINETIC, *args], capture_output=True, text=True, stdin=stdin,
                           timeout=timeout)
 
@@ -33,7 +33,7 @@ def need_model():
 
 MODEL_COMMANDS = [
     ("run", ["hello"]), ("tokenize", ["hello"]), ("info", []), ("bench", []),
-    ("serve", []),
+    ("serve", []), ("chat", []),
 ]
 
 
