@@ -597,7 +597,7 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
 {
     struct convoy_stats cs;
     convoy_get_stats(s->convoy, &cs);
-    size_t cap = 8192, k = 0;
+    size_t cap = 32768, k = 0; /* every endpoint x status pair fits */
     char *out = malloc(cap);
     if (!out)
         return MHD_NO;
