@@ -396,8 +396,8 @@ static void pend_answer(struct gate *g, int i, int status, const char *code, con
     struct pend *p = &g->pend[i];
     kn_log(KN_LOG_DEBUG, "http: %d before the handler: %s", status, msg);
     set_lowat(p->fd, 1);
-    while (recv(p->fd, g->buf, sizeof g->buf, MSG_DONTWAIT) > 0)
-        ;
+    for (int k = 0; k < 4 && recv(p->fd, g->buf, sizeof g->buf, MSG_DONTWAIT) > 0; k++)
+        ; /* a few reads at most: the rest drains as it comes */
     send_answer(g, p->fd, status, code, msg);
     shutdown(p->fd, SHUT_WR);
     p->draining = true;
