@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GATE_HEAD_MAX (32 * 1024) /* request line and headers */
@@ -375,11 +376,16 @@ static void send_answer(struct gate *g, int fd, int status, const char *code, co
                           NULL, {0}};
     snprintf(e.message, sizeof e.message, "%s", msg);
     char *body = api_error_json(&e);
-    char head[256];
+    char date[64] = "";
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    char head[320];
     int hn = snprintf(head, sizeof head,
-                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "HTTP/1.1 %d %s\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n"
                       "Connection: close\r\n%s\r\n",
-                      status, reason(status), body ? strlen(body) : 0,
+                      status, reason(status), date, body ? strlen(body) : 0,
                       status == 503 ? "Retry-After: 1\r\n" : "");
     (void)!send(fd, head, (size_t)hn, MSG_DONTWAIT | MSG_NOSIGNAL | (body ? MSG_MORE : 0));
     if (body)
