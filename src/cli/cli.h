@@ -46,16 +46,10 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
                 const char *json_schema_file, char **gbnf, struct json_value **rf,
                 struct grammar **g, struct kn_err *err);
 
-/* The largest prompt `run -f` and `tokenize -f` read (a file or standard input): what the
- * largest context holds, CLI_PROMPT_MAX_TOKENS positions, at 16 bytes a token (text runs
- * at about 4; the margin covers long tokens). A longer prompt could never fit, so it is
- * refused as soon as that much has been read. */
-#define CLI_PROMPT_MAX_TOKENS ((size_t)1 << 20)
-#define CLI_PROMPT_MAX_BYTES (CLI_PROMPT_MAX_TOKENS * 16)
-
 /* Reads a prompt from path: a regular file, or standard input for "-" (anything else, a
- * FIFO, a directory, /dev/zero, is refused without blocking), at most
- * CLI_PROMPT_MAX_BYTES. *out: malloc'd, NUL-terminated; *len: its length. */
+ * FIFO, a directory, /dev/zero, is refused without blocking), at most CLI_PROMPT_MAX_BYTES
+ * (cli_prompt.c: what the largest context holds at 16 bytes a token, 16 MiB). *out:
+ * malloc'd, NUL-terminated; *len: its length. */
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 
 /* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):

@@ -3,6 +3,7 @@
  * cleanly (open requests end, threads are joined). */
 #include "cli.h"
 #include "base/base.h"
+#include "base/json.h"
 #include "receipt/hashcache.h"
 #include "sample/sample.h"
 #include "server/server.h"
@@ -66,7 +67,7 @@ int cmd_serve(int argc, char **argv)
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
-        {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
+        {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32, at most 60)", NULL},
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default " STR(SRV_DEFAULT_TIMEOUT_S) ")", NULL},
         {"header-timeout", 0, CLI_INT, &header_timeout, "SECONDS", "a request's line and headers must arrive within this long (default " STR(SRV_DEFAULT_HEADER_TIMEOUT_S) "; 408 after); its body then must average " STR(SRV_MIN_BODY_RATE) " bytes/s after the same grace", NULL},
         {"max-connections", 0, CLI_INT, &max_conn, "N", "connections open at once, in all (default " STR(SRV_DEFAULT_MAX_CONNECTIONS) "); more get 503", NULL},
@@ -115,12 +116,12 @@ int cmd_serve(int argc, char **argv)
                 (long long)max_conn, (long long)max_conn_ip);
         return 2;
     }
-    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > 1000 ||
+    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
         toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||
         cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
-                        "--max-depth 2..1000, --draft-max 0..%d, --cache-ram 0..1048576, "
+                        "--max-depth 2..60 (what a receipt can record), --draft-max 0..%d, --cache-ram 0..1048576, "
                         "others >= 0)\n", ENGINE_DRAFT_LIMIT);
         return 2;
     }

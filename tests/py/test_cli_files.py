@@ -11,7 +11,7 @@ import pytest
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
-PROMPT_MAX = 16 << 20  # CLI_PROMPT_MAX_BYTES in src/cli/cli.h
+PROMPT_MAX = 16 << 20  # CLI_PROMPT_MAX_BYTES in src/cli/cli_prompt.c (MODEL_MAX_CTX x 16)
 
 
 def kinetic(*args, stdin=subprocess.DEVNULL, timeout=30):
