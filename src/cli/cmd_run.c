@@ -100,20 +100,6 @@ static void run_print_str(FILE *out, const char *s0, size_t n0)
     free(clean);
 }
 
-static enum kn_status read_stream(FILE *f, const char *name, struct kn_buf *b, struct kn_err *err)
-{
-    char tmp[65536];
-    size_t r;
-    while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (!kn_buf_add(b, tmp, r))
-            return kn_fail(err, KN_E_NOMEM, "out of memory reading %s", name);
-    if (ferror(f))
-        return kn_fail(err, KN_E_IO, "cannot read %s: %s", name, strerror(errno));
-    if (!b->p && !kn_buf_add(b, "", 0))
-        return kn_fail(err, KN_E_NOMEM, "out of memory");
-    return KN_OK;
-}
-
 /* Parses "1,2, 3" into ids. */
 static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, struct kn_err *err)
 {
@@ -268,15 +254,15 @@ static enum kn_status run_read_input(const struct run_opts *o, const char *promp
     if (prompt_arg && strcmp(prompt_arg, "-") != 0)
         return kn_buf_add(&in->text, prompt_arg, strlen(prompt_arg))
                    ? KN_OK : kn_fail(err, KN_E_NOMEM, "out of memory");
-    if ((o->file && strcmp(o->file, "-") == 0) || prompt_arg)
-        return read_stream(stdin, "standard input", &in->text, err);
-    if (!o->file)
+    if (!o->file && !prompt_arg)
         return kn_fail(err, KN_E_ARG, "no prompt: give PROMPT, -f FILE or '-' for standard input");
-    FILE *f = fopen(o->file, "rb");
-    if (!f)
-        return kn_fail(err, KN_E_IO, "cannot open %s: %s", o->file, strerror(errno));
-    enum kn_status st = read_stream(f, o->file, &in->text, err);
-    fclose(f);
+    /* -f FILE, -f - or '-': bounded, and never blocking on a FIFO (cli_read_prompt). */
+    char *text = NULL;
+    size_t len = 0;
+    enum kn_status st = cli_read_prompt(prompt_arg ? "-" : o->file, &text, &len, err);
+    if (st == KN_OK && !kn_buf_add(&in->text, text, len))
+        st = kn_fail(err, KN_E_NOMEM, "out of memory");
+    free(text);
     return st;
 }
 
