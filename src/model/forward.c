@@ -383,7 +383,13 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     /* ---- output rows only, on the last layer's backend. */
     struct kern_stream *s = P->s;
     if (n_out > 0) {
-        if (compacted) {
+        bool in_order = compacted; /* rows 0..n_out-1 of xb are the output rows */
+        if (!in_order) {
+            in_order = true;
+            for (int64_t j = 0; j < n_out && in_order; j++)
+                in_order = out_rows[j] == j;
+        }
+        if (in_order) {
             s->ops->rmsnorm(s, P->h, xb, m->d_output_norm, n_out, E, hp->norm_eps);
         } else {
             s->ops->gather(s, P->h, xb, out_rows, n_out, E);
