@@ -395,14 +395,18 @@ struct layer_tensor {
     int64_t n;
 };
 
+enum { LAYER_TENSORS = 17 }; /* the members of struct model_layer_bufs */
+static_assert(sizeof(struct model_layer_bufs) == LAYER_TENSORS * sizeof(struct kern_buf *),
+              "layer_tensors lists every buffer of a layer");
+
 /* Every tensor of layer L (vectors that are NULL included); returns the count. */
 static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
-                         struct layer_tensor out[17])
+                         struct layer_tensor out[LAYER_TENSORS])
 {
     const int64_t E = hp->n_embd, D = hp->head_dim_k;
     const int64_t QD = hp->n_head * D, KD = hp->n_head_kv * D;
     struct model_layer_bufs *d = &L->d;
-    const struct layer_tensor t[17] = {
+    const struct layer_tensor t[LAYER_TENSORS] = {
         {&d->wq, &L->wq, NULL, 0},           {&d->wk, &L->wk, NULL, 0},
         {&d->wv, &L->wv, NULL, 0},           {&d->wo, &L->wo, NULL, 0},
         {&d->ffn_gate, &L->ffn_gate, NULL, 0}, {&d->ffn_up, &L->ffn_up, NULL, 0},
@@ -415,7 +419,7 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->bo, NULL, L->bo, E},
     };
     memcpy(out, t, sizeof t);
-    return 17;
+    return LAYER_TENSORS;
 }
 
 /* Hands every tensor to the backend that runs it: weights are uploaded once, here. */
@@ -426,7 +430,7 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
         L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
-        struct layer_tensor t[17];
+        struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
             if (t[i].w)
@@ -461,7 +465,7 @@ static void free_tensors(struct model *m)
 {
     if (m->layers)
         for (int64_t il = 0; il < m->hp.n_layer; il++) {
-            struct layer_tensor t[17];
+            struct layer_tensor t[LAYER_TENSORS];
             int n = layer_tensors(&m->hp, &m->layers[il], t);
             for (int i = 0; i < n; i++) {
                 kern_buf_free(*t[i].dst);
