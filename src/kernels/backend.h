@@ -192,6 +192,17 @@ struct kern_backend {
 /* The CPU backend: the kernels of the active ISA (isa.h) on the stream's thread pool. */
 struct kern_backend *kern_backend_cpu(void);
 
+/* Conformance to canonical-1, op by op (backend_check.c): runs every op of be and of the
+ * CPU backend on the same crafted inputs (seeded values with negative zeros, denormals
+ * and large magnitudes mixed in; every weight type; embedding tables; both RoPE modes with
+ * YaRN; f32 and f16 caches; causal and windowed attention over two sequences and across
+ * two passes) and compares every output byte. KN_OK: be gave the CPU's bits on all of
+ * them; KN_E_MISMATCH with err naming the first op and byte that differ. A device's
+ * start-up self-test (numerics()) runs this after its own probes of fused fma, denormals,
+ * division and sqrt. Takes milliseconds on the CPU. */
+KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
+                                              struct kn_err *err);
+
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)
 {

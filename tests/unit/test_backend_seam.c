@@ -544,6 +544,63 @@ static void test_errors(const char *path)
     CHECK_STR(kern_backend_cpu()->ops->numerics(kern_backend_cpu()), KN_NUMERICS);
 }
 
+/* kern_backend_check passes the ref backend and the CPU itself, and names the op of a
+ * backend that computes one op differently. */
+static void bad_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                        const struct kern_buf *w, int64_t rows, int64_t n, float eps)
+{
+    ref_rmsnorm(s, y, x, w, rows, n, eps * 2.0f);
+}
+
+/* Flushes denormal outputs of the gated activation to zero, as a GPU with FTZ would. */
+static void ftz_glu(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
+                    const struct kern_buf *u, int64_t n)
+{
+    ref_glu(s, kind, g, u, n);
+    for (int64_t i = 0; i < n; i++)
+        if (D(g)[i] != 0.0f && D(g)[i] > -0x1p-126f && D(g)[i] < 0x1p-126f)
+            D(g)[i] = 0.0f;
+}
+
+/* Widens the sliding window by one position. */
+static void wide_attention(struct kern_stream *s, const struct kern_attn_batch *b)
+{
+    struct kern_attn_batch w = *b;
+    if (w.window)
+        w.window++;
+    ref_attention(s, &w);
+}
+
+static void test_check(struct kern_pool *pool)
+{
+    struct kn_err err = {0};
+    CHECKF(kern_backend_check(&g_ref.base, pool, &err) == KN_OK, "%s", err.msg);
+    CHECKF(kern_backend_check(kern_backend_cpu(), pool, &err) == KN_OK, "%s", err.msg);
+    CHECKF(kern_backend_check(&g_ref.base, NULL, &err) == KN_OK, "%s", err.msg);
+
+    static const struct {
+        const char *name, *op;
+    } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct kern_backend_ops ops = ref_ops;
+        if (i == 0)
+            ops.rmsnorm = bad_rmsnorm;
+        else if (i == 1)
+            ops.glu = ftz_glu;
+        else
+            ops.attention = wide_attention;
+        struct ref_backend be = {.base = {.ops = &ops, .name = bad[i].name}};
+        err = (struct kn_err){0};
+        enum kn_status st = kern_backend_check(&be.base, pool, &err);
+        CHECKF(st == KN_E_MISMATCH, "%s: %s", kn_status_str(st), err.msg);
+        char want[128];
+        snprintf(want, sizeof want, "%s: %s", bad[i].name, bad[i].op);
+        CHECKF(strstr(err.msg, want) == err.msg && strstr(err.msg, "differs from the CPU reference"),
+               "%s", err.msg);
+        CHECK_EQ_INT(be.live_bufs, 0);
+    }
+}
+
 int main(void)
 {
     char aidreams[1024];
@@ -552,6 +609,7 @@ int main(void)
     struct kern_pool *pool = NULL;
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
     test_errors(aidreams);
+    test_check(pool);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);
     test_synth(pool);
     kern_pool_free(pool);
