@@ -16,7 +16,9 @@
  *                        vectors, the embedding table), activations, a KV cache layer.
  *   struct kern_stream   what one forward context needs on the backend: scratch for
  *                        quantized activations, the thread pool (CPU), a command buffer
- *                        and descriptor pools (GPU). One pass at a time per stream.
+ *                        and descriptor pools (GPU). One pass at a time per stream;
+ *                        streams that share a CPU thread pool must not run passes at
+ *                        the same time (kern_pool_run is not reentrant).
  *
  * Who owns what memory.
  *   - Weights: the model owns the file's map and its struct kern_weight (with the CPU's
@@ -38,9 +40,10 @@
  * Numerics. Every op computes the bits docs/numerics.md fixes for it (canonical-1): the
  * portable references in src/kernels are the specification. A backend reports the class
  * it meets with numerics(): KN_NUMERICS ("canonical-1") when its results equal the CPU
- * reference bit for bit (a GPU decides this with a self-test at start-up: fused fma,
- * denormals kept, correctly rounded division and sqrt, every op against the reference on
- * crafted inputs), otherwise its own class string (e.g. "vulkan-<gpu>-<driver>"), which
+ * reference bit for bit (a GPU decides this with a self-test at start-up: its own probes
+ * of fused fma, denormals kept, correctly rounded division and sqrt, then
+ * kern_backend_check below, every op against the CPU on crafted inputs), otherwise its
+ * own class string (e.g. "vulkan-<gpu>-<driver>"), which
  * then goes into receipts. A backend that meets canonical-1 can run any subset of the
  * layers (--gpu-layers) without changing a bit; results never depend on the batch size,
  * a row's place in the batch, the chunking of a prompt or the thread count.
