@@ -525,6 +525,18 @@ static void test_synth(struct kern_pool *pool)
     unlink(path);
 }
 
+/* A device that runs out of memory after a few uploads. */
+static int g_uploads_left;
+static struct kern_buf *failing_upload_weight(struct kern_backend *be, const struct kern_weight *w,
+                                              struct kn_err *err)
+{
+    if (g_uploads_left-- <= 0) {
+        kn_fail(err, KN_E_NOMEM, "device memory is full");
+        return NULL;
+    }
+    return ref_upload_weight(be, w, err);
+}
+
 static void test_errors(const char *path)
 {
     struct kn_err err = {0};
@@ -542,6 +554,18 @@ static void test_errors(const char *path)
         model_close(m);
     }
     CHECK_STR(kern_backend_cpu()->ops->numerics(kern_backend_cpu()), KN_NUMERICS);
+
+    /* An upload that fails: the model does not open, says which layer and device, and
+     * every buffer made before is freed. */
+    struct kern_backend_ops ops = ref_ops;
+    ops.upload_weight = failing_upload_weight;
+    struct ref_backend full = {.base = {.ops = &ops, .name = "full"}};
+    lo = (struct model_load_opts){.repack = true, .device = &full.base, .device_layers = 3};
+    g_uploads_left = 9; /* layer 0's seven matrices, two of layer 1's */
+    m = NULL;
+    CHECK(model_open(&m, path, &lo, &err) == KN_E_NOMEM && m == NULL);
+    CHECKF(strstr(err.msg, "layer 1 on full: device memory is full") != NULL, "%s", err.msg);
+    CHECK_EQ_INT(full.live_bufs, 0);
 }
 
 /* kern_backend_check passes the ref backend and the CPU itself, and names the op of a
