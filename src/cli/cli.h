@@ -45,6 +45,25 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
                 const char *json_schema_file, char **gbnf, struct json_value **rf,
                 struct grammar **g, struct kn_err *err);
 
+/* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):
+ * --temp, --top-k, ..., -s/--seed, -n/--n-predict; help text, default and range from the
+ * table. */
+struct sample_params;
+struct cli_sampling {
+    const char *text[32];  /* the value given for each row (SAMPLE_MAX_SETTINGS), or NULL */
+    char help[32][320];
+};
+/* cli_parse over the sampling options followed by own (up to its NULL row), then the
+ * sampling flags applied over the defaults into *p (a bad value prints "kinetic CMD:
+ * <the table's message>"), and at least one positional (the model file). Returns 0 to go
+ * on, -1 when --help was printed (more_help after the options; exit 0), else the exit
+ * status (2: usage). */
+int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help, int argc,
+                       char **argv, const struct cli_opt *own, struct cli_sampling *cs,
+                       struct sample_params *p, const char **pos, int max_pos, int *n_pos);
+/* Whether the flag of the row named name was given. */
+bool cli_sampling_given(const struct cli_sampling *cs, const char *name);
+
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

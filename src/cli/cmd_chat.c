@@ -12,6 +12,7 @@
 #include "sample/sample.h"
 #include "text/text.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <langinfo.h>
@@ -21,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* --stop takes as many strings as the engine and the server take (one limit). */
+static_assert(CLI_MAX_STRS == TEXT_MAX_STOPS, "--stop repeats up to TEXT_MAX_STOPS times");
 
 static const char *const chat_usage = "MODEL.gguf [options]";
 
@@ -108,27 +112,16 @@ static bool chat_idle_fn(void *ctx, const char *line, size_t len)
 
 int cmd_chat(int argc, char **argv)
 {
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.1, presence = 0, frequency = 0;
-    int64_t top_k = 50, repeat_last_n = 64, seed = 0, n_predict = -1, ctx_size = 0,
-            threads = default_threads(), batch = 512;
-    bool seed_set = false, no_zero_wait = false, no_draft = false;
+    int64_t ctx_size = 0, threads = default_threads(), batch = 512;
+    bool no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
     const char *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     struct cli_strs stop = {0};
-    /* The sampling flags are those of `kinetic run` (cmd_run.c has the same table). */
-    const struct cli_opt opts[] = {
-        {"temp", 0, CLI_FLOAT, &temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
-        {"seed", 's', CLI_INT, &seed, "N", "random seed (default: a fresh one, printed on stderr)", &seed_set},
-        {"top-k", 0, CLI_INT, &top_k, "N", "keep the N most likely tokens; 0 = all (default 50)", NULL},
-        {"top-p", 0, CLI_FLOAT, &top_p, "F", "nucleus: keep the smallest set with probability >= F (default 0.95)", NULL},
-        {"min-p", 0, CLI_FLOAT, &min_p, "F", "drop tokens below F times the top probability (default 0.05)", NULL},
-        {"repeat-penalty", 0, CLI_FLOAT, &repeat_penalty, "F", "penalise recent tokens; 1 = off (default 1.1)", NULL},
-        {"repeat-last-n", 0, CLI_INT, &repeat_last_n, "N", "tokens the penalties look back at (default 64)", NULL},
-        {"presence-penalty", 0, CLI_FLOAT, &presence, "F", "subtract F from recent tokens' logits (default 0)", NULL},
-        {"frequency-penalty", 0, CLI_FLOAT, &frequency, "F", "subtract F times their count (default 0)", NULL},
-        {"n-predict", 'n', CLI_INT, &n_predict, "N", "at most N tokens per answer; -1 = until the end or the context limit (default -1)", NULL},
+    /* The sampling flags are those of `kinetic run`: both come from the settings table
+     * (cli_sampling), -n/--n-predict limiting every answer. */
+    const struct cli_opt own[] = {
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context size in tokens: the whole conversation must fit (default: min(model's, 4096))", NULL},
         {"threads", 't', CLI_INT, &threads, "N", "threads (default: CPUs online, at most 16)", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
@@ -149,33 +142,24 @@ int cmd_chat(int argc, char **argv)
         {"reasoning", 0, CLI_STR, &reasoning, "MODE", "show <think> reasoning dimmed (default) or hide it; /set reasoning changes it", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
+    struct cli_sampling cs;
+    struct sample_params sp;
     const char *pos[1];
     int n_pos = 0;
-    int rc = cli_parse("chat", chat_usage, argc, argv, opts, pos, 1, &n_pos);
-    if (rc == 1) {
-        fputs(chat_more_help, stdout);
-        return 0;
-    }
+    int rc = cli_parse_sampling("chat", chat_usage, chat_more_help, argc, argv, own, &cs, &sp, pos, 1,
+                                &n_pos);
     if (rc)
-        return rc;
-    if (n_pos < 1) {
-        fprintf(stderr, "kinetic chat: give a model file; see 'kinetic chat --help'\n");
-        return 2;
-    }
+        return rc < 0 ? 0 : rc;
     if (threads < 1 || threads > 256 || batch < 1 || batch > 65536) {
         fprintf(stderr, "kinetic chat: --threads must be in 1..256 and --batch-size in 1..65536\n");
         return 2;
     }
-    if (ctx_size < 0 || n_predict < -1 || top_k < 0 || repeat_last_n < -1 || temp < 0 || seed < 0) {
-        fprintf(stderr, "kinetic chat: --ctx-size, --top-k, --seed and --temp must not be negative; -n and --repeat-last-n take -1 or more\n");
+    if (ctx_size < 0) {
+        fprintf(stderr, "kinetic chat: --ctx-size must not be negative\n");
         return 2;
     }
     if (strcmp(reasoning, "show") != 0 && strcmp(reasoning, "hide") != 0) {
         fprintf(stderr, "kinetic chat: --reasoning must be show or hide, not '%s'\n", reasoning);
-        return 2;
-    }
-    if (top_k > INT32_MAX || repeat_last_n > INT32_MAX) {
-        fprintf(stderr, "kinetic chat: --top-k and --repeat-last-n are too large\n");
         return 2;
     }
 
@@ -194,21 +178,17 @@ int cmd_chat(int argc, char **argv)
     if (!setlocale(LC_CTYPE, "") || strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
         setlocale(LC_CTYPE, "C.UTF-8");
 
-    uint64_t useed = (uint64_t)seed;
-    if (!seed_set) {
-        useed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
-        fprintf(stderr, "kinetic chat: seed %llu\n", (unsigned long long)useed);
+    if (!cli_sampling_given(&cs, "seed")) {
+        sp.seed = sample_fresh_seed();
+        fprintf(stderr, "kinetic chat: seed %llu\n", (unsigned long long)sp.seed);
     }
     bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     struct repl_opts ro = {
         .model_path = pos[0], .system = system, .chat_format = chat_format, .sign_key = sign_key,
         .chat_template = chat_template, .chat_template_kwargs = chat_template_kwargs,
         .kv_type = kv_type,
-        .sp = {.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p,
-               .min_p = (float)min_p, .repeat_penalty = (float)repeat_penalty,
-               .presence_penalty = (float)presence, .frequency_penalty = (float)frequency,
-               .repeat_last_n = (int32_t)repeat_last_n, .seed = useed},
-        .n_predict = n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
+        .sp = sp,
+        .n_predict = sp.n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
         .zero_wait = !no_zero_wait && interactive, .no_draft = no_draft, .interrupt = &chat_interrupt,
         .hide_reasoning = strcmp(reasoning, "hide") == 0,
         .stop = (const char *const *)stops, .n_stop = stop.n,

@@ -16,12 +16,16 @@
 #include "text/text.h"
 #include "token/tok.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* --stop takes as many strings as the engine and the server take (one limit). */
+static_assert(CLI_MAX_STRS == TEXT_MAX_STOPS, "--stop repeats up to TEXT_MAX_STOPS times");
 
 static const char *const run_usage =
     "MODEL.gguf [PROMPT | -] [options]";
@@ -195,87 +199,18 @@ static struct json_value *run_messages(const char *system, const char *user, siz
 }
 
 struct run_opts {
-    double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
-    int64_t top_k, repeat_last_n, seed, n_predict, ctx_size, threads, batch;
-    bool seed_set, raw, json, print_prompt;
+    int64_t ctx_size, threads, batch;
+    bool raw, json, print_prompt;
     bool no_draft, no_warm_start;
     int64_t draft_max, cache_ram;
     const char *prompt_cache;
     const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
     const char *chat_template, *chat_template_kwargs, *messages;
-    /* the samplers of issue 10: applied only when given (see run_samplers) */
-    double typical, top_nsigma, xtc_p, xtc_t, dry_mult, dry_base, miro_tau, miro_eta;
-    int64_t dry_allowed, dry_last_n, mirostat, min_keep;
-    bool typical_set, top_nsigma_set, xtc_p_set, xtc_t_set, dry_mult_set, dry_base_set,
-        miro_tau_set, miro_eta_set, dry_allowed_set, dry_last_n_set, mirostat_set, min_keep_set;
-    const char *samplers, *logit_bias;
     /* stop strings, grammars, reasoning */
     struct cli_strs stop;
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *reasoning;
 };
-
-/* Applies the sampler flags that were given on top of Kinetic's defaults. */
-static enum kn_status run_samplers(const struct run_opts *o, struct sample_params *p,
-                                   struct kn_err *err)
-{
-    if (o->typical_set)
-        p->typical_p = (float)o->typical;
-    if (o->top_nsigma_set)
-        p->top_n_sigma = (float)o->top_nsigma;
-    if (o->xtc_p_set)
-        p->xtc_probability = (float)o->xtc_p;
-    if (o->xtc_t_set)
-        p->xtc_threshold = (float)o->xtc_t;
-    if (o->dry_mult_set)
-        p->dry_multiplier = (float)o->dry_mult;
-    if (o->dry_base_set)
-        p->dry_base = (float)o->dry_base;
-    if (o->dry_allowed_set)
-        p->dry_allowed_length = (int32_t)o->dry_allowed;
-    if (o->dry_last_n_set)
-        p->dry_penalty_last_n = (int32_t)o->dry_last_n;
-    if (o->mirostat_set)
-        p->mirostat = (int32_t)o->mirostat;
-    if (o->miro_tau_set)
-        p->mirostat_tau = (float)o->miro_tau;
-    if (o->miro_eta_set)
-        p->mirostat_eta = (float)o->miro_eta;
-    if (o->min_keep_set)
-        p->min_keep = (int32_t)o->min_keep;
-    if (o->samplers) {
-        enum kn_status st = sample_chain_parse(p, o->samplers, err);
-        if (st != KN_OK)
-            return st;
-    }
-    /* --logit-bias ID+B,ID-B,ID-inf (llama.cpp's form, several separated by commas) */
-    for (const char *q = o->logit_bias; q && *q;) {
-        char *end;
-        long id = strtol(q, &end, 10);
-        if (end == q || (*end != '+' && *end != '-') || id < 0 || id > INT32_MAX)
-            return kn_fail(err, KN_E_ARG, "--logit-bias wants ID+BIAS or ID-BIAS entries separated by commas, e.g. 15043+1,2-inf; '%s' is not", o->logit_bias);
-        float bias;
-        if (strncmp(end, "-inf", 4) == 0) {
-            bias = -INFINITY;
-            end += 4;
-        } else {
-            char *e2;
-            bias = strtof(end, &e2);
-            if (e2 == end)
-                return kn_fail(err, KN_E_ARG, "--logit-bias: no bias after token %ld", id);
-            end = e2;
-        }
-        if (p->n_logit_bias >= SAMPLE_MAX_BIAS)
-            return kn_fail(err, KN_E_ARG, "--logit-bias: at most %d entries", SAMPLE_MAX_BIAS);
-        p->logit_bias[p->n_logit_bias++] = (struct sample_bias){(int32_t)id, bias};
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return kn_fail(err, KN_E_ARG, "--logit-bias: unexpected '%s'", end);
-        q = end;
-    }
-    return KN_OK;
-}
 
 static bool run_write_logits(struct run_gen *g)
 {
@@ -355,22 +290,11 @@ static int default_threads(void)
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {
-        .temp = 0.8, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.1,
-        .top_k = 50, .repeat_last_n = 64, .n_predict = -1, .ctx_size = 0,
-        .threads = default_threads(), .batch = 512, .device = "cpu", .kv_type = "f32",
-        .cache_ram = 2048,
+        .ctx_size = 0, .threads = default_threads(), .batch = 512, .device = "cpu",
+        .kv_type = "f32", .cache_ram = 2048,
     };
-    const struct cli_opt opts[] = {
-        {"temp", 0, CLI_FLOAT, &o.temp, "F", "sampling temperature; 0 = greedy (default 0.8)", NULL},
-        {"seed", 's', CLI_INT, &o.seed, "N", "random seed (default: a fresh one, printed on stderr)", &o.seed_set},
-        {"top-k", 0, CLI_INT, &o.top_k, "N", "keep the N most likely tokens; 0 = all (default 50)", NULL},
-        {"top-p", 0, CLI_FLOAT, &o.top_p, "F", "nucleus: keep the smallest set with probability >= F (default 0.95)", NULL},
-        {"min-p", 0, CLI_FLOAT, &o.min_p, "F", "drop tokens below F times the top probability (default 0.05)", NULL},
-        {"repeat-penalty", 0, CLI_FLOAT, &o.repeat_penalty, "F", "penalise recent tokens; 1 = off (default 1.1)", NULL},
-        {"repeat-last-n", 0, CLI_INT, &o.repeat_last_n, "N", "tokens the penalties look back at (default 64)", NULL},
-        {"presence-penalty", 0, CLI_FLOAT, &o.presence_penalty, "F", "subtract F from recent tokens' logits (default 0)", NULL},
-        {"frequency-penalty", 0, CLI_FLOAT, &o.frequency_penalty, "F", "subtract F times their count (default 0)", NULL},
-        {"n-predict", 'n', CLI_INT, &o.n_predict, "N", "generate at most N tokens; -1 = until the end or the context limit (default -1)", NULL},
+    /* The sampling flags (--temp ... -s, -n) come from the settings table (cli_sampling). */
+    const struct cli_opt own[] = {
         {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", "context size in tokens (default: min(model's, 4096))", NULL},
         {"threads", 't', CLI_INT, &o.threads, "N", "threads (default: CPUs online, at most 16)", NULL},
         {"batch-size", 'b', CLI_INT, &o.batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
@@ -387,20 +311,6 @@ int cmd_run(int argc, char **argv)
         {"print-prompt", 0, CLI_FLAG, &o.print_prompt, NULL, "print the rendered prompt and its token ids, then exit", NULL},
         {"json", 0, CLI_FLAG, &o.json, NULL, "print a JSON result (ids, text, stop reason, seed) instead of streaming", NULL},
         {"logits-out", 0, CLI_STR, &o.logits_out, "FILE", "write the logits of each generated position (float32)", NULL},
-        {"typical", 0, CLI_FLOAT, &o.typical, "F", "locally typical sampling; 1 = off", &o.typical_set},
-        {"top-nsigma", 0, CLI_FLOAT, &o.top_nsigma, "F", "keep logits within F standard deviations of the top; <= 0 = off", &o.top_nsigma_set},
-        {"xtc-probability", 0, CLI_FLOAT, &o.xtc_p, "F", "XTC: probability of removing the top choices (default 0 = off)", &o.xtc_p_set},
-        {"xtc-threshold", 0, CLI_FLOAT, &o.xtc_t, "F", "XTC: probability a choice needs to be removable (default 0.1)", &o.xtc_t_set},
-        {"dry-multiplier", 0, CLI_FLOAT, &o.dry_mult, "F", "DRY repetition penalty strength (default 0 = off)", &o.dry_mult_set},
-        {"dry-base", 0, CLI_FLOAT, &o.dry_base, "F", "DRY base (default 1.75)", &o.dry_base_set},
-        {"dry-allowed-length", 0, CLI_INT, &o.dry_allowed, "N", "DRY: repeats this long are free (default 2)", &o.dry_allowed_set},
-        {"dry-penalty-last-n", 0, CLI_INT, &o.dry_last_n, "N", "DRY: tokens to look back at; -1 = all (default)", &o.dry_last_n_set},
-        {"mirostat", 0, CLI_INT, &o.mirostat, "N", "Mirostat version 1 or 2; 0 = off (default)", &o.mirostat_set},
-        {"mirostat-ent", 0, CLI_FLOAT, &o.miro_tau, "F", "Mirostat target entropy tau (default 5)", &o.miro_tau_set},
-        {"mirostat-lr", 0, CLI_FLOAT, &o.miro_eta, "F", "Mirostat learning rate eta (default 0.1)", &o.miro_eta_set},
-        {"min-keep", 0, CLI_INT, &o.min_keep, "N", "samplers keep at least N candidates", &o.min_keep_set},
-        {"samplers", 0, CLI_STR, &o.samplers, "LIST", "sampler order, e.g. \"penalties;top_k;top_p;min_p;temperature\"", NULL},
-        {"logit-bias", 0, CLI_STR, &o.logit_bias, "LIST", "add to token logits: ID+B,ID-B; ID-inf bans a token", NULL},
         {"receipt", 0, CLI_STR, &o.receipt, "FILE", "write a receipt of this run to FILE (check it with kinetic verify-receipt)", NULL},
         {"sign-key", 0, CLI_STR, &o.sign_key, "KEYFILE", "sign the receipt with this Ed25519 key (32 bytes or 64 hex digits)", NULL},
         {"no-draft", 0, CLI_FLAG, &o.no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
@@ -417,19 +327,14 @@ int cmd_run(int argc, char **argv)
         {"reasoning", 0, CLI_STR, &o.reasoning, "MODE", "show (default; dimmed on a terminal) or hide <think> reasoning", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
+    struct cli_sampling cs;
+    struct sample_params spar;
     const char *pos[2];
     int n_pos = 0;
-    int rc = cli_parse("run", run_usage, argc, argv, opts, pos, 2, &n_pos);
-    if (rc == 1) {
-        fputs(run_more_help, stdout);
-        return 0;
-    }
+    int rc = cli_parse_sampling("run", run_usage, run_more_help, argc, argv, own, &cs, &spar, pos, 2,
+                                &n_pos);
     if (rc)
-        return rc;
-    if (n_pos < 1) {
-        fprintf(stderr, "kinetic run: give a model file; see 'kinetic run --help'\n");
-        return 2;
-    }
+        return rc < 0 ? 0 : rc;
     if (strcmp(o.device, "cpu") != 0) {
         if (strcmp(o.device, "cuda") == 0 || strcmp(o.device, "vulkan") == 0)
             fprintf(stderr, "kinetic run: --device %s is not available in this build; use --device cpu\n", o.device);
@@ -445,8 +350,8 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --batch-size must be in 1..65536\n");
         return 2;
     }
-    if (o.ctx_size < 0 || o.n_predict < -1 || o.top_k < 0 || o.repeat_last_n < -1 || o.temp < 0) {
-        fprintf(stderr, "kinetic run: --ctx-size, --top-k and --temp must not be negative; -n and --repeat-last-n take -1 or more\n");
+    if (o.ctx_size < 0) {
+        fprintf(stderr, "kinetic run: --ctx-size must not be negative\n");
         return 2;
     }
     enum model_kv_type kv_type;
@@ -526,8 +431,14 @@ int cmd_run(int argc, char **argv)
     }
     /* ---- stop strings and the grammar: mistakes in them should not cost a model load. */
     for (int i = 0; i < o.stop.n; i++)
-        if (!(stops[i] = text_stop_unescape(o.stop.v[i], "--stop", &err)))
+        if (!(stops[i] = text_stop_unescape(o.stop.v[i], "--stop", &err))) {
+            if (err.status != KN_E_NOMEM) { /* "" or a bad escape: a usage error */
+                fprintf(stderr, "kinetic run: %s\n", err.msg);
+                ret = 2;
+                err.msg[0] = 0;
+            }
             goto out;
+        }
     if (cli_grammar(o.grammar, o.grammar_file, o.json_schema, o.json_schema_file, &gbnf, &rf, &gram,
                     &err) != KN_OK) {
         if (err.status != KN_E_NOMEM && err.status != KN_E_IO) {
@@ -687,32 +598,19 @@ int cmd_run(int argc, char **argv)
         goto out;
     engine_ok = true;
 
-    /* ---- sampling settings and seed. */
-    uint64_t seed = (uint64_t)o.seed;
-    if (!o.seed_set) {
-        seed = sample_fresh_seed() & (((uint64_t)1 << 53) - 1); /* exact as a JSON number */
-        fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)seed);
+    /* ---- the seed, and logit biases against the vocabulary (a usage error). */
+    if (!cli_sampling_given(&cs, "seed")) {
+        spar.seed = sample_fresh_seed();
+        fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)spar.seed);
     }
-    struct sample_params spar;
-    sample_params_default(&spar);
-    spar.temperature = (float)o.temp;
-    spar.top_k = (int32_t)o.top_k;
-    spar.top_p = (float)o.top_p;
-    spar.min_p = (float)o.min_p;
-    spar.repeat_penalty = (float)o.repeat_penalty;
-    spar.presence_penalty = (float)o.presence_penalty;
-    spar.frequency_penalty = (float)o.frequency_penalty;
-    spar.repeat_last_n = (int32_t)o.repeat_last_n;
-    spar.seed = seed;
+    const uint64_t seed = spar.seed;
     const int64_t n_vocab = m->hp.n_vocab;
-    if (run_samplers(&o, &spar, &err) != KN_OK || sample_params_check(&spar, &err) != KN_OK)
+    if (sample_params_check_vocab(&spar, n_vocab, &err) != KN_OK) {
+        fprintf(stderr, "kinetic run: %s\n", err.msg);
+        err.msg[0] = 0;
+        ret = 2;
         goto out;
-    for (int32_t i = 0; i < spar.n_logit_bias; i++)
-        if (spar.logit_bias[i].id >= n_vocab) {
-            kn_fail(&err, KN_E_ARG, "--logit-bias: token %d is outside the vocabulary of %lld",
-                    spar.logit_bias[i].id, (long long)n_vocab);
-            goto out;
-        }
+    }
     if (sample_ctx_init(&sctx, (int32_t)n_vocab, &err) != KN_OK)
         goto out;
     sctx_ok = true;
@@ -779,7 +677,7 @@ int cmd_run(int argc, char **argv)
         .dim = isatty(STDOUT_FILENO) != 0, .content = content_buf, .reasoning = reasoning_buf,
         .text = &text, .rtext = &rtext, .err = &err,
     };
-    if (engine_generate(&e, tk, &sctx, &spar, o.n_predict, run_on_token, &g, gen, &n_gen, &finish,
+    if (engine_generate(&e, tk, &sctx, &spar, spar.n_predict, run_on_token, &g, gen, &n_gen, &finish,
                         &err) != KN_OK ||
         g.failed)
         goto out;
@@ -850,7 +748,7 @@ int cmd_run(int argc, char **argv)
         }
         struct receipt_run rr = {
             .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
-            .sampling = &spar, .max_tokens = o.n_predict,
+            .sampling = &spar, .max_tokens = spar.n_predict,
             .stop = (const char *const *)stops, .n_stop = o.stop.n,
             .grammar = gbnf, .response_format = rf,
             .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,

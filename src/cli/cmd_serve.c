@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "base/base.h"
 #include "receipt/hashcache.h"
+#include "sample/sample.h"
 #include "server/server.h"
 
 #include <signal.h>
@@ -104,6 +105,16 @@ int cmd_serve(int argc, char **argv)
                         "--max-depth 2..1000, --timeout >= 1, --draft-max 0..256, --cache-ram 0..1048576, "
                         "others >= 0)\n");
         return 2;
+    }
+    if (max_tokens) { /* the settings table's n_predict range, as requests and receipts */
+        struct sample_params t;
+        struct kn_err terr = {0};
+        char text[32];
+        snprintf(text, sizeof text, "%lld", (long long)max_tokens);
+        if (sample_setting_parse(sample_setting_find("n_predict"), text, &t, &terr) != KN_OK) {
+            fprintf(stderr, "kinetic serve: --max-tokens: %s\n", terr.msg);
+            return 2;
+        }
     }
 
     struct kn_err err = {0};

@@ -123,18 +123,14 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     set(&b, prompt, "ids", b.st == KN_OK ? json_ids(r->prompt_ids, r->n_prompt, err) : NULL);
     set(&b, root, "prompt", prompt);
 
-    const struct sample_params *s = &r->sampling;
+    /* The sampling settings through the table (sample.h): the receipt spec's first ten
+     * (max_tokens from r->max_tokens), stop, grammar and response_format, then the
+     * samplers of issue 10 that are on, so receipts that do not use them keep their bytes. */
+    struct sample_params s = r->sampling;
+    s.n_predict = r->max_tokens < 0 ? -1 : r->max_tokens;
     struct json_value *smp = obj(&b);
-    set(&b, smp, "temperature", json_new_float(s->temperature));
-    set(&b, smp, "top_k", json_new_int(s->top_k));
-    set(&b, smp, "top_p", json_new_float(s->top_p));
-    set(&b, smp, "min_p", json_new_float(s->min_p));
-    set(&b, smp, "repeat_penalty", json_new_float(s->repeat_penalty));
-    set(&b, smp, "presence_penalty", json_new_float(s->presence_penalty));
-    set(&b, smp, "frequency_penalty", json_new_float(s->frequency_penalty));
-    set(&b, smp, "repeat_last_n", json_new_int(s->repeat_last_n));
-    set(&b, smp, "seed", json_new_int((int64_t)s->seed));
-    set(&b, smp, "max_tokens", r->max_tokens < 0 ? json_new_null() : json_new_int(r->max_tokens));
+    if (b.st == KN_OK && smp)
+        b.st = sample_params_json_write(&s, smp, SAMPLE_JSON_BASE, err);
     struct json_value *stop = json_new_array();
     for (int64_t i = 0; stop && b.st == KN_OK && i < r->n_stop; i++)
         b.st = json_array_push(stop, json_new_string(r->stop[i]), err);
@@ -144,9 +140,8 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
         set(&b, smp, "grammar", json_new_string(r->grammar));
     if (r->response_format)
         set(&b, smp, "response_format", json_clone(r->response_format));
-    /* The samplers of issue 10, only those that are on, so older receipts keep their bytes. */
     if (b.st == KN_OK && smp)
-        b.st = sample_params_json_write(s, smp, err);
+        b.st = sample_params_json_write(&s, smp, SAMPLE_JSON_EXTRA, err);
     set(&b, root, "sampling", smp);
 
     struct json_value *output = obj(&b);
@@ -276,21 +271,6 @@ static enum kn_status get_int(const struct json_value *o, const char *path, cons
     return KN_OK;
 }
 
-static enum kn_status get_float(const struct json_value *o, const char *path, const char *key,
-                                float *dst, struct kn_err *err)
-{
-    const struct json_value *v;
-    enum kn_status st = need(o, path, key, JSON_NUMBER, &v, err);
-    if (st != KN_OK)
-        return st;
-    double d;
-    json_double(v, &d);
-    if (!(d >= -1e30 && d <= 1e30))
-        return kn_fail(err, KN_E_FORMAT, "receipt: field %s.%s is out of range", path, key);
-    *dst = (float)d;
-    return KN_OK;
-}
-
 static bool is_hex(const char *s, size_t n)
 {
     if (strlen(s) != n)
@@ -389,38 +369,18 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     TRY(get_ids(o, "prompt", &r->prompt_ids, &r->n_prompt, err));
 
     TRY(need(doc, "", "sampling", JSON_OBJECT, &o, err));
-    static const char *const smp[] = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                      "presence_penalty", "frequency_penalty", "repeat_last_n",
-                                      "seed", "max_tokens", "stop", "grammar",
-                                      "response_format", NULL};
-    for (size_t i = 0; i < json_len(o); i++) {
-        const char *k = o->u.object.items[i].key;
-        bool known = false;
-        for (const char *const *q = smp; *q && !known; q++)
-            known = strcmp(*q, k) == 0;
-        for (const char *const *q = sample_json_keys; *q && !known; q++)
-            known = strcmp(*q, k) == 0;
-        if (!known)
-            return kn_fail(err, KN_E_FORMAT, "receipt: unknown field sampling.%s", k);
-    }
+    /* The settings through the table (sample.h), strictly: the base keys must be there,
+     * each is range-checked as run, chat and the server check it, nothing unknown. */
+    static const char *const smp_extra[] = {"stop", "grammar", "response_format", NULL};
     struct sample_params *s = &r->sampling;
-    TRY(get_float(o, "sampling", "temperature", &s->temperature, err));
-    TRY(get_int(o, "sampling", "top_k", 0, INT32_MAX, &n, err));
-    s->top_k = (int32_t)n;
-    TRY(get_float(o, "sampling", "top_p", &s->top_p, err));
-    TRY(get_float(o, "sampling", "min_p", &s->min_p, err));
-    TRY(get_float(o, "sampling", "repeat_penalty", &s->repeat_penalty, err));
-    TRY(get_float(o, "sampling", "presence_penalty", &s->presence_penalty, err));
-    TRY(get_float(o, "sampling", "frequency_penalty", &s->frequency_penalty, err));
-    TRY(get_int(o, "sampling", "repeat_last_n", -1, INT32_MAX, &n, err));
-    s->repeat_last_n = (int32_t)n;
-    TRY(get_int(o, "sampling", "seed", 0, INT64_MAX, &n, err));
-    s->seed = (uint64_t)n;
-    v = json_get(o, "max_tokens");
-    if (json_is(v, JSON_NULL))
-        r->max_tokens = -1;
-    else
-        TRY(get_int(o, "sampling", "max_tokens", 0, INT32_MAX, &r->max_tokens, err));
+    struct kn_err serr = {0};
+    sample_params_default(s);
+    if (sample_params_json_read(o, s, SAMPLE_READ_BASE | SAMPLE_READ_STRICT, smp_extra, &serr) !=
+            KN_OK ||
+        sample_params_check(s, &serr) != KN_OK)
+        return kn_fail(err, serr.status == KN_E_NOMEM ? KN_E_NOMEM : KN_E_FORMAT,
+                       "receipt: sampling: %s", serr.msg);
+    r->max_tokens = s->n_predict;
     TRY(need(o, "sampling", "stop", JSON_ARRAY, &sub, err));
     r->n_stop = (int64_t)json_len(sub);
     r->stop = kn_calloc((size_t)r->n_stop + 1, sizeof *r->stop, err);
@@ -456,9 +416,6 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
         if (!r->response_format)
             return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
     }
-    struct kn_err serr;
-    if (sample_params_json_read(o, s, &serr) != KN_OK || sample_params_check(s, &serr) != KN_OK)
-        return kn_fail(err, KN_E_FORMAT, "receipt: sampling: %s", serr.msg);
 
     TRY(need(doc, "", "output", JSON_OBJECT, &o, err));
     static const char *const out[] = {"finish", "text", "tokens", NULL};

@@ -344,13 +344,14 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     if (!r)
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     r->o = *o;
+    r->o.sp.n_predict = o->n_predict; /* from here on the settings table's row (/set) */
     enum kn_status st = KN_OK;
     enum model_kv_type kv_type;
     if (!model_kv_type_from_name(o->kv_type ? o->kv_type : "f32", &kv_type)) {
         st = kn_fail(err, KN_E_ARG, "--kv-type must be f32 or f16");
         goto fail;
     }
-    if ((st = sample_params_check(&o->sp, err)) != KN_OK)
+    if ((st = sample_params_check(&r->o.sp, err)) != KN_OK)
         goto fail;
     if (o->system && !(r->system = kn_strdup(o->system, err))) {
         st = KN_E_NOMEM;
@@ -634,7 +635,7 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     enum engine_finish fin = ENGINE_FINISH_LENGTH;
     if (r->gstate)
         grammar_state_reset(r->gstate); /* each answer starts the grammar afresh */
-    st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.n_predict, gen_on_token, &g,
+    st = engine_generate(&r->e, r->tk, &r->sctx, &r->o.sp, r->o.sp.n_predict, gen_on_token, &g,
                          r->gen, &n_gen, &fin, err);
     if (st == KN_OK && g.nomem)
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
@@ -692,7 +693,7 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
         r->last_max_tokens = n_gen;
         snprintf(r->last_finish, sizeof r->last_finish, "length");
     } else {
-        r->last_max_tokens = r->o.n_predict;
+        r->last_max_tokens = r->o.sp.n_predict;
         snprintf(r->last_finish, sizeof r->last_finish, "%s", engine_finish_name(fin));
     }
     r->have_last = true;
@@ -808,12 +809,13 @@ const char *const repl_help_text =
     "  /receipt FILE       save the receipt of the last answer (signed with --sign-key)\n"
     "  /reset              forget the conversation (the system message stays)\n"
     "  /system [TEXT]      set the system message (none without TEXT)\n"
-    "  /set [NAME VALUE]   change a setting, or list them: temp, top_k, top_p, min_p,\n"
-    "                      repeat_penalty, repeat_last_n, presence_penalty,\n"
-    "                      frequency_penalty, n_predict; /set reasoning show|hide\n"
-    "                      shows <think> reasoning dimmed or hides it;\n"
-    "                      /set stop TEXT: answers end at TEXT (not shown, not kept;\n"
-    "                      escapes \\n \\t \\r \\\\ \\xHH); /set stop alone: none\n"
+    "  /set [NAME VALUE]   change a setting, or list them: every sampling setting by\n"
+    "                      its name or flag (temperature or temp, top_k, n_predict,\n"
+    "                      seed, dry_multiplier, logit_bias, samplers...: the names\n"
+    "                      /set lists), with the ranges of --help;\n"
+    "                      /set reasoning show|hide shows <think> reasoning dimmed or\n"
+    "                      hides it; /set stop TEXT: answers end at TEXT (not shown,\n"
+    "                      not kept; escapes \\n \\t \\r \\\\ \\xHH); /set stop alone: none\n"
     "  /seed N             the seed every answer is sampled with\n"
     "  /save FILE          save the conversation and settings as JSON\n"
     "  /load FILE          load a conversation saved with /save\n"
@@ -821,77 +823,20 @@ const char *const repl_help_text =
     "  /help               this text\n"
     "  /quit               exit\n";
 
-/* The settings /set knows, with where they live. */
-enum setting_kind { SET_FLOAT, SET_INT32, SET_INT64 };
-struct setting {
-    const char *name, *alias;
-    enum setting_kind kind;
-    size_t off;       /* into struct sample_params, or SIZE_MAX for n_predict */
-};
-#define SP_OFF(f) offsetof(struct sample_params, f)
-static const struct setting settings[] = {
-    {"temperature", "temp", SET_FLOAT, SP_OFF(temperature)},
-    {"top_k", "top-k", SET_INT32, SP_OFF(top_k)},
-    {"top_p", "top-p", SET_FLOAT, SP_OFF(top_p)},
-    {"min_p", "min-p", SET_FLOAT, SP_OFF(min_p)},
-    {"repeat_penalty", "repeat-penalty", SET_FLOAT, SP_OFF(repeat_penalty)},
-    {"repeat_last_n", "repeat-last-n", SET_INT32, SP_OFF(repeat_last_n)},
-    {"presence_penalty", "presence-penalty", SET_FLOAT, SP_OFF(presence_penalty)},
-    {"frequency_penalty", "frequency-penalty", SET_FLOAT, SP_OFF(frequency_penalty)},
-    {"n_predict", "max_tokens", SET_INT64, SIZE_MAX},
-};
-#define N_SETTINGS (sizeof settings / sizeof settings[0])
-
-static const struct setting *setting_find(const char *name)
-{
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        if (strcmp(name, settings[i].name) == 0 || strcmp(name, settings[i].alias) == 0)
-            return &settings[i];
-    return NULL;
-}
-
-/* Applies value to the setting in sp / n_predict; false with a message when out of range. */
-static bool setting_apply(const struct setting *s, double v, struct sample_params *sp,
-                          int64_t *n_predict, struct kn_err *err)
-{
-    if (s->kind != SET_FLOAT && v != (double)(int64_t)v) {
-        kn_fail(err, KN_E_ARG, "%s takes a whole number", s->name);
-        return false;
-    }
-    struct sample_params t = *sp;
-    int64_t np = *n_predict;
-    if (s->off == SIZE_MAX) {
-        if (v < -1 || v > INT32_MAX) {
-            kn_fail(err, KN_E_ARG, "n_predict takes -1 (no limit) or a token count");
-            return false;
-        }
-        np = (int64_t)v;
-    } else if (s->kind == SET_FLOAT) {
-        *(float *)((char *)&t + s->off) = (float)v;
-    } else {
-        if (v < INT32_MIN || v > INT32_MAX) {
-            kn_fail(err, KN_E_ARG, "%s is out of range", s->name);
-            return false;
-        }
-        *(int32_t *)((char *)&t + s->off) = (int32_t)v;
-    }
-    if (sample_params_check(&t, err) != KN_OK)
-        return false;
-    *sp = t;
-    *n_predict = np;
-    return true;
-}
-
+/* Lists the settings as /set takes them back: "temperature 0.8, top_k 50, ...", then the
+ * stop strings. */
 static void settings_print(const struct repl *r, FILE *out)
 {
-    const struct sample_params *sp = &r->o.sp;
-    fprintf(out, "temperature %g, top_k %d, top_p %g, min_p %g, repeat_penalty %g, "
-            "repeat_last_n %d, presence_penalty %g, frequency_penalty %g, n_predict %lld, "
-            "seed %llu\n",
-            (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p,
-            (double)sp->repeat_penalty, sp->repeat_last_n, (double)sp->presence_penalty,
-            (double)sp->frequency_penalty, (long long)r->o.n_predict,
-            (unsigned long long)sp->seed);
+    struct kn_buf b = {0};
+    for (size_t i = 0; i < sample_n_settings; i++) {
+        const struct sample_setting *s = &sample_settings[i];
+        b.n = 0;
+        if (!sample_setting_format(s, &r->o.sp, &b))
+            break;
+        fprintf(out, "%s%s %s", i ? ", " : "", s->name, b.p);
+    }
+    free(b.p);
+    fputc('\n', out);
     /* The stop strings as /set stop and --stop take them back (same escapes). */
     fputs(r->n_stops ? "stop" : "stop none (/set stop TEXT sets one)", out);
     for (int i = 0; i < r->n_stops; i++) {
@@ -914,36 +859,6 @@ static void settings_print(const struct repl *r, FILE *out)
         fputc('"', out);
     }
     fputc('\n', out);
-}
-
-static bool parse_number(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v != v)
-        return false;
-    while (*end == ' ' || *end == '\t')
-        end++;
-    if (*end)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_seed(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '+')
-        return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    while (*end == ' ' || *end == '\t')
-        end++;
-    if (end == s || errno || *end)
-        return false;
-    *out = v;
-    return true;
 }
 
 static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, struct kn_err *err)
@@ -984,26 +899,16 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
     return KN_OK;
 }
 
+/* The settings of /save: every row of the settings table under its receipt key (on or
+ * off, so /load restores them all), then the stop strings. */
 static struct json_value *settings_json(const struct repl *r, struct kn_err *err)
 {
     struct json_value *o = json_new_object();
-    if (!o)
-        goto nomem;
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        const struct setting *s = &settings[i];
-        struct json_value *v;
-        if (s->off == SIZE_MAX)
-            v = json_new_int(r->o.n_predict);
-        else if (s->kind == SET_FLOAT)
-            v = json_new_float(*(const float *)((const char *)&r->o.sp + s->off));
-        else
-            v = json_new_int(*(const int32_t *)((const char *)&r->o.sp + s->off));
-        if (json_object_set(o, s->name, v, err) != KN_OK) {
-            json_free(o);
-            return NULL;
-        }
+    if (!o) {
+        kn_fail(err, KN_E_NOMEM, "out of memory");
+        return NULL;
     }
-    if (json_object_set(o, "seed", json_new_int((int64_t)r->o.sp.seed), err) != KN_OK) {
+    if (sample_params_json_write(&r->o.sp, o, SAMPLE_JSON_ALL, err) != KN_OK) {
         json_free(o);
         return NULL;
     }
@@ -1019,9 +924,6 @@ static struct json_value *settings_json(const struct repl *r, struct kn_err *err
         return NULL;
     }
     return o;
-nomem:
-    kn_fail(err, KN_E_NOMEM, "out of memory");
-    return NULL;
 }
 
 #define REPL_SAVE_FORMAT "kinetic-chat-1"
@@ -1106,43 +1008,31 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
             return kn_fail(err, KN_E_FORMAT, "message %zu has role '%s': one leading system message, "
                            "then user and assistant messages", i, role);
     }
+    /* The settings through the table (names, keys and aliases; files saved before a
+     * setting existed keep the current value of it), then the stop strings. */
     struct sample_params sp = r->o.sp;
-    int64_t np = r->o.n_predict;
+    static const char *const extra[] = {"stop", NULL};
+    struct kn_err serr = {0};
+    if (sample_params_json_read(set, &sp, SAMPLE_READ_ALIASES | SAMPLE_READ_STRICT, extra, &serr) !=
+        KN_OK)
+        return kn_fail(err, serr.status == KN_E_NOMEM ? KN_E_NOMEM : KN_E_FORMAT, "settings: %s",
+                       serr.msg);
     const char *stops[TEXT_MAX_STOPS];
     int n_stops = -1; /* -1: the file has none; the current ones stay */
-    for (size_t i = 0; i < json_len(set); i++) {
-        const char *k = set->u.object.items[i].key;
-        const struct json_value *v = set->u.object.items[i].value;
-        if (strcmp(k, "stop") == 0) {
-            if (!json_is(v, JSON_ARRAY) || json_len(v) > TEXT_MAX_STOPS)
-                return kn_fail(err, KN_E_FORMAT, "settings.stop must be an array of at most %d "
-                               "strings", TEXT_MAX_STOPS);
-            n_stops = 0;
-            for (size_t j = 0; j < json_len(v); j++) {
-                const struct json_value *sv = json_at(v, j);
-                const char *t = json_str(sv);
-                if (!t || !*t || strlen(t) != sv->u.string.len)
-                    return kn_fail(err, KN_E_FORMAT, "settings.stop[%zu] must be a non-empty "
-                                   "string without NUL characters", j);
-                stops[n_stops++] = t;
-            }
-            continue;
+    const struct json_value *v = json_get(set, "stop");
+    if (v) {
+        if (!json_is(v, JSON_ARRAY) || json_len(v) > TEXT_MAX_STOPS)
+            return kn_fail(err, KN_E_FORMAT, "settings.stop must be an array of at most %d "
+                           "strings", TEXT_MAX_STOPS);
+        n_stops = 0;
+        for (size_t j = 0; j < json_len(v); j++) {
+            const struct json_value *sv = json_at(v, j);
+            const char *t = json_str(sv);
+            if (!t || !*t || strlen(t) != sv->u.string.len)
+                return kn_fail(err, KN_E_FORMAT, "settings.stop[%zu] must be a non-empty "
+                               "string without NUL characters", j);
+            stops[n_stops++] = t;
         }
-        if (strcmp(k, "seed") == 0) {
-            int64_t s;
-            if (!json_int(v, &s) || s < 0)
-                return kn_fail(err, KN_E_FORMAT, "settings.seed must be a non-negative integer");
-            sp.seed = (uint64_t)s;
-            continue;
-        }
-        const struct setting *s = setting_find(k);
-        double d;
-        if (!s)
-            return kn_fail(err, KN_E_FORMAT, "unknown setting '%s'", k);
-        if (!json_double(v, &d))
-            return kn_fail(err, KN_E_FORMAT, "settings.%s must be a number", k);
-        if (!setting_apply(s, d, &sp, &np, err))
-            return KN_E_FORMAT;
     }
     /* Everything checked: replace the conversation. */
     size_t first = 0;
@@ -1170,7 +1060,6 @@ static enum kn_status load_doc(struct repl *r, const struct json_value *doc, str
     free(r->system);
     r->system = system;
     r->o.sp = sp;
-    r->o.n_predict = np;
     r->zw_valid = false;
     return KN_OK;
 }
@@ -1280,7 +1169,7 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
             while (*val == ' ' || *val == '\t')
                 val++;
             snprintf(sname, sizeof sname, "%.*s", (int)(k < 63 ? k : 63), arg);
-            const struct setting *s = setting_find(sname);
+            const struct sample_setting *s = sample_setting_find(sname);
             if (strcmp(sname, "stop") == 0) {
                 /* /set stop TEXT: answers end at TEXT (escapes as --stop); /set stop: none. */
                 char *one = NULL;
@@ -1317,29 +1206,34 @@ enum kn_status repl_command(struct repl *r, const char *line, FILE *out, bool *q
                 free(arg);
                 return st;
             }
-            double v;
             struct kn_err e2 = {0};
+            struct sample_params t = r->o.sp;
             if (!s) {
-                fprintf(out, "unknown setting '%s'; /set lists them: temp, top_k, top_p, min_p, "
-                        "repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, "
-                        "n_predict, reasoning, stop (the seed: /seed N)\n", sname);
-            } else if (!*val || !parse_number(val, &v)) {
-                fprintf(out, "/set %s needs a number: /set %s VALUE\n", s->name, s->name);
-            } else if (!setting_apply(s, v, &r->o.sp, &r->o.n_predict, &e2)) {
-                fprintf(out, "%s\n", e2.msg);
+                fprintf(out, "unknown setting '%s'; /set alone lists them (and reasoning, "
+                        "stop)\n", sname);
+            } else if (!*val) {
+                fprintf(out, "/set %s needs a value: /set %s VALUE\n", s->name, s->name);
+            } else if (sample_setting_parse(s, val, &t, &e2) != KN_OK) {
+                if (e2.status == KN_E_NOMEM)
+                    st = kn_fail(err, KN_E_NOMEM, "out of memory");
+                else
+                    fprintf(out, "%s\n", e2.msg);
             } else {
+                r->o.sp = t;
                 settings_print(r, out);
             }
         }
     } else if (strcmp(name, "seed") == 0) {
-        uint64_t seed;
-        if (!parse_seed(arg, &seed))
-            fprintf(out, "/seed takes a non-negative whole number: /seed 42\n");
-        else if (seed > (uint64_t)INT64_MAX)
-            fprintf(out, "the seed must be below 2^63\n");
+        /* /seed N: the same as /set seed N */
+        struct kn_err e2 = {0};
+        struct sample_params t = r->o.sp;
+        if (!*arg)
+            fprintf(out, "/seed needs a value: /seed 42\n");
+        else if (sample_setting_parse(sample_setting_find("seed"), arg, &t, &e2) != KN_OK)
+            fprintf(out, "%s\n", e2.msg);
         else {
-            r->o.sp.seed = seed;
-            fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
+            r->o.sp = t;
+            fprintf(stderr, "seed %llu\n", (unsigned long long)t.seed);
         }
     } else if (strcmp(name, "save") == 0) {
         st = cmd_save(r, arg, out, err);

@@ -18,8 +18,6 @@
 #include "kernels/kernels.h"
 #include "token/tok.h"
 
-static const char *const default_breakers[] = {"\n", ":", "\"", "*"};
-
 const uint8_t sample_default_chain[9] = {
     SAMPLE_PENALTIES, SAMPLE_DRY,   SAMPLE_TOP_N_SIGMA, SAMPLE_TOP_K,      SAMPLE_TYPICAL_P,
     SAMPLE_TOP_P,     SAMPLE_MIN_P, SAMPLE_XTC,         SAMPLE_TEMPERATURE,
@@ -28,27 +26,6 @@ const uint8_t sample_default_chain[9] = {
 static const char *const step_names[SAMPLE_N_STEPS] = {
     "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
 };
-
-void sample_params_default(struct sample_params *p)
-{
-    memset(p, 0, sizeof *p);
-    p->temperature = 0.8f;
-    p->top_k = 50;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.1f;
-    p->repeat_last_n = 64;
-    p->typical_p = 1.0f;
-    p->xtc_threshold = 0.1f;
-    p->dry_base = 1.75f;
-    p->dry_allowed_length = 2;
-    p->dry_penalty_last_n = -1;
-    p->n_dry_breakers = 4;
-    for (int i = 0; i < 4; i++)
-        strcpy(p->dry_breakers[i], default_breakers[i]);
-    p->mirostat_tau = 5.0f;
-    p->mirostat_eta = 0.1f;
-}
 
 const char *sample_step_name(int step)
 {
@@ -93,321 +70,18 @@ enum kn_status sample_chain_parse(struct sample_params *p, const char *text, str
         int step;
         if (!sample_step_parse(s, (size_t)(e - s), &step))
             return kn_fail(err, KN_E_ARG,
-                           "unknown sampler '%.*s' in the chain; use penalties, dry, top_n_sigma, "
-                           "top_k, typ_p, top_p, min_p, xtc, temperature",
+                           "samplers: unknown sampler '%.*s' in the chain; use penalties, dry, "
+                           "top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature",
                            (int)(e - s), s);
         if (n == SAMPLE_MAX_CHAIN)
-            return kn_fail(err, KN_E_ARG, "the sampler chain has more than %d steps",
+            return kn_fail(err, KN_E_ARG, "samplers: the chain has more than %d steps",
                            SAMPLE_MAX_CHAIN);
         p->samplers[n++] = (uint8_t)step;
         s = e;
     }
     if (n == 0)
-        return kn_fail(err, KN_E_ARG, "the sampler chain is empty; name at least one step");
+        return kn_fail(err, KN_E_ARG, "samplers: the chain is empty; name at least one step");
     p->n_samplers = n;
-    return KN_OK;
-}
-
-enum kn_status sample_params_check(const struct sample_params *p, struct kn_err *err)
-{
-    if (!isfinite(p->temperature) || p->temperature < 0 || p->temperature > 100)
-        return kn_fail(err, KN_E_ARG, "temperature must be between 0 and 100, not %g",
-                       (double)p->temperature);
-    if (!isfinite(p->top_p) || p->top_p < 0 || p->top_p > 1)
-        return kn_fail(err, KN_E_ARG, "top_p must be between 0 and 1, not %g", (double)p->top_p);
-    if (!isfinite(p->min_p) || p->min_p < 0 || p->min_p > 1)
-        return kn_fail(err, KN_E_ARG, "min_p must be between 0 and 1, not %g", (double)p->min_p);
-    if (p->top_k < 0)
-        return kn_fail(err, KN_E_ARG, "top_k must be 0 (off) or positive, not %d", p->top_k);
-    if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0)
-        return kn_fail(err, KN_E_ARG, "repeat_penalty must be positive, not %g",
-                       (double)p->repeat_penalty);
-    if (!isfinite(p->presence_penalty) || fabsf(p->presence_penalty) > 100)
-        return kn_fail(err, KN_E_ARG, "presence_penalty must be between -100 and 100, not %g",
-                       (double)p->presence_penalty);
-    if (!isfinite(p->frequency_penalty) || fabsf(p->frequency_penalty) > 100)
-        return kn_fail(err, KN_E_ARG, "frequency_penalty must be between -100 and 100, not %g",
-                       (double)p->frequency_penalty);
-    if (p->repeat_last_n < -1)
-        return kn_fail(err, KN_E_ARG, "repeat_last_n must be -1 (all), 0 (off) or positive, not %d",
-                       p->repeat_last_n);
-    if (!isfinite(p->typical_p) || p->typical_p < 0 || p->typical_p > 1)
-        return kn_fail(err, KN_E_ARG, "typical_p must be between 0 and 1 (1: off), not %g",
-                       (double)p->typical_p);
-    if (!isfinite(p->top_n_sigma) || p->top_n_sigma > 100)
-        return kn_fail(err, KN_E_ARG, "top_n_sigma must be at most 100 (<= 0: off), not %g",
-                       (double)p->top_n_sigma);
-    if (!isfinite(p->xtc_probability) || p->xtc_probability < 0 || p->xtc_probability > 1)
-        return kn_fail(err, KN_E_ARG, "xtc_probability must be between 0 and 1, not %g",
-                       (double)p->xtc_probability);
-    if (!isfinite(p->xtc_threshold) || p->xtc_threshold < 0 || p->xtc_threshold > 1)
-        return kn_fail(err, KN_E_ARG, "xtc_threshold must be between 0 and 1 (> 0.5: off), not %g",
-                       (double)p->xtc_threshold);
-    if (!isfinite(p->dry_multiplier) || p->dry_multiplier < 0 || p->dry_multiplier > 100)
-        return kn_fail(err, KN_E_ARG, "dry_multiplier must be between 0 and 100, not %g",
-                       (double)p->dry_multiplier);
-    if (!isfinite(p->dry_base) || p->dry_base < 0 || p->dry_base > 100)
-        return kn_fail(err, KN_E_ARG, "dry_base must be between 0 and 100 (< 1: off), not %g",
-                       (double)p->dry_base);
-    if (p->dry_allowed_length < 0)
-        return kn_fail(err, KN_E_ARG, "dry_allowed_length must be 0 or positive, not %d",
-                       p->dry_allowed_length);
-    if (p->dry_penalty_last_n < -1)
-        return kn_fail(err, KN_E_ARG,
-                       "dry_penalty_last_n must be -1 (all), 0 (off) or positive, not %d",
-                       p->dry_penalty_last_n);
-    if (p->n_dry_breakers < 0 || p->n_dry_breakers > SAMPLE_MAX_BREAKERS)
-        return kn_fail(err, KN_E_ARG, "at most %d DRY sequence breakers, not %d",
-                       SAMPLE_MAX_BREAKERS, p->n_dry_breakers);
-    for (int i = 0; i < p->n_dry_breakers; i++) {
-        size_t len = strnlen(p->dry_breakers[i], SAMPLE_MAX_BREAKER_LEN + 1);
-        if (len == 0 || len > SAMPLE_MAX_BREAKER_LEN)
-            return kn_fail(err, KN_E_ARG,
-                           "DRY sequence breaker %d must have 1 to %d bytes, not %zu", i,
-                           SAMPLE_MAX_BREAKER_LEN, len);
-    }
-    if (p->mirostat < 0 || p->mirostat > 2)
-        return kn_fail(err, KN_E_ARG, "mirostat must be 0 (off), 1 or 2, not %d", p->mirostat);
-    if (p->mirostat != 0 &&
-        (!isfinite(p->mirostat_tau) || p->mirostat_tau < 0 || p->mirostat_tau > 100 ||
-         !isfinite(p->mirostat_eta) || p->mirostat_eta < 0 || p->mirostat_eta > 1))
-        return kn_fail(err, KN_E_ARG,
-                       "mirostat_tau must be between 0 and 100 and mirostat_eta between 0 and 1, "
-                       "not %g and %g",
-                       (double)p->mirostat_tau, (double)p->mirostat_eta);
-    if (p->min_keep < 0)
-        return kn_fail(err, KN_E_ARG, "min_keep must be 0 or positive, not %d", p->min_keep);
-    if (p->n_logit_bias < 0 || p->n_logit_bias > SAMPLE_MAX_BIAS)
-        return kn_fail(err, KN_E_ARG, "logit_bias has %d entries (at most %d)", p->n_logit_bias,
-                       SAMPLE_MAX_BIAS);
-    for (int32_t i = 0; i < p->n_logit_bias; i++)
-        if (p->logit_bias[i].id < 0 || p->logit_bias[i].bias != p->logit_bias[i].bias ||
-            p->logit_bias[i].bias > 100)
-            return kn_fail(err, KN_E_ARG,
-                           "logit_bias entry %d: the token id must be >= 0 and the bias a number "
-                           "up to 100 (or -inf), not %d: %g",
-                           i, p->logit_bias[i].id, (double)p->logit_bias[i].bias);
-    if (p->n_samplers < 0 || p->n_samplers > SAMPLE_MAX_CHAIN)
-        return kn_fail(err, KN_E_ARG, "the sampler chain has %d steps (at most %d)", p->n_samplers,
-                       SAMPLE_MAX_CHAIN);
-    for (int i = 0; i < p->n_samplers; i++)
-        if (p->samplers[i] >= SAMPLE_N_STEPS)
-            return kn_fail(err, KN_E_ARG, "sampler chain step %d is unknown (%d)", i,
-                           p->samplers[i]);
-    return KN_OK;
-}
-
-/* ---------------------------------------------------------------- JSON */
-
-const char *const sample_json_keys[] = {
-    "typical_p",      "top_n_sigma",        "xtc_probability",    "xtc_threshold",
-    "dry_multiplier", "dry_base",           "dry_allowed_length", "dry_penalty_last_n",
-    "dry_sequence_breakers", "mirostat",    "mirostat_tau",       "mirostat_eta",
-    "min_keep",       "logit_bias",         "samplers",           NULL,
-};
-
-/* The shortest decimal that reads back as f (as receipts write floats). */
-static struct json_value *float_value(float f)
-{
-    char buf[32];
-    for (int d = 1; d <= 9; d++) {
-        snprintf(buf, sizeof buf, "%.*g", d, (double)f);
-        if (strtof(buf, NULL) == f)
-            break;
-    }
-    return json_new_double(strtod(buf, NULL));
-}
-
-static enum kn_status put(struct json_value *obj, const char *key, struct json_value *v,
-                          struct kn_err *err)
-{
-    if (!v)
-        return kn_fail(err, KN_E_NOMEM, "out of memory writing sampling settings");
-    return json_object_set(obj, key, v, err);
-}
-
-#define PUT(key, v)                                                                          \
-    do {                                                                                    \
-        enum kn_status st_ = put(obj, key, v, err);                                         \
-        if (st_ != KN_OK)                                                                   \
-            return st_;                                                                     \
-    } while (0)
-
-enum kn_status sample_params_json_write(const struct sample_params *p, struct json_value *obj,
-                                        struct kn_err *err)
-{
-    if (p->typical_p > 0 && p->typical_p < 1)
-        PUT("typical_p", float_value(p->typical_p));
-    if (p->top_n_sigma > 0)
-        PUT("top_n_sigma", float_value(p->top_n_sigma));
-    if (p->xtc_probability > 0) {
-        PUT("xtc_probability", float_value(p->xtc_probability));
-        PUT("xtc_threshold", float_value(p->xtc_threshold));
-    }
-    if (p->dry_multiplier > 0) {
-        PUT("dry_multiplier", float_value(p->dry_multiplier));
-        PUT("dry_base", float_value(p->dry_base));
-        PUT("dry_allowed_length", json_new_int(p->dry_allowed_length));
-        PUT("dry_penalty_last_n", json_new_int(p->dry_penalty_last_n));
-        struct json_value *a = json_new_array();
-        for (int i = 0; a && i < p->n_dry_breakers; i++)
-            if (json_array_push(a, json_new_string(p->dry_breakers[i]), err) != KN_OK) {
-                json_free(a);
-                return KN_E_NOMEM;
-            }
-        PUT("dry_sequence_breakers", a);
-    }
-    if (p->mirostat != 0) {
-        PUT("mirostat", json_new_int(p->mirostat));
-        PUT("mirostat_tau", float_value(p->mirostat_tau));
-        PUT("mirostat_eta", float_value(p->mirostat_eta));
-    }
-    if (p->min_keep > 1)
-        PUT("min_keep", json_new_int(p->min_keep));
-    if (p->n_logit_bias > 0) {
-        struct json_value *a = json_new_array();
-        for (int32_t i = 0; a && i < p->n_logit_bias; i++) {
-            float b = p->logit_bias[i].bias <= -100.0f ? -100.0f : p->logit_bias[i].bias;
-            struct json_value *pair = json_new_array();
-            if (!pair || json_array_push(pair, json_new_int(p->logit_bias[i].id), err) != KN_OK ||
-                json_array_push(pair, float_value(b), err) != KN_OK ||
-                json_array_push(a, pair, err) != KN_OK) {
-                json_free(a);
-                return KN_E_NOMEM;
-            }
-        }
-        PUT("logit_bias", a);
-    }
-    if (p->n_samplers > 0) {
-        struct json_value *a = json_new_array();
-        for (int i = 0; a && i < p->n_samplers; i++) {
-            const char *name = sample_step_name(p->samplers[i]);
-            if (json_array_push(a, json_new_string(name ? name : "?"), err) != KN_OK) {
-                json_free(a);
-                return KN_E_NOMEM;
-            }
-        }
-        PUT("samplers", a);
-    }
-    return KN_OK;
-}
-
-static enum kn_status read_float(const struct json_value *obj, const char *key, float *dst,
-                                 struct kn_err *err)
-{
-    const struct json_value *v = json_get(obj, key);
-    double d;
-    if (!v)
-        return KN_OK;
-    if (!json_double(v, &d) || !(d >= -1e30 && d <= 1e30))
-        return kn_fail(err, KN_E_FORMAT, "sampling setting %s must be a number", key);
-    *dst = (float)d;
-    return KN_OK;
-}
-
-static enum kn_status read_int(const struct json_value *obj, const char *key, int32_t *dst,
-                               struct kn_err *err)
-{
-    const struct json_value *v = json_get(obj, key);
-    int64_t i;
-    if (!v)
-        return KN_OK;
-    if (!json_int(v, &i) || i < INT32_MIN || i > INT32_MAX)
-        return kn_fail(err, KN_E_FORMAT, "sampling setting %s must be an integer", key);
-    *dst = (int32_t)i;
-    return KN_OK;
-}
-
-#define TRY(x)                                                                               \
-    do {                                                                                    \
-        enum kn_status st_ = (x);                                                           \
-        if (st_ != KN_OK)                                                                   \
-            return st_;                                                                     \
-    } while (0)
-
-enum kn_status sample_params_json_read(const struct json_value *obj, struct sample_params *p,
-                                       struct kn_err *err)
-{
-    TRY(read_float(obj, "typical_p", &p->typical_p, err));
-    TRY(read_float(obj, "top_n_sigma", &p->top_n_sigma, err));
-    TRY(read_float(obj, "xtc_probability", &p->xtc_probability, err));
-    TRY(read_float(obj, "xtc_threshold", &p->xtc_threshold, err));
-    TRY(read_float(obj, "dry_multiplier", &p->dry_multiplier, err));
-    TRY(read_float(obj, "dry_base", &p->dry_base, err));
-    TRY(read_int(obj, "dry_allowed_length", &p->dry_allowed_length, err));
-    TRY(read_int(obj, "dry_penalty_last_n", &p->dry_penalty_last_n, err));
-    const struct json_value *v = json_get(obj, "dry_sequence_breakers");
-    if (v) {
-        if (!json_is(v, JSON_ARRAY) || json_len(v) > SAMPLE_MAX_BREAKERS)
-            return kn_fail(err, KN_E_FORMAT,
-                           "dry_sequence_breakers must be an array of at most %d strings",
-                           SAMPLE_MAX_BREAKERS);
-        for (size_t i = 0; i < json_len(v); i++) {
-            const struct json_value *e = json_at(v, i);
-            const char *str = json_str(e);
-            if (!str || e->u.string.len == 0 || e->u.string.len > SAMPLE_MAX_BREAKER_LEN ||
-                strlen(str) != e->u.string.len)
-                return kn_fail(err, KN_E_FORMAT,
-                               "dry_sequence_breakers[%zu] must be a string of 1 to %d bytes", i,
-                               SAMPLE_MAX_BREAKER_LEN);
-            memcpy(p->dry_breakers[i], str, e->u.string.len + 1);
-        }
-        p->n_dry_breakers = (int32_t)json_len(v);
-    }
-    TRY(read_int(obj, "mirostat", &p->mirostat, err));
-    TRY(read_float(obj, "mirostat_tau", &p->mirostat_tau, err));
-    TRY(read_float(obj, "mirostat_eta", &p->mirostat_eta, err));
-    TRY(read_int(obj, "min_keep", &p->min_keep, err));
-    v = json_get(obj, "logit_bias");
-    if (v) {
-        size_t n = json_len(v);
-        if ((!json_is(v, JSON_ARRAY) && !json_is(v, JSON_OBJECT)) || n > SAMPLE_MAX_BIAS)
-            return kn_fail(err, KN_E_FORMAT,
-                           "logit_bias must be [[id, bias], ...] or {\"id\": bias, ...} with at "
-                           "most %d entries",
-                           SAMPLE_MAX_BIAS);
-        for (size_t i = 0; i < n; i++) {
-            int64_t id;
-            double b;
-            bool ok;
-            if (json_is(v, JSON_ARRAY)) {
-                const struct json_value *pair = json_at(v, i);
-                ok = json_is(pair, JSON_ARRAY) && json_len(pair) == 2 &&
-                     json_int(json_at(pair, 0), &id) && json_double(json_at(pair, 1), &b);
-            } else {
-                const struct json_member *m = &v->u.object.items[i];
-                char *end;
-                id = strtoll(m->key, &end, 10);
-                ok = m->key[0] >= '0' && m->key[0] <= '9' && *end == 0 &&
-                     (json_double(m->value, &b) ||
-                      (json_is(m->value, JSON_BOOL) && !m->value->u.boolean && (b = -100, true)));
-            }
-            if (!ok || id < 0 || id > INT32_MAX || !(b >= -1e30 && b <= 1e30))
-                return kn_fail(err, KN_E_FORMAT,
-                               "logit_bias entry %zu must be a token id and a number", i);
-            p->logit_bias[i].id = (int32_t)id;
-            p->logit_bias[i].bias = (float)b;
-        }
-        p->n_logit_bias = (int32_t)n;
-    }
-    v = json_get(obj, "samplers");
-    if (v) {
-        if (json_is(v, JSON_STRING))
-            return sample_chain_parse(p, json_str(v), err);
-        if (!json_is(v, JSON_ARRAY) || json_len(v) == 0 || json_len(v) > SAMPLE_MAX_CHAIN)
-            return kn_fail(err, KN_E_FORMAT, "samplers must be 1 to %d names", SAMPLE_MAX_CHAIN);
-        for (size_t i = 0; i < json_len(v); i++) {
-            const char *name = json_str(json_at(v, i));
-            int step;
-            if (!name || !sample_step_parse(name, strlen(name), &step))
-                return kn_fail(err, KN_E_FORMAT,
-                               "samplers[%zu] is not a sampler name (penalties, dry, top_n_sigma, "
-                               "top_k, typ_p, top_p, min_p, xtc, temperature)",
-                               i);
-            p->samplers[i] = (uint8_t)step;
-        }
-        p->n_samplers = (int32_t)json_len(v);
-    }
     return KN_OK;
 }
 
@@ -493,11 +167,9 @@ enum kn_status sample_ctx_prepare(struct sample_ctx *s, const struct sample_para
     size_t nv = (size_t)s->n_vocab;
     if (max_history < 0)
         return kn_fail(err, KN_E_ARG, "max_history must be >= 0, not %lld", (long long)max_history);
-    for (int32_t i = 0; i < p->n_logit_bias; i++)
-        if (p->logit_bias[i].id >= s->n_vocab)
-            return kn_fail(err, KN_E_ARG,
-                           "logit_bias names token %d, but the vocabulary has %d tokens",
-                           p->logit_bias[i].id, s->n_vocab);
+    enum kn_status vst = sample_params_check_vocab(p, s->n_vocab, err);
+    if (vst != KN_OK)
+        return vst;
     if (max_history > s->max_history) {
         free(s->dry_z);
         s->max_history = 0;

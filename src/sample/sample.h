@@ -11,6 +11,7 @@
 
 struct grammar_state;
 struct grammar_vocab;
+struct json_value;
 
 /* The steps of the sampler chain, as named in settings and receipts (llama.cpp's names). */
 enum sample_step {
@@ -46,7 +47,7 @@ struct sample_params {
     float presence_penalty;  /* 0: off */
     float frequency_penalty; /* 0: off */
     int32_t repeat_last_n;   /* tokens of history the penalties look at; 0: off, -1: all */
-    uint64_t seed;
+    uint64_t seed;           /* 0 .. 2^63-1 (SAMPLE_SEED_MAX), exact as a JSON integer */
 
     /* ---- added in issue 10; every zero value means "off", so a zeroed struct with the
      * fields above set samples exactly as before. The struct owns everything (no
@@ -70,18 +71,92 @@ struct sample_params {
     struct sample_bias logit_bias[SAMPLE_MAX_BIAS];
     int32_t n_samplers;      /* 0: the default chain */
     uint8_t samplers[SAMPLE_MAX_CHAIN]; /* enum sample_step values, applied in this order */
+
+    /* ---- the generation limit, kept here so that it is one row of the settings table
+     * like the others (n_predict, receipts' max_tokens). The sampler never reads it; the
+     * caller of the generation loop passes it on. */
+    int64_t n_predict;       /* -1: until end of generation or the context limit */
 };
+
+/* ================================================================ the settings table
+ *
+ * Every sampling setting is one row of sample_settings[]: its names (in /set and
+ * messages, in receipts and requests, llama.cpp's and OpenAI's other request keys, the
+ * command-line flag), type, default, range, whether it is on, and help text. Defaults,
+ * range checks and their messages, the flags of `kinetic run` and `kinetic chat`, the
+ * server's request parsing, receipt writing and reading, and the REPL's /set, /save and
+ * /load all walk this one table; adding a setting is adding a row (docs/architecture.md). */
+
+enum sample_type {
+    SAMPLE_T_FLOAT,    /* a float field */
+    SAMPLE_T_INT,      /* an int32_t field */
+    SAMPLE_T_INT64,    /* an int64_t field (n_predict; JSON null and -1: no limit) */
+    SAMPLE_T_SEED,     /* the uint64_t seed, 0 .. SAMPLE_SEED_MAX */
+    SAMPLE_T_BREAKERS, /* dry_breakers: text form a JSON array of strings, or "none" */
+    SAMPLE_T_BIAS,     /* logit_bias: text form llama.cpp's ID+B,ID-B,ID-inf, or "none" */
+    SAMPLE_T_CHAIN,    /* samplers: text form "top_k;top_p;temperature", or "default" */
+};
+#define SAMPLE_SEED_MAX INT64_MAX
+
+struct sample_setting {
+    const char *name;        /* /set, /save and messages: "temperature", "n_predict" */
+    const char *key;         /* receipts and requests: "temperature", "max_tokens" */
+    const char *alias[2];    /* other request keys, first found wins: "max_completion_tokens" */
+    const char *flag;        /* the long flag of run and chat, without dashes: "temp" */
+    char short_flag;         /* 0: none */
+    enum sample_type type;
+    size_t offset;           /* of the field in struct sample_params */
+    double def;              /* numeric default (list settings: see sample_params_default) */
+    double lo, hi;           /* numeric range, inclusive (the seed: 0 .. SAMPLE_SEED_MAX) */
+    bool lo_open;            /* lo itself is refused ("above 0") */
+    bool no_zero;            /* 0 is refused (n_predict: -1 or 1 ..) */
+    const char *note;        /* after the range in messages and help: "1: off" */
+    bool always;             /* in every receipt (the settings of the receipt spec's first
+                              * version); the others only when on, so receipts that do not
+                              * use them keep their bytes */
+    bool (*on)(const struct sample_params *p); /* changes what is sampled; NULL: always */
+    const char *metavar;     /* "F", "N", "LIST" */
+    const char *help;
+};
+#define SAMPLE_MAX_SETTINGS 32 /* rows of the table at most (sizes the CLI's arrays) */
+extern const struct sample_setting sample_settings[];
+extern const size_t sample_n_settings;
+
+/* The row whose name, key, alias or flag is name (the flag without dashes), or NULL. */
+const struct sample_setting *sample_setting_find(const char *name);
+/* Sets the row's field from its text form (a number; the list forms above), checking the
+ * range. Every surface reports a bad value with the message this writes: "temperature
+ * must be between 0 and 100, not 150". */
+KN_MUST_USE enum kn_status sample_setting_parse(const struct sample_setting *s, const char *text,
+                                                struct sample_params *p, struct kn_err *err);
+/* Sets the row's field from a JSON value (n_predict: null is -1, no limit), with the same
+ * checks and messages. */
+KN_MUST_USE enum kn_status sample_setting_read(const struct sample_setting *s,
+                                               const struct json_value *v,
+                                               struct sample_params *p, struct kn_err *err);
+/* Appends the field's text form (what sample_setting_parse reads back to the same value)
+ * to b; false when out of memory. */
+KN_MUST_USE bool sample_setting_format(const struct sample_setting *s,
+                                       const struct sample_params *p, struct kn_buf *b);
+/* Writes the row's range ("between 0 and 100 (1: off)") into buf. */
+void sample_setting_range(const struct sample_setting *s, char *buf, size_t n);
+/* Whether the row is on in p (rows without a predicate: always). */
+bool sample_setting_on(const struct sample_setting *s, const struct sample_params *p);
 
 /* Kinetic's defaults, those of the receipt spec: temperature 0.8, top_k 50, top_p 0.95,
  * min_p 0.05, repeat_penalty 1.1, repeat_last_n 64, no presence/frequency penalty; the
  * samplers added later are off (typical_p 1, dry_multiplier 0, xtc_probability 0,
  * mirostat 0) with llama.cpp's values for their secondary settings (xtc_threshold 0.1,
  * dry_base 1.75, dry_allowed_length 2, dry_penalty_last_n -1, breakers "\n" ":" "\"" "*",
- * mirostat_tau 5, mirostat_eta 0.1). */
+ * mirostat_tau 5, mirostat_eta 0.1); seed 0, n_predict -1. All from the table. */
 void sample_params_default(struct sample_params *p);
-/* Checks every setting's range; names the bad one. */
+/* Checks every setting's range (the table's); names the bad one. */
 KN_MUST_USE enum kn_status sample_params_check(const struct sample_params *p, struct kn_err *err);
-/* A fresh random seed from the OS, for requests that give none. */
+/* Checks the logit_bias ids against a vocabulary of n_vocab tokens. */
+KN_MUST_USE enum kn_status sample_params_check_vocab(const struct sample_params *p, int64_t n_vocab,
+                                                     struct kn_err *err);
+/* A fresh random seed from the OS, for requests that give none: below 2^53, so that it is
+ * exact in every JSON reader, JavaScript's included. */
 uint64_t sample_fresh_seed(void);
 
 /* The default chain: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc,
@@ -98,29 +173,43 @@ bool sample_step_parse(const char *name, size_t len, int *step);
 KN_MUST_USE enum kn_status sample_chain_parse(struct sample_params *p, const char *text,
                                               struct kn_err *err);
 
-/* ---- settings as JSON (receipts, server requests)
+/* ---- settings as JSON (receipts, server requests, /save)
  *
- * The keys of the settings added in issue 10, in the order sample_params_json_write
- * appends them: typical_p, top_n_sigma, xtc_probability, xtc_threshold, dry_multiplier,
- * dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, mirostat,
- * mirostat_tau, mirostat_eta, min_keep, logit_bias, samplers. NULL-terminated. */
-extern const char *const sample_json_keys[];
-struct json_value;
-/* Appends to the JSON object obj the settings of p that are on, in the order above (a
- * sampler's secondary settings with it: xtc_threshold with xtc_probability > 0, the dry_*
- * with dry_multiplier > 0, mirostat_tau/eta with mirostat); settings that are off are
- * left out, so settings that existed before issue 10 give the same object as before.
- * Floats are written with the fewest digits that read back to the same float;
- * logit_bias as [[id, bias], ...] with bans (<= -100, -inf) as -100; samplers as names. */
+ * What sample_params_json_write writes, in table order: SAMPLE_JSON_BASE the rows every
+ * receipt has (temperature ... seed, max_tokens; n_predict -1 as null), SAMPLE_JSON_EXTRA
+ * the other rows that are on (a sampler's secondary settings with it), SAMPLE_JSON_ALL
+ * every row, on or off. Floats are written with the fewest digits that read back to the
+ * same float; logit_bias as [[id, bias], ...] with bans (<= -100, -inf) as -100;
+ * samplers as names. */
+enum {
+    SAMPLE_JSON_BASE = 1,
+    SAMPLE_JSON_EXTRA = 2,
+    SAMPLE_JSON_ALL = 4,
+};
 KN_MUST_USE enum kn_status sample_params_json_write(const struct sample_params *p,
-                                                    struct json_value *obj, struct kn_err *err);
-/* Reads the keys above from obj where present (others untouched: call
- * sample_params_default or zero the struct first), with errors naming the key. logit_bias
- * may also be OpenAI's object form {"123": -100, ...} (ids in ascending order) and
- * samplers a string ("top_k;top_p") or an array of names. Does not check ranges: call
- * sample_params_check. */
+                                                    struct json_value *obj, unsigned what,
+                                                    struct kn_err *err);
+/* How sample_params_json_read reads: SAMPLE_READ_ALIASES also takes each row's aliases
+ * and its name (requests, /load); SAMPLE_READ_BASE requires the base rows (receipts);
+ * SAMPLE_READ_STRICT refuses keys that are neither a row nor in extra (NULL-terminated). */
+enum {
+    SAMPLE_READ_ALIASES = 1,
+    SAMPLE_READ_BASE = 2,
+    SAMPLE_READ_STRICT = 4,
+};
+/* The value of row s in obj and the key it was found under (key may be NULL), or NULL:
+ * its key, or with SAMPLE_READ_ALIASES its aliases first, then its key and name, where
+ * null means "not given" (except for n_predict, where it means no limit). */
+const struct json_value *sample_setting_lookup(const struct sample_setting *s,
+                                               const struct json_value *obj, unsigned how,
+                                               const char **key);
+/* Reads the rows present in obj into p (others untouched: call sample_params_default
+ * first), each checked by sample_setting_read, so errors name the setting and its range.
+ * logit_bias may also be OpenAI's object form {"123": -100, ...} and samplers a string
+ * ("top_k;top_p") or an array of names. */
 KN_MUST_USE enum kn_status sample_params_json_read(const struct json_value *obj,
-                                                   struct sample_params *p, struct kn_err *err);
+                                                   struct sample_params *p, unsigned how,
+                                                   const char *const *extra, struct kn_err *err);
 
 /* The counter-based generator: a uniform float in [0, 1) with 24 random bits, a pure
  * function of (seed, index). */

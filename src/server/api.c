@@ -58,22 +58,6 @@ void api_free(struct srv *s)
 
 /* ---------------------------------------------------------------- field readers */
 
-/* Reads an optional number in [lo, hi] (null or absent leaves *out). */
-static int get_num(const struct json_value *body, const char *key, double lo, double hi,
-                   double *out, struct srv_error *e)
-{
-    const struct json_value *v = json_get(body, key);
-    if (!v || json_is(v, JSON_NULL))
-        return 0;
-    double d;
-    if (!json_double(v, &d))
-        return BAD(e, key, "'%s' must be a number", key);
-    if (!(d >= lo && d <= hi))
-        return BAD(e, key, "'%s' is %g; it must be between %g and %g", key, d, lo, hi);
-    *out = d;
-    return 0;
-}
-
 static int get_int(const struct json_value *body, const char *key, int64_t lo, int64_t hi,
                    int64_t *out, bool *given, struct srv_error *e)
 {
@@ -534,58 +518,31 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     if ((st = get_int(body, "best_of", 1, 1, &best_of, NULL, e)))
         return st;
 
-    /* A limit beyond the context just ends with "length"; only absurd values are refused. */
-    int64_t cap = INT64_C(1) << 20;
-    bool given = false;
-    const char *mt_key = json_get(body, "max_completion_tokens") ? "max_completion_tokens"
-                                                                  : "max_tokens";
-    if ((st = get_int(body, mt_key, 1, cap, &r->max_tokens, &given, e)))
-        return st;
-    double temp = r->sampling.temperature, top_p = r->sampling.top_p, min_p = r->sampling.min_p;
-    double pres = r->sampling.presence_penalty, freq = r->sampling.frequency_penalty;
-    double rep = r->sampling.repeat_penalty;
-    if ((st = get_num(body, "temperature", 0.0, 2.0, &temp, e)) ||
-        (st = get_num(body, "top_p", 0.0, 1.0, &top_p, e)) ||
-        (st = get_num(body, "min_p", 0.0, 1.0, &min_p, e)) ||
-        (st = get_num(body, "presence_penalty", -2.0, 2.0, &pres, e)) ||
-        (st = get_num(body, "frequency_penalty", -2.0, 2.0, &freq, e)) ||
-        (st = get_num(body, "repeat_penalty", 0.01, 10.0, &rep, e)))
-        return st;
-    if (top_p <= 0.0)
-        return BAD(e, "top_p", "'top_p' is 0; it must be above 0 and at most 1");
-    int64_t top_k = r->sampling.top_k, last_n = r->sampling.repeat_last_n;
-    if ((st = get_int(body, "top_k", 0, INT32_MAX, &top_k, NULL, e)) ||
-        (st = get_int(body, "repeat_last_n", -1, INT32_MAX, &last_n, NULL, e)))
-        return st;
-    r->sampling.temperature = (float)temp;
-    r->sampling.top_p = (float)top_p;
-    r->sampling.min_p = (float)min_p;
-    r->sampling.presence_penalty = (float)pres;
-    r->sampling.frequency_penalty = (float)freq;
-    r->sampling.repeat_penalty = (float)rep;
-    r->sampling.top_k = (int32_t)top_k;
-    r->sampling.repeat_last_n = (int32_t)last_n;
-    /* Seeds travel through JSON: keep them exact as a double, as `kinetic run` does. */
-    int64_t seed = 0;
-    bool seed_given = false;
-    if ((st = get_int(body, "seed", 0, (INT64_C(1) << 53) - 1, &seed, &seed_given, e)))
-        return st;
-    r->seed_given = seed_given;
-    r->sampling.seed = seed_given ? (uint64_t)seed : sample_fresh_seed();
-    /* The samplers of issue 10 under llama.cpp's request names (typical_p, top_n_sigma,
-     * xtc_*, mirostat*, min_keep, logit_bias in OpenAI's {"id": bias} form, samplers). */
-    struct kn_err serr = {0};
-    if (sample_params_json_read(body, &r->sampling, &serr) != KN_OK ||
-        sample_params_check(&r->sampling, &serr) != KN_OK)
-        return BAD(e, NULL, "%s", serr.msg);
+    /* The sampling settings through the table (sample.h): OpenAI's and llama.cpp's keys
+     * (max_tokens, max_completion_tokens or n_predict...), the same ranges and messages as
+     * run, chat, /set and receipts. A limit beyond the context just ends with "length". */
+    for (size_t i = 0; i < sample_n_settings; i++) {
+        const struct sample_setting *ss = &sample_settings[i];
+        const char *key = NULL;
+        const struct json_value *v = sample_setting_lookup(ss, body, SAMPLE_READ_ALIASES, &key);
+        struct kn_err serr = {0};
+        if (v && sample_setting_read(ss, v, &r->sampling, &serr) != KN_OK)
+            return serr.status == KN_E_NOMEM ? OOM(e) : BAD(e, key, "%s", serr.msg);
+        if (v && ss->type == SAMPLE_T_SEED)
+            r->seed_given = true;
+    }
+    /* 0: the server's default (--n-predict, else the rest of the context) */
+    r->max_tokens = r->sampling.n_predict < 0 ? 0 : r->sampling.n_predict;
+    r->sampling.n_predict = -1;
+    if (!r->seed_given)
+        r->sampling.seed = sample_fresh_seed();
     if (r->sampling.dry_multiplier != 0 && !s->b->sample_piece)
         return srv_error_set(e, 400, "invalid_request_error", "unsupported_parameter",
                              "dry_multiplier", "DRY ('dry_multiplier') is not supported by this "
                              "server's model: it has no token texts");
-    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
-        if (r->sampling.logit_bias[i].id < 0 || r->sampling.logit_bias[i].id >= s->b->n_vocab)
-            return BAD(e, "logit_bias", "'logit_bias' names token %d, outside the vocabulary",
-                       r->sampling.logit_bias[i].id);
+    struct kn_err verr = {0};
+    if (sample_params_check_vocab(&r->sampling, s->b->n_vocab, &verr) != KN_OK)
+        return BAD(e, "logit_bias", "%s", verr.msg);
 
     if ((st = get_bool(body, "stream", &r->stream, e)) ||
         (st = get_bool(body, "receipt", &r->want_receipt, e)) ||

@@ -160,7 +160,7 @@ void srv_logprobs(const float *logits, int32_t n_vocab, float *lp, int k, int32_
 /* ---------------------------------------------------------------- jobs */
 
 #define SRV_MAX_TOP_LOGPROBS 20
-#define SRV_MAX_STOP 8
+#define SRV_MAX_STOP TEXT_MAX_STOPS /* one limit for run, chat and the server */
 
 enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE };
 enum srv_finish { SRV_FINISH_NONE = 0, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_CANCELLED,

@@ -207,9 +207,9 @@ def test_piped_commands(work):
     assert "no answer yet" in out
     assert "/receipt FILE" in out and "/quit" in out
     assert "unknown command '/bogus'" in out
-    assert "/set temperature needs a number" in out
+    assert "/set temperature needs a value" in out
     assert "unknown setting 'warmth'" in out
-    assert "top_k takes a whole number" in out
+    assert "top_k must be an integer, not '1.5'" in out
     assert "temperature 0, " in out and "seed 9" in out
     rec = receipt(r1)
     assert rec["input"] == [{"role": "system", "content": "Be brief."},

@@ -237,11 +237,11 @@ def tamper_cases(r):
         ("token hash", setp("output", "tokens", "blake3", value="1" * 64), EXIT_HASHES, "output.tokens.blake3"),
         # malformed
         ("missing model", delete("model"), EXIT_MALFORMED, "field model is missing"),
-        ("missing seed", delete("sampling", "seed"), EXIT_MALFORMED, "field sampling.seed is missing"),
-        ("seed type", setp("sampling", "seed", value="42"), EXIT_MALFORMED, "sampling.seed must be a number"),
-        ("negative seed", setp("sampling", "seed", value=-1), EXIT_MALFORMED, "sampling.seed must be an integer"),
+        ("missing seed", delete("sampling", "seed"), EXIT_MALFORMED, "sampling: seed is missing"),
+        ("seed type", setp("sampling", "seed", value="42"), EXIT_MALFORMED, "sampling: seed must be an integer"),
+        ("negative seed", setp("sampling", "seed", value=-1), EXIT_MALFORMED, "seed must be between 0 and 9223372036854775807, not -1"),
         ("unknown field", setp("extra", value=1), EXIT_MALFORMED, "unknown field extra"),
-        ("unknown nested", setp("sampling", "mirostat_x", value=1), EXIT_MALFORMED, "unknown field sampling.mirostat_x"),
+        ("unknown nested", setp("sampling", "mirostat_x", value=1), EXIT_MALFORMED, "sampling: unknown setting 'mirostat_x'"),
         ("version", setp("receipt", value=2), EXIT_MALFORMED, "version 2 is not supported"),
         ("bad hash hex", setp("model", "blake3", value="xyz"), EXIT_MALFORMED, "model.blake3 must be 64"),
         ("bad key hex", setp("signature", "public_key", value="zz"), EXIT_MALFORMED, "public_key must be 64"),
@@ -354,8 +354,8 @@ def test_every_sampler_recorded_and_verified(work):
     # defaults write none of the new keys: receipts made before keep their bytes
     path, r = make(work, "plain.json")
     assert list(r["sampling"])[-1] == "stop"
-    # a bad flag is a clear error
+    # a bad flag is a clear usage error (exit 2), a token outside the vocabulary too
     p = run("run", work["model"], "x", "--logit-bias", "5*2", check=False)
-    assert p.returncode == 1 and "--logit-bias" in p.stderr
+    assert p.returncode == 2 and "logit_bias wants ID+BIAS" in p.stderr
     p = run("run", work["model"], "x", "--logit-bias", "999999+1", check=False)
-    assert p.returncode == 1 and "outside the vocabulary" in p.stderr
+    assert p.returncode == 2 and "outside the vocabulary" in p.stderr
