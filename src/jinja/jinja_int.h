@@ -35,7 +35,7 @@ struct jv {
     uint8_t unsafe; /* JV_UNDEF: a sandbox-refused attribute: calling it fails */
     uint8_t markup; /* JV_STR: a markupsafe.Markup (from |safe, |escape): + escapes plain str */
     uint8_t trust;  /* JV_STR: where the bytes came from (jinja_render_marked): JTRUST_* */
-    uint16_t fn;   /* JV_FUNC: which builtin or method */
+    uint16_t fn;   /* JV_FUNC: its row in k_builtins (jinja_methods.c: jr_builtin) */
     union {
         bool b;
         int64_t i;

@@ -1,5 +1,5 @@
 # fuzz_server: OpenAI request validation and prompt preparation on fuzzed bodies, with the
-# toy backend (api.c and toy.c instrumented; the rest from kinetic_core). Run, one core:
+# toy backend (api.c and toy.c instrumented; the rest from the module libraries). Run, one core:
 #   build-fuzz/tests/fuzz/fuzz_server -jobs=1 -workers=1 -max_len=4096 \
 #       -dict=tests/fuzz/json.dict corpus-work tests/fuzz/corpus/server
 add_executable(fuzz_server ${CMAKE_CURRENT_LIST_DIR}/fuzz_server.c
