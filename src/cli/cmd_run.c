@@ -588,8 +588,8 @@ int cmd_run(int argc, char **argv)
     }
     if (kern_pool_create((int)o.threads, &pool, &err) != KN_OK)
         goto out;
-    if (o.draft_max < 0 || o.draft_max > 256) {
-        kn_fail(&err, KN_E_ARG, "--draft-max must be in 0..256");
+    if (o.draft_max < 0 || o.draft_max > ENGINE_DRAFT_LIMIT) {
+        kn_fail(&err, KN_E_ARG, "--draft-max must be in 0..%d", ENGINE_DRAFT_LIMIT);
         goto out;
     }
     struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o.batch, .kv_type = kv_type,

@@ -99,11 +99,11 @@ int cmd_serve(int argc, char **argv)
     }
     if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > 1000 || timeout < 1 ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
-        toy_delay > 1000000 || draft_max < 0 || draft_max > 256 || cache_ram < 0 ||
+        toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||
         cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
-                        "--max-depth 2..1000, --timeout >= 1, --draft-max 0..256, --cache-ram 0..1048576, "
-                        "others >= 0)\n");
+                        "--max-depth 2..1000, --timeout >= 1, --draft-max 0..%d, --cache-ram 0..1048576, "
+                        "others >= 0)\n", ENGINE_DRAFT_LIMIT);
         return 2;
     }
     if (max_tokens) { /* the settings table's n_predict range, as requests and receipts */

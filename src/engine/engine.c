@@ -1,4 +1,5 @@
-/* engine.c: the single-sequence decode loop (see engine.h). */
+/* engine.c: the single-sequence engine: its KV cache, history and prompt evaluation in
+ * chunks (see engine.h). */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -24,18 +25,25 @@ enum kn_status engine_init(struct engine *e, const struct model *m, struct kern_
         engine_free(e);
         return st;
     }
-    e->history = kn_calloc((size_t)e->n_ctx, sizeof(int32_t), err);
+    /* +1: the token sampled when the context is full */
+    e->history = kn_calloc((size_t)e->n_ctx + 1, sizeof(int32_t), err);
     e->pos = kn_calloc((size_t)e->n_batch, sizeof(int32_t), err);
     e->logits = kn_calloc((size_t)m->hp.n_vocab, sizeof(float), err);
     if (!e->history || !e->pos || !e->logits) {
         engine_free(e);
         return KN_E_NOMEM;
     }
-    st = engine_draft_init(e, p, err);
-    if (st != KN_OK) {
+    /* Generation is one slot of the multi-sequence step over this engine's cache. */
+    struct engine_slots_params sp = {.max_batch = e->n_batch, .no_draft = p->no_draft,
+                                     .draft_max = p->draft_max, .no_warm_start = true};
+    if ((st = engine_lm_model_wrap(&e->lm, m, e->fwd, &e->kv, 1, e->n_batch, err)) != KN_OK ||
+        !(e->slots = kn_calloc(1, sizeof *e->slots, err)) ||
+        (st = engine_slots_init(e->slots, &e->lm, 1, &sp, err)) != KN_OK) {
         engine_free(e);
-        return st;
+        return st != KN_OK ? st : KN_E_NOMEM;
     }
+    e->draft_max = e->slots->dmax;
+    e->draft = e->draft_max > 0;
     return KN_OK;
 }
 
@@ -46,9 +54,22 @@ void engine_free(struct engine *e)
     free(e->history);
     free(e->pos);
     free(e->logits);
-    engine_draft_free(e);
+    if (e->slots)
+        engine_slots_free(e->slots);
+    free(e->slots);
+    engine_lm_model_close(&e->lm);
     engine_stop_free(e);
     memset(e, 0, sizeof *e);
+}
+
+void engine_truncate(struct engine *e, int64_t n_past)
+{
+    if (n_past < 0)
+        n_past = 0;
+    if (n_past < e->n_past) {
+        e->n_past = n_past;
+        e->have_logits = false;
+    }
 }
 
 void engine_reset(struct engine *e)

@@ -116,7 +116,7 @@ struct pcache_stats pcache_get_stats(struct pcache *c)
     return s;
 }
 
-static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+int64_t engine_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
 {
     int64_t n = na < nb ? na : nb, i = 0;
     while (i < n && a[i] == b[i])
@@ -130,7 +130,7 @@ static int64_t best_rec(const struct pcache *c, const int32_t *tokens, int64_t n
     int64_t best = -1;
     *len = 0;
     for (size_t i = 0; i < c->n_recs; i++) {
-        int64_t l = common_prefix(c->recs[i].tokens, c->recs[i].n, tokens, n);
+        int64_t l = engine_common_prefix(c->recs[i].tokens, c->recs[i].n, tokens, n);
         if (l > *len) {
             *len = l;
             best = (int64_t)i;
@@ -218,7 +218,7 @@ int64_t pcache_restore(struct pcache *c, struct engine *e, const int32_t *tokens
     if (max_n > e->n_ctx)
         max_n = e->n_ctx;
     /* What the engine holds already stays (Zero Wait, chat turns). */
-    int64_t keep = common_prefix(e->history, e->n_past, tokens, max_n);
+    int64_t keep = engine_common_prefix(e->history, e->n_past, tokens, max_n);
     engine_truncate(e, keep);
     if (!c || !kv_compatible(c, e) || max_n <= keep)
         return keep;
@@ -283,7 +283,7 @@ enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv, cons
      * new sequence become redundant. */
     for (size_t i = 0; i < c->n_recs;) {
         struct pcache_rec *r = &c->recs[i];
-        int64_t l = common_prefix(r->tokens, r->n, tokens, n);
+        int64_t l = engine_common_prefix(r->tokens, r->n, tokens, n);
         if (l == n) {
             r->last_use = ++c->clock;
             c->stats.stores_redundant++;

@@ -1,11 +1,7 @@
 /* backend_model.c: the server backend over a real GGUF model: the tokenizer, the chat
  * template (chosen exactly as `kinetic run` chooses it, so a receipt made by the server
- * reruns the same prompt), and a KV cache per slot.
- *
- * A Convoy batch holds, for each slot, one contiguous run of tokens (a decode token or a
- * prompt chunk); the whole batch is one model_forward_multi call, each token with its
- * slot's cache. A token's arithmetic depends only on its own sequence (docs/numerics.md),
- * so batching changes speed, never bits. */
+ * reruns the same prompt), and the engine's forward pass over one KV cache per slot
+ * (engine_lm_model_open: the same interface and step kinetic run generates with). */
 #include "server.h"
 #include "chat/chat.h"
 #include "engine/engine.h"
@@ -25,13 +21,10 @@ struct mb {
     struct model *m;
     struct tok *tk;
     struct kern_pool *pool;
-    struct model_fwd *fwd;
-    struct model_kv *kv;       /* (n_slots) */
+    struct engine_lm lm;       /* the slots' sequences and the shared prompt cache */
     int n_slots;
     struct chat_renderer cr;
     bool cr_ok;
-    struct model_kv **kv_tok;  /* (max_batch) each batch token's cache */
-    struct pcache *cache;      /* Warm Start, shared by the slots; NULL: none */
     size_t cache_max;
     char name[256];
 };
@@ -137,47 +130,10 @@ static void mb_find_think(struct mb *b, struct srv_backend *out)
     }
 }
 
-static void mb_slot_reset(void *ctx, int slot)
-{
-    (void)ctx;
-    (void)slot; /* the cache is overwritten position by position; nothing to clear */
-}
-
-static enum kn_status mb_forward(void *ctx, const struct srv_batch *bt, float *logits,
-                                 struct kn_err *err)
-{
-    struct mb *b = ctx;
-    for (int64_t i = 0; i < bt->n; i++) {
-        if (bt->slot[i] < 0 || bt->slot[i] >= b->n_slots)
-            return kn_fail(err, KN_E_INTERNAL, "serve: batch names slot %d of %d", bt->slot[i],
-                           b->n_slots);
-        b->kv_tok[i] = &b->kv[bt->slot[i]];
-    }
-    /* One pass over every slot's tokens: the weights are read once per step. */
-    return model_forward_multi(b->fwd, b->kv_tok, bt->tokens, bt->pos, bt->n, bt->out_rows,
-                               bt->n_out, logits, err);
-}
-
-/* ---- Warm Start: the slots' KV caches and one shared prompt cache (engine pcache). */
-
-static int64_t mb_cache_restore(void *ctx, int slot, const int32_t *tokens, int64_t keep,
-                                int64_t max_n)
-{
-    struct mb *b = ctx;
-    return pcache_restore_kv(b->cache, &b->kv[slot], tokens, keep, max_n);
-}
-
-static enum kn_status mb_cache_store(void *ctx, int slot, const int32_t *tokens, int64_t n,
-                                     struct kn_err *err)
-{
-    struct mb *b = ctx;
-    return pcache_store_kv(b->cache, &b->kv[slot], tokens, n, err);
-}
-
 static void mb_cache_stats(void *ctx, struct srv_cache_stats *out)
 {
     struct mb *b = ctx;
-    struct pcache_stats ps = pcache_get_stats(b->cache);
+    struct pcache_stats ps = pcache_get_stats(engine_lm_model_cache(&b->lm));
     *out = (struct srv_cache_stats){ps.hits, ps.misses, ps.tokens_restored, ps.stores,
                                     ps.evictions, ps.records, ps.bytes, b->cache_max};
 }
@@ -187,13 +143,7 @@ static void mb_free(void *ctx)
     struct mb *b = ctx;
     if (!b)
         return;
-    pcache_free(b->cache);
-    if (b->kv)
-        for (int s = 0; s < b->n_slots; s++)
-            model_kv_free(&b->kv[s]);
-    free(b->kv);
-    free(b->kv_tok);
-    model_fwd_free(b->fwd);
+    engine_lm_model_close(&b->lm);
     kern_pool_free(b->pool);
     if (b->cr_ok)
         chat_renderer_free(&b->cr);
@@ -249,29 +199,18 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n < 1 ? 1 : n > 16 ? 16 : (int)n;
     }
+    if (o->cache_ram_mib > (INT64_C(1) << 20)) {
+        st = kn_fail(err, KN_E_ARG, "serve: --cache-ram %lld MiB is too large",
+                     (long long)o->cache_ram_mib);
+        goto fail;
+    }
+    b->cache_max = o->cache_ram_mib > 0 ? (size_t)o->cache_ram_mib << 20 : 0;
+    struct engine_lm_model_params lp = {.n_seq = o->n_slots, .n_ctx = n_ctx,
+                                        .max_batch = max_batch, .kv_type = MODEL_KV_F32,
+                                        .cache_bytes = b->cache_max};
     if ((st = kern_pool_create(threads, &b->pool, err)) != KN_OK ||
-        (st = model_fwd_create(&b->fwd, b->m, max_batch, b->pool, err)) != KN_OK)
+        (st = engine_lm_model_open(&b->lm, b->m, b->tk, b->pool, &lp, err)) != KN_OK)
         goto fail;
-    b->kv = kn_calloc((size_t)o->n_slots, sizeof *b->kv, err);
-    b->kv_tok = kn_malloc((size_t)max_batch * sizeof *b->kv_tok, err);
-    if (!b->kv || !b->kv_tok) {
-        st = KN_E_NOMEM;
-        goto fail;
-    }
-    for (int s = 0; s < o->n_slots; s++)
-        if ((st = model_kv_init(&b->kv[s], b->m, n_ctx, MODEL_KV_F32, err)) != KN_OK)
-            goto fail;
-
-    if (o->cache_ram_mib > 0) {
-        if (o->cache_ram_mib > (INT64_C(1) << 20)) {
-            st = kn_fail(err, KN_E_ARG, "serve: --cache-ram %lld MiB is too large",
-                         (long long)o->cache_ram_mib);
-            goto fail;
-        }
-        b->cache_max = (size_t)o->cache_ram_mib << 20;
-        if ((st = pcache_create(&b->cache, b->m, MODEL_KV_F32, b->cache_max, err)) != KN_OK)
-            goto fail;
-    }
 
     const char *base = strrchr(o->path, '/');
     snprintf(b->name, sizeof b->name, "%s", base ? base + 1 : o->path);
@@ -295,14 +234,10 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->sample_pctx = b->tk;
     out->grammar_vocab = mb_grammar_vocab;
     mb_find_think(b, out);
-    out->slot_reset = mb_slot_reset;
-    out->forward = mb_forward;
+    out->lm = b->lm;
     out->free = mb_free;
-    if (b->cache) {
-        out->cache_restore = mb_cache_restore;
-        out->cache_store = mb_cache_store;
+    if (b->cache_max)
         out->cache_stats = mb_cache_stats;
-    }
     return KN_OK;
 fail:
     mb_free(b);

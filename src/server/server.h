@@ -3,14 +3,14 @@
  *
  * Three layers, each usable and testable on its own:
  *   backend  a table of functions over one model: tokenize, render a chat, decode a
- *            token, and a forward pass over a batch of tokens from several slots (each
- *            slot = one sequence with its own KV cache). srv_toy_backend() is a built-in
- *            deterministic stand-in used to test the layers above without a model.
- *   convoy   the scheduler: n slots, a bounded queue, one thread. Each step runs ONE
- *            backend forward over every running slot's decode token plus prompt chunks
- *            of slots still reading their prompt, then samples each slot that has logits.
- *            A job's tokens and log-probabilities depend only on the job (its prompt,
- *            settings and seed), never on what else shares the step (docs/numerics.md).
+ *            token, and the engine's forward-pass interface (struct engine_lm) over one
+ *            sequence per slot. srv_toy_backend() is a built-in deterministic stand-in
+ *            used to test the layers above without a model.
+ *   convoy   the scheduler: n slots, a bounded queue, one thread, driving the engine's
+ *            one generation step (engine_slots_step: the batched forward pass, RAD-1,
+ *            sampling and the stop rule, shared with kinetic run). A job's tokens and
+ *            log-probabilities depend only on the job (its prompt, settings and seed),
+ *            never on what else shares the step (docs/numerics.md).
  *   http     routing, auth, limits, OpenAI request parsing and response shapes, SSE.
  *
  * Ownership: the server borrows the backend; a job is shared by its HTTP connection and
@@ -20,6 +20,7 @@
 
 #include "../base/base.h"
 #include "../base/json.h"
+#include "../engine/engine.h"
 #include "../sample/sample.h"
 #include "../text/text.h"
 
@@ -32,20 +33,10 @@ struct srv_msg {
     char *content;
 };
 
-/* Tokens of one forward call. Token i belongs to slot[i] at position pos[i]; a slot's
- * tokens appear in position order and the positions below each one hold that slot's
- * earlier tokens. Logits are wanted for the tokens out_rows[0..n_out-1]. */
-struct srv_batch {
-    int64_t n;
-    const int32_t *tokens, *pos, *slot;
-    const int64_t *out_rows;
-    int64_t n_out;
-};
-
 struct grammar_vocab;
 
-/* The shared prompt cache's counters (engine.h struct pcache_stats, restated so the
- * server layers need not see the engine). */
+/* The shared prompt cache's counters (engine.h struct pcache_stats, with the cache's
+ * size limit) as /metrics and /slots report them. */
 struct srv_cache_stats {
     int64_t hits, misses, tokens_restored, stores, evictions, records;
     size_t bytes, max_bytes;
@@ -59,7 +50,7 @@ struct srv_backend {
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
     int n_slots;
-    int64_t max_batch;         /* most tokens in one forward call */
+    int64_t max_batch;         /* most tokens in one step (<= lm.max_batch when set) */
     size_t max_piece;          /* longest token piece in bytes */
     const char *chat_format;   /* the chat template family in use, for the log */
 
@@ -92,23 +83,11 @@ struct srv_backend {
     const char *think_open, *think_close;
     bool think_inside;
 
-    /* Scheduler thread only. Forgets slot's sequence. */
-    void (*slot_reset)(void *ctx, int slot);
-    /* Runs the batch; writes logits (b->n_out, n_vocab). */
-    KN_MUST_USE enum kn_status (*forward)(void *ctx, const struct srv_batch *b, float *logits,
-                                          struct kn_err *err);
+    /* The forward pass over the slots' sequences (sequence s: slot s), Warm Start's
+     * shared prompt cache included: the engine's step drives it (scheduler thread only). */
+    struct engine_lm lm;
     void (*free)(void *ctx);
-
-    /* Warm Start (optional; all NULL when the backend has no prompt cache). One cache is
-     * shared by every slot. Scheduler thread only, except cache_stats. */
-    /* Slot holds tokens[0..keep-1] already; copies the cached entries of positions
-     * keep.. of the longest known prefix of tokens[0..max_n-1] into the slot and returns
-     * that prefix's length (keep when the cache knows nothing longer). */
-    int64_t (*cache_restore)(void *ctx, int slot, const int32_t *tokens, int64_t keep,
-                             int64_t max_n);
-    /* Records the slot's first n positions, which hold tokens[0..n-1]. */
-    KN_MUST_USE enum kn_status (*cache_store)(void *ctx, int slot, const int32_t *tokens,
-                                              int64_t n, struct kn_err *err);
+    /* The prompt cache's counters (NULL: no cache). Thread-safe. */
     void (*cache_stats)(void *ctx, struct srv_cache_stats *out);
     /* Optional (NULL: chat above). Renders OpenAI messages (the JSON array as sent) with
      * the model's template, passing tools (an array or NULL) and kwargs
@@ -215,13 +194,12 @@ struct srv_job {
     int64_t n_cached, draft_n, draft_n_accepted;
     bool preempted;
 
+    int64_t n_fed;             /* prompt tokens in the slot's cache (after each step) */
+
     /* private to convoy */
     pthread_cond_t cv;
     int refs;
     int slot;
-    int64_t n_fed;             /* prompt tokens already in the slot's cache */
-    int32_t next_token;        /* the sampled token not yet fed */
-    struct text_stop *stopm; /* the stop-string matcher (n_stop > 0) */
     struct srv_job *next;      /* queue link */
 };
 

@@ -4,7 +4,9 @@
  * h[pos] = mix(h[pos - 1], token, pos); the logits of a token are a pseudo-random function
  * of its h, favouring lowercase letters and spaces so output reads as text, with a small
  * chance of EOS. A batch that feeds a position whose predecessor was never written, or
- * mixes up slots, fails or changes every later logit: the scheduler tests rely on that. */
+ * mixes up slots, fails or changes every later logit: the scheduler tests rely on that.
+ * It implements the engine's forward-pass interface (struct engine_lm), so the tests run
+ * the engine's own generation step, without a model. */
 #include "server.h"
 #include "grammar/grammar.h"
 
@@ -140,12 +142,12 @@ static void toy_slot_reset(void *ctx, int slot)
     memset(t->filled + (size_t)slot * (size_t)t->n_ctx, 0, (size_t)t->n_ctx);
 }
 
-static enum kn_status toy_forward(void *ctx, const struct srv_batch *b, float *logits,
+static enum kn_status toy_forward(void *ctx, const struct engine_batch *b, float *logits,
                                   struct kn_err *err)
 {
     struct toy *t = ctx;
     for (int64_t i = 0; i < b->n; i++) {
-        int s = b->slot[i];
+        int s = b->seq[i];
         int64_t p = b->pos[i];
         if (s < 0 || s >= t->n_slots || p < 0 || p >= t->n_ctx || b->tokens[i] < 0 ||
             b->tokens[i] >= TOY_VOCAB)
@@ -161,7 +163,7 @@ static enum kn_status toy_forward(void *ctx, const struct srv_batch *b, float *l
     }
     for (int64_t r = 0; r < b->n_out; r++) {
         int64_t i = b->out_rows[r];
-        uint64_t h = t->h[(size_t)b->slot[i] * (size_t)t->n_ctx + (size_t)b->pos[i]];
+        uint64_t h = t->h[(size_t)b->seq[i] * (size_t)t->n_ctx + (size_t)b->pos[i]];
         float *lg = logits + r * TOY_VOCAB;
         for (int32_t v = 0; v < TOY_VOCAB; v++) {
             uint64_t z = toy_mix(h ^ ((uint64_t)v << 40));
@@ -178,14 +180,6 @@ static enum kn_status toy_forward(void *ctx, const struct srv_batch *b, float *l
     return KN_OK;
 }
 
-static int64_t toy_common(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
-{
-    int64_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i])
-        i++;
-    return i;
-}
-
 static int64_t toy_cache_restore(void *ctx, int slot, const int32_t *tokens, int64_t keep,
                                  int64_t max_n)
 {
@@ -193,7 +187,7 @@ static int64_t toy_cache_restore(void *ctx, int slot, const int32_t *tokens, int
     int best = -1;
     int64_t len = keep;
     for (int i = 0; i < TOY_CACHE_RECS; i++) {
-        int64_t l = toy_common(t->recs[i].tokens, t->recs[i].n, tokens, max_n);
+        int64_t l = engine_common_prefix(t->recs[i].tokens, t->recs[i].n, tokens, max_n);
         if (l > len) {
             len = l;
             best = i;
@@ -223,7 +217,7 @@ static enum kn_status toy_cache_store(void *ctx, int slot, const int32_t *tokens
     int victim = 0;
     for (int i = 0; i < TOY_CACHE_RECS; i++) {
         struct toy_rec *r = &t->recs[i];
-        if (r->n >= n && toy_common(r->tokens, r->n, tokens, n) == n) {
+        if (r->n >= n && engine_common_prefix(r->tokens, r->n, tokens, n) == n) {
             r->last_use = ++t->clock; /* held already */
             return KN_OK;
         }
@@ -328,11 +322,22 @@ enum kn_status srv_toy_backend(struct srv_backend *out, int n_slots, int64_t n_c
     out->sample_piece = toy_sample_piece;
     out->sample_pctx = t;
     out->grammar_vocab = toy_grammar_vocab;
-    out->slot_reset = toy_slot_reset;
-    out->forward = toy_forward;
+    out->lm = (struct engine_lm){
+        .ctx = t,
+        .n_vocab = TOY_VOCAB,
+        .n_seq = n_slots,
+        .n_ctx = n_ctx,
+        .max_piece = out->max_piece,
+        .forward = toy_forward,
+        .seq_reset = toy_slot_reset,
+        .is_eog = toy_is_eog,
+        .piece = toy_piece,
+        .sample_piece = toy_sample_piece,
+        .sample_pctx = t,
+        .cache_restore = toy_cache_restore,
+        .cache_store = toy_cache_store,
+    };
     out->free = toy_free;
-    out->cache_restore = toy_cache_restore;
-    out->cache_store = toy_cache_store;
     out->cache_stats = toy_cache_stats;
     return KN_OK;
 }

@@ -208,7 +208,31 @@ static void test_propose(void)
     CHECK_EQ_INT(engine_draft_propose(s4, 1, 4, 2, out, 3), 0);
 }
 
-/* engine_eval_all's rows equal token-by-token evaluation. */
+/* RAD-1's verification pass (every row of a multi-token forward) in one call, as the
+ * generation step makes it: tokens at positions n_past.., logits of every row. */
+static enum kn_status eval_all(struct engine *e, const int32_t *tokens, int64_t n, float *rows,
+                               struct kn_err *err)
+{
+    if (n <= 0 || n > e->n_batch)
+        return kn_fail(err, KN_E_ARG, "eval_all takes 1..%lld tokens", (long long)e->n_batch);
+    int64_t out[64];
+    for (int64_t i = 0; i < n; i++) {
+        e->pos[i] = (int32_t)(e->n_past + i);
+        out[i] = i;
+    }
+    struct model_kv *kvs[64];
+    for (int64_t i = 0; i < n; i++)
+        kvs[i] = &e->kv;
+    enum kn_status st = model_forward_multi(e->fwd, kvs, tokens, e->pos, n, out, n, rows, err);
+    if (st != KN_OK)
+        return st;
+    memcpy(e->history + e->n_past, tokens, (size_t)n * sizeof *tokens);
+    e->n_past += n;
+    memcpy(e->logits, rows + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    return KN_OK;
+}
+
+/* A multi-token pass's rows equal token-by-token evaluation. */
 static void test_eval_all(void)
 {
     struct engine a, b;
@@ -218,7 +242,7 @@ static void test_eval_all(void)
     float *rows = calloc(9 * (size_t)V, sizeof(float));
     CHECK(engine_eval(&a, prompts[0], 5, &err) == KN_OK);
     CHECK(engine_eval(&b, prompts[0], 5, &err) == KN_OK);
-    CHECK(engine_eval_all(&a, prompts[2], 9, rows, &err) == KN_OK);
+    CHECK(eval_all(&a, prompts[2], 9, rows, &err) == KN_OK);
     bool same = true;
     for (int i = 0; i < 9; i++) {
         CHECK(engine_eval(&b, &prompts[2][i], 1, &err) == KN_OK);
@@ -227,7 +251,7 @@ static void test_eval_all(void)
     CHECK(same);
     CHECK(memcmp(a.logits, b.logits, (size_t)V * sizeof(float)) == 0);
     CHECK_EQ_INT(a.n_past, 14);
-    CHECK(engine_eval_all(&a, prompts[2], 33, rows, &err) == KN_E_ARG);
+    CHECK(eval_all(&a, prompts[2], 33, rows, &err) == KN_E_ARG);
     free(rows);
     engine_free(&a);
     engine_free(&b);
@@ -651,6 +675,158 @@ static void test_cache_shared_threads(void)
     pcache_free(pc);
 }
 
+/* ---------------------------------------------------------------- many sequences */
+
+/* One request of test_slots_many and what it produced. */
+struct mreq {
+    int pi, t;
+    bool pen;
+    uint64_t seed;
+    int64_t max_tokens;
+    char stop[64];                 /* "" : none */
+    struct sample_params sp;
+    struct gen_out alone;          /* engine_generate, drafting off */
+    int32_t ids[MAXTOK];           /* the step, among the others */
+    float *logits;
+    int64_t n;
+    enum engine_finish finish;
+    int stop_matched;
+    bool done;
+};
+
+struct mctx {
+    struct mreq *of_slot[4];
+};
+
+static bool slots_tok(void *ctx, const struct engine_tok *t)
+{
+    struct mctx *m = ctx;
+    struct mreq *r = m->of_slot[t->slot];
+    if (t->eog || r->n >= MAXTOK)
+        return true;
+    memcpy(r->logits + r->n * V, t->logits, (size_t)V * sizeof(float));
+    r->ids[r->n++] = t->id;
+    return true;
+}
+
+/* The server's path against kinetic run's: requests sharing a multi-sequence step (3
+ * slots, a 16-token batch that chunks prompts, drafting on, the prompt cache and slot
+ * reuse on, each request twice) get the tokens, logits, finish and stop string that
+ * engine_generate gives each alone with drafting off. */
+static void test_slots_many(void)
+{
+    enum { N = 12, NCTX = 96 };
+    struct kn_err err = {0};
+    struct mreq *rq = calloc(N, sizeof *rq);
+    for (int k = 0; k < N; k++) {
+        struct mreq *r = &rq[k];
+        r->pi = k % N_PROMPTS;
+        r->t = k % 3;
+        r->pen = k & 1;
+        r->seed = 500 + (uint64_t)k;
+        r->max_tokens = k % 4 == 3 ? -1 : 10 + 5 * k; /* -1: up to the context */
+        params_for(&r->sp, r->t, r->pen, r->seed);
+        r->logits = calloc((size_t)MAXTOK * (size_t)V, sizeof(float));
+    }
+    /* Alone; a stop string taken from the middle of some outputs, then alone again. */
+    for (int k = 0; k < N; k++) {
+        struct mreq *r = &rq[k];
+        struct engine e;
+        if (!engine_open(&e, NCTX, false, 0))
+            return;
+        r->alone.stop_at = -1;
+        CHECK(run_gen(&e, NULL, prompts[r->pi], prompt_len[r->pi], &r->sp, r->max_tokens, &r->alone));
+        if (k % 3 == 1 && r->alone.n > 8) {
+            size_t len = 0, at = 0;
+            for (int i = 4; i < 6; i++) {
+                const char *pc = tok_piece(g_tk, r->alone.ids[i], false, &len);
+                if (pc && at + len < sizeof r->stop) {
+                    memcpy(r->stop + at, pc, len);
+                    at += len;
+                }
+            }
+            r->stop[at] = 0;
+            if (at) {
+                const char *stops[1] = {r->stop};
+                CHECK(engine_set_stop(&e, stops, 1, &err) == KN_OK);
+                gen_free(&r->alone);
+                memset(&r->alone, 0, sizeof r->alone);
+                r->alone.stop_at = -1;
+                CHECK(run_gen(&e, NULL, prompts[r->pi], prompt_len[r->pi], &r->sp, r->max_tokens,
+                              &r->alone));
+                CHECK(engine_stop_matched(&e) == 0 && r->alone.n <= 6);
+            }
+        }
+        engine_free(&e);
+    }
+    struct engine_lm lm;
+    struct engine_lm_model_params lp = {.n_seq = 3, .n_ctx = NCTX, .max_batch = 16,
+                                        .kv_type = MODEL_KV_F32, .cache_bytes = 8u << 20};
+    struct engine_slots es;
+    struct engine_slots_params ep = {.max_batch = 16, .draft_max = 8};
+    CHECK(engine_lm_model_open(&lm, g_m, g_tk, g_pool, &lp, &err) == KN_OK);
+    CHECK(engine_slots_init(&es, &lm, 3, &ep, &err) == KN_OK);
+    struct mctx m = {{0}};
+    for (int round = 0; round < 2; round++) {
+        int next = 0, left = N;
+        for (int k = 0; k < N; k++) {
+            rq[k].n = 0;
+            rq[k].done = false;
+        }
+        while (left > 0) {
+            while (next < N) {
+                struct mreq *r = &rq[next];
+                int s = engine_slots_pick(&es, prompts[r->pi], prompt_len[r->pi]);
+                if (s < 0)
+                    break;
+                const char *stops[1] = {r->stop};
+                struct engine_req q = {.prompt = prompts[r->pi], .n_prompt = prompt_len[r->pi],
+                                       .sp = &r->sp, .max_tokens = r->max_tokens,
+                                       .stop = stops, .n_stop = r->stop[0] ? 1 : 0};
+                CHECK(engine_slot_begin(&es, s, &q, &err) == KN_OK);
+                m.of_slot[s] = r;
+                next++;
+            }
+            CHECK(engine_slots_step(&es, slots_tok, &m, &err) == KN_OK);
+            for (int s = 0; s < 3; s++) {
+                struct engine_slot *sl = &es.slot[s];
+                if (!sl->busy || !sl->done)
+                    continue;
+                struct mreq *r = m.of_slot[s];
+                r->finish = sl->finish;
+                r->stop_matched = sl->stop_matched;
+                r->done = true;
+                engine_slot_end(&es, s);
+                left--;
+            }
+        }
+        for (int k = 0; k < N; k++) {
+            struct mreq *r = &rq[k];
+            bool same = r->n == r->alone.n && r->finish == r->alone.finish &&
+                        memcmp(r->ids, r->alone.ids, (size_t)r->n * sizeof(int32_t)) == 0 &&
+                        memcmp(r->logits, r->alone.logits, (size_t)r->n * (size_t)V * sizeof(float)) == 0 &&
+                        r->stop_matched == (r->stop[0] && r->alone.n <= 6 ? 0 : -1);
+            CHECKF(same, "round %d request %d: %lld vs %lld tokens, finish %d vs %d", round, k,
+                   (long long)r->n, (long long)r->alone.n, r->finish, r->alone.finish);
+        }
+    }
+    /* The step really batched, drafted and reused. */
+    CHECK(es.stats.draft_accepted > 0 && es.stats.cache_restored_tokens + es.stats.slot_reuse_tokens > 0);
+    bool saw_context = false, saw_length = false;
+    for (int k = 0; k < N; k++) {
+        saw_context |= rq[k].finish == ENGINE_FINISH_CONTEXT;
+        saw_length |= rq[k].finish == ENGINE_FINISH_LENGTH;
+    }
+    CHECK(saw_context && saw_length);
+    engine_slots_free(&es);
+    engine_lm_model_close(&lm);
+    for (int k = 0; k < N; k++) {
+        gen_free(&rq[k].alone);
+        free(rq[k].logits);
+    }
+    free(rq);
+}
+
 int main(void)
 {
     char path[1024];
@@ -672,6 +848,7 @@ int main(void)
     test_zero_wait();
     test_combined();
     test_cache_shared_threads();
+    test_slots_many();
     kern_pool_free(g_pool);
     tok_free(g_tk);
     model_close(g_m);
