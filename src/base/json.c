@@ -515,6 +515,7 @@ struct parser {
     const uint8_t *start, *p, *end;
     struct json_limits lim;
     size_t depth;
+    size_t n_values;
     struct kn_err *err;
 };
 
@@ -933,6 +934,9 @@ static enum kn_status parse_value(struct parser *ps, struct json_value **out)
     if (ps->p >= ps->end)
         return perr(ps, ps->p, KN_E_FORMAT, "expected a value, found the end of the input");
     const uint8_t *at = ps->p;
+    if (ps->lim.max_values && ++ps->n_values > ps->lim.max_values)
+        return perr(ps, at, KN_E_LIMIT, "more than %zu values in the document (the limit)",
+                    ps->lim.max_values);
     switch (*ps->p) {
     case '{':
     case '[':

@@ -64,7 +64,18 @@ struct json_limits {
     size_t max_bytes;  /* the whole document; default 64 MiB */
     size_t max_depth;  /* arrays and objects nested; default 64 */
     size_t max_string; /* bytes of one decoded string or key; default 16 MiB */
+    size_t max_values; /* values in the whole document (each array item, member value and
+                        * the root count one); 0: no limit. Bounds the tree's memory,
+                        * which is several times the text's. */
 };
+
+/* The deepest JSON Kinetic takes as input a receipt records: request bodies (serve's
+ * --max-depth at most this), --messages, --json-schema, template kwargs. A receipt nests
+ * such input up to RECEIPT_WRAP_DEPTH levels deeper and is read up to
+ * JSON_MAX_INPUT_DEPTH + RECEIPT_WRAP_DEPTH (src/receipt/receipt.h), so every receipt
+ * Kinetic writes, it reads back. */
+#define JSON_MAX_INPUT_DEPTH 60
+#define JSON_INPUT_LIMITS ((struct json_limits){.max_depth = JSON_MAX_INPUT_DEPTH})
 
 /* Parses len bytes of text (no NUL needed) into a tree; limits may be NULL. On failure
  * *out is NULL and err says what and where ("line 3, column 7 (byte 41)"). */

@@ -87,6 +87,8 @@ struct chat_prompt {
     size_t len, cap;
     struct chat_segment *segs;
     size_t n_segs, segs_cap;
+    int64_t now;         /* the clock a Jinja template's strftime_now() read (see
+                          * chat_renderer.fixed_now); 0 for the built-in families */
 };
 
 /* Renders msgs with the template; add_generation_prompt opens the assistant turn.
@@ -134,6 +136,15 @@ struct chat_renderer {
     char bos[256], eos[256];       /* the model's BOS/EOS text ("" when absent) */
     struct json_value *kwargs;     /* --chat-template-kwargs (an object) or NULL */
     char warning[600];             /* why the Jinja template was not used, or "" */
+    /* JINJA: the template's source (NUL-terminated), which receipts hash or record. */
+    char *src;
+    size_t src_len;
+    /* strftime_now(): the template reads the clock as local wall-clock time, given as
+     * seconds since the epoch of that time read as UTC (so %Y-%m-%d %H:%M show the local
+     * date and time; %z and %Z show UTC). A render records the value in chat_prompt.now;
+     * with fixed_now set it uses now instead of the clock (verify-receipt's re-render). */
+    bool fixed_now;
+    int64_t now;
 };
 
 struct chat_renderer_opts {
@@ -141,7 +152,16 @@ struct chat_renderer_opts {
     const char *chat_format;       /* --chat-format NAME, or NULL */
     const char *template_file;     /* --chat-template FILE, or NULL */
     const char *kwargs_json;       /* --chat-template-kwargs JSON (an object), or NULL */
+    const char *template_text;     /* a Jinja template's source given as text (a receipt's
+                                    * recorded --chat-template), named template_name */
+    const char *template_name;
 };
+
+/* Whether the renderer's template reads the clock (its source calls strftime_now), so
+ * that the time is part of what made the prompt. */
+bool chat_renderer_reads_clock(const struct chat_renderer *cr);
+/* The clock strftime_now() reads now (see chat_renderer.now). */
+int64_t chat_clock_now(void);
 
 /* Chooses and loads the template (see above). Errors: an unknown --chat-format, an
  * unreadable or invalid --chat-template file ("FILE: template syntax error at line L,

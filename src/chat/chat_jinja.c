@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *chat_renderer_name(const struct chat_renderer *cr)
 {
@@ -21,6 +22,7 @@ void chat_renderer_free(struct chat_renderer *cr)
 {
     jinja_free(cr->jinja);
     json_free(cr->kwargs);
+    free(cr->src);
     memset(cr, 0, sizeof *cr);
 }
 
@@ -105,8 +107,9 @@ static enum kn_status render_jinja(const struct chat_renderer *cr, const struct 
     if (!json_get(kw, "eos_token"))
         trusted[n_trusted++] = "eos_token";
     json_free(kw);
+    int64_t now = cr->fixed_now ? cr->now : chat_clock_now();
     struct jinja_options jo = {.trusted_vars = trusted, .n_trusted_vars = n_trusted,
-                               .trust_roles = true};
+                               .trust_roles = true, .fixed_time = true, .now_unix = now};
     char *text = NULL;
     uint8_t *marks = NULL;
     size_t len = 0;
@@ -119,7 +122,42 @@ static enum kn_status render_jinja(const struct chat_renderer *cr, const struct 
     }
     st = prompt_from_marks(text, marks, len, out, err);
     free(marks);
+    if (st == KN_OK)
+        out->now = now;
     return st;
+}
+
+int64_t chat_clock_now(void)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&t, &tm))
+        return (int64_t)t;
+    return (int64_t)t + (int64_t)tm.tm_gmtoff;
+}
+
+bool chat_renderer_reads_clock(const struct chat_renderer *cr)
+{
+    static const char needle[] = "strftime_now";
+    if (cr->engine != CHAT_ENGINE_JINJA || !cr->src)
+        return false;
+    for (size_t i = 0; i + sizeof needle - 1 <= cr->src_len; i++)
+        if (memcmp(cr->src + i, needle, sizeof needle - 1) == 0)
+            return true;
+    return false;
+}
+
+/* Keeps the template's source for receipts. */
+static enum kn_status keep_source(struct chat_renderer *cr, const char *src, size_t len,
+                                  struct kn_err *err)
+{
+    cr->src = malloc(len + 1);
+    if (!cr->src)
+        return kn_fail(err, KN_E_NOMEM, "out of memory loading the chat template");
+    memcpy(cr->src, src, len);
+    cr->src[len] = 0;
+    cr->src_len = len;
+    return KN_OK;
 }
 
 /* OpenAI messages as the template sees them: content parts joined into one string,
@@ -343,7 +381,7 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
         return kn_fail(err, KN_E_ARG, "give --chat-format (a built-in family) or --chat-template "
                        "(a Jinja file), not both");
     if (o->kwargs_json) {
-        if ((st = json_parse(o->kwargs_json, strlen(o->kwargs_json), NULL, &cr->kwargs, err)) != KN_OK) {
+        if ((st = json_parse(o->kwargs_json, strlen(o->kwargs_json), &JSON_INPUT_LIMITS, &cr->kwargs, err)) != KN_OK) {
             kn_err_prefix(err, "--chat-template-kwargs is not valid JSON");
             return st;
         }
@@ -369,15 +407,26 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
         snprintf(cr->source, sizeof cr->source, "%s", o->raw ? "--raw" : "--chat-format");
         return KN_OK;
     }
-    if (o->template_file) {
+    if (o->template_file || o->template_text) {
         char *src = NULL;
         size_t len = 0;
-        if ((st = kn_read_file(o->template_file, (size_t)1 << 20, &src, &len, err)) != KN_OK) {
+        const char *name = o->template_file ? o->template_file
+                           : o->template_name ? o->template_name : "the chat template";
+        if (o->template_text) {
+            len = strlen(o->template_text);
+            if (!(src = malloc(len + 1))) {
+                chat_renderer_free(cr);
+                return kn_fail(err, KN_E_NOMEM, "out of memory loading the chat template");
+            }
+            memcpy(src, o->template_text, len + 1);
+        } else if ((st = kn_read_file(o->template_file, (size_t)1 << 20, &src, &len, err)) != KN_OK) {
             kn_err_prefix(err, "--chat-template");
             chat_renderer_free(cr);
             return st;
         }
-        st = parse_template(src, len, o->template_file, &cr->jinja, err);
+        st = parse_template(src, len, name, &cr->jinja, err);
+        if (st == KN_OK)
+            st = keep_source(cr, src, len, err);
         chat_template_detect(src, len, &cr->tmpl); /* the family, for its traits (open_think) */
         cr->tmpl.bos = cr->bos;
         cr->tmpl.eos = cr->eos;
@@ -388,7 +437,7 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
         }
         cr->engine = CHAT_ENGINE_JINJA;
         cr->choice = CHAT_CHOICE_FORCED;
-        snprintf(cr->source, sizeof cr->source, "%s", o->template_file);
+        snprintf(cr->source, sizeof cr->source, "%s", name);
         return KN_OK;
     }
     struct gguf_str src = {0};
@@ -401,8 +450,11 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
             cr->tmpl.eos = cr->eos;
             cr->engine = CHAT_ENGINE_JINJA;
             cr->choice = CHAT_CHOICE_TEMPLATE;
-            if (trial_render(cr, &jerr) == KN_OK)
-                return KN_OK;
+            if (trial_render(cr, &jerr) == KN_OK) {
+                if ((st = keep_source(cr, src.data, src.len, err)) != KN_OK)
+                    chat_renderer_free(cr);
+                return st;
+            }
             jinja_free(cr->jinja);
             cr->jinja = NULL;
             cr->engine = CHAT_ENGINE_BUILTIN;

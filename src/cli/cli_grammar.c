@@ -43,7 +43,7 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
     }
     if (o->json_schema || o->json_schema_file) {
         struct json_value *schema = NULL;
-        st = json_parse(text, len, NULL, &schema, err);
+        st = json_parse(text, len, &JSON_INPUT_LIMITS, &schema, err);
         free(text);
         text = NULL;
         if (st != KN_OK) {

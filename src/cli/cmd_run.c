@@ -354,6 +354,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: --ctx-size must not be negative\n");
         return 2;
     }
+    if (o.ctx_size > MODEL_MAX_CTX) {
+        fprintf(stderr, "kinetic run: --ctx-size must be at most %lld\n", (long long)MODEL_MAX_CTX);
+        return 2;
+    }
     enum model_kv_type kv_type;
     if (!model_kv_type_from_name(o.kv_type, &kv_type)) {
         fprintf(stderr, "kinetic run: --kv-type must be f32 or f16\n");
@@ -419,6 +423,9 @@ int cmd_run(int argc, char **argv)
     bool have_key = false;
     struct json_value *input = NULL;
     struct receipt rcpt = {0};
+    struct receipt_template rtmpl = {0};
+    const char *topen = NULL, *tclose = NULL;
+    bool tinside = false;
     enum engine_finish finish = ENGINE_FINISH_LENGTH;
     struct pcache *pc = NULL;
     char model_hex[65] = {0};
@@ -458,7 +465,7 @@ int cmd_run(int argc, char **argv)
 
     /* ---- the prompt text, or the conversation. */
     if (o.messages) {
-        if (json_parse_file(o.messages, NULL, &conv, &err) != KN_OK) {
+        if (json_parse_file(o.messages, &JSON_INPUT_LIMITS, &conv, &err) != KN_OK) {
             kn_err_prefix(&err, "--messages");
             goto out;
         }
@@ -641,10 +648,9 @@ int cmd_run(int argc, char **argv)
     {
         /* A template that opens the reasoning in the prompt (DeepSeek-R1, Qwen3 thinking)
          * makes the output start inside it. */
-        const char *topen, *tclose;
         chat_think_markers(tk, &topen, &tclose);
-        bool inside = chat_prompt_opens_think(cp.text, cp.len, topen);
-        if (text_think_init(&think, topen, tclose, inside, &err) != KN_OK)
+        tinside = chat_prompt_opens_think(cp.text, cp.len, topen);
+        if (text_think_init(&think, topen, tclose, tinside, &err) != KN_OK)
             goto out;
     }
 
@@ -746,6 +752,12 @@ int cmd_run(int argc, char **argv)
             kn_fail(&err, KN_E_NOMEM, "out of memory building the receipt");
             goto out;
         }
+        /* How the input became the prompt, for verify-receipt to render it again. */
+        if (o.prompt_ids)
+            receipt_template_plain(&rtmpl, "ids");
+        else if (receipt_template_from_renderer(&rtmpl, &cr, conv_tools, NULL,
+                                                conv_msgs ? true : !o.raw, cp.now, &err) != KN_OK)
+            goto out;
         struct receipt_run rr = {
             .model_path = model_path, .input = input, .prompt = ptoks, .n_prompt = n_ptoks,
             .sampling = &spar, .max_tokens = spar.n_predict,
@@ -753,6 +765,7 @@ int cmd_run(int argc, char **argv)
             .grammar = gbnf, .response_format = rf,
             .finish = engine_finish_name(finish), .text = text.p, .text_len = text.n,
             .output = gen, .n_output = n_gen, .ctx_size = n_ctx, .cache_type = o.kv_type,
+            .tmpl = &rtmpl, .think_open = topen, .think_close = tclose, .think_inside = tinside,
         };
         if (receipt_from_run(&rcpt, &rr, &err) != KN_OK ||
             (have_key && receipt_sign(&rcpt, &key, &err) != KN_OK) ||
@@ -770,6 +783,7 @@ out:
     if (have_key)
         receipt_key_wipe(&key);
     receipt_free(&rcpt);
+    receipt_template_free(&rtmpl);
     json_free(input);
     if (ret && err.msg[0])
         fail(&err);

@@ -3,6 +3,7 @@
  * cleanly (open requests end, threads are joined). */
 #include "cli.h"
 #include "base/base.h"
+#include "base/json.h"
 #include "receipt/hashcache.h"
 #include "sample/sample.h"
 #include "server/server.h"
@@ -61,7 +62,7 @@ int cmd_serve(int argc, char **argv)
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
-        {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32)", NULL},
+        {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32, at most 60)", NULL},
         {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
         {"queue", 0, CLI_INT, &queue, "N", "requests that may wait for a slot (default 4 x parallel); more get 503", NULL},
         {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL},
@@ -97,12 +98,12 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: --parallel %lld is out of range (1..256)\n", (long long)parallel);
         return 2;
     }
-    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > 1000 || timeout < 1 ||
+    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH || timeout < 1 ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
         toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||
         cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
-                        "--max-depth 2..1000, --timeout >= 1, --draft-max 0..%d, --cache-ram 0..1048576, "
+                        "--max-depth 2..60 (what a receipt can record), --timeout >= 1, --draft-max 0..%d, --cache-ram 0..1048576, "
                         "others >= 0)\n", ENGINE_DRAFT_LIMIT);
         return 2;
     }

@@ -13,18 +13,24 @@ static const char *const verify_usage =
     "settings on one sequence with every speed feature off, and prints 'identical' or the\n"
     "first output token that differs.\n"
     "\n"
+    "It also renders the input again with the recorded template and settings and checks it\n"
+    "gives the prompt tokens, and decodes the output tokens (stop strings and reasoning split\n"
+    "as recorded) and checks they give output.text byte for byte.\n"
+    "\n"
     "exit status: 0 identical; 1 could not check (I/O, model does not load); 2 usage;\n"
     "3 malformed receipt; 4 token hashes do not match; 5 signature invalid (or absent with\n"
-    "--public-key); 6 model missing or not the receipt's; 7 the rerun differs.";
+    "--public-key); 6 model missing or not the receipt's; 7 the rerun differs (or ran under\n"
+    "another numerics version); 8 input, output.text or model.size is not what the tokens\n"
+    "and the model file say.";
 
 int cmd_verify(int argc, char **argv)
 {
     const char *model = NULL, *device = NULL, *public_key = NULL;
-    int64_t threads = 0;
+    int64_t threads = 2;
     const struct cli_opt opts[] = {
         {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL},
         {"device", 0, CLI_STR, &device, "CLASS", "rerun on this device class, e.g. cpu-x86_64-scalar", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun (never changes its result)", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default 2; never changes its result)", NULL},
         {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
@@ -39,8 +45,13 @@ int cmd_verify(int argc, char **argv)
         fprintf(stderr, "kinetic verify-receipt: give a receipt file; see 'kinetic verify-receipt --help'\n");
         return RECEIPT_EXIT_USAGE;
     }
-    if (threads < 0 || threads > 256) {
+    if (threads < 1 || threads > 256) {
         fprintf(stderr, "kinetic verify-receipt: --threads must be in 1..256\n");
+        return RECEIPT_EXIT_USAGE;
+    }
+    if (public_key && !receipt_key_hex_ok(public_key)) {
+        fprintf(stderr, "kinetic verify-receipt: --public-key must be an Ed25519 public key as 64 "
+                        "hex digits, not '%.80s'\n", public_key);
         return RECEIPT_EXIT_USAGE;
     }
     struct receipt_verify_opts o = {model, device, (int)threads, public_key};

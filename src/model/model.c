@@ -686,8 +686,9 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
     const struct model_hparams *hp = &m->hp;
     if (n_ctx <= 0)
         return kn_fail(err, KN_E_ARG, "context size %lld must be positive", (long long)n_ctx);
-    if (n_ctx > INT32_MAX)
-        return kn_fail(err, KN_E_ARG, "context size %lld is too large", (long long)n_ctx);
+    if (n_ctx > MODEL_MAX_CTX)
+        return kn_fail(err, KN_E_ARG, "context size %lld is too large (at most %lld)",
+                       (long long)n_ctx, (long long)MODEL_MAX_CTX);
     size_t elt = type == MODEL_KV_F16 ? 2 : 4;
     kv->type = type;
     kv->n_ctx = n_ctx;

@@ -147,6 +147,10 @@ enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1 };
 const char *model_kv_type_name(enum model_kv_type t);
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
 
+/* The largest context (KV cache positions) Kinetic accepts: `kinetic run --ctx-size`,
+ * serve, model_kv_init and a receipt's device.settings.ctx-size share it. */
+#define MODEL_MAX_CTX ((int64_t)1 << 20)
+
 /* Keys and values of one sequence, slot = position, head-major: layer l keeps
  * k[l]: (n_head_kv, n_ctx, head_dim_k), v[l]: (n_head_kv, n_ctx, head_dim_v), so one
  * head's rows are contiguous for attention. k_row_bytes: one position, all heads.

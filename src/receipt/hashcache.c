@@ -63,7 +63,7 @@ static bool make_parent_dirs(const char *path)
         if (*p != '/')
             continue;
         *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
             return false;
         *p = '/';
     }
@@ -160,7 +160,7 @@ static void store(const char *cache_path, const char *key, int64_t size, int64_t
         kn_log(KN_LOG_WARN, "%s: cannot create the cache folder: %s", cache_path, strerror(errno));
         return;
     }
-    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock < 0) {
         kn_log(KN_LOG_WARN, "%s: cannot open the cache lock: %s", lock_path, strerror(errno));
         return;
@@ -193,6 +193,8 @@ static void store(const char *cache_path, const char *key, int64_t size, int64_t
     if (ok && json_write(root, JSON_PRETTY, &text, &len, &err) == KN_OK) {
         if (kn_write_file_atomic(cache_path, text, len, &err) != KN_OK)
             kn_log(KN_LOG_WARN, "model-hash cache not updated: %s", err.msg);
+        else if (chmod(cache_path, 0600) != 0) /* the entries name the user's files */
+            kn_log(KN_LOG_WARN, "%s: cannot make it private: %s", cache_path, strerror(errno));
     } else {
         kn_log(KN_LOG_WARN, "%s: model-hash cache not updated (out of memory)", cache_path);
     }
@@ -202,16 +204,46 @@ static void store(const char *cache_path, const char *key, int64_t size, int64_t
     close(lock);
 }
 
+/* Paths whose files are not model files and whose names say things about the system: they
+ * are never hashed into the cache. */
+static bool system_path(const char *abs)
+{
+    return strncmp(abs, "/proc/", 6) == 0 || strncmp(abs, "/sys/", 5) == 0 ||
+           strncmp(abs, "/dev/", 5) == 0;
+}
+
+/* Opens without blocking (a FIFO must not stall), then requires a regular file that starts
+ * with the GGUF magic: a receipt's model.path is untrusted, and nothing else is hashed. */
+static enum kn_status check_model_file(const char *path, const char *abs, struct stat *st,
+                                       struct kn_err *err)
+{
+    int fd = open(abs, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum kn_status s = KN_OK;
+    char magic[4];
+    if (fstat(fd, st) != 0)
+        s = kn_fail(err, KN_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        s = kn_fail(err, KN_E_IO, "%s: not a regular file", path);
+    else if (system_path(abs))
+        s = kn_fail(err, KN_E_IO, "%s: under /proc, /sys or /dev: not a model file", path);
+    else if (pread(fd, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0)
+        s = kn_fail(err, KN_E_FORMAT, "%s: not a GGUF model file (it does not start with GGUF)",
+                    path);
+    close(fd);
+    return s;
+}
+
 enum kn_status hashcache_model_blake3(const char *path, char out_hex[65], struct kn_err *err)
 {
     char abs[PATH_MAX];
     if (!realpath(path, abs))
         return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (stat(abs, &st) != 0)
-        return kn_fail(err, KN_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return kn_fail(err, KN_E_IO, "%s: not a regular file", path);
+    enum kn_status cs = check_model_file(path, abs, &st, err);
+    if (cs != KN_OK)
+        return cs;
     int64_t size = (int64_t)st.st_size;
     int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 

@@ -8,6 +8,11 @@
 #include <string.h>
 
 #include "../crypto/blake3.h"
+#include "../model/model.h"
+#include "../text/text.h"
+
+_Static_assert(RECEIPT_MAX_VALUES > (size_t)MODEL_MAX_CTX + 1 + 4096,
+               "a receipt must hold a full context's ids");
 
 void receipt_free(struct receipt *r)
 {
@@ -15,6 +20,7 @@ void receipt_free(struct receipt *r)
     free(r->model_path);
     free(r->device_name);
     json_free(r->input);
+    receipt_template_free(&r->tmpl);
     free(r->prompt_ids);
     for (int64_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
@@ -84,6 +90,32 @@ static struct json_value *tokens_obj(struct build *b, const int32_t *ids, int64_
     return o;
 }
 
+static bool chat_engine(const char *engine)
+{
+    return strcmp(engine, "text") != 0 && strcmp(engine, "ids") != 0;
+}
+
+static struct json_value *template_obj(struct build *b, const struct receipt_template *t)
+{
+    struct json_value *o = obj(b);
+    set(b, o, "engine", json_new_string(t->engine));
+    if (!chat_engine(t->engine))
+        return o;
+    set(b, o, "source", json_new_string(t->source));
+    if (strcmp(t->engine, "jinja") == 0)
+        set(b, o, "blake3", json_new_string(t->blake3));
+    set(b, o, "add_generation_prompt", json_new_bool(t->add_generation_prompt));
+    if (t->kwargs)
+        set(b, o, "kwargs", json_clone(t->kwargs));
+    if (t->tools)
+        set(b, o, "tools", json_clone(t->tools));
+    if (t->has_now)
+        set(b, o, "now", json_new_int(t->now));
+    if (t->text)
+        set(b, o, "text", json_new_string(t->text));
+    return o;
+}
+
 enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
                                struct json_value **out, struct kn_err *err)
 {
@@ -114,6 +146,9 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     set(&b, root, "device", dev);
 
     set(&b, root, "input", r->input ? json_clone(r->input) : json_new_string(""));
+    /* Written only when recorded, so receipts made before keep their bytes. */
+    if (r->tmpl.present)
+        set(&b, root, "template", template_obj(&b, &r->tmpl));
 
     char hex[65];
     receipt_tokens_blake3(r->prompt_ids, r->n_prompt, hex);
@@ -146,7 +181,14 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
 
     struct json_value *output = obj(&b);
     set(&b, output, "finish", json_new_string(r->finish));
-    set(&b, output, "text", json_new_string(r->text ? r->text : ""));
+    set(&b, output, "text", json_new_stringn(r->text ? r->text : "", r->text ? r->text_len : 0));
+    if (r->think.present) {
+        struct json_value *th = obj(&b);
+        set(&b, th, "open", json_new_string(r->think.open));
+        set(&b, th, "close", json_new_string(r->think.close));
+        set(&b, th, "inside", json_new_bool(r->think.inside));
+        set(&b, output, "think", th);
+    }
     set(&b, output, "tokens", tokens_obj(&b, r->output_ids, r->n_output));
     set(&b, root, "output", output);
 
@@ -281,14 +323,20 @@ static bool is_hex(const char *s, size_t n)
     return true;
 }
 
-static enum kn_status get_ids(const struct json_value *o, const char *path, int32_t **ids,
-                              int64_t *n, struct kn_err *err)
+/* The ids array; more than max ids (what the context holds) is refused before anything
+ * is allocated for them. */
+static enum kn_status get_ids(const struct json_value *o, const char *path, int64_t max,
+                              int32_t **ids, int64_t *n, struct kn_err *err)
 {
     const struct json_value *arr;
     enum kn_status st = need(o, path, "ids", JSON_ARRAY, &arr, err);
     if (st != KN_OK)
         return st;
     size_t len = json_len(arr);
+    if ((uint64_t)len > (uint64_t)max)
+        return kn_fail(err, KN_E_FORMAT,
+                       "receipt: %s.ids holds %zu tokens, more than device.settings.ctx-size "
+                       "(%lld) can hold", path, len, (long long)max);
     *ids = kn_calloc(len ? len : 1, sizeof **ids, err);
     if (!*ids)
         return KN_E_NOMEM;
@@ -309,14 +357,97 @@ static enum kn_status get_ids(const struct json_value *o, const char *path, int3
             return st_;         \
     } while (0)
 
+static enum kn_status get_bool(const struct json_value *o, const char *path, const char *key,
+                               bool *dst, struct kn_err *err)
+{
+    const struct json_value *v;
+    TRY(need(o, path, key, JSON_BOOL, &v, err));
+    *dst = v->u.boolean;
+    return KN_OK;
+}
+
+/* The "template" object: what each engine needs, nothing else. */
+static enum kn_status parse_template(const struct json_value *doc, struct receipt *r,
+                                     struct kn_err *err)
+{
+    struct receipt_template *t = &r->tmpl;
+    const struct json_value *o, *v;
+    TRY(need(doc, "", "template", JSON_OBJECT, &o, err));
+    TRY(get_str(o, "template", "engine", t->engine, sizeof t->engine, err));
+    if (!receipt_template_engine_known(t->engine))
+        return kn_fail(err, KN_E_FORMAT, "receipt: template.engine '%s' is not one this Kinetic "
+                       "knows (jinja, a built-in family, text, ids)", t->engine);
+    t->present = true;
+    if (!chat_engine(t->engine)) {
+        static const char *const plain[] = {"engine", NULL};
+        TRY(only(o, "template", plain, err));
+        bool ids = strcmp(t->engine, "ids") == 0;
+        if (!json_is(r->input, JSON_STRING) && !(ids && json_is(r->input, JSON_ARRAY)))
+            return kn_fail(err, KN_E_FORMAT, "receipt: template.engine '%s' needs the input "
+                           "as a string%s", t->engine, ids ? " or an array of token ids" : "");
+        return KN_OK;
+    }
+    static const char *const keys[] = {"engine", "source", "blake3", "add_generation_prompt",
+                                       "kwargs", "tools", "now", "text", NULL};
+    TRY(only(o, "template", keys, err));
+    TRY(get_str(o, "template", "source", t->source, sizeof t->source, err));
+    bool jinja = strcmp(t->engine, "jinja") == 0;
+    bool file = strcmp(t->source, "file") == 0;
+    if (strcmp(t->source, "model") != 0 && !file && strcmp(t->source, "forced") != 0)
+        return kn_fail(err, KN_E_FORMAT, "receipt: template.source must be \"model\", \"file\" "
+                       "or \"forced\"");
+    if (file != (jinja && strcmp(t->source, "model") != 0))
+        return kn_fail(err, KN_E_FORMAT, "receipt: template.source \"%s\" does not go with "
+                       "template.engine \"%s\"", t->source, t->engine);
+    if (jinja) {
+        TRY(get_str(o, "template", "blake3", t->blake3, sizeof t->blake3, err));
+        if (!is_hex(t->blake3, 64))
+            return kn_fail(err, KN_E_FORMAT, "receipt: template.blake3 must be 64 lowercase hex "
+                           "digits");
+    } else if (json_get(o, "blake3")) {
+        return kn_fail(err, KN_E_FORMAT, "receipt: template.blake3 is only for a jinja template");
+    }
+    if (file) {
+        TRY(get_strdup(o, "template", "text", &t->text, err));
+        if (strlen(t->text) != json_get(o, "text")->u.string.len)
+            return kn_fail(err, KN_E_FORMAT, "receipt: field template.text holds a NUL");
+    } else if (json_get(o, "text")) {
+        return kn_fail(err, KN_E_FORMAT, "receipt: template.text is only for a template file");
+    }
+    TRY(get_bool(o, "template", "add_generation_prompt", &t->add_generation_prompt, err));
+    if ((v = json_get(o, "kwargs"))) {
+        if (!json_is(v, JSON_OBJECT))
+            return kn_fail(err, KN_E_FORMAT, "receipt: field template.kwargs must be an object");
+        if (!(t->kwargs = json_clone(v)))
+            return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
+    }
+    if ((v = json_get(o, "tools"))) {
+        if (!json_is(v, JSON_ARRAY))
+            return kn_fail(err, KN_E_FORMAT, "receipt: field template.tools must be an array");
+        if (!(t->tools = json_clone(v)))
+            return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
+    }
+    if (json_get(o, "now")) {
+        if (!jinja)
+            return kn_fail(err, KN_E_FORMAT, "receipt: template.now is only for a jinja template");
+        TRY(get_int(o, "template", "now", INT64_MIN / 2, INT64_MAX / 2, &t->now, err));
+        t->has_now = true;
+    }
+    if (json_is(r->input, JSON_STRING) && strcmp(t->engine, "raw") != 0)
+        return kn_fail(err, KN_E_FORMAT, "receipt: the input is a string, which only the raw "
+                       "template (or text, ids) takes; template.engine is '%s'", t->engine);
+    return KN_OK;
+}
+
 static enum kn_status parse(const struct json_value *doc, struct receipt *r, struct kn_err *err)
 {
     const struct json_value *v, *o, *sub;
     int64_t n;
     if (!json_is(doc, JSON_OBJECT))
         return kn_fail(err, KN_E_FORMAT, "receipt: not a JSON object");
-    static const char *const top[] = {"receipt", "kinetic", "model", "device", "input", "prompt",
-                                      "sampling", "output", "signature", NULL};
+    static const char *const top[] = {"receipt", "kinetic", "model", "device", "input",
+                                      "template", "prompt", "sampling", "output", "signature",
+                                      NULL};
     TRY(only(doc, "", top, err));
     TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &n, err));
     if (n != RECEIPT_VERSION)
@@ -350,7 +481,7 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     TRY(need(o, "device", "settings", JSON_OBJECT, &sub, err));
     static const char *const settings[] = {"ctx-size", "cache-type", NULL};
     TRY(only(sub, "device.settings", settings, err));
-    TRY(get_int(sub, "device.settings", "ctx-size", 1, INT32_MAX, &r->ctx_size, err));
+    TRY(get_int(sub, "device.settings", "ctx-size", 1, MODEL_MAX_CTX, &r->ctx_size, err));
     TRY(get_str(sub, "device.settings", "cache-type", r->cache_type, sizeof r->cache_type, err));
 
     v = json_get(doc, "input");
@@ -363,10 +494,17 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     if (!r->input)
         return kn_fail(err, KN_E_NOMEM, "out of memory reading a receipt");
 
+    if (json_get(doc, "template"))
+        TRY(parse_template(doc, r, err));
+
+    /* The context holds the prompt and every output token but the last (sampled from
+     * the final position, never stored): n_prompt + n_output <= ctx-size + 1. */
     TRY(need(doc, "", "prompt", JSON_OBJECT, &o, err));
     static const char *const tokens[] = {"count", "blake3", "ids", NULL};
     TRY(only(o, "prompt", tokens, err));
-    TRY(get_ids(o, "prompt", &r->prompt_ids, &r->n_prompt, err));
+    TRY(get_ids(o, "prompt", r->ctx_size - 1, &r->prompt_ids, &r->n_prompt, err));
+    if (r->n_prompt == 0)
+        return kn_fail(err, KN_E_FORMAT, "receipt: prompt.ids is empty");
 
     TRY(need(doc, "", "sampling", JSON_OBJECT, &o, err));
     /* The settings through the table (sample.h), strictly: the base keys must be there,
@@ -418,15 +556,28 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     }
 
     TRY(need(doc, "", "output", JSON_OBJECT, &o, err));
-    static const char *const out[] = {"finish", "text", "tokens", NULL};
+    static const char *const out[] = {"finish", "text", "think", "tokens", NULL};
     TRY(only(o, "output", out, err));
     TRY(get_str(o, "output", "finish", r->finish, sizeof r->finish, err));
     if (strcmp(r->finish, "stop") != 0 && strcmp(r->finish, "length") != 0)
         return kn_fail(err, KN_E_FORMAT, "receipt: output.finish must be \"stop\" or \"length\"");
     TRY(get_strdup(o, "output", "text", &r->text, err));
+    r->text_len = json_get(o, "text")->u.string.len;
+    if (json_get(o, "think")) {
+        TRY(need(o, "output", "think", JSON_OBJECT, &sub, err));
+        static const char *const think[] = {"open", "close", "inside", NULL};
+        TRY(only(sub, "output.think", think, err));
+        TRY(get_str(sub, "output.think", "open", r->think.open, TEXT_MAX_MARKER + 1, err));
+        TRY(get_str(sub, "output.think", "close", r->think.close, TEXT_MAX_MARKER + 1, err));
+        if (!r->think.open[0] || !r->think.close[0])
+            return kn_fail(err, KN_E_FORMAT, "receipt: output.think's markers must not be empty");
+        TRY(get_bool(sub, "output.think", "inside", &r->think.inside, err));
+        r->think.present = true;
+    }
     TRY(need(o, "output", "tokens", JSON_OBJECT, &sub, err));
     TRY(only(sub, "output.tokens", tokens, err));
-    TRY(get_ids(sub, "output.tokens", &r->output_ids, &r->n_output, err));
+    TRY(get_ids(sub, "output.tokens", r->ctx_size + 1 - r->n_prompt, &r->output_ids,
+                &r->n_output, err));
 
     v = json_get(doc, "signature");
     if (v) {
@@ -459,7 +610,7 @@ enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r
 enum kn_status receipt_read(const char *path, struct receipt *r, struct kn_err *err)
 {
     memset(r, 0, sizeof *r);
-    struct json_limits lim = {.max_bytes = 64u << 20, .max_depth = 32};
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
     struct json_value *doc;
     enum kn_status st = json_parse_file(path, &lim, &doc, err);
     if (st != KN_OK)
@@ -533,11 +684,13 @@ enum kn_status receipt_key_load(const char *path, struct receipt_key *key, struc
     sodium_memzero(buf, len);
     free(buf);
     if (!ok) {
+        /* Never suggest overwriting the file that was given: it may be anything. */
         sodium_memzero(seed, sizeof seed);
         return kn_fail(err, KN_E_ARG,
                        "%s: not an Ed25519 key: the file must hold the 32-byte secret as 32 raw "
-                       "bytes or 64 hex digits (make one with: openssl rand -hex 32 > %s)",
-                       path, path);
+                       "bytes or 64 hex digits (make a new key file with: openssl rand -hex 32 > "
+                       "receipt.key)",
+                       path);
     }
     crypto_sign_seed_keypair(key->pk, key->sk, seed);
     sodium_memzero(seed, sizeof seed);

@@ -19,6 +19,51 @@
 #define RECEIPT_KEY_HEX 64  /* an Ed25519 public key as hex */
 #define RECEIPT_SIG_HEX 128 /* an Ed25519 signature as hex */
 
+/* The one nesting limit for receipts: the deepest JSON a receipt file may hold. A
+ * receipt nests what it records (messages, tools, template kwargs, a response_format's
+ * schema) at most RECEIPT_WRAP_DEPTH levels deeper than the input had it (run's
+ * --json-schema: sampling.response_format.json_schema.schema), and input is at most
+ * JSON_MAX_INPUT_DEPTH deep (src/base/json.h), so every receipt Kinetic writes reads
+ * back. docs/receipts.md states both. */
+#define RECEIPT_WRAP_DEPTH 4
+#define RECEIPT_MAX_DEPTH (JSON_MAX_INPUT_DEPTH + RECEIPT_WRAP_DEPTH)
+/* The largest receipt file read (bytes), and the most JSON values in it: the ids a
+ * context can hold (MODEL_MAX_CTX + 1, checked in receipt.c) and about 1M more for
+ * messages, tools and schemas, so a hostile file cannot make the reader build a huge tree. */
+#define RECEIPT_MAX_BYTES ((size_t)64 << 20)
+#define RECEIPT_MAX_VALUES ((size_t)2 << 20)
+#define RECEIPT_JSON_LIMITS                                                               \
+    ((struct json_limits){.max_bytes = RECEIPT_MAX_BYTES, .max_depth = RECEIPT_MAX_DEPTH, \
+                          .max_values = RECEIPT_MAX_VALUES})
+
+/* How the input became the prompt tokens (the receipt's "template" object). Absent
+ * (present == false) in receipts made before Kinetic recorded it. */
+struct receipt_template {
+    bool present;
+    /* "jinja"; a built-in family ("raw", "chatml", "llama3", ...); "text": the input
+     * string tokenized with special tokens parsed and BOS added (the server's
+     * /v1/completions); "ids": the input string is the token ids (--prompt-ids). */
+    char engine[16];
+    /* Chat engines: "model" (chosen from the model file as run and serve choose),
+     * "file" (a --chat-template file, its source in text) or "forced" (--chat-format,
+     * --raw). "" for text and ids. */
+    char source[8];
+    char blake3[65];             /* jinja: the BLAKE3 of the template's source */
+    char *text;                  /* source "file": the template's source */
+    bool add_generation_prompt;
+    struct json_value *kwargs;   /* the template variables given, or NULL */
+    struct json_value *tools;    /* the tool definitions given, or NULL */
+    bool has_now;                /* the template reads the clock (strftime_now) */
+    int64_t now;                 /* ... and this is what it read (chat_renderer.now) */
+};
+
+/* The reasoning split output.text was made with ("output.think"); absent: none. */
+struct receipt_think {
+    bool present;
+    char open[64], close[64];
+    bool inside;                 /* the output started inside the reasoning */
+};
+
 struct receipt {
     /* kinetic */
     char version[32];       /* Kinetic's version, e.g. "0.1.0" */
@@ -36,6 +81,7 @@ struct receipt {
     char cache_type[8];     /* KV cache element type: "f32" or "f16" */
     /* input: the chat messages (array of {role, content}) or the prompt text (string) */
     struct json_value *input;
+    struct receipt_template tmpl;
     /* prompt */
     int32_t *prompt_ids;
     int64_t n_prompt;
@@ -49,6 +95,8 @@ struct receipt {
     /* output */
     char finish[16];        /* "stop" or "length" */
     char *text;
+    size_t text_len;        /* text may hold NUL bytes (a model can emit them) */
+    struct receipt_think think;
     int32_t *output_ids;
     int64_t n_output;
     /* signature (optional) */
@@ -75,7 +123,7 @@ KN_MUST_USE enum kn_status receipt_signed_bytes(const struct receipt *r, char **
  * checked here (receipt_check_hashes). */
 KN_MUST_USE enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r,
                                              struct kn_err *err);
-/* Reads a receipt file (at most 64 MiB). */
+/* Reads a receipt file (at most RECEIPT_MAX_BYTES, RECEIPT_MAX_DEPTH deep). */
 KN_MUST_USE enum kn_status receipt_read(const char *path, struct receipt *r, struct kn_err *err);
 /* Writes the receipt (pretty JSON, atomically). */
 KN_MUST_USE enum kn_status receipt_write(const struct receipt *r, const char *path,
@@ -116,6 +164,28 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
 
 /* ---------------------------------------------------------------- from a run */
 
+struct chat_renderer;
+/* Records how a renderer made a prompt: its engine, where the template came from (its
+ * BLAKE3, and its source for a --chat-template file), the renderer's and the request's
+ * template variables (merged as the renderer merges them), the tools, whether the
+ * generation prompt was added and, for a template that reads the clock, the time it read
+ * (chat_prompt.now). The engine "raw" for --raw and a base model. */
+KN_MUST_USE enum kn_status receipt_template_from_renderer(struct receipt_template *t,
+                                                          const struct chat_renderer *cr,
+                                                          const struct json_value *tools,
+                                                          const struct json_value *kwargs,
+                                                          bool add_generation_prompt,
+                                                          int64_t now, struct kn_err *err);
+/* A template record for prompts made without a chat template: "text" or "ids". */
+void receipt_template_plain(struct receipt_template *t, const char *engine);
+void receipt_template_free(struct receipt_template *t);
+/* A deep copy of src into dst. */
+KN_MUST_USE enum kn_status receipt_template_copy(struct receipt_template *dst,
+                                                 const struct receipt_template *src,
+                                                 struct kn_err *err);
+/* Whether name is an engine a template record may name. */
+bool receipt_template_engine_known(const char *name);
+
 /* What a finished generation hands over to become a receipt. Pointers are borrowed. */
 struct receipt_run {
     const char *model_path;          /* as given by the user */
@@ -135,6 +205,9 @@ struct receipt_run {
     const char *cache_type;          /* "f32" or "f16" */
     const char *grammar;             /* the GBNF text used, or NULL */
     const struct json_value *response_format; /* as the request gave it, or NULL */
+    const struct receipt_template *tmpl;  /* how input became the prompt (copied) */
+    const char *think_open, *think_close; /* the reasoning split of text, or NULL: none */
+    bool think_inside;                    /* the output started inside the reasoning */
 };
 
 /* Fills r from a run: Kinetic's version and build id, the numerics version, the model
@@ -155,14 +228,19 @@ enum receipt_exit {
     RECEIPT_EXIT_SIGNATURE = 5, /* the signature is invalid (or absent when required) */
     RECEIPT_EXIT_MODEL = 6,     /* the model file is missing or is not the receipt's */
     RECEIPT_EXIT_DIFFERS = 7,   /* the rerun produced other tokens */
+    RECEIPT_EXIT_TEXT = 8,      /* input or output.text is not what the tokens are */
 };
 
 struct receipt_verify_opts {
     const char *model;      /* NULL: the receipt's model.path */
     const char *device;     /* NULL: this CPU's best class; else e.g. "cpu-x86_64-scalar" */
-    int threads;            /* 0: default */
-    const char *public_key; /* NULL, or the hex key the signature must be made with */
+    int threads;            /* 1..256 */
+    const char *public_key; /* NULL, or the hex key the signature must be made with
+                             * (64 hex digits, either case; cmd_verify checks the form) */
 };
+
+/* Whether s is an Ed25519 public key as hex (64 digits, either case). */
+bool receipt_key_hex_ok(const char *s);
 
 /* Checks the receipt at path (token hashes, signature, model, rerun) and prints the
  * report to out. Returns an enum receipt_exit code. */

@@ -5,9 +5,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
+#include "../chat/chat.h"
+#include "../crypto/blake3.h"
 #include "../engine/engine.h"
+#include "../gguf/gguf.h"
 #include "../grammar/grammar.h"
 #include "../kernels/kernels.h"
 #include "../model/model.h"
@@ -83,8 +87,24 @@ enum kn_status receipt_from_run(struct receipt *r, const struct receipt_run *run
         receipt_free(r);
         return kn_fail(err, KN_E_NOMEM, "out of memory building a receipt");
     }
+    if (run->tmpl && receipt_template_copy(&r->tmpl, run->tmpl, err) != KN_OK) {
+        receipt_free(r);
+        return KN_E_NOMEM;
+    }
+    if (run->think_open && run->think_close) {
+        if (strlen(run->think_open) > TEXT_MAX_MARKER || strlen(run->think_close) > TEXT_MAX_MARKER) {
+            receipt_free(r);
+            return kn_fail(err, KN_E_INTERNAL, "a reasoning marker is longer than %d bytes",
+                           TEXT_MAX_MARKER);
+        }
+        r->think.present = true;
+        snprintf(r->think.open, sizeof r->think.open, "%s", run->think_open);
+        snprintf(r->think.close, sizeof r->think.close, "%s", run->think_close);
+        r->think.inside = run->think_inside;
+    }
     size_t tl;
     r->text = json_utf8_sanitize(run->text ? run->text : "", run->text ? run->text_len : 0, &tl);
+    r->text_len = tl;
     if (!r->model_file || !r->model_path || !r->device_name || !r->input || !r->prompt_ids ||
         !r->output_ids || !r->stop || !r->text) {
         receipt_free(r);
@@ -121,13 +141,17 @@ static void piece_quoted(const struct tok *tk, int32_t id, char *buf, size_t cap
 {
     size_t len = 0;
     const char *p = tok_piece(tk, id, true, &len);
+    /* A piece that is not whole UTF-8 (a byte token) is shown byte by byte. */
+    bool utf8 = p && json_utf8_valid(p, len);
     size_t o = 0;
     buf[o++] = '"';
     for (size_t i = 0; p && i < len && o + 8 < cap; i++) {
         unsigned char c = (unsigned char)p[i];
+        if (utf8 && c >= 0xc0 && o + 12 >= cap)
+            break; /* never cut a character */
         if (c == '"' || c == '\\')
             o += (size_t)snprintf(buf + o, cap - o, "\\%c", c);
-        else if (c < 0x20)
+        else if (c < 0x20 || (!utf8 && c >= 0x80))
             o += (size_t)snprintf(buf + o, cap - o, c == '\n' ? "\\n" : "\\x%02x", c);
         else
             buf[o++] = (char)c;
@@ -174,6 +198,320 @@ static bool compare_token(void *ctx, int32_t id, int64_t i)
     return true;
 }
 
+bool receipt_key_hex_ok(const char *s)
+{
+    if (!s || strlen(s) != RECEIPT_KEY_HEX)
+        return false;
+    for (size_t i = 0; i < RECEIPT_KEY_HEX; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+            return false;
+    }
+    return true;
+}
+
+/* ================================================================ input -> prompt tokens */
+
+/* Reports the first place two token lists differ ("what" names the side computed). */
+static void report_tokens(FILE *out, const struct tok *tk, const char *what, const int32_t *got,
+                          int64_t n_got, const int32_t *want, int64_t n_want)
+{
+    int64_t i = 0;
+    while (i < n_got && i < n_want && got[i] == want[i])
+        i++;
+    char a[96], b[96];
+    if (i < n_got && i < n_want) {
+        piece_quoted(tk, got[i], a, sizeof a);
+        piece_quoted(tk, want[i], b, sizeof b);
+        fprintf(out, "input: MISMATCH: %s does not give the recorded prompt tokens: token %lld is "
+                     "%d (%s), the receipt has %d (%s)\n",
+                what, (long long)i, got[i], a, want[i], b);
+    } else if (i < n_want) {
+        piece_quoted(tk, want[i], b, sizeof b);
+        fprintf(out, "input: MISMATCH: %s does not give the recorded prompt tokens: it gives %lld "
+                     "tokens, the receipt has %lld; token %lld there is %d (%s)\n",
+                what, (long long)n_got, (long long)n_want, (long long)i, want[i], b);
+    } else {
+        piece_quoted(tk, got[i], a, sizeof a);
+        fprintf(out, "input: MISMATCH: %s does not give the recorded prompt tokens: it gives %lld "
+                     "tokens, the receipt has %lld; token %lld is %d (%s)\n",
+                what, (long long)n_got, (long long)n_want, (long long)i, got[i], a);
+    }
+}
+
+/* The ids of an "ids" input: "1, 2,3" as kinetic run --prompt-ids reads it, or the
+ * array of ids a server completion was given. */
+static bool parse_id_list(const struct json_value *in, const struct receipt *r, int32_t *ids,
+                          int64_t *n)
+{
+    *n = 0;
+    if (json_is(in, JSON_ARRAY)) {
+        for (size_t i = 0; i < json_len(in); i++) {
+            int64_t v;
+            if (!json_int(json_at(in, i), &v) || v < 0 || v > INT32_MAX || *n >= r->ctx_size)
+                return false;
+            ids[(*n)++] = (int32_t)v;
+        }
+        return true;
+    }
+    const char *s = json_str(in);
+    while (*s) {
+        while (*s == ' ' || *s == ',')
+            s++;
+        if (!*s)
+            break;
+        if (*s < '0' || *s > '9' || *n >= r->ctx_size)
+            return false;
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || v > INT32_MAX)
+            return false;
+        ids[(*n)++] = (int32_t)v;
+        s = end;
+    }
+    return true;
+}
+
+/* Renders the receipt's input again as run, chat and serve rendered it, and tokenizes it
+ * the same way: one call (chat_renderer_init + chat_renderer_render_json +
+ * chat_prompt_tokenize) from the template record to prompt tokens. Returns an exit code,
+ * or -1 when the input gives the recorded tokens. */
+static int prove_input(const struct receipt *r, const struct gguf_file *g, const struct tok *tk,
+                       FILE *out)
+{
+    const struct receipt_template *t = &r->tmpl;
+    if (!t->present) {
+        fprintf(out, "input: not proven: the receipt predates template recording (it does not "
+                     "say how the input became the prompt tokens)\n");
+        return -1;
+    }
+    struct kn_err err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = RECEIPT_EXIT_ERROR;
+    struct chat_renderer cr = {0};
+    bool cr_ok = false;
+    struct chat_prompt cp = {0};
+    struct json_value *msgs = NULL;
+    const char *what = "input";
+    if (strcmp(t->engine, "ids") == 0) {
+        ids = malloc((size_t)r->ctx_size * sizeof *ids);
+        int64_t k = 0;
+        if (!ids)
+            goto fail;
+        if (!parse_id_list(r->input, r, ids, &k)) {
+            fprintf(out, "input: MISMATCH: template.engine is \"ids\" but the input is not a list "
+                         "of token ids that fits the context\n");
+            rc = RECEIPT_EXIT_TEXT;
+            goto done;
+        }
+        n = (size_t)k;
+        what = "input (token ids)";
+    } else if (strcmp(t->engine, "text") == 0) {
+        const struct json_value *in = r->input;
+        size_t cap = in->u.string.len + 3; /* as serve tokenizes a completion prompt */
+        if (!(ids = malloc(cap * sizeof *ids)))
+            goto fail;
+        if (tok_encode(tk, in->u.string.s, in->u.string.len, true, true, ids, cap, &n, &err) !=
+            KN_OK)
+            goto fail;
+        what = "input (text, tokenized)";
+    } else {
+        struct chat_renderer_opts ro = {0};
+        if (strcmp(t->source, "file") == 0) {
+            ro.template_text = t->text;
+            ro.template_name = "template.text";
+        } else if (strcmp(t->source, "forced") == 0) {
+            ro.raw = strcmp(t->engine, "raw") == 0;
+            ro.chat_format = ro.raw ? NULL : t->engine;
+        }
+        if (chat_renderer_init(&cr, &ro, g, tk, &err) != KN_OK) {
+            fprintf(out, "input: MISMATCH: the receipt's template cannot be loaded: %s\n", err.msg);
+            rc = RECEIPT_EXIT_TEXT;
+            goto done;
+        }
+        cr_ok = true;
+        if (strcmp(chat_renderer_name(&cr), t->engine) != 0) {
+            fprintf(out, "input: MISMATCH: the receipt says template.engine \"%s\", but %s renders "
+                         "with \"%s\" for this model\n",
+                    t->engine, cr.source, chat_renderer_name(&cr));
+            rc = RECEIPT_EXIT_TEXT;
+            goto done;
+        }
+        if (cr.engine == CHAT_ENGINE_JINJA) {
+            uint8_t h[BLAKE3_OUT_LEN];
+            char hex[65];
+            blake3_hash(cr.src, cr.src_len, h);
+            blake3_hex(h, sizeof h, hex);
+            if (strcmp(hex, t->blake3) != 0) {
+                fprintf(out, "input: MISMATCH: template.blake3 is %.16s, but %s hashes to %.16s\n",
+                        t->blake3, strcmp(t->source, "file") == 0 ? "template.text"
+                                                                   : "the model's tokenizer.chat_template",
+                        hex);
+                rc = RECEIPT_EXIT_TEXT;
+                goto done;
+            }
+            if (chat_renderer_reads_clock(&cr) && !t->has_now) {
+                fprintf(out, "input: MISMATCH: the template reads the clock (strftime_now) but the "
+                             "receipt records no template.now\n");
+                rc = RECEIPT_EXIT_TEXT;
+                goto done;
+            }
+        }
+        cr.fixed_now = true;
+        cr.now = t->now;
+        const struct json_value *m = r->input;
+        if (json_is(m, JSON_STRING)) { /* --raw: the prompt as the one user message */
+            struct json_value *one = json_new_object();
+            if (!(msgs = json_new_array()) || !one ||
+                json_object_set(one, "role", json_new_string("user"), &err) != KN_OK ||
+                json_object_set(one, "content", json_new_stringn(m->u.string.s, m->u.string.len),
+                                &err) != KN_OK ||
+                json_array_push(msgs, one, &err) != KN_OK) {
+                json_free(one);
+                goto fail;
+            }
+            m = msgs;
+        }
+        if (chat_renderer_render_json(&cr, m, t->tools, t->kwargs, t->add_generation_prompt, &cp,
+                                      &err) != KN_OK) {
+            fprintf(out, "input: MISMATCH: the input cannot be rendered with the receipt's "
+                         "template: %s\n", err.msg);
+            rc = RECEIPT_EXIT_TEXT;
+            goto done;
+        }
+        if (chat_prompt_tokenize(&cp, tk, &ids, &n, &err) != KN_OK)
+            goto fail;
+    }
+    if ((int64_t)n != r->n_prompt || memcmp(ids, r->prompt_ids, n * sizeof *ids) != 0) {
+        report_tokens(out, tk, what, ids, (int64_t)n, r->prompt_ids, r->n_prompt);
+        rc = RECEIPT_EXIT_TEXT;
+        goto done;
+    }
+    fprintf(out, "input: proven: it renders (%s) to the %lld recorded prompt tokens\n", t->engine,
+            (long long)r->n_prompt);
+    rc = -1;
+    goto done;
+fail:
+    fprintf(out, "input: could not check: %s\n", err.msg[0] ? err.msg : "out of memory");
+    rc = RECEIPT_EXIT_ERROR;
+done:
+    json_free(msgs);
+    chat_prompt_free(&cp);
+    if (cr_ok)
+        chat_renderer_free(&cr);
+    free(ids);
+    return rc;
+}
+
+/* ================================================================ output tokens -> text */
+
+/* A few bytes of s around off, escaped, for reports. */
+static void excerpt(const char *s, size_t len, size_t off, char *buf, size_t cap)
+{
+    size_t a = off > 12 ? off - 12 : 0, o = 0;
+    buf[o++] = '"';
+    for (size_t i = a; i < len && i < off + 12 && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(buf + o, cap - o, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o++] = '"';
+    buf[o] = 0;
+}
+
+/* Decodes the output tokens as the engine does (token pieces through the recorded stop
+ * strings), splits the reasoning off as recorded and compares with output.text byte for
+ * byte. Returns an exit code, or -1 when they agree. */
+static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
+{
+    if (!r->tmpl.present) {
+        fprintf(out, "output.text: not proven: the receipt predates template recording (it does "
+                     "not say how its reasoning was split off)\n");
+        return -1;
+    }
+    struct kn_err err = {0};
+    struct text_stop ts;
+    if (text_stop_init(&ts, (const char *const *)r->stop, (int)r->n_stop, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.stop: %s\n", err.msg);
+        return RECEIPT_EXIT_MALFORMED;
+    }
+    struct kn_buf raw = {0}, content = {0};
+    size_t cap = tok_max_piece(tk) + ts.max_len + TEXT_MAX_MARKER + 16;
+    char *buf = malloc(cap), *rbuf = malloc(cap);
+    bool ok = buf && rbuf && kn_buf_add(&raw, "", 0) && kn_buf_add(&content, "", 0);
+    for (int64_t i = 0; ok && i < r->n_output; i++) {
+        size_t len = 0, n = 0;
+        const char *p = tok_piece(tk, r->output_ids[i], false, &len);
+        bool stopped = text_stop_feed(&ts, p ? p : "", p ? len : 0, buf, &n);
+        ok = kn_buf_add(&raw, buf, n);
+        if (stopped)
+            break;
+    }
+    if (ok && ts.matched < 0) {
+        size_t n = 0;
+        text_stop_flush(&ts, buf, &n);
+        ok = kn_buf_add(&raw, buf, n);
+    }
+    text_stop_free(&ts);
+    const char *text = raw.p;
+    size_t text_len = raw.n;
+    if (ok && r->think.present) {
+        struct text_think th;
+        ok = text_think_init(&th, r->think.open, r->think.close, r->think.inside, &err) == KN_OK;
+        /* Each feed's outputs hold its bytes plus a held-back marker (text.h). */
+        size_t step = cap - TEXT_MAX_MARKER - 1;
+        for (size_t i = 0; ok && i < raw.n; i += step) {
+            size_t k = raw.n - i < step ? raw.n - i : step, nc = 0, nr = 0;
+            text_think_feed(&th, raw.p + i, k, buf, &nc, rbuf, &nr);
+            ok = kn_buf_add(&content, buf, nc);
+        }
+        if (ok) {
+            size_t nc = 0, nr = 0;
+            text_think_flush(&th, buf, &nc, rbuf, &nr);
+            ok = kn_buf_add(&content, buf, nc);
+        }
+        text = content.p;
+        text_len = content.n;
+    }
+    size_t clean_len = 0;
+    char *clean = ok ? json_utf8_sanitize(text, text_len, &clean_len) : NULL;
+    free(buf);
+    free(rbuf);
+    free(raw.p);
+    free(content.p);
+    if (!clean) {
+        fprintf(out, "output.text: could not check: %s\n", err.msg[0] ? err.msg : "out of memory");
+        return RECEIPT_EXIT_ERROR;
+    }
+    size_t want_len = r->text_len, i = 0;
+    while (i < clean_len && i < want_len && clean[i] == r->text[i])
+        i++;
+    int rc = -1;
+    if (i == clean_len && i == want_len) {
+        fprintf(out, "output.text: proven: the %lld output tokens decode to it (%zu bytes)\n",
+                (long long)r->n_output, want_len);
+    } else {
+        char a[128], b[128];
+        excerpt(r->text, want_len, i, a, sizeof a);
+        excerpt(clean, clean_len, i, b, sizeof b);
+        fprintf(out, "output.text: MISMATCH: it is not the text of the output tokens: they differ "
+                     "at byte %zu (the receipt has %zu bytes, the tokens give %zu): the receipt "
+                     "reads %s, the tokens %s\n",
+                i, want_len, clean_len, a, b);
+        rc = RECEIPT_EXIT_TEXT;
+    }
+    free(clean);
+    return rc;
+}
+
+/* ================================================================ verify-receipt */
+
 int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out)
 {
     struct kn_err err = {0};
@@ -193,8 +531,9 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     struct grammar_state *gstate = NULL;
     char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
+    enum receipt_sig_state sig;
 
-    struct json_limits lim = {.max_bytes = 64u << 20, .max_depth = 32};
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
     enum kn_status st = json_parse_file(path, &lim, &doc, &err);
     if (st != KN_OK) {
         fprintf(out, "receipt: %s\n", err.msg);
@@ -218,15 +557,18 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     /* 2. signature: nothing else in the receipt is trusted before it is checked */
-    switch (receipt_check_signature(doc, &r)) {
+    sig = receipt_check_signature(doc, &r);
+    switch (sig) {
     case RECEIPT_SIG_VALID:
-        if (o->public_key && strcmp(o->public_key, r.public_key) != 0) {
+        if (o->public_key && strcasecmp(o->public_key, r.public_key) != 0) {
             fprintf(out, "signature: valid, but made with public key %s, not %s\n", r.public_key,
                     o->public_key);
             rc = RECEIPT_EXIT_SIGNATURE;
             goto done;
         }
-        fprintf(out, "signature: valid, public key %s\n", r.public_key);
+        fprintf(out, "signature: valid, public key %s%s\n", r.public_key,
+                o->public_key ? " (the one --public-key asks for)"
+                              : " (anyone can sign: give --public-key to require the maker's key)");
         break;
     case RECEIPT_SIG_INVALID:
         fprintf(out, "signature: INVALID for public key %s: the receipt was changed after signing\n",
@@ -263,8 +605,14 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
+    if (strcmp(r.model_file, base_name(r.model_path)) != 0) {
+        fprintf(out, "receipt: model.file \"%s\" is not the base name of model.path \"%s\"\n",
+                r.model_file, r.model_path);
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
+    }
 
-    /* 3. the model file */
+    /* 3. the model file: its size, then its BLAKE3 (a regular GGUF file only) */
     model_path = find_model(path, &r, o->model);
     if (!model_path) {
         fprintf(out, "model: out of memory\n");
@@ -291,9 +639,17 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         rc = RECEIPT_EXIT_MODEL;
         goto done;
     }
-    fprintf(out, "model: %s matches (BLAKE3 %.16s)\n", base_name(model_path), hex);
+    if ((uint64_t)sb.st_size != r.model_size) {
+        fprintf(out, "model: MISMATCH: model.size is %llu bytes, but the file with the receipt's "
+                     "BLAKE3 has %llu\n",
+                (unsigned long long)r.model_size, (unsigned long long)sb.st_size);
+        rc = RECEIPT_EXIT_TEXT;
+        goto done;
+    }
+    fprintf(out, "model: %s matches (BLAKE3 %.16s, %llu bytes)\n", base_name(model_path), hex,
+            (unsigned long long)r.model_size);
 
-    /* 4. the rerun: one sequence, recorded settings, every speed feature off */
+    /* 4. the rerun's device, then the model and its vocabulary */
     enum kern_isa isa = kern_isa_active();
     if (o->device && !class_to_isa(o->device, &isa)) {
         fprintf(out, "rerun: unknown device class '%s' (this build has cpu-x86_64-scalar, "
@@ -307,8 +663,9 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
     enum model_kv_type kv;
     if (!model_kv_type_from_name(r.cache_type, &kv)) {
-        fprintf(out, "rerun: the receipt's cache type '%s' is not one this build has\n",
-                r.cache_type);
+        fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has (f32, "
+                     "f16)\n", r.cache_type);
+        rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
     struct model_load_opts lo = {.repack = true};
@@ -318,17 +675,43 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
     for (int64_t i = 0; i < r.n_prompt; i++)
         if (r.prompt_ids[i] >= m->hp.n_vocab) {
-            fprintf(out, "rerun: prompt token %lld (id %d) is outside the model's vocabulary\n",
-                    (long long)i, r.prompt_ids[i]);
+            fprintf(out, "receipt: prompt token %lld (id %d) is outside the model's vocabulary of "
+                         "%lld\n", (long long)i, r.prompt_ids[i], (long long)m->hp.n_vocab);
             rc = RECEIPT_EXIT_MALFORMED;
             goto done;
         }
-    if (r.n_prompt == 0 || r.n_prompt >= r.ctx_size) {
-        fprintf(out, "rerun: the receipt's %lld prompt tokens do not fit its context of %lld\n",
-                (long long)r.n_prompt, (long long)r.ctx_size);
+    for (int64_t i = 0; i < r.n_output; i++)
+        if (r.output_ids[i] >= m->hp.n_vocab) {
+            fprintf(out, "receipt: output token %lld (id %d) is outside the model's vocabulary of "
+                         "%lld\n", (long long)i, r.output_ids[i], (long long)m->hp.n_vocab);
+            rc = RECEIPT_EXIT_MALFORMED;
+            goto done;
+        }
+    for (int32_t i = 0; i < r.sampling.n_logit_bias; i++)
+        if (r.sampling.logit_bias[i].id >= m->hp.n_vocab) {
+            fprintf(out, "receipt: sampling.logit_bias names token %d, outside the model's "
+                         "vocabulary of %lld\n", r.sampling.logit_bias[i].id,
+                    (long long)m->hp.n_vocab);
+            rc = RECEIPT_EXIT_MALFORMED;
+            goto done;
+        }
+    if (r.n_stop > TEXT_MAX_STOPS) {
+        fprintf(out, "receipt: sampling.stop: %lld stop strings, at most %d\n", (long long)r.n_stop,
+                TEXT_MAX_STOPS);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
+
+    /* 5. what a person reads: the input and the output text */
+    int prc = prove_input(&r, m->gguf, tk, out);
+    if (prc < 0)
+        prc = prove_text(&r, tk, out);
+    if (prc >= 0) {
+        rc = prc;
+        goto done;
+    }
+
+    /* 6. the rerun: one sequence, recorded settings, every speed feature off */
     int threads = o->threads > 0 ? o->threads : 2;
     struct engine_params ep = {.n_ctx = r.ctx_size, .n_batch = 512, .kv_type = kv, .no_draft = true};
     if (kern_pool_create(threads, &pool, &err) != KN_OK || engine_init(&e, m, pool, &ep, &err) != KN_OK) {
@@ -349,10 +732,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         }
         sample_ctx_set_grammar(&sctx, gstate, gvocab);
     }
-    if (r.n_stop > TEXT_MAX_STOPS ||
-        engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
-        fprintf(out, "receipt: sampling.stop: %s\n",
-                r.n_stop > TEXT_MAX_STOPS ? "too many stop strings" : err.msg);
+    if (engine_set_stop(&e, (const char *const *)r.stop, (int)r.n_stop, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.stop: %s\n", err.msg);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
@@ -371,9 +752,29 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     const char *cls = kern_device_class(isa);
+    bool same_class = strcmp(cls, r.device_class) == 0,
+         same_build = strcmp(kn_build_id(), r.build) == 0,
+         same_numerics = strcmp(KN_NUMERICS, r.numerics) == 0;
+    /* What differs between the runs: the receipt spec asks the report to say so. */
+    if (!same_class || !same_build || !same_numerics)
+        fprintf(out, "runs: receipt on %s, build %s, numerics %s; rerun on %s, build %s, numerics "
+                     "%s%s%s%s\n",
+                r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS,
+                same_class ? "" : " (device class differs)",
+                same_build ? "" : " (build differs)",
+                same_numerics ? "" : " (numerics differ: bits are promised only within one "
+                                     "numerics version)");
     if (cmp.first_diff < 0 && n_ids == r.n_output && strcmp(engine_finish_name(fin), r.finish) == 0) {
         char th[65];
         receipt_tokens_blake3(ids, n_ids, th);
+        if (!same_numerics) {
+            fprintf(out, "rerun: not identical: the same %lld output tokens on %s (BLAKE3 %.16s), "
+                         "but under numerics %s, not the receipt's %s, which proves nothing about "
+                         "its bits\n",
+                    (long long)n_ids, cls, th, KN_NUMERICS, r.numerics);
+            rc = RECEIPT_EXIT_DIFFERS;
+            goto done;
+        }
         fprintf(out, "rerun: identical, %lld of %lld output tokens on %s (BLAKE3 %.16s)\n",
                 (long long)n_ids, (long long)r.n_output, cls, th);
         rc = RECEIPT_EXIT_IDENTICAL;
@@ -398,17 +799,22 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     else
         fprintf(out, "rerun: DIFFERS: both give %lld tokens, but the receipt ended with \"%s\" and the rerun with \"%s\"\n",
                 (long long)i, r.finish, engine_finish_name(fin));
-    /* What differs between the runs, and whether a difference is then expected. */
-    bool same_class = strcmp(cls, r.device_class) == 0, same_build = strcmp(kn_build_id(), r.build) == 0,
-         same_numerics = strcmp(KN_NUMERICS, r.numerics) == 0;
-    if (same_build && same_numerics)
-        fprintf(out, "runs: the same build %s and numerics %s%s%s: this difference is a bug; please report it\n",
-                r.build, r.numerics, same_class ? "" : ", device class ",
-                same_class ? "" : cls);
+    /* Who is to blame: a difference is Kinetic's bug only when the maker's own key vouches
+     * for the receipt and nothing that fixes the bits differs. */
+    bool vouched = sig == RECEIPT_SIG_VALID && o->public_key;
+    if (vouched && same_build && same_numerics && same_class)
+        fprintf(out, "verdict: the same build %s, numerics %s and device class %s under the "
+                     "maker's valid signature: this difference is a bug; please report it\n",
+                r.build, r.numerics, cls);
+    else if (!same_build || !same_numerics || !same_class)
+        fprintf(out, "verdict: bits are promised only for the same build, numerics and device "
+                     "class; rerun with those to check the receipt\n");
     else
-        fprintf(out, "runs: receipt on %s, build %s, numerics %s; rerun on %s, build %s, numerics %s: "
-                     "bits are promised only for the same build and numerics\n",
-                r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS);
+        fprintf(out, "verdict: the receipt's tokens are not what this model produces with these "
+                     "settings (the receipt is %s)\n",
+                sig == RECEIPT_SIG_VALID ? "signed by a key --public-key did not name, so anyone "
+                                           "could have made it"
+                                         : "not signed");
     rc = RECEIPT_EXIT_DIFFERS;
 
 done:

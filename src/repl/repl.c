@@ -94,6 +94,9 @@ struct repl {
     int64_t last_max_tokens;
     char *last_stops[TEXT_MAX_STOPS];   /* the stop strings the last answer ran with */
     int n_last_stops;
+    int64_t toks_now, last_now;         /* the clock strftime_now read for r->toks, the answer */
+    const char *last_topen, *last_tclose; /* the answer's reasoning split */
+    bool last_tinside;
 
     struct repl_turn_stats last;
     struct repl_turn_stats total;
@@ -207,6 +210,7 @@ static enum kn_status repl_tokens(struct repl *r, const char *extra, int64_t *n_
     free(cm);
     if (st != KN_OK)
         return st;
+    r->toks_now = cp.now;
     int32_t *ids = NULL;
     size_t n = 0;
     if ((st = chat_prompt_tokenize(&cp, r->tk, &ids, &n, err)) != KN_OK) {
@@ -627,8 +631,9 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     struct repl_gen g = {.r = r, .out = out, .dim = isatty(fileno(out)) != 0};
     const char *topen, *tclose;
     chat_think_markers(r->tk, &topen, &tclose);
-    st = text_think_init(&g.think, topen, tclose, prompt_opens_think(r->tk, r->toks, n, topen),
-                           err);
+    bool tinside = prompt_opens_think(r->tk, r->toks, n, topen);
+    int64_t toks_now = r->toks_now;
+    st = text_think_init(&g.think, topen, tclose, tinside, err);
     if (st != KN_OK)
         goto drop;
     int64_t n_gen = 0;
@@ -682,6 +687,10 @@ enum kn_status repl_ask(struct repl *r, const char *text, size_t len, FILE *out,
     r->n_last_prompt = n;
     r->n_last_out = n_gen;
     r->last_sp = r->o.sp;
+    r->last_now = toks_now;
+    r->last_topen = topen;
+    r->last_tclose = tclose;
+    r->last_tinside = tinside;
     if (stops_copy(r->last_stops, &r->n_last_stops, (const char *const *)r->stops, r->n_stops,
                    err) != KN_OK) {
         free(g.text);
@@ -872,7 +881,15 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
         return KN_OK;
     }
     struct receipt rc = {0};
+    struct receipt_template tm;
+    struct kn_err e2 = {0};
+    if (receipt_template_from_renderer(&tm, &r->cr, NULL, NULL, true, r->last_now, &e2) != KN_OK) {
+        *err = e2;
+        return e2.status;
+    }
     struct receipt_run rr = {
+        .tmpl = &tm, .think_open = r->last_topen, .think_close = r->last_tclose,
+        .think_inside = r->last_tinside,
         .model_path = r->o.model_path, .input = r->last_input, .prompt = r->last_prompt,
         .n_prompt = r->n_last_prompt, .sampling = &r->last_sp, .max_tokens = r->last_max_tokens,
         .stop = (const char *const *)r->last_stops, .n_stop = r->n_last_stops,
@@ -881,8 +898,9 @@ static enum kn_status cmd_receipt(struct repl *r, const char *file, FILE *out, s
         .text_len = r->last_text_len, .output = r->last_out, .n_output = r->n_last_out,
         .ctx_size = r->n_ctx, .cache_type = r->o.kv_type ? r->o.kv_type : "f32",
     };
-    struct kn_err e2 = {0};
-    if (receipt_from_run(&rc, &rr, &e2) != KN_OK ||
+    enum kn_status rst = receipt_from_run(&rc, &rr, &e2);
+    receipt_template_free(&tm);
+    if (rst != KN_OK ||
         (r->have_key && receipt_sign(&rc, &r->key, &e2) != KN_OK) ||
         receipt_write(&rc, file, &e2) != KN_OK) {
         receipt_free(&rc);

@@ -474,7 +474,8 @@ int api_apply_template(struct srv *s, const struct json_value *body, char **out,
         struct srv_backend *b = s->b;
         enum kn_status ks;
         if (b->chat_json) {
-            ks = b->chat_json(b->ctx, r.input, r.tools, r.tmpl_kwargs, add_gen, NULL, NULL, &text, &err);
+            ks = b->chat_json(b->ctx, r.input, r.tools, r.tmpl_kwargs, add_gen, NULL, NULL, NULL,
+                              &text, &err);
         } else {
             int32_t *ids = NULL;
             size_t n = 0;
@@ -598,8 +599,8 @@ int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e
     struct kn_err err = {0};
     struct srv_backend *b = s->b;
     if (r->kind == SRV_KIND_CHAT && b->chat_json) {
-        if (b->chat_json(b->ctx, r->input, r->tools, r->tmpl_kwargs, true, &r->ids, &r->n_ids,
-                         &r->rendered, &err) != KN_OK)
+        if (b->chat_json(b->ctx, r->input, r->tools, r->tmpl_kwargs, true, &r->render_now,
+                         &r->ids, &r->n_ids, &r->rendered, &err) != KN_OK)
             return err.status == KN_E_NOMEM
                        ? srv_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg)
                        : BAD(e, "messages", "%s", err.msg);

@@ -80,8 +80,8 @@ static enum kn_status mb_chat(void *ctx, const struct srv_msg *msgs, size_t n_ms
 
 static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
                                    const struct json_value *tools, const struct json_value *kwargs,
-                                   bool add_generation_prompt, int32_t **ids, size_t *n,
-                                   char **text, struct kn_err *err)
+                                   bool add_generation_prompt, int64_t *now, int32_t **ids,
+                                   size_t *n, char **text, struct kn_err *err)
 {
     struct mb *b = ctx;
     struct chat_prompt cp = {0};
@@ -89,6 +89,8 @@ static enum kn_status mb_chat_json(void *ctx, const struct json_value *messages,
                                                   add_generation_prompt, &cp, err);
     if (st != KN_OK)
         return st;
+    if (now)
+        *now = cp.now;
     return mb_finish(b, &cp, ids, n, text, err);
 }
 
@@ -227,6 +229,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->tokenize = mb_tokenize;
     out->chat = mb_chat;
     out->chat_json = mb_chat_json;
+    out->renderer = &b->cr;
     out->piece = mb_piece;
     out->token_text = mb_token_text;
     out->is_eog = mb_is_eog;

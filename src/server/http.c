@@ -197,6 +197,15 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
     int64_t max_tokens = r->max_tokens ? r->max_tokens
                                        : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : -1);
     struct srv_receipt_input in = {
+        .renderer = r->kind == SRV_KIND_CHAT ? s->b->renderer : NULL,
+        .tools = r->tools,
+        .kwargs = r->tmpl_kwargs,
+        .render_now = r->render_now,
+        .chat = r->kind == SRV_KIND_CHAT,
+        .prompt_is_text = r->prompt_text != NULL,
+        .think_open = r->think_open,
+        .think_close = r->think_close,
+        .think_inside = r->think_inside,
         .model_path = s->b->model_path,
         .device_class = s->b->device_class,
         .n_ctx = s->b->n_ctx,
@@ -875,7 +884,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     if (q->len == 0)
         return fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
                     "the request body is empty; send a JSON object");
-    struct json_limits lim = {s->cfg.max_body, (size_t)s->cfg.max_depth, s->cfg.max_body};
+    struct json_limits lim = {s->cfg.max_body, (size_t)s->cfg.max_depth, s->cfg.max_body, 0};
     struct json_value *body = NULL;
     struct kn_err err = {0};
     if (json_parse(q->body, q->len, &lim, &body, &err) != KN_OK)

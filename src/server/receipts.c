@@ -65,8 +65,23 @@ enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
         .grammar = in->grammar,
         .response_format = in->response_format,
     };
+    /* How the input became the prompt: as the server rendered or tokenized it. */
+    struct receipt_template tm = {0};
+    enum kn_status st = KN_OK;
+    if (in->renderer)
+        st = receipt_template_from_renderer(&tm, in->renderer, in->tools, in->kwargs, true,
+                                            in->render_now, err);
+    else if (!in->chat)
+        receipt_template_plain(&tm, in->prompt_is_text ? "text" : "ids");
+    if (st != KN_OK)
+        return st;
+    run.tmpl = tm.present ? &tm : NULL;
+    run.think_open = in->think_open;
+    run.think_close = in->think_close;
+    run.think_inside = in->think_inside;
     struct receipt r = {0};
-    enum kn_status st = receipt_from_run(&r, &run, err);
+    st = receipt_from_run(&r, &run, err);
+    receipt_template_free(&tm);
     if (st == KN_OK && sg && sg->sign)
         st = receipt_sign(&r, &sg->key, err);
     if (st == KN_OK)

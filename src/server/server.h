@@ -99,8 +99,12 @@ struct srv_backend {
     KN_MUST_USE enum kn_status (*chat_json)(void *ctx, const struct json_value *messages,
                                             const struct json_value *tools,
                                             const struct json_value *kwargs,
-                                            bool add_generation_prompt, int32_t **ids,
-                                            size_t *n, char **text, struct kn_err *err);
+                                            bool add_generation_prompt, int64_t *now,
+                                            int32_t **ids, size_t *n, char **text,
+                                            struct kn_err *err);
+    /* The chat renderer chat_json uses (for receipts' template record), or NULL. *now
+     * above receives the clock its template's strftime_now read (chat_prompt.now). */
+    const struct chat_renderer *renderer;
 };
 
 /* A deterministic stand-in model: 256 byte tokens plus BOS (256) and EOS (257); the
@@ -270,9 +274,20 @@ void convoy_get_stats(struct convoy *c, struct convoy_stats *out);
 /* ---------------------------------------------------------------- receipts hook */
 
 struct json_value;
+struct chat_renderer;
 
 /* Everything a receipt records about one finished completion (all borrowed). */
 struct srv_receipt_input {
+    /* How the input became the prompt: a chat rendered by renderer (NULL: none) with
+     * tools, kwargs and the clock it read; else a completion prompt given as text
+     * (tokenized with special tokens, "text") or as token ids ("ids"). */
+    const struct chat_renderer *renderer;
+    const struct json_value *tools, *kwargs;
+    int64_t render_now;
+    bool chat, prompt_is_text;
+    /* The reasoning split applied to text, or NULL: none. */
+    const char *think_open, *think_close;
+    bool think_inside;
     const char *model_path;
     const char *device_class;
     int64_t n_ctx;                 /* the slot context (--ctx-size) */

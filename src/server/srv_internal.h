@@ -42,6 +42,7 @@ struct srv_request {
     int32_t *ids;              /* the prompt's tokens */
     size_t n_ids;
     char *rendered;            /* chat: the rendered prompt */
+    int64_t render_now;        /* chat: the clock the template's strftime_now read */
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
     struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
     struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */

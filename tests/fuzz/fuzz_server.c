@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(s.model_id, sizeof s.model_id, "toy");
         ready = true;
     }
-    struct json_limits lim = {s.cfg.max_body, (size_t)s.cfg.max_depth, s.cfg.max_body};
+    struct json_limits lim = {s.cfg.max_body, (size_t)s.cfg.max_depth, s.cfg.max_body, 0};
     struct json_value *body = NULL;
     struct kn_err err = {0};
     if (json_parse((const char *)data, size, &lim, &body, &err) != KN_OK)

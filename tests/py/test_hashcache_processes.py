@@ -31,7 +31,7 @@ def parse(out):
 @pytest.fixture
 def env(tmp_path):
     model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(300_000))
+    model.write_bytes(b"GGUF" + os.urandom(300_000))
     return tmp_path, model, tmp_path / "cache"
 
 
@@ -61,6 +61,7 @@ def test_changed_file_is_rehashed(env):
     h2, s2 = parse(run(model, cache).stdout)
     assert h2 == h1 and s2["misses"] == 1
     with open(model, "r+b") as f:  # same size and mtime restored, content changed: the
+        f.seek(4)                  # (after the GGUF magic)
         f.write(b"X")              # cache cannot see this (documented), so change the size
         f.seek(0, 2)
         f.write(b"more")
@@ -89,7 +90,7 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
     files = []
     for i in range(12):
         p = tmp_path / f"m{i}.bin"
-        p.write_bytes(os.urandom(1000 + 777 * i))
+        p.write_bytes(b"GGUF" + os.urandom(1000 + 777 * i))
         files.append(p)
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
     for rnd in range(3):

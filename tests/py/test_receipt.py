@@ -16,7 +16,7 @@ KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_MALFORMED, EXIT_HASHES, EXIT_SIGNATURE, EXIT_MODEL, EXIT_DIFFERS = range(8)
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_MALFORMED, EXIT_HASHES, EXIT_SIGNATURE, EXIT_MODEL, EXIT_DIFFERS, EXIT_TEXT = range(9)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +65,10 @@ def b3(data):
 
 def test_fields_and_order(work):
     path, r = make(work, "a.json")
-    assert list(r) == ["receipt", "kinetic", "model", "device", "input", "prompt", "sampling",
-                       "output", "signature"]
+    assert list(r) == ["receipt", "kinetic", "model", "device", "input", "template", "prompt",
+                       "sampling", "output", "signature"]
+    assert r["template"] == {"engine": "raw", "source": "model", "add_generation_prompt": True}
+    assert r["output"]["think"] == {"open": "<think>", "close": "</think>", "inside": False}
     assert list(r["kinetic"]) == ["version", "build", "numerics"]
     assert r["kinetic"]["numerics"] == "canonical-1"
     assert list(r["sampling"]) == ["temperature", "top_k", "top_p", "min_p", "repeat_penalty",
@@ -125,10 +127,16 @@ def test_verify_identical_any_isa_and_threads(work):
     lines = p.stdout.splitlines()
     assert lines[0].startswith("receipt: model.gguf, %d prompt and %d output tokens, seed 42, made on cpu-x86_64-"
                                % (r["prompt"]["count"], r["output"]["tokens"]["count"]))
-    assert lines[1] == "signature: valid, public key " + r["signature"]["public_key"]
-    assert lines[2] == "model: model.gguf matches (BLAKE3 %s)" % r["model"]["blake3"][:16]
+    assert lines[1].startswith("signature: valid, public key " + r["signature"]["public_key"] +
+                               " (anyone can sign")
+    assert lines[2] == "model: model.gguf matches (BLAKE3 %s, %d bytes)" % (
+        r["model"]["blake3"][:16], os.path.getsize(work["model"]))
+    assert lines[3] == "input: proven: it renders (raw) to the %d recorded prompt tokens" % (
+        r["prompt"]["count"])
+    assert lines[4] == "output.text: proven: the %d output tokens decode to it (%d bytes)" % (
+        r["output"]["tokens"]["count"], len(r["output"]["text"].encode()))
     n = r["output"]["tokens"]["count"]
-    assert lines[3].startswith("rerun: identical, %d of %d output tokens on cpu-x86_64-" % (n, n))
+    assert lines[5].startswith("rerun: identical, %d of %d output tokens on cpu-x86_64-" % (n, n))
     for isa in ("scalar", "avx2", "avx512"):
         env = dict(os.environ, KINETIC_ISA=isa)
         if run("--version", env=env, check=False).returncode != 0:
@@ -158,7 +166,12 @@ def test_unsigned_and_public_key(work):
     assert p.returncode == EXIT_SIGNATURE
     spath, sr = make(work, "k.json")
     assert verify(spath, "--public-key", sr["signature"]["public_key"]).returncode == EXIT_OK
+    # hex either case; anything else is a usage error
+    assert verify(spath, "--public-key", sr["signature"]["public_key"].upper()).returncode == EXIT_OK
     assert verify(spath, "--public-key", "11" * 32).returncode == EXIT_SIGNATURE
+    for bad in ("11" * 31, "zz" * 32, "", "11" * 33):
+        p = verify(spath, "--public-key", bad)
+        assert p.returncode == EXIT_USAGE and "64 hex digits" in p.stderr, (bad, p.stderr)
 
 
 def test_model_moved_and_wrong_model(work):
@@ -284,18 +297,22 @@ def test_not_json(work):
 
 
 def test_rerun_differs_is_reported(work):
-    """A receipt whose tokens do not come from its settings (re-hashed and re-signed by an
-    attacker who has the key) verifies its hashes and signature but fails the rerun."""
+    """A receipt whose tokens do not come from its settings (an unsigned one with another
+    seed written in) has consistent hashes and text but fails the rerun, and the verdict
+    blames the receipt, not Kinetic."""
     path, r = make(work, "d.json", sign=False)
-    ids = r["output"]["tokens"]["ids"]
     forged = copy.deepcopy(r)
-    forged["output"]["tokens"]["ids"] = ids[:3] + [(ids[3] + 1) % 512] + ids[4:]
-    raw = b"".join(i.to_bytes(4, "little") for i in forged["output"]["tokens"]["ids"])
-    forged["output"]["tokens"]["blake3"] = b3(raw)
+    forged["sampling"]["seed"] = 4242
     p = verify(write(work, "forged.json", forged))
     assert p.returncode == EXIT_DIFFERS, p.stdout
-    assert "DIFFERS at output token 3 of" in p.stdout
-    assert "this difference is a bug" in p.stdout
+    assert "DIFFERS at output token" in p.stdout
+    assert "the receipt's tokens are not what this model produces with these settings" in p.stdout
+    assert "bug" not in p.stdout
+    # a token id outside the vocabulary in logit_bias is a malformed receipt
+    forged = copy.deepcopy(r)
+    forged["sampling"]["logit_bias"] = [[999999, 1.0]]
+    p = verify(write(work, "bias.json", forged))
+    assert p.returncode == EXIT_MALFORMED and "logit_bias names token 999999" in p.stdout, p.stdout
 
 
 def test_bad_keys_and_flags(work):
@@ -317,6 +334,14 @@ def test_bad_keys_and_flags(work):
     assert p.returncode == EXIT_USAGE and "unknown device class" in p.stdout
     p = run("verify-receipt", check=False)
     assert p.returncode == EXIT_USAGE
+    for t in ("0", "257", "-1"):
+        p = verify(os.path.join(d, "k.json"), "--threads", t)
+        assert p.returncode == EXIT_USAGE and "1..256" in p.stderr, (t, p.stderr)
+    # a file that is not a key: the advice never names it as the place to write a key
+    p = run("run", work["model"], "x", "-n", "2", "--receipt", os.path.join(d, "k.json"),
+            "--sign-key", "/etc/passwd", check=False)
+    assert p.returncode == 1 and "not an Ed25519 key" in p.stderr, p.stderr
+    assert "> /etc/passwd" not in p.stderr and "openssl rand -hex 32 > receipt.key" in p.stderr
 
 
 def test_every_sampler_recorded_and_verified(work):

@@ -32,6 +32,8 @@ def model_for(receipt):
 def test_fixtures_present():
     names = {os.path.basename(f) for f in FIXTURES}
     assert {"aidreams_default.json", "aidreams_greedy_signed.json", "gemma_serve_chat.json"} <= names
+    assert {"v2_aidreams_chat_system.json", "v2_aidreams_raw_stop.json", "v2_aidreams_ids.json",
+            "v2_aidreams_template_file_schema.json"} <= names
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=os.path.basename)
@@ -49,3 +51,10 @@ def test_old_receipt_verifies_identical(path, tmp_path):
     assert f"identical, {n} of {n} output tokens" in p.stdout, p.stdout
     if "signature" in receipt:
         assert "signature" in p.stdout and "valid" in p.stdout, p.stdout
+    # v2_*: made after receipts recorded their template; their input and output text are
+    # proven. The older ones say they predate that, and still verify.
+    if "template" in receipt:
+        assert "input: proven" in p.stdout and "output.text: proven" in p.stdout, p.stdout
+    else:
+        assert "input: not proven: the receipt predates template recording" in p.stdout, p.stdout
+        assert "output.text: not proven" in p.stdout, p.stdout

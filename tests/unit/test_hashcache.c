@@ -65,7 +65,7 @@ static struct json_value *read_cache(void)
 static void test_cache(void)
 {
     char want[65], want2[65];
-    write_file(model, "model weights v1");
+    write_file(model, "GGUFmodel wts v1");
     expect_hash(model, want);
 
     lookup(model, want, 0, 0); /* first time: hashed */
@@ -109,7 +109,7 @@ static void test_cache(void)
     lookup(model, want, 0, 0);
     lookup(model, want, 1, 0);
     /* Different content and size: re-hashed with the new hash. */
-    write_file(model, "model weights v2, longer");
+    write_file(model, "GGUF model weights v2, longer");
     expect_hash(model, want2);
     lookup(model, want2, 0, 0);
     lookup(model, want2, 1, 0);
@@ -156,7 +156,7 @@ static void test_cache(void)
     /* Several files share the cache. */
     char other[300], want3[65];
     snprintf(other, sizeof other, "%s/other.bin", dir);
-    write_file(other, "");
+    write_file(other, "GGUF");
     expect_hash(other, want3);
     lookup(other, want3, 0, 0);
     lookup(model, want2, 1, 0);
@@ -197,6 +197,39 @@ static void test_cache(void)
     CHECK(strstr(err.msg, "/nonexistent/m.gguf") != NULL);
     CHECK(hashcache_model_blake3(dir, hex, &err) == KN_E_IO);
     CHECK(strstr(err.msg, "not a regular file") != NULL);
+
+    /* Only GGUF files are hashed (a receipt's model.path is untrusted): a secret-looking
+     * file, a FIFO (opened without blocking) and /proc files are refused, never cached. */
+    char notgguf[300], fifo[300];
+    snprintf(notgguf, sizeof notgguf, "%s/shadow", dir);
+    write_file(notgguf, "root:$6$secret:19000:0:99999:7:::\n");
+    struct hashcache_stats b0 = hashcache_stats();
+    CHECK(hashcache_model_blake3(notgguf, hex, &err) == KN_E_FORMAT);
+    CHECKF(strstr(err.msg, "not a GGUF model file") != NULL, "%s", err.msg);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(hashcache_model_blake3(fifo, hex, &err) == KN_E_IO);
+    CHECKF(strstr(err.msg, "not a regular file") != NULL, "%s", err.msg);
+    CHECK(hashcache_model_blake3("/proc/self/status", hex, &err) != KN_OK);
+    CHECK_EQ_INT(delta(b0).misses, 0);
+    c = read_cache();
+    const struct json_value *files = json_get(c, "files");
+    for (size_t i = 0; i < json_len(files); i++) {
+        const char *k = files->u.object.items[i].key;
+        CHECKF(strncmp(k, "/proc/", 6) != 0 && strstr(k, "shadow") == NULL, "cached %s", k);
+    }
+    json_free(c);
+    unlink(notgguf);
+    unlink(fifo);
+
+    /* The cache and its folder are private: they name the user's files. */
+    struct stat cst;
+    CHECK(stat(cache, &cst) == 0);
+    CHECKF((cst.st_mode & 0777) == 0600, "hashes.json mode %o", (unsigned)(cst.st_mode & 0777));
+    char kdir[300];
+    snprintf(kdir, sizeof kdir, "%s/kinetic", dir);
+    CHECK(stat(kdir, &cst) == 0);
+    CHECKF((cst.st_mode & 0777) == 0700, "cache folder mode %o", (unsigned)(cst.st_mode & 0777));
 
     /* An unwritable cache folder costs only time. */
     char ro[300];

@@ -39,7 +39,11 @@ static void fill(struct receipt *r)
     r->stop = calloc(2, sizeof *r->stop);
     r->stop[0] = strdup("\n\n");
     strcpy(r->finish, "stop");
-    r->text = strdup("1. The Nile River \xc3\xa9");
+    /* Output text may hold a NUL (a model can emit one): it is kept, not cut. */
+    static const char text[] = "1. The Nile River \xc3\xa9\0and after the NUL";
+    r->text = malloc(sizeof text);
+    memcpy(r->text, text, sizeof text);
+    r->text_len = sizeof text - 1;
     static const int32_t out[] = {25, 22, 440, 124900};
     r->n_output = 4;
     r->output_ids = malloc(sizeof out);
@@ -90,7 +94,7 @@ static void test_roundtrip_and_sign(void)
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
     CHECK(back.sampling.temperature == 0.8f && back.sampling.seed == 42 && back.max_tokens == -1);
     CHECK(back.n_output == 4 && back.output_ids[3] == 124900);
-    CHECK_STR(back.text, r.text);
+    CHECK(back.text_len == r.text_len && memcmp(back.text, r.text, r.text_len) == 0);
     CHECK_STR(back.stop[0], "\n\n");
 
     /* Any changed field breaks the signature. */
@@ -268,6 +272,134 @@ static void test_response_format(void)
     json_free(v);
 }
 
+/* Reads text as a receipt; returns the status and leaves the message in err. */
+static enum kn_status read_text(const char *text, struct receipt *r, struct kn_err *err)
+{
+    struct json_value *doc;
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
+    enum kn_status st = json_parse(text, strlen(text), &lim, &doc, err);
+    if (st != KN_OK)
+        return st;
+    st = receipt_from_json(doc, r, err);
+    json_free(doc);
+    return st;
+}
+
+/* Edits a receipt's compact JSON: replaces the first `from` with `to`. */
+static char *edit(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    CHECKF(at != NULL, "%s not in the receipt", from);
+    if (!at)
+        return strdup(text);
+    size_t a = (size_t)(at - text), n = strlen(text) - strlen(from) + strlen(to) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)a, text, to, at + strlen(from));
+    return out;
+}
+
+/* The template record and the reasoning split: written only when recorded, read back
+ * field for field to the same canonical bytes, each combination a renderer cannot make
+ * refused; ids beyond the context and documents beyond the value limit are refused. */
+static void test_template_fields(void)
+{
+    struct kn_err err;
+    struct receipt r, back;
+    fill(&r);
+    char *plain;
+    size_t plain_len;
+    CHECK(receipt_signed_bytes(&r, &plain, &plain_len, &err) == KN_OK);
+    CHECK(strstr(plain, "\"template\"") == NULL && strstr(plain, "\"think\"") == NULL);
+    free(plain);
+
+    struct receipt_template *t = &r.tmpl;
+    t->present = true;
+    strcpy(t->engine, "jinja");
+    strcpy(t->source, "file");
+    strcpy(t->blake3, "ab00000000000000000000000000000000000000000000000000000000000000");
+    t->text = strdup("{{ messages[0].content }}{{ strftime_now('%Y') }}");
+    t->add_generation_prompt = true;
+    const char *kw = "{\"enable_thinking\": false}", *tools = "[{\"type\": \"function\"}]";
+    CHECK(json_parse(kw, strlen(kw), NULL, &t->kwargs, &err) == KN_OK);
+    CHECK(json_parse(tools, strlen(tools), NULL, &t->tools, &err) == KN_OK);
+    t->has_now = true;
+    t->now = 1764595995;
+    r.think.present = true;
+    strcpy(r.think.open, "<think>");
+    strcpy(r.think.close, "</think>");
+    r.think.inside = true;
+    char *a, *b;
+    size_t na, nb;
+    CHECK(receipt_signed_bytes(&r, &a, &na, &err) == KN_OK);
+    CHECKF(strstr(a, "\"input\":[{\"role\":\"user\",\"content\":\"Name three rivers.\"}],"
+                     "\"template\":{\"engine\":\"jinja\",\"source\":\"file\",\"blake3\":\"ab00") != NULL,
+           "%s", a);
+    CHECK(strstr(a, "\"add_generation_prompt\":true,\"kwargs\":{\"enable_thinking\":false},"
+                    "\"tools\":[{\"type\":\"function\"}],\"now\":1764595995,\"text\":") != NULL);
+    CHECK(strstr(a, "\"think\":{\"open\":\"<think>\",\"close\":\"</think>\",\"inside\":true}") != NULL);
+    CHECKF(read_text(a, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.tmpl.present && back.tmpl.has_now && back.tmpl.now == 1764595995 &&
+          back.think.present && back.think.inside);
+    CHECK(receipt_signed_bytes(&back, &b, &nb, &err) == KN_OK);
+    CHECK(na == nb && memcmp(a, b, na) == 0);
+    free(b);
+    receipt_free(&back);
+
+    /* Combinations no renderer makes, and ids that do not fit the context. */
+    static const struct {
+        const char *from, *to, *msg;
+    } bad[] = {
+        {"\"source\":\"file\"", "\"source\":\"model\"", "template.text is only for a template file"},
+        {"\"source\":\"file\"", "\"source\":\"forced\"", "does not go with template.engine"},
+        {"\"source\":\"file\"", "\"source\":\"disk\"", "template.source must be"},
+        {"\"engine\":\"jinja\",\"source\":\"file\"", "\"engine\":\"chatml\",\"source\":\"model\"",
+         "template.blake3 is only for a jinja template"},
+        {"\"engine\":\"jinja\"", "\"engine\":\"vicuna\"", "template.engine 'vicuna' is not one"},
+        {"\"blake3\":\"ab00", "\"blake3\":\"AB00", "template.blake3 must be 64 lowercase hex"},
+        {"\"now\":1764595995", "\"now\":\"today\"", "template.now must be a number"},
+        {"\"kwargs\":{\"enable_thinking\":false}", "\"kwargs\":[]", "template.kwargs must be an object"},
+        {"\"tools\":[{\"type\":\"function\"}]", "\"tools\":{}", "template.tools must be an array"},
+        {"\"add_generation_prompt\":true", "\"add_generation_prompt\":1", "add_generation_prompt must be a bool"},
+        {"\"add_generation_prompt\":true,", "", "field template.add_generation_prompt is missing"},
+        {"\"inside\":true", "\"inside\":true,\"x\":1", "unknown field output.think.x"},
+        {"\"open\":\"<think>\"", "\"open\":\"\"", "markers must not be empty"},
+        {"\"ctx-size\":32768", "\"ctx-size\":6", "output.tokens.ids holds 4 tokens, more than"},
+        {"\"ctx-size\":32768", "\"ctx-size\":5", "prompt.ids holds 5 tokens, more than"},
+        {"\"ctx-size\":32768", "\"ctx-size\":1048577", "ctx-size must be an integer from 1 to 1048576"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *x = edit(a, bad[i].from, bad[i].to);
+        CHECKF(read_text(x, &back, &err) == KN_E_FORMAT, "%s", bad[i].msg);
+        CHECKF(strstr(err.msg, bad[i].msg) != NULL, "%s: %s", bad[i].msg, err.msg);
+        free(x);
+    }
+    /* ctx-size 8 holds 5 prompt and 4 output tokens: the last is never stored. */
+    char *x = edit(a, "\"ctx-size\":32768", "\"ctx-size\":8");
+    CHECKF(read_text(x, &back, &err) == KN_OK, "%s", err.msg);
+    receipt_free(&back);
+    free(x);
+    /* A string input only with raw, text or ids. */
+    x = edit(a, "\"input\":[{\"role\":\"user\",\"content\":\"Name three rivers.\"}]", "\"input\":\"hi\"");
+    CHECK(read_text(x, &back, &err) == KN_E_FORMAT && strstr(err.msg, "only the raw") != NULL);
+    free(x);
+    free(a);
+
+    /* More values than a context's ids: refused while parsing. */
+    size_t n = RECEIPT_MAX_VALUES + 10, len = 0;
+    char *big = malloc(2 * n + 4);
+    big[len++] = '[';
+    for (size_t i = 0; i < n; i++) {
+        big[len++] = '0';
+        big[len++] = i + 1 < n ? ',' : ']';
+    }
+    struct json_value *doc;
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
+    CHECK(json_parse(big, len, &lim, &doc, &err) == KN_E_LIMIT);
+    CHECKF(strstr(err.msg, "values in the document") != NULL, "%s", err.msg);
+    free(big);
+    receipt_free(&r);
+}
+
 int main(void)
 {
     test_token_hash();
@@ -275,5 +407,6 @@ int main(void)
     test_strict();
     test_grammar_fields();
     test_response_format();
+    test_template_fields();
     CHECK_DONE();
 }
