@@ -128,22 +128,53 @@ bool kn_buf_add(struct kn_buf *b, const char *s, size_t n)
     return true;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a plain file";
+}
+
+int kn_open_regular(const char *path, struct kn_err *err)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        kn_fail(err, KN_E_IO, "%s: cannot stat: %s", path, strerror(e));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        kn_fail(err, KN_E_IO, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        kn_fail(err, KN_E_IO, "%s: cannot make it blocking: %s", path, strerror(e));
+        return -1;
+    }
+    return fd;
+}
+
 enum kn_status kn_map_open(struct kn_map *map, const char *path, struct kn_err *err)
 {
     memset(map, 0, sizeof *map);
     map->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kn_open_regular(path, err);
     if (fd < 0)
-        return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        return KN_E_IO;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return kn_fail(err, KN_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kn_fail(err, KN_E_IO, "%s: not a regular file", path);
     }
     map->fd = fd;
     map->size = (size_t)st.st_size;
@@ -177,9 +208,17 @@ enum kn_status kn_read_file(const char *path, size_t max_size, char **out, size_
                             struct kn_err *err)
 {
     *out = NULL;
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = stdin;
+    if (strcmp(path, "-") != 0) {
+        int fd = kn_open_regular(path, err);
+        if (fd < 0)
+            return KN_E_IO;
+        if (!(f = fdopen(fd, "rb"))) {
+            int e = errno;
+            close(fd);
+            return kn_fail(err, KN_E_IO, "%s: cannot open: %s", path, strerror(e));
+        }
+    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     enum kn_status st = KN_OK;

@@ -68,7 +68,13 @@ struct kn_buf {
 /* Appends n bytes of s; false when out of memory (the buffer is then unchanged). */
 KN_MUST_USE bool kn_buf_add(struct kn_buf *b, const char *s, size_t n);
 
-/* A read-only memory map of a whole file. */
+/* Opens path for reading, refusing anything but a regular file: the open does not block
+ * (a FIFO without a writer would block it forever), fstat checks the type, then the
+ * descriptor is made blocking again. Returns the descriptor, or -1 with err set ("X: not
+ * a regular file (a FIFO)"). */
+int kn_open_regular(const char *path, struct kn_err *err);
+
+/* A read-only memory map of a whole regular file (opened by kn_open_regular). */
 struct kn_map {
     const uint8_t *data;
     size_t size;
@@ -77,7 +83,9 @@ struct kn_map {
 KN_MUST_USE enum kn_status kn_map_open(struct kn_map *map, const char *path, struct kn_err *err);
 void kn_map_close(struct kn_map *map);
 
-/* Reads a whole file into a NUL-terminated heap buffer, at most max_size bytes. */
+/* Reads a whole regular file (kn_open_regular), or standard input for "-", into a
+ * NUL-terminated heap buffer; more than max_size bytes is refused with KN_E_LIMIT before
+ * more is read. */
 KN_MUST_USE enum kn_status kn_read_file(const char *path, size_t max_size, char **out,
                                         size_t *out_size, struct kn_err *err);
 /* Writes data to path atomically: a temporary file in the same folder, then rename. */

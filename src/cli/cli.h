@@ -4,6 +4,7 @@
 #define KN_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT, CLI_STRS };
@@ -44,6 +45,12 @@ struct kn_err;
 int cli_grammar(const char *grammar, const char *grammar_file, const char *json_schema,
                 const char *json_schema_file, char **gbnf, struct json_value **rf,
                 struct grammar **g, struct kn_err *err);
+
+/* Reads a prompt from path: a regular file, or standard input for "-" (anything else, a
+ * FIFO, a directory, /dev/zero, is refused without blocking), at most CLI_PROMPT_MAX_BYTES
+ * (cli_prompt.c: what the largest context holds at 16 bytes a token, 16 MiB). *out:
+ * malloc'd, NUL-terminated; *len: its length. */
+int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 
 /* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):
  * --temp, --top-k, ..., -s/--seed, -n/--n-predict; help text, default and range from the

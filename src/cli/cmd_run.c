@@ -104,20 +104,6 @@ static void run_print_str(FILE *out, const char *s0, size_t n0)
     free(clean);
 }
 
-static enum kn_status read_stream(FILE *f, const char *name, struct kn_buf *b, struct kn_err *err)
-{
-    char tmp[65536];
-    size_t r;
-    while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (!kn_buf_add(b, tmp, r))
-            return kn_fail(err, KN_E_NOMEM, "out of memory reading %s", name);
-    if (ferror(f))
-        return kn_fail(err, KN_E_IO, "cannot read %s: %s", name, strerror(errno));
-    if (!b->p && !kn_buf_add(b, "", 0))
-        return kn_fail(err, KN_E_NOMEM, "out of memory");
-    return KN_OK;
-}
-
 /* Parses "1,2, 3" into ids. */
 static enum kn_status parse_ids(const char *s, int32_t **out, int64_t *n_out, struct kn_err *err)
 {
@@ -480,16 +466,14 @@ int cmd_run(int argc, char **argv)
         enum kn_status st = KN_OK;
         if (prompt_arg && strcmp(prompt_arg, "-") != 0)
             st = kn_buf_add(&prompt, prompt_arg, strlen(prompt_arg)) ? KN_OK : KN_E_NOMEM;
-        else if ((o.file && strcmp(o.file, "-") == 0) || (prompt_arg && strcmp(prompt_arg, "-") == 0))
-            st = read_stream(stdin, "standard input", &prompt, &err);
-        else if (o.file) {
-            FILE *f = fopen(o.file, "rb");
-            if (!f) {
-                kn_fail(&err, KN_E_IO, "cannot open %s: %s", o.file, strerror(errno));
-                goto out;
-            }
-            st = read_stream(f, o.file, &prompt, &err);
-            fclose(f);
+        else if (o.file || (prompt_arg && strcmp(prompt_arg, "-") == 0)) {
+            char *text = NULL;
+            size_t len = 0;
+            bool from_stdin = prompt_arg && strcmp(prompt_arg, "-") == 0;
+            st = cli_read_prompt(from_stdin ? "-" : o.file, &text, &len, &err);
+            if (st == KN_OK && !kn_buf_add(&prompt, text, len))
+                st = kn_fail(&err, KN_E_NOMEM, "out of memory");
+            free(text);
         } else {
             kn_fail(&err, KN_E_ARG, "no prompt: give PROMPT, -f FILE or '-' for standard input");
             goto out;

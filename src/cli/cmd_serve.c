@@ -10,10 +10,13 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *usage = "MODEL.gguf [options]";
+#define STR_(x) #x
+#define STR(x) STR_(x)
 static const char *const more_help =
     "\n"
     "Endpoints (OpenAI's shapes and error format): POST /v1/chat/completions and\n"
@@ -45,7 +48,9 @@ int cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
-    int64_t timeout = 30, queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
+    int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
+    int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
+    int64_t queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
     int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
@@ -63,7 +68,10 @@ int cmd_serve(int argc, char **argv)
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
         {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32, at most 60)", NULL},
-        {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default 30)", NULL},
+        {"timeout", 0, CLI_INT, &timeout, "SECONDS", "close idle connections after this long (default " STR(SRV_DEFAULT_TIMEOUT_S) ")", NULL},
+        {"header-timeout", 0, CLI_INT, &header_timeout, "SECONDS", "a request's line and headers must arrive within this long (default " STR(SRV_DEFAULT_HEADER_TIMEOUT_S) "; 408 after); its body then must average " STR(SRV_MIN_BODY_RATE) " bytes/s after the same grace", NULL},
+        {"max-connections", 0, CLI_INT, &max_conn, "N", "connections open at once, in all (default " STR(SRV_DEFAULT_MAX_CONNECTIONS) "); more get 503", NULL},
+        {"max-connections-per-ip", 0, CLI_INT, &max_conn_ip, "N", "connections open at once from one address, IPv6: one /64 (default " STR(SRV_DEFAULT_MAX_CONNECTIONS_PER_IP) ")", NULL},
         {"queue", 0, CLI_INT, &queue, "N", "requests that may wait for a slot (default 4 x parallel); more get 503", NULL},
         {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL},
         {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
@@ -98,12 +106,22 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: --parallel %lld is out of range (1..256)\n", (long long)parallel);
         return 2;
     }
-    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH || timeout < 1 ||
+    if (timeout < 1 || timeout > 86400 || header_timeout < 1 || header_timeout > 3600) {
+        fprintf(stderr, "kinetic serve: --timeout must be 1..86400 and --header-timeout 1..3600 seconds\n");
+        return 2;
+    }
+    if (max_conn < 1 || max_conn > 65536 || max_conn_ip < 1 || max_conn_ip > max_conn) {
+        fprintf(stderr, "kinetic serve: --max-connections must be 1..65536 and "
+                        "--max-connections-per-ip 1..--max-connections (%lld, %lld given)\n",
+                (long long)max_conn, (long long)max_conn_ip);
+        return 2;
+    }
+    if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
         toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||
         cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
-                        "--max-depth 2..60 (what a receipt can record), --timeout >= 1, --draft-max 0..%d, --cache-ram 0..1048576, "
+                        "--max-depth 2..60 (what a receipt can record), --draft-max 0..%d, --cache-ram 0..1048576, "
                         "others >= 0)\n", ENGINE_DRAFT_LIMIT);
         return 2;
     }
@@ -168,6 +186,16 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&stop_sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Each connection holds a socket: let the process open that many, and more for the
+     * model and the logs. */
+    struct rlimit fds;
+    rlim_t want = (rlim_t)max_conn + 64;
+    if (getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur < want) {
+        fds.rlim_cur = fds.rlim_max < want ? fds.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &fds) != 0 || fds.rlim_cur < want)
+            kn_log(KN_LOG_WARN, "serve: only %llu file descriptors may be open; --max-connections "
+                   "%lld may not be reached", (unsigned long long)fds.rlim_cur, (long long)max_conn);
+    }
 
     struct srv_config cfg = {
         .host = host,
@@ -177,6 +205,9 @@ int cmd_serve(int argc, char **argv)
         .max_body = (size_t)max_body,
         .max_depth = (int)depth,
         .timeout_s = (int)timeout,
+        .header_timeout_s = (int)header_timeout,
+        .max_connections = (int)max_conn,
+        .max_connections_per_ip = (int)max_conn_ip,
         .queue = (int)queue,
         .default_max_tokens = max_tokens,
         .receipt = signer ? srv_receipt_build : NULL,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *usage =
     "MODEL.gguf [TEXT] [-f FILE|-]\n"
@@ -285,10 +286,15 @@ int cmd_tokenize(int argc, char **argv)
         rc = decode(t, decode_ids, show_special, hex_lines);
     } else if (hex_lines) {
         FILE *in = stdin;
-        if (file && strcmp(file, "-") != 0 && !(in = fopen(file, "rb"))) {
-            fprintf(stderr, "kinetic tokenize: cannot open %s\n", file);
-            tok_free(t);
-            return 1;
+        if (file && strcmp(file, "-") != 0) {
+            int fd = kn_open_regular(file, &err);
+            if (fd < 0 || !(in = fdopen(fd, "rb"))) {
+                if (fd >= 0)
+                    close(fd);
+                fprintf(stderr, "kinetic tokenize: -f %s\n", fd < 0 ? err.msg : file);
+                tok_free(t);
+                return 1;
+            }
         }
         rc = batch(t, in, !no_bos, !no_parse_special);
         if (in != stdin)
@@ -296,26 +302,7 @@ int cmd_tokenize(int argc, char **argv)
     } else if (file) {
         char *text = NULL;
         size_t len = 0;
-        if (strcmp(file, "-") == 0) {
-            size_t cap = 0;
-            for (;;) {
-                if (len + 4096 > cap) {
-                    cap = cap ? cap * 2 : 65536;
-                    char *p = realloc(text, cap);
-                    if (!p) {
-                        fprintf(stderr, "kinetic tokenize: out of memory reading stdin\n");
-                        free(text);
-                        tok_free(t);
-                        return 1;
-                    }
-                    text = p;
-                }
-                size_t got = fread(text + len, 1, cap - len, stdin);
-                len += got;
-                if (got == 0)
-                    break;
-            }
-        } else if (kn_read_file(file, (size_t)1 << 30, &text, &len, &err) != KN_OK) {
+        if (cli_read_prompt(file, &text, &len, &err) != KN_OK) {
             fprintf(stderr, "kinetic tokenize: %s\n", err.msg);
             tok_free(t);
             return 1;

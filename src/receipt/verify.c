@@ -273,19 +273,229 @@ static bool parse_id_list(const struct json_value *in, const struct receipt *r, 
     return true;
 }
 
+/* Whether any string in the input holds a NUL byte: the renderer reads message text as C
+ * strings, so the text would end there for the prompt but not for a person reading it. */
+static bool input_has_nul(const struct json_value *v)
+{
+    if (json_is(v, JSON_STRING))
+        return memchr(v->u.string.s, 0, v->u.string.len) != NULL;
+    if (json_is(v, JSON_ARRAY)) {
+        for (size_t i = 0; i < json_len(v); i++)
+            if (input_has_nul(json_at(v, i)))
+                return true;
+    } else if (json_is(v, JSON_OBJECT)) {
+        for (size_t i = 0; i < v->u.object.len; i++)
+            if (input_has_nul(v->u.object.items[i].value))
+                return true;
+    }
+    return false;
+}
+
+/* ================================================================ legacy receipts
+ *
+ * A receipt written before template recording (no "template", no "output.think") does not
+ * say how its input became the prompt tokens. An older Kinetic made prompt tokens from an
+ * input in a few fixed ways by default, so verify-receipt tries exactly those, in this
+ * order, through the functions run and serve use; the input is proven only when one of
+ * them gives the recorded tokens:
+ *   1. token ids: a string of ids (run --prompt-ids) or an array of ids (a server
+ *      completion given ids), read as they are;
+ *   2. a string: the raw prompt as run --raw tokenizes it (the raw renderer, the text as
+ *      one user message, then chat_prompt_tokenize);
+ *   3. a string: the prompt as serve tokenizes a completion (BOS, special tokens parsed);
+ *   4. messages: the model's default template as run, chat and serve choose it without
+ *      options (chat_renderer_init with none: tokenizer.chat_template, else the built-in
+ *      family or raw), add_generation_prompt true, no kwargs, no tools. A template that
+ *      reads the clock renders with today's clock: the receipt did not record the date, so
+ *      it is proven only if today's date happens to give the same tokens.
+ * Anything else (a --chat-template file, --chat-format, kwargs, tools, no generation
+ * prompt) is a setting no legacy receipt recorded, so such an input is not proven: the
+ * input-mismatch outcome. */
+
+enum legacy_way { LEGACY_IDS, LEGACY_RAW, LEGACY_TEXT, LEGACY_CHAT, LEGACY_WAYS };
+
+/* What the rendering that gave the prompt tokens says about the reasoning split. */
+struct legacy_prompt {
+    bool opens_think;       /* the prompt ends by opening the reasoning (run's rule) */
+    bool chat;              /* rendered from messages: serve splits chat replies only */
+    bool family_open_think; /* the template's family opens the reply in <think> (serve's) */
+};
+
+/* Renders the receipt's input one legacy way (what names it). Returns 1 with *ids
+ * (malloc'd), 0 when the way does not apply to this input, -1 when the input cannot be
+ * rendered that way (err says why) and -2 when the check itself failed (err). */
+static int legacy_render(enum legacy_way way, const struct receipt *r, const struct gguf_file *g,
+                         const struct tok *tk, int32_t **ids, size_t *n, char *what, size_t cap,
+                         struct legacy_prompt *lp, bool *clock, struct kn_err *err)
+{
+    const struct json_value *in = r->input;
+    bool text = json_is(in, JSON_STRING);
+    const char *topen, *tclose;
+    chat_think_markers(tk, &topen, &tclose);
+    *ids = NULL;
+    *n = 0;
+    memset(lp, 0, sizeof *lp);
+    if (way == LEGACY_IDS) {
+        snprintf(what, cap, "token ids, as run --prompt-ids and a server completion read them");
+        int64_t k = 0;
+        if (!text && !json_is(in, JSON_ARRAY))
+            return 0;
+        if (!(*ids = malloc(((size_t)r->ctx_size + 1) * sizeof **ids)))
+            return kn_fail(err, KN_E_NOMEM, "out of memory"), -2;
+        if (!parse_id_list(in, r, *ids, &k)) {
+            free(*ids);
+            *ids = NULL;
+            return 0;
+        }
+        *n = (size_t)k;
+        return 1;
+    }
+    if (way == LEGACY_TEXT) {
+        snprintf(what, cap, "the prompt as serve tokenizes a completion: BOS, special tokens parsed");
+        if (!text)
+            return 0;
+        size_t tcap = in->u.string.len + 3;
+        if (!(*ids = malloc(tcap * sizeof **ids)))
+            return kn_fail(err, KN_E_NOMEM, "out of memory"), -2;
+        if (tok_encode(tk, in->u.string.s, in->u.string.len, true, true, *ids, tcap, n, err) !=
+            KN_OK) {
+            free(*ids);
+            *ids = NULL;
+            return -2;
+        }
+        lp->opens_think = chat_prompt_opens_think(in->u.string.s, in->u.string.len, topen);
+        return 1;
+    }
+    if ((way == LEGACY_RAW) != text)
+        return 0;
+    struct chat_renderer cr = {0};
+    struct chat_prompt cp = {0};
+    struct json_value *msgs = NULL;
+    struct chat_renderer_opts ro = {.raw = way == LEGACY_RAW};
+    int rc = -2;
+    snprintf(what, cap, "the raw prompt, as run --raw tokenizes it");
+    if (chat_renderer_init(&cr, &ro, g, tk, err) != KN_OK)
+        return -1;
+    if (way == LEGACY_CHAT) {
+        snprintf(what, cap, "the model's default template: %s (%s), add_generation_prompt true, no "
+                            "kwargs, no tools",
+                 chat_renderer_name(&cr), cr.source);
+        *clock = cr.engine == CHAT_ENGINE_JINJA && chat_renderer_reads_clock(&cr);
+    }
+    const struct json_value *m = in;
+    if (text) { /* run --raw: the prompt as the one user message */
+        struct json_value *one = json_new_object();
+        if (!(msgs = json_new_array()) || !one ||
+            json_object_set(one, "role", json_new_string("user"), err) != KN_OK ||
+            json_object_set(one, "content", json_new_stringn(in->u.string.s, in->u.string.len),
+                            err) != KN_OK ||
+            json_array_push(msgs, one, err) != KN_OK) {
+            json_free(one);
+            kn_fail(err, KN_E_NOMEM, "out of memory");
+            goto done;
+        }
+        m = msgs;
+    }
+    if (chat_renderer_render_json(&cr, m, NULL, NULL, way == LEGACY_CHAT, &cp, err) != KN_OK) {
+        rc = -1;
+        goto done;
+    }
+    if (chat_prompt_tokenize(&cp, tk, ids, n, err) != KN_OK)
+        goto done;
+    lp->opens_think = chat_prompt_opens_think(cp.text ? cp.text : "", cp.len, topen);
+    lp->chat = way == LEGACY_CHAT;
+    lp->family_open_think = cr.tmpl.open_think;
+    rc = 1;
+done:
+    json_free(msgs);
+    chat_prompt_free(&cp);
+    chat_renderer_free(&cr);
+    return rc;
+}
+
+/* The input of a receipt without a template record, proven by the first legacy way that
+ * gives the recorded prompt tokens (see above); else the closest one's first difference. */
+static int prove_input_legacy(const struct receipt *r, const struct gguf_file *g,
+                              const struct tok *tk, FILE *out, struct legacy_prompt *lp)
+{
+    char what[400], best_what[400] = "", why[600] = "";
+    int32_t *best = NULL;
+    size_t best_n = 0, best_common = 0;
+    bool clock = false;
+    for (int w = 0; w < LEGACY_WAYS; w++) {
+        struct kn_err err = {0};
+        struct legacy_prompt p;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        int k = legacy_render((enum legacy_way)w, r, g, tk, &ids, &n, what, sizeof what, &p,
+                              &clock, &err);
+        if (k == -2) {
+            fprintf(out, "input: could not check: %s\n", err.msg[0] ? err.msg : "out of memory");
+            free(best);
+            return RECEIPT_EXIT_ERROR;
+        }
+        if (k == -1 && !why[0])
+            snprintf(why, sizeof why, "%.200s: %.380s", what, err.msg);
+        if (k != 1)
+            continue;
+        if ((int64_t)n == r->n_prompt && memcmp(ids, r->prompt_ids, n * sizeof *ids) == 0) {
+            fprintf(out, "input: proven (legacy receipt): it renders with the model's default "
+                         "template settings (%s) to the %lld recorded prompt tokens%s\n",
+                    what, (long long)r->n_prompt,
+                    clock ? "; the template reads the clock, and today's date gives the same "
+                            "tokens" : "");
+            *lp = p;
+            free(ids);
+            free(best);
+            return -1;
+        }
+        size_t c = 0;
+        while (c < n && (int64_t)c < r->n_prompt && ids[c] == r->prompt_ids[c])
+            c++;
+        if (!best || c > best_common) {
+            free(best);
+            best = ids;
+            best_n = n;
+            best_common = c;
+            snprintf(best_what, sizeof best_what, "%s", what);
+        } else {
+            free(ids);
+        }
+    }
+    if (!best) {
+        fprintf(out, "input: MISMATCH: the receipt records no template, and its input cannot be "
+                     "rendered with the model's default template settings%s%s\n",
+                why[0] ? ": " : "", why);
+        return RECEIPT_EXIT_TEXT;
+    }
+    char lead[700];
+    snprintf(lead, sizeof lead, "the receipt records no template, and %sthe model's default "
+                                "rendering (%s)",
+             clock ? "the model's template reads the clock (strftime_now), whose reading a "
+                     "receipt without a template record does not hold, so it renders with "
+                     "today's date; " : "",
+             best_what);
+    report_tokens(out, tk, lead, best, (int64_t)best_n, r->prompt_ids, r->n_prompt);
+    free(best);
+    return RECEIPT_EXIT_TEXT;
+}
+
 /* Renders the receipt's input again as run, chat and serve rendered it, and tokenizes it
  * the same way: one call (chat_renderer_init + chat_renderer_render_json +
- * chat_prompt_tokenize) from the template record to prompt tokens. Returns an exit code,
- * or -1 when the input gives the recorded tokens. */
+ * chat_prompt_tokenize) from the template record to prompt tokens; a receipt without one
+ * goes the legacy ways (prove_input_legacy, which fills lp for prove_text). Returns an
+ * exit code, or -1 when the input gives the recorded tokens. */
 static int prove_input(const struct receipt *r, const struct gguf_file *g, const struct tok *tk,
-                       FILE *out)
+                       FILE *out, struct legacy_prompt *lp)
 {
     const struct receipt_template *t = &r->tmpl;
-    if (!t->present) {
-        fprintf(out, "input: not proven: the receipt predates template recording (it does not "
-                     "say how the input became the prompt tokens)\n");
-        return -1;
+    if (input_has_nul(r->input)) {
+        fprintf(out, "input: MISMATCH: the input holds a NUL byte, where the rendered prompt "
+                     "ends; what follows it did not make the prompt tokens\n");
+        return RECEIPT_EXIT_TEXT;
     }
+    if (!t->present)
+        return prove_input_legacy(r, g, tk, out, lp);
     struct kn_err err = {0};
     int32_t *ids = NULL;
     size_t n = 0;
@@ -425,18 +635,22 @@ static void excerpt(const char *s, size_t len, size_t off, char *buf, size_t cap
     buf[o] = 0;
 }
 
+/* A reasoning split output.text may have been made with. */
+struct text_split {
+    bool on;
+    const char *open, *close;
+    bool inside;
+};
+
 /* Decodes the output tokens as the engine does (token pieces through the recorded stop
- * strings), splits the reasoning off as recorded and compares with output.text byte for
- * byte. Returns an exit code, or -1 when they agree. */
-static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
+ * strings), then splits the reasoning off as sp says. Returns 0 with *clean (malloc'd,
+ * sanitized as receipts store text), else an exit code with the reason printed. */
+static int decode_text(const struct receipt *r, const struct tok *tk, const struct text_split *sp,
+                       char **clean, size_t *clean_len, FILE *out)
 {
-    if (!r->tmpl.present) {
-        fprintf(out, "output.text: not proven: the receipt predates template recording (it does "
-                     "not say how its reasoning was split off)\n");
-        return -1;
-    }
     struct kn_err err = {0};
     struct text_stop ts;
+    *clean = NULL;
     if (text_stop_init(&ts, (const char *const *)r->stop, (int)r->n_stop, &err) != KN_OK) {
         fprintf(out, "receipt: sampling.stop: %s\n", err.msg);
         return RECEIPT_EXIT_MALFORMED;
@@ -461,9 +675,9 @@ static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
     text_stop_free(&ts);
     const char *text = raw.p;
     size_t text_len = raw.n;
-    if (ok && r->think.present) {
+    if (ok && sp->on) {
         struct text_think th;
-        ok = text_think_init(&th, r->think.open, r->think.close, r->think.inside, &err) == KN_OK;
+        ok = text_think_init(&th, sp->open, sp->close, sp->inside, &err) == KN_OK;
         /* Each feed's outputs hold its bytes plus a held-back marker (text.h). */
         size_t step = cap - TEXT_MAX_MARKER - 1;
         for (size_t i = 0; ok && i < raw.n; i += step) {
@@ -479,35 +693,101 @@ static int prove_text(const struct receipt *r, const struct tok *tk, FILE *out)
         text = content.p;
         text_len = content.n;
     }
-    size_t clean_len = 0;
-    char *clean = ok ? json_utf8_sanitize(text, text_len, &clean_len) : NULL;
+    *clean = ok ? json_utf8_sanitize(text, text_len, clean_len) : NULL;
     free(buf);
     free(rbuf);
     free(raw.p);
     free(content.p);
-    if (!clean) {
+    if (!*clean) {
         fprintf(out, "output.text: could not check: %s\n", err.msg[0] ? err.msg : "out of memory");
         return RECEIPT_EXIT_ERROR;
     }
-    size_t want_len = r->text_len, i = 0;
-    while (i < clean_len && i < want_len && clean[i] == r->text[i])
-        i++;
-    int rc = -1;
-    if (i == clean_len && i == want_len) {
-        fprintf(out, "output.text: proven: the %lld output tokens decode to it (%zu bytes)\n",
-                (long long)r->n_output, want_len);
+    return 0;
+}
+
+/* Decodes the output tokens, splits the reasoning off as recorded and compares with
+ * output.text byte for byte. A receipt without a template record (legacy, see above)
+ * records no split either: its text is proven when it is the decoded text without a split
+ * or with the split the model's family gets by default (chat_think_markers: run always
+ * splits at that pair, starting inside when the prompt opened it; serve splits chat
+ * replies when the vocabulary has the pair, starting inside for a family that opens
+ * <think>, and nothing else). So the whole decoded text, reasoning included, is accepted
+ * only where serve would have written it: a completion, or a vocabulary without the
+ * markers. Returns an exit code, or -1 when they agree. */
+static int prove_text(const struct receipt *r, const struct tok *tk, const struct legacy_prompt *lp,
+                      FILE *out)
+{
+    struct text_split splits[3];
+    const char *how[3];
+    int ns = 0;
+    bool legacy = !r->tmpl.present;
+    const char *topen = NULL, *tclose = NULL;
+    if (!legacy) {
+        splits[ns] = (struct text_split){r->think.present, r->think.open, r->think.close,
+                                         r->think.inside};
+        how[ns++] = "";
     } else {
-        char a[128], b[128];
-        excerpt(r->text, want_len, i, a, sizeof a);
-        excerpt(clean, clean_len, i, b, sizeof b);
-        fprintf(out, "output.text: MISMATCH: it is not the text of the output tokens: they differ "
-                     "at byte %zu (the receipt has %zu bytes, the tokens give %zu): the receipt "
-                     "reads %s, the tokens %s\n",
-                i, want_len, clean_len, a, b);
-        rc = RECEIPT_EXIT_TEXT;
+        bool known = chat_think_markers(tk, &topen, &tclose);
+        if (!lp->chat || !known) { /* serve: a completion, or a vocabulary without markers */
+            splits[ns] = (struct text_split){false, NULL, NULL, false};
+            how[ns++] = "no reasoning split, as serve writes it by default";
+        }
+        splits[ns] = (struct text_split){true, topen, tclose, lp->opens_think};
+        how[ns++] = "the reasoning split off as run does by default";
+        bool in = strcmp(topen, "<think>") == 0 && lp->family_open_think;
+        if (lp->chat && known && in != lp->opens_think) {
+            splits[ns] = (struct text_split){true, topen, tclose, in};
+            how[ns++] = "the reasoning split off as serve does by default";
+        }
     }
-    free(clean);
-    return rc;
+    char *best = NULL;
+    size_t best_len = 0, best_i = 0;
+    for (int k = 0; k < ns; k++) {
+        char *clean;
+        size_t clean_len;
+        int rc = decode_text(r, tk, &splits[k], &clean, &clean_len, out);
+        if (rc) {
+            free(best);
+            return rc;
+        }
+        size_t want_len = r->text_len, i = 0;
+        while (i < clean_len && i < want_len && clean[i] == r->text[i])
+            i++;
+        if (i == clean_len && i == want_len) {
+            if (legacy)
+                fprintf(out, "output.text: proven (legacy receipt): the %lld output tokens decode "
+                             "to it (%zu bytes; %s)\n",
+                        (long long)r->n_output, want_len, how[k]);
+            else
+                fprintf(out, "output.text: proven: the %lld output tokens decode to it (%zu "
+                             "bytes)\n",
+                        (long long)r->n_output, want_len);
+            free(clean);
+            free(best);
+            return -1;
+        }
+        if (!best || i > best_i) {
+            free(best);
+            best = clean;
+            best_len = clean_len;
+            best_i = i;
+        } else {
+            free(clean);
+        }
+    }
+    char a[128], b[128], why[200] = "";
+    excerpt(r->text, r->text_len, best_i, a, sizeof a);
+    excerpt(best, best_len, best_i, b, sizeof b);
+    if (legacy)
+        snprintf(why, sizeof why, " (the receipt records no reasoning split; %sthe model's "
+                                  "default %.20s...%.20s split alike)",
+                 ns > 1 && !splits[0].on ? "with none and with " : "with ", topen, tclose);
+    fprintf(out, "output.text: MISMATCH: it is not the text of the output tokens%s: they differ "
+                 "at byte %zu (the receipt has %zu bytes, the tokens give %zu): the receipt "
+                 "reads %s, the tokens %s\n",
+            why, best_i, r->text_len, best_len, a, b);
+    free(best);
+    return RECEIPT_EXIT_TEXT;
 }
 
 /* ================================================================ verify-receipt */
@@ -703,9 +983,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
 
     /* 5. what a person reads: the input and the output text */
-    int prc = prove_input(&r, m->gguf, tk, out);
+    struct legacy_prompt lp = {0};
+    int prc = prove_input(&r, m->gguf, tk, out, &lp);
     if (prc < 0)
-        prc = prove_text(&r, tk, out);
+        prc = prove_text(&r, tk, &lp, out);
     if (prc >= 0) {
         rc = prc;
         goto done;

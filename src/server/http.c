@@ -2,6 +2,11 @@
  * size limits, request bodies, the completion endpoints (plain and SSE), and the small
  * endpoints (/health, /metrics, /v1/models, /tokenize, /detokenize).
  *
+ * Connections reach libmicrohttpd through the gate (gate.c), which owns the listening
+ * socket and hands a connection over once its request's head is complete and sound.
+ * Every answer says "Connection: close": one request per connection, so every request
+ * passes the gate.
+ *
  * A connection thread may block: a plain completion waits for its job inside the request
  * handler and a stream waits inside the content reader, both in short slices so that a
  * client that hangs up is noticed (its job is cancelled and the slot freed). */
@@ -59,6 +64,7 @@ struct req {
     size_t len, cap;
     bool too_big;
     bool answered;
+    struct srv_upload up; /* the body's progress, for the minimum rate */
 };
 
 /* ---------------------------------------------------------------- counters */
@@ -72,6 +78,11 @@ static void count(struct srv *s, enum endpoint ep, int status)
     pthread_mutex_lock(&s->mmu);
     s->requests[ep][k]++;
     pthread_mutex_unlock(&s->mmu);
+}
+
+void srv_count_status(struct srv *s, int status)
+{
+    count(s, EP_OTHER, status);
 }
 
 /* ---------------------------------------------------------------- responses */
@@ -89,6 +100,7 @@ static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, en
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Connection", "close");
     for (int i = 0; headers && headers[i]; i += 2)
         MHD_add_response_header(r, headers[i], headers[i + 1]);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)status, r);
@@ -521,6 +533,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "Connection", "close");
         enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         count(s, ep, 200);
@@ -593,7 +606,7 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
 {
     struct convoy_stats cs;
     convoy_get_stats(s->convoy, &cs);
-    size_t cap = 8192, k = 0;
+    size_t cap = 32768, k = 0; /* every endpoint x status pair fits */
     char *out = malloc(cap);
     if (!out)
         return MHD_NO;
@@ -640,6 +653,14 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
          "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
          cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
+    int waiting = 0, active = 0;
+    gate_counts(s->gate, &waiting, &active);
+    EMIT("# HELP kinetic_http_connections Open connections: waiting for their request's head "
+         "(in the gate) or with libmicrohttpd.\n"
+         "# TYPE kinetic_http_connections gauge\n"
+         "kinetic_http_connections{state=\"headers\"} %d\n"
+         "kinetic_http_connections{state=\"active\"} %d\n",
+         waiting, active);
 #undef EMIT
     if (k >= cap) {
         free(out);
@@ -968,6 +989,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             }
         }
         q->answered = false;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci)
+            return MHD_NO;
+        gate_upload_begin(s->gate, &q->up, ci->connect_fd);
         return MHD_YES;
     }
     if (q->answered) { /* an early answer was queued: discard any body */
@@ -977,6 +1003,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
+        gate_upload_add(s->gate, &q->up, n);
         if (q->too_big || q->len + n > s->cfg.max_body) {
             q->too_big = true;
             return MHD_YES;
@@ -996,6 +1023,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     q->answered = true;
+    gate_upload_end(s->gate, &q->up); /* the body is in: generating may take its time */
     return dispatch(s, conn, q);
 }
 
@@ -1007,6 +1035,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct srv *s = cls;
     struct req *q = *con_cls;
     if (q) {
+        gate_upload_end(s->gate, &q->up);
         free(q->body);
         free(q);
         *con_cls = NULL;
@@ -1014,6 +1043,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (--s->active == 0)
             pthread_cond_broadcast(&s->idle_cv);
         pthread_mutex_unlock(&s->mmu);
+    }
+}
+
+/* libmicrohttpd's connection notices: the gate counts the connections it holds. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct srv *s = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        gate_conn_count(s->gate, ci->client_addr, 1);
+        *socket_context = s;
+    } else if (*socket_context) {
+        gate_conn_count(s->gate, ci->client_addr, -1);
+        *socket_context = NULL;
     }
 }
 
@@ -1044,12 +1091,16 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         s->cfg.max_body = 1u << 20;
     if (!s->cfg.max_depth)
         s->cfg.max_depth = 32;
-    if (!s->cfg.timeout_s)
-        s->cfg.timeout_s = 30;
+    if (s->cfg.timeout_s <= 0)
+        s->cfg.timeout_s = SRV_DEFAULT_TIMEOUT_S;
+    if (s->cfg.header_timeout_s <= 0)
+        s->cfg.header_timeout_s = SRV_DEFAULT_HEADER_TIMEOUT_S;
     if (s->cfg.queue <= 0)
         s->cfg.queue = 4 * b->n_slots;
-    if (!s->cfg.max_connections)
-        s->cfg.max_connections = 64;
+    if (s->cfg.max_connections <= 0)
+        s->cfg.max_connections = SRV_DEFAULT_MAX_CONNECTIONS;
+    if (s->cfg.max_connections_per_ip <= 0)
+        s->cfg.max_connections_per_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
     s->b = b;
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->alias ? cfg->alias : b->name);
     for (char *p = s->model_id; *p; p++)
@@ -1062,18 +1113,21 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
     const struct sockaddr *addr;
+    socklen_t addr_len;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET;
     memset(&a4, 0, sizeof a4);
     memset(&a6, 0, sizeof a6);
     if (inet_pton(AF_INET, s->cfg.host, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
         a4.sin_port = htons((uint16_t)s->cfg.port);
         addr = (const struct sockaddr *)&a4;
+        addr_len = sizeof a4;
     } else if (inet_pton(AF_INET6, s->cfg.host, &a6.sin6_addr) == 1) {
         a6.sin6_family = AF_INET6;
         a6.sin6_port = htons((uint16_t)s->cfg.port);
         addr = (const struct sockaddr *)&a6;
+        addr_len = sizeof a6;
         flags |= MHD_USE_IPv6;
     } else {
         pthread_mutex_destroy(&s->mmu);
@@ -1087,32 +1141,47 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         return kn_fail(err, KN_E_ARG, "serve: --port %d is out of range (0..65535)", cfg->port);
     }
 
-    enum kn_status st = convoy_start_speed(&s->convoy, b, s->cfg.queue, &s->cfg.speed, err);
+    struct kn_err gerr = {0};
+    enum kn_status st = gate_open(&s->gate, s, addr, addr_len, &s->port, &gerr);
     if (st != KN_OK) {
+        int e = errno;
+        pthread_mutex_destroy(&s->mmu);
+        free(s);
+        if (st != KN_E_IO)
+            return kn_fail(err, st, "%s", gerr.msg);
+        return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
+                       cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
+    }
+    st = convoy_start_speed(&s->convoy, b, s->cfg.queue, &s->cfg.speed, err);
+    if (st != KN_OK) {
+        gate_free(s->gate);
         pthread_mutex_destroy(&s->mmu);
         free(s);
         return st;
     }
-    s->d = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, addr,
+    /* libmicrohttpd's own limits stay as a backstop; the gate counts first. */
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)s->cfg.max_connections_per_ip,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_END);
-    if (!s->d) {
-        int e = errno;
+    if (!s->d || gate_run(s->gate, err) != KN_OK) {
+        if (!s->d)
+            kn_fail(err, KN_E_IO, "serve: cannot start the HTTP daemon");
+        if (s->d)
+            MHD_stop_daemon(s->d);
         convoy_stop(s->convoy);
         convoy_free(s->convoy);
+        gate_free(s->gate);
         pthread_mutex_destroy(&s->mmu);
         free(s);
-        return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
-                       cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
+        return KN_E_IO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : s->cfg.port;
     *out = s;
     return KN_OK;
 }
@@ -1129,7 +1198,7 @@ void srv_stop(struct srv *s)
     s->stopping = 1;
     /* Stop accepting, end every job (waiting handlers answer 503 or end their streams),
      * then join the connection threads; only then may the convoy go. */
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    gate_stop(s->gate);
     convoy_stop(s->convoy);
     /* Let the answers to cancelled requests go out (bounded: 5 s). */
     struct timespec dl;
@@ -1141,8 +1210,7 @@ void srv_stop(struct srv *s)
             break;
     pthread_mutex_unlock(&s->mmu);
     MHD_stop_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    gate_free(s->gate);
     convoy_free(s->convoy);
     api_free(s);
     pthread_mutex_destroy(&s->mmu);

@@ -325,6 +325,16 @@ KN_MUST_USE enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt
 
 /* ---------------------------------------------------------------- http server */
 
+/* The defaults of the connection limits and deadlines (kinetic serve --help and
+ * docs/server.md quote them). */
+#define SRV_DEFAULT_TIMEOUT_S 30           /* --timeout: an idle connection is closed */
+#define SRV_DEFAULT_HEADER_TIMEOUT_S 10    /* --header-timeout: request line and headers */
+#define SRV_DEFAULT_MAX_CONNECTIONS 512    /* --max-connections: open at once, in all */
+#define SRV_DEFAULT_MAX_CONNECTIONS_PER_IP 32 /* --max-connections-per-ip */
+/* A request body must arrive at this many bytes per second on average, counted from the
+ * end of its headers after a grace of the header timeout. */
+#define SRV_MIN_BODY_RATE 1024
+
 struct srv_config {
     const char *host;          /* default 127.0.0.1 */
     int port;                  /* 0: any free port (see srv_port) */
@@ -332,9 +342,11 @@ struct srv_config {
     const char *alias;         /* model id in responses; NULL: backend name */
     size_t max_body;           /* bytes; default 1 MiB */
     int max_depth;             /* JSON nesting; default 32 */
-    int timeout_s;             /* idle connection timeout; default 30 */
+    int timeout_s;             /* idle connection timeout; 0: SRV_DEFAULT_TIMEOUT_S */
+    int header_timeout_s;      /* request line and headers; 0: SRV_DEFAULT_HEADER_TIMEOUT_S */
     int queue;                 /* waiting requests beyond the slots; default 4 * slots */
-    int max_connections;       /* default 64 */
+    int max_connections;       /* open at once, in all; 0: SRV_DEFAULT_MAX_CONNECTIONS */
+    int max_connections_per_ip;/* from one address (IPv6: one /64); 0: the default */
     int64_t default_max_tokens;/* when a request names none; 0: the rest of the context */
     srv_receipt_fn receipt;    /* NULL: "receipt": true is refused as unavailable */
     void *receipt_ctx;

@@ -8,6 +8,7 @@
 #include "grammar/grammar.h"
 
 #include <microhttpd.h>
+#include <sys/socket.h>
 
 enum srv_kind { SRV_KIND_CHAT = 0, SRV_KIND_COMPLETION = 1 };
 
@@ -76,9 +77,55 @@ struct srv {
     pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
     int active;                /* requests between their first call and completion */
     uint64_t requests[SRV_N_ENDPOINTS][SRV_N_STATUS];
+    struct gate *gate;         /* the listening socket and the connections before MHD */
     pthread_mutex_t gmu;       /* guards gvocab's creation */
     struct grammar_vocab *gvocab; /* built at the first grammar request; read-only after */
 };
+
+/* ---------------------------------------------------------------- gate.c
+ * The server's front door: it owns the listening socket and holds every new connection
+ * until its request line and headers have arrived within the header timeout, checks
+ * their framing on the raw bytes (gate_check_head), and only then hands the socket to
+ * libmicrohttpd. Connections are counted per address (IPv6: per /64) and in all, open
+ * and not yet handed over alike. It also closes requests whose body comes too slowly. */
+struct gate;
+
+/* Binds and listens on addr (the gate thread starts with gate_run); *port receives the
+ * bound port. */
+KN_MUST_USE enum kn_status gate_open(struct gate **out, struct srv *s, const struct sockaddr *addr,
+                                     socklen_t addr_len, int *port, struct kn_err *err);
+/* Starts accepting; s->d must be running. */
+KN_MUST_USE enum kn_status gate_run(struct gate *g, struct kn_err *err);
+/* Stops accepting and closes every connection not handed over yet. */
+void gate_stop(struct gate *g);
+void gate_free(struct gate *g);
+/* A connection libmicrohttpd holds opened (+1) or closed (-1), for the counts. */
+void gate_conn_count(struct gate *g, const struct sockaddr *addr, int delta);
+/* Connections waiting for their headers and connections handed over. */
+void gate_counts(struct gate *g, int *waiting, int *active);
+
+/* A request whose body is being received, watched for the minimum body rate. */
+struct srv_upload {
+    int fd;
+    double t0;    /* when its headers were complete */
+    size_t got;   /* body bytes so far */
+    bool on;      /* in the gate's list */
+    struct srv_upload *prev, *next;
+};
+void gate_upload_begin(struct gate *g, struct srv_upload *u, int fd);
+void gate_upload_add(struct gate *g, struct srv_upload *u, size_t n);
+void gate_upload_end(struct gate *g, struct srv_upload *u);
+
+/* Checks a request's head, the first n bytes of the connection. Returns 0 when the
+ * head is not complete yet, 1 when it is complete and its framing sound (*head_len: its
+ * length), or 400 with a message in msg when the request must be refused: a Content-Length
+ * that is not 1..19 digits, two different ones, Content-Length with Transfer-Encoding,
+ * a Transfer-Encoding other than chunked, %00 or a NUL byte in the target, a header
+ * line folded or without a colon, white space before a colon. */
+int gate_check_head(const char *buf, size_t n, size_t *head_len, char *msg, size_t cap);
+
+/* http.c: counts an answer the gate gave (endpoint "other"). */
+void srv_count_status(struct srv *s, int status);
 
 /* api.c: frees what the API layer keeps in s (the grammar vocabulary). */
 void api_free(struct srv *s);

@@ -238,6 +238,19 @@ def changes(w):
         ("reasoning split removed", "qwq", edit(lambda r, w: r["output"].pop("think")), txt),
         ("reasoning split flipped", "qwq", edit(lambda r, w: r["output"]["think"].update(inside=False)), txt),
         ("reasoning markers empty", "qwq", edit(lambda r, w: r["output"]["think"].update(open="")), "markers must not be empty"),
+        # downgrades: the template record (and reasoning split) deleted, then a change
+        ("downgraded, input swapped", "base", edit(lambda r, w: r.pop("template") and set_user("How do I make a bomb?")(r, w)), inp + ": the receipt records no template, and the model's default rendering ("),
+        ("downgraded, system added", "base", edit(lambda r, w: r.pop("template") and r["input"].insert(0, {"role": "system", "content": "Obey."})), inp + ": the receipt records no template"),
+        ("downgraded, raw input swapped", "rawflag", edit(lambda r, w: r.pop("template") and r.update(input="Twice upon a time")), inp + ": the receipt records no template"),
+        ("downgraded, ids swapped", "ids", edit(lambda r, w: r.pop("template") and r.update(input="1, 2, 3, 5")), inp + ": the receipt records no template"),
+        ("downgraded, kwargs dropped with it", "qwen3", edit(lambda r, w: r.pop("template")), inp + ": the receipt records no template"),
+        ("downgraded, template file dropped with it", "file", edit(lambda r, w: r.pop("template")), inp + ": the receipt records no template"),
+        ("downgraded, tools dropped with it", "tools", edit(lambda r, w: r.pop("template")), inp + ": the receipt records no template"),
+        ("downgraded, clock template, input swapped", "llama32", edit(lambda r, w: r.pop("template") and set_user("Hello thera")(r, w)), inp + ": the receipt records no template, and the model's template reads the clock (strftime_now)"),
+        ("downgraded, thinking model, input swapped", "qwq", edit(lambda r, w: r.pop("template") and r["output"].pop("think") and set_user("Goodbye there")(r, w)), inp + ": the receipt records no template"),
+        ("downgraded, answer swapped", "base", edit(lambda r, w: r.pop("template") and r["output"].update(text="You cannot make a cake.")), txt + ": it is not the text of the output tokens (the receipt records no reasoning split"),
+        ("downgraded, reasoning changed", "qwq", edit(lambda r, w: r.pop("template") and r["output"].pop("think") and r["output"].update(text=qwq_reasoning.replace(" ", " not ", 1) + r["output"]["text"])), txt + ": it is not the text of the output tokens (the receipt records no reasoning split"),
+        ("downgraded, answer with its stop string", "stop", edit(lambda r, w: r.pop("template") and r["output"].update(text=r["output"]["text"] + stop_word)), txt + ": it is not the text of the output tokens (the receipt records no reasoning split"),
         ("output token and hash", "base", edit(lambda r, w: rehash(r["output"]["tokens"].update(ids=r["output"]["tokens"]["ids"][:-1] + [(r["output"]["tokens"]["ids"][-1] + 1) % 256]) or r)), txt),
         # descriptive fields
         ("model.size", "base", edit(lambda r, w: r["model"].update(size=r["model"]["size"] + 1)), "model: MISMATCH: model.size is"),
@@ -259,8 +272,19 @@ def changes(w):
         ("kinetic.build", "base", edit(lambda r, w: r["kinetic"].update(build="0123456789abcdef")), "(build differs)"),
         ("kinetic.version", "base", edit(lambda r, w: r["kinetic"].update(version="9.9.9")), "rerun: identical"),
         ("device.name", "base", edit(lambda r, w: r["device"].update(name="a supercomputer")), "rerun: identical"),
+        # A new receipt downgraded to the legacy shape is proven only by the model's default
+        # rendering and reasoning split (docs/receipts.md, "Legacy receipts").
         ("template stripped (reads as a receipt made before templates were recorded)", "base",
-         edit(lambda r, w: r.pop("template")), "input: not proven: the receipt predates template recording"),
+         edit(lambda r, w: r.pop("template")), "input: proven (legacy receipt)"),
+        ("template and reasoning split stripped from a thinking model's receipt", "qwq",
+         edit(lambda r, w: r.pop("template") and r["output"].pop("think")),
+         "output.text: proven (legacy receipt): the 30 output tokens decode to it"),
+        # aidreams' vocabulary has no <think> token, so serve wrote a chat reply unsplit by
+        # default: the whole decoded text (the reasoning read as answer) is what such a
+        # legacy receipt holds. Only the model's own words: nothing added, nothing dropped.
+        ("downgraded, reasoning read as answer, as serve wrote it", "qwq",
+         edit(lambda r, w: r.pop("template") and r["output"].pop("think") and r["output"].update(text=qwq_reasoning + r["output"]["text"])),
+         "no reasoning split, as serve writes it by default"),
     ]
     cases = []
     for name, base, f, part in forgeries:

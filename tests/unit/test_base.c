@@ -3,8 +3,10 @@
 #include "base/base.h"
 #include "quant/quant.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void test_sizes(void)
@@ -47,6 +49,38 @@ static void test_files(void)
     CHECK(strstr(err.msg, path) != NULL);
 }
 
+/* Only regular files open, and the open never blocks: a FIFO without a writer would block
+ * open(2) forever (the test would hang, not fail). Standard input is "-". */
+static void test_regular_only(void)
+{
+    struct kn_err err = {0};
+    char dir[] = "/tmp/kn_test_fifo_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/f", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    struct kn_map map;
+    CHECK(kn_map_open(&map, fifo, &err) == KN_E_IO);
+    CHECK(strstr(err.msg, "not a regular file (a FIFO)") != NULL);
+    char *buf = NULL;
+    size_t n;
+    CHECK(kn_read_file(fifo, 100, &buf, &n, &err) == KN_E_IO && !buf);
+    CHECK(strstr(err.msg, "(a FIFO)") != NULL);
+    CHECK(kn_open_regular(dir, &err) == -1 && strstr(err.msg, "(a directory)") != NULL);
+    CHECK(kn_read_file("/dev/zero", 100, &buf, &n, &err) == KN_E_IO);
+    CHECK(strstr(err.msg, "(a character device)") != NULL);
+    /* A regular file's descriptor comes back blocking. */
+    char reg[64];
+    snprintf(reg, sizeof reg, "%s/r", dir);
+    CHECK(kn_write_file_atomic(reg, "x", 1, &err) == KN_OK);
+    int fd = kn_open_regular(reg, &err);
+    CHECK(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK));
+    close(fd);
+    unlink(reg);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 /* Every f16 converts to f32 and back unchanged; f32 -> f16 rounds to nearest even. */
 static void test_half(void)
 {
@@ -78,6 +112,7 @@ int main(void)
 {
     test_sizes();
     test_files();
+    test_regular_only();
     test_half();
     CHECK_DONE();
 }
