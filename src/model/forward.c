@@ -18,32 +18,46 @@
  * Every step works on token rows independently with the kernels module's canonical
  * arithmetic, and threads only split output rows/columns (matmul outputs, attention
  * (query, head) pairs), so a token's bits do not depend on the batch, the chunking or
- * the thread count (docs/numerics.md). Buffers are allocated once in model_fwd_create. */
+ * the thread count (docs/numerics.md).
+ *
+ * Every op goes through the device seam (kernels/backend.h): this file decides what is
+ * computed, the backend of each layer computes it on its own buffers. A forward call is
+ * one pass (begin .. end) on each backend it uses; with --gpu-layers the residual stream
+ * is handed from the device's pass to the CPU's at the first CPU layer. Buffers are
+ * allocated once in model_fwd_create. */
 #include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* The activations on one backend. */
+struct fwd_part {
+    struct kern_backend *be;
+    struct kern_stream *s;
+    struct kern_buf *x;    /* (T, E) residual stream */
+    struct kern_buf *h;    /* (T, E) normed input of a block; later the output rows */
+    struct kern_buf *o;    /* (T, E) block output */
+    struct kern_buf *q;    /* (T, H*D) */
+    struct kern_buf *k;    /* (T, Hkv*D) */
+    struct kern_buf *v;    /* (T, Hkv*D) */
+    struct kern_buf *a;    /* (T, H*D) attention output */
+    struct kern_buf *g;    /* (T, F) gate, then the activation */
+    struct kern_buf *u;    /* (T, F) up */
+    struct kern_buf *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
+};
+
 struct model_fwd {
     const struct model *m;
-    struct kern_pool *pool;
     int64_t max_tokens;
     struct kern_rope rope_global, rope_swa;
-    float *x;     /* (T, E) residual stream */
-    float *h;     /* (T, E) normed input of a block; later the output rows */
-    float *o;     /* (T, E) block output */
-    float *q;     /* (T, H*D) */
-    float *k;     /* (T, Hkv*D) */
-    float *v;     /* (T, Hkv*D) */
-    float *a;     /* (T, H*D) attention output */
-    float *g;     /* (T, F) gate, then the activation */
-    float *u;     /* (T, F) up */
-    float *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
-    void *act_scratch[3];        /* per activation kind, for the largest K and T */
-    void *block;                 /* the single allocation behind the float buffers */
+    bool any_swa;
+    struct fwd_part part[2];     /* part[0] runs layers 0..split-1, part[1] the rest */
+    int n_parts;
+    int64_t split;
+    float *handover;             /* (T, E) the residual stream between parts, or NULL */
     struct model_kv **kv_tok;    /* (T) each token's cache (model_forward: all the same) */
-    struct kern_attn_args *runs; /* (T) attention of each run of same-cache tokens */
-    int64_t *run_first;          /* (T + 1) first (query, head) item of each run */
+    struct kern_kv_run *runs;    /* (T) runs of same-cache tokens */
+    struct model_kv **run_kv;    /* (T) the cache of each run */
 };
 
 /* ================================================================ setup */
@@ -74,9 +88,45 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
 
 void model_fwd_free(struct model_fwd *f);
 
-static size_t align64(size_t n)
+static void part_free(struct fwd_part *p)
 {
-    return (n + 63) & ~(size_t)63;
+    struct kern_buf **bufs[] = {&p->x, &p->h, &p->o, &p->q, &p->k, &p->v, &p->a, &p->g, &p->u,
+                                &p->tab_global, &p->tab_swa};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        kern_buf_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    if (p->s)
+        p->s->ops->stream_free(p->s);
+    p->s = NULL;
+}
+
+static enum kn_status part_create(struct fwd_part *p, struct kern_backend *be, const struct model *m,
+                                  int64_t max_tokens, struct kern_pool *pool, struct kn_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const size_t T = (size_t)max_tokens, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    const size_t D = (size_t)hp->head_dim_k, H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv;
+    p->be = be;
+    const struct kern_stream_shape shape = {
+        .max_tokens = max_tokens, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim_k,
+    };
+    p->s = be->ops->stream_create(be, &shape, pool, err);
+    if (!p->s)
+        return err ? err->status : KN_E_NOMEM;
+    const size_t sizes[] = {T * E, T * E, T * E, T * H * D, T * Hkv * D, T * Hkv * D, T * H * D,
+                            T * F, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot};
+    struct kern_buf **bufs[] = {&p->x, &p->h, &p->o, &p->q, &p->k, &p->v, &p->a, &p->g, &p->u,
+                                &p->tab_global, &p->tab_swa};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i] * sizeof(float);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!(*bufs[i] = be->ops->alloc(be, sizes[i] * sizeof(float), true, err)))
+            return kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of activations for batch %lld on %s; use a smaller batch",
+                           total >> 20, (long long)max_tokens, be->name);
+    return KN_OK;
 }
 
 enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, int64_t max_tokens,
@@ -96,8 +146,9 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
     if (!f)
         return KN_E_NOMEM;
     f->m = m;
-    f->pool = pool;
     f->max_tokens = max_tokens;
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        f->any_swa |= hp->swa_layer[il];
     enum kn_status st = rope_for(&f->rope_global, m, false, err);
     if (st == KN_OK)
         st = rope_for(&f->rope_swa, m, true, err);
@@ -105,59 +156,31 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
         free(f);
         return st;
     }
-
-    const size_t T = (size_t)max_tokens, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
-    const size_t D = (size_t)hp->head_dim_k, H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv;
-    size_t sizes[] = {T * E, T * E, T * E, T * H * D, T * Hkv * D, T * Hkv * D, T * H * D,
-                      T * F, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot};
-    float **ptrs[] = {&f->x, &f->h, &f->o, &f->q, &f->k, &f->v, &f->a, &f->g, &f->u,
-                      &f->tab_global, &f->tab_swa};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        total += align64(sizes[i] * sizeof(float));
-    /* Activation scratch: the largest K a product takes is max(E, F, H*D). */
-    int64_t ks[3] = {hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim_v};
-    size_t act_bytes[3] = {0, 0, 0};
-    for (int kind = 0; kind < 3; kind++)
-        for (int i = 0; i < 3; i++) {
-            /* Quantized kinds need K to be a multiple of their block; weights with
-             * other K never use that kind (kern_weight_init checked the block size). */
-            int64_t blk = kind == KERN_ACT_Q8_K ? QK_K : kind == KERN_ACT_Q8_32 ? 32 : 1;
-            if (ks[i] % blk)
-                continue;
-            size_t b = kern_act_bytes((enum kern_act_kind)kind, max_tokens, ks[i]);
-            if (b == SIZE_MAX) {
-                free(f);
-                return kn_fail(err, KN_E_LIMIT, "activation scratch overflows for batch %lld",
-                               (long long)max_tokens);
-            }
-            if (b > act_bytes[kind])
-                act_bytes[kind] = b;
+    /* One part per backend, in layer order: the device's layers first. */
+    f->split = hp->n_layer;
+    f->n_parts = 1;
+    for (int64_t il = 1; il < hp->n_layer; il++)
+        if (m->layers[il].be != m->layers[0].be) {
+            f->split = il;
+            f->n_parts = 2;
+            break;
         }
-    for (int kind = 0; kind < 3; kind++)
-        total += align64(act_bytes[kind]);
-    f->block = kn_aligned_alloc(total ? total : 64, err);
-    if (!f->block) {
-        free(f);
-        return kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of activations for batch %lld; use a smaller batch",
-                       total >> 20, (long long)max_tokens);
+    const size_t T = (size_t)max_tokens;
+    for (int i = 0; i < f->n_parts && st == KN_OK; i++)
+        st = part_create(&f->part[i], m->layers[i == 0 ? 0 : f->split].be, m, max_tokens, pool, err);
+    if (st == KN_OK && f->n_parts == 2 &&
+        !(f->handover = kn_malloc(T * (size_t)hp->n_embd * sizeof(float), err)))
+        st = KN_E_NOMEM;
+    if (st == KN_OK) {
+        f->kv_tok = kn_malloc(T * sizeof *f->kv_tok, err);
+        f->runs = kn_malloc(T * sizeof *f->runs, err);
+        f->run_kv = kn_malloc(T * sizeof *f->run_kv, err);
+        if (!f->kv_tok || !f->runs || !f->run_kv)
+            st = KN_E_NOMEM;
     }
-    memset(f->block, 0, total);
-    f->kv_tok = kn_malloc(T * sizeof *f->kv_tok, err);
-    f->runs = kn_malloc(T * sizeof *f->runs, err);
-    f->run_first = kn_malloc((T + 1) * sizeof *f->run_first, err);
-    if (!f->kv_tok || !f->runs || !f->run_first) {
+    if (st != KN_OK) {
         model_fwd_free(f);
-        return KN_E_NOMEM;
-    }
-    uint8_t *p = f->block;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        *ptrs[i] = (float *)p;
-        p += align64(sizes[i] * sizeof(float));
-    }
-    for (int kind = 0; kind < 3; kind++) {
-        f->act_scratch[kind] = act_bytes[kind] ? p : NULL;
-        p += align64(act_bytes[kind]);
+        return st;
     }
     *out = f;
     return KN_OK;
@@ -167,102 +190,18 @@ void model_fwd_free(struct model_fwd *f)
 {
     if (!f)
         return;
-    free(f->block);
+    for (int i = 0; i < f->n_parts; i++)
+        part_free(&f->part[i]);
+    free(f->handover);
     free(f->kv_tok);
     free(f->runs);
-    free(f->run_first);
+    free(f->run_kv);
     free(f);
 }
 
 int64_t model_fwd_max_tokens(const struct model_fwd *f)
 {
     return f->max_tokens;
-}
-
-/* ================================================================ parallel pieces */
-
-/* Up to four products sharing one input x: (M, K), each prepared once per activation
- * kind, computed in one pool job where every thread takes its rows of every product. */
-struct mm_job {
-    const struct kern_weight *w;
-    const struct kern_act *a;
-    float *y;
-};
-struct mm_task {
-    struct mm_job jobs[4];
-    int n;
-};
-
-static void mm_task_fn(void *ctx, int ith, int nth)
-{
-    const struct mm_task *t = ctx;
-    for (int j = 0; j < t->n; j++) {
-        const struct mm_job *jb = &t->jobs[j];
-        int64_t lo, hi;
-        kern_split(jb->w->N, KERN_ROW_ALIGN, ith, nth, &lo, &hi);
-        if (lo < hi)
-            kern_matmul_rows(jb->w, jb->a, jb->y, jb->w->N, lo, hi);
-    }
-}
-
-/* Shares of a product job: several per thread, so a thread slowed by other work on its
- * core hands its remaining rows to the others (rows are computed the same anywhere). */
-static int mm_shares(const struct kern_pool *pool)
-{
-    int n = kern_pool_threads(pool);
-    return n == 1 ? 1 : 4 * n;
-}
-
-/* y_i = x . w_i^T for i < n (n <= 4); every w_i has K columns; x: (M, K). */
-static void matmuls(struct model_fwd *f, const float *x, int64_t M, int n,
-                    const struct kern_weight *const *w, float *const *y)
-{
-    struct kern_act acts[3];
-    bool ready[3] = {false, false, false};
-    struct mm_task task = {.n = n};
-    for (int i = 0; i < n; i++) {
-        enum kern_act_kind kind = kern_act_kind_for(w[i]->type);
-        if (!ready[kind]) {
-            kern_act_prepare(f->pool, kind, x, M, w[i]->K, f->act_scratch[kind], &acts[kind]);
-            ready[kind] = true;
-        }
-        task.jobs[i] = (struct mm_job){w[i], &acts[kind], y[i]};
-    }
-    kern_pool_run_shares(f->pool, mm_task_fn, &task, mm_shares(f->pool));
-}
-
-static void matmul1(struct model_fwd *f, const struct kern_weight *w, const float *x, int64_t M,
-                    float *y)
-{
-    matmuls(f, x, M, 1, &w, &y);
-}
-
-/* Attention over several runs (one KV cache each) in one pool job: the (query, head)
- * items of all runs are numbered in batch order and threads take disjoint ranges. */
-struct attn_runs {
-    const struct kern_attn_args *runs;
-    const int64_t *first; /* (n_runs + 1) */
-    int64_t n_runs;
-};
-
-static void attn_runs_fn(void *ctx, int ith, int nth)
-{
-    const struct attn_runs *ar = ctx;
-    int64_t lo, hi;
-    kern_split(ar->first[ar->n_runs], 1, ith, nth, &lo, &hi);
-    for (int64_t r = 0; r < ar->n_runs && lo < hi; r++) {
-        int64_t a = ar->first[r], b = ar->first[r + 1];
-        if (b <= lo || a >= hi)
-            continue;
-        kern_attn(&ar->runs[r], (lo > a ? lo : a) - a, (hi < b ? hi : b) - a);
-    }
-}
-
-/* Adds bias b (n) to each of M rows of y (M, n). */
-static void add_bias(float *y, const float *b, int64_t M, int64_t n)
-{
-    for (int64_t t = 0; t < M; t++)
-        kern_add(y + t * n, y + t * n, b, n);
 }
 
 /* ================================================================ forward */
@@ -277,6 +216,17 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
     for (int64_t t = 0; t < n; t++)
         f->kv_tok[t] = kv;
     return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
+}
+
+/* Starts part p's pass: the RoPE tables of this batch's positions first. */
+static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
+                       int64_t T)
+{
+    struct kern_stream *s = p->s;
+    s->ops->begin(s);
+    s->ops->rope_table(s, p->tab_global, &f->rope_global, pos, T);
+    if (f->any_swa)
+        s->ops->rope_table(s, p->tab_swa, &f->rope_swa, pos, T);
 }
 
 enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
@@ -317,94 +267,80 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         if (out_rows[j] < 0 || out_rows[j] >= n)
             return kn_fail(err, KN_E_ARG, "output row %lld is outside the batch of %lld",
                            (long long)out_rows[j], (long long)n);
-    const uint32_t kv_qt = kvs[0]->type == MODEL_KV_F16 ? QT_F16 : QT_F32;
 
-    /* ---- embeddings. */
-    for (int64_t t = 0; t < T; t++) {
-        const uint8_t *row = m->tok_embd + (size_t)tokens[t] * m->tok_embd_row_bytes;
-        float *xt = f->x + t * E;
-        if (!kern_row_to_f32(m->tok_embd_type, row, xt, E) &&
-            !quant_dequantize_row(m->tok_embd_type, row, xt, E))
-            return kn_fail(err, KN_E_UNSUPPORTED, "cannot read embedding rows of type %s",
-                           quant_type_name(m->tok_embd_type));
+    /* ---- the runs of tokens sharing a cache: one attention call each. */
+    int64_t n_runs = 0;
+    for (int64_t t0 = 0; t0 < T;) {
+        int64_t t1 = t0 + 1;
+        int32_t max_pos = pos[t0];
+        while (t1 < T && kvs[t1] == kvs[t0]) {
+            if (pos[t1] > max_pos)
+                max_pos = pos[t1];
+            t1++;
+        }
+        f->runs[n_runs] = (struct kern_kv_run){
+            .t0 = t0, .n = t1 - t0, .n_ctx = kvs[t0]->n_ctx, .n_kv = (int64_t)max_pos + 1};
+        f->run_kv[n_runs++] = kvs[t0];
+        t0 = t1;
     }
-    if (hp->embd_scale != 1.0f)
-        kern_scale(f->x, f->x, hp->embd_scale, T * E);
 
-    /* ---- RoPE tables for this batch's positions. */
-    kern_rope_table(&f->rope_global, pos, T, f->tab_global);
-    bool any_swa = false;
-    for (int64_t il = 0; il < hp->n_layer; il++)
-        any_swa |= hp->swa_layer[il];
-    if (any_swa)
-        kern_rope_table(&f->rope_swa, pos, T, f->tab_swa);
+    /* ---- embeddings, on the first layer's backend. */
+    const struct fwd_part *P = &f->part[0];
+    part_begin(f, P, pos, T);
+    P->s->ops->embed(P->s, P->x, m->d_tok_embd, tokens, T, hp->embd_scale);
 
+    struct kern_buf *xb = P->x, *ab = P->a, *ob = P->o; /* the last layer swaps them */
     bool compacted = false; /* the last layer ran on the output rows only, in order */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
+        const struct model_layer_bufs *d = &L->d;
         const bool swa = hp->swa_layer[il];
+        if (il == f->split) {
+            /* Hand the residual stream over to the next backend. */
+            P->s->ops->to_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
+            enum kn_status st = P->s->ops->end(P->s, err);
+            if (st != KN_OK)
+                return st;
+            P = &f->part[1];
+            part_begin(f, P, pos, T);
+            P->s->ops->from_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
+            xb = P->x, ab = P->a, ob = P->o;
+        }
+        struct kern_stream *s = P->s;
+        const struct kern_backend_ops *op = s->ops;
 
         /* Attention block. */
-        kern_rmsnorm(f->h, E, f->x, E, L->attn_norm, T, E, hp->norm_eps);
+        op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
         {
-            const struct kern_weight *w[3] = {&L->wq, &L->wk, &L->wv};
-            float *y[3] = {f->q, f->k, f->v};
-            matmuls(f, f->h, T, 3, w, y);
+            const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
+            struct kern_buf *y[3] = {P->q, P->k, P->v};
+            op->matmul(s, 3, w, P->h, T, y);
         }
-        if (L->bq) add_bias(f->q, L->bq, T, QD);
-        if (L->bk) add_bias(f->k, L->bk, T, KD);
-        if (L->bv) add_bias(f->v, L->bv, T, KD);
-        if (L->attn_q_norm) {
-            kern_rmsnorm(f->q, D, f->q, D, L->attn_q_norm, T * H, D, hp->norm_eps);
-            kern_rmsnorm(f->k, D, f->k, D, L->attn_k_norm, T * Hkv, D, hp->norm_eps);
+        if (d->bq) op->add_rows(s, P->q, d->bq, T, QD);
+        if (d->bk) op->add_rows(s, P->k, d->bk, T, KD);
+        if (d->bv) op->add_rows(s, P->v, d->bv, T, KD);
+        if (d->attn_q_norm) {
+            op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
+            op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
         }
         const struct kern_rope *rope = swa ? &f->rope_swa : &f->rope_global;
-        const float *tab = swa ? f->tab_swa : f->tab_global;
-        kern_rope(rope, f->q, QD, T, H, D, tab);
-        kern_rope(rope, f->k, KD, T, Hkv, D, tab);
+        const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
+        op->rope(s, P->q, tab, rope, T, H, D);
+        op->rope(s, P->k, tab, rope, T, Hkv, D);
         if (hp->q_scale != 1.0f)
-            kern_scale(f->q, f->q, hp->q_scale, T * QD);
-        /* Head-major caches (model.h): head g of position p at (g * n_ctx + p) * D. */
-        const size_t elt = kv_qt == QT_F16 ? 2 : 4;
-        for (int64_t t = 0; t < T; t++) {
-            const struct model_kv *kv = kvs[t];
-            for (int64_t g = 0; g < Hkv; g++) {
-                size_t off = ((size_t)g * (size_t)kv->n_ctx + (size_t)pos[t]) * (size_t)D * elt;
-                if (!kern_kv_store(kv_qt, (uint8_t *)kv->k[il] + off, f->k + t * KD + g * D, D) ||
-                    !kern_kv_store(kv_qt, (uint8_t *)kv->v[il] + off, f->v + t * KD + g * D, D))
-                    return kn_fail(err, KN_E_INTERNAL, "KV cache type %s not supported by the kernels",
-                                   model_kv_type_name(kv->type));
-            }
+            op->scale(s, P->q, hp->q_scale, T * QD);
+        for (int64_t r = 0; r < n_runs; r++) {
+            f->runs[r].k = f->run_kv[r]->kb[il];
+            f->runs[r].v = f->run_kv[r]->vb[il];
         }
-        /* One attention call per run of tokens sharing a cache, all in one pool job. */
-        int64_t r = 0;
-        f->run_first[0] = 0;
-        for (int64_t t0 = 0; t0 < T;) {
-            int64_t t1 = t0 + 1;
-            int32_t max_pos = pos[t0];
-            while (t1 < T && kvs[t1] == kvs[t0]) {
-                if (pos[t1] > max_pos)
-                    max_pos = pos[t1];
-                t1++;
-            }
-            f->runs[r] = (struct kern_attn_args){
-                .q = f->q + t0 * QD, .q_stride = QD, .q_pos = pos + t0, .n_q = t1 - t0,
-                .k = kvs[t0]->k[il], .v = kvs[t0]->v[il], .k_stride = D, .v_stride = D,
-                .k_head_stride = kvs[t0]->n_ctx * D, .v_head_stride = kvs[t0]->n_ctx * D,
-                .kv_type = kv_qt, .n_kv = (int64_t)max_pos + 1,
-                .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
-                .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
-                .out = f->a + t0 * QD, .out_stride = QD,
-            };
-            if (il == 0) {
-                enum kn_status st = kern_attn_check(&f->runs[r], err);
-                if (st != KN_OK)
-                    return st;
-            }
-            f->run_first[r + 1] = f->run_first[r] + (t1 - t0) * H;
-            r++;
-            t0 = t1;
-        }
+        const struct kern_attn_batch batch = {
+            .q = P->q, .k_new = P->k, .v_new = P->v, .out = ab, .pos = pos, .n_tok = T,
+            .runs = f->runs, .n_runs = n_runs,
+            .kv_type = kvs[0]->type == MODEL_KV_F16 ? QT_F16 : QT_F32,
+            .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
+            .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
+        };
+        op->kv_store(s, &batch);
         /* After the last layer's keys and values are stored, only the output rows
          * matter: the rest of the layer runs on them alone, gathered to the front
          * (row-wise work, so their bits do not change). */
@@ -412,50 +348,54 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         int64_t R = T;
         if (last && n_out == 0)
             break;
-        struct attn_runs ar = {f->runs, f->run_first, r};
-        kern_pool_run(f->pool, attn_runs_fn, &ar);
+        op->attention(s, &batch);
         if (last && n_out < T) {
-            for (int64_t j = 0; j < n_out; j++) {
-                memcpy(f->o + j * E, f->x + out_rows[j] * E, (size_t)E * sizeof(float));
-                memcpy(f->q + j * QD, f->a + out_rows[j] * QD, (size_t)QD * sizeof(float));
-            }
-            memcpy(f->x, f->o, (size_t)(n_out * E) * sizeof(float));
-            memcpy(f->a, f->q, (size_t)(n_out * QD) * sizeof(float));
+            op->gather(s, ob, xb, out_rows, n_out, E);
+            op->gather(s, P->q, ab, out_rows, n_out, QD);
+            struct kern_buf *t = xb;
+            xb = ob, ob = t;
+            ab = P->q;
             R = n_out;
             compacted = true;
         }
-        matmul1(f, &L->wo, f->a, R, f->o);
-        if (L->bo) add_bias(f->o, L->bo, R, E);
-        if (L->post_attn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_attn_norm, R, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, R * E);
+        const struct kern_buf *wo = d->wo, *wdown = d->ffn_down;
+        op->matmul(s, 1, &wo, ab, R, &ob);
+        if (d->bo) op->add_rows(s, ob, d->bo, R, E);
+        if (d->post_attn_norm)
+            op->rmsnorm(s, ob, ob, d->post_attn_norm, R, E, hp->norm_eps);
+        op->add(s, xb, ob, R * E);
 
         /* Feed-forward block. */
-        kern_rmsnorm(f->h, E, f->x, E, L->ffn_norm, R, E, hp->norm_eps);
+        op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
         {
-            const struct kern_weight *w[2] = {&L->ffn_gate, &L->ffn_up};
-            float *y[2] = {f->g, f->u};
-            matmuls(f, f->h, R, 2, w, y);
+            const struct kern_buf *w[2] = {d->ffn_gate, d->ffn_up};
+            struct kern_buf *y[2] = {P->g, P->u};
+            op->matmul(s, 2, w, P->h, R, y);
         }
-        if (hp->arch == MODEL_ARCH_GEMMA3)
-            kern_geglu(f->g, f->g, f->u, R * F);
-        else
-            kern_swiglu(f->g, f->g, f->u, R * F);
-        matmul1(f, &L->ffn_down, f->g, R, f->o);
-        if (L->post_ffn_norm)
-            kern_rmsnorm(f->o, E, f->o, E, L->post_ffn_norm, R, E, hp->norm_eps);
-        kern_add(f->x, f->x, f->o, R * E);
+        op->glu(s, hp->arch == MODEL_ARCH_GEMMA3 ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u,
+                R * F);
+        op->matmul(s, 1, &wdown, P->g, R, &ob);
+        if (d->post_ffn_norm)
+            op->rmsnorm(s, ob, ob, d->post_ffn_norm, R, E, hp->norm_eps);
+        op->add(s, xb, ob, R * E);
     }
 
-    /* ---- output rows only. */
-    if (n_out == 0)
-        return KN_OK;
-    for (int64_t j = 0; j < n_out; j++) {
-        const float *xr = f->x + (compacted ? j : out_rows[j]) * E;
-        kern_rmsnorm(f->h + j * E, E, xr, E, m->output_norm, 1, E, hp->norm_eps);
+    /* ---- output rows only, on the last layer's backend. */
+    struct kern_stream *s = P->s;
+    if (n_out > 0) {
+        bool in_order = compacted; /* rows 0..n_out-1 of xb are the output rows */
+        if (!in_order) {
+            in_order = true;
+            for (int64_t j = 0; j < n_out && in_order; j++)
+                in_order = out_rows[j] == j;
+        }
+        if (in_order) {
+            s->ops->rmsnorm(s, P->h, xb, m->d_output_norm, n_out, E, hp->norm_eps);
+        } else {
+            s->ops->gather(s, P->h, xb, out_rows, n_out, E);
+            s->ops->rmsnorm(s, P->h, P->h, m->d_output_norm, n_out, E, hp->norm_eps);
+        }
+        s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
-    matmul1(f, &m->output, f->h, n_out, logits);
-    if (m->output_b)
-        add_bias(logits, m->output_b, n_out, hp->n_vocab);
-    return KN_OK;
+    return s->ops->end(s, err);
 }

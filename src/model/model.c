@@ -385,10 +385,104 @@ static enum kn_status init_weight(struct kern_weight *w, const struct gguf_tenso
     return st;
 }
 
+/* ---------------------------------------------------------------- placement */
+
+/* One tensor of a layer as a backend buffer: a weight matrix or a vector of n floats. */
+struct layer_tensor {
+    struct kern_buf **dst;
+    const struct kern_weight *w;
+    const float *v;
+    int64_t n;
+};
+
+enum { LAYER_TENSORS = 17 }; /* the members of struct model_layer_bufs */
+static_assert(sizeof(struct model_layer_bufs) == LAYER_TENSORS * sizeof(struct kern_buf *),
+              "layer_tensors lists every buffer of a layer");
+
+/* Every tensor of layer L (vectors that are NULL included); returns the count. */
+static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
+                         struct layer_tensor out[LAYER_TENSORS])
+{
+    const int64_t E = hp->n_embd, D = hp->head_dim_k;
+    const int64_t QD = hp->n_head * D, KD = hp->n_head_kv * D;
+    struct model_layer_bufs *d = &L->d;
+    const struct layer_tensor t[LAYER_TENSORS] = {
+        {&d->wq, &L->wq, NULL, 0},           {&d->wk, &L->wk, NULL, 0},
+        {&d->wv, &L->wv, NULL, 0},           {&d->wo, &L->wo, NULL, 0},
+        {&d->ffn_gate, &L->ffn_gate, NULL, 0}, {&d->ffn_up, &L->ffn_up, NULL, 0},
+        {&d->ffn_down, &L->ffn_down, NULL, 0},
+        {&d->attn_norm, NULL, L->attn_norm, E}, {&d->ffn_norm, NULL, L->ffn_norm, E},
+        {&d->attn_q_norm, NULL, L->attn_q_norm, D}, {&d->attn_k_norm, NULL, L->attn_k_norm, D},
+        {&d->post_attn_norm, NULL, L->post_attn_norm, E},
+        {&d->post_ffn_norm, NULL, L->post_ffn_norm, E},
+        {&d->bq, NULL, L->bq, QD}, {&d->bk, NULL, L->bk, KD}, {&d->bv, NULL, L->bv, KD},
+        {&d->bo, NULL, L->bo, E},
+    };
+    memcpy(out, t, sizeof t);
+    return LAYER_TENSORS;
+}
+
+/* Hands every tensor to the backend that runs it: weights are uploaded once, here. */
+static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    char name[64];
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
+        struct layer_tensor t[LAYER_TENSORS];
+        int n = layer_tensors(hp, L, t);
+        for (int i = 0; i < n; i++) {
+            if (t[i].w)
+                *t[i].dst = L->be->ops->upload_weight(L->be, t[i].w, err);
+            else if (t[i].v)
+                *t[i].dst = L->be->ops->upload(L->be, t[i].v, t[i].n, err);
+            else
+                continue;
+            if (!*t[i].dst) {
+                snprintf(name, sizeof name, "layer %lld on %s", (long long)il, L->be->name);
+                kn_err_prefix(err, name);
+                return err ? err->status : KN_E_NOMEM;
+            }
+        }
+    }
+    struct kern_backend *first = m->layers[0].be, *last = m->layers[hp->n_layer - 1].be;
+    m->tok_embd_rows = (struct kern_weight){
+        .type = (enum quant_type)m->tok_embd_type, .N = hp->n_vocab, .K = hp->n_embd,
+        .data = m->tok_embd, .row_bytes = m->tok_embd_row_bytes,
+    };
+    if (!(m->d_tok_embd = first->ops->upload_rows(first, &m->tok_embd_rows, err)) ||
+        !(m->d_output = last->ops->upload_weight(last, &m->output, err)) ||
+        !(m->d_output_norm = last->ops->upload(last, m->output_norm, hp->n_embd, err)) ||
+        (m->output_b && !(m->d_output_b = last->ops->upload(last, m->output_b, hp->n_vocab, err)))) {
+        kn_err_prefix(err, "embedding or output head");
+        return err ? err->status : KN_E_NOMEM;
+    }
+    return KN_OK;
+}
+
+static void free_tensors(struct model *m)
+{
+    if (m->layers)
+        for (int64_t il = 0; il < m->hp.n_layer; il++) {
+            struct layer_tensor t[LAYER_TENSORS];
+            int n = layer_tensors(&m->hp, &m->layers[il], t);
+            for (int i = 0; i < n; i++) {
+                kern_buf_free(*t[i].dst);
+                *t[i].dst = NULL;
+            }
+        }
+    kern_buf_free(m->d_tok_embd);
+    kern_buf_free(m->d_output);
+    kern_buf_free(m->d_output_norm);
+    kern_buf_free(m->d_output_b);
+}
+
 void model_close(struct model *m)
 {
     if (!m)
         return;
+    free_tensors(m);
     if (m->layers) {
         for (int64_t il = 0; il < m->hp.n_layer; il++) {
             struct model_layer *L = &m->layers[il];
@@ -414,6 +508,12 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
 {
     *out = NULL;
     bool repack = opts ? opts->repack : true;
+    struct kern_backend *dev = opts ? opts->device : NULL;
+    int64_t n_dev = dev ? opts->device_layers : 0;
+    if (n_dev < 0) {
+        gguf_close(g);
+        return kn_fail(err, KN_E_ARG, "device layers %lld must not be negative", (long long)n_dev);
+    }
     struct model_hparams hp;
     struct layer_plan *plan = NULL;
     struct model *m = NULL;
@@ -487,6 +587,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     m->gguf = g;
     g = NULL;
     m->hp = hp;
+    m->dev = n_dev > 0 ? dev : NULL;
+    m->n_dev_layers = n_dev > hp.n_layer ? hp.n_layer : n_dev;
     m->path = kn_strdup(path ? path : "", err);
     m->vecs = kn_malloc(n_vec * sizeof(float), err);
     m->layers = kn_calloc((size_t)hp.n_layer, sizeof *m->layers, err);
@@ -532,7 +634,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
                     {&L->ffn_down, LT_DOWN}};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            st = init_weight(mats[i].w, t[mats[i].slot], repack, err);
+            /* The CPU's repacked copy only where the CPU runs the layer. */
+            st = init_weight(mats[i].w, t[mats[i].slot], repack && il >= m->n_dev_layers, err);
             if (st != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)t[mats[i].slot]->size;
@@ -540,10 +643,13 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     }
 #undef VEC
     m->output_tied = t_out == NULL;
-    st = init_weight(&m->output, t_out ? t_out : t_embd, repack, err);
+    st = init_weight(&m->output, t_out ? t_out : t_embd, repack && m->n_dev_layers < hp.n_layer, err);
     if (st != KN_OK)
         goto fail;
     m->weight_bytes += (size_t)t_embd->size + (t_out ? (size_t)t_out->size : 0);
+    st = upload_tensors(m, err);
+    if (st != KN_OK)
+        goto fail;
     free(plan);
     *out = m;
     return KN_OK;
@@ -595,30 +701,42 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
         !kn_mul_size(per_layer, (size_t)hp->n_layer, &total))
         return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
     kv->bytes = total;
-    kv->k = kn_calloc((size_t)hp->n_layer, sizeof(void *), err);
-    kv->v = kn_calloc((size_t)hp->n_layer, sizeof(void *), err);
-    kv->storage = kn_aligned_alloc(total, err);
-    if (!kv->k || !kv->v || !kv->storage) {
+    const size_t n = (size_t)hp->n_layer;
+    kv->k = kn_calloc(n, sizeof(void *), err);
+    kv->v = kn_calloc(n, sizeof(void *), err);
+    kv->kb = kn_calloc(n, sizeof(struct kern_buf *), err);
+    kv->vb = kn_calloc(n, sizeof(struct kern_buf *), err);
+    if (!kv->k || !kv->v || !kv->kb || !kv->vb) {
         model_kv_free(kv);
-        return kn_fail(err, KN_E_NOMEM, "cannot allocate the KV cache (%zu MiB for context %lld); use a smaller --ctx-size",
-                       total >> 20, (long long)n_ctx);
+        return KN_E_NOMEM;
     }
-    /* Not cleared: a query only reads slots its own sequence wrote (positions up to its
-     * own), and untouched pages of a large cache then cost no memory. */
-    uint8_t *p = kv->storage;
+    /* Each layer's cache on the backend that runs the layer. Not cleared: a query only
+     * reads slots its own sequence wrote (positions up to its own), and untouched pages
+     * of a large cache then cost no memory. */
     for (int64_t il = 0; il < hp->n_layer; il++) {
-        kv->k[il] = p;
-        p += kv->k_row_bytes * (size_t)n_ctx;
-        kv->v[il] = p;
-        p += kv->v_row_bytes * (size_t)n_ctx;
+        struct kern_backend *be = m->layers[il].be;
+        kv->kb[il] = be->ops->alloc(be, kv->k_row_bytes * (size_t)n_ctx, false, err);
+        kv->vb[il] = kv->kb[il] ? be->ops->alloc(be, kv->v_row_bytes * (size_t)n_ctx, false, err) : NULL;
+        if (!kv->vb[il]) {
+            model_kv_free(kv);
+            return kn_fail(err, KN_E_NOMEM, "cannot allocate the KV cache (%zu MiB for context %lld); use a smaller --ctx-size",
+                           total >> 20, (long long)n_ctx);
+        }
+        kv->k[il] = kv->kb[il]->host;
+        kv->v[il] = kv->vb[il]->host;
     }
     return KN_OK;
 }
 
 void model_kv_free(struct model_kv *kv)
 {
+    for (int64_t il = 0; il < kv->n_layer; il++) {
+        kern_buf_free(kv->kb ? kv->kb[il] : NULL);
+        kern_buf_free(kv->vb ? kv->vb[il] : NULL);
+    }
     free(kv->k);
     free(kv->v);
-    free(kv->storage);
+    free(kv->kb);
+    free(kv->vb);
     memset(kv, 0, sizeof *kv);
 }

@@ -15,6 +15,7 @@
 
 #include "../base/base.h"
 #include "../gguf/gguf.h"
+#include "../kernels/backend.h"
 #include "../kernels/kernels.h"
 
 enum model_arch {
@@ -73,6 +74,15 @@ struct model_hparams {
     float embd_scale;      /* gemma3: sqrtf(n_embd) in f32; else 1 */
 };
 
+/* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded
+ * once by model_open, freed by model_close. NULL where the host pointer is NULL. */
+struct model_layer_bufs {
+    struct kern_buf *wq, *wk, *wv, *wo, *ffn_gate, *ffn_up, *ffn_down;
+    struct kern_buf *attn_norm, *ffn_norm, *attn_q_norm, *attn_k_norm;
+    struct kern_buf *post_attn_norm, *post_ffn_norm;
+    struct kern_buf *bq, *bk, *bv, *bo;
+};
+
 /* A weight vector (norm gain, bias) as f32, owned by the model. */
 struct model_layer {
     struct kern_weight wq, wk, wv, wo;          /* wq: (n_head*hd_k, n_embd) ... */
@@ -81,6 +91,8 @@ struct model_layer {
     const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3 */
     const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma3 */
     const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
+    struct kern_backend *be;                    /* the backend that runs the layer */
+    struct model_layer_bufs d;                  /* the tensors on be */
 };
 
 struct model {
@@ -99,10 +111,20 @@ struct model {
     struct model_layer *layers;       /* n_layer */
     float *vecs;                      /* the storage behind every const float * above */
     size_t weight_bytes;              /* bytes of all weight tensors in the file */
+    /* Placement: layers 0..n_dev_layers-1 run on dev, the rest on the CPU backend; the
+     * embedding runs on layer 0's backend, the output head on the last layer's. */
+    struct kern_backend *dev;         /* NULL: everything on the CPU */
+    int64_t n_dev_layers;
+    struct kern_weight tok_embd_rows; /* token_embd described for upload_rows */
+    struct kern_buf *d_tok_embd, *d_output, *d_output_norm, *d_output_b; /* on their backends */
 };
 
 struct model_load_opts {
     bool repack; /* let the kernels build SIMD-friendly copies of the weights */
+    /* A device backend (kernels/backend.h) for the first device_layers layers (--gpu-layers;
+     * more than n_layer means all); NULL or 0 layers: the CPU runs everything. */
+    struct kern_backend *device;
+    int64_t device_layers;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */
@@ -131,14 +153,17 @@ bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
 
 /* Keys and values of one sequence, slot = position, head-major: layer l keeps
  * k[l]: (n_head_kv, n_ctx, head_dim_k), v[l]: (n_head_kv, n_ctx, head_dim_v), so one
- * head's rows are contiguous for attention. k_row_bytes: one position, all heads. */
+ * head's rows are contiguous for attention. k_row_bytes: one position, all heads.
+ * Layer l's buffers kb[l], vb[l] live on the backend that runs layer l; k[l], v[l] are
+ * their host addresses (NULL for a layer on a device: host code such as the prompt cache
+ * then has to copy through the backend; planned with the GPU backends, issue 18). */
 struct model_kv {
     enum model_kv_type type;
     int64_t n_ctx;
     int64_t n_layer;
     size_t k_row_bytes, v_row_bytes;
-    void **k, **v;     /* per layer */
-    void *storage;     /* one allocation behind every layer */
+    void **k, **v;                /* per layer, host addresses or NULL */
+    struct kern_buf **kb, **vb;   /* per layer */
     size_t bytes;
 };
 

@@ -206,6 +206,10 @@ static int read_prompt(struct srv *s, const struct json_value *body, struct srv_
     if (json_is(p, JSON_ARRAY) && json_len(p) == 1 && json_is(json_at(p, 0), JSON_STRING))
         p = json_at(p, 0); /* ["text"]: one prompt */
     if (json_is(p, JSON_STRING)) {
+        /* As for messages: a receipt's input must re-tokenize to its prompt, and the
+         * verifier refuses text with a NUL byte (docs/receipts.md). */
+        if (memchr(p->u.string.s, 0, p->u.string.len))
+            return BAD(e, "prompt", "'prompt' contains a NUL character");
         r->prompt_text = dup_n(p->u.string.s, p->u.string.len);
         r->prompt_len = p->u.string.len;
         if (!r->prompt_text)

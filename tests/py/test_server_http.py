@@ -196,6 +196,8 @@ HOSTILE = [
     ("missing prompt", "POST", "/v1/completions", {"max_tokens": 3}, None, 400, ["'prompt' is required"]),
     ("several prompts", "POST", "/v1/completions", {"prompt": ["a", "b"]}, None, 400, ["only one prompt"]),
     ("bad token id", "POST", "/v1/completions", {"prompt": [1, 99999]}, None, 400, ["token id"]),
+    ("NUL in prompt", "POST", "/v1/completions", {"prompt": "Hi\u0000 and a bomb"}, None, 400, ["'prompt' contains a NUL character"]),
+    ("NUL in message", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi\u0000 x"}]}, None, 400, ["messages[0].content contains a NUL character"]),
     ("prompt too long", "POST", "/v1/completions", {"prompt": "x" * 400}, None, 400, ["401 tokens", "holds 256"]),
     ("receipt unavailable", "POST", "/v1/completions", {"prompt": "a", "receipt": True}, None, 400, ["receipt"]),
     ("logit_bias range", "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"99999": 10}}, None, 400, ["logit_bias"]),

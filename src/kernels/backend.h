@@ -1,0 +1,216 @@
+/* backend.h: the device seam. The forward pass (src/model/forward.c) reaches the kernels
+ * only through this interface; the CPU kernels (backend_cpu.c) are its first
+ * implementation, a GPU backend (Vulkan, CUDA: issues 18 and 19) implements the same table.
+ *
+ * Level. One call per op per layer over buffers the backend owns (activations, KV caches,
+ * uploaded weights), never a call per row or per scalar loop: RMSNorm over T rows, up to
+ * four products sharing an input, attention over every sequence of the batch, ... A
+ * forward pass is one pass on each backend it uses: begin, the ops in order, end. A GPU
+ * backend records the ops of a pass into one command buffer and submits it at end; the
+ * CPU backend runs each op when called (begin and end do nothing).
+ *
+ * Objects.
+ *   struct kern_backend  an open device (a static singleton for the CPU): the op table,
+ *                        its name and the numerics class it computes.
+ *   struct kern_buf      memory of one backend: model data uploaded once (weights,
+ *                        vectors, the embedding table), activations, a KV cache layer.
+ *   struct kern_stream   what one forward context needs on the backend: scratch for
+ *                        quantized activations, the thread pool (CPU), a command buffer
+ *                        and descriptor pools (GPU). One pass at a time per stream;
+ *                        streams that share a CPU thread pool must not run passes at
+ *                        the same time (kern_pool_run is not reentrant).
+ *
+ * Who owns what memory.
+ *   - Weights: the model owns the file's map and its struct kern_weight (with the CPU's
+ *     repacked copy); upload_weight gives the backend's copy (a GPU repacks for itself).
+ *     The CPU backend copies nothing: its buffer refers to the kern_weight. The host data
+ *     must outlive the buffer either way.
+ *   - Vectors (norm gains, biases) and the embedding table: upload / upload_rows; the
+ *     CPU refers to the host memory, a device copies it.
+ *   - Activations and KV caches: alloc; owned by whoever allocated them (model_fwd,
+ *     model_kv), freed with kern_buf_free. A buffer's host pointer is non-NULL only when
+ *     its bytes are addressable by the host (the CPU backend: always; a GPU: never); code
+ *     above the backend may touch host memory only through that pointer or to_host /
+ *     from_host.
+ *   - Host arrays an op takes (token ids, positions, row lists, the attention run list)
+ *     are read during the call: a backend that records copies what it needs.
+ *   - Logits are the one result that leaves a pass in host memory: op logits writes
+ *     (M, N) floats to caller memory, valid when end returns.
+ *
+ * Numerics. Every op computes the bits docs/numerics.md fixes for it (canonical-1): the
+ * portable references in src/kernels are the specification. A backend reports the class
+ * it meets with numerics(): KN_NUMERICS ("canonical-1") when its results equal the CPU
+ * reference bit for bit (a GPU decides this with a self-test at start-up: its own probes
+ * of fused fma, denormals kept, correctly rounded division and sqrt, then
+ * kern_backend_check below, every op against the CPU on crafted inputs), otherwise its
+ * own class string (e.g. "vulkan-<gpu>-<driver>"), which
+ * then goes into receipts. A backend that meets canonical-1 can run any subset of the
+ * layers (--gpu-layers) without changing a bit; results never depend on the batch size,
+ * a row's place in the batch, the chunking of a prompt or the thread count.
+ *
+ * What a backend implements: every member of struct kern_backend_ops (none is optional).
+ * Shapes: T tokens of the batch, n elements of a row, H query heads, Hkv key/value heads,
+ * D head dimension; buffers hold f32 rows with stride n (row t at element t * n) unless
+ * stated. Outputs may alias inputs only where "in place" is said. */
+#ifndef KN_KERNELS_BACKEND_H
+#define KN_KERNELS_BACKEND_H
+
+#include "kernels.h"
+#include "ops.h"
+
+struct kern_backend;
+
+/* Memory of one backend. Made by the backend's alloc/upload calls; the fields are for
+ * the backend that made it, except host (see above) and bytes. */
+struct kern_buf {
+    struct kern_backend *be;       /* the backend that made it (frees it) */
+    void *host;                    /* host address of the bytes, or NULL (device only) */
+    void *dev;                     /* the backend's own handle, or NULL */
+    size_t bytes;
+    const struct kern_weight *w;   /* upload_weight / upload_rows: the host description */
+};
+
+/* A forward context on one backend. Backends embed it as their stream's first member. */
+struct kern_stream {
+    struct kern_backend *be;
+    const struct kern_backend_ops *ops;
+};
+
+/* What a stream must be able to run: the largest batch and the model's widths. */
+struct kern_stream_shape {
+    int64_t max_tokens;   /* T per pass */
+    int64_t n_embd, n_ff; /* E, F */
+    int64_t n_head, n_head_kv, head_dim;
+};
+
+/* The products' gated activations: y = act(g) * u. */
+enum kern_glu { KERN_GLU_SWIGLU = 0, KERN_GLU_GEGLU = 1 };
+
+/* One run of batch tokens sharing a KV cache (one sequence), for one layer. */
+struct kern_kv_run {
+    int64_t t0, n;             /* tokens t0 .. t0 + n - 1 of the batch */
+    struct kern_buf *k, *v;    /* the layer's cache, head-major (Hkv, n_ctx, D) */
+    int64_t n_ctx;
+    int64_t n_kv;              /* 1 + the largest position of the run's tokens */
+};
+
+/* Storing a batch's keys and values, and attention over the caches (ops.h "attention";
+ * docs/numerics.md "Attention"). */
+struct kern_attn_batch {
+    struct kern_buf *q;             /* (T, H*D), RoPE applied and scaled */
+    struct kern_buf *k_new, *v_new; /* (T, Hkv*D) this batch's keys and values */
+    struct kern_buf *out;           /* (T, H*D) */
+    const int32_t *pos;             /* (T) host: each token's position = its cache slot */
+    int64_t n_tok;                  /* T */
+    const struct kern_kv_run *runs; /* host, in batch order, covering 0..T-1 */
+    int64_t n_runs;
+    uint32_t kv_type;               /* QT_F32 or QT_F16 */
+    int32_t n_head, n_head_kv, head_dim;
+    float scale;                    /* score = canonical_dot(q, k) * scale */
+    int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
+};
+
+struct kern_backend_ops {
+    /* ---- the device */
+    /* The numerics class this backend computes: KN_NUMERICS or its own (see above). */
+    const char *(*numerics)(const struct kern_backend *be);
+
+    /* ---- memory (outside a pass). NULL and err set on failure. */
+    /* bytes of activations or cache; zero: cleared, else the contents are undefined
+     * (a large KV cache then costs no memory until written). */
+    struct kern_buf *(*alloc)(struct kern_backend *be, size_t bytes, bool zero,
+                              struct kn_err *err);
+    /* Read-only model floats (n of them), valid as long as the buffer lives. */
+    struct kern_buf *(*upload)(struct kern_backend *be, const float *host, int64_t n,
+                               struct kn_err *err);
+    /* A weight matrix for matmul/logits (w initialised by kern_weight_init). */
+    struct kern_buf *(*upload_weight)(struct kern_backend *be, const struct kern_weight *w,
+                                      struct kn_err *err);
+    /* A table read by rows (the embedding): w->N rows of w->K elements of w->type, any
+     * type quant_dequantize_row reads (w need not come from kern_weight_init). */
+    struct kern_buf *(*upload_rows)(struct kern_backend *be, const struct kern_weight *w,
+                                    struct kn_err *err);
+    void (*free)(struct kern_backend *be, struct kern_buf *b);
+
+    /* ---- streams */
+    struct kern_stream *(*stream_create)(struct kern_backend *be,
+                                         const struct kern_stream_shape *shape,
+                                         struct kern_pool *pool, struct kn_err *err);
+    void (*stream_free)(struct kern_stream *s);
+    /* A pass: begin, ops, end. end submits (GPU), waits, and reports a device error. */
+    void (*begin)(struct kern_stream *s);
+    enum kn_status (*end)(struct kern_stream *s, struct kn_err *err);
+
+    /* ---- ops (inside a pass, in order; T <= the stream's max_tokens) */
+    /* x (T, E) = rows tokens[t] of table, times scale (exactly x * scale; 1: none). */
+    void (*embed)(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *table,
+                  const int32_t *tokens, int64_t T, float scale);
+    /* The RoPE sin/cos table (T, n_rot) of positions pos (kern_rope_table). */
+    void (*rope_table)(struct kern_stream *s, struct kern_buf *tab, const struct kern_rope *rope,
+                       const int32_t *pos, int64_t T);
+    /* Rotates x (T, H, D) in place by tab (kern_rope). */
+    void (*rope)(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *tab,
+                 const struct kern_rope *rope, int64_t T, int64_t H, int64_t D);
+    /* y (rows, n) = rmsnorm(x) * w (w NULL: no gain); in place allowed. */
+    void (*rmsnorm)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                    const struct kern_buf *w, int64_t rows, int64_t n, float eps);
+    /* y_i (M, w_i->N) = x (M, K) . w_i^T for i < n (1..4 weights with the same K). */
+    void (*matmul)(struct kern_stream *s, int n, const struct kern_buf *const *w,
+                   const struct kern_buf *x, int64_t M, struct kern_buf *const *y);
+    /* y (M, n) += b (n) on every row. */
+    void (*add_rows)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *b,
+                     int64_t M, int64_t n);
+    /* y (n) += a (n). */
+    void (*add)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *a, int64_t n);
+    /* y (n) *= v. */
+    void (*scale)(struct kern_stream *s, struct kern_buf *y, float v, int64_t n);
+    /* g (n) = act(g) * u. */
+    void (*glu)(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
+                const struct kern_buf *u, int64_t n);
+    /* dst row j (n) = src row rows[j] for j < n_rows (dst and src distinct). */
+    void (*gather)(struct kern_stream *s, struct kern_buf *dst, const struct kern_buf *src,
+                   const int64_t *rows, int64_t n_rows, int64_t n);
+    /* Writes k_new, v_new row t into its run's cache at slot pos[t] (kern_kv_store). */
+    void (*kv_store)(struct kern_stream *s, const struct kern_attn_batch *b);
+    /* out = attention of q over each run's cache (slots 0..n_kv-1, stored before). */
+    void (*attention)(struct kern_stream *s, const struct kern_attn_batch *b);
+    /* logits (M, w->N) in host memory = x (M, K) . w^T (+ bias b (w->N) if non-NULL);
+     * valid when end returns. */
+    void (*logits)(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
+                   const struct kern_buf *x, int64_t M, float *logits);
+    /* Copies bytes between a buffer (from byte off) and host memory: to_host's dst is
+     * valid when end returns; from_host reads src during the call. For the hand-over of
+     * the residual stream between backends (--gpu-layers). */
+    void (*to_host)(struct kern_stream *s, const struct kern_buf *b, size_t off, void *dst,
+                    size_t bytes);
+    void (*from_host)(struct kern_stream *s, struct kern_buf *b, size_t off, const void *src,
+                      size_t bytes);
+};
+
+struct kern_backend {
+    const struct kern_backend_ops *ops;
+    const char *name; /* "cpu", later "vulkan:0", "cuda:0" */
+};
+
+/* The CPU backend: the kernels of the active ISA (isa.h) on the stream's thread pool. */
+struct kern_backend *kern_backend_cpu(void);
+
+/* Conformance to canonical-1, op by op (backend_check.c): runs every op of be and of the
+ * CPU backend on the same crafted inputs (seeded values with negative zeros, denormals
+ * and large magnitudes mixed in; every weight type; embedding tables; both RoPE modes with
+ * YaRN; f32 and f16 caches; causal and windowed attention over two sequences and across
+ * two passes) and compares every output byte. KN_OK: be gave the CPU's bits on all of
+ * them; KN_E_MISMATCH with err naming the first op and byte that differ. A device's
+ * start-up self-test (numerics()) runs this after its own probes of fused fma, denormals,
+ * division and sqrt. Takes milliseconds on the CPU. */
+KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
+                                              struct kn_err *err);
+
+/* Frees b through its backend; NULL is allowed. */
+static inline void kern_buf_free(struct kern_buf *b)
+{
+    if (b)
+        b->be->ops->free(b->be, b);
+}
+
+#endif

@@ -1,0 +1,438 @@
+/* backend_cpu.c: the CPU backend of the device seam (backend.h): every op runs at once on
+ * the calling thread and the stream's pool with the kernels of the active ISA. Buffers are
+ * host memory; model data is referred to, not copied (weights keep their repacked copy
+ * from kern_weight_init). */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_stream {
+    struct kern_stream base;
+    struct kern_pool *pool;
+    int64_t max_tokens;
+    void *act_scratch[3];          /* per activation kind, for the largest K and T */
+    struct kern_attn_args *runs;   /* (T) one attention call per run */
+    int64_t *run_first;            /* (T + 1) first (query, head) item of each run */
+    void *block;                   /* the allocation behind act_scratch */
+};
+
+static float *F(const struct kern_buf *b)
+{
+    return (float *)b->host;
+}
+
+/* ================================================================ memory */
+
+static const char *cpu_numerics(const struct kern_backend *be)
+{
+    (void)be;
+    return KN_NUMERICS;
+}
+
+static struct kern_buf *buf_new(struct kern_backend *be, void *host, size_t bytes,
+                                const struct kern_weight *w, struct kn_err *err)
+{
+    struct kern_buf *b = kn_malloc(sizeof *b, err);
+    if (b)
+        *b = (struct kern_buf){.be = be, .host = host, .bytes = bytes, .w = w};
+    return b;
+}
+
+static struct kern_buf *cpu_alloc(struct kern_backend *be, size_t bytes, bool zero,
+                                  struct kn_err *err)
+{
+    void *p = kn_aligned_alloc(bytes ? bytes : 64, err);
+    if (!p)
+        return NULL;
+    if (zero)
+        memset(p, 0, bytes);
+    /* dev marks the memory as owned (freed with the buffer). */
+    struct kern_buf *b = buf_new(be, p, bytes, NULL, err);
+    if (!b)
+        free(p);
+    else
+        b->dev = p;
+    return b;
+}
+
+static struct kern_buf *cpu_upload(struct kern_backend *be, const float *host, int64_t n,
+                                   struct kn_err *err)
+{
+    return buf_new(be, (void *)host, (size_t)n * sizeof(float), NULL, err);
+}
+
+static struct kern_buf *cpu_upload_weight(struct kern_backend *be, const struct kern_weight *w,
+                                          struct kn_err *err)
+{
+    return buf_new(be, (void *)w->data, (size_t)w->N * w->row_bytes, w, err);
+}
+
+static struct kern_buf *cpu_upload_rows(struct kern_backend *be, const struct kern_weight *w,
+                                        struct kn_err *err)
+{
+    if (!quant_can_dequantize(w->type)) {
+        kn_fail(err, KN_E_UNSUPPORTED, "rows of type %s cannot be read", quant_type_name(w->type));
+        return NULL;
+    }
+    return buf_new(be, (void *)w->data, (size_t)w->N * w->row_bytes, w, err);
+}
+
+static void cpu_free(struct kern_backend *be, struct kern_buf *b)
+{
+    (void)be;
+    free(b->dev);
+    free(b);
+}
+
+/* ================================================================ streams */
+
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+static void cpu_stream_free(struct kern_stream *s)
+{
+    struct cpu_stream *c = (struct cpu_stream *)s;
+    if (!c)
+        return;
+    free(c->block);
+    free(c->runs);
+    free(c->run_first);
+    free(c);
+}
+
+static struct kern_stream *cpu_stream_create(struct kern_backend *be,
+                                             const struct kern_stream_shape *sh,
+                                             struct kern_pool *pool, struct kn_err *err)
+{
+    /* Attention's shape rules, checked once (positions are checked per batch above). */
+    struct kern_attn_args probe = {
+        .q_stride = sh->n_head * sh->head_dim, .out_stride = sh->n_head * sh->head_dim,
+        .k_stride = sh->head_dim, .v_stride = sh->head_dim, .kv_type = QT_F32,
+        .k_head_stride = sh->head_dim, .v_head_stride = sh->head_dim, /* head-major */
+        .n_head = (int32_t)sh->n_head, .n_head_kv = (int32_t)sh->n_head_kv,
+        .head_dim = (int32_t)sh->head_dim,
+    };
+    if (kern_attn_check(&probe, err) != KN_OK)
+        return NULL;
+    struct cpu_stream *c = kn_calloc(1, sizeof *c, err);
+    if (!c)
+        return NULL;
+    c->base = (struct kern_stream){be, be->ops};
+    c->pool = pool;
+    c->max_tokens = sh->max_tokens;
+    const size_t T = (size_t)sh->max_tokens;
+    /* Activation scratch: the largest K a product takes is max(E, F, H*D). */
+    int64_t ks[3] = {sh->n_embd, sh->n_ff, sh->n_head * sh->head_dim};
+    size_t act_bytes[3] = {0, 0, 0}, total = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        for (int i = 0; i < 3; i++) {
+            /* Quantized kinds need K to be a multiple of their block; weights with
+             * other K never use that kind (kern_weight_init checked the block size). */
+            int64_t blk = kind == KERN_ACT_Q8_K ? QK_K : kind == KERN_ACT_Q8_32 ? 32 : 1;
+            if (ks[i] % blk)
+                continue;
+            size_t b = kern_act_bytes((enum kern_act_kind)kind, sh->max_tokens, ks[i]);
+            if (b == SIZE_MAX) {
+                free(c);
+                kn_fail(err, KN_E_LIMIT, "activation scratch overflows for batch %lld",
+                        (long long)sh->max_tokens);
+                return NULL;
+            }
+            if (b > act_bytes[kind])
+                act_bytes[kind] = b;
+        }
+        total += align64(act_bytes[kind]);
+    }
+    c->block = kn_aligned_alloc(total ? total : 64, err);
+    c->runs = kn_malloc(T * sizeof *c->runs, err);
+    c->run_first = kn_malloc((T + 1) * sizeof *c->run_first, err);
+    if (!c->block || !c->runs || !c->run_first) {
+        cpu_stream_free(&c->base);
+        kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of scratch for batch %lld; use a smaller batch",
+                total >> 20, (long long)sh->max_tokens);
+        return NULL;
+    }
+    memset(c->block, 0, total);
+    uint8_t *p = c->block;
+    for (int kind = 0; kind < 3; kind++) {
+        c->act_scratch[kind] = act_bytes[kind] ? p : NULL;
+        p += align64(act_bytes[kind]);
+    }
+    return &c->base;
+}
+
+static void cpu_begin(struct kern_stream *s)
+{
+    (void)s;
+}
+
+static enum kn_status cpu_end(struct kern_stream *s, struct kn_err *err)
+{
+    (void)s;
+    (void)err;
+    return KN_OK;
+}
+
+/* ================================================================ ops */
+
+static void cpu_embed(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *table,
+                      const int32_t *tokens, int64_t T, float scale)
+{
+    (void)s;
+    const struct kern_weight *w = table->w;
+    const int64_t E = w->K;
+    for (int64_t t = 0; t < T; t++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)tokens[t] * w->row_bytes;
+        float *xt = F(x) + t * E;
+        /* upload_rows checked that one of the two reads the type */
+        if (!kern_row_to_f32(w->type, row, xt, E) && !quant_dequantize_row(w->type, row, xt, E))
+            memset(xt, 0, (size_t)E * sizeof(float)); /* unreachable: upload_rows checked */
+    }
+    if (scale != 1.0f)
+        kern_scale(F(x), F(x), scale, T * E);
+}
+
+static void cpu_rope_table(struct kern_stream *s, struct kern_buf *tab, const struct kern_rope *rope,
+                           const int32_t *pos, int64_t T)
+{
+    (void)s;
+    kern_rope_table(rope, pos, T, F(tab));
+}
+
+static void cpu_rope(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *tab,
+                     const struct kern_rope *rope, int64_t T, int64_t H, int64_t D)
+{
+    (void)s;
+    kern_rope(rope, F(x), H * D, T, H, D, F(tab));
+}
+
+static void cpu_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                        const struct kern_buf *w, int64_t rows, int64_t n, float eps)
+{
+    (void)s;
+    kern_rmsnorm(F(y), n, F(x), n, w ? F(w) : NULL, rows, n, eps);
+}
+
+/* Up to four products sharing one input x: (M, K), each prepared once per activation
+ * kind, computed in one pool job where every thread takes its rows of every product. */
+struct mm_job {
+    const struct kern_weight *w;
+    const struct kern_act *a;
+    float *y;
+};
+struct mm_task {
+    struct mm_job jobs[4];
+    int n;
+};
+
+static void mm_task_fn(void *ctx, int ith, int nth)
+{
+    const struct mm_task *t = ctx;
+    for (int j = 0; j < t->n; j++) {
+        const struct mm_job *jb = &t->jobs[j];
+        int64_t lo, hi;
+        kern_split(jb->w->N, KERN_ROW_ALIGN, ith, nth, &lo, &hi);
+        if (lo < hi)
+            kern_matmul_rows(jb->w, jb->a, jb->y, jb->w->N, lo, hi);
+    }
+}
+
+/* Shares of a product job: several per thread, so a thread slowed by other work on its
+ * core hands its remaining rows to the others (rows are computed the same anywhere). */
+static int mm_shares(const struct kern_pool *pool)
+{
+    int n = kern_pool_threads(pool);
+    return n == 1 ? 1 : 4 * n;
+}
+
+static void matmuls(struct cpu_stream *c, int n, const struct kern_weight *const *w,
+                    const float *x, int64_t M, float *const *y)
+{
+    struct kern_act acts[3];
+    bool ready[3] = {false, false, false};
+    struct mm_task task = {.n = n};
+    for (int i = 0; i < n; i++) {
+        enum kern_act_kind kind = kern_act_kind_for(w[i]->type);
+        if (!ready[kind]) {
+            kern_act_prepare(c->pool, kind, x, M, w[i]->K, c->act_scratch[kind], &acts[kind]);
+            ready[kind] = true;
+        }
+        task.jobs[i] = (struct mm_job){w[i], &acts[kind], y[i]};
+    }
+    kern_pool_run_shares(c->pool, mm_task_fn, &task, mm_shares(c->pool));
+}
+
+static void cpu_matmul(struct kern_stream *s, int n, const struct kern_buf *const *w,
+                       const struct kern_buf *x, int64_t M, struct kern_buf *const *y)
+{
+    const struct kern_weight *ws[4];
+    float *ys[4];
+    for (int i = 0; i < n; i++) {
+        ws[i] = w[i]->w;
+        ys[i] = F(y[i]);
+    }
+    matmuls((struct cpu_stream *)s, n, ws, F(x), M, ys);
+}
+
+static void cpu_add_rows(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *b,
+                         int64_t M, int64_t n)
+{
+    (void)s;
+    for (int64_t t = 0; t < M; t++)
+        kern_add(F(y) + t * n, F(y) + t * n, F(b), n);
+}
+
+static void cpu_add(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *a, int64_t n)
+{
+    (void)s;
+    kern_add(F(y), F(y), F(a), n);
+}
+
+static void cpu_scale(struct kern_stream *s, struct kern_buf *y, float v, int64_t n)
+{
+    (void)s;
+    kern_scale(F(y), F(y), v, n);
+}
+
+static void cpu_glu(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
+                    const struct kern_buf *u, int64_t n)
+{
+    (void)s;
+    if (kind == KERN_GLU_GEGLU)
+        kern_geglu(F(g), F(g), F(u), n);
+    else
+        kern_swiglu(F(g), F(g), F(u), n);
+}
+
+static void cpu_gather(struct kern_stream *s, struct kern_buf *dst, const struct kern_buf *src,
+                       const int64_t *rows, int64_t n_rows, int64_t n)
+{
+    (void)s;
+    for (int64_t j = 0; j < n_rows; j++)
+        memcpy(F(dst) + j * n, F(src) + rows[j] * n, (size_t)n * sizeof(float));
+}
+
+static void cpu_kv_store(struct kern_stream *s, const struct kern_attn_batch *b)
+{
+    (void)s;
+    /* Head-major caches: head g of position p at (g * n_ctx + p) * D. */
+    const int64_t D = b->head_dim, Hkv = b->n_head_kv, KD = Hkv * D;
+    const size_t elt = b->kv_type == QT_F16 ? 2 : 4;
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        uint8_t *k = run->k->host, *v = run->v->host;
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++)
+            for (int64_t g = 0; g < Hkv; g++) {
+                size_t off = ((size_t)g * (size_t)run->n_ctx + (size_t)b->pos[t]) * (size_t)D * elt;
+                /* the type is QT_F32 or QT_F16 (model_kv), which both store */
+                bool ok = kern_kv_store(b->kv_type, k + off, F(b->k_new) + t * KD + g * D, D);
+                ok &= kern_kv_store(b->kv_type, v + off, F(b->v_new) + t * KD + g * D, D);
+                (void)ok;
+            }
+    }
+}
+
+/* Attention over several runs (one KV cache each) in one pool job: the (query, head)
+ * items of all runs are numbered in batch order and threads take disjoint ranges. */
+struct attn_runs {
+    const struct kern_attn_args *runs;
+    const int64_t *first; /* (n_runs + 1) */
+    int64_t n_runs;
+};
+
+static void attn_runs_fn(void *ctx, int ith, int nth)
+{
+    const struct attn_runs *ar = ctx;
+    int64_t lo, hi;
+    kern_split(ar->first[ar->n_runs], 1, ith, nth, &lo, &hi);
+    for (int64_t r = 0; r < ar->n_runs && lo < hi; r++) {
+        int64_t a = ar->first[r], b = ar->first[r + 1];
+        if (b <= lo || a >= hi)
+            continue;
+        kern_attn(&ar->runs[r], (lo > a ? lo : a) - a, (hi < b ? hi : b) - a);
+    }
+}
+
+static void cpu_attention(struct kern_stream *s, const struct kern_attn_batch *b)
+{
+    struct cpu_stream *c = (struct cpu_stream *)s;
+    const int64_t H = b->n_head, D = b->head_dim, QD = H * D;
+    c->run_first[0] = 0;
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        c->runs[r] = (struct kern_attn_args){
+            .q = F(b->q) + run->t0 * QD, .q_stride = QD, .q_pos = b->pos + run->t0, .n_q = run->n,
+            .k = run->k->host, .v = run->v->host, .k_stride = D, .v_stride = D,
+            .k_head_stride = run->n_ctx * D, .v_head_stride = run->n_ctx * D,
+            .kv_type = b->kv_type, .n_kv = run->n_kv,
+            .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
+            .scale = b->scale, .window = b->window,
+            .out = F(b->out) + run->t0 * QD, .out_stride = QD,
+        };
+        c->run_first[r + 1] = c->run_first[r] + run->n * H;
+    }
+    struct attn_runs ar = {c->runs, c->run_first, b->n_runs};
+    kern_pool_run(c->pool, attn_runs_fn, &ar);
+}
+
+static void cpu_logits(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
+                       const struct kern_buf *x, int64_t M, float *logits)
+{
+    const struct kern_weight *ws = w->w;
+    matmuls((struct cpu_stream *)s, 1, &ws, F(x), M, &logits);
+    if (b)
+        for (int64_t t = 0; t < M; t++)
+            kern_add(logits + t * ws->N, logits + t * ws->N, F(b), ws->N);
+}
+
+static void cpu_to_host(struct kern_stream *s, const struct kern_buf *b, size_t off, void *dst,
+                        size_t bytes)
+{
+    (void)s;
+    memcpy(dst, (const uint8_t *)b->host + off, bytes);
+}
+
+static void cpu_from_host(struct kern_stream *s, struct kern_buf *b, size_t off, const void *src,
+                          size_t bytes)
+{
+    (void)s;
+    memcpy((uint8_t *)b->host + off, src, bytes);
+}
+
+static const struct kern_backend_ops cpu_ops = {
+    .numerics = cpu_numerics,
+    .alloc = cpu_alloc,
+    .upload = cpu_upload,
+    .upload_weight = cpu_upload_weight,
+    .upload_rows = cpu_upload_rows,
+    .free = cpu_free,
+    .stream_create = cpu_stream_create,
+    .stream_free = cpu_stream_free,
+    .begin = cpu_begin,
+    .end = cpu_end,
+    .embed = cpu_embed,
+    .rope_table = cpu_rope_table,
+    .rope = cpu_rope,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .add_rows = cpu_add_rows,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .glu = cpu_glu,
+    .gather = cpu_gather,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .logits = cpu_logits,
+    .to_host = cpu_to_host,
+    .from_host = cpu_from_host,
+};
+
+static struct kern_backend cpu_backend = {.ops = &cpu_ops, .name = "cpu"};
+
+struct kern_backend *kern_backend_cpu(void)
+{
+    return &cpu_backend;
+}
