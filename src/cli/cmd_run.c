@@ -260,6 +260,12 @@ static enum kn_status run_read_input(const struct run_opts *o, const char *promp
     char *text = NULL;
     size_t len = 0;
     enum kn_status st = cli_read_prompt(prompt_arg ? "-" : o->file, &text, &len, err);
+    /* The prompt's text goes into the receipt, whose verifier refuses a NUL byte (the
+     * renderer would stop there): refuse it here, as the server does. */
+    if (st == KN_OK && memchr(text, 0, len))
+        st = kn_fail(err, KN_E_ARG, "the prompt in %s holds a NUL byte at offset %zu; give text",
+                     prompt_arg || strcmp(o->file, "-") == 0 ? "standard input" : o->file,
+                     (size_t)((const char *)memchr(text, 0, len) - text));
     if (st == KN_OK && !kn_buf_add(&in->text, text, len))
         st = kn_fail(err, KN_E_NOMEM, "out of memory");
     free(text);

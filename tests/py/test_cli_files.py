@@ -88,3 +88,17 @@ def test_endless_standard_input_is_cut_at_the_limit(args):
     # ru_maxrss (KiB) of the largest child so far: bounded near twice the limit, not
     # growing with the input (ASan builds take more, still far below this).
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < (1 << 20), "unbounded read"
+
+
+def test_prompt_with_nul_byte_is_refused(tmp_path):
+    """The prompt goes into the receipt, whose verifier refuses a NUL byte (the renderer
+    would stop there and hide what follows): run refuses it up front, naming the offset."""
+    need_model()
+    p = tmp_path / "nul.txt"
+    p.write_bytes(b"Once\x00 upon a time")
+    r = kinetic("run", MODEL, "-f", str(p), "-n", "4")
+    assert r.returncode == 1, r
+    assert f"the prompt in {p} holds a NUL byte at offset 4" in r.stderr, r.stderr
+    r = subprocess.run([KINETIC, "run", MODEL, "-", "-n", "4"], input=b"Once\x00 upon",
+                       capture_output=True, timeout=30)
+    assert r.returncode == 1 and b"standard input holds a NUL byte" in r.stderr, r.stderr
