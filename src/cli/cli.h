@@ -50,6 +50,20 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
  * FIFO, a directory, /dev/zero, is refused without blocking), at most CLI_PROMPT_MAX_BYTES
  * (cli_prompt.c: what the largest context holds at 16 bytes a token, 16 MiB). *out:
  * malloc'd, NUL-terminated; *len: its length. */
+/* The session flags run, chat and serve share (--ctx-size, --threads, --batch-size,
+ * --kv-type): one range and one message each, from the session's and the kernels' limits.
+ * threads and batch of 0 stand for the session's default where a command allows it
+ * (zero_is_default). Prints "kinetic CMD: ..." and returns 2 on a bad value, else 0. */
+/* The help texts of those flags, built from the same constants (engine/session.h). */
+#define CLI_XSTR_(x) #x
+#define CLI_XSTR(x) CLI_XSTR_(x)
+#define CLI_HELP_THREADS "threads (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) ")"
+#define CLI_HELP_BATCH "prompt tokens per forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) "); never changes the output"
+#define CLI_HELP_CTX "context size in tokens (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))"
+#define CLI_HELP_KV "KV cache type: f32 or f16 (default " SESSION_KV_TYPE_DEFAULT ")"
+int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_t batch,
+                      const char *kv_type, bool zero_is_default);
+
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 
 /* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):

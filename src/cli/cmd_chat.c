@@ -107,7 +107,7 @@ int cmd_chat(int argc, char **argv)
 {
     int64_t ctx_size = 0, threads = session_default_threads(), batch = SESSION_BATCH_DEFAULT;
     bool no_zero_wait = false, no_draft = false;
-    const char *system = NULL, *sign_key = NULL, *kv_type = "f32", *chat_format = NULL;
+    const char *system = NULL, *sign_key = NULL, *kv_type = SESSION_KV_TYPE_DEFAULT, *chat_format = NULL;
     const char *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
@@ -115,10 +115,10 @@ int cmd_chat(int argc, char **argv)
     /* The sampling flags are those of `kinetic run`: both come from the settings table
      * (cli_sampling), -n/--n-predict limiting every answer. */
     const struct cli_opt own[] = {
-        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context size in tokens: the whole conversation must fit (default: min(model's, 4096))", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "threads (default: CPUs online, at most 16)", NULL},
-        {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
-        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type: f32 or f16 (default f32)", NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX "; the whole conversation must fit", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL},
         {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
@@ -143,14 +143,8 @@ int cmd_chat(int argc, char **argv)
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (threads < 1 || threads > 256 || batch < 1 || batch > 65536) {
-        fprintf(stderr, "kinetic chat: --threads must be in 1..256 and --batch-size in 1..65536\n");
-        return 2;
-    }
-    if (ctx_size < 0) {
-        fprintf(stderr, "kinetic chat: --ctx-size must not be negative\n");
-        return 2;
-    }
+    if ((rc = cli_check_session("chat", ctx_size, threads, batch, kv_type, false)) != 0)
+        return rc;
     if (strcmp(reasoning, "show") != 0 && strcmp(reasoning, "hide") != 0) {
         fprintf(stderr, "kinetic chat: --reasoning must be show or hide, not '%s'\n", reasoning);
         return 2;

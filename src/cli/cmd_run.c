@@ -407,15 +407,15 @@ int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {
         .ctx_size = 0, .threads = session_default_threads(), .batch = SESSION_BATCH_DEFAULT,
-        .device = "cpu", .kv_type = "f32", .cache_ram = 2048,
+        .device = "cpu", .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = 2048,
     };
     /* The sampling flags (--temp ... -s, -n) come from the settings table (cli_sampling). */
     const struct cli_opt own[] = {
-        {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", "context size in tokens (default: min(model's, 4096))", NULL},
-        {"threads", 't', CLI_INT, &o.threads, "N", "threads (default: CPUs online, at most 16)", NULL},
-        {"batch-size", 'b', CLI_INT, &o.batch, "N", "prompt tokens per forward pass (default 512); never changes the output", NULL},
+        {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", CLI_HELP_CTX, NULL},
+        {"threads", 't', CLI_INT, &o.threads, "N", CLI_HELP_THREADS, NULL},
+        {"batch-size", 'b', CLI_INT, &o.batch, "N", CLI_HELP_BATCH, NULL},
         {"device", 0, CLI_STR, &o.device, "DEV", "cpu (cuda and vulkan are not available in this build)", NULL},
-        {"kv-type", 0, CLI_STR, &o.kv_type, "T", "KV cache type: f32 or f16 (default f32)", NULL},
+        {"kv-type", 0, CLI_STR, &o.kv_type, "T", CLI_HELP_KV, NULL},
         {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
         {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
@@ -458,27 +458,8 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "kinetic run: unknown --device '%s' (cpu, cuda, vulkan)\n", o.device);
         return 2;
     }
-    if (o.threads < 1 || o.threads > 256) {
-        fprintf(stderr, "kinetic run: --threads must be in 1..256\n");
+    if (cli_check_session("run", o.ctx_size, o.threads, o.batch, o.kv_type, false) != 0)
         return 2;
-    }
-    if (o.batch < 1 || o.batch > 65536) {
-        fprintf(stderr, "kinetic run: --batch-size must be in 1..65536\n");
-        return 2;
-    }
-    if (o.ctx_size < 0) {
-        fprintf(stderr, "kinetic run: --ctx-size must not be negative\n");
-        return 2;
-    }
-    if (o.ctx_size > MODEL_MAX_CTX) {
-        fprintf(stderr, "kinetic run: --ctx-size must be at most %lld\n", (long long)MODEL_MAX_CTX);
-        return 2;
-    }
-    enum model_kv_type kv_type;
-    if (!model_kv_type_from_name(o.kv_type, &kv_type)) {
-        fprintf(stderr, "kinetic run: --kv-type must be f32 or f16\n");
-        return 2;
-    }
     enum chat_format forced_format = CHAT_FORMAT_RAW;
     if (o.chat_format && !chat_format_from_name(o.chat_format, &forced_format)) {
         fprintf(stderr, "kinetic run: unknown --chat-format '%s'\n", o.chat_format);

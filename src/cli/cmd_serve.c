@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "base/base.h"
 #include "base/json.h"
+#include "engine/session.h"
 #include "receipt/hashcache.h"
 #include "sample/sample.h"
 #include "server/server.h"
@@ -47,7 +48,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
-    const char *kv_type = "f32";
+    const char *kv_type = SESSION_KV_TYPE_DEFAULT;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
@@ -58,10 +59,10 @@ int cmd_serve(int argc, char **argv)
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
         {"port", 0, CLI_INT, &port, "N", "port (default 8080; 0 picks a free one)", NULL},
         {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4; -np N as in llama-server)", NULL},
-        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: the model's, at most 4096)", NULL},
-        {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default 512)", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "CPU threads (default: CPUs online, at most 16)", NULL},
-        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default f32)", NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))", NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
@@ -118,6 +119,8 @@ int cmd_serve(int argc, char **argv)
                 (long long)max_conn, (long long)max_conn_ip);
         return 2;
     }
+    if (cli_check_session("serve", ctx_size, threads, batch, kv_type, true) != 0)
+        return 2;
     if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH ||
         queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
         toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "engine/session.h"
+#include "kernels/kernels.h"
 #include "receipt/receipt.h"
 
 static const char *const verify_usage =
@@ -26,11 +28,11 @@ static const char *const verify_usage =
 int cmd_verify(int argc, char **argv)
 {
     const char *model = NULL, *device = NULL, *public_key = NULL;
-    int64_t threads = 2;
+    int64_t threads = session_default_threads();
     const struct cli_opt opts[] = {
         {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL},
         {"device", 0, CLI_STR, &device, "CLASS", "rerun on this device class, e.g. cpu-x86_64-scalar", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default 2; never changes its result)", NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) "; never changes its result)", NULL},
         {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
@@ -45,8 +47,8 @@ int cmd_verify(int argc, char **argv)
         fprintf(stderr, "kinetic verify-receipt: give a receipt file; see 'kinetic verify-receipt --help'\n");
         return RECEIPT_EXIT_USAGE;
     }
-    if (threads < 1 || threads > 256) {
-        fprintf(stderr, "kinetic verify-receipt: --threads must be in 1..256\n");
+    if (threads < 1 || threads > KERN_POOL_MAX_THREADS) {
+        fprintf(stderr, "kinetic verify-receipt: --threads must be in 1..%d\n", KERN_POOL_MAX_THREADS);
         return RECEIPT_EXIT_USAGE;
     }
     if (public_key && !receipt_key_hex_ok(public_key)) {

@@ -131,7 +131,7 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     s->o.stop = NULL; /* copied into s->stops */
     s->o.n_stop = 0;
     if (!s->o.kv_type)
-        s->o.kv_type = "f32";
+        s->o.kv_type = SESSION_KV_TYPE_DEFAULT;
     if (!s->o.threads)
         s->o.threads = session_default_threads();
     if (!s->o.batch)

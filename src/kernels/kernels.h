@@ -30,7 +30,10 @@ struct kern_pool;
  * workers are late), so it may use ith only to choose its part of the work. */
 typedef void (*kern_task_fn)(void *ctx, int ith, int nth);
 
-/* Creates a pool of n_threads threads in all (the caller counts as one; 1 <= n <= 256). */
+/* The most threads a pool has (every --threads flag's upper bound). */
+#define KERN_POOL_MAX_THREADS 256
+/* Creates a pool of n_threads threads in all (the caller counts as one;
+ * 1 <= n <= KERN_POOL_MAX_THREADS). */
 KN_MUST_USE enum kn_status kern_pool_create(int n_threads, struct kern_pool **out,
                                             struct kn_err *err);
 /* Stops and joins the workers; NULL is allowed. */

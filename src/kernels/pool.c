@@ -115,8 +115,9 @@ static void *worker_main(void *p)
 enum kn_status kern_pool_create(int n_threads, struct kern_pool **out, struct kn_err *err)
 {
     *out = NULL;
-    if (n_threads < 1 || n_threads > 256)
-        return kn_fail(err, KN_E_ARG, "--threads %d is out of range; use 1 to 256", n_threads);
+    if (n_threads < 1 || n_threads > KERN_POOL_MAX_THREADS)
+        return kn_fail(err, KN_E_ARG, "--threads %d is out of range; use 1 to %d", n_threads,
+                       KERN_POOL_MAX_THREADS);
     struct kern_pool *pool = kn_calloc(1, sizeof *pool, err);
     if (!pool)
         return KN_E_NOMEM;

@@ -157,3 +157,34 @@ def test_default_context_is_the_same(tmp_path):
            json.loads(rc.read_text())["device"]["settings"]["ctx-size"],
            js["receipt"]["device"]["settings"]["ctx-size"]}
     assert ctx == {128}
+
+
+SESSION_FLAG_CASES = [
+    (["--threads", "300"], "--threads must be between {lo} and 256, not 300"),
+    (["--batch-size", "70000"], "--batch-size must be between {lo} and 65536, not 70000"),
+    (["--ctx-size", "2000000"], "--ctx-size must be between 0 (the default: min(model's, 4096)) and 1048576, not 2000000"),
+    (["--ctx-size", "-1"], "--ctx-size must be between 0 (the default: min(model's, 4096)) and 1048576, not -1"),
+    (["--kv-type", "q9"], "--kv-type must be f32 or f16, not 'q9'"),
+]
+
+
+@pytest.mark.parametrize("cmd", ["run", "chat", "serve"])
+@pytest.mark.parametrize("args,message", SESSION_FLAG_CASES, ids=[c[0][0] + "=" + c[0][1] for c in SESSION_FLAG_CASES])
+def test_session_flags_one_range_and_message(cmd, args, message):
+    """--ctx-size, --threads, --batch-size and --kv-type are checked by one function
+    (cli_check_session) with the session's and the kernels' limits: the same range and
+    message in run, chat and serve (serve alone takes 0 for 'the default' threads and
+    batch), before any model is loaded."""
+    p = subprocess.run([KINETIC, cmd, AIDREAMS, *args], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    lo = 0 if cmd == "serve" else 1
+    assert p.returncode == 2, p
+    assert f"kinetic {cmd}: " + message.format(lo=lo) in p.stderr, p.stderr
+
+
+def test_session_flag_help_names_the_session_defaults():
+    """The help texts of the shared flags are built from the session's constants."""
+    for cmd in ("run", "chat", "serve"):
+        h = subprocess.run([KINETIC, cmd, "--help"], capture_output=True, text=True).stdout
+        assert "CPUs online, at most 16" in h and "(default 512)" in h and "4096" in h, (cmd, h)
+        assert "(default f32)" in h, (cmd, h)
