@@ -792,6 +792,20 @@ static int prove_text(const struct receipt *r, const struct tok *tk, const struc
 
 /* ================================================================ verify-receipt */
 
+/* Every id of a receipt's token list is one of the model's; the first that is not is
+ * reported as a malformed receipt. */
+static bool ids_in_vocab(FILE *out, const char *what, const int32_t *ids, int64_t n,
+                         int64_t n_vocab)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= n_vocab) {
+            fprintf(out, "receipt: %s token %lld (id %d) is outside the model's vocabulary of "
+                         "%lld\n", what, (long long)i, ids[i], (long long)n_vocab);
+            return false;
+        }
+    return true;
+}
+
 int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out)
 {
     struct kn_err err = {0};
@@ -957,28 +971,16 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     s_ok = true;
     const struct model *m = s.m;
     const struct tok *tk = s.tk;
-    for (int64_t i = 0; i < r.n_prompt; i++)
-        if (r.prompt_ids[i] >= m->hp.n_vocab) {
-            fprintf(out, "receipt: prompt token %lld (id %d) is outside the model's vocabulary of "
-                         "%lld\n", (long long)i, r.prompt_ids[i], (long long)m->hp.n_vocab);
-            rc = RECEIPT_EXIT_MALFORMED;
-            goto done;
-        }
-    for (int64_t i = 0; i < r.n_output; i++)
-        if (r.output_ids[i] >= m->hp.n_vocab) {
-            fprintf(out, "receipt: output token %lld (id %d) is outside the model's vocabulary of "
-                         "%lld\n", (long long)i, r.output_ids[i], (long long)m->hp.n_vocab);
-            rc = RECEIPT_EXIT_MALFORMED;
-            goto done;
-        }
-    for (int32_t i = 0; i < r.sampling.n_logit_bias; i++)
-        if (r.sampling.logit_bias[i].id >= m->hp.n_vocab) {
-            fprintf(out, "receipt: sampling.logit_bias names token %d, outside the model's "
-                         "vocabulary of %lld\n", r.sampling.logit_bias[i].id,
-                    (long long)m->hp.n_vocab);
-            rc = RECEIPT_EXIT_MALFORMED;
-            goto done;
-        }
+    if (!ids_in_vocab(out, "prompt", r.prompt_ids, r.n_prompt, m->hp.n_vocab) ||
+        !ids_in_vocab(out, "output", r.output_ids, r.n_output, m->hp.n_vocab)) {
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
+    }
+    if (sample_params_check_vocab(&r.sampling, m->hp.n_vocab, &err) != KN_OK) {
+        fprintf(out, "receipt: sampling.%s\n", err.msg);
+        rc = RECEIPT_EXIT_MALFORMED;
+        goto done;
+    }
     if (r.n_stop > TEXT_MAX_STOPS) {
         fprintf(out, "receipt: sampling.stop: %lld stop strings, at most %d\n", (long long)r.n_stop,
                 TEXT_MAX_STOPS);
