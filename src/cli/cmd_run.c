@@ -407,7 +407,7 @@ int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {
         .ctx_size = 0, .threads = session_default_threads(), .batch = SESSION_BATCH_DEFAULT,
-        .device = "cpu", .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = 2048,
+        .device = "cpu", .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = SESSION_CACHE_RAM_DEFAULT,
     };
     /* The sampling flags (--temp ... -s, -n) come from the settings table (cli_sampling). */
     const struct cli_opt own[] = {
@@ -432,7 +432,7 @@ int cmd_run(int argc, char **argv)
         {"no-draft", 0, CLI_FLAG, &o.no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL},
         {"draft-max", 0, CLI_INT, &o.draft_max, "N", "most draft tokens per verification pass (default 16)", NULL},
         {"prompt-cache", 0, CLI_STR, &o.prompt_cache, "FILE", "Warm Start: keep the prompt's KV entries in FILE and reuse the longest cached prefix next time", NULL},
-        {"cache-ram", 0, CLI_INT, &o.cache_ram, "MiB", "most memory (and file size) of the prompt cache (default 2048)", NULL},
+        {"cache-ram", 0, CLI_INT, &o.cache_ram, "MiB", "most memory (and file size) of the prompt cache (default " CLI_XSTR(SESSION_CACHE_RAM_DEFAULT) ")", NULL},
         {"no-warm-start", 0, CLI_FLAG, &o.no_warm_start, NULL, "turn the prompt cache off (never changes the output)", NULL},
         {"stop", 0, CLI_STRS, &o.stop, "TEXT", "stop after the text TEXT appears (repeatable; not printed)", NULL},
         {"reverse-prompt", 'r', CLI_STRS, &o.stop, "TEXT", "the same as --stop (llama.cpp's name)", NULL},
