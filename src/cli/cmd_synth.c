@@ -39,6 +39,8 @@ static void print_details(void)
            "  rope_base=X (default 10000) eps=X (default 1e-5, gemma3 1e-6) window=N (gemma3\n"
            "  sliding window, default 512) tied=0|1 (1: no output.weight, the embedding is reused)\n"
            "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
+           "  lfm2: attn=2:5:8 (its attention layers; default every third from layer 2, the rest\n"
+           "  are short-convolution layers) conv_l=N (conv length, default 3)\n"
            "  e.g. --arch llama --dims dim=512,layers=4,heads=8,kv_heads=2,ffn=1408,vocab=4096\n"
            "\n"
            "--vocab FILE.gguf copies every tokenizer.* key from a vocabulary GGUF and takes the\n"

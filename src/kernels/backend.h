@@ -48,7 +48,8 @@
  * layers (--gpu-layers) without changing a bit; results never depend on the batch size,
  * a row's place in the batch, the chunking of a prompt or the thread count.
  *
- * What a backend implements: every member of struct kern_backend_ops (none is optional).
+ * What a backend implements: every member of struct kern_backend_ops (none is optional,
+ * except where said: shortconv).
  * Shapes: T tokens of the batch, n elements of a row, H query heads, Hkv key/value heads,
  * D head dimension; buffers hold f32 rows with stride n (row t at element t * n) unless
  * stated. Outputs may alias inputs only where "in place" is said. */
@@ -108,6 +109,19 @@ struct kern_attn_batch {
     int32_t n_head, n_head_kv, head_dim;
     float scale;                    /* score = canonical_dot(q, k) * scale */
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
+};
+
+/* lfm2's short convolution over a batch (ops.h kern_shortconv; docs/numerics.md "Short
+ * convolution"). A conv layer's cache holds bx (E f32) at slot p of each sequence. */
+struct kern_conv_batch {
+    const struct kern_buf *bcx;     /* (T, 3E): B, C, x of each token (in_proj's output) */
+    struct kern_buf *out;           /* (T, E) */
+    const struct kern_buf *w;       /* (E, L) taps, oldest position first */
+    const int32_t *pos;             /* (T) host */
+    int64_t n_tok;                  /* T */
+    const struct kern_kv_run *runs; /* host; k: the layer's rows (n_ctx, E) f32; v unused */
+    int64_t n_runs;
+    int32_t n_embd, n_taps;         /* E, L (<= KERN_CONV_MAX_L) */
 };
 
 struct kern_backend_ops {
@@ -178,6 +192,11 @@ struct kern_backend_ops {
      * valid when end returns. */
     void (*logits)(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
                    const struct kern_buf *x, int64_t M, float *logits);
+    /* lfm2: first, for every token t, bx = B * x (one f32 multiply) into its run's rows
+     * at slot pos[t]; then out[t] = kern_shortconv of C over the slots pos[t]-L+1..pos[t]
+     * (those >= 0). A device backend may leave it NULL: model_open then keeps conv
+     * layers off that device. */
+    void (*shortconv)(struct kern_stream *s, const struct kern_conv_batch *b);
     /* Copies bytes between a buffer (from byte off) and host memory: to_host's dst is
      * valid when end returns; from_host reads src during the call. For the hand-over of
      * the residual stream between backends (--gpu-layers). */

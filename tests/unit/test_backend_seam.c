@@ -307,6 +307,31 @@ static void ref_logits(struct kern_stream *s, const struct kern_buf *w, const st
             SC()->add(logits + t * w->w->N, logits + t * w->w->N, D(b), w->w->N);
 }
 
+static void ref_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    op_enter(s);
+    const int64_t E = b->n_embd, L = b->n_taps;
+    const float *bcx = D(b->bcx);
+    CHECK(L >= 1 && L <= KERN_CONV_MAX_L);
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        CHECK(run->k->be == s->be);
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++)
+            SC()->mul(D(run->k) + (int64_t)b->pos[t] * E, bcx + t * 3 * E, bcx + t * 3 * E + 2 * E, E);
+    }
+    const float *rows[KERN_CONV_MAX_L];
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++) {
+            for (int64_t i = 0; i < L; i++) {
+                int64_t p = (int64_t)b->pos[t] - (L - 1) + i;
+                rows[i] = p >= 0 ? D(run->k) + p * E : NULL;
+            }
+            kern_shortconv(D(b->out) + t * E, bcx + t * 3 * E + E, rows, D(b->w), L, E);
+        }
+    }
+}
+
 static void ref_to_host(struct kern_stream *s, const struct kern_buf *b, size_t off, void *dst,
                         size_t bytes)
 {
@@ -347,6 +372,7 @@ static const struct kern_backend_ops ref_ops = {
     .kv_store = ref_kv_store,
     .attention = ref_attention,
     .logits = ref_logits,
+    .shortconv = ref_shortconv,
     .to_host = ref_to_host,
     .from_host = ref_from_host,
 };
