@@ -528,6 +528,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -547,6 +548,19 @@ static void test_synth(struct kern_pool *pool)
         char what[64];
         snprintf(what, sizeof what, "synth %s %s", synth_arch_name(arch), synth_ftype_name(p.ftype));
         compare(what, path, 1, cases[i].kt, pool);
+        if (arch == SYNTH_LFM2) {
+            /* A device without the shortconv op: its conv layers are refused, by name. */
+            struct kern_backend_ops ops = ref_ops;
+            ops.shortconv = NULL;
+            struct ref_backend noconv = {.base = {.ops = &ops, .name = "noconv"}};
+            struct model_load_opts lo = {.repack = true, .device = &noconv.base, .device_layers = 1};
+            struct model *m = NULL;
+            CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+            CHECKF(strstr(err.msg, "layer 0 is a short-convolution layer and noconv has no shortconv op"),
+                   "%s", err.msg);
+            CHECK_EQ_INT(noconv.live_bufs, 0);
+            CHECKF(kern_backend_check(&noconv.base, pool, &err) == KN_OK, "%s", err.msg);
+        }
     }
     unlink(path);
 }
@@ -621,6 +635,14 @@ static void wide_attention(struct kern_stream *s, const struct kern_attn_batch *
     ref_attention(s, &w);
 }
 
+/* A conv one tap short (as if the state kept one row too few). */
+static void short_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    struct kern_conv_batch w = *b;
+    w.n_taps--;
+    ref_shortconv(s, &w);
+}
+
 static void test_check(struct kern_pool *pool)
 {
     struct kn_err err = {0};
@@ -630,15 +652,18 @@ static void test_check(struct kern_pool *pool)
 
     static const struct {
         const char *name, *op;
-    } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"}};
+    } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"},
+               {"short", "shortconv"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct kern_backend_ops ops = ref_ops;
         if (i == 0)
             ops.rmsnorm = bad_rmsnorm;
         else if (i == 1)
             ops.glu = ftz_glu;
-        else
+        else if (i == 2)
             ops.attention = wide_attention;
+        else
+            ops.shortconv = short_shortconv;
         struct ref_backend be = {.base = {.ops = &ops, .name = bad[i].name}};
         err = (struct kn_err){0};
         enum kn_status st = kern_backend_check(&be.base, pool, &err);
