@@ -195,8 +195,8 @@ enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparam
     struct kern_backend *be = L->be;
     if (!be->ops->moe_route || !be->ops->moe_ffn)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "layer %lld is a mixture of experts and %s has no %s op; run it on the CPU (fewer --gpu-layers)",
-                       (long long)il, be->name, be->ops->moe_route ? "moe_ffn" : "moe_route");
+                       "a mixture-of-experts layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
+                       be->ops->moe_route ? "moe_ffn" : "moe_route", be->name, (long long)il);
     if (!(m->d_router = be->ops->upload_weight(be, &m->router, err)) ||
         (m->bias && !(m->d_bias = be->ops->upload(be, m->bias, hp->n_expert, err))))
         return err ? err->status : KN_E_NOMEM;

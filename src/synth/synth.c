@@ -528,7 +528,8 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 
 /* ---------------------------------------------------------------- tensors */
 
-enum fill { FILL_NOISE, FILL_ONES };
+/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER };
 
 struct tensor_spec {
     char name[64];
@@ -585,7 +586,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
         if (arch == SYNTH_QWEN3MOE) {
             const int64_t X = d->n_expert, F = d->n_ff_exp;
-            add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_NOISE);
+            add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
             add_spec(s, &n, "ffn_gate_exps.weight", il, 3, E, F, FILL_NOISE);
             s[n - 1].ne[2] = X;
             add_spec(s, &n, "ffn_up_exps.weight", il, 3, E, F, FILL_NOISE);
@@ -608,6 +609,10 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
 
 /* The scale of trained weights: N(0, 0.02), the usual initialisation of these models. */
 #define WEIGHT_STD 0.02f
+/* A router's: trained routers are peaked (a few experts stand out), where N(0, 0.02)
+ * would give every expert nearly the same probability and make the choice a near-tie
+ * that any rounding flips. 0.25 gives router logits of about unit spread. */
+#define ROUTER_STD 0.25f
 
 struct fill_job {
     const struct tensor_spec *t;
@@ -630,7 +635,8 @@ static void *fill_rows(void *arg)
     for (int64_t r = j->r0; x && r < j->r1; r++) {
         for (int64_t c = 0; c < ne0; c++)
             x[c] = t->fill == FILL_ONES ? 1.0f
-                                        : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
+                   : (t->fill == FILL_ROUTER ? ROUTER_STD : WEIGHT_STD) *
+                         synth_noise(j->key, (uint64_t)(r * ne0 + c));
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
             j->bad_type = true;
     }
