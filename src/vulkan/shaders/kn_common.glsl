@@ -4,7 +4,7 @@
  *
  * Numerics (docs/numerics.md, canonical-1). Every float result is declared `precise`, so
  * no compiler may contract a * b + c into a fused operation the C reference does not
- * have (the CPU builds with -ffp-contract=off); fma() is written only where the
+ * have (the CPU builds with -ffp-contract=off); kn_fma() is written only where the
  * reference calls fmaf. Division and sqrt go through kn_div / kn_sqrt, the driver's
  * operations: the runtime's start-up self-test proves them correctly rounded (or the
  * device gets its own numerics class). exp is kern_expf's polynomial, never exp().
@@ -74,6 +74,47 @@ uint kn_f32_to_f16(float f)
 
 /* ---------------------------------------------------------------- IEEE steps */
 
+/* The fused multiply-add fmaf(a, b, c), one rounding. The driver's fma() where it is
+ * fused; built with KN_FMA64 (the <op>_f64 shaders) it is computed exactly in double
+ * for drivers whose fma() is a multiply and an add (lavapipe lowers it so): the product
+ * of two floats is exact in double, TwoSum gives the sum's exact error, the sum is
+ * rounded to odd at 53 bits, and rounding that to float is the correctly rounded result
+ * (53 >= 24 + 2). Needs only IEEE double add and multiply (shaderFloat64). */
+#ifdef KN_FMA64
+float kn_fma(float a, float b, float c)
+{
+    precise double p = double(a) * double(b);
+    precise double dc = double(c);
+    precise double s = p + dc;
+    uvec2 u = unpackDouble2x32(s);
+    if ((u.y & 0x7ff00000u) != 0x7ff00000u) { /* s finite: the error is exact */
+        precise double bv = s - p;
+        precise double e1 = s - bv;
+        precise double e2 = p - e1;
+        precise double e3 = dc - bv;
+        precise double e = e2 + e3;
+        if (e != 0.0 && (u.x & 1u) == 0u) {
+            /* one ulp toward the exact value: up in magnitude when e has s's sign */
+            if ((e > 0.0) == (s > 0.0)) {
+                u.x += 1u;
+                u.y += u.x == 0u ? 1u : 0u;
+            } else {
+                u.y -= u.x == 0u ? 1u : 0u;
+                u.x -= 1u;
+            }
+            s = packDouble2x32(u);
+        }
+    }
+    return float(s);
+}
+#else
+float kn_fma(float a, float b, float c)
+{
+    precise float r = fma(a, b, c);
+    return r;
+}
+#endif
+
 float kn_div(float a, float b)
 {
     precise float q = a / b;
@@ -110,16 +151,16 @@ float kn_expf(float x)
     precise float t = xc * KN_EXP_LOG2E;
     t = t + KN_EXP_MAGIC;
     precise float kf = t - KN_EXP_MAGIC;
-    precise float r = fma(-kf, KN_EXP_LN2_HI, xc);
-    r = fma(-kf, KN_EXP_LN2_LO, r);
+    precise float r = kn_fma(-kf, KN_EXP_LN2_HI, xc);
+    r = kn_fma(-kf, KN_EXP_LN2_LO, r);
     precise float p = KN_EXP_C7;
-    p = fma(p, r, KN_EXP_C6);
-    p = fma(p, r, KN_EXP_C5);
-    p = fma(p, r, KN_EXP_C4);
-    p = fma(p, r, KN_EXP_C3);
-    p = fma(p, r, KN_EXP_C2);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
+    p = kn_fma(p, r, KN_EXP_C6);
+    p = kn_fma(p, r, KN_EXP_C5);
+    p = kn_fma(p, r, KN_EXP_C4);
+    p = kn_fma(p, r, KN_EXP_C3);
+    p = kn_fma(p, r, KN_EXP_C2);
+    p = kn_fma(p, r, 1.0);
+    p = kn_fma(p, r, 1.0);
     int k = int(kf);
     int k1 = k >> 1, k2 = k - k1;
     float s1 = uintBitsToFloat(uint(k1 + 127) << 23);
@@ -143,7 +184,7 @@ float kn_silu(float x)
 float kn_gelu(float x)
 {
     precise float xx = x * x;
-    precise float z2 = x * fma(xx, KN_GELU_C1, KN_GELU_C0);
+    precise float z2 = x * kn_fma(xx, KN_GELU_C1, KN_GELU_C0);
     precise float den = 1.0 + kn_expf(-z2);
     return kn_div(x, den);
 }

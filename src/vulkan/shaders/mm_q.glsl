@@ -4,9 +4,9 @@
  * 32-blocks, Q8_K blocks of 73 words for the K-quants.
  *
  * Per output, docs/numerics.md "Quantized weights": blocks b ascending, acc = +0,
- *   acc = fma(dw * dx, float(isum_b), acc)                     (every type)
- *   acc = fma(m * dx, float(x.s), acc)                          (Q4_1, Q5_1)
- *   acc = fma(-(dmin * dx), float(imin_b), acc)                 (Q4_K, Q5_K)
+ *   acc = kn_fma(dw * dx, float(isum_b), acc)                     (every type)
+ *   acc = kn_fma(m * dx, float(x.s), acc)                          (Q4_1, Q5_1)
+ *   acc = kn_fma(-(dmin * dx), float(imin_b), acc)                 (Q4_K, Q5_K)
  * where the integer sums are exact, so they may be formed in any order and place.
  *
  * A workgroup computes 4 weight rows x 4 tokens. Blocks go in chunks: for each chunk all
@@ -28,6 +28,7 @@ layout(push_constant) uniform P {
     uint x_off;      /* first word of the quantized activations */
     uint x_row;      /* words of one quantized row */
     uint y_off, ldy;
+    uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
 } pc;
 
 /* GGML ids of the types, for the preprocessor */
@@ -158,7 +159,7 @@ void item(uint wb, uint xa, uint p, out int isum, out int imin)
 void main()
 {
     uint tid = gl_LocalInvocationID.x;
-    uint n0 = gl_WorkGroupID.x * R, m0 = gl_WorkGroupID.y * TM;
+    uint n0 = (pc.row0 + gl_WorkGroupID.x * R), m0 = gl_WorkGroupID.y * TM;
     uint tm = min(TM, pc.M - m0);
     uint nb = pc.K / QB;
     /* the chain of (row cr, token ci) */
@@ -199,16 +200,16 @@ void main()
                 float dw = kn_f16(kn_ld16(wb));
 #endif
                 precise float s = dw * dx;
-                acc = fma(s, float(isum), acc);
+                acc = kn_fma(s, float(isum), acc);
 #if KN_QT == T_Q4_1 || KN_QT == T_Q5_1
                 precise float sm1 = kn_f16(kn_ld16(wb + 2u)) * dx;
-                acc = fma(sm1, float(int(xq[xa + 1u])), acc);
+                acc = kn_fma(sm1, float(int(xq[xa + 1u])), acc);
 #elif KN_QT == T_Q4_K || KN_QT == T_Q5_K
                 int imin = 0;
                 [[unroll]] for (uint p = 0u; p < PARTS; p++)
                     imin += sm[first + p];
                 precise float dm = kn_f16(kn_ld16(wb + 2u)) * dx;
-                acc = fma(-dm, float(imin), acc);
+                acc = kn_fma(-dm, float(imin), acc);
 #endif
             }
         }
