@@ -255,7 +255,8 @@ struct embed_pc {
     float scale;
 };
 
-void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table, enum quant_type type,
+void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
+               enum quant_type type,
                int64_t E, size_t row_bytes, const int32_t *tokens, int64_t T, float scale)
 {
     if (T <= 0 || E <= 0 || vkr_cmd_failed(c))
@@ -265,7 +266,8 @@ void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
                      (unsigned)type);
         return;
     }
-    if (!fits(c, "embed", (int64_t)x.off + T * E) || !fits(c, "embed", (int64_t)vkr_buf_size(table)) ||
+    if (!fits(c, "embed", (int64_t)x.off + T * E) || !fits(c, "embed",
+        (int64_t)vkr_buf_size(table)) ||
         T > VKK_MAX_GROUPS)
         return;
     struct vkr_bind tok = vkr_cmd_stage(c, tokens, (size_t)T * sizeof *tokens);
@@ -411,9 +413,9 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
     }
     /* More row groups than one dispatch takes: consecutive dispatches from row0. */
-    for (int64_t r0 = 0; r0 < w->N; r0 += (int64_t)VKK_MAX_GROUPS * MM_ROWS) {
-        int64_t rows = w->N - r0 < (int64_t)VKK_MAX_GROUPS * MM_ROWS ? w->N - r0
-                                                                      : (int64_t)VKK_MAX_GROUPS * MM_ROWS;
+    const int64_t per = (int64_t)VKK_MAX_GROUPS * MM_ROWS;
+    for (int64_t r0 = 0; r0 < w->N; r0 += per) {
+        int64_t rows = w->N - r0 < per ? w->N - r0 : per;
         pf.row0 = pq.row0 = (uint32_t)r0;
         vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
                          vkr_groups(rows, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
@@ -441,7 +443,8 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
     if (op == VKK_GATHER) {
         uint32_t *r32 = malloc((size_t)rows * sizeof *r32);
         if (!r32) {
-            vkr_cmd_fail(c, KN_E_NOMEM, "Vulkan gather: out of memory for %lld rows", (long long)rows);
+            vkr_cmd_fail(c, KN_E_NOMEM, "Vulkan gather: out of memory for %lld rows",
+                         (long long)rows);
             return;
         }
         for (int64_t j = 0; j < rows; j++)
@@ -515,7 +518,8 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     for (int64_t t = 0; t < a->n_q; t++)
         if (a->pos[t] < 0 || a->pos[t] >= a->n_ctx) {
             vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: query %lld at position %d is outside "
-                         "the cache (%lld slots)", (long long)t, (int)a->pos[t], (long long)a->n_ctx);
+                         "the cache (%lld slots)", (long long)t, (int)a->pos[t],
+                                     (long long)a->n_ctx);
             return;
         }
     int64_t QD = (int64_t)a->n_head * a->head_dim;

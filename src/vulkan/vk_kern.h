@@ -50,7 +50,8 @@ bool vkk_rows_type(enum quant_type t);
 
 /* x (T, E) = rows tokens[t] of table (N rows of row_bytes, type, E elements), times scale
  * if scale != 1 (cpu_embed: kern_row_to_f32 / quant_dequantize_row, kern_scale). */
-void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table, enum quant_type type,
+void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
+               enum quant_type type,
                int64_t E, size_t row_bytes, const int32_t *tokens, int64_t T, float scale);
 
 /* Rotates x (T, H, D) in place by tab (T, rope->n_rot) (kern_rope). */

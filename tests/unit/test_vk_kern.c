@@ -95,7 +95,8 @@ static void check_matmul(enum quant_type t, int64_t N, int64_t K)
     size_t wbytes = (size_t)N * rb;
     uint8_t *wdata = malloc(wbytes);
     float *x = malloc((size_t)MAX_M * K * sizeof *x);
-    float *y = malloc((size_t)MAX_M * N * sizeof *y), *ref = malloc((size_t)MAX_M * N * sizeof *ref);
+    float *y = malloc((size_t)MAX_M * N * sizeof *y),
+                      *ref = malloc((size_t)MAX_M * N * sizeof *ref);
     tu_random_weights(t, N, K, wdata);
     random_x(x, K);
     struct kern_weight w;
@@ -532,7 +533,8 @@ int main(void)
     printf("device: %s (%s)\n", vkr_device_info(rt)->name, vkr_device_info(rt)->driver_info);
     enum vkk_fma mode;
     CHECKF(vkk_fma_probe(rt, &mode, &err) == KN_OK, "%s", err.msg);
-    printf("fma: %s\n", mode == VKK_FMA_NATIVE ? "the driver's (fused)" : "exact in double (the driver's is not fused)");
+    printf("fma: %s\n", mode == VKK_FMA_NATIVE ? "the driver's (fused)"
+                                                : "exact in double (the driver's is not fused)");
     test_denormals();
     test_eltwise();
     test_rmsnorm();

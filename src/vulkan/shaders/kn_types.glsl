@@ -39,7 +39,8 @@ float kn_dequant(uint t, uint row, uint i)
         return kn_bf16(kn_ld16(row + 2u * i));
     if (t == QT_Q8_0) {
         uint b = row + (i / 32u) * 34u;
-        precise float y = float(bitfieldExtract(int(kn_ld8(b + 2u + i % 32u)), 0, 8)) * kn_f16(kn_ld16(b));
+        precise float y = float(bitfieldExtract(int(kn_ld8(b + 2u + i % 32u)), 0,
+                                8)) * kn_f16(kn_ld16(b));
         return y;
     }
     if (t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1) {
