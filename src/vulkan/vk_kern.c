@@ -19,6 +19,7 @@ bool vkk_matmul_type(enum quant_type t)
     case QT_F32: case QT_F16: case QT_BF16:
     case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS:
         return true;
     default:
         return false;
@@ -373,6 +374,10 @@ static const char *mm_shader(enum quant_type t)
     case QT_Q4_K: return "mm_q4_k";
     case QT_Q5_K: return "mm_q5_k";
     case QT_Q6_K: return "mm_q6_k";
+    case QT_Q2_K: return "mm_q2_k";
+    case QT_Q3_K: return "mm_q3_k";
+    case QT_IQ4_NL: return "mm_iq4_nl";
+    case QT_IQ4_XS: return "mm_iq4_xs";
     default: return "mm_f";
     }
 }

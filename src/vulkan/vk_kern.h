@@ -43,8 +43,9 @@ KN_MUST_USE enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, str
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode);
 void vkk_fma_forget(struct vkr *rt);
 
-/* The weight types vkk_matmul and vkk_embed read (the CPU's matmul types but BF16 for
- * products, and the same for rows). */
+/* The weight types vkk_matmul and vkk_embed read: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+ * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (a product also needs the CPU's
+ * reference for the type: kern_type_supported). */
 bool vkk_matmul_type(enum quant_type t);
 bool vkk_rows_type(enum quant_type t);
 

@@ -69,9 +69,32 @@ static void rand_f(float *x, int64_t n, float scale)
 
 /* ---------------------------------------------------------------- products */
 
-static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,
-                                            QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
-                                            QT_Q4_K, QT_Q5_K, QT_Q6_K};
+/* tu_random_weights, with sane f16 scales also for the types it leaves random. */
+static void random_weights(enum quant_type t, int64_t N, int64_t K, void *buf)
+{
+    tu_random_weights(t, N, K, buf);
+    size_t d = 0, dmin = 0;
+    switch (t) {
+    case QT_Q2_K: d = 80, dmin = 82; break;
+    case QT_Q3_K: d = 108; break;
+    case QT_IQ4_NL: case QT_IQ4_XS: break;
+    default: return;
+    }
+    const struct quant_type_info *ti = quant_type_info(t);
+    size_t nb = (size_t)N * (size_t)(K / ti->block_size);
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = (uint8_t *)buf + b * ti->type_size;
+        tu_put_f16(blk + d, tu_scale(0.01f, 1));
+        if (dmin)
+            tu_put_f16(blk + dmin, tu_scale(0.01f, 1));
+    }
+}
+
+/* Every type with a shader; the products test those the CPU computes too
+ * (kern_type_supported), the rows those it dequantizes. */
+static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,  QT_Q4_0,
+                                            QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,  QT_Q5_K,
+                                            QT_Q6_K, QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS};
 #define MAX_M 17
 
 /* x: (MAX_M, K) rows of different magnitudes, one all zero, one with a spike, a NaN-free
@@ -97,7 +120,7 @@ static void check_matmul(enum quant_type t, int64_t N, int64_t K)
     float *x = malloc((size_t)MAX_M * K * sizeof *x);
     float *y = malloc((size_t)MAX_M * N * sizeof *y),
                       *ref = malloc((size_t)MAX_M * N * sizeof *ref);
-    tu_random_weights(t, N, K, wdata);
+    random_weights(t, N, K, wdata);
     random_x(x, K);
     struct kern_weight w;
     CHECK(kern_weight_init(&w, t, N, K, wdata, wbytes, false, &err) == KN_OK);
@@ -148,6 +171,12 @@ static void test_matmul(void)
 {
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum quant_type t = all_types[ti];
+        CHECK(vkk_matmul_type(t));
+        if (!kern_type_supported(t)) {
+            printf("products: %s has no CPU kernel in this build, not compared\n",
+                   quant_type_name(t));
+            continue;
+        }
         uint32_t bs = quant_type_info(t)->block_size;
         if (bs == 1) {
             static const int64_t ks[] = {1, 7, 16, 37, 130, 520};
@@ -285,11 +314,12 @@ static void test_embed(void)
     static const int32_t tokens[T] = {3, 0, 8, 3, 5, 1};
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum quant_type t = all_types[ti];
+        CHECK(vkk_rows_type(t) && quant_can_dequantize(t));
         int64_t E = quant_type_info(t)->block_size == 256 ? 512 : 96;
         uint64_t rb;
         quant_row_size(t, (uint64_t)E, &rb);
         uint8_t *tab = malloc(ROWS * rb);
-        tu_random_weights(t, ROWS, E, tab);
+        random_weights(t, ROWS, E, tab);
         float *ref = malloc(T * E * 4), *got = malloc(T * E * 4);
         struct vkr_buf *bt = dev_buf(tab, ROWS * rb), *bx = dev_buf(NULL, T * E * 4);
         static const float scales[] = {1.0f, 25.29822f};

@@ -9,10 +9,18 @@
 #define QT_Q5_0 6u
 #define QT_Q5_1 7u
 #define QT_Q8_0 8u
+#define QT_Q2_K 10u
+#define QT_Q3_K 11u
 #define QT_Q4_K 12u
 #define QT_Q5_K 13u
 #define QT_Q6_K 14u
+#define QT_IQ4_NL 20u
+#define QT_IQ4_XS 23u
 #define QT_BF16 30u
+
+/* IQ4_NL / IQ4_XS's 16 levels (quant_iq4nl_levels). */
+const int KN_IQ4_LEVELS[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
+                                      69, 89, 113);
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block whose 12 scale
  * bytes start at byte address s (quant_k4_scale_min). */
@@ -26,6 +34,23 @@ void kn_k4_scale_min(uint s, uint j, out int sc, out int m)
         sc = int((b & 0x0fu) | ((kn_ld8(s + j - 4u) >> 6) << 4));
         m = int((b >> 4) | ((kn_ld8(s + j) >> 6) << 4));
     }
+}
+
+/* The sixteen 6-bit scales (offset 32) of a Q3_K block whose 12 scale bytes start at s,
+ * scale j (quant_q3k_scales). */
+int kn_q3k_scale(uint s, uint j)
+{
+    uint lo = j < 8u ? (kn_ld8(s + j) & 0x0fu) : (kn_ld8(s + j - 8u) >> 4);
+    uint hi = (kn_ld8(s + 8u + j % 4u) >> (2u * (j / 4u))) & 3u;
+    return int(lo | (hi << 4)) - 32;
+}
+
+/* The signed scale of sub-block j (0..7) of an IQ4_XS block at b (quant_iq4xs_scale). */
+int kn_iq4xs_scale(uint b, uint j)
+{
+    uint sh = kn_ld16(b + 2u);
+    uint lo = (kn_ld8(b + 4u + j / 2u) >> (4u * (j % 2u))) & 0x0fu;
+    return int(lo | (((sh >> (2u * j)) & 3u) << 4)) - 32;
 }
 
 /* Element i of the row starting at byte address row (type t). */
@@ -82,6 +107,37 @@ float kn_dequant(uint t, uint row, uint i)
         int sc = bitfieldExtract(int(kn_ld8(b + 192u + v / 16u)), 0, 8);
         precise float dl = kn_f16(kn_ld16(b + 208u)) * float(sc);
         precise float y = dl * float(int(lo | (hi << 4)) - 32);
+        return y;
+    }
+    if (t == QT_Q2_K) {
+        uint b = row + (i / 256u) * 84u, v = i % 256u;
+        uint sc = kn_ld8(b + v / 16u);
+        precise float dl = kn_f16(kn_ld16(b + 80u)) * float(sc & 0x0fu);
+        precise float ml = kn_f16(kn_ld16(b + 82u)) * float(sc >> 4);
+        uint q = (kn_ld8(b + 16u + (v / 128u) * 32u + v % 32u) >> (2u * ((v % 128u) / 32u))) & 3u;
+        precise float y = dl * float(q);
+        y = y - ml;
+        return y;
+    }
+    if (t == QT_Q3_K) {
+        uint b = row + (i / 256u) * 110u, v = i % 256u;
+        precise float dl = kn_f16(kn_ld16(b + 108u)) * float(kn_q3k_scale(b + 96u, v / 16u));
+        uint q = (kn_ld8(b + 32u + (v / 128u) * 32u + v % 32u) >> (2u * ((v % 128u) / 32u))) & 3u;
+        uint h = (kn_ld8(b + v % 32u) >> (v / 32u)) & 1u;
+        precise float y = dl * float(int(q) - (h != 0u ? 0 : 4));
+        return y;
+    }
+    if (t == QT_IQ4_NL) {
+        uint b = row + (i / 32u) * 18u, l = i % 32u;
+        uint q = (kn_ld8(b + 2u + l % 16u) >> (l < 16u ? 0u : 4u)) & 0x0fu;
+        precise float y = kn_f16(kn_ld16(b)) * float(KN_IQ4_LEVELS[q]);
+        return y;
+    }
+    if (t == QT_IQ4_XS) {
+        uint b = row + (i / 256u) * 136u, v = i % 256u, s = v / 32u, l = v % 32u;
+        precise float dl = kn_f16(kn_ld16(b)) * float(kn_iq4xs_scale(b, s));
+        uint q = (kn_ld8(b + 8u + 16u * s + l % 16u) >> (l < 16u ? 0u : 4u)) & 0x0fu;
+        precise float y = dl * float(KN_IQ4_LEVELS[q]);
         return y;
     }
     return 0.0;

@@ -4,9 +4,9 @@
  * 32-blocks, Q8_K blocks of 73 words for the K-quants.
  *
  * Per output, docs/numerics.md "Quantized weights": blocks b ascending, acc = +0,
- *   acc = kn_fma(dw * dx, float(isum_b), acc)                     (every type)
- *   acc = kn_fma(m * dx, float(x.s), acc)                          (Q4_1, Q5_1)
- *   acc = kn_fma(-(dmin * dx), float(imin_b), acc)                 (Q4_K, Q5_K)
+ *   acc = fma(dw * dx, float(isum_b), acc)              (every type)
+ *   acc = fma(m * dx, float(x.s), acc)                   (Q4_1, Q5_1)
+ *   acc = fma(-(dmin * dx), float(imin_b), acc)          (Q2_K, Q4_K, Q5_K)
  * where the integer sums are exact, so they may be formed in any order and place.
  *
  * A workgroup computes 4 weight rows x 4 tokens. Blocks go in chunks: for each chunk all
@@ -40,12 +40,17 @@ layout(push_constant) uniform P {
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_Q2_K 10
+#define T_Q3_K 11
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 
 #define KN_WORDS(i) wq[i]
 #include "kn_common.glsl"
 #include "kn_types.glsl"
 
-#if KN_QT == T_Q4_K || KN_QT == T_Q5_K || KN_QT == T_Q6_K
+#if KN_QT == T_Q4_K || KN_QT == T_Q5_K || KN_QT == T_Q6_K || KN_QT == T_Q2_K || \
+    KN_QT == T_Q3_K || KN_QT == T_IQ4_XS
 #define KQ 1
 #define QB 256u   /* elements per block */
 #define XBW 73u   /* words per activation block */
@@ -73,6 +78,14 @@ layout(push_constant) uniform P {
 #define WBS 144u
 #elif KN_QT == T_Q5_K
 #define WBS 176u
+#elif KN_QT == T_Q2_K
+#define WBS 84u
+#elif KN_QT == T_Q3_K
+#define WBS 110u
+#elif KN_QT == T_IQ4_NL
+#define WBS 18u
+#elif KN_QT == T_IQ4_XS
+#define WBS 136u
 #else
 #define WBS 210u
 #endif
@@ -81,7 +94,8 @@ layout(push_constant) uniform P {
 #define TM 4u
 #define ITEMS (R * TM * CB * PARTS)
 shared int si[ITEMS];
-#if KN_QT == T_Q4_K || KN_QT == T_Q5_K
+#if KN_QT == T_Q4_K || KN_QT == T_Q5_K || KN_QT == T_Q2_K
+#define HAS_MIN 1
 shared int sm[ITEMS];
 #endif
 
@@ -89,6 +103,15 @@ shared int sm[ITEMS];
 uint spread4(uint h)
 {
     return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
+}
+
+/* The four nibbles at bits 0..3 of each byte of raw as their signed IQ4 levels. */
+uint iq4_levels(uint raw)
+{
+    uint r = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++)
+        r |= (uint(KN_IQ4_LEVELS[(raw >> (8u * i)) & 0x0fu]) & 0xffu) << (8u * i);
+    return r;
 }
 
 /* The exact integer sums of one item: weight block at byte wb, activation block at word
@@ -100,6 +123,48 @@ void item(uint wb, uint xa, uint p, out int isum, out int imin)
 #if KN_QT == T_Q8_0
     [[unroll]] for (uint w = 0u; w < 8u; w++)
         isum += kn_dot4_ss(kn_ld32(wb + 2u + 4u * w), xq[xa + 2u + w]);
+#elif KN_QT == T_IQ4_NL
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint raw = kn_ld32(wb + 2u + 4u * w);
+        isum += kn_dot4_ss(iq4_levels(raw), xq[xa + 2u + w]) +
+                kn_dot4_ss(iq4_levels(raw >> 4), xq[xa + 6u + w]);
+    }
+#elif KN_QT == T_IQ4_XS
+    uint qs = wb + 8u + 16u * p;
+    int s = 0;
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint raw = kn_ld32(qs + 4u * w);
+        s += kn_dot4_ss(iq4_levels(raw), xq[xa + 1u + 8u * p + w]) +
+             kn_dot4_ss(iq4_levels(raw >> 4), xq[xa + 5u + 8u * p + w]);
+    }
+    isum = kn_iq4xs_scale(wb, p) * s;
+#elif KN_QT == T_Q2_K || KN_QT == T_Q3_K
+    /* part p: elements 32p + l, l < 32: bits 2t of qs[32h + l] (h = p / 4, t = p % 4);
+     * Q3_K adds bit p of hmask[l] as bit 2, value q - 4 */
+    uint h = p / 4u, t = p % 4u;
+    uint qb = wb + (KN_QT == T_Q2_K ? 16u : 32u) + 32u * h;
+    int s0 = 0, s1 = 0;
+    [[unroll]] for (uint w = 0u; w < 8u; w++) {
+        uint q = (kn_ld32(qb + 4u * w) >> (2u * t)) & 0x03030303u;
+#if KN_QT == T_Q3_K
+        q |= ((kn_ld32(wb + 4u * w) >> p) & 0x01010101u) << 2;
+#endif
+        int d4 = kn_dot4_us(q, xq[xa + 1u + 8u * p + w]);
+        if (w < 4u)
+            s0 += d4;
+        else
+            s1 += d4;
+    }
+    uint bw = xq[xa + 65u + p]; /* bsums 2p and 2p + 1 */
+    int bs0 = bitfieldExtract(int(bw), 0, 16), bs1 = bitfieldExtract(int(bw), 16, 16);
+#if KN_QT == T_Q2_K
+    uint sc0 = kn_ld8(wb + 2u * p), sc1 = kn_ld8(wb + 2u * p + 1u);
+    isum = int(sc0 & 0x0fu) * s0 + int(sc1 & 0x0fu) * s1;
+    imin = int(sc0 >> 4) * bs0 + int(sc1 >> 4) * bs1;
+#else
+    isum = kn_q3k_scale(wb + 96u, 2u * p) * (s0 - 4 * bs0) +
+           kn_q3k_scale(wb + 96u, 2u * p + 1u) * (s1 - 4 * bs1);
+#endif
 #elif KN_QT == T_Q4_0 || KN_QT == T_Q4_1 || KN_QT == T_Q5_0 || KN_QT == T_Q5_1
     const bool has_m = KN_QT == QT_Q4_1 || KN_QT == QT_Q5_1;
     const bool has_h = KN_QT == QT_Q5_0 || KN_QT == QT_Q5_1;
@@ -179,7 +244,7 @@ void main()
             int is, im;
             item(wb, xa, p, is, im);
             si[it] = is;
-#if KN_QT == T_Q4_K || KN_QT == T_Q5_K
+#ifdef HAS_MIN
             sm[it] = im;
 #endif
         }
@@ -196,6 +261,10 @@ void main()
                 float dx = uintBitsToFloat(xq[xa]);
 #if KN_QT == T_Q6_K
                 float dw = kn_f16(kn_ld16(wb + 208u));
+#elif KN_QT == T_Q2_K
+                float dw = kn_f16(kn_ld16(wb + 80u));
+#elif KN_QT == T_Q3_K
+                float dw = kn_f16(kn_ld16(wb + 108u));
 #else
                 float dw = kn_f16(kn_ld16(wb));
 #endif
@@ -204,11 +273,11 @@ void main()
 #if KN_QT == T_Q4_1 || KN_QT == T_Q5_1
                 precise float sm1 = kn_f16(kn_ld16(wb + 2u)) * dx;
                 acc = kn_fma(sm1, float(int(xq[xa + 1u])), acc);
-#elif KN_QT == T_Q4_K || KN_QT == T_Q5_K
+#elif defined(HAS_MIN)
                 int imin = 0;
                 [[unroll]] for (uint p = 0u; p < PARTS; p++)
                     imin += sm[first + p];
-                precise float dm = kn_f16(kn_ld16(wb + 2u)) * dx;
+                precise float dm = kn_f16(kn_ld16(wb + (KN_QT == T_Q2_K ? 82u : 2u))) * dx;
                 acc = kn_fma(-dm, float(imin), acc);
 #endif
             }
