@@ -506,7 +506,29 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 struct attn_pc {
     uint32_t q_off, out_off, pos_off, H, Hkv, D, n_ctx, f16, window;
     float scale;
+    uint32_t n_tiles;
 };
+struct attn_merge_pc {
+    uint32_t out_off, pos_off, H, D, window, n_tiles;
+};
+
+int64_t vkk_attention_tiles(const struct vkk_attn *a)
+{
+    int64_t most = 0;
+    for (int64_t t = 0; t < a->n_q; t++) {
+        int64_t p = a->pos[t];
+        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t n = p / KERN_ATTN_TILE - lo / KERN_ATTN_TILE + 1;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+size_t vkk_attention_part_bytes(const struct vkk_attn *a)
+{
+    return (size_t)a->n_q * (size_t)a->n_head * (size_t)vkk_attention_tiles(a) *
+           ((size_t)a->head_dim + 2) * sizeof(float);
+}
 
 void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
 {
@@ -538,8 +560,28 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
         return;
     struct attn_pc pc = {a->q.off, a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->n_head_kv,
                          (uint32_t)a->head_dim, (uint32_t)a->n_ctx, a->kv_type == QT_F16,
-                         (uint32_t)a->window, a->scale};
-    struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};
-    vkr_cmd_dispatch(c, pipe_f(c, "attn", 5, sizeof pc), b, &pc, (uint32_t)a->n_head,
+                         (uint32_t)a->window, a->scale, 0};
+    if (!a->part) {
+        struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};
+        vkr_cmd_dispatch(c, pipe_f(c, "attn", 5, sizeof pc), b, &pc, (uint32_t)a->n_head,
+                         (uint32_t)a->n_q, 1);
+        return;
+    }
+    int64_t tiles = vkk_attention_tiles(a);
+    if (vkr_buf_size(a->part) < vkk_attention_part_bytes(a) ||
+        !fits(c, "attention", (int64_t)(vkk_attention_part_bytes(a) / 4)) ||
+        tiles > VKK_MAX_GROUPS) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: the part buffer is too small");
+        return;
+    }
+    pc.n_tiles = (uint32_t)tiles;
+    /* out is bound but not written by the tile pass */
+    struct vkr_bind b[6] = {ro(a->q.buf), ro(a->k), ro(a->v), ro(a->out.buf), pb, rw(a->part)};
+    vkr_cmd_dispatch(c, pipe_f(c, "attn_part", 6, sizeof pc), b, &pc, (uint32_t)a->n_head,
+                     (uint32_t)a->n_q, (uint32_t)tiles);
+    struct attn_merge_pc mc = {a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->head_dim,
+                               (uint32_t)a->window, (uint32_t)tiles};
+    struct vkr_bind bm[3] = {ro(a->part), rw(a->out.buf), pb};
+    vkr_cmd_dispatch(c, pipe_f(c, "attn_merge", 3, sizeof mc), bm, &mc, (uint32_t)a->n_head,
                      (uint32_t)a->n_q, 1);
 }

@@ -94,7 +94,10 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
                   int64_t D, int64_t Hkv, int64_t n_ctx, const int32_t *pos, int64_t t0, int64_t n);
 
 /* Attention of queries q (n_q, H*D) at positions pos[0..n_q-1] (host) over one run's
- * caches, into out (n_q, H*D) (kern_attn). */
+ * caches, into out (n_q, H*D) (kern_attn). With part set (at least
+ * vkk_attention_part_bytes), each query's 32-position tiles are computed by workgroups of
+ * their own and merged in order by a second dispatch: the same bits, more parallel work
+ * for a decode step over a long cache. */
 struct vkk_attn {
     struct vkk_ref q, out;
     const struct vkr_buf *k, *v;   /* head-major (Hkv, n_ctx, D) */
@@ -103,7 +106,12 @@ struct vkk_attn {
     int64_t n_q, n_ctx;
     int32_t n_head, n_head_kv, head_dim, window;
     float scale;
+    const struct vkr_buf *part;    /* NULL: one workgroup per (head, query) runs all tiles */
 };
 void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a);
+/* The most tiles one query of a reads (its window clipped to 32-position tiles). */
+int64_t vkk_attention_tiles(const struct vkk_attn *a);
+/* The part buffer bytes the split attention of a needs. */
+size_t vkk_attention_part_bytes(const struct vkk_attn *a);
 
 #endif

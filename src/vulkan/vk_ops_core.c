@@ -3,14 +3,21 @@
  * gives the CPU backend's bits (tests/unit/test_vk_ops.c runs kern_backend_check on it).
  *
  * Scratch (vk_stream_scratch): the quantized activations of a product, one slot per
- * activation kind, and the logits before they are read back. */
+ * activation kind, the logits before they are read back, and the tiles of a split
+ * attention. */
 #include "vk_ops_core.h"
 
 #include "vk_kern.h"
 
 #include <stdlib.h>
 
-enum { SLOT_ACT_Q8_32 = 0, SLOT_ACT_Q8_K = 1, SLOT_LOGITS = 2 };
+enum { SLOT_ACT_Q8_32 = 0, SLOT_ACT_Q8_K = 1, SLOT_LOGITS = 2, SLOT_ATTN_PART = 3 };
+
+/* Attention runs its tiles in workgroups of their own (vkk_attn.part) when the batch
+ * gives fewer (head, query) pairs than this and a query reads at least ATTN_SPLIT_TILES
+ * tiles: a decode step over a long cache. */
+#define ATTN_SPLIT_PAIRS 128
+#define ATTN_SPLIT_TILES 4
 
 static struct vkk_ref at(const struct kern_buf *b, int64_t off)
 {
@@ -146,6 +153,11 @@ void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
             .pos = b->pos + run->t0, .n_q = run->n, .n_ctx = run->n_ctx,
             .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
             .window = b->window, .scale = b->scale};
+        if (run->n * b->n_head < ATTN_SPLIT_PAIRS && vkk_attention_tiles(&a) >= ATTN_SPLIT_TILES) {
+            a.part = vk_stream_scratch(s, SLOT_ATTN_PART, vkk_attention_part_bytes(&a));
+            if (!a.part)
+                return;
+        }
         vkk_attention(c, &a);
     }
 }

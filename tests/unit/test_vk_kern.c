@@ -470,21 +470,36 @@ static void check_attn(uint32_t kv_type, int H, int Hkv, int D, int window, int 
     kern_attn(&a, 0, n_q * H);
     struct vkr_buf *bq = dev_buf(q, n_q * QD * 4), *bo = dev_buf(NULL, n_q * QD * 4);
     struct vkr_buf *bk = dev_buf(kc, cbytes), *bv = dev_buf(vc, cbytes);
-    vkr_cmd_begin(cmd);
-    for (int t0 = 0; t0 < n_q; t0 += chunk) {
-        int n = n_q - t0 < chunk ? n_q - t0 : chunk;
-        struct vkk_attn va = {
-            .q = vkk_at(bq, (uint32_t)(t0 * QD)), .out = vkk_at(bo, (uint32_t)(t0 * QD)),
-            .k = bk, .v = bv, .kv_type = kv_type, .pos = pos + t0, .n_q = n, .n_ctx = NCTX,
-            .n_head = H, .n_head_kv = Hkv, .head_dim = D, .window = window, .scale = a.scale};
-        vkk_attention(cmd, &va);
+    struct vkr_buf *bp = NULL;
+    for (int split = 0; split < 2; split++) { /* one pass, then tiles and merge apart */
+        vkr_cmd_begin(cmd);
+        for (int t0 = 0; t0 < n_q; t0 += chunk) {
+            int n = n_q - t0 < chunk ? n_q - t0 : chunk;
+            struct vkk_attn va = {
+                .q = vkk_at(bq, (uint32_t)(t0 * QD)), .out = vkk_at(bo, (uint32_t)(t0 * QD)),
+                .k = bk, .v = bv, .kv_type = kv_type, .pos = pos + t0, .n_q = n, .n_ctx = NCTX,
+                .n_head = H, .n_head_kv = Hkv, .head_dim = D, .window = window,
+                .scale = a.scale};
+            if (split) {
+                if (!bp) /* sized for all the queries: enough for any chunk */
+                    bp = dev_buf(NULL, vkk_attention_part_bytes(&(struct vkk_attn){
+                        .pos = pos, .n_q = n_q, .n_head = H, .head_dim = D, .window = window}));
+                va.part = bp;
+            }
+            vkk_attention(cmd, &va);
+        }
+        if (submit("attention")) {
+            fetch(bo, got, n_q * QD * 4);
+            CHECKF(diff_words("attention", got, ref, n_q * QD) == 0,
+                   "type %u H %d/%d D %d window %d n_kv %d n_q %d chunk %d split %d",
+                   (unsigned)kv_type, H, Hkv, D, window, n_kv, n_q, chunk, split);
+        }
+        /* clear the output so the second way cannot pass on the first's results */
+        float *zero = calloc(n_q * QD, 4);
+        CHECK(vkr_buf_upload(rt, bo, 0, zero, n_q * QD * 4, &(struct kn_err){0}) == KN_OK);
+        free(zero);
     }
-    if (submit("attention")) {
-        fetch(bo, got, n_q * QD * 4);
-        CHECKF(diff_words("attention", got, ref, n_q * QD) == 0,
-               "type %u H %d/%d D %d window %d n_kv %d n_q %d chunk %d", (unsigned)kv_type, H,
-               Hkv, D, window, n_kv, n_q, chunk);
-    }
+    vkr_buf_free(rt, bp);
     vkr_buf_free(rt, bq);
     vkr_buf_free(rt, bo);
     vkr_buf_free(rt, bk);
@@ -513,6 +528,8 @@ static void test_attention(void)
         check_attn(kt, 2, 1, 100, 33, 64, 64, 16, 30.0f); /* prefill, sharp scores */
     }
     check_attn(QT_F32, 2, 1, 512, 0, 40, 2, 2, 1.0f);   /* the largest head dim */
+    check_attn(QT_F16, 4, 1, 128, 0, 300, 1, 1, 1.0f);  /* decode over ten tiles */
+    check_attn(QT_F32, 4, 2, 64, 100, 300, 2, 1, 1.0f); /* a window over four tiles */
 }
 
 /* ---------------------------------------------------------------- denormals */
