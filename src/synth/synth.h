@@ -11,7 +11,8 @@
 
 #include "../base/base.h"
 
-enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_LFM2, SYNTH_ARCH_COUNT };
+enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE,
+                  SYNTH_LFM2, SYNTH_ARCH_COUNT };
 
 /* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
 enum synth_ftype {
@@ -45,6 +46,9 @@ struct synth_dims {
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
+    uint32_t n_expert;      /* qwen3moe: experts per layer */
+    uint32_t n_expert_used; /* qwen3moe: experts per token */
+    uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
     /* lfm2: the attention layers (the rest are short-convolution layers), ascending; none
      * given: every third layer from layer 2 (2, 5, 8, ...). conv_l: the conv length (3). */
     uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
@@ -77,7 +81,8 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied conv_l attn; attn=2:5:8 lists lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn conv_l attn; attn=2:5:8 lists
+ * lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);

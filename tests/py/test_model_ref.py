@@ -87,10 +87,11 @@ def synth(tmp_path, arch, typ, dims=None):
 # global RoPE base different from the local 10000.
 # lfm2: the tiny preset's conv, conv, attention, conv layers.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
-        "gemma3": "window=6,rope_base=1000000", "lfm2": "kv_heads=2,rope_base=1000000,tied=1"}
+        "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
+        "lfm2": "kv_heads=2,rope_base=1000000,tied=1"}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "lfm2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])

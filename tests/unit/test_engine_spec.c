@@ -836,13 +836,13 @@ static void test_slots_many(void)
     free(rq);
 }
 
-/* Every test on the model at path. */
-static bool run_suite(const char *path)
+/* Every test above on the model at path. */
+static bool run_all(const char *path)
 {
     struct kn_err err = {0};
     if (model_open(&g_m, path, NULL, &err) != KN_OK || tok_load(&g_tk, g_m->gguf, &err) != KN_OK ||
         kern_pool_create(1, &g_pool, &err) != KN_OK) {
-        fprintf(stderr, "setup: %s\n", err.msg);
+        fprintf(stderr, "setup %s: %s\n", path, err.msg);
         return false;
     }
     printf("%s\n", path);
@@ -868,21 +868,39 @@ int main(void)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_shared_dir());
-    if (!run_suite(path))
+    if (!run_all(path))
+        return 1;
+    /* A mixture of experts (qwen3moe): drafts verified and prompts restored in batches
+     * whose tokens are grouped by expert. Its vocabulary has aidreams' size; its seed is
+     * one whose random text repeats enough for the slots' drafts to be accepted (most do). */
+    char moe[] = "/tmp/kn_spec_moe_XXXXXX";
+    int fd = mkstemp(moe);
+    CHECK(fd >= 0);
+    close(fd);
+    struct kn_err err = {0};
+    struct synth_params p = {.arch = SYNTH_QWEN3MOE, .ftype = SYNTH_Q4_K_M, .seed = 4, .threads = 1,
+                             .name = "spec"};
+    enum synth_arch arch = SYNTH_QWEN3MOE;
+    CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+    CHECKF(synth_write(&p, moe, &err) == KN_OK, "%s", err.msg);
+    bool ok = run_all(moe);
+    unlink(moe);
+    if (!ok)
         return 1;
     /* lfm2 (tiny synth: conv, conv, attention, conv layers): its conv rows go through
      * drafting's rollback, the prompt cache and its file, Zero Wait and the slots. Random
      * weights rarely repeat themselves; seed 19 is one whose sampled text does often
      * enough for the draft checks above (the file is the same on every machine). */
-    char lfm2[256];
-    snprintf(lfm2, sizeof lfm2, "/tmp/kn_spec_lfm2_%d.gguf", (int)getpid());
-    struct kn_err err = {0};
-    struct synth_params p = {.arch = SYNTH_LFM2, .ftype = SYNTH_Q8_0, .seed = 19, .threads = 1,
-                             .name = "spec"};
-    enum synth_arch arch = SYNTH_LFM2;
+    char lfm2[] = "/tmp/kn_spec_lfm2_XXXXXX";
+    fd = mkstemp(lfm2);
+    CHECK(fd >= 0);
+    close(fd);
+    p = (struct synth_params){.arch = SYNTH_LFM2, .ftype = SYNTH_Q8_0, .seed = 19, .threads = 1,
+                              .name = "spec"};
+    arch = SYNTH_LFM2;
     CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
     CHECKF(synth_write(&p, lfm2, &err) == KN_OK, "%s", err.msg);
-    bool ok = run_suite(lfm2);
+    ok = run_all(lfm2);
     unlink(lfm2);
     if (!ok)
         return 1;
