@@ -468,7 +468,7 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
         L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
-        if (hp->conv_layer[il] && !L->be->ops->shortconv)
+        if (hp->conv_layer[il] && !kern_backend_has_shortconv(L->be))
             return kn_fail(err, KN_E_UNSUPPORTED,
                            "layer %lld is a short-convolution layer and %s has no shortconv op; "
                            "give it fewer layers (--gpu-layers %lld)",
