@@ -1,15 +1,15 @@
 /* lfm2.c: what is particular to LFM2 (Liquid AI's hybrid of short-convolution and
  * grouped-query attention layers) when a file is read.
  *
- * The GGUF layout is llama.cpp's (convert_hf_to_gguf.py, LFM2Model): lfm2.attention.
- * head_count_kv is an array with one entry per layer, 0 for a conv layer;
- * lfm2.shortconv.l_cache is the conv length L. The forward pass of a conv layer is in
- * forward.c (conv_block) and its state lives in the KV cache (model.h, struct model_kv). */
+ * The GGUF layout is llama.cpp's (convert_hf_to_gguf.py, LFM2Model and LFM2MoeModel):
+ * <arch>.attention.head_count_kv is an array with one entry per layer, 0 for a conv layer;
+ * <arch>.shortconv.l_cache is the conv length L (arch lfm2 or lfm2moe, whose expert keys
+ * moe.c reads). The forward pass of a conv layer is in forward.c (conv_block) and its
+ * state lives in the KV cache (model.h, struct model_kv). */
 #include "model_int.h"
 
 #include <stdio.h>
 
-/* Widest conv Kinetic accepts (LFM2 uses 3); the CPU kernel keeps the taps on the stack. */
 /* The conv length is bounded by the kernel (ops.h KERN_CONV_MAX_L). */
 
 enum kn_status model_lfm2_hparams(const struct gguf_file *g, const char *arch,
