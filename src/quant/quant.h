@@ -121,6 +121,10 @@ static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block size");
 
 /* ---------------------------------------------------------------- reference code */
 
+/* The 16 non-linear levels of IQ4_NL and IQ4_XS (fixed by the format): a 4-bit quant q
+ * stands for quant_iq4nl_levels[q] times the (sub-)block scale. */
+extern const int8_t quant_iq4nl_levels[16];
+
 /* Dequantizes n elements (a multiple of the block size) of type t from src to dst.
  * src need not be aligned. The float operations and their order are llama.cpp's, so
  * the result equals its dequantization bit for bit. Handles F32, F16, BF16, Q4_0,
@@ -130,7 +134,8 @@ bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
 bool quant_can_dequantize(uint32_t t);
 /* Quantizes n elements of x into dst with Kinetic's reference quantizer for t: F32,
  * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (the same bytes as llama.cpp's reference
- * quantizers), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (Kinetic's own scale search). Deterministic and
+ * quantizers), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (Kinetic's own scale
+ * search). Deterministic and
  * libm-free: the same input gives the same bytes on every machine. dst need not be
  * aligned. Returns false if t cannot be produced by this build or n is not whole
  * blocks. */
@@ -149,6 +154,26 @@ static inline void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int 
         *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* The sixteen signed sub-block scales (6 bits, offset 32: -32..31) of a Q3_K block from
+ * its 12 packed bytes: the low nibbles come from bytes 0..7 (low nibble for s < 8, high
+ * for s >= 8), the two high bits from byte 8 + s % 4 at bit 2 * (s / 4). */
+static inline void quant_q3k_scales(const uint8_t sc[12], int out[16])
+{
+    for (int s = 0; s < 16; s++) {
+        int lo = s < 8 ? (sc[s] & 0x0f) : (sc[s - 8] >> 4);
+        int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        out[s] = (lo | hi << 4) - 32;
+    }
+}
+
+/* The signed scale (6 bits, offset 32: -32..31) of sub-block s (0..7, 32 values) of an
+ * IQ4_XS block: low nibble from scales_l[s / 2] (nibble s % 2), high two bits from
+ * scales_h at bit 2 * s. */
+static inline int quant_iq4xs_scale(uint16_t scales_h, const uint8_t scales_l[4], int s)
+{
+    return (((scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
 }
 
 #endif
