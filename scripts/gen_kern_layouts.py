@@ -21,6 +21,10 @@ TYPES = [  # (type, block elements, block bytes, offsets of f16 scales)
     (T.Q4_K, 256, 144, [0, 2]),
     (T.Q5_K, 256, 176, [0, 2]),
     (T.Q6_K, 256, 210, [208]),
+    (T.IQ4_NL, 32, 18, [0]),
+    (T.Q2_K, 256, 84, [80, 82]),
+    (T.Q3_K, 256, 110, [108]),
+    (T.IQ4_XS, 256, 136, [0]),
 ]
 N_BLOCKS = 4
 

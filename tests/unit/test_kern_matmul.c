@@ -242,6 +242,10 @@ int main(void)
      * the pool's threads. */
     check_shape(QT_Q8_0, 100, 1024);
     check_shape(QT_Q4_K, 70, 1024);
+    check_shape(QT_Q2_K, 70, 1024);
+    check_shape(QT_Q3_K, 70, 1024);
+    check_shape(QT_IQ4_XS, 70, 1024);
+    check_shape(QT_IQ4_NL, 100, 1024);
     check_shape(QT_F16, 40, 1000);
     for (int th = 1; th <= MAX_THREADS; th++)
         kern_pool_free(pools[th]);
