@@ -546,16 +546,22 @@ static void qz_q3_K(const float *x, uint8_t *dst, int64_t nb)
 
 /* ---------------------------------------------------------------- IQ4_NL, IQ4_XS */
 
+/* Midpoint i (0..14) between levels i and i + 1: exact (the levels are small integers). */
+static inline float iq4_mid(int i)
+{
+    return 0.5f * (float)(quant_iq4nl_levels[i] + quant_iq4nl_levels[i + 1]);
+}
+
 /* The level index (0..15) of quant_iq4nl_levels nearest to v (a value in level units),
  * ties to the lower level; NaN maps to 0. The levels ascend, so the index is the count
- * of midpoints below v (each midpoint is exact: the levels are small integers). */
+ * of midpoints below v, found by a branch-free binary search. */
 static inline int iq4_nearest(float v)
 {
     int q = 0;
-    for (int i = 0; i < 15; i++) {
-        float mid = 0.5f * (float)(quant_iq4nl_levels[i] + quant_iq4nl_levels[i + 1]);
-        q += v > mid;
-    }
+    q += (v > iq4_mid(q + 7)) * 8;
+    q += (v > iq4_mid(q + 3)) * 4;
+    q += (v > iq4_mid(q + 1)) * 2;
+    q += v > iq4_mid(q);
     return q;
 }
 

@@ -196,6 +196,7 @@ def test_quant_matches_gguf_py(tmp_path, qtype):
 @pytest.mark.parametrize("qtype,bound", [
     (T.Q8_0, 0.0056), (T.Q5_1, 0.040), (T.Q5_0, 0.045), (T.Q4_1, 0.083), (T.Q4_0, 0.090),
     (T.Q6_K, 0.0178), (T.Q5_K, 0.0375), (T.Q4_K, 0.075), (T.Q3_K, 0.152), (T.Q2_K, 0.285),
+    (T.IQ4_NL, 0.0768), (T.IQ4_XS, 0.0777),
 ])
 def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
     """Kinetic's quantized bytes, decoded by gguf-py, are close to the input: this checks
@@ -211,3 +212,76 @@ def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
     # and Kinetic's own decoder agrees with gguf-py's on its own output
     got = kn_dequant(tmp_path, qtype, q, x.size)
     assert same_bits(got, r.astype(np.float32))
+
+
+def _f16(v):
+    return np.float16(v).tobytes()
+
+
+def hand_block(qtype, e):
+    """One block built by hand from the format's description, with element e marked, and
+    the values it stands for, written out independently of any decoder."""
+    want = np.zeros(256, dtype=np.float32)
+    if qtype == T.Q2_K:  # scales[16] | qs[64] | d | dmin; element 128h + 32t + l at qs[32h + l] bits 2t
+        sc = bytes((i % 15 + 1) | (i % 3) << 4 for i in range(16))
+        qs = bytearray(64)
+        h, t, l = e // 128, (e % 128) // 32, e % 32
+        qs[32 * h + l] |= 3 << (2 * t)
+        for i in range(256):
+            want[i] = 0.5 * (sc[i // 16] & 15) * (3 if i == e else 0) - 0.25 * (sc[i // 16] >> 4)
+        return sc + bytes(qs) + _f16(0.5) + _f16(0.25), want
+    if qtype == T.Q3_K:  # hmask[32] | qs[64] | scales[12] | d; a clear hmask bit subtracts 4
+        s = [i - 8 for i in range(16)]  # signed sub-block scales -8..7, stored + 32
+        u = [v + 32 for v in s]
+        sc = bytearray(12)
+        for i in range(16):
+            sc[i % 8] |= (u[i] & 15) << (4 * (i // 8))
+            sc[8 + i % 4] |= (u[i] >> 4) << (2 * (i // 4))
+        hm = bytearray([0xFF] * 32)
+        hm[e % 32] &= ~(1 << (e // 32)) & 0xFF
+        qs = bytearray(64)
+        qs[32 * (e // 128) + e % 32] |= 1 << (2 * ((e % 128) // 32))  # low bits 1: 1 - 4
+        for i in range(256):
+            want[i] = 2.0 * s[i // 16] * (-3 if i == e else 0)
+        return bytes(hm) + bytes(qs) + bytes(sc) + _f16(2.0), want
+    levels = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+    if qtype == T.IQ4_NL:  # d | qs[16]: element j < 16 low nibble of qs[j], else high of qs[j - 16]
+        e %= 32
+        q = [8] * 32
+        q[e] = 15
+        qs = bytes(q[j] | q[j + 16] << 4 for j in range(16))
+        return _f16(0.5) + qs, np.array([0.5 * levels[v] for v in q], dtype=np.float32)
+    # IQ4_XS: d | scales_h (u16) | scales_l[4] | qs[128]; sub-block j scale ls_j, offset 32
+    ls = [j - 5 for j in range(8)]
+    sh, sl = 0, bytearray(4)
+    for j in range(8):
+        sl[j // 2] |= ((ls[j] + 32) & 15) << (4 * (j % 2))
+        sh |= ((ls[j] + 32) >> 4) << (2 * j)
+    q = [8] * 256
+    q[e] = 0
+    qs = bytes(q[32 * j + l] | q[32 * j + 16 + l] << 4 for j in range(8) for l in range(16))
+    want = np.array([0.5 * ls[i // 32] * levels[q[i]] for i in range(256)], dtype=np.float32)
+    return _f16(0.5) + struct_u16(sh) + bytes(sl) + qs, want
+
+
+def struct_u16(v):
+    return int(v).to_bytes(2, "little")
+
+
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS])
+def test_dequant_hand_built_blocks(tmp_path, qtype):
+    """Blocks written by hand (one marked element at positions covering every bit group,
+    sub-block and half) decode to the values the format's description gives, in gguf-py
+    and in Kinetic."""
+    blocks, wants = [], []
+    for e in (0, 1, 15, 16, 31, 32, 63, 64, 95, 127, 128, 130, 161, 200, 223, 255):
+        raw, want = hand_block(qtype, e)
+        assert len(raw) == GGML_QUANT_SIZES[qtype][1]
+        blocks.append(np.frombuffer(raw, dtype=np.uint8))
+        wants.append(want)
+    raw = np.stack(blocks)
+    want = np.concatenate(wants).astype(np.float32)
+    ref = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(-1)
+    assert np.array_equal(ref, want), f"{qtype.name}: gguf-py disagrees with the hand-built values"
+    got = kn_dequant(tmp_path, qtype, raw, want.size)
+    assert same_bits(got, want), f"{qtype.name}: Kinetic disagrees with the hand-built values"
