@@ -19,6 +19,7 @@ enum kern_act_kind kern_act_kind_for(enum quant_type t)
 {
     switch (t) {
     case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_IQ4_NL:
+    case QT_MXFP4:
         return KERN_ACT_Q8_32;
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q2_K: case QT_Q3_K: case QT_IQ4_XS:
         return KERN_ACT_Q8_K;
@@ -59,8 +60,8 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
     if (!kern_type_supported(type))
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "no matrix-product kernel for weight type %s; supported: f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, "
-                       "q6_K, iq4_xs",
+                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, q4_K, "
+                       "q5_K, q6_K, iq4_xs",
                        quant_type_name(type));
     const struct quant_type_info *ti = quant_type_info(type);
     if (N < 1 || K < 1 || K % ti->block_size != 0)
@@ -231,6 +232,21 @@ static float dot_iq4_nl_ref(const void *wr, const struct kern_block_q8f *x, int6
     return acc;
 }
 
+static float dot_mxfp4_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
+{
+    const struct block_mxfp4 *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            isum += quant_mxfp4_values[w[b].qs[j] & 0xF] * x[b].qs[j];
+            isum += quant_mxfp4_values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+        }
+        acc = fmaf(quant_e8m0_half(w[b].e) * x[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
 /* ---------------------------------------------------------------- reference: K-quants */
 
 static float dot_q2_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
@@ -397,6 +413,7 @@ void kern_matmul_rows_ref(const struct kern_weight *w, const struct kern_act *a,
             case QT_Q5_K: r = dot_q5_K_ref(wr, xq, K / QK_K); break;
             case QT_Q6_K: r = dot_q6_K_ref(wr, xq, K / QK_K); break;
             case QT_IQ4_NL: r = dot_iq4_nl_ref(wr, xq, K / 32); break;
+            case QT_MXFP4: r = dot_mxfp4_ref(wr, xq, K / 32); break;
             case QT_Q2_K: r = dot_q2_K_ref(wr, xq, K / QK_K); break;
             case QT_Q3_K: r = dot_q3_K_ref(wr, xq, K / QK_K); break;
             case QT_IQ4_XS: r = dot_iq4_xs_ref(wr, xq, K / QK_K); break;

@@ -28,6 +28,7 @@
  * and may define (the template has portable versions, the same integers, slower):
  *   vi_lut16(t, i)    bytes of t picked by the byte indices i (0..15) within each 16 bytes
  *                     (t holds one 16-byte table repeated): pshufb / tbl
+ *   vf_bf16(p, h)     KL bf16 values of a [16] bf16 array, converted (exactly) to f32
  */
 
 #include <stdalign.h>
@@ -65,14 +66,33 @@ static inline VI kt_lut16(VI t, VI i)
 #define vi_lut16(t, i) kt_lut16(t, i)
 #endif
 
-/* The IQ4 level table as the vi_dp_q8 operand wants it (level + 128 as a byte, i.e.
- * level XOR 0x80), repeated to 64 bytes so that vi_chunk of any sub-group loads it. */
-KINL VI iq4_table(void)
+#ifndef vf_bf16
+static inline VF kt_bf16(const uint8_t *p, int h)
+{
+    uint32_t v[KL];
+    for (int r = 0; r < KL; r++)
+        v[r] = (uint32_t)(p[2 * (KL * h + r)] | p[2 * (KL * h + r) + 1] << 8) << 16;
+    VF o;
+    memcpy(&o, v, sizeof o);
+    return o;
+}
+#define vf_bf16(p, h) kt_bf16(p, h)
+#endif
+
+/* A table of 16 signed values as the vi_dp_q8 operand wants it (value + 128 as a byte,
+ * i.e. value XOR 0x80), repeated to 64 bytes so that vi_chunk of any sub-group loads it. */
+KINL VI s8_table(const int8_t v[16])
 {
     alignas(64) uint8_t tb[64];
     for (int i = 0; i < 64; i++)
-        tb[i] = (uint8_t)((uint8_t)quant_iq4nl_levels[i % 16] ^ 0x80);
+        tb[i] = (uint8_t)((uint8_t)v[i % 16] ^ 0x80);
     return vi_chunk(tb, 0);
+}
+
+/* The IQ4 level table. */
+KINL VI iq4_table(void)
+{
+    return s8_table(quant_iq4nl_levels);
 }
 
 static inline uint32_t ld32(const void *p)
@@ -91,12 +111,15 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
-    /* Q8_0 and IQ4_NL values are signed bytes (stored or looked up as value XOR 0x80) */
-    const bool sbyte = t == QT_Q8_0 || t == QT_IQ4_NL;
+    /* Q8_0, IQ4_NL and MXFP4 values are signed bytes (stored or looked up as value
+     * XOR 0x80) */
+    const bool lookup = t == QT_IQ4_NL || t == QT_MXFP4;
+    const bool sbyte = t == QT_Q8_0 || lookup;
     const int off = sbyte ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
-    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 || t == QT_IQ4_NL ? 288
+    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 || lookup ? 288
                      : t == QT_Q4_1 ? 320 : t == QT_Q5_0 ? 352 : 384;
-    const VI lut = t == QT_IQ4_NL ? iq4_table() : vi_zero();
+    const VI lut = t == QT_IQ4_NL ? iq4_table() : t == QT_MXFP4 ? s8_table(quant_mxfp4_values)
+                                                                 : vi_zero();
     const struct kern_block_q8f *xr[KMAXT32];
     VF acc[KMAXT32];
     /* With 4 or more tokens their chains overlap; fewer split each token's sum in two. */
@@ -109,7 +132,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        VF dw = vf_f16(p, h), dm = vf_zero();
+        VF dw = t == QT_MXFP4 ? vf_bf16(p, h) : vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
             dm = vf_f16(q, h);
@@ -131,7 +154,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
                 xo[c] = 4 * c;
                 xo[4 + c] = 16 + 4 * c;
-                if (t == QT_IQ4_NL) {
+                if (lookup) {
                     v[c] = vi_lut16(lut, v[c]);
                     v[4 + c] = vi_lut16(lut, v[4 + c]);
                 }
@@ -584,8 +607,10 @@ static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, i
 #define CALL_Q5_0(NT) CALL_Q32(QT_Q5_0, NT)
 #define CALL_Q5_1(NT) CALL_Q32(QT_Q5_1, NT)
 #define CALL_IQ4NL(NT) CALL_Q32(QT_IQ4_NL, NT)
+#define CALL_MXFP4(NT) CALL_Q32(QT_MXFP4, NT)
     switch (t) {
     case QT_IQ4_NL: KTILE_CASES32(CALL_IQ4NL); break;
+    case QT_MXFP4: KTILE_CASES32(CALL_MXFP4); break;
     case QT_Q8_0: KTILE_CASES32(CALL_Q8_0); break;
     case QT_Q4_0: KTILE_CASES32(CALL_Q4_0); break;
     case QT_Q4_1: KTILE_CASES32(CALL_Q4_1); break;

@@ -24,6 +24,8 @@
  *                 h2 = 0..1, g = 0..7, three chunks: ql[64h2 + 4g ..], ql[64h2 + 32 + 4g ..],
  *                 qh[32h2 + 4g ..] (the order the kernels read them: one pass, in order)
  *   IQ4_NL (288 B): d[16] f16 | 4 chunks t: qs[4t..4t+3] (nibbles as Q4_0: level indices)
+ *   MXFP4 (288 B): d[16] bf16 (the E8M0 scale halved, 2^(e-128): a bf16 exactly, as the
+ *                 kernels' f32 by a 16-bit shift) | 4 chunks t: qs[4t..4t+3] (as IQ4_NL)
  *   Q2_K (1344 B): d[16] f16 | dmin[16] f16 | sc[8][16][2] u8 (pair p, row r: the file's
  *                 scale bytes 2p, 2p+1: scale in the low nibble, min in the high) |
  *                 16 chunks 8h2 + g: qs[32h2 + 4g .. +3] (byte i, bits 2t: element
@@ -50,6 +52,7 @@ static size_t group_block_bytes(enum quant_type t)
     case QT_Q5_K: return 2880;
     case QT_Q6_K: return 3360;
     case QT_IQ4_NL: return 288;
+    case QT_MXFP4: return 288;
     case QT_Q2_K: return 1344;
     case QT_Q3_K: return 1824;
     case QT_IQ4_XS: return 2208;
@@ -102,6 +105,18 @@ static void put_f16s(uint8_t *dst, const uint8_t *const blk[16], size_t off)
 static void pack_q32(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
 {
     size_t moff = 0, qsoff, qhoff = 0;
+    if (t == QT_MXFP4) {
+        for (int r = 0; r < 16; r++) {
+            float d = blk[r] ? quant_e8m0_half(blk[r][0]) : 0.0f;
+            uint32_t bits;
+            memcpy(&bits, &d, 4);
+            uint16_t h = (uint16_t)(bits >> 16);
+            memcpy(o + 2 * r, &h, 2);
+        }
+        for (int c = 0; c < 4; c++)
+            put_chunk(o + 32 + 64 * c, blk, offsetof(struct block_mxfp4, qs) + 4 * c, 0);
+        return;
+    }
     put_f16s(o, blk, 0);
     o += 32;
     switch (t) {

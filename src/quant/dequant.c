@@ -12,6 +12,7 @@
 
 const int8_t quant_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static void deq_f32(const uint8_t *src, float *y, int64_t n)
 {
@@ -252,12 +253,26 @@ static void deq_iq4_xs(const uint8_t *src, float *y, int64_t nb)
     }
 }
 
+/* MXFP4: x = value * d, d = 2^(e - 128) (the values are doubled). */
+static void deq_mxfp4(const uint8_t *src, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += QK_MXFP4) {
+        struct block_mxfp4 b;
+        memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
+        float d = quant_e8m0_half(b.e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)quant_mxfp4_values[b.qs[j] & 0x0f] * d;
+            y[j + 16] = (float)quant_mxfp4_values[b.qs[j] >> 4] * d;
+        }
+    }
+}
+
 bool quant_can_dequantize(uint32_t t)
 {
     switch (t) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0:
     case QT_Q5_1: case QT_Q8_0: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
-    case QT_Q6_K: case QT_Q8_K: case QT_IQ4_NL: case QT_IQ4_XS:
+    case QT_Q6_K: case QT_Q8_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -288,6 +303,7 @@ bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n)
     case QT_Q8_K: deq_q8_K(s, dst, nb); break;
     case QT_IQ4_NL: deq_iq4_nl(s, dst, nb); break;
     case QT_IQ4_XS: deq_iq4_xs(s, dst, nb); break;
+    case QT_MXFP4: deq_mxfp4(s, dst, nb); break;
     default: return false;
     }
     return true;

@@ -10,6 +10,10 @@
  *   (block maximum or range, one scale, round each value), so a tensor quantized here
  *   equals the one llama-quantize writes without an importance matrix; tests check this
  *   against gguf-py's independent numpy port.
+ * - MXFP4 computes what llama.cpp's reference computes too (the block maximum's power of
+ *   two, the nearest value), taking the exponent from the float's bits where llama.cpp
+ *   calls log2f: the two differ only if log2f rounds a maximum just below a power of two
+ *   up to it.
  * - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS use Kinetic's own scale search: for each sub-block,
  *   try a small fixed set of scales around the range-derived one, fit scale (and
  *   minimum) to the resulting integers by least squares, keep the lowest squared error,
@@ -658,6 +662,50 @@ static void qz_iq4_xs(const float *x, uint8_t *dst, int64_t nb)
     }
 }
 
+/* ---------------------------------------------------------------- MXFP4 */
+
+/* The code (0..15) of the MXFP4 value nearest to v (in doubled-value units): the
+ * magnitude's nearest of 0, 1, 2, 3, 4, 6, 8, 12 (ties to the smaller), the sign in bit 3
+ * (zero keeps code 0). NaN maps to 0. */
+static inline int mxfp4_nearest(float v)
+{
+    float a = absf(v);
+    int q = (a > 0.5f) + (a > 1.5f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f) + (a > 7.0f) +
+            (a > 10.0f);
+    return q && (f2u(v) >> 31) ? q | 8 : q;
+}
+
+/* MXFP4: the scale is the power of two that puts the block maximum in [4, 8) of the
+ * doubled values, i.e. e = floor(log2(amax)) - 2 + 127 taken exactly from amax's bits
+ * (llama.cpp's reference computes the same with log2f), clamped to 0..254; each value is
+ * then the nearest code. */
+static void qz_mxfp4(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_MXFP4) {
+        struct block_mxfp4 b;
+        float amax = 0;
+        for (int j = 0; j < QK_MXFP4; j++)
+            amax = absf(x[j]) > amax ? absf(x[j]) : amax;
+        int e = 0;
+        if (amax > 0) {
+            uint32_t u = f2u(amax);
+            int exp2 = (int)(u >> 23) - 127; /* floor(log2(amax)) for a normal amax */
+            if ((u >> 23) == 0) {            /* subnormal: 2^-126 times the fraction */
+                exp2 = -127;
+                for (uint32_t m = u & 0x7fffffu; m < 0x400000u; m <<= 1)
+                    exp2--;
+            }
+            e = exp2 - 2 + 127;
+            e = e < 0 ? 0 : e > 254 ? 254 : e;
+        }
+        b.e = (uint8_t)e;
+        float d = quant_e8m0_half(b.e);
+        for (int j = 0; j < 16; j++)
+            b.qs[j] = (uint8_t)(mxfp4_nearest(x[j] / d) | mxfp4_nearest(x[j + 16] / d) << 4);
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 bool quant_can_quantize(uint32_t t)
@@ -665,7 +713,7 @@ bool quant_can_quantize(uint32_t t)
     switch (t) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0: case QT_Q4_0: case QT_Q4_1:
     case QT_Q5_0: case QT_Q5_1: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
-    case QT_Q6_K: case QT_IQ4_NL: case QT_IQ4_XS:
+    case QT_Q6_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -707,6 +755,7 @@ bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
     case QT_Q6_K: qz_q6_K(x, d, nb); break;
     case QT_IQ4_NL: qz_iq4_nl(x, d, nb); break;
     case QT_IQ4_XS: qz_iq4_xs(x, d, nb); break;
+    case QT_MXFP4: qz_mxfp4(x, d, nb); break;
     default: return false;
     }
     return true;

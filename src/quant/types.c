@@ -36,7 +36,7 @@ static const struct quant_type_info type_table[QT_COUNT] = {
     [QT_BF16] = {"bf16", 1, 2, true},
     [QT_TQ1_0] = {"tq1_0", 256, 54, false},
     [QT_TQ2_0] = {"tq2_0", 256, 66, false},
-    [QT_MXFP4] = {"mxfp4", 32, 17, false},
+    [QT_MXFP4] = {"mxfp4", 32, 17, true},
 };
 
 const struct quant_type_info *quant_type_info(uint32_t t)

@@ -23,7 +23,8 @@ static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen
 
 /* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
  * importance matrix): which tensors get other types than the mix's default. */
-enum mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_S, MIX_Q3_K_M, MIX_Q3_K_L, MIX_Q4_K_M, MIX_Q5_K_M, MIX_IQ4 };
+enum mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_S, MIX_Q3_K_M, MIX_Q3_K_L, MIX_Q4_K_M, MIX_Q5_K_M, MIX_IQ4,
+           MIX_MXFP4_MOE };
 
 static const struct {
     const char *name;
@@ -45,6 +46,8 @@ static const struct {
     [SYNTH_Q5_K_M] = {"q5_k_m", QT_Q5_K, 17, MIX_Q5_K_M},
     [SYNTH_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 25, MIX_IQ4},
     [SYNTH_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 30, MIX_IQ4},
+    [SYNTH_MXFP4_MOE] = {"mxfp4_moe", QT_Q8_0, 38, MIX_MXFP4_MOE},
+    [SYNTH_MXFP4] = {"mxfp4", QT_MXFP4, 38},
 };
 
 const char *synth_arch_name(enum synth_arch a)
@@ -367,7 +370,10 @@ uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int
     if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT)
         return QT_F32;
     uint32_t t = ftypes[ftype].type;
-    if (ftypes[ftype].mix != MIX_NONE) {
+    if (ftypes[ftype].mix == MIX_MXFP4_MOE) {
+        /* expert tensors (3-D: one matrix per expert) MXFP4, everything else Q8_0 */
+        t = n_dims == 3 ? QT_MXFP4 : QT_Q8_0;
+    } else if (ftypes[ftype].mix != MIX_NONE) {
         bool is_output = strcmp(name, "output.weight") == 0 ||
                          (tied && strcmp(name, "token_embd.weight") == 0);
         if (is_output)

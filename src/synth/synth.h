@@ -13,9 +13,10 @@
 
 enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_ARCH_COUNT };
 
-/* The weight type of a file: one GGML type for every matrix (f32 .. q6_k, q3_k), or one of
- * llama.cpp's mixes (q4_k_m, q2_k, q3_k_s/m/l, q5_k_m, iq4_nl, iq4_xs: its llama_ftype of
- * that name, laid out as llama-quantize does without an importance matrix). */
+/* The weight type of a file: one GGML type for every matrix (f32 .. q6_k, q3_k, mxfp4), or one of
+ * llama.cpp's mixes (q4_k_m, q2_k, q3_k_s/m/l, q5_k_m, iq4_nl, iq4_xs, mxfp4_moe: its
+ * llama_ftype of that name, laid out as llama-quantize does without an importance
+ * matrix). */
 enum synth_ftype {
     SYNTH_F32,
     SYNTH_F16,
@@ -37,6 +38,8 @@ enum synth_ftype {
     SYNTH_Q5_K_M,
     SYNTH_IQ4_NL,
     SYNTH_IQ4_XS,
+    SYNTH_MXFP4_MOE,
+    SYNTH_MXFP4,
     SYNTH_FTYPE_COUNT,
 };
 

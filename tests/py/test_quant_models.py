@@ -20,6 +20,7 @@ MIXES = {
     "q5_k_m": ["q5_K", "q6_K"],
     "iq4_nl": ["iq4_nl", "q6_K"],
     "iq4_xs": ["iq4_xs", "q6_K"],
+    "mxfp4": ["mxfp4"],
 }
 SAMPLED = ["Hello there my friend", "--temp", "0.8", "--seed", "77", "-n", "24", "--raw"]
 

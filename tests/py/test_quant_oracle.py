@@ -2,7 +2,7 @@
 
 gguf-py (llama.cpp's Python package) decodes every GGML block format with numpy using
 the same float operations as llama.cpp, so dequantization must agree bit for bit. Its
-quantizers for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, BF16 and F16 reproduce llama.cpp's
+quantizers for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, BF16 and F16 reproduce llama.cpp's
 reference quantizers, which Kinetic's also reproduce: the bytes must agree. Kinetic's
 K-quant quantizers are its own; they are checked by decoding their output with gguf-py
 and bounding the error.
@@ -29,13 +29,14 @@ NAMES = {
     T.F32: "f32", T.F16: "f16", T.BF16: "bf16", T.Q4_0: "q4_0", T.Q4_1: "q4_1",
     T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.Q8_0: "q8_0", T.Q2_K: "q2_K", T.Q3_K: "q3_K",
     T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K", T.IQ4_NL: "iq4_nl", T.IQ4_XS: "iq4_xs",
+    T.MXFP4: "mxfp4",
 }
 
 # Byte ranges of the f16 scale fields in each block, so random blocks get finite scales.
 F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-    T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],  # MXFP4: any E8M0 byte decodes
 }
 
 
@@ -180,7 +181,7 @@ def test_dequant_real_gemma(tmp_path):
     assert {"Q4_K", "Q6_K", "Q8_0", "Q5_0", "F32"} <= seen
 
 
-@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F16])
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F16, T.MXFP4])
 def test_quant_matches_gguf_py(tmp_path, qtype):
     """Where gguf-py has a quantizer it is llama.cpp's reference one: same bytes."""
     rng = np.random.default_rng(100 + int(qtype))
@@ -196,7 +197,7 @@ def test_quant_matches_gguf_py(tmp_path, qtype):
 @pytest.mark.parametrize("qtype,bound", [
     (T.Q8_0, 0.0056), (T.Q5_1, 0.040), (T.Q5_0, 0.045), (T.Q4_1, 0.083), (T.Q4_0, 0.090),
     (T.Q6_K, 0.0178), (T.Q5_K, 0.0375), (T.Q4_K, 0.075), (T.Q3_K, 0.152), (T.Q2_K, 0.285),
-    (T.IQ4_NL, 0.0768), (T.IQ4_XS, 0.0777),
+    (T.IQ4_NL, 0.0768), (T.IQ4_XS, 0.0777), (T.MXFP4, 0.120),
 ])
 def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
     """Kinetic's quantized bytes, decoded by gguf-py, are close to the input: this checks
@@ -244,6 +245,13 @@ def hand_block(qtype, e):
         for i in range(256):
             want[i] = 2.0 * s[i // 16] * (-3 if i == e else 0)
         return bytes(hm) + bytes(qs) + bytes(sc) + _f16(2.0), want
+    if qtype == T.MXFP4:  # e | qs[16]; value codes as IQ4_NL's, E2M1 values doubled, scale 2^(e-128)
+        e %= 32
+        vals = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+        q = [(j % 15) + 1 for j in range(32)]
+        q[e] = 15
+        qs = bytes(q[j] | q[j + 16] << 4 for j in range(16))
+        return bytes([126]) + qs, np.array([0.25 * vals[v] for v in q], dtype=np.float32)
     levels = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
     if qtype == T.IQ4_NL:  # d | qs[16]: element j < 16 low nibble of qs[j], else high of qs[j - 16]
         e %= 32
@@ -268,7 +276,7 @@ def struct_u16(v):
     return int(v).to_bytes(2, "little")
 
 
-@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS])
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4])
 def test_dequant_hand_built_blocks(tmp_path, qtype):
     """Blocks written by hand (one marked element at positions covering every bit group,
     sub-block and half) decode to the values the format's description gives, in gguf-py

@@ -22,18 +22,20 @@ GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",
-         "q3_k", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs"]
+         "q3_k", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4_moe",
+         "mxfp4"]
 T = gguf.GGMLQuantizationType
 # the default type (a mix: the type of the tensors no rule moves)
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
           "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q4_k": T.Q4_K, "q5_k": T.Q5_K,
           "q6_k": T.Q6_K, "q4_k_m": T.Q4_K, "q3_k": T.Q3_K, "q2_k": T.Q2_K, "q3_k_s": T.Q3_K,
           "q3_k_m": T.Q3_K, "q3_k_l": T.Q3_K, "q5_k_m": T.Q5_K, "iq4_nl": T.IQ4_NL,
-          "iq4_xs": T.IQ4_XS}
+          "iq4_xs": T.IQ4_XS, "mxfp4_moe": T.Q8_0, "mxfp4": T.MXFP4}
 MIXES = {"q4_k_m", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs"}
 FILE_TYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8,
              "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18, "q4_k_m": 15, "q3_k": 11, "q2_k": 10,
-             "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "q5_k_m": 17, "iq4_nl": 25, "iq4_xs": 30}
+             "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "q5_k_m": 17, "iq4_nl": 25, "iq4_xs": 30,
+             "mxfp4_moe": 38, "mxfp4": 38}
 
 
 def synth(*args, check=True):
@@ -91,7 +93,9 @@ def expected_type(ftype, name, n_dims, ne0, n_layer, tied, gqa=2):
     if n_dims < 2:
         return T.F32
     t = SINGLE[ftype]
-    if ftype in MIXES:
+    if ftype == "mxfp4_moe":
+        t = T.MXFP4 if n_dims == 3 else T.Q8_0
+    elif ftype in MIXES:
         if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = T.Q8_0 if ne0 % gguf.GGML_QUANT_SIZES[t][0] else T.Q6_K
         elif name != "token_embd.weight":

@@ -103,6 +103,9 @@ static inline void tu_random_weights(enum quant_type t, int64_t N, int64_t K, vo
         case QT_IQ4_XS:
             tu_put_f16(blk, tu_scale(0.0001f, 1));
             break;
+        case QT_MXFP4:
+            blk[0] = (uint8_t)(118 + tu_next() % 8); /* 2^-10 .. 2^-3 */
+            break;
         default: break;
         }
     }
@@ -118,6 +121,8 @@ static inline double tu_h(const kn_f16 *p)
 /* The IQ4_NL / IQ4_XS levels, written out again here (the format's table). */
 static const int tu_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
+
+static const int tu_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* Dequantizes one row: w[k] = wa[k] + wb[k], wb the min/offset part (0 for types without
  * one); the parts are kept apart for the error bound. */
@@ -178,6 +183,14 @@ static inline void tu_dequant_row(enum quant_type t, const void *row, int64_t K,
                     o[i] = tu_h((const void *)blk) * q;
                     om[i] = tu_h((const void *)(blk + 2));
                 }
+            }
+        } else if (t == QT_MXFP4) {
+            /* e (E8M0) | qs[16]; the values are doubled, so the scale is 2^(e - 128) */
+            const uint8_t *blk = p + b * 17;
+            double d = ldexp(1.0, blk[0] - 128);
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? (blk[1 + i] & 15) : (blk[1 + i - 16] >> 4);
+                o[i] = d * tu_mxfp4_values[q];
             }
         } else if (t == QT_IQ4_NL) {
             const uint8_t *blk = p + b * 18;

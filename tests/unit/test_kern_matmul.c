@@ -10,7 +10,7 @@
 static struct kern_pool *pools[MAX_THREADS + 1];
 
 static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,  QT_Q4_0,
-                                            QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_Q2_K,
+                                            QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K,
                                             QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,  QT_IQ4_XS};
 
 static const int test_ms[] = {1, 2, 3, 8, 17, 64};
@@ -112,6 +112,10 @@ static void check_shape(enum quant_type t, int64_t N, int64_t K)
                                    : 0;
         for (size_t b = 0; b < nblk; b += 5) {
             uint8_t *blk = (uint8_t *)wdata + b * ti->type_size;
+            if (t == QT_MXFP4) { /* the two subnormal scales (e = 0, 1) */
+                blk[0] = (uint8_t)(b % 7 == 0 ? 0 : 1);
+                continue;
+            }
             tu_put_f16(blk + doff, (kn_f16)(b % 7 == 0 ? 0x0000 : 0x0123 + (b & 0xff)));
             if (moff)
                 tu_put_f16(blk + moff, (kn_f16)(0x8005 + (b & 0x3f)));
@@ -207,7 +211,8 @@ static void test_init_errors(void)
     CHECK(w.packed == NULL); /* float types read the file's rows directly */
     kern_weight_free(&w);
     CHECK(!kern_type_supported(QT_IQ2_XXS));
-    CHECK(!kern_type_supported(QT_MXFP4));
+    CHECK(!kern_type_supported(QT_TQ2_0));
+    CHECK(kern_act_kind_for(QT_MXFP4) == KERN_ACT_Q8_32);
     CHECK(kern_act_kind_for(QT_IQ4_XS) == KERN_ACT_Q8_K);
     CHECK(kern_act_kind_for(QT_IQ4_NL) == KERN_ACT_Q8_32);
     CHECK(kern_act_kind_for(QT_Q6_K) == KERN_ACT_Q8_K);
@@ -246,6 +251,7 @@ int main(void)
     check_shape(QT_Q3_K, 70, 1024);
     check_shape(QT_IQ4_XS, 70, 1024);
     check_shape(QT_IQ4_NL, 100, 1024);
+    check_shape(QT_MXFP4, 100, 1024);
     check_shape(QT_F16, 40, 1000);
     for (int th = 1; th <= MAX_THREADS; th++)
         kern_pool_free(pools[th]);

@@ -162,6 +162,10 @@ static void test_other_mixes(void)
     CHECK_EQ_INT(synth_file_type(SYNTH_Q2_K_MIX), 10);
     CHECK_EQ_INT(synth_file_type(SYNTH_Q3_K_M), 12);
     CHECK_EQ_INT(synth_file_type(SYNTH_IQ4_XS), 30);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "blk.0.ffn_up_exps.weight", 0, 4, 2048, 3, false, 2) == QT_MXFP4);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "blk.0.attn_q.weight", 0, 4, 2048, 2, false, 2) == QT_Q8_0);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "output.weight", -1, 4, 2048, 2, false, 2) == QT_Q8_0);
+    CHECK_EQ_INT(synth_file_type(SYNTH_MXFP4_MOE), 38);
 }
 
 static void test_names(void)
