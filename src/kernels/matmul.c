@@ -3,6 +3,7 @@
 #include "kern_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -57,12 +58,17 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
                                 struct kn_err *err)
 {
     memset(w, 0, sizeof *w);
-    if (!kern_type_supported(type))
+    if (!kern_type_supported(type)) {
+        char names[256];
+        size_t len = 0;
+        for (uint32_t t = 0; t < QT_COUNT && len < sizeof names; t++)
+            if (kern_type_supported((enum quant_type)t))
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                                        quant_type_name(t));
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "no matrix-product kernel for weight type %s; supported: f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, q4_K, "
-                       "q5_K, q6_K, iq4_xs",
-                       quant_type_name(type));
+                       "no matrix-product kernel for weight type %s; supported: %s",
+                       quant_type_name(type), names);
+    }
     const struct quant_type_info *ti = quant_type_info(type);
     if (N < 1 || K < 1 || K % ti->block_size != 0)
         return kn_fail(err, KN_E_FORMAT,
