@@ -569,9 +569,10 @@ static inline int iq4_nearest(float v)
     return q;
 }
 
-/* IQ4 steps of the scale search: the inverse scale is tried at (1 + k / 64) times the
- * one that maps the largest value onto an end level, k = -IQ4_STEPS..IQ4_STEPS. */
-#define IQ4_STEPS 6
+/* IQ4 steps of the scale search: the inverse scale is tried at (1 + k / 32) times the
+ * one that maps the largest value onto an end level, k = -IQ4_STEPS..IQ4_STEPS
+ * (as good as twice the steps at half the spacing, measured on N(0, 0.02) data). */
+#define IQ4_STEPS 3
 
 /* Chooses a signed scale a for n values (a multiple of 4) so that x ~ a * level, as
  * search_symmetric does for uniform levels: the value of largest magnitude is mapped near
@@ -586,7 +587,7 @@ static float search_iq4(const float *x, int n)
     for (int side = 0; side < 2; side++) {
         float top = (float)quant_iq4nl_levels[side == 0 ? 0 : 15];
         for (int k = -IQ4_STEPS; k <= IQ4_STEPS; k++) {
-            float is = top * (1.0f + (float)k / 64.0f) / max;
+            float is = top * (1.0f + (float)k / 32.0f) / max;
             float sll = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;
             for (int i = 0; i < n; i += 4) {
                 float l0 = (float)quant_iq4nl_levels[iq4_nearest(x[i] * is)];
