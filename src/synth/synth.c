@@ -33,13 +33,19 @@ static const struct {
     uint32_t file_type;
     enum mix mix;
 } ftypes[SYNTH_FTYPE_COUNT] = {
-    [SYNTH_F32] = {"f32", QT_F32, 0},       [SYNTH_F16] = {"f16", QT_F16, 1},
-    [SYNTH_BF16] = {"bf16", QT_BF16, 32},   [SYNTH_Q8_0] = {"q8_0", QT_Q8_0, 7},
-    [SYNTH_Q4_0] = {"q4_0", QT_Q4_0, 2},    [SYNTH_Q4_1] = {"q4_1", QT_Q4_1, 3},
-    [SYNTH_Q5_0] = {"q5_0", QT_Q5_0, 8},    [SYNTH_Q5_1] = {"q5_1", QT_Q5_1, 9},
-    [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14},   [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16},
-    [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18},   [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15, MIX_Q4_K_M},
-    [SYNTH_Q3_K] = {"q3_k", QT_Q3_K, 11},
+    [SYNTH_F32] = {"f32", QT_F32, 0, MIX_NONE},
+    [SYNTH_F16] = {"f16", QT_F16, 1, MIX_NONE},
+    [SYNTH_BF16] = {"bf16", QT_BF16, 32, MIX_NONE},
+    [SYNTH_Q8_0] = {"q8_0", QT_Q8_0, 7, MIX_NONE},
+    [SYNTH_Q4_0] = {"q4_0", QT_Q4_0, 2, MIX_NONE},
+    [SYNTH_Q4_1] = {"q4_1", QT_Q4_1, 3, MIX_NONE},
+    [SYNTH_Q5_0] = {"q5_0", QT_Q5_0, 8, MIX_NONE},
+    [SYNTH_Q5_1] = {"q5_1", QT_Q5_1, 9, MIX_NONE},
+    [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14, MIX_NONE},
+    [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16, MIX_NONE},
+    [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18, MIX_NONE},
+    [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15, MIX_Q4_K_M},
+    [SYNTH_Q3_K] = {"q3_k", QT_Q3_K, 11, MIX_NONE},
     [SYNTH_Q2_K_MIX] = {"q2_k", QT_Q2_K, 10, MIX_Q2_K},
     [SYNTH_Q3_K_S] = {"q3_k_s", QT_Q3_K, 11, MIX_Q3_K_S},
     [SYNTH_Q3_K_M] = {"q3_k_m", QT_Q3_K, 12, MIX_Q3_K_M},
@@ -48,7 +54,7 @@ static const struct {
     [SYNTH_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 25, MIX_IQ4},
     [SYNTH_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 30, MIX_IQ4},
     [SYNTH_MXFP4_MOE] = {"mxfp4_moe", QT_Q8_0, 38, MIX_MXFP4_MOE},
-    [SYNTH_MXFP4] = {"mxfp4", QT_MXFP4, 38},
+    [SYNTH_MXFP4] = {"mxfp4", QT_MXFP4, 38, MIX_NONE},
 };
 
 const char *synth_arch_name(enum synth_arch a)
