@@ -32,7 +32,8 @@ PROMPT = [1, 303, 433, 360, 281, 269, 435, 447, 300, 290, 301, 280]
 N_GEN = 12
 
 TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 3e-2, "q6_k": 3e-2, "q5_0": 3e-2,
-       "q5_1": 3e-2, "q5_k": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2, "q4_k": 5e-2, "q4_k_m": 5e-2}
+       "q5_1": 3e-2, "q5_k": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2, "q4_k": 5e-2, "q4_k_m": 5e-2,
+       "q2_k": 3e-2, "q3_k": 3e-2, "q3_k_m": 3e-2, "iq4_nl": 3e-2, "iq4_xs": 3e-2, "mxfp4": 3e-2}
 
 
 def kinetic_logits(path, tmp_path, extra=()):
@@ -104,7 +105,8 @@ def test_synth_matches_reference(tmp_path, arch, typ):
     print(f"{arch} {typ}: relative rms error {rel:.2e}")
 
 
-@pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
+                                 "q2_k", "q3_k", "q3_k_m", "iq4_nl", "iq4_xs", "mxfp4"])
 def test_every_weight_type(tmp_path, typ):
     path = synth(tmp_path, "llama", typ, "kv_heads=2,tied=1")
     rel = compare(path, tmp_path, TOL[typ])
