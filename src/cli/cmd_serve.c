@@ -62,7 +62,7 @@ int cmd_serve(int argc, char **argv)
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
-        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},

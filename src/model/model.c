@@ -17,21 +17,32 @@ const char *model_arch_name(enum model_arch a)
     return (unsigned)a < MODEL_ARCH_COUNT ? arch_names[a] : "unknown";
 }
 
+static const struct {
+    const char *name, *upper;
+    uint32_t qtype;
+} kv_types[] = {
+    [MODEL_KV_F32] = {"f32", "F32", QT_F32},
+    [MODEL_KV_F16] = {"f16", "F16", QT_F16},
+    [MODEL_KV_Q8_0] = {"q8_0", "Q8_0", QT_Q8_0},
+};
+
 const char *model_kv_type_name(enum model_kv_type t)
 {
-    return t == MODEL_KV_F16 ? "f16" : "f32";
+    return (unsigned)t < (sizeof kv_types / sizeof kv_types[0]) ? kv_types[t].name : "unknown";
+}
+
+uint32_t model_kv_qtype(enum model_kv_type t)
+{
+    return (unsigned)t < (sizeof kv_types / sizeof kv_types[0]) ? kv_types[t].qtype : QT_COUNT;
 }
 
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out)
 {
-    if (strcmp(name, "f32") == 0 || strcmp(name, "F32") == 0) {
-        *out = MODEL_KV_F32;
-        return true;
-    }
-    if (strcmp(name, "f16") == 0 || strcmp(name, "F16") == 0) {
-        *out = MODEL_KV_F16;
-        return true;
-    }
+    for (size_t i = 0; i < (sizeof kv_types / sizeof kv_types[0]); i++)
+        if (strcmp(name, kv_types[i].name) == 0 || strcmp(name, kv_types[i].upper) == 0) {
+            *out = (enum model_kv_type)i;
+            return true;
+        }
     return false;
 }
 
@@ -689,12 +700,18 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
     if (n_ctx > MODEL_MAX_CTX)
         return kn_fail(err, KN_E_ARG, "context size %lld is too large (at most %lld)",
                        (long long)n_ctx, (long long)MODEL_MAX_CTX);
-    size_t elt = type == MODEL_KV_F16 ? 2 : 4;
+    const uint32_t qt = model_kv_qtype(type);
+    size_t k_head = kern_kv_row_bytes(qt, hp->head_dim_k), v_head = kern_kv_row_bytes(qt, hp->head_dim_v);
+    if (k_head == 0 || v_head == 0)
+        return kn_fail(err, KN_E_UNSUPPORTED, "a %s KV cache needs head dims that are multiples "
+                       "of %u; this model's are %lld (keys) and %lld (values): use --kv-type f16",
+                       model_kv_type_name(type), quant_type_info(qt) ? quant_type_info(qt)->block_size : 1u,
+                       (long long)hp->head_dim_k, (long long)hp->head_dim_v);
     kv->type = type;
     kv->n_ctx = n_ctx;
     kv->n_layer = hp->n_layer;
-    kv->k_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
-    kv->v_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
+    kv->k_row_bytes = k_head * (size_t)hp->n_head_kv;
+    kv->v_row_bytes = v_head * (size_t)hp->n_head_kv;
     size_t per_layer, total;
     if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &per_layer) ||
         !kn_mul_size(per_layer, (size_t)n_ctx, &per_layer) ||

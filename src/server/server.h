@@ -49,7 +49,7 @@ struct srv_backend {
     const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
-    const char *cache_type;    /* the slots' KV cache type, "f32" or "f16" (the session's
+    const char *cache_type;    /* the slots' KV cache type, "f32", "f16" or "q8_0" (the session's
                                 * kv_name), for receipts; NULL for the toy, which makes none */
     int n_slots;
     int64_t max_batch;         /* most tokens in one step (<= lm.max_batch when set) */
@@ -289,7 +289,7 @@ struct srv_receipt_input {
     const char *model_path;
     const char *device_class;
     int64_t n_ctx;                 /* the slot context (--ctx-size) */
-    const char *cache_type;        /* the slots' KV cache type: "f32" or "f16" */
+    const char *cache_type;        /* the slots' KV cache type: "f32", "f16" or "q8_0" */
     const struct json_value *input;/* the messages array or the prompt, as sent */
     const int32_t *prompt;         /* the exact prompt tokens */
     size_t n_prompt;

@@ -109,6 +109,14 @@ def test_kv_f16_close_to_reference(tmp_path):
     print(f"qwen3 f32 with an f16 KV cache: relative rms error {rel:.2e}")
 
 
+def test_kv_q8_0_close_to_reference(tmp_path):
+    """A q8_0 KV cache (blocks of 32 per head row, each quantized alone) stays close to
+    the float64 reference (its error is the 8-bit rounding of keys and values)."""
+    path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
+    rel = compare(path, tmp_path, 3e-2, extra=("--kv-type", "q8_0"))
+    print(f"qwen3 f32 with a q8_0 KV cache: relative rms error {rel:.2e}")
+
+
 def rewrite(src, dst, new_kv, extra_tensors):
     """Copies GGUF src to dst with key/values replaced or added (key -> (GGUFValueType,
     value)) and f32 tensors added (name -> numpy array), using gguf-py's writer."""
