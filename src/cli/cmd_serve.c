@@ -234,10 +234,14 @@ int cmd_serve(int argc, char **argv)
         srv_signer_free(signer);
         return 1;
     }
-    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
+    char kv_text[96] = "";
+    if (backend.cache_type)
+        snprintf(kv_text, sizeof kv_text, ", KV cache %s: %.1f MiB per slot", backend.cache_type,
+                 (double)backend.kv_bytes_per_slot / (1024.0 * 1024.0));
+    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions%s, "
            "chat format %s, %s)\n",
            host, srv_port(s), alias ? alias : backend.name, backend.n_slots,
-           (long long)backend.n_ctx, backend.chat_format, backend.device_class);
+           (long long)backend.n_ctx, kv_text, backend.chat_format, backend.device_class);
     fflush(stdout);
 
     int sig = 0;

@@ -40,7 +40,7 @@ struct receipt_template;
 #define SESSION_BATCH_MAX 65536        /* the most --batch-size accepts */
 #define SESSION_THREADS_MAX_DEFAULT 16 /* the default threads: CPUs online, at most this */
 #define SESSION_CACHE_RAM_DEFAULT 2048 /* MiB of the Warm Start file's cache */
-#define SESSION_KV_TYPE_DEFAULT "f32"  /* the KV cache element type */
+#define SESSION_KV_TYPE_DEFAULT "f16"  /* the KV cache element type (llama.cpp's default) */
 
 /* How much a session opens. */
 enum session_level {

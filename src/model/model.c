@@ -690,11 +690,11 @@ enum kn_status model_open(struct model **out, const char *path, const struct mod
 
 /* ================================================================ KV cache */
 
-enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
-                             enum model_kv_type type, struct kn_err *err)
+/* One position's key and value rows (all heads) and the whole cache's bytes, or the
+ * reason a cache of this type and context cannot be made. */
+static enum kn_status kv_shape(const struct model_hparams *hp, int64_t n_ctx, enum model_kv_type type,
+                               size_t *k_row, size_t *v_row, size_t *total, struct kn_err *err)
 {
-    memset(kv, 0, sizeof *kv);
-    const struct model_hparams *hp = &m->hp;
     if (n_ctx <= 0)
         return kn_fail(err, KN_E_ARG, "context size %lld must be positive", (long long)n_ctx);
     if (n_ctx > MODEL_MAX_CTX)
@@ -707,16 +707,28 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
                        "of %u; this model's are %lld (keys) and %lld (values): use --kv-type f16",
                        model_kv_type_name(type), quant_type_info(qt) ? quant_type_info(qt)->block_size : 1u,
                        (long long)hp->head_dim_k, (long long)hp->head_dim_v);
+    *k_row = k_head * (size_t)hp->n_head_kv;
+    *v_row = v_head * (size_t)hp->n_head_kv;
+    size_t per_layer;
+    if (!kn_add_size(*k_row, *v_row, &per_layer) ||
+        !kn_mul_size(per_layer, (size_t)n_ctx, &per_layer) ||
+        !kn_mul_size(per_layer, (size_t)hp->n_layer, total))
+        return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
+    return KN_OK;
+}
+
+enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
+                             enum model_kv_type type, struct kn_err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    const struct model_hparams *hp = &m->hp;
+    size_t total;
+    enum kn_status st = kv_shape(hp, n_ctx, type, &kv->k_row_bytes, &kv->v_row_bytes, &total, err);
+    if (st != KN_OK)
+        return st;
     kv->type = type;
     kv->n_ctx = n_ctx;
     kv->n_layer = hp->n_layer;
-    kv->k_row_bytes = k_head * (size_t)hp->n_head_kv;
-    kv->v_row_bytes = v_head * (size_t)hp->n_head_kv;
-    size_t per_layer, total;
-    if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &per_layer) ||
-        !kn_mul_size(per_layer, (size_t)n_ctx, &per_layer) ||
-        !kn_mul_size(per_layer, (size_t)hp->n_layer, &total))
-        return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
     kv->bytes = total;
     const size_t n = (size_t)hp->n_layer;
     kv->k = kn_calloc(n, sizeof(void *), err);
@@ -743,6 +755,13 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
         kv->v[il] = kv->vb[il]->host;
     }
     return KN_OK;
+}
+
+size_t model_kv_bytes(const struct model *m, int64_t n_ctx, enum model_kv_type type)
+{
+    size_t k_row, v_row, total;
+    struct kn_err err = {0};
+    return kv_shape(&m->hp, n_ctx, type, &k_row, &v_row, &total, &err) == KN_OK ? total : 0;
 }
 
 void model_kv_free(struct model_kv *kv)

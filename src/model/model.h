@@ -175,6 +175,8 @@ struct model_kv {
 
 KN_MUST_USE enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
                                          enum model_kv_type type, struct kn_err *err);
+/* The bytes model_kv_init allocates for n_ctx positions of type t (0: it would refuse). */
+size_t model_kv_bytes(const struct model *m, int64_t n_ctx, enum model_kv_type type);
 void model_kv_free(struct model_kv *kv);
 
 /* ---------------------------------------------------------------- forward pass */

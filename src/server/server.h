@@ -51,6 +51,7 @@ struct srv_backend {
     int64_t n_ctx;             /* positions per slot */
     const char *cache_type;    /* the slots' KV cache type, "f32", "f16" or "q8_0" (the session's
                                 * kv_name), for receipts; NULL for the toy, which makes none */
+    size_t kv_bytes_per_slot;  /* one slot's KV cache (model_kv_bytes); 0 for the toy */
     int n_slots;
     int64_t max_batch;         /* most tokens in one step (<= lm.max_batch when set) */
     size_t max_piece;          /* longest token piece in bytes */

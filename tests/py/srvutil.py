@@ -31,6 +31,7 @@ class Server:
                 m = re.search(r"listening on http://[^:]+:(\d+)", line)
                 if m:
                     self.port = int(m.group(1))
+                    self.start_line = line
                     break
             if self.proc.poll() is not None:
                 break

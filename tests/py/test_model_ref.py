@@ -35,11 +35,14 @@ TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 3e-2, "q6_k": 3e-2, "q5_0
 
 
 def kinetic_logits(path, tmp_path, extra=()):
+    """The logits with an f32 KV cache unless extra names another (the default is f16;
+    the tolerances below are the f32 cache's)."""
     out = tmp_path / "logits.bin"
     ids = ",".join(str(t) for t in PROMPT)
+    kv = () if "--kv-type" in extra else ("--kv-type", "f32")
     p = subprocess.run([KINETIC, "run", path, "--prompt-ids", ids, "--temp", "0",
                         "--repeat-penalty", "1", "-n", str(N_GEN), "--seed", "1", "--json",
-                        "--logits-out", str(out), "--threads", "2", *extra],
+                        "--logits-out", str(out), "--threads", "2", *kv, *extra],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)

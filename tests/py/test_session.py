@@ -107,6 +107,11 @@ def test_server_receipt_records_its_kv_type(gemma, tmp_path, kv):
     f32 = run_json(gemma, prompt, *settings, "--kv-type", "f32")["tokens"]
     assert f16 != f32
     with Server(gemma, "--parallel", 2, "--ctx-size", 512, "--kv-type", kv) as s:
+        # one slot's cache: 18 layers x 512 positions x K and V rows of one 256-dim head
+        # (f16: 512 bytes; q8_0: 8 blocks of 34 bytes)
+        row = {"f16": 512, "q8_0": 8 * 34}[kv]
+        mib = 18 * 512 * 2 * row / 2**20
+        assert f"KV cache {kv}: {mib:.1f} MiB per slot" in s.start_line, s.start_line
         st, _, js = s.post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": prompt}], "max_tokens": 40,
             "temperature": 1.2, "top_k": 0, "top_p": 1, "min_p": 0, "seed": 1,
@@ -188,4 +193,4 @@ def test_session_flag_help_names_the_session_defaults():
     for cmd in ("run", "chat", "serve"):
         h = subprocess.run([KINETIC, cmd, "--help"], capture_output=True, text=True).stdout
         assert "CPUs online, at most 16" in h and "(default 512)" in h and "4096" in h, (cmd, h)
-        assert "(default f32)" in h, (cmd, h)
+        assert "(default f16)" in h and "f32, f16 or q8_0" in h, (cmd, h)
