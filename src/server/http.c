@@ -27,11 +27,11 @@
 #include <unistd.h>
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
-                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE };
+                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template"};
-static const int status_codes[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
+    "prefill", "stats", "other", "apply_template", "slots"};
+static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
 
 struct route {
     const char *path;
@@ -55,6 +55,7 @@ static const struct route routes[] = {
     {"/v1/prefill", "POST", EP_PREFILL, false},
     {"/stats", "GET", EP_STATS, false},
     {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
+    {"/slots", "GET", EP_SLOTS, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -87,6 +88,16 @@ void srv_count_status(struct srv *s, int status)
 
 /* ---------------------------------------------------------------- responses */
 
+/* --cors ORIGIN: every answer names the origin browsers may read it from. */
+static void add_cors(const struct srv *s, struct MHD_Response *r)
+{
+    if (!s->cfg.cors)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors);
+    if (strcmp(s->cfg.cors, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
                                   int status, char *body, const char *ctype,
                                   const char *const *headers)
@@ -101,6 +112,7 @@ static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, en
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Connection", "close");
+    add_cors(s, r);
     for (int i = 0; headers && headers[i]; i += 2)
         MHD_add_response_header(r, headers[i], headers[i + 1]);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)status, r);
@@ -535,6 +547,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "Connection", "close");
+        add_cors(s, resp);
         enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         count(s, ep, 200);
@@ -589,11 +602,23 @@ static enum MHD_Result handle_models(struct srv *s, struct MHD_Connection *conn)
     return send_json(s, conn, EP_MODELS, 200, out);
 }
 
+static bool srv_ready(const struct srv *s)
+{
+    return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* 200 when the model is loaded and the server accepts work; 503 while it loads or shuts
+ * down (a load balancer's readiness probe). */
 static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
 {
+    char *out = NULL;
+    if (!srv_ready(s)) {
+        if (asprintf(&out, "{\"status\":\"%s\"}", s->stopping ? "shutting down" : "loading model") < 0)
+            out = NULL;
+        return send_json(s, conn, EP_HEALTH, 503, out);
+    }
     struct convoy_stats cs;
     convoy_get_stats(s->convoy, &cs);
-    char *out = NULL;
     int status = s->stopping ? 503 : 200;
     if (asprintf(&out, "{\"status\":\"%s\",\"slots_idle\":%d,\"slots_processing\":%d,"
                        "\"requests_waiting\":%d}",
@@ -601,6 +626,82 @@ static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
                  cs.queued) < 0)
         out = NULL;
     return send_json(s, conn, EP_HEALTH, status, out);
+}
+
+/* GET /slots in llama-server's shape (an array, one object per slot); ?fail_on_no_slot=1
+ * answers 503 when every slot is busy. The prompt and generated text are not shown. */
+static enum MHD_Result handle_slots(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    const int n = s->b->n_slots;
+    struct convoy_slot_info *info = calloc((size_t)n, sizeof *info);
+    if (!info)
+        return MHD_NO;
+    convoy_get_slots(s->convoy, info);
+    int idle = 0;
+    for (int i = 0; i < n; i++)
+        idle += !info[i].busy;
+    const char *fail_on = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    if (fail_on && *fail_on && strcmp(fail_on, "0") != 0 && strcmp(fail_on, "false") != 0 && idle == 0) {
+        free(info);
+        return fail(s, conn, EP_SLOTS, 503, "unavailable_error", "no_slot_available",
+                    "no slot available: all %d are busy", n);
+    }
+    struct json_value *arr = json_new_array();
+    bool ok = arr != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const struct convoy_slot_info *in = &info[i];
+        struct json_value *o = json_new_object();
+        ok = o && json_array_push(arr, o, NULL) == KN_OK; /* the array owns o */
+        if (!ok)
+            break;
+#define SET(obj, key, val) (ok = ok && json_object_set((obj), (key), (val), NULL) == KN_OK)
+        SET(o, "id", json_new_int(i));
+        SET(o, "id_task", json_new_int(in->has_job ? (int64_t)in->task : -1));
+        SET(o, "n_ctx", json_new_int(s->b->n_ctx));
+        SET(o, "speculative", json_new_bool(cs.draft_max > 0));
+        SET(o, "is_processing", json_new_bool(in->busy));
+        SET(o, "kv_positions", json_new_int(in->positions));
+        if (!in->has_job)
+            continue;
+        const struct sample_params *sp = &in->sampling;
+        struct json_value *params = json_new_object();
+        SET(o, "params", params);
+        if (!ok)
+            break;
+        SET(params, "seed", json_new_int((int64_t)sp->seed));
+        SET(params, "temperature", json_new_float(sp->temperature));
+        SET(params, "top_k", json_new_int(sp->top_k));
+        SET(params, "top_p", json_new_float(sp->top_p));
+        SET(params, "min_p", json_new_float(sp->min_p));
+        SET(params, "repeat_last_n", json_new_int(sp->repeat_last_n));
+        SET(params, "repeat_penalty", json_new_float(sp->repeat_penalty));
+        SET(params, "presence_penalty", json_new_float(sp->presence_penalty));
+        SET(params, "frequency_penalty", json_new_float(sp->frequency_penalty));
+        SET(params, "max_tokens", json_new_int(in->max_tokens));
+        SET(params, "n_predict", json_new_int(in->max_tokens));
+        SET(params, "ignore_eos", json_new_bool(in->ignore_eos));
+        SET(params, "n_probs", json_new_int(in->n_top));
+        SET(params, "prefill", json_new_bool(in->prefill));
+        struct json_value *next = json_new_object();
+        SET(o, "next_token", next);
+        if (!ok)
+            break;
+        SET(next, "has_next_token", json_new_bool(in->busy));
+        SET(next, "has_new_line", json_new_bool(false));
+        SET(next, "n_remain", json_new_int(in->busy ? in->max_tokens - in->n_decoded : 0));
+        SET(next, "n_decoded", json_new_int(in->n_decoded));
+        SET(o, "n_prompt_tokens", json_new_int(in->n_prompt));
+        SET(o, "n_prompt_tokens_cached", json_new_int(in->n_cached));
+#undef SET
+    }
+    free(info);
+    char *out = NULL;
+    if (!ok || json_write(arr, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(arr);
+    return send_json(s, conn, EP_SLOTS, 200, out);
 }
 
 static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn)
@@ -654,6 +755,30 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
          "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
          cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
+    /* llama-server's names (llamacpp:*) for what it also reports, and the gauges the
+     * Gateway API Inference Extension's endpoint picker reads: the queue and the KV
+     * cache's utilization (positions held by busy slots over slots x context). */
+    int64_t kv_used = 0, kv_total = 0;
+    convoy_kv_usage(s->convoy, &kv_used, &kv_total);
+    EMIT("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+         "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total %" PRIu64 "\n"
+         "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+         "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total %" PRIu64 "\n"
+         "# HELP llamacpp:n_decode_total Total number of forward passes (Convoy steps).\n"
+         "# TYPE llamacpp:n_decode_total counter\nllamacpp:n_decode_total %" PRIu64 "\n"
+         "# HELP llamacpp:requests_processing Number of requests processing.\n"
+         "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
+         "# HELP llamacpp:requests_deferred Number of requests deferred (waiting for a slot).\n"
+         "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n"
+         "# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.\n"
+         "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio %.6f\n"
+         "# HELP llamacpp:kv_cache_tokens KV-cache positions in use by busy slots.\n"
+         "# TYPE llamacpp:kv_cache_tokens gauge\nllamacpp:kv_cache_tokens %lld\n"
+         "# HELP kinetic_kv_cache_positions KV-cache positions of all slots (slots x context).\n"
+         "# TYPE kinetic_kv_cache_positions gauge\nkinetic_kv_cache_positions %lld\n",
+         cs.tokens_prompt, cs.tokens_generated, cs.steps, cs.slots_busy, cs.queued,
+         kv_total > 0 ? (double)kv_used / (double)kv_total : 0.0, (long long)kv_used,
+         (long long)kv_total);
     int waiting = 0, active = 0;
     gate_counts(s->gate, &waiting, &active);
     EMIT("# HELP kinetic_http_connections Open connections: waiting for their request's head "
@@ -898,6 +1023,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_HEALTH: return handle_health(s, conn);
     case EP_METRICS: return handle_metrics(s, conn);
     case EP_STATS: return handle_stats(s, conn);
+    case EP_SLOTS: return handle_slots(s, conn);
     default: break;
     }
     if (q->too_big)
@@ -958,9 +1084,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /health, /metrics, /tokenize, /detokenize, "
+                        "/v1/completions, /health, /metrics, /slots, /tokenize, /detokenize, "
                         "/prefill, /stats, /apply-template",
                         method, url);
+        if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {
+            /* a browser's CORS preflight: what the route allows */
+            char allow[32];
+            snprintf(allow, sizeof allow, "%s, OPTIONS", path_match->method);
+            const char *hdrs[] = {"Access-Control-Allow-Methods", allow,
+                                  "Access-Control-Allow-Headers", "Authorization, Content-Type",
+                                  "Access-Control-Max-Age", "86400", NULL};
+            return queue_text(s, conn, path_match->ep, 204, strdup(""), "text/plain", hdrs);
+        }
         if (!q->route) {
             const char *hdrs[] = {"Allow", path_match->method, NULL};
             struct srv_error e = {405, "invalid_request_error", "method_not_allowed", NULL, {0}};
@@ -972,6 +1107,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!q->route->open && !authorized(s, conn))
             return fail(s, conn, q->route->ep, 401, "invalid_request_error", "invalid_api_key",
                         "a valid API key is required: send 'Authorization: Bearer <key>'");
+        if (!srv_ready(s) && q->route->ep != EP_HEALTH)
+            return fail(s, conn, q->route->ep, 503, "unavailable_error", "model_loading",
+                        "the model is loading; retry when /health answers 200");
         if (strcmp(method, "POST") == 0) {
             if (!json_content_type(conn))
                 return fail(s, conn, q->route->ep, 415, "invalid_request_error",
@@ -1078,6 +1216,32 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- start and stop */
 
+/* Gives the server its backend and starts the scheduler; the endpoints answer from then
+ * on (ready is published last). */
+static enum kn_status attach(struct srv *s, struct srv_backend *b, struct kn_err *err)
+{
+    s->b = b;
+    snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias ? s->cfg.alias : b->name);
+    for (char *p = s->model_id; *p; p++)
+        if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
+            *p = '_'; /* the id is written into JSON by hand in /v1/models */
+    int queue = s->cfg.queue > 0 ? s->cfg.queue : 4 * b->n_slots;
+    enum kn_status st = convoy_start_speed(&s->convoy, b, queue, &s->cfg.speed, err);
+    if (st != KN_OK) {
+        s->b = NULL;
+        return st;
+    }
+    __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+    return KN_OK;
+}
+
+enum kn_status srv_attach(struct srv *s, struct srv_backend *b, struct kn_err *err)
+{
+    if (srv_ready(s))
+        return kn_fail(err, KN_E_INTERNAL, "serve: the server has a backend already");
+    return attach(s, b, err);
+}
+
 enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct srv_backend *b,
                          struct kn_err *err)
 {
@@ -1096,17 +1260,10 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         s->cfg.timeout_s = SRV_DEFAULT_TIMEOUT_S;
     if (s->cfg.header_timeout_s <= 0)
         s->cfg.header_timeout_s = SRV_DEFAULT_HEADER_TIMEOUT_S;
-    if (s->cfg.queue <= 0)
-        s->cfg.queue = 4 * b->n_slots;
     if (s->cfg.max_connections <= 0)
         s->cfg.max_connections = SRV_DEFAULT_MAX_CONNECTIONS;
     if (s->cfg.max_connections_per_ip <= 0)
         s->cfg.max_connections_per_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
-    s->b = b;
-    snprintf(s->model_id, sizeof s->model_id, "%s", cfg->alias ? cfg->alias : b->name);
-    for (char *p = s->model_id; *p; p++)
-        if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
-            *p = '_'; /* the id is written into JSON by hand in /v1/models */
     pthread_mutex_init(&s->mmu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
@@ -1153,7 +1310,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
                        cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
     }
-    st = convoy_start_speed(&s->convoy, b, s->cfg.queue, &s->cfg.speed, err);
+    st = b ? attach(s, b, err) : KN_OK;
     if (st != KN_OK) {
         gate_free(s->gate);
         pthread_mutex_destroy(&s->mmu);

@@ -62,8 +62,8 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 11
-#define SRV_N_STATUS 11
+#define SRV_N_ENDPOINTS 12
+#define SRV_N_STATUS 12
 
 struct srv {
     struct srv_config cfg;
@@ -73,6 +73,8 @@ struct srv {
     char model_id[256];
     int port;
     volatile int stopping;
+    int ready;                 /* the backend is attached (srv_attach); read with
+                                * __atomic_load_n: 0 while the model loads */
     pthread_mutex_t mmu;       /* guards the counters below */
     pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
     int active;                /* requests between their first call and completion */
