@@ -513,12 +513,9 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
 
     int st;
     int64_t n = 1;
-    if ((st = get_int(body, "n", 1, 1000000, &n, NULL, e)))
+    if ((st = get_int(body, "n", 1, SRV_MAX_CHOICES, &n, NULL, e)))
         return st;
-    if (n != 1)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_value", "n",
-                             "'n' is %lld; this server returns one choice per request (n = 1): "
-                             "send separate requests, with different seeds, for more", (long long)n);
+    r->n_choices = (int)n;
     int64_t best_of = 1;
     if ((st = get_int(body, "best_of", 1, 1, &best_of, NULL, e)))
         return st;
@@ -836,13 +833,21 @@ static char *finish_json(struct json_value *root, bool ok)
     return out;
 }
 
-static struct json_value *usage_value(const struct srv_job *j, bool *ok)
+static struct json_value *usage_value(struct srv_job *const *jobs, int n, bool *ok)
 {
+    int64_t out = 0;
+    for (int i = 0; i < n; i++)
+        out += jobs[i]->n_out;
     struct json_value *u = json_new_object();
-    set(u, "prompt_tokens", json_new_int((int64_t)j->n_prompt), ok);
-    set(u, "completion_tokens", json_new_int(j->n_out), ok);
-    set(u, "total_tokens", json_new_int((int64_t)j->n_prompt + j->n_out), ok);
+    set(u, "prompt_tokens", json_new_int((int64_t)jobs[0]->n_prompt), ok);
+    set(u, "completion_tokens", json_new_int(out), ok);
+    set(u, "total_tokens", json_new_int((int64_t)jobs[0]->n_prompt + out), ok);
     return u;
+}
+
+uint64_t api_choice_seed(const struct srv_request *r, int i)
+{
+    return (r->sampling.seed + (uint64_t)i) & (uint64_t)SAMPLE_SEED_MAX;
 }
 
 /* llama-server's "timings" object: prompt positions computed (prompt_n) and reused
@@ -877,71 +882,91 @@ static void head(struct srv *s, struct json_value *root, const char *id, const c
     set(root, "system_fingerprint", json_new_string("kinetic-" KN_VERSION "-" KN_NUMERICS), ok);
 }
 
-char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                              const char *id, int64_t created, struct json_value *receipt)
+static struct json_value *choice_value(struct srv *s, const struct srv_request *r,
+                                       const struct srv_job *j, int index, bool *ok)
 {
-    bool ok = true;
-    struct json_value *root = json_new_object();
     bool chat = r->kind == SRV_KIND_CHAT;
-    head(s, root, id, chat ? "chat.completion" : "text_completion", created, &ok);
     struct json_value *choice = json_new_object();
-    set(choice, "index", json_new_int(0), &ok);
+    set(choice, "index", json_new_int(index), ok);
     if (chat) {
         struct json_value *msg = json_new_object();
-        set(msg, "role", json_new_string("assistant"), &ok);
+        set(msg, "role", json_new_string("assistant"), ok);
         struct text_think t;
         if (r->think_open &&
             text_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
             const char *c, *rs;
             size_t nc, nr;
             char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
-            ok = ok && buf;
+            *ok = *ok && buf;
             if (buf) {
-                set(msg, "content", text_value(c, nc), &ok);
+                set(msg, "content", text_value(c, nc), ok);
                 if (nr > 0)
-                    set(msg, "reasoning_content", text_value(rs, nr), &ok);
+                    set(msg, "reasoning_content", text_value(rs, nr), ok);
             }
             free(buf);
         } else {
-            set(msg, "content", text_value(j->text, j->text_len), &ok);
+            set(msg, "content", text_value(j->text, j->text_len), ok);
         }
-        set(choice, "message", msg, &ok);
+        set(choice, "message", msg, ok);
     } else {
-        set(choice, "text", text_value(j->text, j->text_len), &ok);
+        set(choice, "text", text_value(j->text, j->text_len), ok);
     }
-    set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, &ok), &ok);
-    set(choice, "finish_reason", json_new_string(srv_finish_str(j->finish)), &ok);
+    set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, ok), ok);
+    set(choice, "finish_reason", json_new_string(srv_finish_str(j->finish)), ok);
+    return choice;
+}
+
+char *api_completion_response(struct srv *s, const struct srv_request *r,
+                              struct srv_job *const *jobs, int n, const char *id,
+                              int64_t created, struct json_value **receipts)
+{
+    bool ok = true;
+    struct json_value *root = json_new_object();
+    bool chat = r->kind == SRV_KIND_CHAT;
+    head(s, root, id, chat ? "chat.completion" : "text_completion", created, &ok);
     struct json_value *choices = json_new_array();
-    push(choices, choice, &ok);
+    for (int i = 0; i < n; i++) {
+        struct json_value *choice = choice_value(s, r, jobs[i], i, &ok);
+        if (n > 1) { /* each choice's own seed and receipt */
+            set(choice, "seed", json_new_int((int64_t)jobs[i]->sampling.seed), &ok);
+            if (receipts[i])
+                set(choice, "receipt", receipts[i], &ok);
+            receipts[i] = NULL;
+        }
+        push(choices, choice, &ok);
+    }
     set(root, "choices", choices, &ok);
-    set(root, "usage", usage_value(j, &ok), &ok);
-    set(root, "timings", timings_value(j, &ok), &ok);
-    set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
-    if (receipt)
-        set(root, "receipt", receipt, &ok);
+    set(root, "usage", usage_value(jobs, n, &ok), &ok);
+    set(root, "timings", timings_value(jobs[0], &ok), &ok);
+    set(root, "seed", json_new_int((int64_t)jobs[0]->sampling.seed), &ok);
+    if (n == 1 && receipts[0]) {
+        set(root, "receipt", receipts[0], &ok);
+        receipts[0] = NULL;
+    }
     return finish_json(root, ok);
 }
 
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
-                       size_t text0, size_t text1, bool final, struct json_value *receipt)
+                       int index, struct text_think *think, const char *id, int64_t created,
+                       bool role, int64_t tok0, int64_t tok1, size_t text0, size_t text1,
+                       bool final, struct json_value *receipt)
 {
     bool ok = true;
     bool chat = r->kind == SRV_KIND_CHAT;
     struct json_value *root = json_new_object();
     head(s, root, id, chat ? "chat.completion.chunk" : "text_completion", created, &ok);
     struct json_value *choice = json_new_object();
-    set(choice, "index", json_new_int(0), &ok);
+    set(choice, "index", json_new_int(index), &ok);
     if (chat) {
         struct json_value *delta = json_new_object();
         if (role) {
             set(delta, "role", json_new_string("assistant"), &ok);
             set(delta, "content", json_new_string(""), &ok);
-        } else if (r->think) {
+        } else if (think) {
             /* The reasoning goes out as delta.reasoning_content, the rest as content. */
             const char *c, *rs;
             size_t nc, nr;
-            char *buf = think_split(r->think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
+            char *buf = think_split(think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
                                     &nr);
             ok = ok && buf;
             if (buf && (nc > 0 || (!final && nr == 0)))
@@ -960,6 +985,12 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
         &ok);
     set(choice, "finish_reason", final ? json_new_string(srv_finish_str(j->finish)) : json_new_null(),
         &ok);
+    if (final && r->n_choices > 1) { /* each choice's own seed and receipt */
+        set(choice, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
+        if (receipt)
+            set(choice, "receipt", receipt, &ok);
+        receipt = NULL;
+    }
     struct json_value *choices = json_new_array();
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
@@ -974,15 +1005,15 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
     return finish_json(root, ok);
 }
 
-char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                      const char *id, int64_t created)
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, struct srv_job *const *jobs,
+                      int n, const char *id, int64_t created)
 {
     bool ok = true;
     struct json_value *root = json_new_object();
     head(s, root, id, r->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion",
          created, &ok);
     set(root, "choices", json_new_array(), &ok);
-    set(root, "usage", usage_value(j, &ok), &ok);
+    set(root, "usage", usage_value(jobs, n, &ok), &ok);
     return finish_json(root, ok);
 }
 

@@ -275,19 +275,30 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
 
 /* ---------------------------------------------------------------- streaming */
 
-enum stream_phase { PH_ROLE, PH_TOKENS, PH_FINAL, PH_USAGE, PH_DONE, PH_END };
+enum stream_phase { PH_ROLE, PH_TOKENS, PH_USAGE, PH_DONE, PH_END };
+
+/* One choice of a stream: what of its job went out. */
+struct stream_choice {
+    struct srv_job *job;
+    int64_t seen;         /* job->n_out at the last look */
+    int64_t sent_tok;     /* tokens whose logprobs went out */
+    size_t sent_text;     /* bytes of job->text that went out */
+    bool final;           /* its last chunk (finish_reason) went out */
+    struct text_think think; /* its reasoning splitter (the request's, copied) */
+};
 
 struct stream {
     struct srv *s;
     struct MHD_Connection *conn;
     struct srv_request req;
-    struct srv_job *job;
+    struct stream_choice ch[SRV_MAX_CHOICES];
+    struct srv_job *jobs[SRV_MAX_CHOICES];
+    int n;
+    int role_sent;        /* choices whose role chunk went out */
+    int next;             /* the choice looked at first (round robin) */
     char id[64];
     int64_t created;
     enum stream_phase phase;
-    int64_t seen;         /* job->n_out at the last look */
-    int64_t sent_tok;     /* tokens whose logprobs went out */
-    size_t sent_text;     /* bytes of job->text that went out */
     char *out;            /* the event being written */
     size_t out_len, out_off;
 };
@@ -340,78 +351,115 @@ static bool set_event(struct stream *st, char *json)
     return true;
 }
 
-/* Produces the next event into st->out; false on an error that ends the stream. */
+/* The error event of a job that ended in error or was cancelled. */
+static char *job_error_event(const struct srv_job *j)
+{
+    struct srv_error e;
+    if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+        srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s", j->error);
+    else if (j->finish == SRV_FINISH_ERROR)
+        srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
+    else
+        srv_error_set(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    return api_error_json(&e);
+}
+
+/* The next chunk of choice i, if it has one: new text or logprobs, or its final chunk
+ * (finish_reason, seed, receipt) once its job is done. *chunk stays NULL when there is
+ * nothing to send yet; false on an error that ends the stream (*chunk: its event). */
+static bool choice_event(struct stream *st, int i, char **chunk)
+{
+    struct srv *s = st->s;
+    struct convoy *c = s->convoy;
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct text_think *think = st->req.think ? &ch->think : NULL;
+    *chunk = NULL;
+    convoy_lock(c);
+    bool done = j->state == SRV_JOB_DONE;
+    ch->seen = j->n_out;
+    if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
+        convoy_unlock(c);
+        *chunk = job_error_event(j);
+        return false;
+    }
+    size_t end = done ? j->text_len : safe_end(j);
+    int64_t tok1 = ch->sent_tok;
+    while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
+        tok1++;
+    bool any = end > ch->sent_text || (st->req.logprobs && tok1 > ch->sent_tok);
+    if (any)
+        *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false,
+                                  ch->sent_tok, tok1, ch->sent_text, end, false, NULL);
+    convoy_unlock(c);
+    if (any) {
+        ch->sent_text = end;
+        ch->sent_tok = tok1;
+        return *chunk != NULL; /* NULL: out of memory */
+    }
+    if (!done)
+        return true;
+    /* The job is done: the scheduler no longer writes it, so no lock is needed (and a
+     * receipt, which reads the model-hash cache, must not stall the scheduler). */
+    struct srv_error e = {0};
+    struct json_value *receipt = make_receipt(s, &st->req, j, &e);
+    ch->final = true;
+    if (e.status) {
+        *chunk = api_error_json(&e);
+        return false;
+    }
+    *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false, 0, 0,
+                              j->text_len, j->text_len, true, receipt);
+    return *chunk != NULL;
+}
+
+/* Produces the next event into st->out; false on an error that ends the stream. The
+ * choices' chunks interleave as their tokens come (each chunk names its index). */
 static bool next_event(struct stream *st)
 {
     struct srv *s = st->s;
     struct convoy *c = s->convoy;
-    struct srv_job *j = st->job;
     switch (st->phase) {
     case PH_ROLE:
+        if (st->req.kind == SRV_KIND_CHAT && st->role_sent < st->n) {
+            int i = st->role_sent++;
+            return set_event(st, api_stream_chunk(s, &st->req, st->ch[i].job, i, NULL, st->id,
+                                                  st->created, true, 0, 0, 0, 0, false, NULL));
+        }
         st->phase = PH_TOKENS;
-        if (st->req.kind == SRV_KIND_CHAT)
-            return set_event(st, api_stream_chunk(s, &st->req, j, st->id, st->created, true, 0, 0,
-                                                  0, 0, false, NULL));
         return next_event(st);
     case PH_TOKENS:
         for (;;) {
-            convoy_wait(c, j, st->seen, 100);
-            convoy_lock(c);
-            bool done = j->state == SRV_JOB_DONE;
-            st->seen = j->n_out;
-            if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
-                struct srv_error e;
-                if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
-                    srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s",
-                                  j->error);
-                else if (j->finish == SRV_FINISH_ERROR)
-                    srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
-                else
-                    srv_error_set(&e, 503, "server_error", "shutting_down", NULL,
-                                  "the server is shutting down");
-                convoy_unlock(c);
-                st->phase = PH_DONE;
-                return set_event(st, api_error_json(&e));
+            int open = -1;
+            for (int k = 0; k < st->n; k++) {
+                int i = (st->next + k) % st->n;
+                if (st->ch[i].final)
+                    continue;
+                if (open < 0)
+                    open = i;
+                char *chunk = NULL;
+                bool ok = choice_event(st, i, &chunk);
+                if (!ok) {
+                    st->phase = PH_DONE;
+                    return chunk ? set_event(st, chunk) : false;
+                }
+                if (chunk) {
+                    st->next = (i + 1) % st->n;
+                    return set_event(st, chunk);
+                }
             }
-            size_t end = done ? j->text_len : safe_end(j);
-            int64_t tok1 = st->sent_tok;
-            while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
-                tok1++;
-            char *chunk = NULL;
-            bool any = end > st->sent_text || (st->req.logprobs && tok1 > st->sent_tok);
-            if (any)
-                chunk = api_stream_chunk(s, &st->req, j, st->id, st->created, false, st->sent_tok,
-                                         tok1, st->sent_text, end, false, NULL);
-            convoy_unlock(c);
-            if (any) {
-                st->sent_text = end;
-                st->sent_tok = tok1;
-            }
-            if (done)
-                st->phase = PH_FINAL;
-            if (chunk)
-                return set_event(st, chunk);
-            if (any)
-                return false; /* out of memory */
-            if (done)
+            if (open < 0) { /* every choice sent its final chunk */
+                st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
                 return next_event(st);
+            }
+            /* nothing new: wait for the first open choice's next token (short slices) */
+            convoy_wait(c, st->ch[open].job, st->ch[open].seen, st->n > 1 ? 20 : 100);
             if (s->stopping || client_gone(st->conn))
                 return false;
         }
-    case PH_FINAL: {
-        /* The job is done: the scheduler no longer writes it, so no lock is needed (and
-         * a receipt, which reads the model-hash cache, must not stall the scheduler). */
-        struct srv_error e = {0};
-        struct json_value *receipt = make_receipt(s, &st->req, j, &e);
-        char *chunk = e.status ? api_error_json(&e)
-                               : api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0,
-                                                  0, j->text_len, j->text_len, true, receipt);
-        st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
-        return set_event(st, chunk);
-    }
     case PH_USAGE: {
         convoy_lock(c);
-        char *chunk = api_usage_chunk(s, &st->req, j, st->id, st->created);
+        char *chunk = api_usage_chunk(s, &st->req, st->jobs, st->n, st->id, st->created);
         convoy_unlock(c);
         st->phase = PH_DONE;
         return set_event(st, chunk);
@@ -452,14 +500,82 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     struct stream *st = cls;
-    convoy_cancel(st->s->convoy, st->job); /* no-op when it finished */
-    convoy_release(st->s->convoy, st->job);
+    for (int i = 0; i < st->n; i++) {
+        convoy_cancel(st->s->convoy, st->ch[i].job); /* no-op when it finished */
+        convoy_release(st->s->convoy, st->ch[i].job);
+    }
     srv_request_free(&st->req);
     free(st->out);
     free(st);
 }
 
 /* ---------------------------------------------------------------- completions */
+
+/* Cancels and releases the jobs of a request (those not submitted: released only). */
+static void jobs_drop(struct srv *s, struct srv_job **jobs, int n, int n_submitted)
+{
+    for (int i = 0; i < n; i++) {
+        if (!jobs[i])
+            continue;
+        if (i < n_submitted)
+            convoy_cancel(s->convoy, jobs[i]);
+        convoy_release(i < n_submitted ? s->convoy : NULL, jobs[i]);
+        jobs[i] = NULL;
+    }
+}
+
+/* The job of choice i: the request's prompt and settings with the choice's seed
+ * (api_choice_seed), its own grammar state. Choice 0 takes the request's compiled
+ * grammar; the others compile the same GBNF text again (a job owns its grammar). */
+static enum kn_status job_for_choice(struct srv *s, struct srv_request *r, int i,
+                                     struct srv_job **out, struct kn_err *err)
+{
+    struct srv_job *j = NULL;
+    *out = NULL;
+    enum kn_status st = srv_job_new(&j, r->ids, r->n_ids, err);
+    if (st != KN_OK)
+        return st;
+    int64_t room = s->b->n_ctx - (int64_t)r->n_ids + 1; /* the last token is never fed */
+    int64_t want = r->max_tokens ? r->max_tokens
+                                 : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
+    j->max_tokens = want < room ? want : room;
+    j->sampling = r->sampling;
+    j->sampling.seed = api_choice_seed(r, i);
+    j->seed_given = r->seed_given;
+    j->ignore_eos = r->ignore_eos;
+    j->want_logprobs = r->logprobs;
+    j->n_top = r->top_logprobs;
+    for (int k = 0; k < r->n_stop; k++) {
+        j->stop[k] = strdup(r->stop[k]);
+        j->stop_len[k] = r->stop_len[k];
+        j->n_stop = k + 1;
+        if (!j->stop[k])
+            break;
+    }
+    if (r->grammar) { /* the job takes a grammar, with a state at its start */
+        if (i == 0) {
+            j->grammar = r->grammar;
+            r->grammar = NULL;
+        } else if ((st = grammar_parse(r->grammar_text, strlen(r->grammar_text), "root",
+                                       &j->grammar, err)) != KN_OK) {
+            convoy_release(NULL, j);
+            return st;
+        }
+    }
+    if (j->grammar) {
+        j->gvocab = s->gvocab;
+        if ((st = grammar_state_init(&j->gstate, j->grammar, err)) != KN_OK) {
+            convoy_release(NULL, j);
+            return st;
+        }
+    }
+    if (j->n_stop != r->n_stop || srv_job_alloc_results(j, s->b->max_piece, err) != KN_OK) {
+        convoy_release(NULL, j);
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    }
+    *out = j;
+    return KN_OK;
+}
 
 static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
                                          const struct json_value *body)
@@ -472,51 +588,26 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         return send_error(s, conn, ep, &e);
     }
 
+    /* One job per choice ("n"), each in its own slot, submitted together. */
     struct kn_err err = {0};
-    struct srv_job *j = NULL;
-    if (srv_job_new(&j, r.ids, r.n_ids, &err) != KN_OK) {
-        srv_request_free(&r);
-        return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
-    }
-    int64_t room = s->b->n_ctx - (int64_t)r.n_ids + 1; /* the last token is never fed */
-    int64_t want = r.max_tokens ? r.max_tokens
-                                : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
-    j->max_tokens = want < room ? want : room;
-    j->sampling = r.sampling;
-    j->seed_given = r.seed_given;
-    j->ignore_eos = r.ignore_eos;
-    j->want_logprobs = r.logprobs;
-    j->n_top = r.top_logprobs;
-    for (int i = 0; i < r.n_stop; i++) {
-        j->stop[i] = strdup(r.stop[i]);
-        j->stop_len[i] = r.stop_len[i];
-        j->n_stop = i + 1;
-        if (!j->stop[i])
-            break;
-    }
-    if (r.grammar) { /* the job takes the grammar, with a state at its start */
-        j->grammar = r.grammar;
-        r.grammar = NULL;
-        j->gvocab = s->gvocab;
-        if (grammar_state_init(&j->gstate, j->grammar, &err) != KN_OK) {
-            convoy_release(NULL, j);
+    struct srv_job *jobs[SRV_MAX_CHOICES] = {0};
+    const int n = r.n_choices;
+    for (int i = 0; i < n; i++)
+        if (job_for_choice(s, &r, i, &jobs[i], &err) != KN_OK) {
+            jobs_drop(s, jobs, n, 0);
             srv_request_free(&r);
             return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
         }
-    }
-    if (j->n_stop != r.n_stop || srv_job_alloc_results(j, s->b->max_piece, &err) != KN_OK) {
-        convoy_release(NULL, j);
-        srv_request_free(&r);
-        return fail(s, conn, ep, 500, "server_error", NULL, "out of memory");
-    }
-    enum kn_status st = convoy_submit(s->convoy, j, &err);
-    if (st != KN_OK) {
-        convoy_release(NULL, j);
-        srv_request_free(&r);
-        if (st == KN_E_LIMIT)
-            return fail(s, conn, ep, 503, "server_error", "server_busy",
-                        "the server is busy: %s; retry in a moment", err.msg);
-        return fail(s, conn, ep, 503, "server_error", "shutting_down", "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        enum kn_status st = convoy_submit(s->convoy, jobs[i], &err);
+        if (st != KN_OK) {
+            jobs_drop(s, jobs, n, i);
+            srv_request_free(&r);
+            if (st == KN_E_LIMIT)
+                return fail(s, conn, ep, 503, "server_error", "server_busy",
+                            "the server is busy: %s; retry in a moment", err.msg);
+            return fail(s, conn, ep, 503, "server_error", "shutting_down", "%s", err.msg);
+        }
     }
 
     char id[64];
@@ -530,7 +621,12 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
             stc->s = s;
             stc->conn = conn;
             stc->req = r;
-            stc->job = j;
+            stc->n = n;
+            for (int i = 0; i < n; i++) {
+                stc->ch[i].job = stc->jobs[i] = jobs[i];
+                if (r.think)
+                    stc->ch[i].think = *r.think; /* nothing fed yet: each choice its own */
+            }
             snprintf(stc->id, sizeof stc->id, "%s", id);
             stc->created = created;
             resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, stc,
@@ -539,8 +635,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         if (!resp) {
             if (stc)
                 free(stc);
-            convoy_cancel(s->convoy, j);
-            convoy_release(s->convoy, j);
+            jobs_drop(s, jobs, n, n);
             srv_request_free(&r);
             return MHD_NO;
         }
@@ -554,37 +649,44 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         return ok;
     }
 
-    /* Plain: wait for the whole answer, watching for a client that hangs up. */
-    while (!convoy_wait(s->convoy, j, INT64_MAX, 100)) {
-        if (client_gone(conn)) {
-            convoy_cancel(s->convoy, j);
-            convoy_release(s->convoy, j);
-            srv_request_free(&r);
-            return MHD_NO;
+    /* Plain: wait for every choice, watching for a client that hangs up. */
+    for (int i = 0; i < n; i++)
+        while (!convoy_wait(s->convoy, jobs[i], INT64_MAX, 100)) {
+            if (client_gone(conn)) {
+                jobs_drop(s, jobs, n, n);
+                srv_request_free(&r);
+                return MHD_NO;
+            }
         }
-    }
-    enum MHD_Result res;
+    enum MHD_Result res = MHD_NO;
+    const struct srv_job *bad = NULL;
     convoy_lock(s->convoy);
-    if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
-        convoy_unlock(s->convoy);
-        if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+    for (int i = 0; i < n && !bad; i++)
+        if (jobs[i]->finish == SRV_FINISH_ERROR || jobs[i]->finish == SRV_FINISH_CANCELLED)
+            bad = jobs[i];
+    convoy_unlock(s->convoy);
+    if (bad) {
+        if (bad->finish == SRV_FINISH_ERROR && bad->error_is_request)
             res = fail(s, conn, ep, 400, "invalid_request_error", "grammar_dead_end", "%s",
-                       j->error);
-        else if (j->finish == SRV_FINISH_ERROR)
-            res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", j->error);
+                       bad->error);
+        else if (bad->finish == SRV_FINISH_ERROR)
+            res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", bad->error);
         else
             res = fail(s, conn, ep, 503, "server_error", "shutting_down",
                        "the server is shutting down");
     } else {
         /* Done: the results are final, read them without holding up the scheduler. */
-        convoy_unlock(s->convoy);
+        struct json_value *receipts[SRV_MAX_CHOICES] = {0};
         e.status = 0;
-        struct json_value *receipt = make_receipt(s, &r, j, &e);
+        for (int i = 0; i < n && !e.status; i++)
+            receipts[i] = make_receipt(s, &r, jobs[i], &e);
         char *body_out = e.status ? NULL
-                                  : api_completion_response(s, &r, j, id, created, receipt);
+                                  : api_completion_response(s, &r, jobs, n, id, created, receipts);
+        for (int i = 0; i < n; i++)
+            json_free(receipts[i]); /* those not taken */
         res = e.status ? send_error(s, conn, ep, &e) : send_json(s, conn, ep, 200, body_out);
     }
-    convoy_release(s->convoy, j);
+    jobs_drop(s, jobs, n, n);
     srv_request_free(&r);
     return res;
 }

@@ -24,9 +24,13 @@ struct srv_error {
 int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
                   const char *param, const char *fmt, ...) KN_PRINTF(6, 7);
 
+/* The most choices one request may ask for ("n"); each is one job in its own slot. */
+#define SRV_MAX_CHOICES 16
+
 /* A validated completion request. */
 struct srv_request {
     enum srv_kind kind;
+    int n_choices;             /* "n", 1..SRV_MAX_CHOICES */
     bool stream, include_usage, want_receipt, ignore_eos;
     bool logprobs;
     int top_logprobs;          /* 0..20 */
@@ -144,20 +148,30 @@ int api_apply_template(struct srv *s, const struct json_value *body, char **out,
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 
-/* Responses (malloc'd JSON text, NULL when out of memory). They read the job's results:
- * the caller holds the convoy lock, unless the job is done (then nothing writes them). */
-char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                              const char *id, int64_t created, struct json_value *receipt);
-/* One streaming chunk for tokens [tok0, tok1) and text [text0, text1); final adds
- * finish_reason (and seed, receipt). */
+/* The seed of choice i of a request with "n" choices: the request's seed + i (mod 2^63),
+ * so choice i is exactly the answer to the same request with n = 1 and that seed. */
+uint64_t api_choice_seed(const struct srv_request *r, int i);
+
+/* Responses (malloc'd JSON text, NULL when out of memory). They read the jobs' results:
+ * the caller holds the convoy lock, unless the jobs are done (then nothing writes them).
+ * jobs[i] is choice i; receipts[i] (taken, may be NULL) its receipt: at the top level
+ * for one choice (as before "n" existed), inside each choice for several. */
+char *api_completion_response(struct srv *s, const struct srv_request *r,
+                              struct srv_job *const *jobs, int n, const char *id,
+                              int64_t created, struct json_value **receipts);
+/* One streaming chunk of choice `index` (job j) for tokens [tok0, tok1) and text
+ * [text0, text1), the reasoning split by think (NULL: none); final adds finish_reason
+ * (and seed, receipt). */
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
-                       size_t text0, size_t text1, bool final, struct json_value *receipt);
+                       int index, struct text_think *think, const char *id, int64_t created,
+                       bool role, int64_t tok0, int64_t tok1, size_t text0, size_t text1,
+                       bool final, struct json_value *receipt);
 /* The answer's content when the request splits reasoning off (*out: malloc'd, its
  * length returned); *out stays NULL when it does not (the content is the whole text). */
 size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out);
-char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                      const char *id, int64_t created);
+/* The usage chunk: the prompt once, the completion tokens of every choice. */
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, struct srv_job *const *jobs,
+                      int n, const char *id, int64_t created);
 char *api_error_json(const struct srv_error *e);
 
 #endif
