@@ -233,7 +233,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                 if (stop) {
                     const char *q = find(t, stop, len, "</tool_call>");
                     size_t after = skip_space(t, stop, len);
-                    next = q && (size_t)(q - t) == after ? after + 12 : after;
+                    next = skip_space(t, q && (size_t)(q - t) == after ? after + 12 : after, len);
                     r = add_calls_json(out, t, body, stop, "arguments");
                 }
             }
@@ -254,14 +254,15 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
             if ((p = find(t, i, len, "<|python_tag|>"))) {
                 start = (size_t)(p - t);
                 body = skip_space(t, start + 14, len);
-            } else if (k < len && t[k] == '{' && i == 0) { /* the whole answer is the call */
+            } else if (k < len && t[k] == '{' && (i == 0 || out->n > 0)) {
+                /* the answer is the call (or the next one after ';') */
                 start = body = k;
             }
             stop = body < len && t[body] == '{' ? json_end(t, body, len) : 0;
             if (start < len && stop) {
                 next = skip_space(t, stop, len);
                 if (next < len && t[next] == ';') /* several, separated by ';' */
-                    next++;
+                    next = skip_space(t, next + 1, len);
                 r = add_calls_json(out, t, body, stop, "parameters");
                 if (r == 0)
                     r = add_calls_json(out, t, body, stop, "arguments");

@@ -285,6 +285,11 @@ struct stream_choice {
     size_t sent_text;     /* bytes of job->text that went out */
     bool final;           /* its last chunk (finish_reason) went out */
     struct text_think think; /* its reasoning splitter (the request's, copied) */
+    /* tool calls found in the finished answer: 0 not looked, 1 none, 2 being sent */
+    int tc_state;
+    struct chat_tool_calls tc;
+    bool tc_content_sent;
+    int tc_next;          /* the next call event: 2k call k's head, 2k+1 its arguments */
 };
 
 struct stream {
@@ -364,6 +369,81 @@ static char *job_error_event(const struct srv_job *j)
     return api_error_json(&e);
 }
 
+static bool choice_final(struct stream *st, int i, const char *finish, char **chunk);
+
+/* A finished answer of a request with tools: its calls, if it has some, go out as
+ * OpenAI streams them (the content not sent yet, then per call a chunk with its id,
+ * type and name and one with its arguments, then finish_reason "tool_calls"); without
+ * calls the rest of the text goes out as usual. The job is done: no lock needed. */
+static bool choice_tool_event(struct stream *st, int i, char **chunk)
+{
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct srv *s = st->s;
+    if (ch->tc_state == 0) {
+        ch->tc_state = 1;
+        if (chat_tool_calls_parse(st->req.tool_syntax, j->text, j->text_len, &ch->tc, NULL) == KN_OK) {
+            if (ch->tc.n > 0)
+                ch->tc_state = 2;
+            else
+                chat_tool_calls_free(&ch->tc);
+        }
+    }
+    if (ch->tc_state == 1) { /* no calls: the rest as text, then the final chunk */
+        struct text_think *think = st->req.think ? &ch->think : NULL;
+        if (j->text_len > ch->sent_text) {
+            *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false,
+                                      ch->sent_tok, j->n_out, ch->sent_text, j->text_len, false,
+                                      NULL, NULL);
+            ch->sent_text = j->text_len;
+            ch->sent_tok = j->n_out;
+            return *chunk != NULL;
+        }
+        return choice_final(st, i, NULL, chunk);
+    }
+    if (!ch->tc_content_sent) {
+        ch->tc_content_sent = true;
+        /* the content before the first call began with what went out already */
+        if (ch->tc.content && ch->tc.content_len > ch->sent_text) {
+            *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created,
+                                    ch->tc.content + ch->sent_text,
+                                    ch->tc.content_len - ch->sent_text, NULL, 0, false);
+            return *chunk != NULL;
+        }
+    }
+    if (ch->tc_next < 2 * ch->tc.n) {
+        int k = ch->tc_next / 2;
+        bool head_part = ch->tc_next % 2 == 0;
+        ch->tc_next++;
+        *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created, NULL, 0, &ch->tc, k, head_part);
+        return *chunk != NULL;
+    }
+    chat_tool_calls_free(&ch->tc);
+    ch->tc_state = 1;
+    ch->sent_text = j->text_len;
+    ch->sent_tok = j->n_out;
+    return choice_final(st, i, j->finish == SRV_FINISH_STOP ? "tool_calls" : NULL, chunk);
+}
+
+/* The final chunk of choice i (finish_reason, seed, receipt). */
+static bool choice_final(struct stream *st, int i, const char *finish, char **chunk)
+{
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct srv *s = st->s;
+    struct srv_error e = {0};
+    struct json_value *receipt = make_receipt(s, &st->req, j, &e);
+    ch->final = true;
+    if (e.status) {
+        *chunk = api_error_json(&e);
+        return false;
+    }
+    *chunk = api_stream_chunk(s, &st->req, j, i, st->req.think ? &ch->think : NULL, st->id,
+                              st->created, false, 0, 0, j->text_len, j->text_len, true, finish,
+                              receipt);
+    return *chunk != NULL;
+}
+
 /* The next chunk of choice i, if it has one: new text or logprobs, or its final chunk
  * (finish_reason, seed, receipt) once its job is done. *chunk stays NULL when there is
  * nothing to send yet; false on an error that ends the stream (*chunk: its event). */
@@ -384,13 +464,19 @@ static bool choice_event(struct stream *st, int i, char **chunk)
         return false;
     }
     size_t end = done ? j->text_len : safe_end(j);
+    if (!done && st->req.tools_parse) /* hold back what may be the start of a call */
+        end = chat_tool_calls_safe_end(st->req.tool_syntax, j->text, end);
+    if (done && st->req.tools_parse) {
+        convoy_unlock(c);
+        return choice_tool_event(st, i, chunk);
+    }
     int64_t tok1 = ch->sent_tok;
     while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
         tok1++;
     bool any = end > ch->sent_text || (st->req.logprobs && tok1 > ch->sent_tok);
     if (any)
         *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false,
-                                  ch->sent_tok, tok1, ch->sent_text, end, false, NULL);
+                                  ch->sent_tok, tok1, ch->sent_text, end, false, NULL, NULL);
     convoy_unlock(c);
     if (any) {
         ch->sent_text = end;
@@ -401,16 +487,7 @@ static bool choice_event(struct stream *st, int i, char **chunk)
         return true;
     /* The job is done: the scheduler no longer writes it, so no lock is needed (and a
      * receipt, which reads the model-hash cache, must not stall the scheduler). */
-    struct srv_error e = {0};
-    struct json_value *receipt = make_receipt(s, &st->req, j, &e);
-    ch->final = true;
-    if (e.status) {
-        *chunk = api_error_json(&e);
-        return false;
-    }
-    *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false, 0, 0,
-                              j->text_len, j->text_len, true, receipt);
-    return *chunk != NULL;
+    return choice_final(st, i, NULL, chunk);
 }
 
 /* Produces the next event into st->out; false on an error that ends the stream. The
@@ -424,7 +501,8 @@ static bool next_event(struct stream *st)
         if (st->req.kind == SRV_KIND_CHAT && st->role_sent < st->n) {
             int i = st->role_sent++;
             return set_event(st, api_stream_chunk(s, &st->req, st->ch[i].job, i, NULL, st->id,
-                                                  st->created, true, 0, 0, 0, 0, false, NULL));
+                                                  st->created, true, 0, 0, 0, 0, false, NULL,
+                                                  NULL));
         }
         st->phase = PH_TOKENS;
         return next_event(st);
@@ -503,6 +581,8 @@ static void stream_free(void *cls)
     for (int i = 0; i < st->n; i++) {
         convoy_cancel(st->s->convoy, st->ch[i].job); /* no-op when it finished */
         convoy_release(st->s->convoy, st->ch[i].job);
+        if (st->ch[i].tc_state == 2)
+            chat_tool_calls_free(&st->ch[i].tc);
     }
     srv_request_free(&st->req);
     free(st->out);

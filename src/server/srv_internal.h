@@ -5,6 +5,7 @@
 
 #include "server.h"
 #include "base/json.h"
+#include "chat/chat.h"
 #include "grammar/grammar.h"
 
 #include <microhttpd.h>
@@ -50,6 +51,14 @@ struct srv_request {
     int64_t render_now;        /* chat: the clock the template's strftime_now read */
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
     struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
+    /* Tool calls (chat with tools): tool_choice, the function it names, parallel calls
+     * allowed, and the template's call syntax; tools_parse: the answer is searched for
+     * calls (tool_choice auto, required or a function; not none). */
+    enum srv_tool_choice { SRV_TOOLS_NONE = 0, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } tool_choice;
+    char *tool_name;
+    bool parallel_tools;
+    bool tools_parse;
+    enum chat_tool_syntax tool_syntax;
     struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */
     /* Structured output: the compiled grammar (owned until handed to the job) from
      * "grammar" (GBNF), "json_schema" or "response_format"; the GBNF text it came from;
@@ -165,7 +174,14 @@ char *api_completion_response(struct srv *s, const struct srv_request *r,
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
                        int index, struct text_think *think, const char *id, int64_t created,
                        bool role, int64_t tok0, int64_t tok1, size_t text0, size_t text1,
-                       bool final, struct json_value *receipt);
+                       bool final, const char *finish, struct json_value *receipt);
+/* A chat chunk carrying content (NULL: none) and, with tc, call k's head (id, type, name,
+ * empty arguments: head_part) or its arguments, as OpenAI streams delta.tool_calls. */
+char *api_tool_chunk(struct srv *s, const struct srv_request *r, int index, const char *id,
+                     int64_t created, const char *content, size_t content_len,
+                     const struct chat_tool_calls *tc, int k, bool head_part);
+/* The id of call k of choice `index` in response `id` ("call_<id>_<index>_<k>"). */
+void api_tool_call_id(const char *id, int index, int k, char *out, size_t cap);
 /* The answer's content when the request splits reasoning off (*out: malloc'd, its
  * length returned); *out stays NULL when it does not (the content is the whole text). */
 size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out);
