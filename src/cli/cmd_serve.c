@@ -57,6 +57,7 @@ int cmd_serve(int argc, char **argv)
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
     int64_t queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
+    bool no_verify = false;
     int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
@@ -86,6 +87,7 @@ int cmd_serve(int argc, char **argv)
         {"cache-ram", 0, CLI_INT, &cache_ram, "MiB", "the prompt cache shared by the slots (default 256; 0: none)", NULL},
         {"no-warm-start", 0, CLI_FLAG, &no_warm, NULL, "reuse no prompt prefix: neither what a slot holds nor the prompt cache", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "POST /prefill evaluates nothing (answers {\"tokens\": 0})", NULL},
+        {"no-verify", 0, CLI_FLAG, &no_verify, NULL, "turn POST /verify-receipt off (the web page's Verify reruns a receipt; one at a time, " STR(SRV_VERIFY_INTERVAL_S) " s apart)", NULL},
         {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL},
         {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL},
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL},
@@ -200,6 +202,7 @@ int cmd_serve(int argc, char **argv)
         .speed = {.no_draft = no_draft, .draft_max = (int)draft_max, .no_warm_start = no_warm},
         .no_zero_wait = no_zero_wait,
         .cors = cors,
+        .no_verify = no_verify,
     };
     /* Listen first: while the model loads, /health answers 503 (a load balancer's
      * readiness probe) and every other endpoint 503 "model_loading". */

@@ -11,6 +11,7 @@
  * handler and a stream waits inside the content reader, both in short slices so that a
  * client that hangs up is noticed (its job is cancelled and the slot freed). */
 #include "srv_internal.h"
+#include "receipt/receipt.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,11 +28,12 @@
 #include <unistd.h>
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
-                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS };
+                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS,
+                EP_UI, EP_VERIFY };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template", "slots"};
-static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
+    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt"};
+static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 431, 500, 503, 0};
 
 struct route {
     const char *path;
@@ -56,6 +58,8 @@ static const struct route routes[] = {
     {"/stats", "GET", EP_STATS, false},
     {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
     {"/slots", "GET", EP_SLOTS, false},
+    {"/", "GET", EP_UI, true},
+    {"/verify-receipt", "POST", EP_VERIFY, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -138,6 +142,9 @@ static enum MHD_Result send_error(struct srv *s, struct MHD_Connection *conn, en
     } else if (e->status == 503) {
         hdrs[h++] = "Retry-After";
         hdrs[h++] = "1";
+    } else if (e->status == 429) {
+        hdrs[h++] = "Retry-After";
+        hdrs[h++] = SRV_XSTR(SRV_VERIFY_INTERVAL_S);
     }
     return queue_text(s, conn, ep, e->status, api_error_json(e), "application/json", hdrs);
 }
@@ -1184,6 +1191,78 @@ static enum MHD_Result handle_stats(struct srv *s, struct MHD_Connection *conn)
     return send_json(s, conn, EP_STATS, 200, out);
 }
 
+/* ---------------------------------------------------------------- the web page */
+
+extern const unsigned char srv_webui_html[]; /* webui.html, embedded (cmake/embed_text.cmake) */
+extern const size_t srv_webui_html_len;
+
+static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn)
+{
+    char *page = malloc(srv_webui_html_len + 1);
+    if (!page)
+        return MHD_NO;
+    memcpy(page, srv_webui_html, srv_webui_html_len + 1);
+    const char *hdrs[] = {"Cache-Control", "no-cache", NULL};
+    return queue_text(s, conn, EP_UI, 200, page, "text/html; charset=utf-8", hdrs);
+}
+
+/* POST /verify-receipt: reruns a receipt (the body, as sent) as `kinetic verify-receipt`
+ * does, with this server's model file, and answers {"verified", "exit_code", "report"}.
+ * One at a time and SRV_VERIFY_INTERVAL_S apart (429 otherwise: a rerun costs a whole
+ * generation); --no-verify turns it off. */
+static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn, const char *body,
+                                     size_t len)
+{
+    if (s->cfg.no_verify)
+        return fail(s, conn, EP_VERIFY, 403, "permission_error", "verify_disabled",
+                    "receipt verification is turned off on this server (--no-verify)");
+    if (!s->b->model_path || !s->cfg.receipt)
+        return fail(s, conn, EP_VERIFY, 400, "invalid_request_error", "unsupported_value",
+                    "this server makes no receipts (the toy model), so it verifies none");
+    if (pthread_mutex_trylock(&s->vmu) != 0)
+        return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_busy",
+                    "a receipt is being verified; retry in a few seconds");
+    double wait = s->verify_last + SRV_VERIFY_INTERVAL_S - kn_now();
+    if (s->verify_last > 0 && wait > 0) {
+        pthread_mutex_unlock(&s->vmu);
+        return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_rate",
+                    "one verification per %d seconds; retry in %.1f s", SRV_VERIFY_INTERVAL_S, wait);
+    }
+    char path[] = "/tmp/kinetic-verify-XXXXXX";
+    int fd = mkstemp(path);
+    bool wrote = fd >= 0 && write(fd, body, len) == (ssize_t)len;
+    if (fd >= 0)
+        close(fd);
+    char *report = NULL;
+    size_t report_len = 0;
+    FILE *out = wrote ? open_memstream(&report, &report_len) : NULL;
+    int rc = -1;
+    if (out) {
+        struct receipt_verify_opts o = {.model = s->b->model_path, .threads = 2};
+        rc = receipt_verify(path, &o, out);
+        fclose(out);
+    }
+    if (fd >= 0)
+        unlink(path);
+    s->verify_last = kn_now();
+    pthread_mutex_unlock(&s->vmu);
+    if (rc < 0) {
+        free(report);
+        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "cannot write the receipt to a "
+                    "temporary file");
+    }
+    struct json_value *root = json_new_object();
+    bool ok = root && json_object_set(root, "verified", json_new_bool(rc == 0), NULL) == KN_OK &&
+              json_object_set(root, "exit_code", json_new_int(rc), NULL) == KN_OK &&
+              json_object_set(root, "report", json_new_stringn(report, report_len), NULL) == KN_OK;
+    free(report);
+    char *text = NULL;
+    if (!ok || json_write(root, JSON_COMPACT, &text, NULL, NULL) != KN_OK)
+        text = NULL;
+    json_free(root);
+    return send_json(s, conn, EP_VERIFY, 200, text);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static bool json_content_type(struct MHD_Connection *conn)
@@ -1206,6 +1285,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_METRICS: return handle_metrics(s, conn);
     case EP_STATS: return handle_stats(s, conn);
     case EP_SLOTS: return handle_slots(s, conn);
+    case EP_UI: return handle_ui(s, conn);
     default: break;
     }
     if (q->too_big)
@@ -1222,6 +1302,11 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
                     "the request body is not valid JSON: %.500s", err.msg);
     enum MHD_Result res;
     if (!json_is(body, JSON_OBJECT))
+        res = fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
+                   "the request body must be a JSON object");
+    else if (ep == EP_VERIFY)
+        res = handle_verify(s, conn, q->body, q->len);
+    else if (!json_is(body, JSON_OBJECT))
         res = fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
                    "the request body must be a JSON object");
     else if (ep == EP_TOKENIZE)
@@ -1267,7 +1352,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
                         "/v1/completions, /health, /metrics, /slots, /tokenize, /detokenize, "
-                        "/prefill, /stats, /apply-template",
+                        "/prefill, /stats, /apply-template, /verify-receipt, /",
                         method, url);
         if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {
             /* a browser's CORS preflight: what the route allows */
@@ -1448,6 +1533,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         s->cfg.max_connections_per_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
     pthread_mutex_init(&s->mmu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
+    pthread_mutex_init(&s->vmu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
 
     struct sockaddr_in a4;
@@ -1555,6 +1641,7 @@ void srv_stop(struct srv *s)
     api_free(s);
     pthread_mutex_destroy(&s->mmu);
     pthread_mutex_destroy(&s->gmu);
+    pthread_mutex_destroy(&s->vmu);
     pthread_cond_destroy(&s->idle_cv);
     free(s);
 }

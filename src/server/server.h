@@ -375,9 +375,15 @@ struct srv_config {
     bool no_zero_wait;         /* POST /prefill does nothing (answers {"tokens": 0}) */
     const char *cors;          /* --cors ORIGIN: Access-Control-Allow-Origin on every answer
                                 * and CORS preflights answered; NULL: none */
+    bool no_verify;            /* --no-verify: POST /verify-receipt is off (403) */
 };
 
 struct srv;
+
+/* POST /verify-receipt: one at a time, at least this long apart (else 429). */
+#define SRV_VERIFY_INTERVAL_S 2
+#define SRV_XSTR_(x) #x
+#define SRV_XSTR(x) SRV_XSTR_(x) /* a number macro as text (Retry-After, help texts) */
 
 /* Listens and serves. backend NULL: the model is still loading: /health answers 503
  * {"status":"loading model"} and every other endpoint 503 (code model_loading) until

@@ -75,8 +75,8 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 12
-#define SRV_N_STATUS 12
+#define SRV_N_ENDPOINTS 14
+#define SRV_N_STATUS 14
 
 struct srv {
     struct srv_config cfg;
@@ -95,6 +95,8 @@ struct srv {
     struct gate *gate;         /* the listening socket and the connections before MHD */
     pthread_mutex_t gmu;       /* guards gvocab's creation */
     struct grammar_vocab *gvocab; /* built at the first grammar request; read-only after */
+    pthread_mutex_t vmu;       /* held by the one POST /verify-receipt that may run */
+    double verify_last;        /* when the last one ended (kn_now), under vmu */
 };
 
 /* ---------------------------------------------------------------- gate.c
