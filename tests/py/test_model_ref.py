@@ -37,11 +37,14 @@ TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 3e-2, "q6_k": 3e-2, "q5_0
 
 
 def kinetic_logits(path, tmp_path, extra=()):
+    """The logits with an f32 KV cache unless extra names another (the default is f16;
+    the tolerances below are the f32 cache's)."""
     out = tmp_path / "logits.bin"
     ids = ",".join(str(t) for t in PROMPT)
+    kv = () if "--kv-type" in extra else ("--kv-type", "f32")
     p = subprocess.run([KINETIC, "run", path, "--prompt-ids", ids, "--temp", "0",
                         "--repeat-penalty", "1", "-n", str(N_GEN), "--seed", "1", "--json",
-                        "--logits-out", str(out), "--threads", "2", *extra],
+                        "--logits-out", str(out), "--threads", "2", *kv, *extra],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
@@ -117,6 +120,14 @@ def test_kv_f16_close_to_reference(tmp_path):
     path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
     rel = compare(path, tmp_path, 2e-3, extra=("--kv-type", "f16"))
     print(f"qwen3 f32 with an f16 KV cache: relative rms error {rel:.2e}")
+
+
+def test_kv_q8_0_close_to_reference(tmp_path):
+    """A q8_0 KV cache (blocks of 32 per head row, each quantized alone) stays close to
+    the float64 reference (its error is the 8-bit rounding of keys and values)."""
+    path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
+    rel = compare(path, tmp_path, 3e-2, extra=("--kv-type", "q8_0"))
+    print(f"qwen3 f32 with a q8_0 KV cache: relative rms error {rel:.2e}")
 
 
 def rewrite(src, dst, new_kv, extra_tensors):
