@@ -35,7 +35,9 @@ case "$arch" in
       exit 1
     fi
     dir=build-aarch64
-    args+=(-DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake") ;;
+    # The Vulkan backend is left out of the cross build (it would need the arm64 Vulkan
+    # loader; the ARM part is the CPU kernels).
+    args+=(-DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DKN_VULKAN=OFF) ;;
   *) echo "build.sh: unknown --arch '$arch' (this script cross-builds aarch64)" >&2; exit 2 ;;
 esac
 [ -n "${CI:-}" ] && args+=(-DKN_WERROR=ON)
