@@ -1042,7 +1042,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
                      "%s%s%s%s\n",
                 r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS,
                 same_class ? ""
-                : cross_isa ? " (device class differs: a cross-ISA rerun; every CPU class "
+                : cross_isa ? " (device class differs) (a cross-ISA rerun: every CPU class "
                               "computes canonical-1's bits)"
                             : " (device class differs)",
                 same_build ? "" : " (build differs)",
