@@ -316,9 +316,12 @@ const struct kern_ops kern_ops_scalar = {
 const struct kern_ops *kern_ops_get(enum kern_isa isa)
 {
     switch (isa) {
-#if defined(__x86_64__)
+#if defined(KERN_ARCH_X86)
     case KERN_ISA_AVX2: return &kern_ops_avx2;
     case KERN_ISA_AVX512: return &kern_ops_avx512;
+#elif defined(KERN_ARCH_ARM)
+    /* dotprod and i8mm add integer instructions only: the float ops are NEON's. */
+    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM: return &kern_ops_neon;
 #endif
     default: return &kern_ops_scalar;
     }

@@ -37,7 +37,7 @@ def run_json(args, env=None):
 def supported_isas():
     """The ISA levels this CPU runs (KINETIC_ISA refuses the others)."""
     out = []
-    for isa in ("scalar", "avx2", "avx512"):
+    for isa in ("scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"):
         p = run([AIDREAMS, "x", "-n", "1", "--seed", "1"], env={"KINETIC_ISA": isa}, check=False)
         if p.returncode == 0:
             out.append(isa)
