@@ -249,11 +249,59 @@ static bool fits(struct vkr_cmd *c, const char *op, int64_t v)
     return false;
 }
 
+/* ================================================================ large tensors */
+
+/* Rows r0.. of a tensor of N rows of row_bytes in buf, as much as one storage binding of
+ * the device holds (at most max_rows): the binding starts at the aligned byte at or below
+ * row r0's (base), the shaders subtract base from their byte addresses (32-bit
+ * arithmetic, so the difference is right even past 4 GiB). */
+struct rows_part {
+    int64_t r0, r1;
+    struct vkr_bind bind;
+    uint32_t base;
+};
+
+static _Atomic uint64_t binding_limit; /* vkk_limit_bindings; 0: the device's */
+
+void vkk_limit_bindings(uint64_t bytes)
+{
+    binding_limit = bytes;
+}
+
+uint64_t vkk_binding_bytes(struct vkr *rt)
+{
+    uint64_t range = vkr_device_info(rt)->max_storage_range, lim = binding_limit;
+    return lim && lim < range ? lim : range;
+}
+
+static bool rows_part(struct vkr_cmd *c, const struct vkr_buf *buf, int64_t N, size_t row_bytes,
+                      int64_t max_rows, int64_t r0, struct rows_part *p)
+{
+    const struct vkr_info *in = vkr_device_info(vkr_cmd_rt(c));
+    size_t align = in->storage_align > 4 ? in->storage_align : 4;
+    uint64_t range = vkk_binding_bytes(vkr_cmd_rt(c));
+    size_t off = (size_t)r0 * row_bytes / align * align;
+    int64_t fit = range > align + 8 ? (int64_t)((range - align - 8) / row_bytes) : 0;
+    fit = fit < max_rows ? fit : max_rows;
+    if (fit < 1) {
+        vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan: a tensor row of %zu bytes is over %s's largest "
+                     "storage binding (%llu bytes)", row_bytes, in->name,
+                     (unsigned long long)range);
+        return false;
+    }
+    int64_t r1 = N - r0 < fit ? N : r0 + fit;
+    size_t end = ((size_t)r1 * row_bytes + 3) & ~(size_t)3, size = vkr_buf_size(buf);
+    *p = (struct rows_part){r0, r1, {.buf = buf, .off = off, .bytes = (end < size ? end : size) - off},
+                            (uint32_t)off};
+    return true;
+}
+
 /* ================================================================ embed */
 
 struct embed_pc {
     uint32_t type, E, row_bytes, T, x_off, tok_off, has_scale;
     float scale;
+    uint32_t r0, r1, t_base;
 };
 
 void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
@@ -275,10 +323,18 @@ void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
     if (!tok.buf)
         return;
     struct embed_pc pc = {(uint32_t)type, (uint32_t)E, (uint32_t)row_bytes, (uint32_t)T, x.off, 0,
-                          scale != 1.0f, scale};
-    struct vkr_bind b[3] = {ro(table), tok, rw(x.buf)};
-    vkr_cmd_dispatch(c, pipe(c, "embed", 3, sizeof pc), b, &pc, vkr_groups(E, 64),
-                     (uint32_t)T, 1);
+                          scale != 1.0f, scale, 0, 0, 0};
+    /* the rows a binding holds, one dispatch per part (each writes its tokens' rows) */
+    int64_t N = (int64_t)(vkr_buf_size(table) / row_bytes);
+    struct rows_part rp;
+    for (int64_t r0 = 0; r0 < N; r0 = rp.r1) {
+        if (!rows_part(c, table, N, row_bytes, N, r0, &rp))
+            return;
+        pc.r0 = (uint32_t)rp.r0, pc.r1 = (uint32_t)rp.r1, pc.t_base = rp.base;
+        struct vkr_bind b[3] = {rp.bind, tok, rw(x.buf)};
+        vkr_cmd_dispatch(c, pipe(c, "embed", 3, sizeof pc), b, &pc, vkr_groups(E, 64),
+                         (uint32_t)T, 1);
+    }
 }
 
 /* ================================================================ RoPE */
@@ -357,10 +413,10 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
 /* ================================================================ products */
 
 struct mm_f_pc {
-    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0;
+    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base;
 };
 struct mm_q_pc {
-    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0;
+    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base;
 };
 
 static const char *mm_shader(enum quant_type t)
@@ -397,17 +453,16 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         return;
     }
     enum kern_act_kind kind = kern_act_kind_for(w->type);
-    if (!fits(c, "matmul", (int64_t)w->N * (int64_t)w->row_bytes + 4) ||
-        !fits(c, "matmul", (int64_t)y.off + (M - 1) * ldy + w->N) || ldy < w->N ||
+    if (!fits(c, "matmul", (int64_t)y.off + (M - 1) * ldy + w->N) || ldy < w->N ||
         vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
         return;
     const struct vkr_pipe *p;
     struct vkr_bind b[3] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf)};
     struct mm_f_pc pf = {(uint32_t)w->type, (uint32_t)w->N, (uint32_t)w->K, (uint32_t)M,
-                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0};
+                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0};
     struct mm_q_pc pq = {(uint32_t)w->N, (uint32_t)w->K, (uint32_t)M, (uint32_t)w->row_bytes,
                          q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
-                         (uint32_t)ldy, 0};
+                         (uint32_t)ldy, 0, 0};
     if (kind == KERN_ACT_F32) {
         if (!fits(c, "matmul", (int64_t)x.off + M * w->K))
             return;
@@ -417,13 +472,18 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
             return;
         p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
     }
-    /* More row groups than one dispatch takes: consecutive dispatches from row0. */
-    const int64_t per = (int64_t)VKK_MAX_GROUPS * MM_ROWS;
-    for (int64_t r0 = 0; r0 < w->N; r0 += per) {
-        int64_t rows = w->N - r0 < per ? w->N - r0 : per;
+    /* More row groups than one dispatch takes, or more rows than one binding holds:
+     * consecutive dispatches from row0, each binding its part of the weights. */
+    struct rows_part rp;
+    for (int64_t r0 = 0; r0 < w->N; r0 = rp.r1) {
+        if (!rows_part(c, wbuf, w->N, w->row_bytes, (int64_t)VKK_MAX_GROUPS * MM_ROWS, r0, &rp))
+            return;
         pf.row0 = pq.row0 = (uint32_t)r0;
+        pf.N = pq.N = (uint32_t)rp.r1; /* the shaders' row bound: no row past the binding */
+        pf.w_base = pq.w_base = rp.base;
+        b[0] = rp.bind;
         vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
-                         vkr_groups(rows, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
+                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
     }
 }
 

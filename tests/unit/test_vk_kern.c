@@ -590,6 +590,13 @@ int main(void)
     test_actq_edges();
     test_attention();
     test_matmul();
+    /* weights and tables bound in parts (as a tensor over maxStorageBufferRange is) */
+    vkk_limit_bindings(3000);
+    check_matmul(QT_Q5_0, 37, 352); /* 242-byte rows: 12 to a part */
+    check_matmul(QT_Q6_K, 16, 768);
+    check_matmul(QT_F16, 16, 520);  /* 2 to a part */
+    test_embed();
+    vkk_limit_bindings(0);
     vkr_cmd_free(cmd);
     vkk_fma_forget(rt);
     vkr_close(rt);

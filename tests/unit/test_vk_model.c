@@ -3,7 +3,8 @@
  * Q4_K_M, qwen2 Q8_0 with an f16 cache, qwen3 Q5_1, gemma3 Q4_K_M with sliding-window
  * layers and an f16 cache), run wholly on the device and with only the first layers on it
  * (--gpu-layers), through the script of test_backend_seam.c: a prompt in two chunks,
- * rows out of order, a chunk with no output, greedy decode and two sequences in one batch.
+ * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
+ * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
 #include "check.h"
 
@@ -11,6 +12,7 @@
 #include "model/model.h"
 #include "synth/synth.h"
 #include "vulkan/vk_backend.h"
+#include "vulkan/vk_kern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +201,11 @@ int main(void)
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);
     test_synth(pool);
+    /* every weight bound in parts and the logits in groups of rows, as a tensor over the
+     * device's largest storage binding is (Gemma 3's embedding on lavapipe) */
+    vkk_limit_bindings(3000);
+    compare("aidreams260K, small bindings", aidreams, 2, MODEL_KV_F32, pool);
+    vkk_limit_bindings(0);
     kern_pool_free(pool);
     vk_backend_close(g_vk);
     CHECK_DONE();
