@@ -249,6 +249,21 @@ static bool fits(struct vkr_cmd *c, const char *op, int64_t v)
     return false;
 }
 
+/* False (and the pass failed) when elems 32-bit elements from r.off do not lie in r's
+ * buffer: a shader never writes or reads past a buffer. */
+static bool span(struct vkr_cmd *c, const char *op, struct vkk_ref r, int64_t elems)
+{
+    if (!fits(c, op, (int64_t)r.off + elems))
+        return false;
+    if (!r.buf || ((uint64_t)r.off + (uint64_t)elems) * 4 > vkr_buf_size(r.buf)) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan %s: %lld elements from %u are past the end of a "
+                     "buffer of %zu bytes", op, (long long)elems, (unsigned)r.off,
+                     r.buf ? vkr_buf_size(r.buf) : 0);
+        return false;
+    }
+    return true;
+}
+
 /* ================================================================ large tensors */
 
 /* Rows r0.. of a tensor of N rows of row_bytes in buf, as much as one storage binding of
@@ -291,8 +306,8 @@ static bool rows_part(struct vkr_cmd *c, const struct vkr_buf *buf, int64_t N, s
     }
     int64_t r1 = N - r0 < fit ? N : r0 + fit;
     size_t end = ((size_t)r1 * row_bytes + 3) & ~(size_t)3, size = vkr_buf_size(buf);
-    *p = (struct rows_part){r0, r1, {.buf = buf, .off = off, .bytes = (end < size ? end : size) - off},
-                            (uint32_t)off};
+    end = end < size ? end : size;
+    *p = (struct rows_part){r0, r1, {.buf = buf, .off = off, .bytes = end - off}, (uint32_t)off};
     return true;
 }
 
@@ -315,9 +330,7 @@ void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
                      (unsigned)type);
         return;
     }
-    if (!fits(c, "embed", (int64_t)x.off + T * E) || !fits(c, "embed",
-        (int64_t)vkr_buf_size(table)) ||
-        T > VKK_MAX_GROUPS)
+    if (!span(c, "embed", x, T * E) || T > VKK_MAX_GROUPS)
         return;
     struct vkr_bind tok = vkr_cmd_stage(c, tokens, (size_t)T * sizeof *tokens);
     if (!tok.buf)
@@ -353,7 +366,8 @@ void vkk_rope(struct vkr_cmd *c, struct vkk_ref x, struct vkk_ref tab, const str
                      (int)rope->n_rot, (long long)D);
         return;
     }
-    if (!fits(c, "rope", (int64_t)x.off + T * H * D) || T > VKK_MAX_GROUPS || H > VKK_MAX_GROUPS)
+    if (!span(c, "rope", x, T * H * D) || !span(c, "rope", tab, T * rope->n_rot) ||
+        T > VKK_MAX_GROUPS || H > VKK_MAX_GROUPS)
         return;
     struct rope_pc pc = {x.off, tab.off, (uint32_t)T, (uint32_t)H, (uint32_t)D,
                          (uint32_t)rope->n_rot, rope->mode == KERN_ROPE_NEOX};
@@ -374,8 +388,8 @@ void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct v
 {
     if (rows <= 0 || n <= 0 || vkr_cmd_failed(c))
         return;
-    if (!fits(c, "rmsnorm", (int64_t)x.off + rows * n) ||
-        !fits(c, "rmsnorm", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS ||
+    if (!span(c, "rmsnorm", x, rows * n) || !span(c, "rmsnorm", y, rows * n) ||
+        (w.buf && !span(c, "rmsnorm", w, n)) || rows > VKK_MAX_GROUPS ||
         n >= (1 << 24)) /* (float)n exact */
         return;
     struct rmsnorm_pc pc = {x.off, y.off, w.off, (uint32_t)rows, (uint32_t)n, w.buf != NULL, eps};
@@ -401,8 +415,8 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
         return;
     }
     size_t row_bytes = kern_act_row_bytes(kind, K);
-    if (!fits(c, "actq", (int64_t)x.off + M * K) ||
-        !fits(c, "actq", (int64_t)q.off + M * (int64_t)(row_bytes / 4)) || M > VKK_MAX_GROUPS)
+    if (!span(c, "actq", x, M * K) || !span(c, "actq", q, M * (int64_t)(row_bytes / 4)) ||
+        M > VKK_MAX_GROUPS)
         return;
     struct actq_pc pc = {x.off, q.off, (uint32_t)K, (uint32_t)M, bs, (uint32_t)(row_bytes / 4)};
     struct vkr_bind b[2] = {ro(x.buf), rw(q.buf)};
@@ -453,7 +467,7 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         return;
     }
     enum kern_act_kind kind = kern_act_kind_for(w->type);
-    if (!fits(c, "matmul", (int64_t)y.off + (M - 1) * ldy + w->N) || ldy < w->N ||
+    if (!span(c, "matmul", y, (M - 1) * ldy + w->N) || ldy < w->N ||
         vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
         return;
     const struct vkr_pipe *p;
@@ -464,11 +478,11 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
                          q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
                          (uint32_t)ldy, 0, 0};
     if (kind == KERN_ACT_F32) {
-        if (!fits(c, "matmul", (int64_t)x.off + M * w->K))
+        if (!span(c, "matmul", x, M * w->K))
             return;
         p = pipe_f(c, "mm_f", 3, sizeof pf);
     } else {
-        if (!fits(c, "matmul", (int64_t)q.off + M * (int64_t)pq.x_row))
+        if (!span(c, "matmul", q, M * (int64_t)pq.x_row))
             return;
         p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
     }
@@ -502,7 +516,13 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
     bool per_row = op == VKK_ADD_ROWS || op == VKK_GATHER;
     if (!per_row)
         rows = 1;
-    if (!fits(c, "eltwise", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS)
+    if (!span(c, "eltwise", y, rows * n) || rows > VKK_MAX_GROUPS)
+        return;
+    int64_t a_elems = op == VKK_ADD_ROWS ? n : op == VKK_GATHER ? 0 : rows * n;
+    if (op == VKK_GATHER)
+        for (int64_t j = 0; j < rows; j++)
+            a_elems = (rows_idx[j] + 1) * n > a_elems ? (rows_idx[j] + 1) * n : a_elems;
+    if (op != VKK_SCALE && !span(c, "eltwise", a, a_elems))
         return;
     struct vkr_bind idx = ro(y.buf);
     if (op == VKK_GATHER) {
@@ -548,9 +568,19 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: new rows must start their buffers");
         return;
     }
-    if (!fits(c, "kv_store", Hkv * n_ctx * D) || !fits(c, "kv_store", (t0 + n) * Hkv * D) ||
+    size_t elt = kv_type == QT_F16 ? 2 : 4;
+    if (!span(c, "kv_store", k_new, (t0 + n) * Hkv * D) ||
+        !span(c, "kv_store", v_new, (t0 + n) * Hkv * D) ||
+        !span(c, "kv_store", vkk_at(k_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
+        !span(c, "kv_store", vkk_at(v_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
         n > VKK_MAX_GROUPS || Hkv > VKK_MAX_GROUPS)
         return;
+    for (int64_t t = t0; t < t0 + n; t++)
+        if (pos[t] < 0 || pos[t] >= n_ctx) {
+            vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: token %lld at position %d is outside "
+                         "the cache (%lld slots)", (long long)t, (int)pos[t], (long long)n_ctx);
+            return;
+        }
     struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
     if (!pb.buf)
         return;
@@ -610,9 +640,11 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
             return;
         }
     int64_t QD = (int64_t)a->n_head * a->head_dim;
-    if (!fits(c, "attention", (int64_t)a->q.off + a->n_q * QD) ||
-        !fits(c, "attention", (int64_t)a->out.off + a->n_q * QD) ||
-        !fits(c, "attention", a->n_ctx * a->n_head_kv * a->head_dim) ||
+    int64_t kv_words = ((int64_t)a->n_ctx * a->n_head_kv * a->head_dim *
+                        (a->kv_type == QT_F16 ? 2 : 4) + 3) / 4;
+    if (!span(c, "attention", a->q, a->n_q * QD) || !span(c, "attention", a->out, a->n_q * QD) ||
+        !span(c, "attention", vkk_at(a->k, 0), kv_words) ||
+        !span(c, "attention", vkk_at(a->v, 0), kv_words) ||
         a->n_q > VKK_MAX_GROUPS || a->n_head > (int32_t)VKK_MAX_GROUPS)
         return;
     struct vkr_bind pb = vkr_cmd_stage(c, a->pos, (size_t)a->n_q * sizeof *a->pos);
