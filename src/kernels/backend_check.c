@@ -438,9 +438,9 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
         c->failed = true;
 }
 
-/* moe: run the mixture-of-experts checks (when the backend under test has those ops). */
 static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool moe, struct ck_out *out, struct kn_err *err)
+                             bool moe,
+                             struct ck_out *out, struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
@@ -492,9 +492,10 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
 {
     struct ck_in *in = NULL;
     struct ck_out ref = {0}, got = {0};
+    /* A device without the MoE ops runs no MoE layer (model_open refuses): the CPU's
+     * reference then leaves them out too. */
+    const bool moe = be->ops->moe_route && be->ops->moe_ffn;
     enum kn_status st = in_make(&in, err);
-    /* a device without the optional MoE ops is compared on the others */
-    bool moe = be->ops->moe_route && be->ops->moe_ffn;
     if (st == KN_OK)
         st = ck_run(kern_backend_cpu(), pool, in, moe, &ref, err);
     if (st == KN_OK) {
@@ -519,4 +520,16 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     free(got.bytes);
     in_free(in);
     return st;
+}
+
+const char *kern_backend_missing_op(const struct kern_backend *be)
+{
+    const struct kern_backend_ops *o = be->ops;
+#define OP(x) if (!o->x) return #x;
+    OP(numerics) OP(alloc) OP(upload) OP(upload_weight) OP(upload_rows) OP(free)
+    OP(stream_create) OP(stream_free) OP(begin) OP(end)
+    OP(embed) OP(rope_table) OP(rope) OP(rmsnorm) OP(matmul) OP(add_rows) OP(add) OP(scale)
+    OP(glu) OP(gather) OP(kv_store) OP(attention) OP(logits) OP(to_host) OP(from_host)
+#undef OP
+    return NULL;
 }
