@@ -236,6 +236,14 @@ struct kern_backend *kern_backend_cpu(void);
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
 
+/* The ops a device backend may still lack (NULL in its table): the MoE pair. A layer that
+ * needs one is refused on that device by model_open, naming the op; kern_backend_check
+ * then leaves them out. Every other member is required. */
+static inline bool kern_backend_has_moe(const struct kern_backend *be)
+{
+    return be->ops->moe_route && be->ops->moe_ffn;
+}
+
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)
 {
