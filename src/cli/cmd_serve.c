@@ -5,10 +5,12 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "engine/session.h"
+#include "receipt/buildid.h"
 #include "receipt/hashcache.h"
 #include "sample/sample.h"
 #include "server/server.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -41,21 +43,64 @@ static const char *const more_help =
     "message.tool_calls (tool_choice auto, none, required or a function: the last two forced\n"
     "by a grammar from the tools' schemas). \"n\" asks for several choices, choice i with\n"
     "seed + i. /health is 503 while the model loads; /metrics, /slots and --cors serve\n"
-    "gateways and browsers. SIGINT or SIGTERM stops the server cleanly.\n"
+    "gateways and browsers. Every answer names its replica, build and device class in\n"
+    "X-Kinetic-Replica (behind a load balancer: docs/scale-out.md).\n"
+    "SIGTERM or SIGINT drains: new requests get 503 (a balancer retries them elsewhere),\n"
+    "running ones finish (at most --drain-timeout seconds), then the server exits; a second\n"
+    "signal stops it at once.\n"
     "Every sampler of kinetic run (typical_p, top_n_sigma, xtc_*, dry_*, mirostat*,\n"
     "logit_bias, min_keep, samplers), stop strings, \"grammar\" (GBNF), \"json_schema\",\n"
     "\"response_format\" (json_object, json_schema) and \"reasoning_format\" (auto, deepseek,\n"
     "none: <think> text as reasoning_content) are request fields (docs/server.md).\n";
 
+/* How long a drain waits for running requests by default: below Kubernetes' default
+ * terminationGracePeriodSeconds (30), so the pod exits before it is killed. */
+#define SERVE_DRAIN_TIMEOUT_DEFAULT_S 25
+
+static const char *sig_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+/* The graceful drain after the first stop signal: refuse new work, let what runs finish
+ * (polled every 100 ms), up to timeout_s seconds or a second signal. */
+static void drain(struct srv *s, const sigset_t *sigs, int sig, int64_t timeout_s)
+{
+    if (timeout_s <= 0 || !srv_busy(s)) {
+        fprintf(stderr, "kinetic serve: %s received, shutting down\n", sig_name(sig));
+        return;
+    }
+    srv_drain(s);
+    fprintf(stderr, "kinetic serve: %s received, draining: new requests get 503, running ones "
+            "finish (at most %lld s; a second signal stops at once)\n", sig_name(sig),
+            (long long)timeout_s);
+    const double end = kn_now() + (double)timeout_s;
+    while (srv_busy(s)) {
+        if (kn_now() >= end) {
+            fprintf(stderr, "kinetic serve: --drain-timeout %lld s reached; stopping what still "
+                    "runs\n", (long long)timeout_s);
+            return;
+        }
+        const struct timespec tick = {0, 100 * 1000 * 1000};
+        int again = sigtimedwait(sigs, NULL, &tick);
+        if (again > 0) {
+            fprintf(stderr, "kinetic serve: %s received again, stopping now\n", sig_name(again));
+            return;
+        }
+    }
+    fprintf(stderr, "kinetic serve: drained, shutting down\n");
+}
+
 int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
-    const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL;
+    const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL, *replica = getenv("KINETIC_REPLICA");
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
     int64_t queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
+    int64_t drain_timeout = SERVE_DRAIN_TIMEOUT_DEFAULT_S;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
     bool no_verify = false;
     int64_t draft_max = 0, cache_ram = 256;
@@ -87,6 +132,8 @@ int cmd_serve(int argc, char **argv)
         {"cache-ram", 0, CLI_INT, &cache_ram, "MiB", "the prompt cache shared by the slots (default 256; 0: none)", NULL},
         {"no-warm-start", 0, CLI_FLAG, &no_warm, NULL, "reuse no prompt prefix: neither what a slot holds nor the prompt cache", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "POST /prefill evaluates nothing (answers {\"tokens\": 0})", NULL},
+        {"replica", 0, CLI_STR, &replica, "NAME", "this replica's name in the X-Kinetic-Replica header (default: env KINETIC_REPLICA, else HOST:PORT)", NULL},
+        {"drain-timeout", 0, CLI_INT, &drain_timeout, "SECONDS", "on SIGTERM or SIGINT, wait this long at most for running requests to finish (default " STR(SERVE_DRAIN_TIMEOUT_DEFAULT_S) "; 0: stop at once)", NULL},
         {"no-verify", 0, CLI_FLAG, &no_verify, NULL, "turn POST /verify-receipt off (the web page's Verify reruns a receipt; one at a time, " STR(SRV_VERIFY_INTERVAL_S) " s apart)", NULL},
         {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL},
         {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL},
@@ -134,6 +181,11 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
                         "--max-depth 2..60 (what a receipt can record), --draft-max 0..%d, --cache-ram 0..1048576, "
                         "others >= 0)\n", ENGINE_DRAFT_LIMIT);
+        return 2;
+    }
+    if (drain_timeout < 0 || drain_timeout > 86400) {
+        fprintf(stderr, "kinetic serve: --drain-timeout must be 0 .. 86400 seconds, not %lld\n",
+                (long long)drain_timeout);
         return 2;
     }
     if (max_tokens) { /* the settings table's n_predict range, as requests and receipts */
@@ -203,6 +255,8 @@ int cmd_serve(int argc, char **argv)
         .no_zero_wait = no_zero_wait,
         .cors = cors,
         .no_verify = no_verify,
+        .replica = replica,
+        .build = kn_build_id(),
     };
     /* Listen first: while the model loads, /health answers 503 (a load balancer's
      * readiness probe) and every other endpoint 503 "model_loading". */
@@ -262,7 +316,7 @@ int cmd_serve(int argc, char **argv)
 
     int sig = 0;
     sigwait(&stop_sigs, &sig);
-    fprintf(stderr, "kinetic serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    drain(s, &stop_sigs, sig, drain_timeout);
     srv_stop(s);
     backend.free(backend.ctx);
     srv_signer_free(signer);

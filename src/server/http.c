@@ -102,6 +102,20 @@ static void add_cors(const struct srv *s, struct MHD_Response *r)
         MHD_add_response_header(r, "Vary", "Origin");
 }
 
+static bool srv_ready(const struct srv *s);
+
+/* What every answer carries: one request per connection (gate.c), the CORS origin, and
+ * which replica answered with its build and device class (behind a load balancer a
+ * retried request's answer is the same on any replica of one build and class, and this
+ * header shows where it came from). */
+static void add_common_headers(const struct srv *s, struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "Connection", "close");
+    add_cors(s, r);
+    MHD_add_response_header(r, "X-Kinetic-Replica",
+                            srv_ready(s) ? s->replica_ready : s->replica_loading);
+}
+
 static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
                                   int status, char *body, const char *ctype,
                                   const char *const *headers)
@@ -115,8 +129,7 @@ static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, en
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Connection", "close");
-    add_cors(s, r);
+    add_common_headers(s, r);
     for (int i = 0; headers && headers[i]; i += 2)
         MHD_add_response_header(r, headers[i], headers[i + 1]);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)status, r);
@@ -728,8 +741,7 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "Connection", "close");
-        add_cors(s, resp);
+        add_common_headers(s, resp);
         enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         count(s, ep, 200);
@@ -796,8 +808,8 @@ static bool srv_ready(const struct srv *s)
     return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 0;
 }
 
-/* 200 when the model is loaded and the server accepts work; 503 while it loads or shuts
- * down (a load balancer's readiness probe). */
+/* 200 when the model is loaded and the server accepts work; 503 while it loads, drains
+ * or shuts down (a load balancer's readiness probe). */
 static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
 {
     char *out = NULL;
@@ -808,11 +820,12 @@ static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
     }
     struct convoy_stats cs;
     convoy_get_stats(s->convoy, &cs);
-    int status = s->stopping ? 503 : 200;
+    const bool draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) != 0;
+    int status = s->stopping || draining ? 503 : 200;
     if (asprintf(&out, "{\"status\":\"%s\",\"slots_idle\":%d,\"slots_processing\":%d,"
                        "\"requests_waiting\":%d}",
-                 s->stopping ? "shutting down" : "ok", cs.n_slots - cs.slots_busy, cs.slots_busy,
-                 cs.queued) < 0)
+                 s->stopping ? "shutting down" : draining ? "draining" : "ok",
+                 cs.n_slots - cs.slots_busy, cs.slots_busy, cs.queued) < 0)
         out = NULL;
     return send_json(s, conn, EP_HEALTH, status, out);
 }
@@ -1377,6 +1390,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!srv_ready(s) && q->route->ep != EP_HEALTH)
             return fail(s, conn, q->route->ep, 503, "unavailable_error", "model_loading",
                         "the model is loading; retry when /health answers 200");
+        if (strcmp(method, "POST") == 0 && __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+            return fail(s, conn, q->route->ep, 503, "unavailable_error", "draining",
+                        "this replica is draining for a restart; retry the request (another "
+                        "replica of the same build and device class gives the same answer)");
         if (strcmp(method, "POST") == 0) {
             if (!json_content_type(conn))
                 return fail(s, conn, q->route->ep, 415, "invalid_request_error",
@@ -1483,11 +1500,32 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- start and stop */
 
+/* The X-Kinetic-Replica values: NAME (--replica, else HOST:PORT; control characters and
+ * ';' become '_' so the header stays one field) and the build, then the device class once
+ * the backend is known. */
+static void replica_header(struct srv *s)
+{
+    char name[96];
+    if (s->cfg.replica && s->cfg.replica[0])
+        snprintf(name, sizeof name, "%s", s->cfg.replica);
+    else
+        snprintf(name, sizeof name, "%s:%d", s->cfg.host, s->port);
+    for (char *p = name; *p; p++)
+        if ((uint8_t)*p < 0x20 || *p == 0x7f || *p == ';')
+            *p = '_';
+    snprintf(s->replica_loading, sizeof s->replica_loading, "%s; build=%s", name,
+             s->cfg.build && s->cfg.build[0] ? s->cfg.build : "unknown");
+    if (s->b)
+        snprintf(s->replica_ready, sizeof s->replica_ready, "%s; device=%s", s->replica_loading,
+                 s->b->device_class);
+}
+
 /* Gives the server its backend and starts the scheduler; the endpoints answer from then
  * on (ready is published last). */
 static enum kn_status attach(struct srv *s, struct srv_backend *b, struct kn_err *err)
 {
     s->b = b;
+    replica_header(s);
     snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias ? s->cfg.alias : b->name);
     for (char *p = s->model_id; *p; p++)
         if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
@@ -1578,6 +1616,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
                        cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
     }
+    replica_header(s);
     st = b ? attach(s, b, err) : KN_OK;
     if (st != KN_OK) {
         gate_free(s->gate);
@@ -1615,6 +1654,20 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
 int srv_port(const struct srv *s)
 {
     return s->port;
+}
+
+void srv_drain(struct srv *s)
+{
+    __atomic_store_n(&s->draining, 1, __ATOMIC_RELEASE);
+}
+
+bool srv_busy(struct srv *s)
+{
+    if (!srv_ready(s))
+        return false;
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    return cs.slots_busy > 0 || cs.queued > 0;
 }
 
 void srv_stop(struct srv *s)

@@ -376,6 +376,9 @@ struct srv_config {
     const char *cors;          /* --cors ORIGIN: Access-Control-Allow-Origin on every answer
                                 * and CORS preflights answered; NULL: none */
     bool no_verify;            /* --no-verify: POST /verify-receipt is off (403) */
+    const char *replica;       /* --replica NAME: the X-Kinetic-Replica header's name;
+                                * NULL: HOST:PORT */
+    const char *build;         /* the build id the header names (kn_build_id); NULL: none */
 };
 
 struct srv;
@@ -395,6 +398,12 @@ KN_MUST_USE enum kn_status srv_start(struct srv **out, const struct srv_config *
 KN_MUST_USE enum kn_status srv_attach(struct srv *s, struct srv_backend *backend,
                                       struct kn_err *err);
 int srv_port(const struct srv *s);
+/* The graceful drain (SIGTERM, a rolling restart): from now on every POST is answered 503
+ * (code "draining", Retry-After: a load balancer retries it on another replica) and
+ * /health says 503 "draining"; admitted work runs to its end. srv_busy tells when it
+ * has: no request waits for a slot or runs in one. srv_stop then ends the rest. */
+void srv_drain(struct srv *s);
+bool srv_busy(struct srv *s);
 /* Stops accepting, cancels work, joins every thread and frees the server. */
 void srv_stop(struct srv *s);
 

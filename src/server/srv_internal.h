@@ -86,6 +86,10 @@ struct srv {
     char model_id[256];
     int port;
     volatile int stopping;
+    int draining;              /* srv_drain was called (__atomic loads and stores) */
+    /* X-Kinetic-Replica: "NAME; build=ID" while the model loads, "...; device=CLASS" once
+     * srv_attach gave the backend (chosen by srv_ready, so neither is written while read) */
+    char replica_loading[160], replica_ready[224];
     int ready;                 /* the backend is attached (srv_attach); read with
                                 * __atomic_load_n: 0 while the model loads */
     pthread_mutex_t mmu;       /* guards the counters below */
