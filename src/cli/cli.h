@@ -93,5 +93,6 @@ int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 #endif
