@@ -206,6 +206,10 @@ struct kern_backend *kern_backend_cpu(void);
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
 
+/* The name of the first op of be's table that is NULL ("attention"), or NULL when be has
+ * every op: model_open refuses to place a layer on a device that lacks one. */
+const char *kern_backend_missing_op(const struct kern_backend *be);
+
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)
 {

@@ -69,16 +69,19 @@ struct receipt {
     /* kinetic */
     char version[32];       /* Kinetic's version, e.g. "0.1.0" */
     char build[32];         /* first 16 hex digits of the executable's BLAKE3 */
-    char numerics[32];      /* the numerics contract, e.g. "canonical-1" */
+    char numerics[256];     /* the numerics contract, e.g. "canonical-1", or a device's own
+                               class (vulkan-<gpu>-<driver>) when it failed its self-test */
     /* model */
     char *model_file;       /* base name */
     char *model_path;       /* as given on the command line */
     uint64_t model_size;
     char model_blake3[65];
     /* device */
-    char device_class[48];  /* "cpu-x86_64-avx512" ... */
-    char *device_name;      /* the CPU's model name */
+    char device_class[128]; /* "cpu-x86_64-avx512" ..., "vulkan-<gpu>" */
+    char *device_name;      /* the CPU's or the GPU's model name */
     int64_t ctx_size;       /* load settings that change the bits */
+    int64_t gpu_layers;     /* --gpu-layers: the layers a device ran; 0: none (CPU only),
+                               and then not written */
     char cache_type[8];     /* KV cache element type: "f32" or "f16" */
     /* input: the chat messages (array of {role, content}) or the prompt text (string) */
     struct json_value *input;

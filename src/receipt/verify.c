@@ -66,7 +66,13 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
     enum kn_status s = hashcache_model_blake3(run->model_path, r->model_blake3, err);
     if (s != KN_OK)
         return s;
-    snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kern_isa_active()));
+    if (run->device_class) {
+        snprintf(r->device_class, sizeof r->device_class, "%s", run->device_class);
+        snprintf(r->numerics, sizeof r->numerics, "%s", run->numerics ? run->numerics : KN_NUMERICS);
+        r->gpu_layers = run->gpu_layers > 0 ? run->gpu_layers : 0;
+    } else {
+        snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kern_isa_active()));
+    }
     snprintf(r->cache_type, sizeof r->cache_type, "%s", run->cache_type);
     r->ctx_size = run->ctx_size;
     r->sampling = *run->sampling;
@@ -74,7 +80,7 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
     snprintf(r->finish, sizeof r->finish, "%s", run->finish);
     r->model_file = strdup(base_name(run->model_path));
     r->model_path = strdup(run->model_path);
-    r->device_name = cpu_name();
+    r->device_name = run->device_class && run->device_name ? strdup(run->device_name) : cpu_name();
     r->input = json_clone(run->input);
     r->prompt_ids = malloc(((size_t)run->n_prompt + 1) * sizeof(int32_t));
     r->output_ids = malloc(((size_t)run->n_output + 1) * sizeof(int32_t));

@@ -114,16 +114,6 @@ static enum kn_status st_probe(struct vkr *rt, const uint32_t *in, uint32_t *out
     return st;
 }
 
-/* The first op of the table that is NULL, or NULL when every op is there. */
-static const char *missing_op(const struct kern_backend_ops *o)
-{
-#define OP(x) if (!o->x) return #x;
-    OP(embed) OP(rope_table) OP(rope) OP(rmsnorm) OP(matmul) OP(add_rows) OP(add) OP(scale)
-    OP(glu) OP(gather) OP(kv_store) OP(attention) OP(logits)
-#undef OP
-    return NULL;
-}
-
 void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
 {
     memset(t, 0, sizeof *t);
@@ -176,7 +166,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
 
     /* The ops against the CPU: the check that decides. */
     char ops[512];
-    const char *miss = missing_op(&vb->ops);
+    const char *miss = kern_backend_missing_op(&vb->base);
     if (miss) {
         snprintf(ops, sizeof ops, "ops: not checked, the backend has no op '%s' yet", miss);
     } else {
