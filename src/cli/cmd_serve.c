@@ -49,6 +49,7 @@ int cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *kv_type = SESSION_KV_TYPE_DEFAULT;
+    struct cli_device dv = CLI_DEVICE_INIT;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
@@ -63,6 +64,8 @@ int cmd_serve(int argc, char **argv)
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
@@ -171,13 +174,17 @@ int cmd_serve(int argc, char **argv)
         mo.session.batch = batch;
         mo.session.threads = (int)threads;
         mo.session.kv_type = kv_type;
+        if ((rc = cli_device_open("serve", &dv, &mo.session)) != 0)
+            return rc;
         if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: %s\n", err.msg);
+            cli_device_close(&dv);
             return 1;
         }
         if (srv_signer_open(&signer, sign_key, &err) != KN_OK) {
             fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
             backend.free(backend.ctx);
+            cli_device_close(&dv);
             return 1;
         }
         /* Hash the model now (or find it in the cache), not in the first receipt request. */
@@ -185,8 +192,9 @@ int cmd_serve(int argc, char **argv)
         if (hashcache_model_blake3(pos[0], hex, &err) != KN_OK)
             kn_log(KN_LOG_WARN, "serve: %s", err.msg);
     }
-    if (toy && sign_key) {
-        fprintf(stderr, "kinetic serve: --sign-key needs a model file: the toy model makes no receipts\n");
+    if (toy && (sign_key || dv.spec)) {
+        fprintf(stderr, "kinetic serve: --%s needs a model file: the toy model %s\n",
+                sign_key ? "sign-key" : "device", sign_key ? "makes no receipts" : "runs on the CPU");
         backend.free(backend.ctx);
         return 2;
     }
@@ -232,6 +240,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: %s\n", err.msg);
         backend.free(backend.ctx);
         srv_signer_free(signer);
+        cli_device_close(&dv);
         return 1;
     }
     printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
@@ -246,6 +255,7 @@ int cmd_serve(int argc, char **argv)
     srv_stop(s);
     backend.free(backend.ctx);
     srv_signer_free(signer);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     fprintf(stderr, "kinetic serve: stopped\n");
     return 0;
 }

@@ -88,6 +88,28 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
     return KN_OK;
 }
 
+bool device_find_class(const char *cls, char *spec, size_t cap)
+{
+    if (strncmp(cls, "cpu-", 4) == 0) {
+        snprintf(spec, cap, "cpu");
+        return true;
+    }
+    struct kn_err err = {0};
+    int n = strncmp(cls, "vulkan-", 7) == 0 && vkr_built() ? vkr_device_count(&err) : 0;
+    for (int i = 0; i < n; i++) {
+        struct vkr_info in;
+        char c[128];
+        if (vkr_describe(i, &in, &err) != KN_OK)
+            continue;
+        vk_class_of(&in, c, sizeof c);
+        if (strcmp(c, cls) == 0) {
+            snprintf(spec, cap, "vulkan:%d", i);
+            return true;
+        }
+    }
+    return false;
+}
+
 void device_close(struct device *d)
 {
     if (d->be)

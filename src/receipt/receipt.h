@@ -215,10 +215,13 @@ enum receipt_exit {
 
 struct receipt_verify_opts {
     const char *model;      /* NULL: the receipt's model.path */
-    const char *device;     /* NULL: this CPU's best class; else e.g. "cpu-x86_64-scalar" */
+    const char *device;     /* NULL: the receipt's class (a GPU of it, else this CPU's best
+                             * class); else a CPU class ("cpu-x86_64-scalar"), "cpu", a
+                             * registry device ("vulkan:0") or a receipt class ("vulkan-...") */
     int threads;            /* 1..256 */
     const char *public_key; /* NULL, or the hex key the signature must be made with
                              * (64 hex digits, either case; cmd_verify checks the form) */
+    int64_t gpu_layers;     /* with a GPU: layers on it; -1: the receipt's (else all) */
 };
 
 /* Whether s is an Ed25519 public key as hex (64 digits, either case). */

@@ -18,6 +18,7 @@
 #include "../text/text.h"
 #include "../token/tok.h"
 #include "buildid.h"
+#include "../device/device.h"
 #include "hashcache.h"
 
 /* The CPU's model name from /proc/cpuinfo, or "unknown CPU". */
@@ -819,6 +820,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     struct receipt r = {0};
     struct session s = {0}; /* the model, then the rerun's engine (engine/session.h) */
     bool s_ok = false;
+    struct device dev = {0}; /* the rerun's device (device/device.h) */
+    bool dev_ok = false;
     char *model_path = NULL;
     struct grammar *gram = NULL;
     char *rf_gbnf = NULL;
@@ -941,18 +944,35 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     fprintf(out, "model: %s matches (BLAKE3 %.16s, %llu bytes)\n", base_name(model_path), hex,
             (unsigned long long)r.model_size);
 
-    /* 4. the rerun's device, then the model and its vocabulary */
+    /* 4. the rerun's device, then the model and its vocabulary. --device names a CPU
+     * class, cpu or a registry device (vulkan:N); without it, the receipt's class: a GPU
+     * of that class if this machine has one, else the CPU (which computes the same bits
+     * when the receipt's numerics are canonical-1). */
     enum kern_isa isa = kern_isa_active();
+    char spec[32] = "cpu";
     if (o->device && !class_to_isa(o->device, &isa)) {
-        fprintf(out, "rerun: unknown device class '%s' (this build has cpu-x86_64-scalar, "
-                     "cpu-x86_64-avx2, cpu-x86_64-avx512)\n", o->device);
-        rc = RECEIPT_EXIT_USAGE;
-        goto done;
+        if (device_spec_valid(o->device)) {
+            snprintf(spec, sizeof spec, "%s", o->device);
+        } else if (!device_find_class(o->device, spec, sizeof spec)) {
+            fprintf(out, "rerun: unknown device '%s' (a CPU class: cpu-x86_64-scalar, "
+                         "cpu-x86_64-avx2, cpu-x86_64-avx512; or %s)\n", o->device, DEVICE_HELP);
+            rc = RECEIPT_EXIT_USAGE;
+            goto done;
+        }
+    } else if (!o->device && strncmp(r.device_class, "cpu-", 4) != 0 &&
+               !device_find_class(r.device_class, spec, sizeof spec)) {
+        fprintf(out, "rerun: this machine has no device of the receipt's class %s; rerunning on "
+                     "the CPU\n", r.device_class);
     }
     if (kern_isa_set(isa, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
+    if (device_open(spec, &dev, &err) != KN_OK) {
+        fprintf(out, "rerun: %s\n", err.msg);
+        goto done;
+    }
+    dev_ok = true;
     enum model_kv_type kv;
     if (!model_kv_type_from_name(r.cache_type, &kv)) {
         fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has (f32, "
@@ -970,6 +990,12 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     so.ctx_size = r.ctx_size;
     so.threads = o->threads > 0 ? o->threads : 0;
     so.kv_type = r.cache_type;
+    if (device_is_gpu(&dev)) { /* the receipt's --gpu-layers unless told otherwise */
+        so.device = dev.be;
+        so.gpu_layers = o->gpu_layers >= 0 ? o->gpu_layers : r.gpu_layers > 0 ? r.gpu_layers : -1;
+        so.device_class = dev.cls;
+        so.device_name = dev.name;
+    }
     if (session_open(&s, &so, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
@@ -1031,15 +1057,18 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     const int32_t *ids = gen.ids;
     int64_t n_ids = gen.n;
     enum engine_finish fin = gen.finish;
-    const char *cls = kern_device_class(isa);
+    /* The rerun's class and numerics: the device's when it ran layers. */
+    bool on_gpu = s.m->dev && s.m->n_dev_layers > 0;
+    const char *cls = on_gpu ? dev.cls : kern_device_class(isa);
+    const char *num = on_gpu ? dev.numerics : KN_NUMERICS;
     bool same_class = strcmp(cls, r.device_class) == 0,
          same_build = strcmp(kn_build_id(), r.build) == 0,
-         same_numerics = strcmp(KN_NUMERICS, r.numerics) == 0;
+         same_numerics = strcmp(num, r.numerics) == 0;
     /* What differs between the runs: the receipt spec asks the report to say so. */
     if (!same_class || !same_build || !same_numerics)
         fprintf(out, "runs: receipt on %s, build %s, numerics %s; rerun on %s, build %s, numerics "
                      "%s%s%s%s\n",
-                r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS,
+                r.device_class, r.build, r.numerics, cls, kn_build_id(), num,
                 same_class ? "" : " (device class differs)",
                 same_build ? "" : " (build differs)",
                 same_numerics ? "" : " (numerics differ: bits are promised only within one "
@@ -1051,7 +1080,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
             fprintf(out, "rerun: not identical: the same %lld output tokens on %s (BLAKE3 %.16s), "
                          "but under numerics %s, not the receipt's %s, which proves nothing about "
                          "its bits\n",
-                    (long long)n_ids, cls, th, KN_NUMERICS, r.numerics);
+                    (long long)n_ids, cls, th, num, r.numerics);
             rc = RECEIPT_EXIT_DIFFERS;
             goto done;
         }
@@ -1100,6 +1129,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
 done:
     if (s_ok)
         session_close(&s);
+    if (dev_ok)
+        device_close(&dev); /* after the model, whose buffers live on it */
     grammar_free(gram);
     free(rf_gbnf);
     free(model_path);

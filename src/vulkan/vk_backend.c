@@ -204,6 +204,12 @@ static void class_word(char *out, size_t cap, const char *s)
     out[n] = 0;
 }
 
+void vk_class_of(const struct vkr_info *in, char *out, size_t cap)
+{
+    snprintf(out, cap, "vulkan-");
+    class_word(out, cap, in->name);
+}
+
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 #define VK_MAX_DEVICES 16
 static struct vk_backend *opened[VK_MAX_DEVICES];
@@ -247,8 +253,7 @@ struct kern_backend *vk_backend_open(int index, struct kn_err *err)
     vk_ops_fill(&vb->ops);
     vb->base = (struct kern_backend){.ops = &vb->ops, .name = vb->name};
     const struct vkr_info *in = vkr_device_info(vb->rt);
-    snprintf(vb->cls, sizeof vb->cls, "vulkan-");
-    class_word(vb->cls, sizeof vb->cls, in->name);
+    vk_class_of(in, vb->cls, sizeof vb->cls);
     /* The self-test decides the numerics: canonical-1, or bits promised only for this
      * GPU and driver. */
     vk_selftest_run(vb, &vb->selftest);

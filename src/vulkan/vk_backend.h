@@ -28,6 +28,8 @@ void vk_backend_close(struct kern_backend *be);
 const struct vk_selftest *vk_backend_selftest(const struct kern_backend *be);
 /* The receipt's device class of be: "vulkan-<gpu>", e.g. vulkan-llvmpipe-llvm-15.0.6-256-bits. */
 const char *vk_backend_class(const struct kern_backend *be);
+/* Writes the device class of a device described by in ("vulkan-<gpu>") to out. */
+void vk_class_of(const struct vkr_info *in, char *out, size_t cap);
 /* Whether be is a Vulkan backend. */
 bool vk_backend_is(const struct kern_backend *be);
 /* The device behind a Vulkan backend. */
