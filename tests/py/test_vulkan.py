@@ -103,7 +103,8 @@ def test_run_matches_the_cpu_bit_for_bit(vk, tmp_path):
     cpu = run_ids(AIDREAMS, prompt, tmp_path, "cpu", "--device", "cpu")
     for name, extra in [("all", []), ("split1", ["--gpu-layers", "1"]),
                         ("split3", ["--gpu-layers", "3"]), ("none", ["--gpu-layers", "0"]),
-                        ("f16", ["--kv-type", "f16"]), ("batch3", ["--batch-size", "3"])]:
+                        ("f16", ["--kv-type", "f16"]), ("batch3", ["--batch-size", "3"]),
+                        ("nodraft", ["--no-draft"])]:  # RAD-1 on (the default) and off
         base = cpu
         if name == "f16":
             base = run_ids(AIDREAMS, prompt, tmp_path, "cpu16", "--kv-type", "f16")
