@@ -90,10 +90,11 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
 
 bool device_find_class(const char *cls, char *spec, size_t cap)
 {
-    if (strncmp(cls, "cpu-", 4) == 0) {
-        snprintf(spec, cap, "cpu");
-        return true;
-    }
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (strcmp(cls, kern_device_class((enum kern_isa)i)) == 0) {
+            snprintf(spec, cap, "cpu");
+            return true;
+        }
     struct kn_err err = {0};
     int n = strncmp(cls, "vulkan-", 7) == 0 && vkr_built() ? vkr_device_count(&err) : 0;
     for (int i = 0; i < n; i++) {

@@ -31,8 +31,8 @@ bool device_spec_valid(const char *spec);
 KN_MUST_USE enum kn_status device_open(const char *spec, struct device *out, struct kn_err *err);
 void device_close(struct device *d);
 /* The registry's name ("cpu", "vulkan:N") of a device of class cls (a receipt's
- * device.class) on this machine, written to spec; false when there is none (a CPU class
- * is always "cpu": its ISA is chosen separately). */
+ * device.class) on this machine, written to spec; false when there is none or cls is no
+ * class (a CPU class of this build is "cpu": its ISA is chosen separately). */
 bool device_find_class(const char *cls, char *spec, size_t cap);
 /* Whether d runs layers off the CPU. */
 static inline bool device_is_gpu(const struct device *d)
