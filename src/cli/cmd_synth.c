@@ -16,7 +16,7 @@ static void print_details(void)
            "tests and benchmarks. It writes noise. The same arguments give the same bytes on\n"
            "every machine, whatever --threads is.\n"
            "\n"
-           "architectures: llama, qwen2, qwen3, gemma3 (default: the preset's, or llama)\n"
+           "architectures: llama, qwen2, qwen3, gemma3, qwen3moe (default: the preset's, or llama)\n"
            "presets:\n  ");
     /* one preset per line: the list separates them with "), " */
     for (const char *p = synth_preset_list(); *p; p++) {
@@ -39,6 +39,8 @@ static void print_details(void)
            "  rope_base=X (default 10000) eps=X (default 1e-5, gemma3 1e-6) window=N (gemma3\n"
            "  sliding window, default 512) tied=0|1 (1: no output.weight, the embedding is reused)\n"
            "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
+           "  experts=N experts_used=N expert_ffn=N (qwen3moe: experts per layer, per token, and\n"
+           "  an expert's width; tiny has 16, 4 and 256)\n"
            "  e.g. --arch llama --dims dim=512,layers=4,heads=8,kv_heads=2,ffn=1408,vocab=4096\n"
            "\n"
            "--vocab FILE.gguf copies every tokenizer.* key from a vocabulary GGUF and takes the\n"
@@ -52,7 +54,7 @@ int cmd_synth(int argc, char **argv)
     const char *out = NULL, *name = NULL;
     int64_t seed = 0, threads = 0;
     const struct cli_opt opts[] = {
-        {"arch", 0, CLI_STR, &arch_s, "ARCH", "llama, qwen2, qwen3 or gemma3", NULL},
+        {"arch", 0, CLI_STR, &arch_s, "ARCH", "llama, qwen2, qwen3, gemma3 or qwen3moe", NULL},
         {"preset", 0, CLI_STR, &preset, "NAME", "shape preset (see below)", NULL},
         {"dims", 0, CLI_STR, &dims, "SPEC", "explicit dimensions (see below)", NULL},
         {"type", 't', CLI_STR, &type_s, "TYPE", "weight type (default q8_0)", NULL},

@@ -11,7 +11,8 @@
 
 #include "../base/base.h"
 
-enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_ARCH_COUNT };
+enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE,
+                  SYNTH_ARCH_COUNT };
 
 /* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
 enum synth_ftype {
@@ -43,6 +44,9 @@ struct synth_dims {
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
+    uint32_t n_expert;      /* qwen3moe: experts per layer */
+    uint32_t n_expert_used; /* qwen3moe: experts per token */
+    uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
 };
 
 struct synth_params {
@@ -70,7 +74,7 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);
