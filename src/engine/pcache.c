@@ -8,7 +8,8 @@
  *
  * Storage is one record per sequence (tokens plus position-major KV rows: for each
  * position, layer by layer, the key row then the value row, each row head by head; the
- * engine's cache is head-major, (n_head_kv, n_ctx, head_dim) per layer). Storing a sequence that
+ * engine's cache is head-major, (n_head_kv, n_ctx, head_dim) per layer; an lfm2 conv
+ * layer has its one row bx(p) of n_embd f32 instead). Storing a sequence that
  * extends a cached one replaces it; storing a prefix of a cached one only refreshes it.
  * Memory is bounded: the least recently used records go first. One mutex guards the
  * cache, so engines on several threads (server slots) can share one. */
@@ -36,6 +37,8 @@ struct pcache {
     int64_t n_layer, n_vocab, n_head_kv;
     size_t k_head, v_head;          /* one head's row in the engine's cache */
     size_t k_row, v_row, row_bytes; /* row_bytes: one position, every layer, K and V */
+    size_t conv_row;                /* an lfm2 conv layer's row (model_kv conv_row_bytes) */
+    bool conv[MODEL_MAX_LAYERS];    /* the conv layers */
     size_t max_bytes, bytes;
     struct pcache_rec *recs;
     size_t n_recs, cap;
@@ -60,7 +63,13 @@ enum kn_status pcache_create(struct pcache **out, const struct model *m, enum mo
     c->n_head_kv = hp->n_head_kv;
     c->k_head = (size_t)hp->head_dim_k * elt;
     c->v_head = (size_t)hp->head_dim_v * elt;
-    if (!kn_mul_size(c->k_row + c->v_row, (size_t)hp->n_layer, &c->row_bytes)) {
+    int64_t n_conv = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        n_conv += c->conv[l] = hp->conv_layer[l];
+    c->conv_row = n_conv ? (size_t)hp->n_embd * sizeof(float) : 0;
+    size_t attn_bytes;
+    if (!kn_mul_size(c->k_row + c->v_row, (size_t)(hp->n_layer - n_conv), &attn_bytes) ||
+        !kn_add_size(attn_bytes, c->conv_row * (size_t)n_conv, &c->row_bytes)) {
         free(c);
         return kn_fail(err, KN_E_LIMIT, "prompt cache row size overflows");
     }
@@ -142,7 +151,7 @@ static int64_t best_rec(const struct pcache *c, const int32_t *tokens, int64_t n
 static bool kv_shape_ok(const struct pcache *c, const struct model_kv *kv)
 {
     return kv->type == c->type && kv->n_layer == c->n_layer && kv->k_row_bytes == c->k_row &&
-           kv->v_row_bytes == c->v_row;
+           kv->v_row_bytes == c->v_row && kv->conv_row_bytes == c->conv_row;
 }
 
 static bool kv_compatible(const struct pcache *c, const struct engine *e)
@@ -150,72 +159,118 @@ static bool kv_compatible(const struct pcache *c, const struct engine *e)
     return kv_shape_ok(c, &e->kv) && e->m->hp.n_vocab == c->n_vocab;
 }
 
-/* What stage_walk does for each device layer's head: record rows -> stage and a
- * from_host copy into the cache; a to_host copy of the cache into the stage; stage ->
- * record rows. */
-enum stage_step { STAGE_FROM_ROWS, STAGE_TO_HOST, STAGE_TO_ROWS };
-
-static void stage_walk(const struct pcache *c, const struct model_kv *kv, int64_t p0, size_t n,
-                       uint8_t *rows, uint8_t *stage, enum stage_step step, struct kern_stream *s)
+/* The bytes layer l takes in a record row: its conv row, or its key and value rows. */
+static size_t layer_bytes(const struct pcache *c, int64_t l)
 {
-    const size_t nctx = (size_t)kv->n_ctx, lrow = c->k_row + c->v_row;
-    size_t o = 0;
+    return c->conv[l] ? c->conv_row : c->k_row + c->v_row;
+}
+
+/* Copies position p's keys and values (or conv row) of every layer with a host address
+ * between the engine's cache (head-major keys and values, position-major conv rows) and a
+ * position-major record row (to_rec: engine -> record); device layers are skipped
+ * (copy_range). */
+static void copy_pos(const struct pcache *c, const struct model_kv *kv, int64_t p, uint8_t *row,
+                     bool to_rec)
+{
+    const size_t nctx = (size_t)kv->n_ctx;
     for (int64_t l = 0; l < c->n_layer; l++) {
-        if (kv->k[l] && kv->v[l])
+        if (!kv->k[l] || (!c->conv[l] && !kv->v[l])) {
+            row += layer_bytes(c, l);
             continue;
-        for (int kvi = 0; kvi < 2; kvi++) {
-            const size_t hb = kvi ? c->v_head : c->k_head;
-            struct kern_buf *b = kvi ? kv->vb[l] : kv->kb[l];
-            for (int64_t h = 0; h < c->n_head_kv; h++, o += n * hb) {
-                const size_t at = ((size_t)h * nctx + (size_t)p0) * hb;
-                uint8_t *r = rows + (size_t)l * lrow + (kvi ? c->k_row : 0) + (size_t)h * hb;
-                if (step == STAGE_TO_HOST) {
-                    s->ops->to_host(s, b, at, stage + o, n * hb);
-                    continue;
-                }
-                for (size_t i = 0; i < n; i++) {
-                    uint8_t *st = stage + o + i * hb, *rw = r + i * c->row_bytes;
-                    memcpy(step == STAGE_TO_ROWS ? rw : st, step == STAGE_TO_ROWS ? st : rw, hb);
-                }
-                if (step == STAGE_FROM_ROWS)
-                    s->ops->from_host(s, b, at, stage + o, n * hb);
-            }
+        }
+        if (c->conv[l]) {
+            uint8_t *er = (uint8_t *)kv->k[l] + (size_t)p * c->conv_row;
+            if (to_rec)
+                memcpy(row, er, c->conv_row);
+            else
+                memcpy(er, row, c->conv_row);
+            row += c->conv_row;
+            continue;
+        }
+        for (int64_t h = 0; h < c->n_head_kv; h++) {
+            uint8_t *ek = (uint8_t *)kv->k[l] + ((size_t)h * nctx + (size_t)p) * c->k_head;
+            if (to_rec)
+                memcpy(row, ek, c->k_head);
+            else
+                memcpy(ek, row, c->k_head);
+            row += c->k_head;
+        }
+        for (int64_t h = 0; h < c->n_head_kv; h++) {
+            uint8_t *ev = (uint8_t *)kv->v[l] + ((size_t)h * nctx + (size_t)p) * c->v_head;
+            if (to_rec)
+                memcpy(row, ev, c->v_head);
+            else
+                memcpy(ev, row, c->v_head);
+            row += c->v_head;
         }
     }
 }
 
-/* Copies positions p0..p1-1 of every layer between the engine's head-major cache and
- * position-major record rows (rows: position p0's row first; to_rec: engine -> record).
- * A layer whose cache has a host address is copied directly; one on a device (--device,
- * --gpu-layers) goes through its backend: one pass of to_host or from_host copies (each
- * head's positions are contiguous in the cache), staged in host memory. */
+/* What stage_walk does for each device layer's piece (a head's keys or values, or the
+ * conv rows): record rows -> stage and a from_host copy into the cache; a to_host copy of
+ * the cache into the stage; stage -> record rows. */
+enum stage_step { STAGE_FROM_ROWS, STAGE_TO_HOST, STAGE_TO_ROWS };
+
+/* One contiguous piece of a device layer's cache for positions p0..p0+n-1: pb bytes per
+ * position at byte at of buffer b, and at byte in_row of each record row. */
+static void stage_piece(const struct pcache *c, struct kern_buf *b, size_t at, size_t pb,
+                        uint8_t *rows, size_t in_row, size_t n, uint8_t *stage,
+                        enum stage_step step, struct kern_stream *s)
+{
+    if (step == STAGE_TO_HOST) {
+        s->ops->to_host(s, b, at, stage, n * pb);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *st = stage + i * pb, *rw = rows + i * c->row_bytes + in_row;
+        memcpy(step == STAGE_TO_ROWS ? rw : st, step == STAGE_TO_ROWS ? st : rw, pb);
+    }
+    if (step == STAGE_FROM_ROWS)
+        s->ops->from_host(s, b, at, stage, n * pb);
+}
+
+static void stage_walk(const struct pcache *c, const struct model_kv *kv, int64_t p0, size_t n,
+                       uint8_t *rows, uint8_t *stage, enum stage_step step, struct kern_stream *s)
+{
+    const size_t nctx = (size_t)kv->n_ctx;
+    size_t o = 0, in_row = 0;
+    for (int64_t l = 0; l < c->n_layer; in_row += layer_bytes(c, l), l++) {
+        if (kv->k[l] && (c->conv[l] || kv->v[l]))
+            continue; /* a host layer: copy_pos */
+        if (c->conv[l]) {
+            stage_piece(c, kv->kb[l], (size_t)p0 * c->conv_row, c->conv_row, rows, in_row, n,
+                        stage + o, step, s);
+            o += n * c->conv_row;
+            continue;
+        }
+        for (int kvi = 0; kvi < 2; kvi++) {
+            const size_t hb = kvi ? c->v_head : c->k_head;
+            for (int64_t h = 0; h < c->n_head_kv; h++, o += n * hb)
+                stage_piece(c, kvi ? kv->vb[l] : kv->kb[l], ((size_t)h * nctx + (size_t)p0) * hb,
+                            hb, rows, in_row + (kvi ? c->k_row : 0) + (size_t)h * hb, n,
+                            stage + o, step, s);
+        }
+    }
+}
+
+/* Copies positions p0..p1-1 of every layer between the engine's cache and record rows
+ * (rows: position p0's row first; to_rec: engine -> record). A layer whose cache has a
+ * host address is copied directly; one on a device (--device, --gpu-layers) goes through
+ * its backend: one pass of to_host or from_host copies (each head's positions, and the
+ * conv rows, are contiguous in the cache), staged in host memory. */
 static enum kn_status copy_range(const struct pcache *c, const struct model_kv *kv, int64_t p0,
                                  int64_t p1, uint8_t *rows, bool to_rec, struct kn_err *err)
 {
-    const size_t nctx = (size_t)kv->n_ctx, n = (size_t)(p1 - p0), lrow = c->k_row + c->v_row;
+    const size_t n = (size_t)(p1 - p0);
     struct kern_backend *dev = NULL;
-    for (int64_t l = 0; l < c->n_layer; l++) {
-        if (!kv->k[l] || !kv->v[l]) {
+    for (int64_t l = 0; l < c->n_layer; l++)
+        if (!kv->k[l] || (!c->conv[l] && !kv->v[l]))
             dev = kv->kb[l]->be;
-            continue;
-        }
-        for (size_t i = 0; i < n; i++) {
-            uint8_t *row = rows + i * c->row_bytes + (size_t)l * lrow;
-            const size_t p = (size_t)p0 + i;
-            for (int64_t h = 0; h < c->n_head_kv; h++, row += c->k_head) {
-                uint8_t *ek = (uint8_t *)kv->k[l] + ((size_t)h * nctx + p) * c->k_head;
-                memcpy(to_rec ? row : ek, to_rec ? ek : row, c->k_head);
-            }
-            for (int64_t h = 0; h < c->n_head_kv; h++, row += c->v_head) {
-                uint8_t *ev = (uint8_t *)kv->v[l] + ((size_t)h * nctx + p) * c->v_head;
-                memcpy(to_rec ? row : ev, to_rec ? ev : row, c->v_head);
-            }
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        copy_pos(c, kv, p0 + (int64_t)i, rows + i * c->row_bytes, to_rec);
     if (!dev || n == 0)
         return KN_OK;
-    /* The device layers (one backend: the model's device), staged: for each device layer
-     * and head its n keys, then its n values, as the cache lays them out. */
+    /* The device layers (one backend: the model's device). */
     uint8_t *stage = kn_malloc(n * c->row_bytes, err);
     struct kern_stream_shape shape = {.max_tokens = 1};
     struct kern_stream *s = stage ? dev->ops->stream_create(dev, &shape, NULL, err) : NULL;

@@ -178,9 +178,11 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             kern_pool_free(pool);
             t->ops_equal = st == KN_OK;
             if (t->ops_equal)
-                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check)%s",
-                         vb->ops.moe_route && vb->ops.moe_ffn
-                             ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)");
+                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check)%s%s",
+                         kern_backend_has_moe(&vb->base)
+                             ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)",
+                         kern_backend_has_shortconv(&vb->base)
+                             ? "" : "; no short convolution yet (lfm2's conv layers stay on the CPU)");
             else
                 snprintf(ops, sizeof ops, "ops differ from the CPU: %.440s", err.msg);
         }
