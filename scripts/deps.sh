@@ -54,6 +54,9 @@ if [ $want_test = 1 ]; then
   need_cmd b3sum b3sum
   need_cmd openssl openssl
   need_cmd tmux tmux
+  # the server's web page is tested in a headless browser (Selenium from PyPI drives it)
+  need_cmd chromium chromium
+  need_cmd chromedriver chromium-driver
   [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] ||
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
     missing+=(libclang-rt-dev)

@@ -82,7 +82,7 @@ struct receipt {
     int64_t ctx_size;       /* load settings that change the bits */
     int64_t gpu_layers;     /* --gpu-layers: the layers a device ran; 0: none (CPU only),
                                and then not written */
-    char cache_type[8];     /* KV cache element type: "f32" or "f16" */
+    char cache_type[8];     /* KV cache element type: "f32", "f16" or "q8_0" */
     /* input: the chat messages (array of {role, content}) or the prompt text (string) */
     struct json_value *input;
     struct receipt_template tmpl;

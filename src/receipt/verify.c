@@ -975,8 +975,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     dev_ok = true;
     enum model_kv_type kv;
     if (!model_kv_type_from_name(r.cache_type, &kv)) {
-        fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has (f32, "
-                     "f16)\n", r.cache_type);
+        fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has ("
+                     MODEL_KV_TYPE_NAMES ")\n", r.cache_type);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }

@@ -96,8 +96,8 @@ static void test_gemma_hparams(void)
 }
 
 /* Writes a copy of aidreams with general.architecture replaced, a tensor left out, or
- * blk.0.attn_q.weight stored as IQ4_NL (a type without matmul kernels). */
-static bool write_variant2(const char *out, const char *arch, const char *skip_tensor, bool iq4)
+ * blk.0.attn_q.weight stored as Q8_1 (a type without matmul kernels). */
+static bool write_variant2(const char *out, const char *arch, const char *skip_tensor, bool no_kernel)
 {
     struct kn_err err = {0};
     struct gguf_file *g = NULL;
@@ -115,9 +115,9 @@ static bool write_variant2(const char *out, const char *arch, const char *skip_t
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
         if (skip_tensor && strcmp(t->name, skip_tensor) == 0)
             continue;
-        if (iq4 && strcmp(t->name, "blk.0.attn_q.weight") == 0) {
-            static uint8_t zeros[64 * 36]; /* 64 rows of two 18-byte IQ4_NL blocks */
-            gguf_writer_add_tensor(w, t->name, QT_IQ4_NL, t->n_dims, t->ne, zeros, sizeof zeros);
+        if (no_kernel && strcmp(t->name, "blk.0.attn_q.weight") == 0) {
+            static uint8_t zeros[64 * 72]; /* 64 rows of two 36-byte Q8_1 blocks */
+            gguf_writer_add_tensor(w, t->name, QT_Q8_1, t->n_dims, t->ne, zeros, sizeof zeros);
             continue;
         }
         gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
@@ -153,7 +153,7 @@ static void test_errors(void)
     CHECK(write_variant2(path, NULL, NULL, true));
     memset(&err, 0, sizeof err);
     CHECK(model_open(&m, path, NULL, &err) == KN_E_UNSUPPORTED);
-    CHECKF(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "iq4_nl"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "q8_1"), "%s", err.msg);
 
     /* A tied-output file (no output.weight) loads and uses token_embd. */
     CHECK(write_variant(path, NULL, "output.weight"));
@@ -288,12 +288,12 @@ static void test_invariance(struct model *m)
 
 static void test_forward_errors(struct model *m);
 
-/* Writes the tiny lfm2 synth model (conv, conv, attention, conv) of type ft to path. */
-static bool write_lfm2(const char *path, enum synth_ftype ft)
+/* Writes the tiny lfm2 (or lfm2moe) synth model (conv, conv, attention, conv) of type ft. */
+static bool write_lfm2_arch(const char *path, enum synth_arch a, enum synth_ftype ft)
 {
     struct kn_err err = {0};
-    struct synth_params p = {.arch = SYNTH_LFM2, .ftype = ft, .seed = 3, .threads = 1, .name = "t"};
-    enum synth_arch arch = SYNTH_LFM2;
+    struct synth_params p = {.arch = a, .ftype = ft, .seed = 3, .threads = 1, .name = "t"};
+    enum synth_arch arch = a;
     CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
     CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
     return err.status == KN_OK;
@@ -301,6 +301,11 @@ static bool write_lfm2(const char *path, enum synth_ftype ft)
 
 /* Copies src to out with key `key` replaced by an int32 array (n values; n 0: the key
  * dropped) and tensor `skip` left out. */
+static bool write_lfm2(const char *path, enum synth_ftype ft)
+{
+    return write_lfm2_arch(path, SYNTH_LFM2, ft);
+}
+
 static bool rewrite_lfm2(const char *src, const char *out, const char *key, const int32_t *arr,
                          uint64_t n, const char *skip)
 {
@@ -422,6 +427,22 @@ static void test_lfm2(void)
         CHECKF(strstr(err.msg, cases[i].want) != NULL, "case %zu: %s", i, err.msg);
     }
     unlink(bad);
+
+    /* lfm2moe: one dense layer then mixture-of-experts ones (sigmoid routing with a
+     * selection bias) around the same conv and attention layers. */
+    if (write_lfm2_arch(path, SYNTH_LFM2MOE, SYNTH_Q4_K_M)) {
+        m = NULL;
+        CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
+        if (m) {
+            CHECK(m->hp.arch == MODEL_ARCH_LFM2MOE && m->hp.conv_layer[0] && !m->hp.conv_layer[2]);
+            CHECK(m->hp.n_expert == 16 && m->hp.n_layer_dense_lead == 1 && m->layers[0].moe == NULL &&
+                  m->layers[1].moe != NULL && m->hp.moe_gate.gating == KERN_MOE_SIGMOID &&
+                  m->output_tied);
+            test_invariance(m);
+            lfm2_rollback(m);
+            model_close(m);
+        }
+    }
     unlink(path);
 }
 

@@ -419,7 +419,8 @@ static void test_edges(void)
 static void test_type_table(void)
 {
     const uint32_t computable[] = {QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0,
-                                   QT_Q5_1, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+                                   QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,
+                                   QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
     int count = 0;
     for (uint32_t t = 0; t < QT_COUNT; t++) {
         const struct quant_type_info *info = quant_type_info(t);
