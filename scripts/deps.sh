@@ -86,6 +86,16 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
   missing+=(libsodium-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libedit-dev)
 fi
+# The Vulkan backend (optional: a build without it says so): the loader and its headers,
+# glslc for the shaders, and Mesa's drivers, whose lavapipe is a Vulkan device on the CPU
+# that CI runs the Vulkan tests on.
+if command -v pkg-config >/dev/null 2>&1; then
+  need_pc vulkan libvulkan-dev
+else
+  missing+=(libvulkan-dev)
+fi
+need_cmd glslc glslc
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
 if [ $want_test = 1 ] || [ $want_model = 1 ]; then
   need_cmd python3 python3
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)

@@ -8,17 +8,19 @@ answer's first 40 characters, the sha256 of the full answer) and the number of d
 answers. Python standard library only.
 
   python scripts/same_answer_demo.py --model M.gguf --kinetic build/kinetic \\
-      --kinetic-args "--threads 2" --receipt last.json \\
+      --kinetic-args "--device cpu" --receipt last.json \\
       [--llama-server llama-server --llama-args "-ngl 0 -c 4096"]
 
 --receipt saves the receipt of Kinetic's last run (asked for with "receipt": true), made on
 the busy server; `kinetic verify-receipt last.json` reruns it alone. Chat templates: a
 model with tokenizer.chat_template gets it; one without (a base model) gets Kinetic's
 documented fallback, the message text raw, as `kinetic run` does (force a family with
---kinetic-args "--chat-format chatml"); llama-server falls back to chatml.
+--kinetic-args "--chat-format chatml"); llama-server falls back to chatml. --kinetic-args
+"--device vulkan" runs Kinetic's server on the first Vulkan device (kinetic devices).
 """
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import shlex
@@ -45,6 +47,8 @@ def free_port():
 
 
 def post(base, path, body, timeout):
+    """(HTTP status, JSON body); status 0 when the server could not be reached or went away
+    (refused, reset, closed mid-answer), with the reason as the error message."""
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
@@ -53,8 +57,11 @@ def post(base, path, body, timeout):
     except urllib.error.HTTPError as e:
         try:
             return e.code, json.loads(e.read())
-        except ValueError:
+        except (ValueError, OSError):
             return e.code, {"error": {"message": str(e)}}
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
+        # a stopped server: refused, reset (RemoteDisconnected), cut (IncompleteRead)
+        return 0, {"error": {"message": f"no answer: {e!r}"}}
 
 
 def wait_ready(base, proc, timeout):
@@ -89,7 +96,7 @@ class Busy(threading.Thread):
                 "max_tokens": self.args.busy_tokens, "temperature": 1.0,
                 "seed": 1000 * (self.k + 1) + self.sent}, self.args.timeout)
             self.sent += 1
-            if st != 200:
+            if st != 200 and not self.stop.is_set():  # a stopped server is not a failure
                 self.failed = js.get("error", {}).get("message", str(st))
                 time.sleep(0.5)  # never spin on a refusing server
 
@@ -101,6 +108,7 @@ def demo(title, label, cmd, args, kinetic):
     print(f"{title}, {label} --parallel 4", flush=True)
     log = open(os.devnull, "w") if not args.verbose else None
     proc = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT if log else None)
+    busy = []
     try:
         if not wait_ready(base, proc, args.timeout):
             print(f"  the server did not start: {' '.join(full)}")
@@ -136,6 +144,7 @@ def demo(title, label, cmd, args, kinetic):
             b.stop.set()
             if b.failed:
                 print(f"  (busy client {b.k + 1} had a failed request: {b.failed})")
+                b.failed = None
         n = len(set(hashes))
         print(f"{n} distinct answer{'' if n == 1 else 's'} in {len(hashes)} runs")
         if kinetic and args.receipt:
@@ -150,12 +159,18 @@ def demo(title, label, cmd, args, kinetic):
         print(flush=True)
         return n
     finally:
+        # The busy clients stop first: their requests in flight end with the server, and
+        # they return quietly (post() turns a closed connection into status 0).
+        for b in busy:
+            b.stop.set()
         proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        for b in busy:
+            b.join(timeout=10)
         if log:
             log.close()
 

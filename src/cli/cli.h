@@ -3,6 +3,8 @@
 #ifndef KN_CLI_H
 #define KN_CLI_H
 
+#include "device/device.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +68,24 @@ int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_
 
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 
+/* ---- --device and --gpu-layers (run, chat, serve, bench, verify-receipt): one parse, one
+ * set of messages, the registry's names (device/device.h). */
+#define CLI_HELP_DEVICE "the device: " DEVICE_HELP "; default cpu"
+#define CLI_HELP_GPU_LAYERS "with a GPU --device: the first N layers on it, the rest on the CPU (default: all; llama.cpp's -ngl)"
+struct cli_device {
+    const char *spec;     /* --device; NULL: cpu */
+    int64_t gpu_layers;   /* --gpu-layers; -1: all */
+    struct device dev;
+    bool open;
+};
+#define CLI_DEVICE_INIT {.spec = NULL, .gpu_layers = -1}
+/* Opens d->spec and sets so's device fields (device, gpu_layers, class, name). Prints
+ * "kinetic CMD: ..." and returns 2 for a bad --device or --gpu-layers, 1 when the device
+ * cannot be opened; warns when the device does not meet canonical-1. */
+struct session_opts;
+int cli_device_open(const char *cmd, struct cli_device *d, struct session_opts *so);
+void cli_device_close(struct cli_device *d);
+
 /* ---- the sampling flags of run and chat, one per row of the settings table (sample.h):
  * --temp, --top-k, ..., -s/--seed, -n/--n-predict; help text, default and range from the
  * table. */
@@ -93,5 +113,6 @@ int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 #endif

@@ -158,7 +158,11 @@ int cmd_bench(int argc, char **argv)
     int64_t reps = 5, batch = 512;
     bool json = false;
     const char *output = NULL;
+    struct cli_device dv = CLI_DEVICE_INIT;
     const struct cli_opt opts[] = {
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
+        {"n-gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", "the same as --gpu-layers (llama-bench's -ngl)", NULL},
         {"n-prompt", 'p', CLI_STR, &p_arg, "N", "prompt tokens for the pp test(s), e.g. 512 or 128,512 (default 512)", NULL},
         {"n-gen", 'n', CLI_STR, &n_arg, "N", "tokens for the tg test(s) (default 128)", NULL},
         {"threads", 't', CLI_STR, &t_arg, "N", "thread counts, e.g. 2 or 1,2 (default: CPUs online)", NULL},
@@ -216,11 +220,22 @@ int cmd_bench(int argc, char **argv)
 
     struct kn_err err = {0};
     struct model *m = NULL;
-    struct model_load_opts lo = {.repack = true};
+    if ((rc = cli_device_open("bench", &dv, NULL)) != 0)
+        return rc;
+    struct model_load_opts lo = {.repack = true, .device = dv.dev.be,
+                                 .device_layers = dv.gpu_layers < 0 ? INT64_MAX : dv.gpu_layers};
     if (model_open(&m, pos[0], &lo, &err) != KN_OK) {
         fprintf(stderr, "kinetic bench: %s\n", err.msg);
+        cli_device_close(&dv);
         return 1;
     }
+    /* The backend column: the CPU's ISA, or the GPU and how many layers it runs. */
+    char backend[320];
+    if (m->dev && m->n_dev_layers > 0)
+        snprintf(backend, sizeof backend, "Vulkan (%s, %lld of %lld layers)", dv.dev.name,
+                 (long long)m->n_dev_layers, (long long)m->hp.n_layer);
+    else
+        snprintf(backend, sizeof backend, "CPU (%s)", kern_isa_name(kern_isa_active()));
     uint64_t params = 0, bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
@@ -243,6 +258,7 @@ int cmd_bench(int argc, char **argv)
     int32_t *toks = malloc((size_t)max_tok * sizeof *toks);
     if (!toks) {
         model_close(m);
+        cli_device_close(&dv);
         fprintf(stderr, "kinetic bench: out of memory\n");
         return 1;
     }
@@ -276,10 +292,9 @@ int cmd_bench(int argc, char **argv)
                 snprintf(test, sizeof test, n_prompt ? "pp%lld" : "tg%lld",
                          (long long)(n_prompt ? n_prompt : n_gen));
                 if (!json) {
-                    printf("| %s | %.2f MiB | %s | CPU (%s) | %lld | %s | %.2f ± %.2f |\n", type,
-                           (double)bytes / (1024.0 * 1024.0), pstr,
-                           kern_isa_name(kern_isa_active()), (long long)ts[ti], test, r.avg_ts,
-                           r.stddev_ts);
+                    printf("| %s | %.2f MiB | %s | %s | %lld | %s | %.2f ± %.2f |\n", type,
+                           (double)bytes / (1024.0 * 1024.0), pstr, backend, (long long)ts[ti],
+                           test, r.avg_ts, r.stddev_ts);
                     fflush(stdout);
                     continue;
                 }
@@ -287,7 +302,8 @@ int cmd_bench(int argc, char **argv)
                 printf("    \"build_commit\": \"%s\",\n", kn_build_id());
                 printf("    \"build_number\": 0,\n");
                 printf("    \"cpu_info\": \"%s\",\n", kern_device_class(kern_isa_active()));
-                printf("    \"backends\": \"CPU\",\n");
+                printf("    \"backends\": \"%s\",\n", m->n_dev_layers > 0 ? "Vulkan" : "CPU");
+                printf("    \"n_gpu_layers\": %lld,\n", (long long)m->n_dev_layers);
                 printf("    \"model_filename\": ");
                 struct json_value *fn = json_new_string(pos[0]);
                 char *s = NULL;
@@ -322,5 +338,6 @@ int cmd_bench(int argc, char **argv)
         printf("\n]\n");
     free(toks);
     model_close(m);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     return status;
 }

@@ -112,6 +112,7 @@ int cmd_chat(int argc, char **argv)
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     struct cli_strs stop = {0};
+    struct cli_device dv = CLI_DEVICE_INIT;
     /* The sampling flags are those of `kinetic run`: both come from the settings table
      * (cli_sampling), -n/--n-predict limiting every answer. */
     const struct cli_opt own[] = {
@@ -119,6 +120,8 @@ int cmd_chat(int argc, char **argv)
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
         {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
@@ -202,6 +205,15 @@ int cmd_chat(int argc, char **argv)
     size_t line_cap = 0;
     int ret = 1;
 
+    struct session_opts dso;
+    session_opts_default(&dso);
+    if ((ret = cli_device_open("chat", &dv, &dso)) != 0)
+        goto out;
+    ret = 1;
+    ro.device = dso.device;
+    ro.gpu_layers = dso.gpu_layers;
+    ro.device_class = dso.device_class;
+    ro.device_name = dso.device_name;
     if (repl_open(&r, &ro, &err) != KN_OK) {
         fprintf(stderr, "kinetic chat: %s\n", err.msg);
         goto out;
@@ -332,6 +344,7 @@ out:
         chat_wake[0] = chat_wake[1] = -1;
     }
     repl_close(r);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     grammar_free(gram);
     free(gbnf);
     json_free(rf);

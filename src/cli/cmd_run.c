@@ -177,7 +177,7 @@ struct run_opts {
     bool no_draft, no_warm_start;
     int64_t draft_max, cache_ram;
     const char *prompt_cache;
-    const char *device, *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
+    const char *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
     const char *chat_template, *chat_template_kwargs, *messages;
     /* stop strings, grammars, reasoning */
@@ -407,14 +407,16 @@ int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {
         .ctx_size = 0, .threads = session_default_threads(), .batch = SESSION_BATCH_DEFAULT,
-        .device = "cpu", .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = SESSION_CACHE_RAM_DEFAULT,
+        .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = SESSION_CACHE_RAM_DEFAULT,
     };
+    struct cli_device dv = CLI_DEVICE_INIT;
     /* The sampling flags (--temp ... -s, -n) come from the settings table (cli_sampling). */
     const struct cli_opt own[] = {
         {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", CLI_HELP_CTX, NULL},
         {"threads", 't', CLI_INT, &o.threads, "N", CLI_HELP_THREADS, NULL},
         {"batch-size", 'b', CLI_INT, &o.batch, "N", CLI_HELP_BATCH, NULL},
-        {"device", 0, CLI_STR, &o.device, "DEV", "cpu (cuda and vulkan are not available in this build)", NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"kv-type", 0, CLI_STR, &o.kv_type, "T", CLI_HELP_KV, NULL},
         {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
@@ -451,13 +453,6 @@ int cmd_run(int argc, char **argv)
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (strcmp(o.device, "cpu") != 0) {
-        if (strcmp(o.device, "cuda") == 0 || strcmp(o.device, "vulkan") == 0)
-            fprintf(stderr, "kinetic run: --device %s is not available in this build; use --device cpu\n", o.device);
-        else
-            fprintf(stderr, "kinetic run: unknown --device '%s' (cpu, cuda, vulkan)\n", o.device);
-        return 2;
-    }
     if (cli_check_session("run", o.ctx_size, o.threads, o.batch, o.kv_type, false) != 0)
         return 2;
     enum chat_format forced_format = CHAT_FORMAT_RAW;
@@ -568,6 +563,9 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "kinetic run: seed %llu\n", (unsigned long long)spar.seed);
     }
     so.sp = spar;
+    if (so.level == SESSION_ENGINE && (ret = cli_device_open("run", &dv, &so)) != 0)
+        goto out;
+    ret = 1;
     if (session_open(&s, &so, &err) != KN_OK) {
         if (err.status == KN_E_ARG) { /* a flag the model refuses: a logit bias outside its
                                        * vocabulary, a template error, a context too large */
@@ -655,6 +653,7 @@ out:
     session_prompt_free(&sp);
     if (s_ok)
         session_close(&s);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     grammar_free(gram);
     free(gbnf);
     json_free(rf);

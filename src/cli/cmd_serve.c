@@ -96,6 +96,7 @@ int cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
     const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL, *replica = getenv("KINETIC_REPLICA");
+    struct cli_device dv = CLI_DEVICE_INIT;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
@@ -112,6 +113,8 @@ int cmd_serve(int argc, char **argv)
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"cors", 0, CLI_STR, &cors, "ORIGIN", "let browser pages from ORIGIN (or *) call the API: Access-Control-Allow-Origin on every answer, preflights answered", NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
@@ -207,14 +210,18 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
         return 2;
     }
-    if (toy && sign_key) {
-        fprintf(stderr, "kinetic serve: --sign-key needs a model file: the toy model makes no receipts\n");
+    if (toy && (sign_key || dv.spec)) {
+        fprintf(stderr, "kinetic serve: --%s needs a model file: the toy model %s\n",
+                sign_key ? "sign-key" : "device", sign_key ? "makes no receipts" : "runs on the CPU");
         return 2;
     }
+    if (!toy && (rc = cli_device_open("serve", &dv, NULL)) != 0)
+        return rc;
     struct kn_err err = {0};
     struct srv_signer *signer = NULL;
     if (!toy && srv_signer_open(&signer, sign_key, &err) != KN_OK) {
         fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
+        cli_device_close(&dv);
         return 1;
     }
 
@@ -264,6 +271,7 @@ int cmd_serve(int argc, char **argv)
     if (srv_start(&s, &cfg, NULL, &err) != KN_OK) {
         fprintf(stderr, "kinetic serve: %s\n", err.msg);
         srv_signer_free(signer);
+        cli_device_close(&dv);
         return 1;
     }
     printf("kinetic serve: loading %s; answering on http://%s:%d (/health: 503 until ready)\n",
@@ -287,6 +295,10 @@ int cmd_serve(int argc, char **argv)
         mo.session.batch = batch;
         mo.session.threads = (int)threads;
         mo.session.kv_type = kv_type;
+        mo.session.device = dv.dev.be;
+        mo.session.gpu_layers = dv.gpu_layers;
+        mo.session.device_class = dv.dev.cls;
+        mo.session.device_name = dv.dev.name;
         st = srv_model_backend(&backend, &mo, &err);
         if (st == KN_OK) {
             /* Hash the model now (or find it in the cache), not in the first receipt request. */
@@ -302,6 +314,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "kinetic serve: %s\n", err.msg);
         srv_stop(s);
         srv_signer_free(signer);
+        cli_device_close(&dv);
         return 1;
     }
     char kv_text[96] = "";
@@ -320,6 +333,7 @@ int cmd_serve(int argc, char **argv)
     srv_stop(s);
     backend.free(backend.ctx);
     srv_signer_free(signer);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     fprintf(stderr, "kinetic serve: stopped\n");
     return 0;
 }

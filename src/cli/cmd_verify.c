@@ -28,10 +28,11 @@ static const char *const verify_usage =
 int cmd_verify(int argc, char **argv)
 {
     const char *model = NULL, *device = NULL, *public_key = NULL;
-    int64_t threads = session_default_threads();
+    int64_t threads = session_default_threads(), gpu_layers = -1;
     const struct cli_opt opts[] = {
         {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL},
-        {"device", 0, CLI_STR, &device, "CLASS", "rerun on this device class, e.g. cpu-x86_64-scalar", NULL},
+        {"device", 0, CLI_STR, &device, "DEV", "rerun on this device: a CPU class (e.g. cpu-x86_64-scalar), " DEVICE_HELP "; default: the receipt's class where this machine has it, else the CPU", NULL},
+        {"gpu-layers", 0, CLI_INT, &gpu_layers, "N", "with a GPU: the first N layers on it (default: the receipt's)", NULL},
         {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) "; never changes its result)", NULL},
         {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
@@ -56,7 +57,11 @@ int cmd_verify(int argc, char **argv)
                         "hex digits, not '%.80s'\n", public_key);
         return RECEIPT_EXIT_USAGE;
     }
-    struct receipt_verify_opts o = {model, device, (int)threads, public_key};
+    if (gpu_layers < -1 || gpu_layers > INT32_MAX) {
+        fprintf(stderr, "kinetic verify-receipt: --gpu-layers must be 0 or more\n");
+        return RECEIPT_EXIT_USAGE;
+    }
+    struct receipt_verify_opts o = {model, device, (int)threads, public_key, gpu_layers};
     int code = receipt_verify(pos[0], &o, stdout);
     fflush(stdout);
     return code;

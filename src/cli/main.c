@@ -1,6 +1,7 @@
 /* main.c: the kinetic executable. Dispatches to subcommands; only main() exits. */
 #include "cli.h"
 #include "base/base.h"
+#include "device/device.h"
 #include "kernels/isa.h"
 #include "receipt/buildid.h"
 
@@ -16,6 +17,7 @@ struct command {
 static const struct command commands[] = {
     {"bench", cmd_bench, "measure prompt and generation speed, like llama-bench"},
     {"chat", cmd_chat, "talk with a model: line editing, receipts, Warm Start, Zero Wait"},
+    {"devices", cmd_devices, "list the devices --device can name, and the numerics each meets"},
     {"info", cmd_info, "describe a GGUF model file"},
     {"run", cmd_run, "generate text from a prompt"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with Convoy batching"},
@@ -36,7 +38,7 @@ static void print_usage(FILE *out)
         fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out,
             "\n"
-            "  --version        print the version, build id and the CPU's instruction sets\n"
+            "  --version        print the version, build id, the CPU's instruction sets and the backends\n"
             "  --help           show this help\n"
             "\n"
             "'kinetic COMMAND --help' describes a command.\n");
@@ -56,6 +58,7 @@ static int print_version(void)
         if (kern_isa_supported((enum kern_isa)i))
             printf(" %s", kern_isa_name((enum kern_isa)i));
     printf(" (active: %s)\n", kern_isa_name(kern_isa_active()));
+    printf("backends: %s\n", device_backends_built());
     if (!isa_ok)
         fprintf(stderr, "kinetic: warning: %s\n", err.msg);
     return 0;

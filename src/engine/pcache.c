@@ -164,13 +164,25 @@ static bool kv_compatible(const struct pcache *c, const struct engine *e)
     return kv_shape_ok(c, &e->kv) && e->m->hp.n_vocab == c->n_vocab;
 }
 
-/* Copies position p's keys and values of every layer between the engine's head-major
- * cache and a position-major record row (to_rec: engine -> record). */
+/* The bytes layer l takes in a record row: its conv row, or its key and value rows. */
+static size_t layer_bytes(const struct pcache *c, int64_t l)
+{
+    return c->conv[l] ? c->conv_row : c->k_row + c->v_row;
+}
+
+/* Copies position p's keys and values (or conv row) of every layer with a host address
+ * between the engine's cache (head-major keys and values, position-major conv rows) and a
+ * position-major record row (to_rec: engine -> record); device layers are skipped
+ * (copy_range). */
 static void copy_pos(const struct pcache *c, const struct model_kv *kv, int64_t p, uint8_t *row,
                      bool to_rec)
 {
     const size_t nctx = (size_t)kv->n_ctx;
     for (int64_t l = 0; l < c->n_layer; l++) {
+        if (!kv->k[l] || (!c->conv[l] && !kv->v[l])) {
+            row += layer_bytes(c, l);
+            continue;
+        }
         if (c->conv[l]) {
             uint8_t *er = (uint8_t *)kv->k[l] + (size_t)p * c->conv_row;
             if (to_rec)
@@ -199,6 +211,88 @@ static void copy_pos(const struct pcache *c, const struct model_kv *kv, int64_t 
     }
 }
 
+/* What stage_walk does for each device layer's piece (a head's keys or values, or the
+ * conv rows): record rows -> stage and a from_host copy into the cache; a to_host copy of
+ * the cache into the stage; stage -> record rows. */
+enum stage_step { STAGE_FROM_ROWS, STAGE_TO_HOST, STAGE_TO_ROWS };
+
+/* One contiguous piece of a device layer's cache for positions p0..p0+n-1: pb bytes per
+ * position at byte at of buffer b, and at byte in_row of each record row. */
+static void stage_piece(const struct pcache *c, struct kern_buf *b, size_t at, size_t pb,
+                        uint8_t *rows, size_t in_row, size_t n, uint8_t *stage,
+                        enum stage_step step, struct kern_stream *s)
+{
+    if (step == STAGE_TO_HOST) {
+        s->ops->to_host(s, b, at, stage, n * pb);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *st = stage + i * pb, *rw = rows + i * c->row_bytes + in_row;
+        memcpy(step == STAGE_TO_ROWS ? rw : st, step == STAGE_TO_ROWS ? st : rw, pb);
+    }
+    if (step == STAGE_FROM_ROWS)
+        s->ops->from_host(s, b, at, stage, n * pb);
+}
+
+static void stage_walk(const struct pcache *c, const struct model_kv *kv, int64_t p0, size_t n,
+                       uint8_t *rows, uint8_t *stage, enum stage_step step, struct kern_stream *s)
+{
+    const size_t nctx = (size_t)kv->n_ctx;
+    size_t o = 0, in_row = 0;
+    for (int64_t l = 0; l < c->n_layer; in_row += layer_bytes(c, l), l++) {
+        if (kv->k[l] && (c->conv[l] || kv->v[l]))
+            continue; /* a host layer: copy_pos */
+        if (c->conv[l]) {
+            stage_piece(c, kv->kb[l], (size_t)p0 * c->conv_row, c->conv_row, rows, in_row, n,
+                        stage + o, step, s);
+            o += n * c->conv_row;
+            continue;
+        }
+        for (int kvi = 0; kvi < 2; kvi++) {
+            const size_t hb = kvi ? c->v_head : c->k_head;
+            for (int64_t h = 0; h < c->n_head_kv; h++, o += n * hb)
+                stage_piece(c, kvi ? kv->vb[l] : kv->kb[l], ((size_t)h * nctx + (size_t)p0) * hb,
+                            hb, rows, in_row + (kvi ? c->k_row : 0) + (size_t)h * hb, n,
+                            stage + o, step, s);
+        }
+    }
+}
+
+/* Copies positions p0..p1-1 of every layer between the engine's cache and record rows
+ * (rows: position p0's row first; to_rec: engine -> record). A layer whose cache has a
+ * host address is copied directly; one on a device (--device, --gpu-layers) goes through
+ * its backend: one pass of to_host or from_host copies (each head's positions, and the
+ * conv rows, are contiguous in the cache), staged in host memory. */
+static enum kn_status copy_range(const struct pcache *c, const struct model_kv *kv, int64_t p0,
+                                 int64_t p1, uint8_t *rows, bool to_rec, struct kn_err *err)
+{
+    const size_t n = (size_t)(p1 - p0);
+    struct kern_backend *dev = NULL;
+    for (int64_t l = 0; l < c->n_layer; l++)
+        if (!kv->k[l] || (!c->conv[l] && !kv->v[l]))
+            dev = kv->kb[l]->be;
+    for (size_t i = 0; i < n; i++)
+        copy_pos(c, kv, p0 + (int64_t)i, rows + i * c->row_bytes, to_rec);
+    if (!dev || n == 0)
+        return KN_OK;
+    /* The device layers (one backend: the model's device). */
+    uint8_t *stage = kn_malloc(n * c->row_bytes, err);
+    struct kern_stream_shape shape = {.max_tokens = 1};
+    struct kern_stream *s = stage ? dev->ops->stream_create(dev, &shape, NULL, err) : NULL;
+    if (!s) {
+        free(stage);
+        return err ? err->status : KN_E_NOMEM;
+    }
+    dev->ops->begin(s);
+    stage_walk(c, kv, p0, n, rows, stage, to_rec ? STAGE_TO_HOST : STAGE_FROM_ROWS, s);
+    enum kn_status st = dev->ops->end(s, err);
+    if (st == KN_OK && to_rec)
+        stage_walk(c, kv, p0, n, rows, stage, STAGE_TO_ROWS, s);
+    dev->ops->stream_free(s);
+    free(stage);
+    return st;
+}
+
 int64_t pcache_lookup(struct pcache *c, const int32_t *tokens, int64_t n)
 {
     pthread_mutex_lock(&c->mu);
@@ -225,8 +319,15 @@ int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *
     }
     struct pcache_rec *r = &c->recs[bi];
     r->last_use = ++c->clock;
-    for (int64_t p = keep; p < len; p++)
-        copy_pos(c, kv, p, r->kv + (size_t)p * c->row_bytes, false);
+    struct kn_err err;
+    if (copy_range(c, kv, keep, len, r->kv + (size_t)keep * c->row_bytes, false, &err) != KN_OK) {
+        /* A device that failed the copy: the positions are evaluated instead. */
+        kn_log(KN_LOG_WARN, "prompt cache: restoring %lld positions failed: %s",
+               (long long)(len - keep), err.msg);
+        c->stats.misses++;
+        pthread_mutex_unlock(&c->mu);
+        return keep;
+    }
     c->stats.hits++;
     c->stats.tokens_restored += len - keep;
     pthread_mutex_unlock(&c->mu);
@@ -329,8 +430,11 @@ enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv, cons
         goto done;
     }
     memcpy(toks, tokens, (size_t)n * sizeof *toks);
-    for (int64_t p = 0; p < n; p++)
-        copy_pos(c, kv, p, rows + (size_t)p * c->row_bytes, true);
+    if ((st = copy_range(c, kv, 0, n, rows, true, err)) != KN_OK) {
+        free(toks);
+        free(rows);
+        goto done;
+    }
     st = add_rec(c, toks, rows, n, err);
     if (st == KN_OK)
         c->stats.stores++;

@@ -17,6 +17,7 @@ void session_opts_default(struct session_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->level = SESSION_ENGINE;
+    o->gpu_layers = -1;
     sample_params_default(&o->sp);
 }
 
@@ -149,7 +150,9 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
             goto fail;
         s->gguf = s->gguf_own;
     } else {
-        struct model_load_opts lo = {.repack = true};
+        struct model_load_opts lo = {
+            .repack = true, .device = o->device,
+            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers};
         if ((st = model_open(&s->m, o->model_path, &lo, err)) != KN_OK)
             goto fail;
         s->gguf = s->m->gguf;
@@ -425,7 +428,14 @@ void session_record_init(const struct session *s, const struct session_gen *g,
         .response_format = s->o.response_format,
         .think_open = s->think_open,
         .think_close = s->think_close,
+        .gpu_layers = -1,
     };
+    if (s->m && s->m->dev && s->m->n_dev_layers > 0) {
+        r->device_class = s->o.device_class;
+        r->device_name = s->o.device_name;
+        r->numerics = s->m->dev->ops->numerics(s->m->dev);
+        r->gpu_layers = s->m->n_dev_layers;
+    }
     if (g) {
         r->output = g->ids;
         r->n_output = g->n;

@@ -63,6 +63,13 @@ struct session_opts {
     int64_t batch;
     int threads;
     const char *kv_type;       /* "f32", "f16" or "q8_0" */
+    /* The device (--device, --gpu-layers): the first gpu_layers layers run on device, a
+     * backend of the device seam (NULL: the CPU runs everything); gpu_layers < 0 or more
+     * than the model has: all. device_class and device_name are what receipts record of
+     * it (NULL: the CPU's). Borrowed. */
+    struct kern_backend *device;
+    int64_t gpu_layers;
+    const char *device_class, *device_name;
     bool no_draft;
     int32_t draft_max;         /* 0: the engine's default */
     /* Sampling (SESSION_ENGINE), n_predict included: checked, logit-bias ids against the
@@ -77,8 +84,8 @@ struct session_opts {
     const struct json_value *response_format;
 };
 
-/* Kinetic's defaults: sample_params_default, level SESSION_ENGINE, the rest zero (each
- * zero meaning its default). */
+/* Kinetic's defaults: sample_params_default, level SESSION_ENGINE, gpu_layers -1 (all
+ * on the device, when there is one), the rest zero (each zero meaning its default). */
 void session_opts_default(struct session_opts *o);
 
 /* The defaults, for callers that report them before a model is open. */
@@ -235,6 +242,9 @@ struct session_record {
     int64_t n_output;
     int64_t ctx_size;
     const char *cache_type;          /* "f32", "f16" or "q8_0" */
+    /* The device that ran layers, or all NULL and -1: the CPU ran everything. */
+    const char *device_class, *device_name, *numerics;
+    int64_t gpu_layers;              /* the layers it ran (--gpu-layers), or -1 */
     const char *grammar;             /* the GBNF text used, or NULL */
     const struct json_value *response_format; /* as the request gave it, or NULL */
     const struct receipt_template *tmpl;  /* how input became the prompt (copied), the

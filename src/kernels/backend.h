@@ -265,6 +265,10 @@ static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
 {
     return be->ops->shortconv != NULL;
 }
+/* The name of the first required op of be's table that is NULL ("attention"), or NULL
+ * when be has every op but the optional ones above: model_open refuses to place a
+ * layer on a device that lacks one, naming it. */
+const char *kern_backend_missing_op(const struct kern_backend *be);
 
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)

@@ -565,3 +565,15 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     in_free(in);
     return st;
 }
+
+const char *kern_backend_missing_op(const struct kern_backend *be)
+{
+    const struct kern_backend_ops *o = be->ops;
+#define OP(x) if (!o->x) return #x;
+    OP(numerics) OP(alloc) OP(upload) OP(upload_weight) OP(upload_rows) OP(free)
+    OP(stream_create) OP(stream_free) OP(begin) OP(end)
+    OP(embed) OP(rope_table) OP(rope) OP(rmsnorm) OP(matmul) OP(add_rows) OP(add) OP(scale)
+    OP(glu) OP(gather) OP(kv_store) OP(attention) OP(logits) OP(to_host) OP(from_host)
+#undef OP
+    return NULL;
+}

@@ -476,6 +476,10 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     char name[64];
+    const char *missing = m->n_dev_layers > 0 ? kern_backend_missing_op(m->dev) : NULL;
+    if (missing)
+        return kn_fail(err, KN_E_UNSUPPORTED, "layer 0 cannot run on %s: its backend has no "
+                       "op '%s' yet (use --gpu-layers 0 or --device cpu)", m->dev->name, missing);
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
         L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();

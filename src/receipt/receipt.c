@@ -142,6 +142,8 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     struct json_value *settings = obj(&b);
     set(&b, settings, "ctx-size", json_new_int(r->ctx_size));
     set(&b, settings, "cache-type", json_new_string(r->cache_type));
+    if (r->gpu_layers > 0) /* only then: CPU receipts keep their bytes */
+        set(&b, settings, "gpu-layers", json_new_int(r->gpu_layers));
     set(&b, dev, "settings", settings);
     set(&b, root, "device", dev);
 
@@ -479,10 +481,12 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
     TRY(get_str(o, "device", "class", r->device_class, sizeof r->device_class, err));
     TRY(get_strdup(o, "device", "name", &r->device_name, err));
     TRY(need(o, "device", "settings", JSON_OBJECT, &sub, err));
-    static const char *const settings[] = {"ctx-size", "cache-type", NULL};
+    static const char *const settings[] = {"ctx-size", "cache-type", "gpu-layers", NULL};
     TRY(only(sub, "device.settings", settings, err));
     TRY(get_int(sub, "device.settings", "ctx-size", 1, MODEL_MAX_CTX, &r->ctx_size, err));
     TRY(get_str(sub, "device.settings", "cache-type", r->cache_type, sizeof r->cache_type, err));
+    if (json_get(sub, "gpu-layers"))
+        TRY(get_int(sub, "device.settings", "gpu-layers", 1, INT32_MAX, &r->gpu_layers, err));
 
     v = json_get(doc, "input");
     if (!v)

@@ -69,16 +69,19 @@ struct receipt {
     /* kinetic */
     char version[32];       /* Kinetic's version, e.g. "0.1.0" */
     char build[32];         /* first 16 hex digits of the executable's BLAKE3 */
-    char numerics[32];      /* the numerics contract, e.g. "canonical-1" */
+    char numerics[256];     /* the numerics contract, e.g. "canonical-1", or a device's own
+                               class (vulkan-<gpu>-<driver>) when it failed its self-test */
     /* model */
     char *model_file;       /* base name */
     char *model_path;       /* as given on the command line */
     uint64_t model_size;
     char model_blake3[65];
     /* device */
-    char device_class[48];  /* "cpu-x86_64-avx512" ... */
-    char *device_name;      /* the CPU's model name */
+    char device_class[128]; /* "cpu-x86_64-avx512" ..., "vulkan-<gpu>" */
+    char *device_name;      /* the CPU's or the GPU's model name */
     int64_t ctx_size;       /* load settings that change the bits */
+    int64_t gpu_layers;     /* --gpu-layers: the layers a device ran; 0: none (CPU only),
+                               and then not written */
     char cache_type[8];     /* KV cache element type: "f32", "f16" or "q8_0" */
     /* input: the chat messages (array of {role, content}) or the prompt text (string) */
     struct json_value *input;
@@ -212,10 +215,13 @@ enum receipt_exit {
 
 struct receipt_verify_opts {
     const char *model;      /* NULL: the receipt's model.path */
-    const char *device;     /* NULL: this CPU's best class; else e.g. "cpu-x86_64-scalar" */
+    const char *device;     /* NULL: the receipt's class (a GPU of it, else this CPU's best
+                             * class); else a CPU class ("cpu-x86_64-scalar"), "cpu", a
+                             * registry device ("vulkan:0") or a receipt class ("vulkan-...") */
     int threads;            /* 1..256 */
     const char *public_key; /* NULL, or the hex key the signature must be made with
                              * (64 hex digits, either case; cmd_verify checks the form) */
+    int64_t gpu_layers;     /* with a GPU: layers on it; -1: the receipt's (else all) */
 };
 
 /* Whether s is an Ed25519 public key as hex (64 digits, either case). */

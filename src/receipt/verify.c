@@ -18,6 +18,7 @@
 #include "../text/text.h"
 #include "../token/tok.h"
 #include "buildid.h"
+#include "../device/device.h"
 #include "hashcache.h"
 
 /* The CPU's model name from /proc/cpuinfo, or "unknown CPU". */
@@ -66,7 +67,13 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
     enum kn_status s = hashcache_model_blake3(run->model_path, r->model_blake3, err);
     if (s != KN_OK)
         return s;
-    snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kern_isa_active()));
+    if (run->device_class) {
+        snprintf(r->device_class, sizeof r->device_class, "%s", run->device_class);
+        snprintf(r->numerics, sizeof r->numerics, "%s", run->numerics ? run->numerics : KN_NUMERICS);
+        r->gpu_layers = run->gpu_layers > 0 ? run->gpu_layers : 0;
+    } else {
+        snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kern_isa_active()));
+    }
     snprintf(r->cache_type, sizeof r->cache_type, "%s", run->cache_type);
     r->ctx_size = run->ctx_size;
     r->sampling = *run->sampling;
@@ -74,7 +81,7 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
     snprintf(r->finish, sizeof r->finish, "%s", run->finish);
     r->model_file = strdup(base_name(run->model_path));
     r->model_path = strdup(run->model_path);
-    r->device_name = cpu_name();
+    r->device_name = run->device_class && run->device_name ? strdup(run->device_name) : cpu_name();
     r->input = json_clone(run->input);
     r->prompt_ids = malloc(((size_t)run->n_prompt + 1) * sizeof(int32_t));
     r->output_ids = malloc(((size_t)run->n_output + 1) * sizeof(int32_t));
@@ -813,6 +820,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     struct receipt r = {0};
     struct session s = {0}; /* the model, then the rerun's engine (engine/session.h) */
     bool s_ok = false;
+    struct device dev = {0}; /* the rerun's device (device/device.h) */
+    bool dev_ok = false;
     char *model_path = NULL;
     struct grammar *gram = NULL;
     char *rf_gbnf = NULL;
@@ -935,21 +944,38 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     fprintf(out, "model: %s matches (BLAKE3 %.16s, %llu bytes)\n", base_name(model_path), hex,
             (unsigned long long)r.model_size);
 
-    /* 4. the rerun's device, then the model and its vocabulary */
+    /* 4. the rerun's device, then the model and its vocabulary. --device names a CPU
+     * class, cpu or a registry device (vulkan:N); without it, the receipt's class: a GPU
+     * of that class if this machine has one, else the CPU (which computes the same bits
+     * when the receipt's numerics are canonical-1). */
     enum kern_isa isa = kern_isa_active();
+    char spec[32] = "cpu";
     if (o->device && !class_to_isa(o->device, &isa)) {
-        fprintf(out, "rerun: unknown device class '%s' (this CPU has", o->device);
-        for (int i = 0; i < KERN_ISA_COUNT; i++)
-            if (kern_isa_supported((enum kern_isa)i))
-                fprintf(out, " %s", kern_device_class((enum kern_isa)i));
-        fprintf(out, ")\n");
-        rc = RECEIPT_EXIT_USAGE;
-        goto done;
+        if (device_spec_valid(o->device)) {
+            snprintf(spec, sizeof spec, "%s", o->device);
+        } else if (!device_find_class(o->device, spec, sizeof spec)) {
+            fprintf(out, "rerun: unknown device '%s' (this CPU has", o->device);
+            for (int i = 0; i < KERN_ISA_COUNT; i++)
+                if (kern_isa_supported((enum kern_isa)i))
+                    fprintf(out, " %s", kern_device_class((enum kern_isa)i));
+            fprintf(out, "; or %s)\n", DEVICE_HELP);
+            rc = RECEIPT_EXIT_USAGE;
+            goto done;
+        }
+    } else if (!o->device && strncmp(r.device_class, "cpu-", 4) != 0 &&
+               !device_find_class(r.device_class, spec, sizeof spec)) {
+        fprintf(out, "rerun: this machine has no device of the receipt's class %s; rerunning on "
+                     "the CPU\n", r.device_class);
     }
     if (kern_isa_set(isa, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
+    if (device_open(spec, &dev, &err) != KN_OK) {
+        fprintf(out, "rerun: %s\n", err.msg);
+        goto done;
+    }
+    dev_ok = true;
     enum model_kv_type kv;
     if (!model_kv_type_from_name(r.cache_type, &kv)) {
         fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has ("
@@ -967,6 +993,12 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     so.ctx_size = r.ctx_size;
     so.threads = o->threads > 0 ? o->threads : 0;
     so.kv_type = r.cache_type;
+    if (device_is_gpu(&dev)) { /* the receipt's --gpu-layers unless told otherwise */
+        so.device = dev.be;
+        so.gpu_layers = o->gpu_layers >= 0 ? o->gpu_layers : r.gpu_layers > 0 ? r.gpu_layers : -1;
+        so.device_class = dev.cls;
+        so.device_name = dev.name;
+    }
     if (session_open(&s, &so, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
@@ -1028,10 +1060,13 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     const int32_t *ids = gen.ids;
     int64_t n_ids = gen.n;
     enum engine_finish fin = gen.finish;
-    const char *cls = kern_device_class(isa);
+    /* The rerun's class and numerics: the device's when it ran layers. */
+    bool on_gpu = s.m->dev && s.m->n_dev_layers > 0;
+    const char *cls = on_gpu ? dev.cls : kern_device_class(isa);
+    const char *num = on_gpu ? dev.numerics : KN_NUMERICS;
     bool same_class = strcmp(cls, r.device_class) == 0,
          same_build = strcmp(kn_build_id(), r.build) == 0,
-         same_numerics = strcmp(KN_NUMERICS, r.numerics) == 0;
+         same_numerics = strcmp(num, r.numerics) == 0;
     /* What differs between the runs: the receipt spec asks the report to say so. Two CPU
      * classes (x86-64 or aarch64, any level) compute canonical-1's bits alike, so a rerun
      * on another one is a cross-ISA check, reported as such. */
@@ -1040,7 +1075,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     if (!same_class || !same_build || !same_numerics)
         fprintf(out, "runs: receipt on %s, build %s, numerics %s; rerun on %s, build %s, numerics "
                      "%s%s%s%s\n",
-                r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS,
+                r.device_class, r.build, r.numerics, cls, kn_build_id(), num,
                 same_class ? ""
                 : cross_isa ? " (device class differs) (a cross-ISA rerun: every CPU class "
                               "computes canonical-1's bits)"
@@ -1055,7 +1090,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
             fprintf(out, "rerun: not identical: the same %lld output tokens on %s (BLAKE3 %.16s), "
                          "but under numerics %s, not the receipt's %s, which proves nothing about "
                          "its bits\n",
-                    (long long)n_ids, cls, th, KN_NUMERICS, r.numerics);
+                    (long long)n_ids, cls, th, num, r.numerics);
             rc = RECEIPT_EXIT_DIFFERS;
             goto done;
         }
@@ -1106,6 +1141,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
 done:
     if (s_ok)
         session_close(&s);
+    if (dev_ok)
+        device_close(&dev); /* after the model, whose buffers live on it */
     grammar_free(gram);
     free(rf_gbnf);
     free(model_path);

@@ -325,6 +325,10 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     so.batch = o->batch;
     so.threads = o->threads;
     so.kv_type = o->kv_type;
+    so.device = o->device;
+    so.gpu_layers = o->gpu_layers;
+    so.device_class = o->device_class;
+    so.device_name = o->device_name;
     so.no_draft = o->no_draft;
     so.sp = r->o.sp;
     so.grammar = o->grammar;

@@ -52,6 +52,10 @@ struct repl_opts {
     const char *const *stop;
     int n_stop;
     volatile sig_atomic_t *interrupt; /* set (by a SIGINT handler) to stop the answer */
+    /* The device (session_opts: device, gpu_layers, device_class, device_name); borrowed. */
+    struct kern_backend *device;
+    int64_t gpu_layers;
+    const char *device_class, *device_name;
 };
 
 /* Opens the session of `kinetic run` (session_open: model, tokenizer, template, engine,

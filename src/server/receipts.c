@@ -62,6 +62,10 @@ enum kn_status srv_receipt_build(void *ctx, const struct srv_receipt_input *in,
         .n_output = in->n_out,
         .ctx_size = in->n_ctx,
         .cache_type = in->cache_type,
+        .device_class = in->numerics ? in->device_class : NULL, /* NULL: the CPU's */
+        .device_name = in->device_name,
+        .numerics = in->numerics,
+        .gpu_layers = in->gpu_layers,
         .grammar = in->grammar,
         .response_format = in->response_format,
     };

@@ -47,6 +47,10 @@ struct srv_backend {
     const char *name;          /* model name shown by /v1/models unless --alias */
     const char *model_path;    /* for receipts */
     const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
+    /* With a GPU (--device): its name, numerics and --gpu-layers, for receipts; NULL,
+     * NULL, -1: the CPU runs everything. */
+    const char *device_name, *numerics;
+    int64_t gpu_layers;
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
     const char *cache_type;    /* the slots' KV cache type, "f32", "f16" or "q8_0" (the session's
@@ -310,6 +314,8 @@ struct srv_receipt_input {
     bool think_inside;
     const char *model_path;
     const char *device_class;
+    const char *device_name, *numerics; /* srv_backend's */
+    int64_t gpu_layers;
     int64_t n_ctx;                 /* the slot context (--ctx-size) */
     const char *cache_type;        /* the slots' KV cache type: "f32", "f16" or "q8_0" */
     const struct json_value *input;/* the messages array or the prompt, as sent */

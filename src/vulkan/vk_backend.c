@@ -204,6 +204,12 @@ static void class_word(char *out, size_t cap, const char *s)
     out[n] = 0;
 }
 
+void vk_class_of(const struct vkr_info *in, char *out, size_t cap)
+{
+    snprintf(out, cap, "vulkan-");
+    class_word(out, cap, in->name);
+}
+
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 #define VK_MAX_DEVICES 16
 static struct vk_backend *opened[VK_MAX_DEVICES];
@@ -246,12 +252,18 @@ struct kern_backend *vk_backend_open(int index, struct kn_err *err)
     };
     vk_ops_fill(&vb->ops);
     vb->base = (struct kern_backend){.ops = &vb->ops, .name = vb->name};
-    /* Until the self-test has run, the device promises only its own bits. */
     const struct vkr_info *in = vkr_device_info(vb->rt);
-    snprintf(vb->numerics, sizeof vb->numerics, "vulkan-");
-    class_word(vb->numerics, sizeof vb->numerics, in->name);
-    strncat(vb->numerics, "-", sizeof vb->numerics - strlen(vb->numerics) - 1);
-    class_word(vb->numerics, sizeof vb->numerics, in->driver_info[0] ? in->driver_info : in->driver);
+    vk_class_of(in, vb->cls, sizeof vb->cls);
+    /* The self-test decides the numerics: canonical-1, or bits promised only for this
+     * GPU and driver. */
+    vk_selftest_run(vb, &vb->selftest);
+    if (vb->selftest.canonical) {
+        snprintf(vb->numerics, sizeof vb->numerics, "%s", KN_NUMERICS);
+    } else {
+        snprintf(vb->numerics, sizeof vb->numerics, "%s-", vb->cls);
+        class_word(vb->numerics, sizeof vb->numerics,
+                   in->driver_info[0] ? in->driver_info : in->driver);
+    }
     opened[index] = vb;
     pthread_mutex_unlock(&open_lock);
     return &vb->base;
@@ -279,4 +291,14 @@ bool vk_backend_is(const struct kern_backend *be)
 const struct vkr_info *vk_backend_info(const struct kern_backend *be)
 {
     return vkr_device_info(VB(be)->rt);
+}
+
+const struct vk_selftest *vk_backend_selftest(const struct kern_backend *be)
+{
+    return &VB(be)->selftest;
+}
+
+const char *vk_backend_class(const struct kern_backend *be)
+{
+    return VB(be)->cls;
 }

@@ -7,11 +7,29 @@
 #include "../kernels/backend.h"
 #include "vk_rt.h"
 
+/* What the start-up self-test found (vk_selftest.c, docs/numerics.md "Devices"). */
+struct vk_selftest {
+    bool canonical;        /* everything below holds: the device computes canonical-1 */
+    bool fma_fused;        /* the driver's fma() is fused (else the shaders work around it) */
+    bool div_rounded, sqrt_rounded; /* the driver's / and sqrt are correctly rounded */
+    bool arith_ok;         /* add and multiply are IEEE */
+    bool denormals_kept;   /* subnormal inputs and results are not flushed */
+    bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
+    double seconds;
+    char report[1024];     /* each finding, and the failed check named */
+};
+
 /* Opens Vulkan device index as a backend (name "vulkan:<index>"). A device is opened once
  * per process; each open is paired with a vk_backend_close. NULL with err set on failure
  * (no Vulkan in this build, no such device, the driver refused). */
 struct kern_backend *vk_backend_open(int index, struct kn_err *err);
 void vk_backend_close(struct kern_backend *be);
+/* The self-test's findings (run once per device, at its first open). */
+const struct vk_selftest *vk_backend_selftest(const struct kern_backend *be);
+/* The receipt's device class of be: "vulkan-<gpu>", e.g. vulkan-llvmpipe-llvm-15.0.6-256-bits. */
+const char *vk_backend_class(const struct kern_backend *be);
+/* Writes the device class of a device described by in ("vulkan-<gpu>") to out. */
+void vk_class_of(const struct vkr_info *in, char *out, size_t cap);
 /* Whether be is a Vulkan backend. */
 bool vk_backend_is(const struct kern_backend *be);
 /* The device behind a Vulkan backend. */

@@ -18,6 +18,7 @@
 #define KN_VULKAN_VK_OPS_H
 
 #include "../kernels/backend.h"
+#include "vk_backend.h"
 #include "vk_rt.h"
 
 /* An open Vulkan device as a backend. */
@@ -27,7 +28,9 @@ struct vk_backend {
     struct vkr *rt;
     int index;
     char name[32];                /* "vulkan:N" */
+    char cls[128];                /* the device class: vulkan-<gpu> */
     char numerics[256];           /* KN_NUMERICS or vulkan-<gpu>-<driver> (self-test) */
+    struct vk_selftest selftest;
     int refs;                     /* vk_backend_open / vk_backend_close pairs */
 };
 
@@ -75,6 +78,9 @@ static inline struct vkr_bind vk_bind_rw(const struct kern_buf *b)
  * quantized activations), kept between passes and grown when needed (a grown buffer's
  * old one is freed when the pass ends). NULL with the failure recorded in the cmd. */
 struct vkr_buf *vk_stream_scratch(struct kern_stream *s, int slot, size_t bytes);
+
+/* Runs the start-up self-test on an open backend (vk_selftest.c). */
+void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t);
 
 /* Sets the op entries of ops that the Vulkan ops implement (vk_ops_table.c). */
 void vk_ops_fill(struct kern_backend_ops *ops);

@@ -128,9 +128,16 @@ def test_context_limit_stops_with_message():
 
 
 def test_device_and_argument_errors():
-    for dev in ("cuda", "vulkan"):
-        p = run([AIDREAMS, "x", "--device", dev], check=False)
-        assert p.returncode == 2 and "not available in this build" in p.stderr
+    p = run([AIDREAMS, "x", "--device", "cuda"], check=False)
+    assert p.returncode == 2 and "no CUDA backend" in p.stderr
+    p = run([AIDREAMS, "x", "--device", "gpu"], check=False)
+    assert p.returncode == 2 and "unknown --device 'gpu' (cpu, vulkan or vulkan:N" in p.stderr
+    # vulkan:99: no such device (2), or a build or machine without Vulkan (1, saying so)
+    p = run([AIDREAMS, "x", "--device", "vulkan:99"], check=False)
+    assert (p.returncode == 2 and "no device vulkan:99" in p.stderr) or \
+        (p.returncode == 1 and ("no Vulkan support" in p.stderr or "Vulkan" in p.stderr)), p.stderr
+    p = run([AIDREAMS, "x", "--gpu-layers", "2"], check=False)
+    assert p.returncode == 2 and "--gpu-layers puts layers on a GPU" in p.stderr
     p = run([AIDREAMS, "x", "--kv-type", "q8"], check=False)
     assert p.returncode == 2
     p = run([AIDREAMS, "x", "--raw", "--system", "s"], check=False)

@@ -1,0 +1,177 @@
+/* device.c: the device registry (device.h). */
+#include "device.h"
+#include "../kernels/isa.h"
+#include "../vulkan/vk_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void device_cpu_name(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(out, cap, "unknown CPU");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        char *v = strchr(line, ':');
+        if (!v)
+            break;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        size_t n = strcspn(v, "\n");
+        while (n && v[n - 1] == ' ')
+            n--;
+        v[n] = 0;
+        snprintf(out, cap, "%s", v);
+        break;
+    }
+    if (f)
+        fclose(f);
+}
+
+const char *device_backends_built(void)
+{
+    return vkr_built() ? "cpu vulkan" : "cpu";
+}
+
+/* "vulkan" or "vulkan:N" -> N (0 for the bare name); -1 when spec is not one. */
+static int vulkan_index(const char *spec)
+{
+    if (strcmp(spec, "vulkan") == 0)
+        return 0;
+    if (strncmp(spec, "vulkan:", 7) != 0)
+        return -1;
+    const char *p = spec + 7;
+    if (*p < '0' || *p > '9' || strlen(p) > 3)
+        return -1;
+    char *end;
+    long n = strtol(p, &end, 10);
+    return *end ? -1 : (int)n;
+}
+
+bool device_spec_valid(const char *spec)
+{
+    return strcmp(spec, "cpu") == 0 || vulkan_index(spec) >= 0;
+}
+
+enum kn_status device_open(const char *spec, struct device *out, struct kn_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (strcmp(spec, "cpu") == 0) {
+        snprintf(out->spec, sizeof out->spec, "cpu");
+        snprintf(out->cls, sizeof out->cls, "%s", kern_device_class(kern_isa_active()));
+        device_cpu_name(out->name, sizeof out->name);
+        out->numerics = KN_NUMERICS;
+        return KN_OK;
+    }
+    int vi = vulkan_index(spec);
+    if (vi < 0) {
+        if (strncmp(spec, "cuda", 4) == 0)
+            return kn_fail(err, KN_E_ARG, "--device %s: this build has no CUDA backend (the "
+                           "devices it has: %s)", spec, device_backends_built());
+        return kn_fail(err, KN_E_ARG, "unknown --device '%s' (%s)", spec, DEVICE_HELP);
+    }
+    struct kern_backend *be = vk_backend_open(vi, err);
+    if (!be) {
+        kn_err_prefix(err, "--device vulkan");
+        return err ? err->status : KN_E_UNSUPPORTED;
+    }
+    const struct vk_selftest *t = vk_backend_selftest(be);
+    snprintf(out->spec, sizeof out->spec, "vulkan:%d", vi);
+    out->be = be;
+    snprintf(out->cls, sizeof out->cls, "%s", vk_backend_class(be));
+    snprintf(out->name, sizeof out->name, "%s", vk_backend_info(be)->name);
+    out->numerics = be->ops->numerics(be);
+    snprintf(out->report, sizeof out->report, "%s", t->report);
+    return KN_OK;
+}
+
+bool device_find_class(const char *cls, char *spec, size_t cap)
+{
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (strcmp(cls, kern_device_class((enum kern_isa)i)) == 0) {
+            snprintf(spec, cap, "cpu");
+            return true;
+        }
+    struct kn_err err = {0};
+    int n = strncmp(cls, "vulkan-", 7) == 0 && vkr_built() ? vkr_device_count(&err) : 0;
+    for (int i = 0; i < n; i++) {
+        struct vkr_info in;
+        char c[128];
+        if (vkr_describe(i, &in, &err) != KN_OK)
+            continue;
+        vk_class_of(&in, c, sizeof c);
+        if (strcmp(c, cls) == 0) {
+            snprintf(spec, cap, "vulkan:%d", i);
+            return true;
+        }
+    }
+    return false;
+}
+
+void device_close(struct device *d)
+{
+    if (d->be)
+        vk_backend_close(d->be);
+    d->be = NULL;
+}
+
+static void print_bytes(FILE *out, uint64_t b)
+{
+    if (b >= (1ull << 30))
+        fprintf(out, "%.1f GiB", (double)b / (1ull << 30));
+    else
+        fprintf(out, "%.0f MiB", (double)b / (1ull << 20));
+}
+
+int device_list(FILE *out, bool selftest)
+{
+    char cpu[256];
+    device_cpu_name(cpu, sizeof cpu);
+    fprintf(out, "cpu        %s\n", cpu);
+    fprintf(out, "           class %s, numerics %s (the reference)\n",
+            kern_device_class(kern_isa_active()), KN_NUMERICS);
+    if (!vkr_built()) {
+        fprintf(out, "vulkan     not in this build (install libvulkan-dev and glslc, see "
+                     "scripts/deps.sh)\n");
+        return 0;
+    }
+    struct kn_err err = {0};
+    int n = vkr_device_count(&err);
+    if (n == 0) {
+        fprintf(out, "vulkan     no device: %s\n", err.msg);
+        return 0;
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        struct vkr_info in;
+        if (vkr_describe(i, &in, &err) != KN_OK) {
+            fprintf(out, "vulkan:%-3d %s\n", i, err.msg);
+            rc = 1;
+            continue;
+        }
+        fprintf(out, "vulkan:%-3d %s (%s)\n", i, in.name, in.type);
+        fprintf(out, "           driver %s, %s; Vulkan %u.%u; ", in.driver, in.driver_info,
+                in.api_version >> 22, (in.api_version >> 12) & 0x3ff);
+        print_bytes(out, in.device_local_bytes);
+        fprintf(out, "\n");
+        if (!selftest)
+            continue;
+        struct kern_backend *be = vk_backend_open(i, &err);
+        if (!be) {
+            fprintf(out, "           cannot open: %s\n", err.msg);
+            rc = 1;
+            continue;
+        }
+        const struct vk_selftest *t = vk_backend_selftest(be);
+        fprintf(out, "           class %s, numerics %s%s\n", vk_backend_class(be),
+                be->ops->numerics(be),
+                t->canonical ? " (self-test passed: a receipt made here verifies on a CPU)"
+                             : " (self-test failed: bits promised only for this driver)");
+        fprintf(out, "           self-test: %s\n", t->report);
+        vk_backend_close(be);
+    }
+    return rc;
+}
