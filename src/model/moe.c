@@ -193,7 +193,7 @@ enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparam
 {
     struct model_moe *m = L->moe;
     struct kern_backend *be = L->be;
-    if (!be->ops->moe_route || !be->ops->moe_ffn)
+    if (!kern_backend_has_moe(be))
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "a mixture-of-experts layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
                        be->ops->moe_route ? "moe_ffn" : "moe_route", be->name, (long long)il);

@@ -10,7 +10,8 @@ relative to the spread of the reference logits (rms(kinetic - ref) / std(ref)):
 and the greedy choice must agree wherever the reference's top-2 margin exceeds the
 largest error seen. Models: aidreams260K (real, f32) and `kinetic synth` tiny models of
 every architecture, with windows and bases chosen so that gemma3's sliding-window layers
-and its two RoPE bases are exercised by a 24-token sequence.
+and its two RoPE bases are exercised by a 24-token sequence (lfm2: its conv layers, first
+and last, around an attention layer).
 """
 import json
 import os
@@ -84,11 +85,13 @@ def synth(tmp_path, arch, typ, dims=None):
 
 # gemma3: a 6-token window so that local layers slide within the 24-token sequence, and a
 # global RoPE base different from the local 10000.
+# lfm2: the tiny preset's conv, conv, attention, conv layers.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
-        "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2"}
+        "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
+        "lfm2": "kv_heads=2,rope_base=1000000,tied=1"}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
