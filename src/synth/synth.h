@@ -12,7 +12,7 @@
 #include "../base/base.h"
 
 enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE,
-                  SYNTH_LFM2, SYNTH_ARCH_COUNT };
+                  SYNTH_LFM2, SYNTH_LFM2MOE, SYNTH_ARCH_COUNT };
 
 /* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
 enum synth_ftype {
@@ -54,6 +54,7 @@ struct synth_dims {
     uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
     uint32_t n_attn_layers;
     uint32_t conv_l;
+    uint32_t n_dense_lead;  /* lfm2moe: dense layers before the MoE ones */
 };
 
 struct synth_params {
