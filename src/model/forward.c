@@ -137,7 +137,8 @@ static enum kn_status part_create(struct fwd_part *p, struct kern_backend *be, c
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += sizes[i] * sizeof(float);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (!(*bufs[i] = be->ops->alloc(be, sizes[i] * sizeof(float), true, err)))
+        if (sizes[i] && /* the MoE buffers of a dense model: none */
+            !(*bufs[i] = be->ops->alloc(be, sizes[i] * sizeof(float), true, err)))
             return kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of activations for batch %lld on %s; use a smaller batch",
                            total >> 20, (long long)max_tokens, be->name);
     return KN_OK;

@@ -20,7 +20,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",
          "q3_k", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4_moe",
          "mxfp4"]
@@ -90,7 +90,7 @@ def mix_type(ftype, name, t, n_layer, gqa):
 
 def expected_type(ftype, name, n_dims, ne0, n_layer, tied, gqa=2):
     """llama.cpp's choice (a mix) or the single type, with llama.cpp's fallbacks."""
-    if n_dims < 2:
+    if n_dims < 2 or name.endswith("ffn_gate_inp.weight"):  # llama.cpp keeps routers F32
         return T.F32
     t = SINGLE[ftype]
     if ftype == "mxfp4_moe":
@@ -119,12 +119,16 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
         b = f"blk.{i}."
         t.update({b + "attn_norm.weight": [dim], b + "attn_q.weight": [dim, q],
                   b + "attn_k.weight": [dim, kv], b + "attn_v.weight": [dim, kv],
-                  b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim],
-                  b + "ffn_gate.weight": [dim, ffn], b + "ffn_up.weight": [dim, ffn],
-                  b + "ffn_down.weight": [ffn, dim]})
+                  b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim]})
+        if arch == "qwen3moe":  # tiny: 16 experts of width 256
+            t.update({b + "ffn_gate_inp.weight": [dim, 16], b + "ffn_gate_exps.weight": [dim, 256, 16],
+                      b + "ffn_up_exps.weight": [dim, 256, 16], b + "ffn_down_exps.weight": [256, dim, 16]})
+        else:
+            t.update({b + "ffn_gate.weight": [dim, ffn], b + "ffn_up.weight": [dim, ffn],
+                      b + "ffn_down.weight": [ffn, dim]})
         if arch == "qwen2":
             t.update({b + "attn_q.bias": [q], b + "attn_k.bias": [kv], b + "attn_v.bias": [kv]})
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             t.update({b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
         if arch == "gemma3":
             t.update({b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
@@ -190,7 +194,7 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "qwen3moe": 2}
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +233,9 @@ def test_tiny_loads(tiny_dir, arch, ty):
     assert len(kv["tokenizer.ggml.tokens"]) == 512
     if arch == "gemma3":
         assert kv["gemma3.attention.sliding_window"] == 128
+    if arch == "qwen3moe":
+        assert (kv["qwen3moe.expert_count"], kv["qwen3moe.expert_used_count"],
+                kv["qwen3moe.expert_feed_forward_length"]) == (16, 4, 256)
     want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=False)
     got = {t.name: t for t in r.tensors}
     assert set(got) == set(want)

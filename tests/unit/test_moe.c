@@ -53,6 +53,60 @@ static void test_hparams(struct model *m)
     }
 }
 
+/* ---------------------------------------------------------------- the routing rule */
+
+/* kern_moe_route against docs/numerics.md "Mixture of experts", case by case. */
+static void test_route_rule(void)
+{
+    int32_t id[4];
+    float w[4];
+    /* Equal logits: the lowest indices, in order, each 1/4 after normalisation. */
+    const float flat[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    struct kern_moe_gate g = {.gating = KERN_MOE_SOFTMAX, .n_expert = 6, .n_used = 4, .norm = true,
+                              .scale = 1.0f};
+    kern_moe_route(&g, flat, NULL, 1, id, w);
+    CHECK(id[0] == 0 && id[1] == 1 && id[2] == 2 && id[3] == 3);
+    CHECK(w[0] == 0.25f && w[3] == 0.25f);
+    /* A tie for the top between experts 4 and 1, then +0 and -0 tied (experts 0 and 5). */
+    const float tie[6] = {0.0f, 3.0f, -1.0f, -2.0f, 3.0f, -0.0f};
+    kern_moe_route(&g, tie, NULL, 1, id, w);
+    CHECK(id[0] == 1 && id[1] == 4 && id[2] == 0 && id[3] == 5);
+    CHECK(w[0] == w[1] && w[2] == w[3] && w[0] > w[2]);
+    /* Without normalisation the weights are the softmax probabilities themselves. */
+    float p[6];
+    kern_softmax(p, tie, 6);
+    g.norm = false;
+    kern_moe_route(&g, tie, NULL, 1, id, w);
+    CHECK(w[0] == p[1] && w[1] == p[4] && w[2] == p[0] && w[3] == p[5]);
+    /* The normalisation: sum in rank order, then one division each. */
+    g.norm = true;
+    g.n_used = 3;
+    kern_moe_route(&g, tie, NULL, 1, id, w);
+    float sum = (p[1] + p[4]) + p[0];
+    CHECK(w[0] == p[1] / sum && w[1] == p[4] / sum && w[2] == p[0] / sum);
+    /* Sigmoid gating with a selection bias: the bias picks, the weights stay sigmoid(l),
+     * then the scale multiplies them. */
+    const float l[4] = {2.0f, 0.0f, -1.0f, 1.0f}, bias[4] = {0.0f, 0.0f, 5.0f, 0.0f};
+    struct kern_moe_gate sg = {.gating = KERN_MOE_SIGMOID, .n_expert = 4, .n_used = 2, .norm = false,
+                               .scale = 2.5f};
+    kern_moe_route(&sg, l, bias, 1, id, w);
+    CHECK(id[0] == 2 && id[1] == 0);
+    CHECK(w[0] == (1.0f / (1.0f + kern_expf(1.0f))) * 2.5f);
+    CHECK(w[1] == (1.0f / (1.0f + kern_expf(-2.0f))) * 2.5f);
+    /* Weights that sum to less than the clamp are divided by the clamp. */
+    const float tiny[2] = {-200.0f, -200.0f};
+    struct kern_moe_gate tg = {.gating = KERN_MOE_SIGMOID, .n_expert = 2, .n_used = 2, .norm = true,
+                               .scale = 1.0f};
+    kern_moe_route(&tg, tiny, NULL, 1, id, w);
+    float s0 = 1.0f / (1.0f + kern_expf(200.0f));
+    CHECK(w[0] == s0 / KERN_MOE_NORM_MIN && w[1] == w[0]);
+    /* A NaN logit is never chosen over a number (sigmoid keeps it NaN). */
+    const float nan_l[3] = {__builtin_nanf(""), -1.0f, 1.0f};
+    sg = (struct kern_moe_gate){.gating = KERN_MOE_SIGMOID, .n_expert = 3, .n_used = 2, .scale = 1.0f};
+    kern_moe_route(&sg, nan_l, NULL, 1, id, w);
+    CHECK(id[0] == 2 && id[1] == 1);
+}
+
 /* ---------------------------------------------------------------- routing invariance */
 
 struct moe_run {
@@ -272,6 +326,7 @@ int main(void)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = i == 0 ? 1 : (int32_t)(3 + (s >> 33) % 509);
     }
+    test_route_rule();
     static const enum synth_ftype types[] = {SYNTH_Q4_K_M, SYNTH_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char path[] = "/tmp/kn_moe_XXXXXX";
