@@ -20,7 +20,7 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                           "qwen3moe"};
+                                                           "qwen3moe", "lfm2", "lfm2moe"};
 
 /* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
  * importance matrix): which tensors get other types than the mix's default. */
@@ -57,6 +57,12 @@ static const struct {
     [SYNTH_MXFP4] = {"mxfp4", QT_MXFP4, 38, MIX_NONE},
 };
 
+/* lfm2 and lfm2moe share the conv and attention layers. */
+static bool synth_arch_is_lfm2(enum synth_arch a)
+{
+    return a == SYNTH_LFM2 || a == SYNTH_LFM2MOE;
+}
+
 const char *synth_arch_name(enum synth_arch a)
 {
     return a < SYNTH_ARCH_COUNT ? arch_names[a] : "unknown";
@@ -75,7 +81,7 @@ enum kn_status synth_parse_arch(const char *s, enum synth_arch *out, struct kn_e
             return KN_OK;
         }
     }
-    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of llama, qwen2, qwen3, gemma3, qwen3moe", s);
+    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe", s);
 }
 
 enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn_err *err)
@@ -128,6 +134,31 @@ static const struct preset presets[] = {
      {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
+    /* LFM2 (Liquid AI's config.json; feed_forward_length as convert_hf_to_gguf.py derives
+     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. */
+    {"lfm2-350m", SYNTH_LFM2,
+     {.n_embd = 1024, .n_layer = 16, .n_head = 16, .n_head_kv = 8, .head_dim = 64, .n_ff = 4608,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-700m", SYNTH_LFM2,
+     {.n_embd = 1536, .n_layer = 16, .n_head = 24, .n_head_kv = 8, .head_dim = 64, .n_ff = 6912,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-1.2b", SYNTH_LFM2,
+     {.n_embd = 2048, .n_layer = 16, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 8192,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-2.6b", SYNTH_LFM2,
+     {.n_embd = 2048, .n_layer = 30, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 10752,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
+    /* LFM2-8B-A1B: 24 layers, the first two dense, 32 experts of 1792, 4 per token;
+     * 6 attention layers (LFM2's 1:3 ratio). */
+    {"lfm2-8b-a1b", SYNTH_LFM2MOE,
+     {.n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 7168,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 6, 10, 14, 18, 21}, .n_attn_layers = 6, .conv_l = 3, .n_expert = 32,
+      .n_expert_used = 4, .n_ff_exp = 1792, .n_dense_lead = 2}},
     {"gemma3-270m", SYNTH_GEMMA3,
      {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
       .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
@@ -152,9 +183,10 @@ static const struct preset presets[] = {
 
 const char *synth_preset_list(void)
 {
-    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
+    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2), tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
-           "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe)";
+           "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
+           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -178,11 +210,18 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
         }
-        if (*arch == SYNTH_QWEN3MOE && p->arch == SYNTH_ARCH_COUNT) {
+        if ((*arch == SYNTH_QWEN3MOE || *arch == SYNTH_LFM2MOE) && p->arch == SYNTH_ARCH_COUNT) {
             out->n_expert = TINY_EXPERTS;
             out->n_expert_used = TINY_EXPERTS_USED;
             out->n_ff_exp = TINY_EXPERT_FFN;
             out->norm_eps = 1e-6f;
+        }
+        if ((*arch == SYNTH_LFM2 || *arch == SYNTH_LFM2MOE) && p->arch == SYNTH_ARCH_COUNT) {
+            out->n_layer = 4; /* conv, conv, attention, conv: a conv layer first and last */
+            out->norm_eps = 1e-5f;
+            out->n_dense_lead = *arch == SYNTH_LFM2MOE; /* one dense layer, three MoE ones */
+            if (*arch == SYNTH_LFM2MOE)
+                out->tied = true; /* llama.cpp's lfm2moe has no output.weight */
         }
         return KN_OK;
     }
@@ -246,6 +285,9 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"experts", offsetof(struct synth_dims, n_expert), 0},
         {"experts_used", offsetof(struct synth_dims, n_expert_used), 0},
         {"expert_ffn", offsetof(struct synth_dims, n_ff_exp), 0},
+        {"conv_l", offsetof(struct synth_dims, conv_l), 0},
+        {"attn", offsetof(struct synth_dims, n_attn_layers), 3},
+        {"dense_lead", offsetof(struct synth_dims, n_dense_lead), 4},
     };
     const char *p = spec;
     if (!*p)
@@ -266,7 +308,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         if (k == sizeof keys / sizeof keys[0])
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
-                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, expert_ffn",
+                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
+                           "expert_ffn, conv_l, attn, dense_lead",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -280,17 +323,39 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             ok = parse_f32(val, vlen, &v);
             if (ok)
                 memcpy(field, &v, sizeof v);
-        } else {
+        } else if (keys[k].kind == 4) {
+            uint32_t v; /* 0 allowed */
+            ok = parse_u32(val, vlen, &v);
+            if (ok)
+                memcpy(field, &v, sizeof v);
+        } else if (keys[k].kind == 2) {
             ok = vlen == 1 && (val[0] == '0' || val[0] == '1');
             if (ok)
                 *(bool *)field = val[0] == '1';
+        } else {
+            /* attn=2:5:8: layer numbers separated by ':' */
+            ok = true;
+            d->n_attn_layers = 0;
+            for (size_t i = 0; ok && i < vlen;) {
+                size_t j = i;
+                while (j < vlen && val[j] != ':')
+                    j++;
+                uint32_t v;
+                ok = parse_u32(val + i, j - i, &v) && v < 65536 && d->n_attn_layers < SYNTH_MAX_ATTN_LAYERS;
+                if (ok)
+                    d->attn_layers[d->n_attn_layers++] = (uint16_t)v;
+                i = j + 1;
+            }
+            ok = ok && d->n_attn_layers > 0;
         }
         if (!ok)
             return kn_fail(err, KN_E_ARG, "--dims: bad value '%.*s' for %s (%s)", (int)vlen, val,
                            keys[k].key,
                            keys[k].kind == 0   ? "a positive integer"
                            : keys[k].kind == 1 ? "a positive number"
-                                               : "0 or 1");
+                           : keys[k].kind == 2 ? "0 or 1"
+                           : keys[k].kind == 4 ? "a non-negative integer"
+                                               : "layer numbers separated by ':'");
         p += len;
         if (*p == ',')
             p++;
@@ -330,16 +395,36 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
-    if (arch == SYNTH_QWEN3MOE) {
+    if (synth_arch_is_lfm2(arch)) {
+        if (!d->conv_l)
+            d->conv_l = 3;
+        if (d->head_dim * d->n_head != d->n_embd)
+            return kn_fail(err, KN_E_ARG,
+                           "lfm2 needs heads * head_dim = dim (%u * %u != %u): llama.cpp's lfm2 "
+                           "has square attention matrices", d->n_head, d->head_dim, d->n_embd);
+        for (uint32_t i = 0; i < d->n_attn_layers; i++)
+            if (d->attn_layers[i] >= d->n_layer || (i && d->attn_layers[i] <= d->attn_layers[i - 1]))
+                return kn_fail(err, KN_E_ARG,
+                               "attn: layer %u is not below layers=%u or the list is not ascending",
+                               d->attn_layers[i], d->n_layer);
+    } else if (d->n_attn_layers || d->conv_l) {
+        return kn_fail(err, KN_E_ARG, "attn and conv_l are lfm2's (short-convolution layers); %s has none",
+                       arch_names[arch]);
+    }
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         if (!d->n_expert || !d->n_expert_used || !d->n_ff_exp)
-            return kn_fail(err, KN_E_ARG, "qwen3moe needs experts, experts_used and expert_ffn (all > 0)");
+            return kn_fail(err, KN_E_ARG, "%s needs experts, experts_used and expert_ffn (all > 0)",
+                           arch_names[arch]);
+        if (d->n_dense_lead >= d->n_layer || (arch == SYNTH_QWEN3MOE && d->n_dense_lead))
+            return kn_fail(err, KN_E_ARG, "dense_lead (%u) must be below layers (%u), and 0 for qwen3moe",
+                           d->n_dense_lead, d->n_layer);
         if (d->n_expert > 512 || d->n_expert_used > d->n_expert || d->n_expert_used > 64 ||
             d->n_ff_exp > 262144)
             return kn_fail(err, KN_E_ARG,
                            "experts (%u) must be at most 512, experts_used (%u) at most experts and 64, "
                            "expert_ffn at most 262144", d->n_expert, d->n_expert_used);
     } else if (d->n_expert) {
-        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe only");
+        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe and lfm2moe only");
     }
     if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
         return kn_fail(err, KN_E_ARG,
@@ -347,6 +432,16 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "has square attention matrices",
                        d->n_head, d->head_dim, d->n_embd);
     return KN_OK;
+}
+
+bool synth_attn_layer(const struct synth_dims *d, uint32_t il)
+{
+    if (d->n_attn_layers == 0)
+        return il % 3 == 2;
+    for (uint32_t i = 0; i < d->n_attn_layers; i++)
+        if (d->attn_layers[i] == il)
+            return true;
+    return false;
 }
 
 /* ---------------------------------------------------------------- tensor types */
@@ -599,8 +694,9 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 
 /* ---------------------------------------------------------------- tensors */
 
-/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). */
-enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER };
+/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). FILL_CONV: lfm2's
+ * conv taps, noise of a trained conv's scale (about 0.3) so that the conv matters in tests. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV };
 
 struct tensor_spec {
     char name[64];
@@ -638,6 +734,13 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     add_spec(s, &n, "token_embd.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
     for (int il = 0; il < (int)d->n_layer; il++) {
         add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (synth_arch_is_lfm2(arch) && !synth_attn_layer(d, (uint32_t)il)) {
+            /* llama.cpp's order: in_proj (B, C, x), the taps (L per channel), out_proj */
+            add_spec(s, &n, "shortconv.in_proj.weight", il, 2, E, 3 * E, FILL_NOISE);
+            add_spec(s, &n, "shortconv.conv.weight", il, 2, d->conv_l, E, FILL_CONV);
+            add_spec(s, &n, "shortconv.out_proj.weight", il, 2, E, E, FILL_NOISE);
+            goto ffn;
+        }
         add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
@@ -648,14 +751,16 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
-        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3) {
+        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3 ||
+            synth_arch_is_lfm2(arch)) {
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
         if (arch == SYNTH_GEMMA3)
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
+    ffn:
         add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
-        if (arch == SYNTH_QWEN3MOE) {
+        if (arch == SYNTH_QWEN3MOE || (arch == SYNTH_LFM2MOE && (uint32_t)il >= d->n_dense_lead)) {
             const int64_t X = d->n_expert, F = d->n_ff_exp;
             add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
             add_spec(s, &n, "ffn_gate_exps.weight", il, 3, E, F, FILL_NOISE);
@@ -664,6 +769,8 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             s[n - 1].ne[2] = X;
             add_spec(s, &n, "ffn_down_exps.weight", il, 3, F, E, FILL_NOISE);
             s[n - 1].ne[2] = X;
+            if (arch == SYNTH_LFM2MOE) /* the selection bias of sigmoid routing */
+                add_spec(s, &n, "exp_probs_b.bias", il, 1, X, 1, FILL_NOISE);
             continue;
         }
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
@@ -672,7 +779,9 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_GEMMA3)
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
-    add_spec(s, &n, "output_norm.weight", -1, 1, E, 1, FILL_ONES);
+    /* lfm2's final norm is token_embd_norm (llama.cpp's name; there is no output_norm) */
+    add_spec(s, &n, synth_arch_is_lfm2(arch) ? "token_embd_norm.weight" : "output_norm.weight", -1, 1, E, 1,
+             FILL_ONES);
     if (!d->tied)
         add_spec(s, &n, "output.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
     return n;
@@ -684,6 +793,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
  * would give every expert nearly the same probability and make the choice a near-tie
  * that any rounding flips. 0.25 gives router logits of about unit spread. */
 #define ROUTER_STD 0.25f
+#define CONV_STD 0.3f
 
 struct fill_job {
     const struct tensor_spec *t;
@@ -706,7 +816,9 @@ static void *fill_rows(void *arg)
     for (int64_t r = j->r0; x && r < j->r1; r++) {
         for (int64_t c = 0; c < ne0; c++)
             x[c] = t->fill == FILL_ONES ? 1.0f
-                   : (t->fill == FILL_ROUTER ? ROUTER_STD : WEIGHT_STD) *
+                   : (t->fill == FILL_ROUTER ? ROUTER_STD
+                      : t->fill == FILL_CONV ? CONV_STD
+                                             : WEIGHT_STD) *
                          synth_noise(j->key, (uint64_t)(r * ne0 + c));
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
             j->bad_type = true;
@@ -795,7 +907,16 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("block_count"), d->n_layer);
     gguf_writer_set_u32(w, KEY("feed_forward_length"), d->n_ff);
     gguf_writer_set_u32(w, KEY("attention.head_count"), d->n_head);
-    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), d->n_head_kv);
+    if (synth_arch_is_lfm2(arch)) {
+        /* one entry per layer, 0 for a conv layer (int32, as gguf-py writes a list) */
+        int32_t kv[512];
+        for (uint32_t il = 0; il < d->n_layer; il++)
+            kv[il] = synth_attn_layer(d, il) ? (int32_t)d->n_head_kv : 0;
+        gguf_writer_set_arr(w, KEY("attention.head_count_kv"), GGUF_T_I32, kv, d->n_layer);
+        gguf_writer_set_u32(w, KEY("shortconv.l_cache"), d->conv_l);
+    } else {
+        gguf_writer_set_u32(w, KEY("attention.head_count_kv"), d->n_head_kv);
+    }
     gguf_writer_set_u32(w, KEY("attention.key_length"), d->head_dim);
     gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
@@ -804,10 +925,15 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
-    if (arch == SYNTH_QWEN3MOE) {
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         gguf_writer_set_u32(w, KEY("expert_count"), d->n_expert);
         gguf_writer_set_u32(w, KEY("expert_used_count"), d->n_expert_used);
         gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), d->n_ff_exp);
+    }
+    if (arch == SYNTH_LFM2MOE) {
+        /* llama.cpp's LLM_ARCH_LFM2MOE keys: sigmoid gating (2) over a selection bias */
+        gguf_writer_set_u32(w, KEY("leading_dense_block_count"), d->n_dense_lead);
+        gguf_writer_set_u32(w, KEY("expert_gating_func"), 2);
     }
 #undef KEY
 }
@@ -874,11 +1000,21 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
     }
     struct fill_ctx fc = {specs, list_tensors(p->arch, &d, specs), 0, p->seed,
                           p->threads > 0 ? p->threads : default_threads()};
+    /* llama.cpp's quantizer counts attn_v tensors, not layers, for its more-bits rule
+     * (lfm2 has them in its attention layers only). */
+    int n_attn = 0, i_attn = 0;
     const int n_gqa = d.n_head_kv ? (int)(d.n_head / d.n_head_kv) : 1;
+    for (uint32_t il = 0; il < d.n_layer; il++)
+        n_attn += !synth_arch_is_lfm2(p->arch) || synth_attn_layer(&d, il);
     for (int i = 0; i < fc.n; i++) {
         struct tensor_spec *t = &specs[i];
-        t->type = synth_tensor_type(p->ftype, t->name, t->layer, (int)d.n_layer, t->ne[0],
-                                    t->n_dims, d.tied, n_gqa);
+        bool is_v = ends_with(t->name, "attn_v.weight");
+        t->type = synth_tensor_type(p->ftype, t->name, is_v ? i_attn : t->layer,
+                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied,
+                                    n_gqa);
+        i_attn += is_v;
+        if (t->fill == FILL_CONV)
+            t->type = QT_F32; /* llama.cpp's quantizer leaves shortconv.conv.weight as it is */
         /* The writer calls fill_tensor for each tensor while it streams the file, so only
          * the largest tensor is ever in memory. */
         gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, &fc);

@@ -12,7 +12,7 @@
 #include "../base/base.h"
 
 enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE,
-                  SYNTH_ARCH_COUNT };
+                  SYNTH_LFM2, SYNTH_LFM2MOE, SYNTH_ARCH_COUNT };
 
 /* The weight type of a file: one GGML type for every matrix (f32 .. q6_k, q3_k, mxfp4), or one of
  * llama.cpp's mixes (q4_k_m, q2_k, q3_k_s/m/l, q5_k_m, iq4_nl, iq4_xs, mxfp4_moe: its
@@ -44,6 +44,8 @@ enum synth_ftype {
     SYNTH_FTYPE_COUNT,
 };
 
+#define SYNTH_MAX_ATTN_LAYERS 64
+
 struct synth_dims {
     uint32_t n_embd;     /* model width */
     uint32_t n_layer;
@@ -60,6 +62,12 @@ struct synth_dims {
     uint32_t n_expert;      /* qwen3moe: experts per layer */
     uint32_t n_expert_used; /* qwen3moe: experts per token */
     uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
+    /* lfm2: the attention layers (the rest are short-convolution layers), ascending; none
+     * given: every third layer from layer 2 (2, 5, 8, ...). conv_l: the conv length (3). */
+    uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
+    uint32_t n_attn_layers;
+    uint32_t conv_l;
+    uint32_t n_dense_lead;  /* lfm2moe: dense layers before the MoE ones */
 };
 
 struct synth_params {
@@ -87,7 +95,8 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied experts experts_used expert_ffn) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn conv_l attn; attn=2:5:8 lists
+ * lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);
@@ -95,6 +104,8 @@ KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims 
  * dimensions are usable. */
 KN_MUST_USE enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d,
                                             struct kn_err *err);
+/* lfm2: whether layer il is an attention layer (after synth_check_dims). */
+bool synth_attn_layer(const struct synth_dims *d, uint32_t il);
 
 /* The GGML type tensor `name` (row length ne0; layer il of n_layer, -1 for none) gets
  * under ftype: llama.cpp's choices for a mix (llama_tensor_get_type; n_gqa = query heads

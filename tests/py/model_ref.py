@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -36,12 +36,18 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
         self.n_head = _field(r, f"{a}.attention.head_count")
         self.n_head_kv = _field(r, f"{a}.attention.head_count_kv", self.n_head)
+        # lfm2: one head_count_kv per layer; 0 marks a short-convolution layer.
+        self.conv_layers = [False] * _field(r, f"{a}.block_count")
+        if isinstance(self.n_head_kv, list):
+            self.conv_layers = [n == 0 for n in self.n_head_kv]
+            self.n_head_kv = max(self.n_head_kv) or self.n_head
+        self.conv_l = _field(r, f"{a}.shortconv.l_cache", 0)
         self.head_k = _field(r, f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.head_v = _field(r, f"{a}.attention.value_length", self.n_embd // self.n_head)
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_k)
@@ -60,7 +66,7 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -72,6 +78,9 @@ class RefModel:
         # their sum, the experts' SwiGLU outputs weighted and summed.
         self.n_expert = _field(r, f"{a}.expert_count", 0)
         self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
+        # lfm2moe: sigmoid gating (expert_gating_func 2); the choice adds the selection
+        # bias exp_probs_b to the probabilities, the weights do not.
+        self.sigmoid_gating = _field(r, f"{a}.expert_gating_func", 1) == 2
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -164,9 +173,14 @@ class RefModel:
         out = np.zeros_like(h)
         k = self.n_expert_used
         for t in range(h.shape[0]):
-            z = np.exp(logits[t] - logits[t].max())
-            prob = z / z.sum()
-            chosen = sorted(range(self.n_expert), key=lambda e: (-prob[e], e))[:k]
+            if self.sigmoid_gating:
+                prob = 1.0 / (1.0 + np.exp(-logits[t]))
+            else:
+                z = np.exp(logits[t] - logits[t].max())
+                prob = z / z.sum()
+            bias = self.w(p + "exp_probs_b.bias") if self.has(p + "exp_probs_b.bias") else 0.0
+            score = prob + bias
+            chosen = sorted(range(self.n_expert), key=lambda e: (-score[e], e))[:k]
             wts = prob[chosen] / prob[chosen].sum()
             for e, wt in zip(chosen, wts):
                 g = gate[e].astype(np.float64) @ h[t]
@@ -190,6 +204,10 @@ class RefModel:
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.rms_norm(x, self.w(p + "attn_norm.weight"))
+            if self.conv_layers[il]:
+                x = x + self.short_conv(p, h, pos)
+                x = self.ffn(p, x)
+                continue
             q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
             k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
             v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
@@ -221,22 +239,43 @@ class RefModel:
             if self.has(p + "post_attention_norm.weight"):
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o
-            h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
-            if self.has(p + "ffn_gate_inp.weight"):
-                x = x + self.moe(p, h)
-                continue
-            g = self.mm(p + "ffn_gate.weight", h)
-            u = self.mm(p + "ffn_up.weight", h)
-            act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
-            f = self.mm(p + "ffn_down.weight", act * u)
-            if self.has(p + "post_ffw_norm.weight"):
-                f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
-            x = x + f
+            x = self.ffn(p, x)
         if rows is not None:
             x = x[list(rows)]
-        x = self.rms_norm(x, self.w("output_norm.weight"))
+        # lfm2's final norm is token_embd_norm
+        norm = "output_norm.weight" if self.has("output_norm.weight") else "token_embd_norm.weight"
+        x = self.rms_norm(x, self.w(norm))
         out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
         return self.mm(out_name, x)
+
+    def ffn(self, p, x):
+        h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
+        if self.has(p + "ffn_gate_inp.weight"):
+            return x + self.moe(p, h)
+        g = self.mm(p + "ffn_gate.weight", h)
+        u = self.mm(p + "ffn_up.weight", h)
+        act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+        f = self.mm(p + "ffn_down.weight", act * u)
+        if self.has(p + "post_ffw_norm.weight"):
+            f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
+        return x + f
+
+    def short_conv(self, p, h, pos):
+        """LFM2's conv block (Liquid AI's Lfm2ShortConv as llama.cpp's lfm2 graph runs
+        it): B, C, x = in_proj(h); bx = B * x; a depthwise causal conv of L taps over the
+        positions pos-L+1..pos of bx (zero before position 0); out_proj(C * conv).
+        The sequence must be positions 0..T-1 (a whole sequence, no cache)."""
+        T, E, L = h.shape[0], self.n_embd, self.conv_l
+        assert list(pos) == list(range(T)), "the reference convolves a whole sequence"
+        bcx = self.mm(p + "shortconv.in_proj.weight", h)
+        b, c, xx = bcx[:, :E], bcx[:, E:2 * E], bcx[:, 2 * E:]
+        bx = b * xx
+        w = self.w(p + "shortconv.conv.weight").astype(np.float64)  # (E, L), oldest tap first
+        padded = np.concatenate([np.zeros((L - 1, E)), bx], axis=0)
+        conv = np.zeros((T, E))
+        for i in range(L):
+            conv += padded[i:i + T] * w[:, i]
+        return self.mm(p + "shortconv.out_proj.weight", c * conv)
 
     def greedy(self, prompt_tokens, n):
         toks = list(prompt_tokens)
