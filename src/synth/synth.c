@@ -1003,14 +1003,15 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
     /* llama.cpp's quantizer counts attn_v tensors, not layers, for its more-bits rule
      * (lfm2 has them in its attention layers only). */
     int n_attn = 0, i_attn = 0;
+    const int n_gqa = d.n_head_kv ? (int)(d.n_head / d.n_head_kv) : 1;
     for (uint32_t il = 0; il < d.n_layer; il++)
         n_attn += !synth_arch_is_lfm2(p->arch) || synth_attn_layer(&d, il);
-    const int n_gqa = d.n_head_kv ? (int)(d.n_head / d.n_head_kv) : 1;
     for (int i = 0; i < fc.n; i++) {
         struct tensor_spec *t = &specs[i];
         bool is_v = ends_with(t->name, "attn_v.weight");
         t->type = synth_tensor_type(p->ftype, t->name, is_v ? i_attn : t->layer,
-                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied, n_gqa);
+                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied,
+                                    n_gqa);
         i_attn += is_v;
         if (t->fill == FILL_CONV)
             t->type = QT_F32; /* llama.cpp's quantizer leaves shortconv.conv.weight as it is */
