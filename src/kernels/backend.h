@@ -108,6 +108,7 @@ struct kern_attn_batch {
     int32_t n_head, n_head_kv, head_dim;
     float scale;                    /* score = canonical_dot(q, k) * scale */
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
+    float softcap;                  /* 0: none; c > 0: score = kern_softcapf(score, c) */
 };
 
 struct kern_backend_ops {

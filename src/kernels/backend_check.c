@@ -301,7 +301,8 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
 
 /* kv_store and attention: two sequences in one batch (caches of f32 and f16, causal and
  * windowed), then one more token each in a second pass that reads the first's cache. */
-static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window)
+static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window,
+                         float softcap)
 {
     const size_t elt = kv_type == QT_F16 ? 2 : 4, QD = CK_H * CK_D, KD = CK_HKV * CK_D;
     const size_t cache = (size_t)CK_CTX * KD * elt;
@@ -326,10 +327,11 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     struct kern_attn_batch b = {
         .q = q, .k_new = k, .v_new = v, .out = o, .pos = pos, .n_tok = CK_T, .runs = runs,
         .n_runs = 2, .kv_type = kv_type, .n_head = CK_H, .n_head_kv = CK_HKV, .head_dim = CK_D,
-        .scale = 0.125f, .window = window,
+        .scale = 0.125f, .window = window, .softcap = softcap,
     };
-    char name[64];
-    snprintf(name, sizeof name, "attention (%s cache, window %d)", quant_type_name(kv_type), (int)window);
+    char name[80];
+    snprintf(name, sizeof name, "attention (%s cache, window %d%s)", quant_type_name(kv_type),
+             (int)window, softcap > 0 ? ", soft-capped" : "");
     op->begin(s);
     ck_set(c, q, in->qkv, CK_T * QD);
     ck_set(c, k, in->qkv + CK_T * QD, CK_T * KD);
@@ -359,8 +361,8 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     ck_set(c, v, next + 2 * (QD + KD), 2 * KD);
     op->kv_store(s, &b);
     op->attention(s, &b);
-    snprintf(name, sizeof name, "attention, next pass (%s cache, window %d)", quant_type_name(kv_type),
-             (int)window);
+    snprintf(name, sizeof name, "attention, next pass (%s cache, window %d%s)",
+             quant_type_name(kv_type), (int)window, softcap > 0 ? ", soft-capped" : "");
     ck_record(c, name, o, 0, 2 * QD * sizeof(float));
     if (op->end(s, c->err) != KN_OK)
         c->failed = true;
@@ -399,7 +401,10 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
         const uint32_t kv_types[2] = {QT_F32, QT_F16};
         const int32_t windows[2] = {0, 37};
         for (int i = 0; i < 4 && !c.failed; i++)
-            ck_attention(&c, in, kv_types[i % 2], windows[i / 2]);
+            ck_attention(&c, in, kv_types[i % 2], windows[i / 2], 0.0f);
+        /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach) */
+        for (int i = 0; i < 2 && !c.failed; i++)
+            ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
     }
     for (int i = 0; i < c.n_bufs; i++)
         kern_buf_free(c.bufs[i]);

@@ -289,7 +289,7 @@ static void ref_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .k_head_stride = run->n_ctx * Dh, .v_head_stride = run->n_ctx * Dh,
             .kv_type = b->kv_type, .n_kv = run->n_kv, .n_head = b->n_head,
             .n_head_kv = b->n_head_kv, .head_dim = b->head_dim, .scale = b->scale,
-            .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
+            .softcap = b->softcap, .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
         };
         struct kn_err err = {0};
         CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
