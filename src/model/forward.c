@@ -1,19 +1,22 @@
 /* forward.c: the transformer forward pass over a batch of tokens at given positions.
  *
- * Structure (llama.cpp's llm_build_llama / qwen2 / qwen3 / gemma3_iswa, per token):
- *   x = embed(token)                        (gemma3: x *= sqrtf(n_embd))
+ * Structure (llama.cpp's llm_build_llama / qwen2 / qwen3 / gemma3_iswa / gemma2_iswa, per
+ * token):
+ *   x = embed(token)                        (gemma2, gemma3: x *= sqrtf(n_embd))
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
  *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3)
  *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000)
- *     q *= q_scale                                       (gemma3)
- *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers)
- *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma3);  x += o
+ *     q *= q_scale                                       (gemma2, gemma3)
+ *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers;
+ *                                       gemma2: scores soft-capped inside attention)
+ *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma2, gemma3);  x += o
  *     h = rmsnorm(x) * ffn_norm
- *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma3)
- *     f = rmsnorm(f) * post_ffn_norm (gemma3);  x += f
+ *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma2/3)
+ *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
+ *   logits = softcap(logits)                             (gemma2)
  *
  * Every step works on token rows independently with the kernels module's canonical
  * arithmetic, and threads only split output rows/columns (matmul outputs, attention
@@ -78,8 +81,9 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
         .beta_slow = hp->yarn_beta_slow,
         .n_ctx_orig = (int32_t)hp->n_ctx_orig_yarn,
     };
-    if (swa) {
-        /* gemma3's local layers: plain RoPE (llama.cpp: rope_freq_scale_train_swa = 1). */
+    if (swa && hp->arch == MODEL_ARCH_GEMMA3) {
+        /* gemma3's local layers: plain RoPE (llama.cpp: rope_freq_scale_train_swa = 1);
+         * other architectures' windowed layers rotate as their global ones. */
         p.ext_factor = 0.0;
         p.attn_factor = 1.0;
     }
@@ -339,6 +343,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             .kv_type = kvs[0]->type == MODEL_KV_F16 ? QT_F16 : QT_F32,
             .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
             .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
+            .softcap = hp->attn_softcap,
         };
         op->kv_store(s, &batch);
         /* After the last layer's keys and values are stored, only the output rows
@@ -372,8 +377,8 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             struct kern_buf *y[2] = {P->g, P->u};
             op->matmul(s, 2, w, P->h, R, y);
         }
-        op->glu(s, hp->arch == MODEL_ARCH_GEMMA3 ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u,
-                R * F);
+        const bool gelu = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
+        op->glu(s, gelu ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u, R * F);
         op->matmul(s, 1, &wdown, P->g, R, &ob);
         if (d->post_ffn_norm)
             op->rmsnorm(s, ob, ob, d->post_ffn_norm, R, E, hp->norm_eps);
@@ -397,5 +402,9 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         }
         s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
-    return s->ops->end(s, err);
+    enum kn_status st = s->ops->end(s, err);
+    /* gemma2's final soft-capping, on the host logits (scalar on every ISA and backend). */
+    if (st == KN_OK && hp->final_softcap > 0.0f && n_out > 0)
+        kern_softcap(logits, logits, hp->final_softcap, n_out * hp->n_vocab);
+    return st;
 }

@@ -10,7 +10,8 @@
 
 /* ================================================================ names */
 
-static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
+static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
+                                                         "gemma2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -97,6 +98,37 @@ static enum kn_status get_float(const struct gguf_file *g, const char *arch, con
             return st_;                                                                            \
     } while (0)
 
+/* Gemma 2 (llama.cpp's LLM_ARCH_GEMMA2): even layers attend to a sliding window (default
+ * 4096 positions), odd layers to everything, one RoPE base for both; scores and logits
+ * are soft-capped (defaults 50 and 30); queries are scaled after RoPE by
+ * 1/sqrt(query_pre_attn_scalar), which the GGUF does not carry: llama.cpp derives it as
+ * 1/sqrt(key_length), except for the 27B (46 layers): 1/sqrt(n_embd/n_head). */
+static enum kn_status gemma2_hparams(const struct gguf_file *g, const char *arch,
+                                     struct model_hparams *hp, struct kn_err *err)
+{
+    bool found;
+    hp->n_swa = 4096;
+    TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+    if (hp->n_swa <= 0 || hp->n_swa > INT32_MAX)
+        return kn_fail(err, KN_E_FORMAT, "gemma2.attention.sliding_window must be positive");
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        hp->swa_layer[il] = il % 2 == 0;
+    hp->attn_softcap = 50.0f;
+    hp->final_softcap = 30.0f;
+    TRY(get_float(g, arch, "attn_logit_softcapping", &hp->attn_softcap, &found, err));
+    TRY(get_float(g, arch, "final_logit_softcapping", &hp->final_softcap, &found, err));
+    if (!(hp->attn_softcap > 0.0f) || !(hp->final_softcap > 0.0f))
+        return kn_fail(err, KN_E_FORMAT,
+                       "gemma2 soft-capping values must be positive (attn_logit_softcapping %g, "
+                       "final_logit_softcapping %g)",
+                       (double)hp->attn_softcap, (double)hp->final_softcap);
+    hp->q_scale = hp->n_layer == 46 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                    : 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->kq_scale = 1.0f;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    return KN_OK;
+}
+
 enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,
                                   struct kn_err *err)
 {
@@ -116,7 +148,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -253,6 +285,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         /* Embeddings times sqrtf(n_embd) computed in f32, as llama.cpp's ggml_scale. */
         hp->embd_scale = sqrtf((float)hp->n_embd);
     }
+    if (hp->arch == MODEL_ARCH_GEMMA2)
+        TRY(gemma2_hparams(g, arch, hp, err));
     return KN_OK;
 }
 
@@ -315,7 +349,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
     const int64_t o_in = hp->n_head * hp->head_dim_v;
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
-    const bool gemma = hp->arch == MODEL_ARCH_GEMMA3;
+    const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
     const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
     const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA;
     char n[128];

@@ -1,4 +1,4 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -23,10 +23,11 @@ enum model_arch {
     MODEL_ARCH_QWEN2 = 1,
     MODEL_ARCH_QWEN3 = 2,
     MODEL_ARCH_GEMMA3 = 3,
+    MODEL_ARCH_GEMMA2 = 4,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3". */
+/* "llama", "qwen2", "qwen3", "gemma3", "gemma2". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -71,7 +72,11 @@ struct model_hparams {
      * q_scale after RoPE (as llama.cpp does) and uses scale_scores = 1. */
     float q_scale;         /* 1 = none */
     float kq_scale;
-    float embd_scale;      /* gemma3: sqrtf(n_embd) in f32; else 1 */
+    float embd_scale;      /* gemma2, gemma3: sqrtf(n_embd) in f32; else 1 */
+    /* Soft-capping (gemma2): score = kern_softcapf(score, attn_softcap) inside attention,
+     * logits = kern_softcapf(logits, final_softcap); 0 = none. */
+    float attn_softcap;    /* <arch>.attn_logit_softcapping (gemma2 default 50) */
+    float final_softcap;   /* <arch>.final_logit_softcapping (gemma2 default 30) */
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded

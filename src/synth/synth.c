@@ -19,7 +19,8 @@
 
 /* ---------------------------------------------------------------- names */
 
-static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
+static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
+                                                         "gemma2"};
 
 static const struct {
     const char *name;
@@ -52,7 +53,7 @@ enum kn_status synth_parse_arch(const char *s, enum synth_arch *out, struct kn_e
             return KN_OK;
         }
     }
-    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of llama, qwen2, qwen3, gemma3", s);
+    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of " SYNTH_ARCH_LIST, s);
 }
 
 enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn_err *err)
@@ -107,12 +108,27 @@ static const struct preset presets[] = {
      {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
       .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
       .norm_eps = 1e-6f, .tied = true}},
+    /* Gemma 2: 2B, 9B and 27B (query_pre_attn_scalar 144 = dim / heads, which the loader
+     * derives from the 46 layers). */
+    {"gemma2-2b", SYNTH_GEMMA2,
+     {.n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4, .head_dim = 256, .n_ff = 9216,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+    {"gemma2-9b", SYNTH_GEMMA2,
+     {.n_embd = 3584, .n_layer = 42, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .n_ff = 14336,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+    {"gemma2-27b", SYNTH_GEMMA2,
+     {.n_embd = 4608, .n_layer = 46, .n_head = 32, .n_head_kv = 16, .head_dim = 128, .n_ff = 36864,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
 };
 
 const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
-           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3)";
+           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
+           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -132,6 +148,8 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             *arch = SYNTH_LLAMA;
         }
         *out = p->d;
+        if (*arch == SYNTH_GEMMA2 && p->arch == SYNTH_ARCH_COUNT)
+            out->norm_eps = 1e-6f;
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
@@ -195,6 +213,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"rope_base", offsetof(struct synth_dims, rope_base), 1},
         {"eps", offsetof(struct synth_dims, norm_eps), 1},
         {"tied", offsetof(struct synth_dims, tied), 2},
+        {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
+        {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
     };
     const char *p = spec;
     if (!*p)
@@ -215,7 +235,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         if (k == sizeof keys / sizeof keys[0])
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
-                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied",
+                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, attn_softcap, "
+                           "final_softcap",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -260,9 +281,17 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
     if (!(d->rope_base > 0))
         d->rope_base = 10000.0f;
     if (!(d->norm_eps > 0))
-        d->norm_eps = arch == SYNTH_GEMMA3 ? 1e-6f : 1e-5f;
+        d->norm_eps = arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 ? 1e-6f : 1e-5f;
     if (arch == SYNTH_GEMMA3 && !d->n_swa)
         d->n_swa = 512;
+    if (arch == SYNTH_GEMMA2) {
+        if (!d->n_swa)
+            d->n_swa = 4096;
+        if (!(d->attn_softcap > 0))
+            d->attn_softcap = 50.0f;
+        if (!(d->final_softcap > 0))
+            d->final_softcap = 30.0f;
+    }
     /* Limits that keep every size product far from overflow and catch typos. */
     if (d->n_embd > 65536 || d->n_ff > 262144 || d->n_layer > 512 || d->n_head > 1024 ||
         d->head_dim > 1024 || d->n_vocab > (1u << 22) || d->n_ctx > (1u << 24))
@@ -540,13 +569,13 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
-        if (arch == SYNTH_GEMMA3)
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
         add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_up.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
-        if (arch == SYNTH_GEMMA3)
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
     add_spec(s, &n, "output_norm.weight", -1, 1, E, 1, FILL_ONES);
@@ -674,8 +703,12 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_f32(w, KEY("rope.freq_base"), d->rope_base);
     gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->head_dim);
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
-    if (arch == SYNTH_GEMMA3)
+    if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_GEMMA2) {
+        gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), d->attn_softcap);
+        gguf_writer_set_f32(w, KEY("final_logit_softcapping"), d->final_softcap);
+    }
 #undef KEY
 }
 

@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -36,7 +36,7 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -60,13 +60,22 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
             self.n_swa = _field(r, f"{a}.attention.sliding_window")
             # Five local (sliding-window) layers, then one global, repeating.
             self.swa_layers = [(il % 6) < 5 for il in range(self.n_layer)]
+        # Gemma 2: even layers slide (default window 4096), odd ones see everything; scores
+        # and logits soft-capped, cap * tanh(x / cap) (defaults 50 and 30).
+        self.attn_softcap = 0.0
+        self.final_softcap = 0.0
+        if a == "gemma2":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 4096)
+            self.swa_layers = [il % 2 == 0 for il in range(self.n_layer)]
+            self.attn_softcap = _field(r, f"{a}.attn_logit_softcapping", 50.0)
+            self.final_softcap = _field(r, f"{a}.final_logit_softcapping", 30.0)
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -160,7 +169,7 @@ class RefModel:
         pos = list(range(T)) if positions is None else list(positions)
         emb = self.w("token_embd.weight")
         x = emb[np.asarray(tokens)].astype(np.float64)
-        if self.arch == "gemma3":
+        if self.arch in ("gemma3", "gemma2"):
             x = x * math.sqrt(self.n_embd)
         factors = self.w("rope_freqs.weight") if self.has("rope_freqs.weight") else None
         H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
@@ -179,8 +188,9 @@ class RefModel:
             yarn = self.yarn and not (self.arch == "gemma3" and swa)
             q = self.rope(q, pos, base, scale, factors, yarn)
             k = self.rope(k, pos, base, scale, factors, yarn)
-            if self.arch == "gemma3":
-                kq_scale = 1.0 / math.sqrt(DK)
+            if self.arch == "gemma2" and self.n_layer == 46:
+                # Gemma 2 27B: query_pre_attn_scalar = n_embd / n_head
+                kq_scale = 1.0 / math.sqrt(self.n_embd // H)
             else:
                 kq_scale = 1.0 / math.sqrt(DK)
             att = np.empty((T, H, DV), dtype=np.float64)
@@ -191,6 +201,8 @@ class RefModel:
                     keys = [j for j in range(T) if pos[j] <= pos[t]
                             and not (swa and pos[t] - pos[j] >= self.n_swa)]
                     s = np.array([q[t, hh] @ k[j, kh] for j in keys]) * kq_scale
+                    if self.attn_softcap:
+                        s = self.attn_softcap * np.tanh(s / self.attn_softcap)
                     s = np.exp(s - s.max())
                     s /= s.sum()
                     att[t, hh] = s @ v[keys, kh]
@@ -201,7 +213,7 @@ class RefModel:
             h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
             g = self.mm(p + "ffn_gate.weight", h)
             u = self.mm(p + "ffn_up.weight", h)
-            act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+            act = self.gelu_tanh(g) if self.arch in ("gemma3", "gemma2") else self.silu(g)
             f = self.mm(p + "ffn_down.weight", act * u)
             if self.has(p + "post_ffw_norm.weight"):
                 f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
@@ -210,7 +222,10 @@ class RefModel:
             x = x[list(rows)]
         x = self.rms_norm(x, self.w("output_norm.weight"))
         out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        return self.mm(out_name, x)
+        logits = self.mm(out_name, x)
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
 
     def greedy(self, prompt_tokens, n):
         toks = list(prompt_tokens)
