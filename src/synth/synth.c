@@ -148,8 +148,10 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             *arch = SYNTH_LLAMA;
         }
         *out = p->d;
-        if (*arch == SYNTH_GEMMA2 && p->arch == SYNTH_ARCH_COUNT)
+        if (*arch == SYNTH_GEMMA2 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
+            out->tied = true; /* see synth_check_dims */
+        }
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
@@ -308,6 +310,10 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
+    if (arch == SYNTH_GEMMA2 && !d->tied)
+        return kn_fail(err, KN_E_ARG,
+                       "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
+                       "loader refuses a file with output.weight");
     if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
         return kn_fail(err, KN_E_ARG,
                        "qwen2 needs heads * head_dim = dim (%u * %u != %u): llama.cpp's qwen2 "

@@ -83,12 +83,15 @@ def synth(tmp_path, arch, typ, dims=None):
 
 
 # gemma3: a 6-token window so that local layers slide within the 24-token sequence, and a
-# global RoPE base different from the local 10000.
+# global RoPE base different from the local 10000. gemma2: the same window, and soft-caps
+# small enough for these random weights' scores (about 0.1) and logits (about 0.3) to be
+# squashed, so that a cap left out or applied twice fails the comparison.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
-        "gemma3": "window=6,rope_base=1000000"}
+        "gemma3": "window=6,rope_base=1000000",
+        "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2"}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])

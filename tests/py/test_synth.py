@@ -19,7 +19,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
 T = gguf.GGMLQuantizationType
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
@@ -85,7 +85,7 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
             t.update({b + "attn_q.bias": [q], b + "attn_k.bias": [kv], b + "attn_v.bias": [kv]})
         if arch in ("qwen3", "gemma3"):
             t.update({b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
-        if arch == "gemma3":
+        if arch in ("gemma3", "gemma2"):
             t.update({b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
     return t
 
@@ -149,7 +149,7 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2}
 
 
 @pytest.fixture(scope="module")
@@ -186,14 +186,18 @@ def test_tiny_loads(tiny_dir, arch, ty):
     assert kv[f"{arch}.vocab_size"] == 512
     assert kv["tokenizer.ggml.model"] == "llama"
     assert len(kv["tokenizer.ggml.tokens"]) == 512
-    if arch == "gemma3":
-        assert kv["gemma3.attention.sliding_window"] == 128
-    want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=False)
+    if arch in ("gemma3", "gemma2"):
+        assert kv[f"{arch}.attention.sliding_window"] == 128
+    if arch == "gemma2":
+        assert kv["gemma2.attn_logit_softcapping"] == 50.0
+        assert kv["gemma2.final_logit_softcapping"] == 30.0
+    tied = arch == "gemma2"  # llama.cpp's gemma2 has no output.weight
+    want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=tied)
     got = {t.name: t for t in r.tensors}
     assert set(got) == set(want)
     for name, t in got.items():
         assert list(map(int, t.shape)) == want[name], name
-        assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], n_layer, False), name
+        assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], n_layer, tied), name
         if len(want[name]) == 1 and "norm" in name:
             assert np.all(np.asarray(t.data) == 1.0), f"{name}: norms must be 1.0"
     # the weights are N(0, 0.02)-like after quantization
@@ -230,6 +234,28 @@ def test_q4_k_m_mix_gemma_like(tmp_path):
     assert types["blk.0.attn_output.weight"] == T.Q4_K  # 1024 wide
     assert types["blk.2.ffn_down.weight"] == T.Q6_K  # 2048 wide
     assert types["blk.0.ffn_down.weight"] == T.Q4_K
+
+
+def test_gemma2_presets(tmp_path):
+    """Gemma 2 2B's and 27B's shapes (fewer layers, a small vocabulary to stay quick); the
+    soft-caps given by --dims are written."""
+    out = tmp_path / "g2.gguf"
+    synth("--preset", "gemma2-2b", "--dims", "layers=2,vocab=1024,attn_softcap=20,final_softcap=10",
+          "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "gemma2"
+    assert kv["gemma2.embedding_length"] == 2304 and kv["gemma2.attention.key_length"] == 256
+    assert kv["gemma2.attention.head_count"] == 8 and kv["gemma2.attention.head_count_kv"] == 4
+    assert kv["gemma2.attention.sliding_window"] == 4096 and kv["gemma2.feed_forward_length"] == 9216
+    assert kv["gemma2.attn_logit_softcapping"] == 20.0 and kv["gemma2.final_logit_softcapping"] == 10.0
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q.weight"] == [2304, 2048] and "output.weight" not in shapes
+    assert shapes["blk.1.post_ffw_norm.weight"] == [2304] and "blk.0.attn_q_norm.weight" not in shapes
+    out = tmp_path / "g27.gguf"
+    synth("--preset", "gemma2-27b", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    kv = fields(gguf.GGUFReader(out))
+    assert kv["gemma2.embedding_length"] == 4608 and kv["gemma2.attention.key_length"] == 128
 
 
 def test_deterministic(tmp_path):
@@ -345,6 +371,7 @@ def test_big_preset_shapes(tmp_path):
     (["--dims", "dim=abc"], "bad value 'abc' for dim"),
     (["--dims", "dim=256,layers=2,heads=4,kv_heads=3,ffn=512,vocab=512"], "multiple of kv_heads"),
     (["--arch", "gemma3", "--preset", "tiny", "--dims", "layers=2"], "at least 6 layers"),
+    (["--arch", "gemma2", "--preset", "tiny", "--dims", "tied=0"], "gemma2 ties its output"),
     (["--preset", "tiny", "--dims", "vocab=100"], "at least 448 tokens"),
     (["--preset", "tiny", "--vocab", "/nonexistent/vocab.gguf"], "/nonexistent/vocab.gguf"),
     (["--type", "q8_0"], "give --preset NAME or --dims SPEC"),

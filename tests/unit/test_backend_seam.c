@@ -502,6 +502,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -515,7 +516,9 @@ static void test_synth(struct kern_pool *pool)
                                  .threads = 1, .name = "seam"};
         enum synth_arch arch = cases[i].arch;
         CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-        p.dims.n_swa = 6; /* gemma3's local layers: a window the script's positions pass */
+        p.dims.n_swa = 6; /* gemma2/3's local layers: a window the script's positions pass */
+        p.dims.attn_softcap = 0.05f; /* gemma2: caps these random weights' scores reach */
+        p.dims.final_softcap = 0.2f;
         CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
         CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
         char what[64];
