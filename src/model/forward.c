@@ -52,7 +52,10 @@ struct fwd_part {
 struct model_fwd {
     const struct model *m;
     int64_t max_tokens;
-    struct kern_rope rope_global, rope_swa;
+    /* RoPE of global and sliding-window layers; set 1 only for phi3's LongRoPE (the long
+     * factors, used when the batch's caches exceed the original context). */
+    struct kern_rope rope_global[2], rope_swa[2];
+    int n_rope_sets;
     bool any_swa;
     struct fwd_part part[2];     /* part[0] runs layers 0..split-1, part[1] the rest */
     int n_parts;
@@ -66,7 +69,7 @@ struct model_fwd {
 /* ================================================================ setup */
 
 static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool swa,
-                               struct kn_err *err)
+                               const float *factors, struct kn_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     struct kern_rope_params p = {
@@ -74,7 +77,7 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
         .n_rot = (int32_t)hp->n_rot,
         .freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base,
         .freq_scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
-        .freq_factors = m->rope_freqs,
+        .freq_factors = factors,
         .ext_factor = hp->yarn_ext_factor,
         .attn_factor = hp->yarn_attn_factor,
         .beta_fast = hp->yarn_beta_fast,
@@ -153,9 +156,14 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
     f->max_tokens = max_tokens;
     for (int64_t il = 0; il < hp->n_layer; il++)
         f->any_swa |= hp->swa_layer[il];
-    enum kn_status st = rope_for(&f->rope_global, m, false, err);
-    if (st == KN_OK)
-        st = rope_for(&f->rope_swa, m, true, err);
+    f->n_rope_sets = m->rope_long ? 2 : 1;
+    enum kn_status st = KN_OK;
+    for (int i = 0; i < f->n_rope_sets && st == KN_OK; i++) {
+        const float *factors = i == 1 ? m->rope_long : m->rope_short ? m->rope_short : m->rope_freqs;
+        st = rope_for(&f->rope_global[i], m, false, factors, err);
+        if (st == KN_OK)
+            st = rope_for(&f->rope_swa[i], m, true, factors, err);
+    }
     if (st != KN_OK) {
         free(f);
         return st;
@@ -222,15 +230,15 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
     return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
 }
 
-/* Starts part p's pass: the RoPE tables of this batch's positions first. */
+/* Starts part p's pass: the RoPE tables (set rs) of this batch's positions first. */
 static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
-                       int64_t T)
+                       int64_t T, int rs)
 {
     struct kern_stream *s = p->s;
     s->ops->begin(s);
-    s->ops->rope_table(s, p->tab_global, &f->rope_global, pos, T);
+    s->ops->rope_table(s, p->tab_global, &f->rope_global[rs], pos, T);
     if (f->any_swa)
-        s->ops->rope_table(s, p->tab_swa, &f->rope_swa, pos, T);
+        s->ops->rope_table(s, p->tab_swa, &f->rope_swa[rs], pos, T);
 }
 
 enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
@@ -267,6 +275,14 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             return kn_fail(err, KN_E_LIMIT, "position %d is outside the context of %lld tokens", pos[t],
                            (long long)kv->n_ctx);
     }
+    /* phi3's LongRoPE: the caches' context decides the factors, one set per batch. */
+    const int rs = model_rope_long(m, kvs[0]->n_ctx) ? 1 : 0;
+    for (int64_t t = 1; t < T; t++)
+        if (kvs[t] != kvs[t - 1] && model_rope_long(m, kvs[t]->n_ctx) != (rs == 1))
+            return kn_fail(err, KN_E_ARG, "caches of %lld and %lld positions select different RoPE "
+                           "factors (original context %lld); one batch cannot mix them",
+                           (long long)kvs[0]->n_ctx, (long long)kvs[t]->n_ctx,
+                           (long long)hp->n_ctx_orig_yarn);
     for (int64_t j = 0; j < n_out; j++)
         if (out_rows[j] < 0 || out_rows[j] >= n)
             return kn_fail(err, KN_E_ARG, "output row %lld is outside the batch of %lld",
@@ -290,7 +306,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
 
     /* ---- embeddings, on the first layer's backend. */
     const struct fwd_part *P = &f->part[0];
-    part_begin(f, P, pos, T);
+    part_begin(f, P, pos, T, rs);
     P->s->ops->embed(P->s, P->x, m->d_tok_embd, tokens, T, hp->embd_scale);
 
     struct kern_buf *xb = P->x, *ab = P->a, *ob = P->o; /* the last layer swaps them */
@@ -306,7 +322,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             if (st != KN_OK)
                 return st;
             P = &f->part[1];
-            part_begin(f, P, pos, T);
+            part_begin(f, P, pos, T, rs);
             P->s->ops->from_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
             xb = P->x, ab = P->a, ob = P->o;
         }
@@ -327,7 +343,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
             op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
         }
-        const struct kern_rope *rope = swa ? &f->rope_swa : &f->rope_global;
+        const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
         const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
         op->rope(s, P->q, tab, rope, T, H, D);
         op->rope(s, P->k, tab, rope, T, Hkv, D);

@@ -11,7 +11,7 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2"};
+                                                         "gemma2", "phi3"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -148,7 +148,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -192,7 +192,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
                        (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
     /* The supported architectures rotate whole heads (llama.cpp rejects llama files
      * where they differ, and qwen/gemma graphs assert it). */
-    if (hp->n_rot != hp->head_dim_k)
+    if (hp->n_rot != hp->head_dim_k && hp->arch != MODEL_ARCH_PHI3) /* Phi-4-mini: 96 of 128 */
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "%s.rope.dimension_count %lld differs from the head size %lld; partial rotary embeddings are not supported for %s",
                        arch, (long long)hp->n_rot, (long long)hp->head_dim_k, arch);
@@ -287,6 +287,20 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     }
     if (hp->arch == MODEL_ARCH_GEMMA2)
         TRY(gemma2_hparams(g, arch, hp, err));
+    if (hp->arch == MODEL_ARCH_PHI3) {
+        /* llama.cpp (llm_build_phi3): q times 1/sqrt(head size) after RoPE, scores not
+         * scaled again. A sliding window, where the file has one, applies to every layer
+         * (Phi-3-mini-4k: 2047); llama.cpp currently ignores it (its PR 13676), so the two
+         * differ once a sequence is longer than the window. */
+        hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+        hp->kq_scale = 1.0f;
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+        if (hp->n_swa > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "phi3.attention.sliding_window %lld is too large",
+                           (long long)hp->n_swa);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = hp->n_swa > 0;
+    }
     return KN_OK;
 }
 
@@ -333,11 +347,14 @@ static enum kn_status find_tensor(const struct gguf_file *g, const char *name, i
 /* Where each layer tensor goes. */
 enum {
     LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_BO, LT_Q_NORM, LT_K_NORM,
-    LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM, LT_COUNT
+    LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM,
+    LT_QKV,       /* phi3: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
+    LT_COUNT
 };
 
 struct layer_plan {
     const struct gguf_tensor *t[LT_COUNT];
+    bool fused_up; /* phi3: LT_UP holds the gate rows (first n_ff) then the up rows */
 };
 
 static enum kn_status plan_layer(const struct gguf_file *g, const struct model_hparams *hp, int64_t il,
@@ -352,6 +369,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
     const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
     const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA;
+    const bool phi3 = hp->arch == MODEL_ARCH_PHI3;
     char n[128];
 #define T(slot, suffix, ne0, ne1, req)                                                             \
     do {                                                                                           \
@@ -360,9 +378,13 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     } while (0)
     memset(lp, 0, sizeof *lp);
     T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
-    T(LT_WQ, "attn_q.weight", E, q_out, true);
-    T(LT_WK, "attn_k.weight", E, k_out, true);
-    T(LT_WV, "attn_v.weight", E, v_out, true);
+    if (phi3)
+        T(LT_QKV, "attn_qkv.weight", E, q_out + k_out + v_out, false);
+    if (!lp->t[LT_QKV]) {
+        T(LT_WQ, "attn_q.weight", E, q_out, true);
+        T(LT_WK, "attn_k.weight", E, k_out, true);
+        T(LT_WV, "attn_v.weight", E, v_out, true);
+    }
     T(LT_WO, "attn_output.weight", o_in, E, true);
     if (qkv_bias_required || bias_optional) {
         T(LT_BQ, "attn_q.bias", q_out, 0, qkv_bias_required);
@@ -380,8 +402,13 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
     }
     T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
-    T(LT_GATE, "ffn_gate.weight", E, F, true);
-    T(LT_UP, "ffn_up.weight", E, F, true);
+    if (phi3) { /* gate and up in one matrix, as llama.cpp's phi3 loader wants it */
+        T(LT_UP, "ffn_up.weight", E, 2 * F, true);
+        lp->fused_up = true;
+    } else {
+        T(LT_GATE, "ffn_gate.weight", E, F, true);
+        T(LT_UP, "ffn_up.weight", E, F, true);
+    }
     T(LT_DOWN, "ffn_down.weight", F, E, true);
 #undef T
     if (hp->arch == MODEL_ARCH_LLAMA) {
@@ -414,6 +441,21 @@ static enum kn_status init_weight(struct kern_weight *w, const struct gguf_tenso
 {
     enum kn_status st = kern_weight_init(w, (enum quant_type)t->type, t->ne[1], t->ne[0], t->data,
                                          (size_t)t->size, repack, err);
+    if (st != KN_OK)
+        kn_err_prefix(err, t->name);
+    return st;
+}
+
+/* Rows [row0, row0 + n) of matrix t as a weight of its own: a view of the same mapped
+ * bytes (phi3's fused q/k/v and gate/up matrices; nothing is copied but the kernels'
+ * repacked copy, which every weight gets). */
+static enum kn_status init_weight_rows(struct kern_weight *w, const struct gguf_tensor *t,
+                                       int64_t row0, int64_t n, bool repack, struct kn_err *err)
+{
+    const size_t row_bytes = (size_t)(t->size / (uint64_t)t->ne[1]);
+    enum kn_status st = kern_weight_init(w, (enum quant_type)t->type, n, t->ne[0],
+                                         (const uint8_t *)t->data + (size_t)row0 * row_bytes,
+                                         (size_t)n * row_bytes, repack, err);
     if (st != KN_OK)
         kn_err_prefix(err, t->name);
     return st;
@@ -583,6 +625,17 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         if (st != KN_OK)
             goto fail;
     }
+    const struct gguf_tensor *t_rope_long = NULL, *t_rope_short = NULL;
+    if (hp.arch == MODEL_ARCH_PHI3) {
+        st = find_tensor(g, "rope_factors_long.weight", hp.n_rot / 2, 0, false, &t_rope_long, err);
+        if (st == KN_OK)
+            st = find_tensor(g, "rope_factors_short.weight", hp.n_rot / 2, 0, false, &t_rope_short, err);
+        if (st == KN_OK && !t_rope_long != !t_rope_short)
+            st = kn_fail(err, KN_E_FORMAT, "tensor rope_factors_%s.weight is missing: LongRoPE needs "
+                         "both the long and the short factors", t_rope_long ? "short" : "long");
+        if (st != KN_OK)
+            goto fail;
+    }
     plan = kn_calloc((size_t)hp.n_layer, sizeof *plan, err);
     if (!plan) {
         st = KN_E_NOMEM;
@@ -590,6 +643,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     }
     size_t n_vec = 0; /* floats of every vector, one allocation */
     n_vec += (size_t)hp.n_embd + (t_out_b ? (size_t)hp.n_vocab : 0) + (t_rope ? (size_t)hp.n_rot / 2 : 0);
+    n_vec += t_rope_long ? (size_t)hp.n_rot : 0; /* long and short */
     for (int64_t il = 0; il < hp.n_layer; il++) {
         st = plan_layer(g, &hp, il, &plan[il], err);
         if (st != KN_OK)
@@ -644,6 +698,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     VEC(m->output_norm, t_out_norm);
     VEC(m->output_b, t_out_b);
     VEC(m->rope_freqs, t_rope);
+    VEC(m->rope_long, t_rope_long);
+    VEC(m->rope_short, t_rope_short);
     m->tok_embd_type = t_embd->type;
     m->tok_embd = t_embd->data;
     m->tok_embd_row_bytes = (size_t)(t_embd->size / (uint64_t)hp.n_vocab);
@@ -667,12 +723,31 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         } mats[] = {{&L->wq, LT_WQ},         {&L->wk, LT_WK},     {&L->wv, LT_WV},
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
                     {&L->ffn_down, LT_DOWN}};
+        /* The CPU's repacked copy only where the CPU runs the layer. */
+        const bool rp = repack && il >= m->n_dev_layers;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            /* The CPU's repacked copy only where the CPU runs the layer. */
-            st = init_weight(mats[i].w, t[mats[i].slot], repack && il >= m->n_dev_layers, err);
+            const struct gguf_tensor *tm = t[mats[i].slot];
+            if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
+                continue; /* a view of a fused matrix, below */
+            st = init_weight(mats[i].w, tm, rp, err);
             if (st != KN_OK)
                 goto fail;
-            m->weight_bytes += (size_t)t[mats[i].slot]->size;
+            m->weight_bytes += (size_t)tm->size;
+        }
+        if (t[LT_QKV]) {
+            const int64_t QO = hp.n_head * hp.head_dim_k, KO = hp.n_head_kv * hp.head_dim_k;
+            const int64_t VO = hp.n_head_kv * hp.head_dim_v;
+            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, rp, err)) != KN_OK)
+                goto fail;
+            m->weight_bytes += (size_t)t[LT_QKV]->size;
+        }
+        if (plan[il].fused_up) {
+            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, rp, err)) != KN_OK)
+                goto fail;
+            m->weight_bytes += (size_t)t[LT_UP]->size;
         }
     }
 #undef VEC
@@ -709,6 +784,11 @@ enum kn_status model_open(struct model **out, const char *path, const struct mod
     if (st != KN_OK)
         kn_err_prefix(err, path);
     return st;
+}
+
+bool model_rope_long(const struct model *m, int64_t n_ctx)
+{
+    return m->rope_long && n_ctx > m->hp.n_ctx_orig_yarn;
 }
 
 /* ================================================================ KV cache */

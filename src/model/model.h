@@ -1,4 +1,4 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -24,10 +24,11 @@ enum model_arch {
     MODEL_ARCH_QWEN3 = 2,
     MODEL_ARCH_GEMMA3 = 3,
     MODEL_ARCH_GEMMA2 = 4,
+    MODEL_ARCH_PHI3 = 5,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "gemma2". */
+/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -113,6 +114,9 @@ struct model {
     const float *output_norm;         /* (n_embd) */
     const float *output_b;            /* (n_vocab) or NULL */
     const float *rope_freqs;          /* (n_rot/2) factors (Llama 3.1+) or NULL */
+    /* phi3's LongRoPE factors (n_rot/2 each) or NULL: long when the KV cache's context
+     * exceeds rope.scaling.original_context_length, else short (model_rope_long). */
+    const float *rope_long, *rope_short;
     struct model_layer *layers;       /* n_layer */
     float *vecs;                      /* the storage behind every const float * above */
     size_t weight_bytes;              /* bytes of all weight tensors in the file */
@@ -141,6 +145,12 @@ KN_MUST_USE enum kn_status model_open_gguf(struct model **out, struct gguf_file 
                                            const char *path, const struct model_load_opts *opts,
                                            struct kn_err *err);
 void model_close(struct model *m);
+
+/* Whether a KV cache of n_ctx positions runs m with the long RoPE factors (phi3's
+ * LongRoPE: n_ctx > rope.scaling.original_context_length, as llama.cpp decides it from its
+ * context size); false for models without them. The context size is then part of what
+ * decides the output (a receipt's ctx-size setting). */
+bool model_rope_long(const struct model *m, int64_t n_ctx);
 
 /* Reads only the hyperparameters (no tensors): used by model_open and by tests. */
 KN_MUST_USE enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,

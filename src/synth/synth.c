@@ -10,6 +10,7 @@
 #include "../quant/quant.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2"};
+                                                         "gemma2", "phi3"};
 
 static const struct {
     const char *name;
@@ -122,13 +123,28 @@ static const struct preset presets[] = {
      {.n_embd = 4608, .n_layer = 46, .n_head = 32, .n_head_kv = 16, .head_dim = 128, .n_ff = 36864,
       .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
       .norm_eps = 1e-6f, .tied = true}},
+    /* Phi-3 / 3.5 / 4-mini (all general.architecture phi3): fused attn_qkv and ffn_up;
+     * 3.5 and 4 with LongRoPE over an original context of 4096; 4-mini rotates 96 of
+     * its 128 head dims. */
+    {"phi3-mini-4k", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 96, .n_ff = 8192,
+      .n_vocab = 32064, .n_ctx = 4096, .n_swa = 2047, .rope_base = 10000.0f, .norm_eps = 1e-5f,
+      .tied = false}},
+    {"phi3.5-mini", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 96, .n_ff = 8192,
+      .n_vocab = 32064, .n_ctx = 131072, .n_swa = 262144, .rope_base = 10000.0f,
+      .norm_eps = 1e-5f, .tied = false, .rope_orig_ctx = 4096}},
+    {"phi4-mini", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .head_dim = 128, .n_ff = 8192,
+      .n_vocab = 200064, .n_ctx = 131072, .n_swa = 262144, .rope_base = 10000.0f,
+      .norm_eps = 1e-5f, .tied = true, .n_rot = 96, .rope_orig_ctx = 4096}},
 };
 
 const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
-           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2)";
+           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -152,6 +168,8 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->norm_eps = 1e-6f;
             out->tied = true; /* see synth_check_dims */
         }
+        if (*arch == SYNTH_PHI3 && p->arch == SYNTH_ARCH_COUNT)
+            out->n_swa = 0; /* a window only where asked for (window=N) */
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
@@ -217,6 +235,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"tied", offsetof(struct synth_dims, tied), 2},
         {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
         {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
+        {"rot", offsetof(struct synth_dims, n_rot), 0},
+        {"rope_orig_ctx", offsetof(struct synth_dims, rope_orig_ctx), 0},
     };
     const char *p = spec;
     if (!*p)
@@ -238,7 +258,7 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, attn_softcap, "
-                           "final_softcap",
+                           "final_softcap, rot, rope_orig_ctx",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -310,6 +330,16 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
+    if (!d->n_rot)
+        d->n_rot = d->head_dim;
+    if (d->n_rot > d->head_dim || d->n_rot % 2 != 0 || (arch != SYNTH_PHI3 && d->n_rot != d->head_dim))
+        return kn_fail(err, KN_E_ARG,
+                       "rot (%u) must be even and at most head_dim (%u); only phi3 rotates part "
+                       "of a head", d->n_rot, d->head_dim);
+    if (d->rope_orig_ctx && (arch != SYNTH_PHI3 || d->rope_orig_ctx >= d->n_ctx))
+        return kn_fail(err, KN_E_ARG,
+                       "rope_orig_ctx (%u) is phi3's LongRoPE original context: it must be below "
+                       "ctx (%u)", d->rope_orig_ctx, d->n_ctx);
     if (arch == SYNTH_GEMMA2 && !d->tied)
         return kn_fail(err, KN_E_ARG,
                        "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
@@ -348,6 +378,8 @@ uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int
                          (tied && strcmp(name, "token_embd.weight") == 0);
         if (is_output)
             t = ne0 % QK_K != 0 ? QT_Q8_0 : QT_Q6_K;
+        else if (ends_with(name, "attn_qkv.weight"))
+            t = QT_Q5_K; /* llama.cpp: fused q/k/v get Q5_K in Q4_K_M */
         else if (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight"))
             t = il >= 0 && use_more_bits(il, n_layer) ? QT_Q6_K : QT_Q4_K;
     }
@@ -455,7 +487,10 @@ static size_t vocab_piece(uint32_t k, char *buf)
     return 0; /* beyond the largest size synth_check_dims allows */
 }
 
-static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, struct kn_err *err)
+/* phi3: the last piece is the control token <|endoftext|>, which llama.cpp's vocabulary
+ * loader looks up in any model named like Phi-3 (as the real files have it). */
+static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, enum synth_arch arch,
+                                    struct kn_err *err)
 {
     if (n < VOCAB_MIN)
         return kn_fail(err, KN_E_ARG,
@@ -479,6 +514,12 @@ static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, struct kn
         strs[i].len = len;
         /* llama.cpp's token types: 1 normal, 2 unknown, 3 control, 6 byte */
         types[i] = i == 0 ? 2 : i < VOCAB_FIXED ? 3 : i < VOCAB_FIXED + 256 ? 6 : 1;
+        if (arch == SYNTH_PHI3 && i == n - 1) {
+            static const char eot[] = "<|endoftext|>";
+            strs[i].data = eot;
+            strs[i].len = sizeof eot - 1;
+            types[i] = 3;
+        }
         /* SentencePiece scores are log-probabilities: earlier (shorter) pieces likelier */
         scores[i] = i < VOCAB_FIXED + 256 ? 0.0f : -(float)(i - VOCAB_FIXED - 256);
     }
@@ -524,7 +565,9 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 
 /* ---------------------------------------------------------------- tensors */
 
-enum fill { FILL_NOISE, FILL_ONES };
+/* FILL_ROPE_*: phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to
+ * 40: the real models' ranges), the same for every seed. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROPE_SHORT, FILL_ROPE_LONG };
 
 struct tensor_spec {
     char name[64];
@@ -559,7 +602,19 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     int n = 0;
     int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
     add_spec(s, &n, "token_embd.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
-    for (int il = 0; il < (int)d->n_layer; il++) {
+    if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
+        add_spec(s, &n, "rope_factors_long.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_LONG);
+        add_spec(s, &n, "rope_factors_short.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_SHORT);
+    }
+    for (int il = 0; il < (int)d->n_layer && arch == SYNTH_PHI3; il++) {
+        add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "attn_qkv.weight", il, 2, E, Q + 2 * KV, FILL_NOISE);
+        add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
+        add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "ffn_up.weight", il, 2, E, 2 * (int64_t)d->n_ff, FILL_NOISE);
+        add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
+    }
+    for (int il = 0; il < (int)d->n_layer && arch != SYNTH_PHI3; il++) {
         add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
         add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
         if (arch == SYNTH_QWEN2)
@@ -612,9 +667,13 @@ static void *fill_rows(void *arg)
     float *x = malloc((size_t)ne0 * sizeof(float));
     j->nomem = x == NULL;
     for (int64_t r = j->r0; x && r < j->r1; r++) {
-        for (int64_t c = 0; c < ne0; c++)
-            x[c] = t->fill == FILL_ONES ? 1.0f
-                                        : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
+        for (int64_t c = 0; c < ne0; c++) {
+            float ramp = ne0 > 1 ? (float)c / (float)(ne0 - 1) : 0.0f;
+            x[c] = t->fill == FILL_ONES         ? 1.0f
+                   : t->fill == FILL_ROPE_SHORT ? 1.0f + ramp
+                   : t->fill == FILL_ROPE_LONG  ? 1.0f + 39.0f * ramp
+                                                : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
+        }
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
             j->bad_type = true;
     }
@@ -707,10 +766,19 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), d->rope_base);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->head_dim);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->n_rot ? d->n_rot : d->head_dim);
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_PHI3 && d->n_swa)
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
+        /* as llama.cpp's converter writes Phi-3.5: sqrt(1 + ln(ctx / orig) / ln(orig)) */
+        double sc = (double)d->n_ctx / (double)d->rope_orig_ctx;
+        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), d->rope_orig_ctx);
+        gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
+                            (float)sqrt(1.0 + log(sc) / log((double)d->rope_orig_ctx)));
+    }
     if (arch == SYNTH_GEMMA2) {
         gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), d->attn_softcap);
         gguf_writer_set_f32(w, KEY("final_logit_softcapping"), d->final_softcap);
@@ -767,7 +835,7 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
             goto out;
         d.n_vocab = n_vocab_file;
     } else {
-        st = builtin_vocab(w, d.n_vocab, err);
+        st = builtin_vocab(w, d.n_vocab, p->arch, err);
         if (st != KN_OK)
             goto out;
     }

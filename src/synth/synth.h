@@ -11,7 +11,10 @@
 
 #include "../base/base.h"
 
-enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_ARCH_COUNT };
+enum synth_arch {
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_PHI3,
+    SYNTH_ARCH_COUNT
+};
 
 /* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
 enum synth_ftype {
@@ -42,6 +45,9 @@ struct synth_dims {
     uint32_t n_swa;      /* gemma2, gemma3: sliding-window size */
     float attn_softcap;  /* gemma2: attn_logit_softcapping (0: the model's 50) */
     float final_softcap; /* gemma2: final_logit_softcapping (0: the model's 30) */
+    uint32_t n_rot;      /* rotated dims per head (0: head_dim; phi3 may rotate fewer) */
+    uint32_t rope_orig_ctx; /* phi3 LongRoPE: the original context (0: none); writes the
+                             * long and short factor tensors and their attn_factor */
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
@@ -58,7 +64,7 @@ struct synth_params {
 };
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
-#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2"
+#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);
@@ -75,7 +81,7 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied attn_softcap final_softcap) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied attn_softcap final_softcap rot rope_orig_ctx) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);

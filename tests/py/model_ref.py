@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -10,6 +10,9 @@ them (src/models/*.cpp there); nothing is shared with Kinetic's C code.
 Usage from a test:
     ref = RefModel(path)
     logits = ref.forward([1, 303, 433])   # (n_tokens, n_vocab) float64
+
+n_ctx: the context size the model runs with; it picks phi3's LongRoPE factors (long when
+n_ctx exceeds rope.scaling.original_context_length, as llama.cpp decides).
 """
 import math
 
@@ -30,13 +33,13 @@ def _field(reader, key, default=None):
 
 
 class RefModel:
-    def __init__(self, path):
+    def __init__(self, path, n_ctx=None):
         self.reader = gguf.GGUFReader(path)
         r = self.reader
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -60,7 +63,7 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2", "phi3")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -76,6 +79,15 @@ class RefModel:
             self.swa_layers = [il % 2 == 0 for il in range(self.n_layer)]
             self.attn_softcap = _field(r, f"{a}.attn_logit_softcapping", 50.0)
             self.final_softcap = _field(r, f"{a}.final_logit_softcapping", 30.0)
+        # Phi-3: a sliding window on every layer where the file has one; LongRoPE factors
+        # chosen by the context size.
+        self.rope_factor_name = "rope_freqs.weight"
+        if a == "phi3":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 0) or 0
+            self.swa_layers = [self.n_swa > 0] * self.n_layer
+            if "rope_factors_long.weight" in self.tensors:
+                long_ctx = n_ctx is not None and n_ctx > self.n_ctx_orig
+                self.rope_factor_name = "rope_factors_long.weight" if long_ctx else "rope_factors_short.weight"
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -125,6 +137,7 @@ class RefModel:
             mscale = self.attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
         else:
             theta = np.outer(p * scale, inv)  # (T, half)
+            mscale = self.attn_factor  # ggml scales sin and cos by attn_factor without YaRN too
         c = (np.cos(theta) * mscale)[:, None, :]
         s = (np.sin(theta) * mscale)[:, None, :]
         out = x.copy()
@@ -171,14 +184,20 @@ class RefModel:
         x = emb[np.asarray(tokens)].astype(np.float64)
         if self.arch in ("gemma3", "gemma2"):
             x = x * math.sqrt(self.n_embd)
-        factors = self.w("rope_freqs.weight") if self.has("rope_freqs.weight") else None
+        factors = self.w(self.rope_factor_name) if self.has(self.rope_factor_name) else None
         H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.rms_norm(x, self.w(p + "attn_norm.weight"))
-            q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
-            k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
-            v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
+            if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
+                qkv = self.mm(p + "attn_qkv.weight", h)
+                q = qkv[:, :H * DK].reshape(T, H, DK)
+                k = qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK)
+                v = qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV)
+            else:
+                q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
+                k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
+                v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
             if self.has(p + "attn_q_norm.weight"):
                 q = self.rms_norm(q, self.w(p + "attn_q_norm.weight"))
                 k = self.rms_norm(k, self.w(p + "attn_k_norm.weight"))
@@ -211,8 +230,12 @@ class RefModel:
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o
             h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
-            g = self.mm(p + "ffn_gate.weight", h)
-            u = self.mm(p + "ffn_up.weight", h)
+            if self.has(p + "ffn_gate.weight"):
+                g = self.mm(p + "ffn_gate.weight", h)
+                u = self.mm(p + "ffn_up.weight", h)
+            else:  # phi3: the gate rows, then the up rows, in ffn_up
+                gu = self.mm(p + "ffn_up.weight", h)
+                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
             act = self.gelu_tanh(g) if self.arch in ("gemma3", "gemma2") else self.silu(g)
             f = self.mm(p + "ffn_down.weight", act * u)
             if self.has(p + "post_ffw_norm.weight"):

@@ -47,10 +47,10 @@ def kinetic_logits(path, tmp_path, extra=()):
     return r["tokens"], logits.reshape(len(r["tokens"]), -1)
 
 
-def compare(path, tmp_path, tol, extra=()):
+def compare(path, tmp_path, tol, extra=(), n_ctx=None):
     toks, kl = kinetic_logits(path, tmp_path, extra)
     assert len(toks) == N_GEN
-    ref = RefModel(path)
+    ref = RefModel(path, n_ctx=n_ctx)
     seq = PROMPT + toks[:-1]
     rows = list(range(len(PROMPT) - 1, len(seq)))
     rl = ref.forward(seq, rows=rows)
@@ -88,10 +88,11 @@ def synth(tmp_path, arch, typ, dims=None):
 # squashed, so that a cap left out or applied twice fails the comparison.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "gemma3": "window=6,rope_base=1000000",
-        "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2"}
+        "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
+        "phi3": "window=6"}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
@@ -165,3 +166,17 @@ def test_llama31_rope_freqs_linear_and_yarn_scaling(tmp_path):
     _, base_logits = kinetic_logits(base, tmp_path)
     _, lin_logits = kinetic_logits(m2, tmp_path)
     assert not np.array_equal(base_logits, lin_logits)
+
+
+@pytest.mark.parametrize("typ", ["f32", "q4_k_m"])
+def test_phi3_longrope_partial_rotary(tmp_path, typ):
+    """Phi-3.5/4-mini's LongRoPE (factors long and short, attn_factor) with 32 of 64 head
+    dims rotated: the context size picks the factors (long above the original context of
+    64), and each choice agrees with the reference given the same context."""
+    path = synth(tmp_path, "phi3", typ, "rot=32,rope_orig_ctx=64,window=6")
+    logits = {}
+    for n_ctx in (64, 128):
+        rel = compare(path, tmp_path, TOL[typ], extra=("--ctx-size", str(n_ctx)), n_ctx=n_ctx)
+        print(f"phi3 {typ} LongRoPE, context {n_ctx}: relative rms error {rel:.2e}")
+        logits[n_ctx] = kinetic_logits(path, tmp_path, ("--ctx-size", str(n_ctx)))[1]
+    assert not np.array_equal(logits[64], logits[128])  # the factors really differ

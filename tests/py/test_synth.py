@@ -19,7 +19,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
 T = gguf.GGMLQuantizationType
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
@@ -57,6 +57,8 @@ def expected_type(ftype, name, n_dims, ne0, n_layer, tied):
     if ftype == "q4_k_m":
         if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = T.Q8_0 if ne0 % 256 else T.Q6_K
+        elif name.endswith("attn_qkv.weight"):
+            t = T.Q5_K
         elif name.endswith("attn_v.weight") or name.endswith("ffn_down.weight"):
             il = int(name.split(".")[1])
             t = T.Q6_K if more_bits(il, n_layer) else T.Q4_K
@@ -76,6 +78,11 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
         t["output.weight"] = [dim, vocab]
     for i in range(n_layer):
         b = f"blk.{i}."
+        if arch == "phi3":  # fused q/k/v and gate/up, as llama.cpp's phi3 loader wants
+            t.update({b + "attn_norm.weight": [dim], b + "attn_qkv.weight": [dim, q + 2 * kv],
+                      b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim],
+                      b + "ffn_up.weight": [dim, 2 * ffn], b + "ffn_down.weight": [ffn, dim]})
+            continue
         t.update({b + "attn_norm.weight": [dim], b + "attn_q.weight": [dim, q],
                   b + "attn_k.weight": [dim, kv], b + "attn_v.weight": [dim, kv],
                   b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim],
@@ -149,7 +156,7 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2, "phi3": 2}
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +195,9 @@ def test_tiny_loads(tiny_dir, arch, ty):
     assert len(kv["tokenizer.ggml.tokens"]) == 512
     if arch in ("gemma3", "gemma2"):
         assert kv[f"{arch}.attention.sliding_window"] == 128
+    if arch == "phi3":
+        assert "phi3.attention.sliding_window" not in kv  # only where asked for
+        assert kv["tokenizer.ggml.tokens"][-1] == "<|endoftext|>"  # llama.cpp looks it up
     if arch == "gemma2":
         assert kv["gemma2.attn_logit_softcapping"] == 50.0
         assert kv["gemma2.final_logit_softcapping"] == 30.0
@@ -256,6 +266,33 @@ def test_gemma2_presets(tmp_path):
     synth("--preset", "gemma2-27b", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
     kv = fields(gguf.GGUFReader(out))
     assert kv["gemma2.embedding_length"] == 4608 and kv["gemma2.attention.key_length"] == 128
+
+
+def test_phi3_presets(tmp_path):
+    """Phi-3-mini-4k (window 2047), Phi-3.5-mini (LongRoPE) and Phi-4-mini (LongRoPE, 96 of
+    128 dims rotated, GQA, tied) shapes, one layer and a small vocabulary."""
+    out = tmp_path / "p3.gguf"
+    synth("--preset", "phi3-mini-4k", "--dims", "layers=1,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["phi3.attention.sliding_window"] == 2047 and kv["phi3.rope.dimension_count"] == 96
+    types = {t.name: T(t.tensor_type) for t in r.tensors}
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_qkv.weight"] == [3072, 9216] and types["blk.0.attn_qkv.weight"] == T.Q5_K
+    assert shapes["blk.0.ffn_up.weight"] == [3072, 16384] and "blk.0.ffn_gate.weight" not in shapes
+    assert "rope_factors_long.weight" not in shapes and "output.weight" in shapes
+    out = tmp_path / "p4.gguf"
+    synth("--preset", "phi4-mini", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["phi3.rope.dimension_count"] == 96 and kv["phi3.attention.key_length"] == 128
+    assert kv["phi3.rope.scaling.original_context_length"] == 4096
+    assert abs(kv["phi3.rope.scaling.attn_factor"] - 1.1902380714238083) < 1e-6
+    t = {t.name: t for t in r.tensors}
+    assert list(map(int, t["blk.0.attn_qkv.weight"].shape)) == [3072, 3072 + 2 * 1024]
+    long_f, short_f = np.asarray(t["rope_factors_long.weight"].data), np.asarray(t["rope_factors_short.weight"].data)
+    assert long_f.shape == short_f.shape == (48,) and long_f[-1] == 40.0 and short_f[-1] == 2.0
+    assert "output.weight" not in t
 
 
 def test_deterministic(tmp_path):
@@ -372,6 +409,8 @@ def test_big_preset_shapes(tmp_path):
     (["--dims", "dim=256,layers=2,heads=4,kv_heads=3,ffn=512,vocab=512"], "multiple of kv_heads"),
     (["--arch", "gemma3", "--preset", "tiny", "--dims", "layers=2"], "at least 6 layers"),
     (["--arch", "gemma2", "--preset", "tiny", "--dims", "tied=0"], "gemma2 ties its output"),
+    (["--arch", "llama", "--preset", "tiny", "--dims", "rot=32"], "only phi3 rotates part"),
+    (["--arch", "phi3", "--preset", "tiny", "--dims", "rope_orig_ctx=4096"], "must be below ctx"),
     (["--preset", "tiny", "--dims", "vocab=100"], "at least 448 tokens"),
     (["--preset", "tiny", "--vocab", "/nonexistent/vocab.gguf"], "/nonexistent/vocab.gguf"),
     (["--type", "q8_0"], "give --preset NAME or --dims SPEC"),

@@ -503,6 +503,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
         {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
+        {SYNTH_PHI3, SYNTH_Q4_K_M, MODEL_KV_F16},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -519,6 +520,10 @@ static void test_synth(struct kern_pool *pool)
         p.dims.n_swa = 6; /* gemma2/3's local layers: a window the script's positions pass */
         p.dims.attn_softcap = 0.05f; /* gemma2: caps these random weights' scores reach */
         p.dims.final_softcap = 0.2f;
+        if (arch == SYNTH_PHI3) { /* LongRoPE's long factors (the caches hold 64), 32 of 64 dims rotated */
+            p.dims.rope_orig_ctx = 32;
+            p.dims.n_rot = 32;
+        }
         CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
         CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
         char what[64];

@@ -352,5 +352,9 @@ int main(void)
         model_close(m);
     }
     test_synth_arch(SYNTH_GEMMA2, SYNTH_Q4_K_M, "window=6,attn_softcap=0.05,final_softcap=0.2");
+    /* phi3: fused matrices, a window, LongRoPE (caches of 64 run the long factors: the
+     * original context is 32) and partial rotation */
+    test_synth_arch(SYNTH_PHI3, SYNTH_Q4_K_M, "window=6,rot=32,rope_orig_ctx=32");
+    test_synth_arch(SYNTH_PHI3, SYNTH_F16, "rope_orig_ctx=1024");
     CHECK_DONE();
 }
