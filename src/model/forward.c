@@ -7,16 +7,20 @@
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
  *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3)
- *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000)
+ *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000; phi3:
+ *                                             LongRoPE factors by context; granite may
+ *                                             have none)
  *     q *= q_scale                                       (gemma2, gemma3)
  *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers;
  *                                       gemma2: scores soft-capped inside attention)
- *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma2, gemma3);  x += o
+ *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma2, gemma3)
+ *     o *= residual_scale (granite);  x += o
  *     h = rmsnorm(x) * ffn_norm
  *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma2/3)
- *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  x += f
+ *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  f *= residual_scale (granite)
+ *     x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
- *   logits = softcap(logits)                             (gemma2)
+ *   logits *= 1 / logit_scale (granite);  logits = softcap(logits) (gemma2)
  *
  * Every step works on token rows independently with the kernels module's canonical
  * arithmetic, and threads only split output rows/columns (matmul outputs, attention
@@ -345,8 +349,10 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         }
         const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
         const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
-        op->rope(s, P->q, tab, rope, T, H, D);
-        op->rope(s, P->k, tab, rope, T, Hkv, D);
+        if (!hp->no_rope) {
+            op->rope(s, P->q, tab, rope, T, H, D);
+            op->rope(s, P->k, tab, rope, T, Hkv, D);
+        }
         if (hp->q_scale != 1.0f)
             op->scale(s, P->q, hp->q_scale, T * QD);
         for (int64_t r = 0; r < n_runs; r++) {
@@ -384,6 +390,8 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         if (d->bo) op->add_rows(s, ob, d->bo, R, E);
         if (d->post_attn_norm)
             op->rmsnorm(s, ob, ob, d->post_attn_norm, R, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            op->scale(s, ob, hp->residual_scale, R * E);
         op->add(s, xb, ob, R * E);
 
         /* Feed-forward block. */
@@ -398,6 +406,8 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         op->matmul(s, 1, &wdown, P->g, R, &ob);
         if (d->post_ffn_norm)
             op->rmsnorm(s, ob, ob, d->post_ffn_norm, R, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            op->scale(s, ob, hp->residual_scale, R * E);
         op->add(s, xb, ob, R * E);
     }
 
@@ -419,7 +429,10 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
     enum kn_status st = s->ops->end(s, err);
-    /* gemma2's final soft-capping, on the host logits (scalar on every ISA and backend). */
+    /* On the host logits, whatever backend made them: granite's logits times
+     * 1/logit_scale (one f32 division, then a product each), gemma2's final soft-cap. */
+    if (st == KN_OK && hp->logit_scale != 1.0f && n_out > 0)
+        kern_scale(logits, logits, 1.0f / hp->logit_scale, n_out * hp->n_vocab);
     if (st == KN_OK && hp->final_softcap > 0.0f && n_out > 0)
         kern_softcap(logits, logits, hp->final_softcap, n_out * hp->n_vocab);
     return st;

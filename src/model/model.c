@@ -11,7 +11,7 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3"};
+                                                         "gemma2", "phi3", "granite"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -129,6 +129,40 @@ static enum kn_status gemma2_hparams(const struct gguf_file *g, const char *arch
     return KN_OK;
 }
 
+/* Granite 3.x (llama.cpp's LLM_ARCH_GRANITE, llm_build_granite): a llama block with four
+ * scales, all required keys: embeddings times embedding_scale, attention and FFN outputs
+ * times residual_scale before each residual add, scores times attention.scale (instead
+ * of 1/sqrt(head size); 0 means that default), logits times 1/logit_scale. RoPE unless
+ * rope.scaling.finetuned is false (Granite's switch, default on). */
+static enum kn_status granite_hparams(const struct gguf_file *g, const char *arch,
+                                      struct model_hparams *hp, struct kn_err *err)
+{
+    float attn_scale = 0.0f;
+    TRY(get_float(g, arch, "embedding_scale", &hp->embd_scale, NULL, err));
+    TRY(get_float(g, arch, "residual_scale", &hp->residual_scale, NULL, err));
+    TRY(get_float(g, arch, "attention.scale", &attn_scale, NULL, err));
+    TRY(get_float(g, arch, "logit_scale", &hp->logit_scale, NULL, err));
+    if (hp->embd_scale == 0.0f || hp->residual_scale == 0.0f || !(hp->logit_scale != 0.0f) ||
+        attn_scale < 0.0f)
+        return kn_fail(err, KN_E_FORMAT,
+                       "granite scales embedding_scale %g, residual_scale %g and logit_scale %g "
+                       "must be non-zero, attention.scale %g not negative",
+                       (double)hp->embd_scale, (double)hp->residual_scale,
+                       (double)hp->logit_scale, (double)attn_scale);
+    if (attn_scale > 0.0f)
+        hp->kq_scale = attn_scale;
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", arch);
+    const struct gguf_kv *kv = gguf_find_kv(g, key);
+    if (kv) {
+        bool finetuned;
+        if (!gguf_get_bool(g, key, &finetuned))
+            return kn_fail(err, KN_E_FORMAT, "%s is not a boolean", key);
+        hp->no_rope = !finetuned;
+    }
+    return KN_OK;
+}
+
 enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,
                                   struct kn_err *err)
 {
@@ -148,7 +182,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, granite)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -214,7 +248,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     hp->n_vocab = n_vocab; /* 0: taken from token_embd by the tensor check */
 
     /* RoPE. */
-    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
+    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE ? MODEL_ROPE_NORM
+                                                                                 : MODEL_ROPE_NEOX;
     hp->rope_freq_base = 10000.0f;
     TRY(get_float(g, arch, "rope.freq_base", &hp->rope_freq_base, &found, err));
     if (!(hp->rope_freq_base > 0.0f))
@@ -259,6 +294,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     hp->q_scale = 1.0f;
     hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     hp->embd_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
 
     if (hp->arch == MODEL_ARCH_GEMMA3) {
         /* llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): five sliding-window layers then
@@ -287,6 +324,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     }
     if (hp->arch == MODEL_ARCH_GEMMA2)
         TRY(gemma2_hparams(g, arch, hp, err));
+    if (hp->arch == MODEL_ARCH_GRANITE)
+        TRY(granite_hparams(g, arch, hp, err));
     if (hp->arch == MODEL_ARCH_PHI3) {
         /* llama.cpp (llm_build_phi3): q times 1/sqrt(head size) after RoPE, scores not
          * scaled again. A sliding window, where the file has one, applies to every layer
@@ -368,7 +407,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
     const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
-    const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA;
+    const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE;
     const bool phi3 = hp->arch == MODEL_ARCH_PHI3;
     char n[128];
 #define T(slot, suffix, ne0, ne1, req)                                                             \
@@ -411,7 +450,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     }
     T(LT_DOWN, "ffn_down.weight", F, E, true);
 #undef T
-    if (hp->arch == MODEL_ARCH_LLAMA) {
+    if (hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE) {
         /* Optional MLP biases exist in a few llama-arch files; refuse rather than ignore. */
         const char *extra[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
         for (int i = 0; i < 3; i++) {

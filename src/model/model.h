@@ -1,4 +1,5 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite) loaded
+ * from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -25,10 +26,11 @@ enum model_arch {
     MODEL_ARCH_GEMMA3 = 3,
     MODEL_ARCH_GEMMA2 = 4,
     MODEL_ARCH_PHI3 = 5,
+    MODEL_ARCH_GRANITE = 6,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3". */
+/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -78,6 +80,11 @@ struct model_hparams {
      * logits = kern_softcapf(logits, final_softcap); 0 = none. */
     float attn_softcap;    /* <arch>.attn_logit_softcapping (gemma2 default 50) */
     float final_softcap;   /* <arch>.final_logit_softcapping (gemma2 default 30) */
+    /* granite: block outputs times residual_scale before they join the residual stream
+     * (1 = none), logits times 1/logit_scale (1 = none). */
+    float residual_scale;  /* <arch>.residual_scale */
+    float logit_scale;     /* <arch>.logit_scale */
+    bool no_rope;          /* granite with rope.scaling.finetuned = false: no RoPE at all */
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded

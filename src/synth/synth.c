@@ -21,7 +21,7 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3"};
+                                                         "gemma2", "phi3", "granite"};
 
 static const struct {
     const char *name;
@@ -138,13 +138,25 @@ static const struct preset presets[] = {
      {.n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .head_dim = 128, .n_ff = 8192,
       .n_vocab = 200064, .n_ctx = 131072, .n_swa = 262144, .rope_base = 10000.0f,
       .norm_eps = 1e-5f, .tied = true, .n_rot = 96, .rope_orig_ctx = 4096}},
+    /* Granite 3.x dense (3.3 2B, 3.x 8B): llama blocks with four scales, tied output. */
+    {"granite-3-2b", SYNTH_GRANITE,
+     {.n_embd = 2048, .n_layer = 40, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 8192,
+      .n_vocab = 49159, .n_ctx = 131072, .rope_base = 10000000.0f, .norm_eps = 1e-5f,
+      .tied = true, .embd_scale = 12.0f, .residual_scale = 0.22f, .attn_scale = 0.015625f,
+      .logit_scale = 8.0f}},
+    {"granite-3-8b", SYNTH_GRANITE,
+     {.n_embd = 4096, .n_layer = 40, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 12800,
+      .n_vocab = 49155, .n_ctx = 131072, .rope_base = 10000000.0f, .norm_eps = 1e-5f,
+      .tied = true, .embd_scale = 12.0f, .residual_scale = 0.22f, .attn_scale = 0.0078125f,
+      .logit_scale = 16.0f}},
 };
 
 const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
-           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3)";
+           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
+           "granite-3-2b, granite-3-8b (granite)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -237,6 +249,10 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
         {"rot", offsetof(struct synth_dims, n_rot), 0},
         {"rope_orig_ctx", offsetof(struct synth_dims, rope_orig_ctx), 0},
+        {"embd_scale", offsetof(struct synth_dims, embd_scale), 1},
+        {"residual_scale", offsetof(struct synth_dims, residual_scale), 1},
+        {"attn_scale", offsetof(struct synth_dims, attn_scale), 1},
+        {"logit_scale", offsetof(struct synth_dims, logit_scale), 1},
     };
     const char *p = spec;
     if (!*p)
@@ -258,7 +274,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, attn_softcap, "
-                           "final_softcap, rot, rope_orig_ctx",
+                           "final_softcap, rot, rope_orig_ctx, embd_scale, residual_scale, attn_scale, "
+                           "logit_scale",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -330,6 +347,16 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
+    if (arch == SYNTH_GRANITE) {
+        if (!(d->embd_scale > 0))
+            d->embd_scale = 12.0f;
+        if (!(d->residual_scale > 0))
+            d->residual_scale = 0.22f;
+        if (!(d->attn_scale > 0))
+            d->attn_scale = 0.015625f;
+        if (!(d->logit_scale > 0))
+            d->logit_scale = 8.0f;
+    }
     if (!d->n_rot)
         d->n_rot = d->head_dim;
     if (d->n_rot > d->head_dim || d->n_rot % 2 != 0 || (arch != SYNTH_PHI3 && d->n_rot != d->head_dim))
@@ -770,6 +797,12 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_GRANITE) {
+        gguf_writer_set_f32(w, KEY("embedding_scale"), d->embd_scale);
+        gguf_writer_set_f32(w, KEY("residual_scale"), d->residual_scale);
+        gguf_writer_set_f32(w, KEY("attention.scale"), d->attn_scale);
+        gguf_writer_set_f32(w, KEY("logit_scale"), d->logit_scale);
+    }
     if (arch == SYNTH_PHI3 && d->n_swa)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
     if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {

@@ -12,7 +12,7 @@
 #include "../base/base.h"
 
 enum synth_arch {
-    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_PHI3,
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE,
     SYNTH_ARCH_COUNT
 };
 
@@ -48,6 +48,8 @@ struct synth_dims {
     uint32_t n_rot;      /* rotated dims per head (0: head_dim; phi3 may rotate fewer) */
     uint32_t rope_orig_ctx; /* phi3 LongRoPE: the original context (0: none); writes the
                              * long and short factor tensors and their attn_factor */
+    /* granite's four scales (0: Granite 3.3 2B's 12, 0.22, 1/64 and 8) */
+    float embd_scale, residual_scale, attn_scale, logit_scale;
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
@@ -64,7 +66,7 @@ struct synth_params {
 };
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
-#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3"
+#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3, granite"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);
@@ -81,7 +83,8 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied attn_softcap final_softcap rot rope_orig_ctx) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied attn_softcap final_softcap rot rope_orig_ctx embd_scale
+ * residual_scale attn_scale logit_scale) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);

@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -39,7 +39,7 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -88,6 +88,17 @@ class RefModel:
             if "rope_factors_long.weight" in self.tensors:
                 long_ctx = n_ctx is not None and n_ctx > self.n_ctx_orig
                 self.rope_factor_name = "rope_factors_long.weight" if long_ctx else "rope_factors_short.weight"
+        # Granite: embeddings, block outputs, scores and logits scaled; RoPE switched off by
+        # rope.scaling.finetuned = false.
+        self.embd_scale = self.residual_scale = self.logit_scale = 1.0
+        self.attn_scale = 0.0
+        self.use_rope = True
+        if a == "granite":
+            self.embd_scale = _field(r, f"{a}.embedding_scale")
+            self.residual_scale = _field(r, f"{a}.residual_scale")
+            self.attn_scale = _field(r, f"{a}.attention.scale")
+            self.logit_scale = _field(r, f"{a}.logit_scale")
+            self.use_rope = bool(_field(r, f"{a}.rope.scaling.finetuned", True))
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -184,6 +195,7 @@ class RefModel:
         x = emb[np.asarray(tokens)].astype(np.float64)
         if self.arch in ("gemma3", "gemma2"):
             x = x * math.sqrt(self.n_embd)
+        x = x * self.embd_scale
         factors = self.w(self.rope_factor_name) if self.has(self.rope_factor_name) else None
         H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
         for il in range(self.n_layer):
@@ -205,11 +217,14 @@ class RefModel:
             base = 10000.0 if (self.arch == "gemma3" and swa) else self.freq_base
             scale = 1.0 if (self.arch == "gemma3" and swa) else self.freq_scale
             yarn = self.yarn and not (self.arch == "gemma3" and swa)
-            q = self.rope(q, pos, base, scale, factors, yarn)
-            k = self.rope(k, pos, base, scale, factors, yarn)
+            if self.use_rope:
+                q = self.rope(q, pos, base, scale, factors, yarn)
+                k = self.rope(k, pos, base, scale, factors, yarn)
             if self.arch == "gemma2" and self.n_layer == 46:
                 # Gemma 2 27B: query_pre_attn_scalar = n_embd / n_head
                 kq_scale = 1.0 / math.sqrt(self.n_embd // H)
+            elif self.attn_scale:
+                kq_scale = self.attn_scale
             else:
                 kq_scale = 1.0 / math.sqrt(DK)
             att = np.empty((T, H, DV), dtype=np.float64)
@@ -228,7 +243,7 @@ class RefModel:
             o = self.mm(p + "attn_output.weight", att.reshape(T, H * DV))
             if self.has(p + "post_attention_norm.weight"):
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
-            x = x + o
+            x = x + o * self.residual_scale
             h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
             if self.has(p + "ffn_gate.weight"):
                 g = self.mm(p + "ffn_gate.weight", h)
@@ -240,12 +255,12 @@ class RefModel:
             f = self.mm(p + "ffn_down.weight", act * u)
             if self.has(p + "post_ffw_norm.weight"):
                 f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
-            x = x + f
+            x = x + f * self.residual_scale
         if rows is not None:
             x = x[list(rows)]
         x = self.rms_norm(x, self.w("output_norm.weight"))
         out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        logits = self.mm(out_name, x)
+        logits = self.mm(out_name, x) / self.logit_scale
         if self.final_softcap:
             logits = self.final_softcap * np.tanh(logits / self.final_softcap)
         return logits

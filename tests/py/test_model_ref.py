@@ -89,10 +89,11 @@ def synth(tmp_path, arch, typ, dims=None):
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "gemma3": "window=6,rope_base=1000000",
         "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
-        "phi3": "window=6"}
+        "phi3": "window=6",
+        "granite": "kv_heads=2"}  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
@@ -180,3 +181,25 @@ def test_phi3_longrope_partial_rotary(tmp_path, typ):
         print(f"phi3 {typ} LongRoPE, context {n_ctx}: relative rms error {rel:.2e}")
         logits[n_ctx] = kinetic_logits(path, tmp_path, ("--ctx-size", str(n_ctx)))[1]
     assert not np.array_equal(logits[64], logits[128])  # the factors really differ
+
+
+def test_granite_scales_and_no_rope(tmp_path):
+    """Each of granite's four scales changes the logits (so a scale left out cannot pass
+    the comparison above), and rope.scaling.finetuned = false switches RoPE off."""
+    gguf = pytest.importorskip("gguf")
+    base = synth(tmp_path, "granite", "f32", "kv_heads=2")
+    _, ref_logits = kinetic_logits(base, tmp_path)
+    for k, v in (("embedding_scale", 3.0), ("residual_scale", 0.5), ("attention.scale", 0.125),
+                 ("logit_scale", 2.0)):
+        m = str(tmp_path / f"{k}.gguf")
+        rewrite(base, m, {f"granite.{k}": (gguf.GGUFValueType.FLOAT32, v)}, {})
+        rel = compare(m, tmp_path, 1e-4)
+        _, lg = kinetic_logits(m, tmp_path)
+        assert not np.array_equal(lg, ref_logits), k
+        print(f"granite with {k} = {v}: relative rms error {rel:.2e}")
+    m = str(tmp_path / "norope.gguf")
+    rewrite(base, m, {"granite.rope.scaling.finetuned": (gguf.GGUFValueType.BOOL, False)}, {})
+    rel = compare(m, tmp_path, 1e-4)
+    _, lg = kinetic_logits(m, tmp_path)
+    assert not np.array_equal(lg, ref_logits)
+    print(f"granite without RoPE: relative rms error {rel:.2e}")

@@ -205,7 +205,8 @@ def test_one_loop_gemma(tmp_path):
 # busy server's receipt (--parallel 4, drafting) must also verify with KINETIC_ISA=scalar.
 # (dims, seed): seeds whose greedy noise holds a few whole characters for the stop case.
 SYNTH_ARCHS = {"gemma2": ("window=6,attn_softcap=0.05,final_softcap=0.2", 1),
-               "phi3": ("window=6,rot=32,rope_orig_ctx=64", 3)}
+               "phi3": ("window=6,rot=32,rope_orig_ctx=64", 3),
+               "granite": ("kv_heads=2", 13)}
 
 
 @pytest.mark.parametrize("arch", sorted(SYNTH_ARCHS))

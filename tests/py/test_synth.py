@@ -19,7 +19,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
 T = gguf.GGMLQuantizationType
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
@@ -156,7 +156,7 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2, "phi3": 2}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2, "phi3": 2, "granite": 2}
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +195,9 @@ def test_tiny_loads(tiny_dir, arch, ty):
     assert len(kv["tokenizer.ggml.tokens"]) == 512
     if arch in ("gemma3", "gemma2"):
         assert kv[f"{arch}.attention.sliding_window"] == 128
+    if arch == "granite":  # Granite 3.3 2B's scales by default
+        assert (kv["granite.embedding_scale"], kv["granite.residual_scale"]) == (12.0, np.float32(0.22))
+        assert (kv["granite.attention.scale"], kv["granite.logit_scale"]) == (0.015625, 8.0)
     if arch == "phi3":
         assert "phi3.attention.sliding_window" not in kv  # only where asked for
         assert kv["tokenizer.ggml.tokens"][-1] == "<|endoftext|>"  # llama.cpp looks it up
@@ -293,6 +296,21 @@ def test_phi3_presets(tmp_path):
     long_f, short_f = np.asarray(t["rope_factors_long.weight"].data), np.asarray(t["rope_factors_short.weight"].data)
     assert long_f.shape == short_f.shape == (48,) and long_f[-1] == 40.0 and short_f[-1] == 2.0
     assert "output.weight" not in t
+
+
+def test_granite_presets(tmp_path):
+    """Granite 3.x 8B's shape and scales, one layer and a small vocabulary."""
+    out = tmp_path / "gr.gguf"
+    synth("--preset", "granite-3-8b", "--dims", "layers=1,vocab=1024,logit_scale=4", "--type", "q4_k_m",
+          "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "granite" and kv["granite.embedding_length"] == 4096
+    assert kv["granite.attention.head_count_kv"] == 8 and kv["granite.feed_forward_length"] == 12800
+    assert kv["granite.attention.scale"] == 0.0078125 and kv["granite.logit_scale"] == 4.0
+    assert kv["granite.rope.freq_base"] == 10000000.0
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_k.weight"] == [4096, 1024] and "output.weight" not in shapes
 
 
 def test_deterministic(tmp_path):

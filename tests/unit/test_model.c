@@ -356,5 +356,6 @@ int main(void)
      * original context is 32) and partial rotation */
     test_synth_arch(SYNTH_PHI3, SYNTH_Q4_K_M, "window=6,rot=32,rope_orig_ctx=32");
     test_synth_arch(SYNTH_PHI3, SYNTH_F16, "rope_orig_ctx=1024");
+    test_synth_arch(SYNTH_GRANITE, SYNTH_Q8_0, NULL); /* Granite 3.3 2B's four scales */
     CHECK_DONE();
 }
