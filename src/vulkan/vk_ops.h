@@ -1,0 +1,82 @@
+/* vk_ops.h: what the Vulkan backend (vk_backend.c, the memory, streams and passes) and its
+ * ops (vk_ops_*.c, one function per backend op with the op's exact signature from
+ * src/kernels/backend.h, recording dispatches on the runtime vk_rt.h) share.
+ *
+ * Buffers. Every struct kern_buf of this backend has dev = its struct vkr_buf (device
+ * memory) and host = NULL. Layouts:
+ *   alloc          bytes as the op defines them (f32 rows; a KV cache layer
+ *                  (Hkv, n_ctx, D) of kv_type, head-major, as on the CPU).
+ *   upload         n f32.
+ *   upload_weight  the weight's rows as in the file (w->N rows of w->row_bytes, GGML block
+ *                  layout), not the CPU's repacked copy; b->w is the host description.
+ *   upload_rows    the same for an embedding table (any type quant_dequantize_row reads).
+ *
+ * Ops. vk_ops_fill (vk_ops_table.c, vkops' file) sets the op entries that have shaders;
+ * the rest stay NULL, and model_open refuses to place a layer that needs a NULL op on
+ * the device, naming it. */
+#ifndef KN_VULKAN_VK_OPS_H
+#define KN_VULKAN_VK_OPS_H
+
+#include "../kernels/backend.h"
+#include "vk_rt.h"
+
+/* An open Vulkan device as a backend. */
+struct vk_backend {
+    struct kern_backend base;
+    struct kern_backend_ops ops;
+    struct vkr *rt;
+    int index;
+    char name[32];                /* "vulkan:N" */
+    char numerics[256];           /* KN_NUMERICS or vulkan-<gpu>-<driver> (self-test) */
+    int refs;                     /* vk_backend_open / vk_backend_close pairs */
+};
+
+/* A forward context: one command buffer per pass and the op's scratch buffers. */
+#define VK_SCRATCH_SLOTS 8
+struct vk_stream {
+    struct kern_stream base;
+    struct vk_backend *vb;
+    struct vkr_cmd *cmd;
+    struct kern_stream_shape shape;
+    struct vkr_buf *scratch[VK_SCRATCH_SLOTS];
+    struct vkr_buf *retired[VK_SCRATCH_SLOTS]; /* replaced during a pass, freed at its end */
+    int n_retired;
+};
+
+static inline struct vk_stream *vk_stream(struct kern_stream *s)
+{
+    return (struct vk_stream *)s;
+}
+/* The command buffer of the stream's current pass. */
+static inline struct vkr_cmd *vk_stream_cmd(struct kern_stream *s)
+{
+    return ((struct vk_stream *)s)->cmd;
+}
+static inline struct vkr *vk_stream_rt(struct kern_stream *s)
+{
+    return ((struct vk_stream *)s)->vb->rt;
+}
+/* The device buffer behind a kern_buf of this backend. */
+static inline struct vkr_buf *vk_buf(const struct kern_buf *b)
+{
+    return (struct vkr_buf *)b->dev;
+}
+/* Whole-buffer binds: read-only, and written (for the automatic barriers). */
+static inline struct vkr_bind vk_bind_ro(const struct kern_buf *b)
+{
+    return (struct vkr_bind){.buf = vk_buf(b)};
+}
+static inline struct vkr_bind vk_bind_rw(const struct kern_buf *b)
+{
+    return (struct vkr_bind){.buf = vk_buf(b), .write = true};
+}
+
+/* Device scratch slot (0 .. VK_SCRATCH_SLOTS-1) of at least bytes for this pass (e.g. the
+ * quantized activations), kept between passes and grown when needed (a grown buffer's
+ * old one is freed when the pass ends). NULL with the failure recorded in the cmd. */
+struct vkr_buf *vk_stream_scratch(struct kern_stream *s, int slot, size_t bytes);
+
+/* Sets the op entries of ops that the Vulkan ops implement (vk_ops_table.c). */
+void vk_ops_fill(struct kern_backend_ops *ops);
+
+#endif
