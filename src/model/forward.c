@@ -4,12 +4,14 @@
  * token):
  *   x = embed(token)                        (gemma2, gemma3: x *= sqrtf(n_embd))
  *   per layer:
- *     h = rmsnorm(x) * attn_norm
+ *     h = rmsnorm(x) * attn_norm             (olmo2: h = x, no pre-norms)
  *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
- *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3)
+ *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3; olmo2: over
+ *                                                         whole q and k rows)
  *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000; phi3:
- *                                             LongRoPE factors by context; granite may
- *                                             have none)
+ *                                             LongRoPE factors by context; smollm3:
+ *                                             none every fourth layer; granite may have
+ *                                             none)
  *     q *= q_scale                                       (gemma2, gemma3)
  *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers;
  *                                       gemma2: scores soft-capped inside attention)
@@ -88,8 +90,9 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
         .beta_slow = hp->yarn_beta_slow,
         .n_ctx_orig = (int32_t)hp->n_ctx_orig_yarn,
     };
-    if (swa && hp->arch == MODEL_ARCH_GEMMA3) {
-        /* gemma3's local layers: plain RoPE (llama.cpp: rope_freq_scale_train_swa = 1);
+    if (swa && (hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_OLMO2)) {
+        /* gemma3's and olmo2's (OLMo 3) local layers: plain RoPE (llama.cpp:
+         * rope_freq_scale_train_swa = 1 for gemma3, freq_scale 1 in llm_build_olmo2);
          * other architectures' windowed layers rotate as their global ones. */
         p.ext_factor = 0.0;
         p.attn_factor = 1.0;
@@ -333,23 +336,30 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         struct kern_stream *s = P->s;
         const struct kern_backend_ops *op = s->ops;
 
-        /* Attention block. */
-        op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
+        /* Attention block (olmo2 has no pre-norm: the block reads x itself). */
+        const struct kern_buf *hin = xb;
+        if (d->attn_norm) {
+            op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
+            hin = P->h;
+        }
         {
             const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
             struct kern_buf *y[3] = {P->q, P->k, P->v};
-            op->matmul(s, 3, w, P->h, T, y);
+            op->matmul(s, 3, w, hin, T, y);
         }
         if (d->bq) op->add_rows(s, P->q, d->bq, T, QD);
         if (d->bk) op->add_rows(s, P->k, d->bk, T, KD);
         if (d->bv) op->add_rows(s, P->v, d->bv, T, KD);
-        if (d->attn_q_norm) {
+        if (d->attn_q_norm && hp->arch == MODEL_ARCH_OLMO2) { /* over whole rows */
+            op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T, QD, hp->norm_eps);
+            op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T, KD, hp->norm_eps);
+        } else if (d->attn_q_norm) { /* per head */
             op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
             op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
         }
         const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
         const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
-        if (!hp->no_rope) {
+        if (!hp->no_rope_layer[il]) {
             op->rope(s, P->q, tab, rope, T, H, D);
             op->rope(s, P->k, tab, rope, T, Hkv, D);
         }
@@ -395,11 +405,15 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         op->add(s, xb, ob, R * E);
 
         /* Feed-forward block. */
-        op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
+        hin = xb;
+        if (d->ffn_norm) {
+            op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
+            hin = P->h;
+        }
         {
             const struct kern_buf *w[2] = {d->ffn_gate, d->ffn_up};
             struct kern_buf *y[2] = {P->g, P->u};
-            op->matmul(s, 2, w, P->h, R, y);
+            op->matmul(s, 2, w, hin, R, y);
         }
         const bool gelu = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
         op->glu(s, gelu ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u, R * F);

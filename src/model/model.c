@@ -11,7 +11,8 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3", "granite"};
+                                                         "gemma2", "phi3", "granite", "smollm3",
+                                                         "olmo2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -158,7 +159,8 @@ static enum kn_status granite_hparams(const struct gguf_file *g, const char *arc
         bool finetuned;
         if (!gguf_get_bool(g, key, &finetuned))
             return kn_fail(err, KN_E_FORMAT, "%s is not a boolean", key);
-        hp->no_rope = !finetuned;
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->no_rope_layer[il] = !finetuned;
     }
     return KN_OK;
 }
@@ -182,7 +184,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, granite)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, "
+                       "smollm3, olmo2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -248,8 +251,10 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     hp->n_vocab = n_vocab; /* 0: taken from token_embd by the tensor check */
 
     /* RoPE. */
-    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE ? MODEL_ROPE_NORM
-                                                                                 : MODEL_ROPE_NEOX;
+    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE ||
+                            hp->arch == MODEL_ARCH_SMOLLM3
+                        ? MODEL_ROPE_NORM
+                        : MODEL_ROPE_NEOX;
     hp->rope_freq_base = 10000.0f;
     TRY(get_float(g, arch, "rope.freq_base", &hp->rope_freq_base, &found, err));
     if (!(hp->rope_freq_base > 0.0f))
@@ -326,6 +331,22 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         TRY(gemma2_hparams(g, arch, hp, err));
     if (hp->arch == MODEL_ARCH_GRANITE)
         TRY(granite_hparams(g, arch, hp, err));
+    if (hp->arch == MODEL_ARCH_SMOLLM3)
+        /* llama.cpp (LLM_ARCH_SMOLLM3): layer il skips RoPE when (il + 1) % 4 == 0; the
+         * interval is fixed there (n_no_rope_layer_step = 4, no GGUF key), so here too. */
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->no_rope_layer[il] = (il + 1) % 4 == 0;
+    if (hp->arch == MODEL_ARCH_OLMO2) {
+        /* llama.cpp (LLM_ARCH_OLMO2): a sliding window where the file has one (OLMo 3),
+         * three windowed layers then one global, the windowed ones with plain RoPE. */
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+        if (hp->n_swa > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "olmo2.attention.sliding_window %lld is too large",
+                           (long long)hp->n_swa);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = hp->n_swa > 0 && il % 4 < 3;
+        hp->rope_freq_scale_swa = 1.0f;
+    }
     if (hp->arch == MODEL_ARCH_PHI3) {
         /* llama.cpp (llm_build_phi3): q times 1/sqrt(head size) after RoPE, scores not
          * scaled again. A sliding window, where the file has one, applies to every layer
@@ -405,6 +426,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
     const int64_t o_in = hp->n_head * hp->head_dim_v;
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
+    /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
+    const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
     const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
     const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE;
@@ -416,7 +439,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         TRY(find_tensor(g, n, ne0, ne1, req, &lp->t[slot], err));                                  \
     } while (0)
     memset(lp, 0, sizeof *lp);
-    T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
+    if (!olmo2)
+        T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
     if (phi3)
         T(LT_QKV, "attn_qkv.weight", E, q_out + k_out + v_out, false);
     if (!lp->t[LT_QKV]) {
@@ -436,11 +460,16 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_Q_NORM, "attn_q_norm.weight", hp->head_dim_k, 0, true);
         T(LT_K_NORM, "attn_k_norm.weight", hp->head_dim_k, 0, true);
     }
-    if (gemma) {
+    if (olmo2) {
+        T(LT_Q_NORM, "attn_q_norm.weight", q_out, 0, true);
+        T(LT_K_NORM, "attn_k_norm.weight", k_out, 0, true);
+    }
+    if (gemma || olmo2) {
         T(LT_POST_ATTN_NORM, "post_attention_norm.weight", E, 0, true);
         T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
     }
-    T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
+    if (!olmo2)
+        T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
     if (phi3) { /* gate and up in one matrix, as llama.cpp's phi3 loader wants it */
         T(LT_UP, "ffn_up.weight", E, 2 * F, true);
         lp->fused_up = true;
@@ -520,6 +549,7 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
 {
     const int64_t E = hp->n_embd, D = hp->head_dim_k;
     const int64_t QD = hp->n_head * D, KD = hp->n_head_kv * D;
+    const bool row_norm = hp->arch == MODEL_ARCH_OLMO2; /* q/k norms over whole rows */
     struct model_layer_bufs *d = &L->d;
     const struct layer_tensor t[LAYER_TENSORS] = {
         {&d->wq, &L->wq, NULL, 0},           {&d->wk, &L->wk, NULL, 0},
@@ -527,7 +557,8 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->ffn_gate, &L->ffn_gate, NULL, 0}, {&d->ffn_up, &L->ffn_up, NULL, 0},
         {&d->ffn_down, &L->ffn_down, NULL, 0},
         {&d->attn_norm, NULL, L->attn_norm, E}, {&d->ffn_norm, NULL, L->ffn_norm, E},
-        {&d->attn_q_norm, NULL, L->attn_q_norm, D}, {&d->attn_k_norm, NULL, L->attn_k_norm, D},
+        {&d->attn_q_norm, NULL, L->attn_q_norm, row_norm ? QD : D},
+        {&d->attn_k_norm, NULL, L->attn_k_norm, row_norm ? KD : D},
         {&d->post_attn_norm, NULL, L->post_attn_norm, E},
         {&d->post_ffn_norm, NULL, L->post_ffn_norm, E},
         {&d->bq, NULL, L->bq, QD}, {&d->bk, NULL, L->bk, KD}, {&d->bv, NULL, L->bv, KD},

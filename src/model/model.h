@@ -1,5 +1,5 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite) loaded
- * from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite,
+ * smollm3, olmo2) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -27,10 +27,12 @@ enum model_arch {
     MODEL_ARCH_GEMMA2 = 4,
     MODEL_ARCH_PHI3 = 5,
     MODEL_ARCH_GRANITE = 6,
+    MODEL_ARCH_SMOLLM3 = 7,
+    MODEL_ARCH_OLMO2 = 8,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite". */
+/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -84,7 +86,9 @@ struct model_hparams {
      * (1 = none), logits times 1/logit_scale (1 = none). */
     float residual_scale;  /* <arch>.residual_scale */
     float logit_scale;     /* <arch>.logit_scale */
-    bool no_rope;          /* granite with rope.scaling.finetuned = false: no RoPE at all */
+    /* true: the layer rotates nothing (smollm3: every fourth layer; granite with
+     * rope.scaling.finetuned = false: all) */
+    bool no_rope_layer[MODEL_MAX_LAYERS];
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded
@@ -100,9 +104,10 @@ struct model_layer_bufs {
 struct model_layer {
     struct kern_weight wq, wk, wv, wo;          /* wq: (n_head*hd_k, n_embd) ... */
     struct kern_weight ffn_gate, ffn_up, ffn_down;
-    const float *attn_norm, *ffn_norm;          /* (n_embd) */
-    const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3 */
-    const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma3 */
+    const float *attn_norm, *ffn_norm;          /* (n_embd); NULL for olmo2 (none) */
+    const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3; olmo2:
+                                                 * (n_head * hd_k), (n_head_kv * hd_k) */
+    const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma2/3, olmo2 */
     const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
     struct kern_backend *be;                    /* the backend that runs the layer */
     struct model_layer_bufs d;                  /* the tensors on be */

@@ -21,7 +21,8 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3", "granite"};
+                                                         "gemma2", "phi3", "granite", "smollm3",
+                                                         "olmo2"};
 
 static const struct {
     const char *name;
@@ -149,6 +150,18 @@ static const struct preset presets[] = {
       .n_vocab = 49155, .n_ctx = 131072, .rope_base = 10000000.0f, .norm_eps = 1e-5f,
       .tied = true, .embd_scale = 12.0f, .residual_scale = 0.22f, .attn_scale = 0.0078125f,
       .logit_scale = 16.0f}},
+    /* SmolLM3 3B: llama blocks, every fourth layer without RoPE. */
+    {"smollm3-3b", SYNTH_SMOLLM3,
+     {.n_embd = 2048, .n_layer = 36, .n_head = 16, .n_head_kv = 4, .head_dim = 128, .n_ff = 11008,
+      .n_vocab = 128256, .n_ctx = 65536, .rope_base = 5000000.0f, .norm_eps = 1e-6f,
+      .tied = true}},
+    /* OLMo 2 1B and 7B: no pre-norms, q/k norms over whole rows, post norms. */
+    {"olmo2-1b", SYNTH_OLMO2,
+     {.n_embd = 2048, .n_layer = 16, .n_head = 16, .n_head_kv = 16, .head_dim = 128, .n_ff = 8192,
+      .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
+    {"olmo2-7b", SYNTH_OLMO2,
+     {.n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 128, .n_ff = 11008,
+      .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
 };
 
 const char *synth_preset_list(void)
@@ -156,7 +169,8 @@ const char *synth_preset_list(void)
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
-           "granite-3-2b, granite-3-8b (granite)";
+           "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
+           "(olmo2)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -180,7 +194,9 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->norm_eps = 1e-6f;
             out->tied = true; /* see synth_check_dims */
         }
-        if (*arch == SYNTH_PHI3 && p->arch == SYNTH_ARCH_COUNT)
+        if (*arch == SYNTH_SMOLLM3 && p->arch == SYNTH_ARCH_COUNT)
+            out->n_layer = 4; /* layer 3 is the first without RoPE */
+        if ((*arch == SYNTH_PHI3 || *arch == SYNTH_OLMO2) && p->arch == SYNTH_ARCH_COUNT)
             out->n_swa = 0; /* a window only where asked for (window=N) */
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
@@ -367,6 +383,11 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG,
                        "rope_orig_ctx (%u) is phi3's LongRoPE original context: it must be below "
                        "ctx (%u)", d->rope_orig_ctx, d->n_ctx);
+    if (arch == SYNTH_OLMO2 && (d->tied || d->head_dim * d->n_head != d->n_embd))
+        return kn_fail(err, KN_E_ARG,
+                       "olmo2 needs heads * head_dim = dim (%u * %u, dim %u) and an output.weight "
+                       "(tied=0): llama.cpp's olmo2 loader wants both",
+                       d->n_head, d->head_dim, d->n_embd);
     if (arch == SYNTH_GEMMA2 && !d->tied)
         return kn_fail(err, KN_E_ARG,
                        "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
@@ -642,7 +663,8 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
     }
     for (int il = 0; il < (int)d->n_layer && arch != SYNTH_PHI3; il++) {
-        add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (arch != SYNTH_OLMO2) /* olmo2 has no pre-norms */
+            add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
         add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
@@ -657,13 +679,18 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
-        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
+        if (arch == SYNTH_OLMO2) { /* whole-row q/k norms */
+            add_spec(s, &n, "attn_q_norm.weight", il, 1, Q, 1, FILL_ONES);
+            add_spec(s, &n, "attn_k_norm.weight", il, 1, KV, 1, FILL_ONES);
+        }
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
-        add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (arch != SYNTH_OLMO2)
+            add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_up.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
-        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
     add_spec(s, &n, "output_norm.weight", -1, 1, E, 1, FILL_ONES);
@@ -803,7 +830,7 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
         gguf_writer_set_f32(w, KEY("attention.scale"), d->attn_scale);
         gguf_writer_set_f32(w, KEY("logit_scale"), d->logit_scale);
     }
-    if (arch == SYNTH_PHI3 && d->n_swa)
+    if ((arch == SYNTH_PHI3 || arch == SYNTH_OLMO2) && d->n_swa)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
     if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
         /* as llama.cpp's converter writes Phi-3.5: sqrt(1 + ln(ctx / orig) / ln(orig)) */

@@ -13,6 +13,7 @@
 
 enum synth_arch {
     SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE,
+    SYNTH_SMOLLM3, SYNTH_OLMO2,
     SYNTH_ARCH_COUNT
 };
 
@@ -66,7 +67,7 @@ struct synth_params {
 };
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
-#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3, granite"
+#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, smollm3, olmo2"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);

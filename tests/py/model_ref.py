@@ -1,5 +1,6 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, smollm3,
+olmo2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -39,7 +40,7 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -63,7 +64,7 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2", "phi3")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2", "phi3", "olmo2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -99,6 +100,14 @@ class RefModel:
             self.attn_scale = _field(r, f"{a}.attention.scale")
             self.logit_scale = _field(r, f"{a}.logit_scale")
             self.use_rope = bool(_field(r, f"{a}.rope.scaling.finetuned", True))
+        # SmolLM3: every fourth layer (il + 1 = 4, 8, ...) has no RoPE (llama.cpp's fixed
+        # interval). OLMo 2: a window on three layers of four where the file has one.
+        self.rope_layers = [self.use_rope] * self.n_layer
+        if a == "smollm3":
+            self.rope_layers = [(il + 1) % 4 != 0 for il in range(self.n_layer)]
+        if a == "olmo2":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 0) or 0
+            self.swa_layers = [self.n_swa > 0 and il % 4 < 3 for il in range(self.n_layer)]
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -200,7 +209,7 @@ class RefModel:
         H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
         for il in range(self.n_layer):
             p = f"blk.{il}."
-            h = self.rms_norm(x, self.w(p + "attn_norm.weight"))
+            h = self.rms_norm(x, self.w(p + "attn_norm.weight")) if self.has(p + "attn_norm.weight") else x
             if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
                 qkv = self.mm(p + "attn_qkv.weight", h)
                 q = qkv[:, :H * DK].reshape(T, H, DK)
@@ -210,14 +219,18 @@ class RefModel:
                 q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
                 k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
                 v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
-            if self.has(p + "attn_q_norm.weight"):
+            if self.arch == "olmo2":  # over the whole q and k rows
+                q = self.rms_norm(q.reshape(T, H * DK), self.w(p + "attn_q_norm.weight")).reshape(T, H, DK)
+                k = self.rms_norm(k.reshape(T, HKV * DK), self.w(p + "attn_k_norm.weight")).reshape(T, HKV, DK)
+            elif self.has(p + "attn_q_norm.weight"):
                 q = self.rms_norm(q, self.w(p + "attn_q_norm.weight"))
                 k = self.rms_norm(k, self.w(p + "attn_k_norm.weight"))
             swa = self.swa_layers[il]
             base = 10000.0 if (self.arch == "gemma3" and swa) else self.freq_base
-            scale = 1.0 if (self.arch == "gemma3" and swa) else self.freq_scale
-            yarn = self.yarn and not (self.arch == "gemma3" and swa)
-            if self.use_rope:
+            plain = swa and self.arch in ("gemma3", "olmo2")  # windowed layers: no scaling
+            scale = 1.0 if plain else self.freq_scale
+            yarn = self.yarn and not plain
+            if self.rope_layers[il]:
                 q = self.rope(q, pos, base, scale, factors, yarn)
                 k = self.rope(k, pos, base, scale, factors, yarn)
             if self.arch == "gemma2" and self.n_layer == 46:
@@ -244,7 +257,7 @@ class RefModel:
             if self.has(p + "post_attention_norm.weight"):
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o * self.residual_scale
-            h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
+            h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
             if self.has(p + "ffn_gate.weight"):
                 g = self.mm(p + "ffn_gate.weight", h)
                 u = self.mm(p + "ffn_up.weight", h)

@@ -19,7 +19,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
 T = gguf.GGMLQuantizationType
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
@@ -92,6 +92,10 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
             t.update({b + "attn_q.bias": [q], b + "attn_k.bias": [kv], b + "attn_v.bias": [kv]})
         if arch in ("qwen3", "gemma3"):
             t.update({b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
+        if arch == "olmo2":  # no pre-norms, whole-row q/k norms, post norms
+            del t[b + "attn_norm.weight"], t[b + "ffn_norm.weight"]
+            t.update({b + "attn_q_norm.weight": [q], b + "attn_k_norm.weight": [kv],
+                      b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
         if arch in ("gemma3", "gemma2"):
             t.update({b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
     return t
@@ -156,7 +160,8 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2, "phi3": 2, "granite": 2}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "gemma2": 2, "phi3": 2, "granite": 2,
+               "smollm3": 4, "olmo2": 2}
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +318,24 @@ def test_granite_presets(tmp_path):
     assert shapes["blk.0.attn_k.weight"] == [4096, 1024] and "output.weight" not in shapes
 
 
+def test_smollm3_olmo2_presets(tmp_path):
+    """SmolLM3 3B's and OLMo 2 7B's shapes, one layer and a small vocabulary."""
+    out = tmp_path / "s.gguf"
+    synth("--preset", "smollm3-3b", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    kv = fields(gguf.GGUFReader(out))
+    assert kv["general.architecture"] == "smollm3" and kv["smollm3.attention.head_count_kv"] == 4
+    assert kv["smollm3.rope.freq_base"] == 5000000.0 and kv["smollm3.feed_forward_length"] == 11008
+    out = tmp_path / "o.gguf"
+    synth("--preset", "olmo2-7b", "--dims", "layers=1,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "olmo2" and kv["olmo2.embedding_length"] == 4096
+    assert "olmo2.attention.sliding_window" not in kv
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q_norm.weight"] == [4096] and "blk.0.attn_norm.weight" not in shapes
+    assert shapes["output.weight"] == [4096, 1024]
+
+
 def test_deterministic(tmp_path):
     """Same arguments, same bytes, whatever the thread count; another seed, other weights."""
     a, b, c = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
@@ -428,6 +451,7 @@ def test_big_preset_shapes(tmp_path):
     (["--arch", "gemma3", "--preset", "tiny", "--dims", "layers=2"], "at least 6 layers"),
     (["--arch", "gemma2", "--preset", "tiny", "--dims", "tied=0"], "gemma2 ties its output"),
     (["--arch", "llama", "--preset", "tiny", "--dims", "rot=32"], "only phi3 rotates part"),
+    (["--arch", "olmo2", "--preset", "tiny", "--dims", "tied=1"], "olmo2 needs heads * head_dim"),
     (["--arch", "phi3", "--preset", "tiny", "--dims", "rope_orig_ctx=4096"], "must be below ctx"),
     (["--preset", "tiny", "--dims", "vocab=100"], "at least 448 tokens"),
     (["--preset", "tiny", "--vocab", "/nonexistent/vocab.gguf"], "/nonexistent/vocab.gguf"),

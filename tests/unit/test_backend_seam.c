@@ -505,6 +505,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
         {SYNTH_PHI3, SYNTH_Q4_K_M, MODEL_KV_F16},
         {SYNTH_GRANITE, SYNTH_Q6_K, MODEL_KV_F32},
+        {SYNTH_SMOLLM3, SYNTH_Q4_0, MODEL_KV_F16},
+        {SYNTH_OLMO2, SYNTH_Q8_0, MODEL_KV_F32},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);

@@ -357,5 +357,7 @@ int main(void)
     test_synth_arch(SYNTH_PHI3, SYNTH_Q4_K_M, "window=6,rot=32,rope_orig_ctx=32");
     test_synth_arch(SYNTH_PHI3, SYNTH_F16, "rope_orig_ctx=1024");
     test_synth_arch(SYNTH_GRANITE, SYNTH_Q8_0, NULL); /* Granite 3.3 2B's four scales */
+    test_synth_arch(SYNTH_SMOLLM3, SYNTH_Q4_K_M, NULL); /* 4 layers: layer 3 without RoPE */
+    test_synth_arch(SYNTH_OLMO2, SYNTH_Q5_K, "window=6,layers=4"); /* OLMo 3's windows too */
     CHECK_DONE();
 }
