@@ -152,6 +152,7 @@ struct info {
     uint32_t ftype;
     int64_t ftype_guess; /* from the commonest weight type when general.file_type is absent */
     struct hparam layers, embd, heads, kv_heads, head_dim, ffn, ctx, vocab_hp;
+    struct hparam experts, experts_used, expert_ffn; /* mixture of experts */
     bool have_rope_base;
     float rope_base;
     const struct gguf_value *tokens;
@@ -201,6 +202,9 @@ static void gather(struct info *in)
         in->ffn = get_hparam(f, a, "feed_forward_length");
         in->ctx = get_hparam(f, a, "context_length");
         in->vocab_hp = get_hparam(f, a, "vocab_size");
+        in->experts = get_hparam(f, a, "expert_count");
+        in->experts_used = get_hparam(f, a, "expert_used_count");
+        in->expert_ffn = get_hparam(f, a, "expert_feed_forward_length");
         char key[256];
         snprintf(key, sizeof key, "%s.rope.freq_base", a);
         in->have_rope_base = gguf_get_f32(f, key, &in->rope_base);
@@ -291,6 +295,9 @@ static void print_text(const struct info *in)
         print_hparam_text("kv heads", in->kv_heads);
         print_hparam_text("head dim", in->head_dim);
         print_hparam_text("ffn", in->ffn);
+        print_hparam_text("experts", in->experts);
+        print_hparam_text("experts used", in->experts_used);
+        print_hparam_text("expert ffn", in->expert_ffn);
         print_hparam_text("context", in->ctx);
         if (in->have_rope_base)
             printf("  %-16s %g\n", "rope base", (double)in->rope_base);
@@ -378,6 +385,9 @@ static void print_json(const struct info *in)
     json_hparam("kv_heads", in->kv_heads, false);
     json_hparam("head_dim", in->head_dim, false);
     json_hparam("ffn", in->ffn, false);
+    json_hparam("experts", in->experts, false);
+    json_hparam("experts_used", in->experts_used, false);
+    json_hparam("expert_ffn", in->expert_ffn, false);
     json_hparam("context", in->ctx, false);
     printf("    \"rope_base\": ");
     if (in->have_rope_base)

@@ -40,6 +40,8 @@ static void print_details(void)
            "  sliding window, default 4096 / 512) tied=0|1 (1: no output.weight, the embedding is\n"
            "  reused) attn_softcap=X final_softcap=X (gemma2's soft-caps, default 50 and 30)\n"
            "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
+           "  experts=N experts_used=N expert_ffn=N (qwen3moe: experts per layer, per token, and\n"
+           "  an expert's width; tiny has 16, 4 and 256)\n"
            "  e.g. --arch llama --dims dim=512,layers=4,heads=8,kv_heads=2,ffn=1408,vocab=4096\n"
            "\n"
            "--vocab FILE.gguf copies every tokenizer.* key from a vocabulary GGUF and takes the\n"

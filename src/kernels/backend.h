@@ -48,7 +48,8 @@
  * layers (--gpu-layers) without changing a bit; results never depend on the batch size,
  * a row's place in the batch, the chunking of a prompt or the thread count.
  *
- * What a backend implements: every member of struct kern_backend_ops (none is optional).
+ * What a backend implements: every member of struct kern_backend_ops (none is optional,
+ * except the mixture-of-experts ops a device may not have yet; see there).
  * Shapes: T tokens of the batch, n elements of a row, H query heads, Hkv key/value heads,
  * D head dimension; buffers hold f32 rows with stride n (row t at element t * n) unless
  * stated. Outputs may alias inputs only where "in place" is said. */
@@ -81,6 +82,9 @@ struct kern_stream_shape {
     int64_t max_tokens;   /* T per pass */
     int64_t n_embd, n_ff; /* E, F */
     int64_t n_head, n_head_kv, head_dim;
+    /* Mixture of experts (0: none): experts per layer, experts per token, the width of an
+     * expert's products (n_ff counts it too). */
+    int64_t n_expert, n_expert_used, n_ff_exp;
 };
 
 /* The products' gated activations: y = act(g) * u. */
@@ -109,6 +113,17 @@ struct kern_attn_batch {
     float scale;                    /* score = canonical_dot(q, k) * scale */
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
     float softcap;                  /* 0: none; c > 0: score = kern_softcapf(score, c) */
+};
+
+/* One mixture-of-experts layer's expert products (ops.h "mixture of experts";
+ * docs/numerics.md "Mixture of experts"): n_expert uploaded weights of each product,
+ * gate and up (F, E), down (E, F). */
+struct kern_moe_ffn {
+    int32_t n_expert, n_used;             /* k of n */
+    enum kern_glu act;                    /* y = act(gate x) * up x */
+    const struct kern_buf *const *gate;   /* (n_expert) */
+    const struct kern_buf *const *up;     /* (n_expert) */
+    const struct kern_buf *const *down;   /* (n_expert) */
 };
 
 struct kern_backend_ops {
@@ -186,6 +201,21 @@ struct kern_backend_ops {
                     size_t bytes);
     void (*from_host)(struct kern_stream *s, struct kern_buf *b, size_t off, const void *src,
                       size_t bytes);
+
+    /* ---- mixture of experts (docs/numerics.md "Mixture of experts"). A device may leave
+     * these NULL: model_open then refuses to place an MoE layer on it. */
+    /* ids (T, k) int32 and w (T, k) f32 = kern_moe_route of logits (T, n_expert) with the
+     * selection bias (n_expert) or NULL. */
+    void (*moe_route)(struct kern_stream *s, const struct kern_moe_gate *g,
+                      const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
+                      struct kern_buf *ids, struct kern_buf *w);
+    /* y (T, E) = for each token t, over its ranks r in order: y_t = sum of
+     * w[t,r] * down_e(act(gate_e x_t) * up_e x_t), e = ids[t,r], every product and the
+     * activation exactly as for the token alone (x and y distinct). A backend may group
+     * the tokens by expert; the bits do not depend on it. */
+    void (*moe_ffn)(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                    const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                    struct kern_buf *y);
 };
 
 struct kern_backend {
@@ -206,6 +236,14 @@ struct kern_backend *kern_backend_cpu(void);
  * division and sqrt. Takes milliseconds on the CPU. */
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
+
+/* The ops a device backend may still lack (NULL in its table): the MoE pair. A layer that
+ * needs one is refused on that device by model_open, naming the op; kern_backend_check
+ * then leaves them out. Every other member is required. */
+static inline bool kern_backend_has_moe(const struct kern_backend *be)
+{
+    return be->ops->moe_route && be->ops->moe_ffn;
+}
 
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)

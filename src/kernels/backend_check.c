@@ -18,6 +18,7 @@ enum {
     CK_CTX = 80,    /* cache positions: more than two attention tiles */
     CK_VOCAB = 8,   /* rows of an embedding table */
     CK_MAX_RECS = 96,
+    CK_X = 8, CK_K = 3, /* experts, and experts per token */
 };
 
 /* What one backend produced: the bytes of every checked output, op by op. */
@@ -43,7 +44,14 @@ struct ck_in {
     struct kern_weight w[QT_COUNT];          /* every product type, (CK_N, CK_E) */
     void *w_data[QT_COUNT];
     struct kern_weight table[QT_COUNT];      /* embedding tables, (CK_VOCAB, CK_E) */
+    float router[CK_T * CK_X];               /* router logits, with ties */
+    float moe_bias[CK_X];
+    struct kern_weight exps[3 * CK_X];       /* gate (q4_k), up (q8_0), down (q6_k): (CK_E, CK_E) */
+    void *exps_data[3 * CK_X];
 };
+
+/* The experts' types: gate and up of different activation kinds. */
+static const enum quant_type moe_types[3] = {QT_Q4_K, QT_Q8_0, QT_Q6_K};
 
 static const enum quant_type mm_types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
                                            QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};
@@ -91,6 +99,10 @@ static void in_free(struct ck_in *in)
     for (int t = 0; t < QT_COUNT; t++) {
         kern_weight_free(&in->w[t]);
         free(in->w_data[t]);
+    }
+    for (int i = 0; i < 3 * CK_X; i++) {
+        kern_weight_free(&in->exps[i]);
+        free(in->exps_data[i]);
     }
     free(in);
 }
@@ -148,6 +160,23 @@ static enum kn_status in_make(struct ck_in **out, struct kn_err *err)
         if (st == KN_OK)
             st = kern_weight_init(&in->w[t], t, CK_N, CK_E, in->w_data[t], (size_t)CK_N * rb, true, err);
     }
+    /* Router logits: row 0 all equal (the choice is by index), row 1 a tie for the top,
+     * row 2 zeros of both signs; the rest seeded with the usual specials. */
+    fill(in->router, CK_T * CK_X, 6);
+    for (int i = 0; i < CK_X; i++) {
+        in->router[i] = 0.5f;
+        in->router[CK_X + i] = i == 2 || i == 5 ? 3.0f : (float)i * 0.25f;
+        in->router[2 * CK_X + i] = i % 2 ? -0.0f : 0.0f;
+    }
+    fill_big(in->moe_bias, CK_X, 7, false);
+    for (int i = 0; i < 3 * CK_X && st == KN_OK; i++) {
+        enum quant_type t = moe_types[i / CK_X];
+        size_t rb = 0;
+        st = make_rows(t, CK_E, 200 + (uint64_t)i * 7, &in->exps_data[i], &rb, err);
+        if (st == KN_OK)
+            st = kern_weight_init(&in->exps[i], t, CK_E, CK_E, in->exps_data[i], (size_t)CK_E * rb,
+                                  true, err);
+    }
     /* Embedding tables share the weights' storage when the type has one, else their own. */
     for (size_t i = 0; i < sizeof table_types / sizeof table_types[0] && st == KN_OK; i++) {
         enum quant_type t = table_types[i];
@@ -170,7 +199,7 @@ struct ck_ctx {
     struct kern_stream *s;
     const struct kern_backend_ops *op;
     struct ck_out *out;
-    struct kern_buf *bufs[96]; /* every buffer of the run, freed at its end */
+    struct kern_buf *bufs[128]; /* every buffer of the run, freed at its end */
     int n_bufs;
     struct kn_err *err;
     bool failed;
@@ -368,8 +397,51 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
         c->failed = true;
 }
 
+/* Routing (softmax with normalised weights; sigmoid with a bias and a scale) and the
+ * expert products of a batch whose tokens share some experts and not others (pass 4). */
+static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
+{
+    const struct kern_backend_ops *op = c->op;
+    struct kern_buf *logits = ck_alloc(c, sizeof in->router), *bias = ck_upload(c, in->moe_bias, CK_X);
+    struct kern_buf *ids = ck_alloc(c, CK_T * CK_K * sizeof(int32_t));
+    struct kern_buf *w = ck_alloc(c, CK_T * CK_K * sizeof(float));
+    struct kern_buf *x = ck_alloc(c, CK_T * CK_E * sizeof(float));
+    struct kern_buf *y = ck_alloc(c, CK_T * CK_E * sizeof(float));
+    struct kern_buf *ex[3 * CK_X];
+    for (int i = 0; i < 3 * CK_X; i++)
+        ex[i] = c->failed ? NULL : ck_keep(c, op->upload_weight(c->be, &in->exps[i], c->err));
+    if (c->failed)
+        return;
+    struct kern_stream *s = c->s;
+    op->begin(s);
+    ck_set(c, logits, in->router, CK_T * CK_X);
+    ck_set(c, x, in->x, CK_T * CK_E);
+    const struct kern_moe_gate sig = {.gating = KERN_MOE_SIGMOID, .n_expert = CK_X, .n_used = CK_K,
+                                      .norm = false, .scale = 2.5f};
+    op->moe_route(s, &sig, logits, bias, CK_T, ids, w);
+    ck_record(c, "moe_route (sigmoid, bias, scale): experts", ids, 0, CK_T * CK_K * sizeof(int32_t));
+    ck_record(c, "moe_route (sigmoid, bias, scale): weights", w, 0, CK_T * CK_K * sizeof(float));
+    const struct kern_moe_gate soft = {.gating = KERN_MOE_SOFTMAX, .n_expert = CK_X, .n_used = CK_K,
+                                       .norm = true, .scale = 1.0f};
+    op->moe_route(s, &soft, logits, NULL, CK_T, ids, w);
+    ck_record(c, "moe_route (softmax, normalised): experts", ids, 0, CK_T * CK_K * sizeof(int32_t));
+    ck_record(c, "moe_route (softmax, normalised): weights", w, 0, CK_T * CK_K * sizeof(float));
+    const struct kern_moe_ffn f = {.n_expert = CK_X, .n_used = CK_K, .act = KERN_GLU_SWIGLU,
+                                   .gate = (const struct kern_buf *const *)ex,
+                                   .up = (const struct kern_buf *const *)ex + CK_X,
+                                   .down = (const struct kern_buf *const *)ex + 2 * CK_X};
+    op->moe_ffn(s, &f, x, ids, w, CK_T, y);
+    ck_record(c, "moe_ffn (48 tokens)", y, 0, CK_T * CK_E * sizeof(float));
+    op->moe_ffn(s, &f, x, ids, w, 1, y);
+    ck_record(c, "moe_ffn (one token)", y, 0, CK_E * sizeof(float));
+    if (op->end(s, c->err) != KN_OK)
+        c->failed = true;
+}
+
+/* with_moe: also check the MoE ops (only when the device under test has them, so the CPU's
+ * reference run records the same outputs). */
 static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             struct ck_out *out, struct kn_err *err)
+                             bool with_moe, struct ck_out *out, struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
@@ -377,7 +449,8 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
     if (!out->bytes)
         return KN_E_NOMEM;
     const struct kern_stream_shape shape = {.max_tokens = CK_T, .n_embd = CK_E, .n_ff = CK_E,
-                                            .n_head = CK_H, .n_head_kv = CK_HKV, .head_dim = CK_D};
+                                            .n_head = CK_H, .n_head_kv = CK_HKV, .head_dim = CK_D,
+                                            .n_expert = CK_X, .n_expert_used = CK_K, .n_ff_exp = CK_E};
     struct ck_ctx c = {.be = be, .op = be->ops, .out = out, .err = err};
     c.s = be->ops->stream_create(be, &shape, pool, err);
     if (!c.s)
@@ -405,6 +478,8 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
         /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach) */
         for (int i = 0; i < 2 && !c.failed; i++)
             ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
+        if (!c.failed && with_moe)
+            ck_moe(&c, in);
     }
     for (int i = 0; i < c.n_bufs; i++)
         kern_buf_free(c.bufs[i]);
@@ -421,11 +496,13 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
 {
     struct ck_in *in = NULL;
     struct ck_out ref = {0}, got = {0};
+    /* A device without the MoE ops runs no MoE layer (model_open refuses, naming the op). */
+    const bool moe = kern_backend_has_moe(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, &ref, err);
+        st = ck_run(kern_backend_cpu(), pool, in, moe, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, &got, err);
+        st = ck_run(be, pool, in, moe, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }

@@ -15,6 +15,21 @@ struct cpu_stream {
     struct kern_attn_args *runs;   /* (T) one attention call per run */
     int64_t *run_first;            /* (T + 1) first (query, head) item of each run */
     void *block;                   /* the allocation behind act_scratch */
+    struct cpu_moe *moe;           /* mixture-of-experts scratch, or NULL */
+};
+
+/* Scratch of moe_ffn for R = T * k (token, rank) rows, grouped by expert: expert e's rows
+ * are R rows off[e] .. off[e+1]-1, in token order. */
+struct cpu_moe {
+    int64_t n_expert, k, E, F;
+    int64_t *off;       /* (n_expert + 1) */
+    int64_t *row_of;    /* (R) grouped row j holds (token, rank) pair row_of[j] = t * k + r */
+    int64_t *slot;      /* (R) the grouped row of pair t * k + r */
+    float *xg;          /* (R, E) the tokens' inputs, grouped */
+    float *g, *u;       /* (R, F) gate and up outputs, then the activation in g */
+    float *yg;          /* (R, E) down outputs, grouped */
+    void *act[3];       /* per activation kind, for R rows of max(E, F) */
+    void *block;
 };
 
 static float *F(const struct kern_buf *b)
@@ -92,11 +107,71 @@ static size_t align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
+static void moe_free(struct cpu_moe *m)
+{
+    if (m)
+        free(m->block);
+    free(m);
+}
+
+/* The scratch of moe_ffn for batches of up to T tokens; NULL and err set on failure. */
+static struct cpu_moe *moe_create(const struct kern_stream_shape *sh, struct kn_err *err)
+{
+    const int64_t k = sh->n_expert_used, E = sh->n_embd, F = sh->n_ff_exp;
+    const int64_t R = sh->max_tokens * k;
+    struct cpu_moe *m = kn_calloc(1, sizeof *m, err);
+    if (!m)
+        return NULL;
+    *m = (struct cpu_moe){.n_expert = sh->n_expert, .k = k, .E = E, .F = F};
+    size_t sizes[10] = {
+        (size_t)(sh->n_expert + 1) * sizeof(int64_t), (size_t)R * sizeof(int64_t),
+        (size_t)R * sizeof(int64_t), (size_t)(R * E) * sizeof(float),
+        (size_t)(R * F) * sizeof(float), (size_t)(R * F) * sizeof(float),
+        (size_t)(R * E) * sizeof(float)};
+    for (int kind = 0; kind < 3; kind++) {
+        int64_t blk = kind == KERN_ACT_Q8_K ? QK_K : kind == KERN_ACT_Q8_32 ? 32 : 1;
+        size_t b = 0;
+        for (int i = 0; i < 2; i++) {
+            int64_t K = i ? F : E;
+            size_t bi = K % blk ? 0 : kern_act_bytes((enum kern_act_kind)kind, R, K);
+            if (bi > b)
+                b = bi;
+        }
+        sizes[7 + kind] = b;
+    }
+    size_t total = 0;
+    for (int i = 0; i < 10; i++) {
+        if (sizes[i] == SIZE_MAX) {
+            free(m);
+            kn_fail(err, KN_E_LIMIT, "expert scratch overflows for batch %lld", (long long)sh->max_tokens);
+            return NULL;
+        }
+        total += align64(sizes[i]);
+    }
+    m->block = kn_aligned_alloc(total ? total : 64, err);
+    if (!m->block) {
+        free(m);
+        kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of expert scratch for batch %lld; use a smaller batch",
+                total >> 20, (long long)sh->max_tokens);
+        return NULL;
+    }
+    uint8_t *p = m->block;
+    void **dst[10] = {(void **)&m->off, (void **)&m->row_of, (void **)&m->slot, (void **)&m->xg,
+                      (void **)&m->g, (void **)&m->u, (void **)&m->yg, &m->act[0], &m->act[1],
+                      &m->act[2]};
+    for (int i = 0; i < 10; i++) {
+        *dst[i] = sizes[i] ? p : NULL;
+        p += align64(sizes[i]);
+    }
+    return m;
+}
+
 static void cpu_stream_free(struct kern_stream *s)
 {
     struct cpu_stream *c = (struct cpu_stream *)s;
     if (!c)
         return;
+    moe_free(c->moe);
     free(c->block);
     free(c->runs);
     free(c->run_first);
@@ -153,6 +228,10 @@ static struct kern_stream *cpu_stream_create(struct kern_backend *be,
         cpu_stream_free(&c->base);
         kn_fail(err, KN_E_NOMEM, "cannot allocate %zu MiB of scratch for batch %lld; use a smaller batch",
                 total >> 20, (long long)sh->max_tokens);
+        return NULL;
+    }
+    if (sh->n_expert_used > 0 && !(c->moe = moe_create(sh, err))) {
+        cpu_stream_free(&c->base);
         return NULL;
     }
     memset(c->block, 0, total);
@@ -402,6 +481,116 @@ static void cpu_from_host(struct kern_stream *s, struct kern_buf *b, size_t off,
     memcpy((uint8_t *)b->host + off, src, bytes);
 }
 
+/* ================================================================ mixture of experts */
+
+static void cpu_moe_route(struct kern_stream *s, const struct kern_moe_gate *g,
+                          const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
+                          struct kern_buf *ids, struct kern_buf *w)
+{
+    (void)s;
+    kern_moe_route(g, F(logits), bias ? F(bias) : NULL, T, (int32_t *)ids->host, F(w));
+}
+
+/* One product of every expert over its grouped rows in one pool job: each thread takes
+ * its share of the output rows of every expert (so each expert's weights are read once
+ * per pass whatever the number of its tokens). Up to two products share the input. */
+struct moe_task {
+    const struct cpu_moe *m;
+    int n;                                  /* products: 1 or 2 */
+    const struct kern_buf *const *w[2];     /* (n_expert) weights of each product */
+    const struct kern_act *a[2];            /* all R grouped rows, prepared */
+    float *y[2];                            /* (R, N) */
+};
+
+static void moe_task_fn(void *ctx, int ith, int nth)
+{
+    const struct moe_task *t = ctx;
+    const struct cpu_moe *m = t->m;
+    for (int64_t e = 0; e < m->n_expert; e++) {
+        const int64_t r0 = m->off[e], n = m->off[e + 1] - r0;
+        if (n == 0)
+            continue;
+        for (int j = 0; j < t->n; j++) {
+            const struct kern_weight *w = t->w[j][e]->w;
+            const struct kern_act *a = t->a[j];
+            struct kern_act sub = {.kind = a->kind, .M = n, .K = a->K, .x = a->x + r0 * a->K,
+                                   .q = a->q ? (const uint8_t *)a->q + r0 * a->row_bytes : NULL,
+                                   .row_bytes = a->row_bytes};
+            int64_t lo, hi;
+            kern_split(w->N, KERN_ROW_ALIGN, ith, nth, &lo, &hi);
+            if (lo < hi)
+                kern_matmul_rows(w, &sub, t->y[j] + r0 * w->N, w->N, lo, hi);
+        }
+    }
+}
+
+/* Prepares the R rows x (R, K) for products with w's type into the kind's scratch. */
+static const struct kern_act *moe_prepare(struct cpu_stream *c, const struct kern_weight *w,
+                                          const float *x, int64_t R, int64_t K,
+                                          struct kern_act acts[3], bool ready[3])
+{
+    enum kern_act_kind kind = kern_act_kind_for(w->type);
+    if (!ready[kind]) {
+        kern_act_prepare(c->pool, kind, x, R, K, c->moe->act[kind], &acts[kind]);
+        ready[kind] = true;
+    }
+    return &acts[kind];
+}
+
+static void cpu_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                        const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                        struct kern_buf *y)
+{
+    struct cpu_stream *c = (struct cpu_stream *)s;
+    struct cpu_moe *m = c->moe;
+    const int64_t k = f->n_used, E = m->E, FF = m->F, R = T * k;
+    const int32_t *id = ids->host;
+    const float *wt = F(w);
+    /* Group the (token, rank) pairs by expert, tokens in order (a counting sort). */
+    memset(m->off, 0, (size_t)(f->n_expert + 1) * sizeof *m->off);
+    for (int64_t i = 0; i < R; i++)
+        m->off[id[i] + 1]++;
+    for (int64_t e = 0; e < f->n_expert; e++)
+        m->off[e + 1] += m->off[e];
+    for (int64_t i = 0; i < R; i++) {
+        int64_t j = m->off[id[i]]++;
+        m->row_of[j] = i;
+        m->slot[i] = j;
+    }
+    for (int64_t e = f->n_expert; e > 0; e--)
+        m->off[e] = m->off[e - 1];
+    m->off[0] = 0;
+    for (int64_t j = 0; j < R; j++)
+        memcpy(m->xg + j * E, F(x) + (m->row_of[j] / k) * E, (size_t)E * sizeof(float));
+
+    /* gate and up of every expert, the activation, then down: rows are independent. */
+    struct kern_act acts[3];
+    bool ready[3] = {false, false, false};
+    struct moe_task t = {.m = m, .n = 2, .w = {f->gate, f->up}, .y = {m->g, m->u}};
+    t.a[0] = moe_prepare(c, f->gate[0]->w, m->xg, R, E, acts, ready);
+    t.a[1] = moe_prepare(c, f->up[0]->w, m->xg, R, E, acts, ready);
+    kern_pool_run_shares(c->pool, moe_task_fn, &t, mm_shares(c->pool));
+    if (f->act == KERN_GLU_GEGLU)
+        kern_geglu(m->g, m->g, m->u, R * FF);
+    else
+        kern_swiglu(m->g, m->g, m->u, R * FF);
+    bool ready2[3] = {false, false, false};
+    t = (struct moe_task){.m = m, .n = 1, .w = {f->down}, .y = {m->yg}};
+    t.a[0] = moe_prepare(c, f->down[0]->w, m->g, R, FF, acts, ready2);
+    kern_pool_run_shares(c->pool, moe_task_fn, &t, mm_shares(c->pool));
+
+    /* Each token's weighted outputs summed in rank order: y = w0 e0, then y += w_r e_r. */
+    for (int64_t tk = 0; tk < T; tk++) {
+        float *yt = F(y) + tk * E;
+        for (int64_t r = 0; r < k; r++) {
+            float *er = m->yg + m->slot[tk * k + r] * E;
+            kern_scale(r == 0 ? yt : er, er, wt[tk * k + r], E);
+            if (r > 0)
+                kern_add(yt, yt, er, E);
+        }
+    }
+}
+
 static const struct kern_backend_ops cpu_ops = {
     .numerics = cpu_numerics,
     .alloc = cpu_alloc,
@@ -428,6 +617,8 @@ static const struct kern_backend_ops cpu_ops = {
     .logits = cpu_logits,
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,
+    .moe_route = cpu_moe_route,
+    .moe_ffn = cpu_moe_ffn,
 };
 
 static struct kern_backend cpu_backend = {.ops = &cpu_ops, .name = "cpu"};

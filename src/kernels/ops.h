@@ -75,6 +75,37 @@ void kern_log_softmax(float *y, const float *x, int64_t n);
 void kern_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
                   int64_t n_rows, int64_t n, float eps);
 
+/* ---------------------------------------------------------------- mixture of experts
+ * Routing (docs/numerics.md "Mixture of experts"): scalar on every ISA except the
+ * softmax, whose bits every level shares. A token's experts and weights are a function of
+ * its own router logits only. */
+
+#define KERN_MOE_MAX_EXPERTS 512   /* n_expert of a layer (llama.cpp: LLAMA_MAX_EXPERTS) */
+#define KERN_MOE_MAX_USED 64       /* experts per token */
+/* The smallest sum the chosen weights are divided by (llama.cpp clamps to the smallest
+ * normal f16 so that a row of zero weights does not divide by zero). */
+#define KERN_MOE_NORM_MIN 6.103515625e-5f
+
+/* p = softmax(logits) or sigmoid(logits) = 1 / (1 + kern_expf(-logit)). */
+enum kern_moe_gating { KERN_MOE_SOFTMAX = 0, KERN_MOE_SIGMOID = 1 };
+
+/* How a token's experts are chosen. */
+struct kern_moe_gate {
+    enum kern_moe_gating gating;
+    int32_t n_expert;   /* 1..KERN_MOE_MAX_EXPERTS */
+    int32_t n_used;     /* k: 1..min(n_expert, KERN_MOE_MAX_USED) */
+    bool norm;          /* divide the chosen weights by their sum */
+    float scale;        /* then multiply them by scale (1: none) */
+};
+
+/* logits: (T, n_expert) router outputs; bias: (n_expert) added to p for the choice only,
+ * or NULL -> ids: (T, k) experts by rank, w: (T, k) their weights. Per token:
+ * p = gating(logits); s = p + bias; rank r takes the largest s not taken yet, ties to the
+ * lower expert index; w_r = p[id_r]; if norm: sum = ((w_0 + w_1) + ...) in rank order,
+ * clamped below at KERN_MOE_NORM_MIN, w_r = w_r / sum; then w_r *= scale. */
+void kern_moe_route(const struct kern_moe_gate *g, const float *logits, const float *bias,
+                    int64_t T, int32_t *ids, float *w);
+
 /* ---------------------------------------------------------------- RoPE */
 
 enum kern_rope_mode {

@@ -19,6 +19,9 @@
  *     o *= residual_scale (granite);  x += o
  *     h = rmsnorm(x) * ffn_norm
  *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma2/3)
+ *     qwen3moe: f = sum over the token's k experts e, in rank order, of
+ *       w_e (act(h Wgate_e^T) * (h Wup_e^T)) Wdown_e^T,  e and w_e routed from h Wrouter^T
+ *       (docs/numerics.md "Mixture of experts")
  *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  f *= residual_scale (granite)
  *     x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
@@ -53,6 +56,8 @@ struct fwd_part {
     struct kern_buf *g;    /* (T, F) gate, then the activation */
     struct kern_buf *u;    /* (T, F) up */
     struct kern_buf *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
+    struct kern_buf *router; /* (T, n_expert) router logits (MoE models) */
+    struct kern_buf *moe_ids, *moe_w; /* (T, k) each token's experts (int32) and weights */
 };
 
 struct model_fwd {
@@ -105,7 +110,7 @@ void model_fwd_free(struct model_fwd *f);
 static void part_free(struct fwd_part *p)
 {
     struct kern_buf **bufs[] = {&p->x, &p->h, &p->o, &p->q, &p->k, &p->v, &p->a, &p->g, &p->u,
-                                &p->tab_global, &p->tab_swa};
+                                &p->tab_global, &p->tab_swa, &p->router, &p->moe_ids, &p->moe_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         kern_buf_free(*bufs[i]);
         *bufs[i] = NULL;
@@ -125,14 +130,17 @@ static enum kn_status part_create(struct fwd_part *p, struct kern_backend *be, c
     const struct kern_stream_shape shape = {
         .max_tokens = max_tokens, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim_k,
+        .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .n_ff_exp = hp->n_ff_exp,
     };
     p->s = be->ops->stream_create(be, &shape, pool, err);
     if (!p->s)
         return err ? err->status : KN_E_NOMEM;
+    const size_t X = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used;
     const size_t sizes[] = {T * E, T * E, T * E, T * H * D, T * Hkv * D, T * Hkv * D, T * H * D,
-                            T * F, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot};
+                            T * F, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot,
+                            T * X, T * k, T * k};
     struct kern_buf **bufs[] = {&p->x, &p->h, &p->o, &p->q, &p->k, &p->v, &p->a, &p->g, &p->u,
-                                &p->tab_global, &p->tab_swa};
+                                &p->tab_global, &p->tab_swa, &p->router, &p->moe_ids, &p->moe_w};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += sizes[i] * sizeof(float);
@@ -409,6 +417,22 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         if (d->ffn_norm) {
             op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
             hin = P->h;
+        }
+        if (L->moe) {
+            const struct model_moe *mo = L->moe;
+            const struct kern_buf *router = mo->d_router;
+            const int64_t X = hp->n_expert;
+            const struct kern_moe_ffn ffn = {
+                .n_expert = (int32_t)X, .n_used = (int32_t)hp->n_expert_used,
+                .act = KERN_GLU_SWIGLU, .gate = (const struct kern_buf *const *)mo->d_exps,
+                .up = (const struct kern_buf *const *)mo->d_exps + X,
+                .down = (const struct kern_buf *const *)mo->d_exps + 2 * X,
+            };
+            op->matmul(s, 1, &router, hin, R, &P->router);
+            op->moe_route(s, &hp->moe_gate, P->router, mo->d_bias, R, P->moe_ids, P->moe_w);
+            op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
+            op->add(s, xb, ob, R * E);
+            continue;
         }
         {
             const struct kern_buf *w[2] = {d->ffn_gate, d->ffn_up};

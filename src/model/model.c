@@ -2,6 +2,7 @@
  * GGUF. Every tensor is found and checked (shape, type) before anything big is
  * allocated, so a file that cannot run fails early with a message naming the problem. */
 #include "model.h"
+#include "moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,8 +12,8 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3", "granite", "smollm3",
-                                                         "olmo2"};
+                                                         "qwen3moe", "gemma2", "phi3", "granite",
+                                                         "smollm3", "olmo2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -184,8 +185,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, "
-                       "smollm3, olmo2)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
+                       "gemma2, phi3, granite, smollm3, olmo2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -197,11 +198,6 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     TRY(get_int(g, arch, "attention.head_count", &hp->n_head, NULL, err));
     hp->n_head_kv = hp->n_head;
     TRY(get_int(g, arch, "attention.head_count_kv", &hp->n_head_kv, &found, err));
-    int64_t n_expert = 0;
-    TRY(get_int(g, arch, "expert_count", &n_expert, &found, err));
-    if (n_expert > 0)
-        return kn_fail(err, KN_E_UNSUPPORTED, "mixture-of-experts models (%s.expert_count = %lld) are not supported",
-                       arch, (long long)n_expert);
 
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
         hp->n_head_kv <= 0 || hp->n_ctx_train <= 0)
@@ -216,6 +212,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     if (hp->n_head % hp->n_head_kv != 0)
         return kn_fail(err, KN_E_FORMAT, "head_count %lld is not a multiple of head_count_kv %lld",
                        (long long)hp->n_head, (long long)hp->n_head_kv);
+    TRY(model_moe_read_hparams(g, arch, hp, err));
 
     hp->head_dim_k = hp->n_embd / hp->n_head;
     hp->head_dim_v = hp->n_embd / hp->n_head;
@@ -414,6 +411,7 @@ enum {
 
 struct layer_plan {
     const struct gguf_tensor *t[LT_COUNT];
+    const struct gguf_tensor *moe[MOE_TENSORS]; /* MoE layers (moe.h) */
     bool fused_up; /* phi3: LT_UP holds the gate rows (first n_ff) then the up rows */
 };
 
@@ -425,7 +423,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t k_out = hp->n_head_kv * hp->head_dim_k;
     const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
     const int64_t o_in = hp->n_head * hp->head_dim_v;
-    const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
+    const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_QWEN3MOE ||
+                         hp->arch == MODEL_ARCH_GEMMA3;
     /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
     const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
@@ -470,6 +469,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     }
     if (!olmo2)
         T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
+    if (model_layer_is_moe(hp, il))
+        return model_moe_plan(g, hp, il, lp->moe, err);
     if (phi3) { /* gate and up in one matrix, as llama.cpp's phi3 loader wants it */
         T(LT_UP, "ffn_up.weight", E, 2 * F, true);
         lp->fused_up = true;
@@ -579,7 +580,7 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
         struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
-            if (t[i].w)
+            if (t[i].w && t[i].w->data)
                 *t[i].dst = L->be->ops->upload_weight(L->be, t[i].w, err);
             else if (t[i].v)
                 *t[i].dst = L->be->ops->upload(L->be, t[i].v, t[i].n, err);
@@ -590,6 +591,11 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
                 kn_err_prefix(err, name);
                 return err ? err->status : KN_E_NOMEM;
             }
+        }
+        if (L->moe && model_moe_upload(L, hp, il, err) != KN_OK) {
+            snprintf(name, sizeof name, "layer %lld on %s", (long long)il, L->be->name);
+            kn_err_prefix(err, name);
+            return err ? err->status : KN_E_NOMEM;
         }
     }
     struct kern_backend *first = m->layers[0].be, *last = m->layers[hp->n_layer - 1].be;
@@ -617,6 +623,7 @@ static void free_tensors(struct model *m)
                 kern_buf_free(*t[i].dst);
                 *t[i].dst = NULL;
             }
+            model_moe_free(&m->layers[il], &m->hp, true);
         }
     kern_buf_free(m->d_tok_embd);
     kern_buf_free(m->d_output);
@@ -639,6 +646,7 @@ void model_close(struct model *m)
             kern_weight_free(&L->ffn_gate);
             kern_weight_free(&L->ffn_up);
             kern_weight_free(&L->ffn_down);
+            model_moe_free(L, &m->hp, false);
         }
     }
     kern_weight_free(&m->output);
@@ -723,6 +731,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
             if (t && t->ne[1] == 1)
                 n_vec += (size_t)t->ne[0];
         }
+        if (plan[il].moe[MOE_BIAS])
+            n_vec += (size_t)hp.n_expert;
     }
     /* The embedding rows are read with quant_dequantize_row: check it knows the type. */
     {
@@ -795,10 +805,19 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
                     {&L->ffn_down, LT_DOWN}};
         /* The CPU's repacked copy only where the CPU runs the layer. */
         const bool rp = repack && il >= m->n_dev_layers;
+        if (model_layer_is_moe(&hp, il)) {
+            const float *bias = NULL;
+            VEC(bias, plan[il].moe[MOE_BIAS]);
+            st = model_moe_init(L, &hp, plan[il].moe, bias, rp, &m->weight_bytes, err);
+            if (st != KN_OK)
+                goto fail;
+        }
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             const struct gguf_tensor *tm = t[mats[i].slot];
+            /* absent: the dense FFN of an MoE layer, or q/k/v in phi3's fused matrix; a
+             * fused matrix's parts are views, below */
             if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
-                continue; /* a view of a fused matrix, below */
+                continue;
             st = init_weight(mats[i].w, tm, rp, err);
             if (st != KN_OK)
                 goto fail;

@@ -1,5 +1,5 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite,
- * smollm3, olmo2) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3,
+ * granite, smollm3, olmo2) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -24,15 +24,17 @@ enum model_arch {
     MODEL_ARCH_QWEN2 = 1,
     MODEL_ARCH_QWEN3 = 2,
     MODEL_ARCH_GEMMA3 = 3,
-    MODEL_ARCH_GEMMA2 = 4,
-    MODEL_ARCH_PHI3 = 5,
-    MODEL_ARCH_GRANITE = 6,
-    MODEL_ARCH_SMOLLM3 = 7,
-    MODEL_ARCH_OLMO2 = 8,
+    MODEL_ARCH_QWEN3MOE = 4,
+    MODEL_ARCH_GEMMA2 = 5,
+    MODEL_ARCH_PHI3 = 6,
+    MODEL_ARCH_GRANITE = 7,
+    MODEL_ARCH_SMOLLM3 = 8,
+    MODEL_ARCH_OLMO2 = 9,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2". */
+/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite", "smollm3",
+ * "olmo2". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -89,6 +91,32 @@ struct model_hparams {
     /* true: the layer rotates nothing (smollm3: every fourth layer; granite with
      * rope.scaling.finetuned = false: all) */
     bool no_rope_layer[MODEL_MAX_LAYERS];
+
+    /* Mixture of experts (moe.c; docs/numerics.md "Mixture of experts"); n_expert 0: a
+     * dense model. Layers from n_layer_dense_lead on replace the feed-forward block by
+     * n_expert experts of width n_ff_exp, n_expert_used of them per token. */
+    int64_t n_expert;          /* <arch>.expert_count */
+    int64_t n_expert_used;     /* <arch>.expert_used_count */
+    int64_t n_ff_exp;          /* <arch>.expert_feed_forward_length */
+    int64_t n_layer_dense_lead;/* <arch>.leading_dense_block_count (default 0) */
+    struct kern_moe_gate moe_gate; /* the routing rule (gating, k, norm, scale) */
+};
+
+/* True when layer il of a model with hyperparameters hp is a mixture of experts. */
+static inline bool model_layer_is_moe(const struct model_hparams *hp, int64_t il)
+{
+    return hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
+}
+
+/* A mixture-of-experts layer's tensors (moe.c), owned by the model. Expert e's gate, up
+ * and down products are exps[e], exps[n_expert + e], exps[2 n_expert + e]: slices of the
+ * file's 3-D tensors ffn_{gate,up,down}_exps, each repacked like a 2-D weight. */
+struct model_moe {
+    struct kern_weight router;       /* ffn_gate_inp: (n_expert, n_embd) */
+    struct kern_weight *exps;        /* (3 n_expert): gate, up (n_ff_exp, n_embd); down (n_embd, n_ff_exp) */
+    const float *bias;               /* exp_probs_b (n_expert): selection bias, or NULL */
+    struct kern_buf *d_router, *d_bias;
+    struct kern_buf **d_exps;        /* (3 n_expert) the experts on the layer's backend */
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded
@@ -109,6 +137,7 @@ struct model_layer {
                                                  * (n_head * hd_k), (n_head_kv * hd_k) */
     const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma2/3, olmo2 */
     const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
+    struct model_moe *moe;                      /* mixture of experts, or NULL (dense) */
     struct kern_backend *be;                    /* the backend that runs the layer */
     struct model_layer_bufs d;                  /* the tensors on be */
 };

@@ -21,8 +21,8 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "gemma2", "phi3", "granite", "smollm3",
-                                                         "olmo2"};
+                                                         "qwen3moe", "gemma2", "phi3", "granite",
+                                                         "smollm3", "olmo2"};
 
 static const struct {
     const char *name;
@@ -110,6 +110,16 @@ static const struct preset presets[] = {
      {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
       .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
       .norm_eps = 1e-6f, .tied = true}},
+    /* A small MoE: Granite 3.1 3B-A800M's shape (40 experts, 8 per token) in qwen3moe's
+     * layout (per-head q/k norms, no shared expert). */
+    {"moe-3b-a800m", SYNTH_QWEN3MOE,
+     {.n_embd = 1536, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .head_dim = 64, .n_ff = 4096,
+      .n_vocab = 49155, .n_ctx = 4096, .rope_base = 10000000.0f, .norm_eps = 1e-6f,
+      .tied = true, .n_expert = 40, .n_expert_used = 8, .n_ff_exp = 512}},
+    {"qwen3-30b-a3b", SYNTH_QWEN3MOE,
+     {.n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144,
+      .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
+      .tied = false, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768}},
     /* Gemma 2: 2B, 9B and 27B (query_pre_attn_scalar 144 = dim / heads, which the loader
      * derives from the 46 layers). */
     {"gemma2-2b", SYNTH_GEMMA2,
@@ -164,10 +174,17 @@ static const struct preset presets[] = {
       .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
 };
 
+/* tiny's experts for qwen3moe: 16 of width 256, 4 per token (more than 8 experts, so
+ * that llama.cpp's quantize rules for 8-expert models do not apply). */
+#define TINY_EXPERTS 16
+#define TINY_EXPERTS_USED 4
+#define TINY_EXPERT_FFN 256
+
 const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3), tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
+           "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
            "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
            "(olmo2)";
@@ -201,6 +218,12 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
+        }
+        if (*arch == SYNTH_QWEN3MOE && p->arch == SYNTH_ARCH_COUNT) {
+            out->n_expert = TINY_EXPERTS;
+            out->n_expert_used = TINY_EXPERTS_USED;
+            out->n_ff_exp = TINY_EXPERT_FFN;
+            out->norm_eps = 1e-6f;
         }
         return KN_OK;
     }
@@ -261,6 +284,9 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"rope_base", offsetof(struct synth_dims, rope_base), 1},
         {"eps", offsetof(struct synth_dims, norm_eps), 1},
         {"tied", offsetof(struct synth_dims, tied), 2},
+        {"experts", offsetof(struct synth_dims, n_expert), 0},
+        {"experts_used", offsetof(struct synth_dims, n_expert_used), 0},
+        {"expert_ffn", offsetof(struct synth_dims, n_ff_exp), 0},
         {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
         {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
         {"rot", offsetof(struct synth_dims, n_rot), 0},
@@ -289,9 +315,9 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         if (k == sizeof keys / sizeof keys[0])
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
-                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, attn_softcap, "
-                           "final_softcap, rot, rope_orig_ctx, embd_scale, residual_scale, attn_scale, "
-                           "logit_scale",
+                           "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
+                           "expert_ffn, attn_softcap, final_softcap, rot, rope_orig_ctx, embd_scale, "
+                           "residual_scale, attn_scale, logit_scale",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -392,6 +418,17 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG,
                        "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
                        "loader refuses a file with output.weight");
+    if (arch == SYNTH_QWEN3MOE) {
+        if (!d->n_expert || !d->n_expert_used || !d->n_ff_exp)
+            return kn_fail(err, KN_E_ARG, "qwen3moe needs experts, experts_used and expert_ffn (all > 0)");
+        if (d->n_expert > 512 || d->n_expert_used > d->n_expert || d->n_expert_used > 64 ||
+            d->n_ff_exp > 262144)
+            return kn_fail(err, KN_E_ARG,
+                           "experts (%u) must be at most 512, experts_used (%u) at most experts and 64, "
+                           "expert_ffn at most 262144", d->n_expert, d->n_expert_used);
+    } else if (d->n_expert) {
+        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe only");
+    }
     if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
         return kn_fail(err, KN_E_ARG,
                        "qwen2 needs heads * head_dim = dim (%u * %u != %u): llama.cpp's qwen2 "
@@ -418,7 +455,7 @@ static bool ends_with(const char *s, const char *suffix)
 uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
                            int64_t ne0, uint32_t n_dims, bool tied)
 {
-    if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT)
+    if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT || ends_with(name, "ffn_gate_inp.weight"))
         return QT_F32;
     uint32_t t = ftypes[ftype].type;
     if (ftype == SYNTH_Q4_K_M) {
@@ -428,7 +465,8 @@ uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int
             t = ne0 % QK_K != 0 ? QT_Q8_0 : QT_Q6_K;
         else if (ends_with(name, "attn_qkv.weight"))
             t = QT_Q5_K; /* llama.cpp: fused q/k/v get Q5_K in Q4_K_M */
-        else if (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight"))
+        else if (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight") ||
+                 ends_with(name, "ffn_down_exps.weight"))
             t = il >= 0 && use_more_bits(il, n_layer) ? QT_Q6_K : QT_Q4_K;
     }
     const struct quant_type_info *info = quant_type_info(t);
@@ -613,14 +651,15 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 
 /* ---------------------------------------------------------------- tensors */
 
-/* FILL_ROPE_*: phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to
- * 40: the real models' ranges), the same for every seed. */
-enum fill { FILL_NOISE, FILL_ONES, FILL_ROPE_SHORT, FILL_ROPE_LONG };
+/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). FILL_ROPE_*:
+ * phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to 40: the real
+ * models' ranges), the same for every seed. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_ROPE_SHORT, FILL_ROPE_LONG };
 
 struct tensor_spec {
     char name[64];
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];      /* ne[2]: experts of a 3-D tensor, else 1 */
     enum fill fill;
     int layer;     /* -1 outside the blocks */
     uint32_t type; /* GGML type in the file */
@@ -639,6 +678,7 @@ static void add_spec(struct tensor_spec *s, int *n, const char *name, int layer,
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = n_dims > 1 ? ne1 : 1;
+    t->ne[2] = 1;
     t->fill = fill;
     t->layer = layer;
 }
@@ -675,7 +715,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
-        if (arch == SYNTH_QWEN3 || arch == SYNTH_GEMMA3) {
+        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3) {
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
@@ -687,6 +727,17 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
         if (arch != SYNTH_OLMO2)
             add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (arch == SYNTH_QWEN3MOE) {
+            const int64_t X = d->n_expert, F = d->n_ff_exp;
+            add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
+            add_spec(s, &n, "ffn_gate_exps.weight", il, 3, E, F, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            add_spec(s, &n, "ffn_up_exps.weight", il, 3, E, F, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            add_spec(s, &n, "ffn_down_exps.weight", il, 3, F, E, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            continue;
+        }
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_up.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
@@ -701,6 +752,10 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
 
 /* The scale of trained weights: N(0, 0.02), the usual initialisation of these models. */
 #define WEIGHT_STD 0.02f
+/* A router's: trained routers are peaked (a few experts stand out), where N(0, 0.02)
+ * would give every expert nearly the same probability and make the choice a near-tie
+ * that any rounding flips. 0.25 gives router logits of about unit spread. */
+#define ROUTER_STD 0.25f
 
 struct fill_job {
     const struct tensor_spec *t;
@@ -726,7 +781,8 @@ static void *fill_rows(void *arg)
             x[c] = t->fill == FILL_ONES         ? 1.0f
                    : t->fill == FILL_ROPE_SHORT ? 1.0f + ramp
                    : t->fill == FILL_ROPE_LONG  ? 1.0f + 39.0f * ramp
-                                                : WEIGHT_STD * synth_noise(j->key, (uint64_t)(r * ne0 + c));
+                   : (t->fill == FILL_ROUTER ? ROUTER_STD : WEIGHT_STD) *
+                         synth_noise(j->key, (uint64_t)(r * ne0 + c));
         }
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
             j->bad_type = true;
@@ -743,7 +799,7 @@ static enum kn_status make_tensor(const struct tensor_spec *t, uint32_t type, ui
 {
     struct fill_job jobs[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
-    int64_t rows = t->ne[1];
+    int64_t rows = t->ne[1] * t->ne[2];
     int nt = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     if (rows < nt)
         nt = (int)rows;
@@ -797,7 +853,7 @@ static enum kn_status fill_tensor(void *ctx, const char *name, void *dst, uint64
         fc->next = i + 1;
         uint64_t row_bytes;
         if (!quant_row_size(t->type, (uint64_t)t->ne[0], &row_bytes) ||
-            row_bytes * (uint64_t)t->ne[1] != size)
+            row_bytes * (uint64_t)(t->ne[1] * t->ne[2]) != size)
             return kn_fail(err, KN_E_INTERNAL, "tensor %s: the writer asks for %llu bytes", name,
                            (unsigned long long)size);
         return make_tensor(t, t->type, fc->seed, fc->threads, dst, row_bytes, err);
@@ -824,6 +880,11 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_QWEN3MOE) {
+        gguf_writer_set_u32(w, KEY("expert_count"), d->n_expert);
+        gguf_writer_set_u32(w, KEY("expert_used_count"), d->n_expert_used);
+        gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), d->n_ff_exp);
+    }
     if (arch == SYNTH_GRANITE) {
         gguf_writer_set_f32(w, KEY("embedding_scale"), d->embd_scale);
         gguf_writer_set_f32(w, KEY("residual_scale"), d->residual_scale);

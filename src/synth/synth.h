@@ -12,8 +12,8 @@
 #include "../base/base.h"
 
 enum synth_arch {
-    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE,
-    SYNTH_SMOLLM3, SYNTH_OLMO2,
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_GEMMA2, SYNTH_PHI3,
+    SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
     SYNTH_ARCH_COUNT
 };
 
@@ -54,6 +54,9 @@ struct synth_dims {
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
+    uint32_t n_expert;      /* qwen3moe: experts per layer */
+    uint32_t n_expert_used; /* qwen3moe: experts per token */
+    uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
 };
 
 struct synth_params {
@@ -67,7 +70,8 @@ struct synth_params {
 };
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
-#define SYNTH_ARCH_LIST "llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, smollm3, olmo2"
+#define SYNTH_ARCH_LIST \
+    "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3, granite, smollm3, olmo2"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);
@@ -84,8 +88,9 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied attn_softcap final_softcap rot rope_orig_ctx embd_scale
- * residual_scale attn_scale logit_scale) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn attn_softcap final_softcap rot
+ * rope_orig_ctx embd_scale residual_scale attn_scale logit_scale) to *d. Fails on an
+ * unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);

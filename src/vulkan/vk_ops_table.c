@@ -1,9 +1,21 @@
 /* vk_ops_table.c: the ops the Vulkan backend has (vk_ops.h). One line per op whose
  * shader and host function exist, `ops-><op> = vk_op_<op>;`; an op left out stays NULL
  * and model_open refuses to put a layer that needs it on a Vulkan device. */
-#include "vk_ops.h"
+#include "vk_ops_core.h"
 
 void vk_ops_fill(struct kern_backend_ops *ops)
 {
-    (void)ops;
+    ops->embed = vk_op_embed;
+    ops->rope_table = vk_op_rope_table;
+    ops->rope = vk_op_rope;
+    ops->rmsnorm = vk_op_rmsnorm;
+    ops->matmul = vk_op_matmul;
+    ops->add_rows = vk_op_add_rows;
+    ops->add = vk_op_add;
+    ops->scale = vk_op_scale;
+    ops->glu = vk_op_glu;
+    ops->gather = vk_op_gather;
+    ops->kv_store = vk_op_kv_store;
+    ops->attention = vk_op_attention;
+    ops->logits = vk_op_logits;
 }

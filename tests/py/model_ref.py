@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, gemma2, phi3, granite, smollm3,
+Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3, granite, smollm3,
 olmo2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
@@ -40,7 +40,8 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite",
+                     "smollm3", "olmo2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -64,13 +65,18 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "gemma2", "phi3", "olmo2")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "olmo2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
             self.n_swa = _field(r, f"{a}.attention.sliding_window")
             # Five local (sliding-window) layers, then one global, repeating.
             self.swa_layers = [(il % 6) < 5 for il in range(self.n_layer)]
+        # Mixture of experts (qwen3moe, llama.cpp's build_moe_ffn): softmax over every
+        # expert, the k largest (ties to the lower index), their probabilities divided by
+        # their sum, the experts' SwiGLU outputs weighted and summed.
+        self.n_expert = _field(r, f"{a}.expert_count", 0)
+        self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
         # Gemma 2: even layers slide (default window 4096), odd ones see everything; scores
         # and logits soft-capped, cap * tanh(x / cap) (defaults 50 and 30).
         self.attn_softcap = 0.0
@@ -116,7 +122,8 @@ class RefModel:
         return name in self.tensors
 
     def w(self, name):
-        """The tensor as float64 with shape (rows, row_length), as GGUF's ne reversed."""
+        """The tensor as float64 with shape (rows, row_length), as GGUF's ne reversed
+        ((experts, rows, row_length) for 3-D tensors)."""
         if name in self._cache:
             return self._cache[name]
         t = self.tensors[name]
@@ -193,6 +200,23 @@ class RefModel:
     def silu(x):
         return x / (1.0 + np.exp(-x))
 
+    def moe(self, p, h):
+        """h: (T, n_embd) normed inputs of MoE layer p -> (T, n_embd), token by token."""
+        logits = h @ self.w(p + "ffn_gate_inp.weight").astype(np.float64).T
+        gate, up, down = (self.w(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        k = self.n_expert_used
+        for t in range(h.shape[0]):
+            z = np.exp(logits[t] - logits[t].max())
+            prob = z / z.sum()
+            chosen = sorted(range(self.n_expert), key=lambda e: (-prob[e], e))[:k]
+            wts = prob[chosen] / prob[chosen].sum()
+            for e, wt in zip(chosen, wts):
+                g = gate[e].astype(np.float64) @ h[t]
+                u = up[e].astype(np.float64) @ h[t]
+                out[t] += wt * (down[e].astype(np.float64) @ (self.silu(g) * u))
+        return out
+
     # ------------------------------------------------------------ forward
 
     def forward(self, tokens, positions=None, rows=None):
@@ -258,6 +282,9 @@ class RefModel:
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o * self.residual_scale
             h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
+            if self.has(p + "ffn_gate_inp.weight"):
+                x = x + self.moe(p, h)
+                continue
             if self.has(p + "ffn_gate.weight"):
                 g = self.mm(p + "ffn_gate.weight", h)
                 u = self.mm(p + "ffn_up.weight", h)

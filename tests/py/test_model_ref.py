@@ -87,7 +87,7 @@ def synth(tmp_path, arch, typ, dims=None):
 # small enough for these random weights' scores (about 0.1) and logits (about 0.3) to be
 # squashed, so that a cap left out or applied twice fails the comparison.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
-        "gemma3": "window=6,rope_base=1000000",
+        "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
         "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
         "phi3": "window=6",
         "granite": "kv_heads=2",  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
@@ -95,8 +95,8 @@ DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "olmo2": "kv_heads=2,window=6,layers=4"}  # OLMo 3's window on layers 0-2
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite",
-                                  "smollm3", "olmo2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3",
+                                  "granite", "smollm3", "olmo2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])

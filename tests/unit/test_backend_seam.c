@@ -323,6 +323,46 @@ static void ref_from_host(struct kern_stream *s, struct kern_buf *b, size_t off,
     memcpy((uint8_t *)b->dev + off, src, bytes);
 }
 
+static void ref_moe_route(struct kern_stream *s, const struct kern_moe_gate *g,
+                          const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
+                          struct kern_buf *ids, struct kern_buf *w)
+{
+    op_enter(s);
+    kern_moe_route(g, D(logits), bias ? D(bias) : NULL, T, ids->dev, D(w));
+}
+
+/* Every token alone, its experts one after the other: no grouping at all. */
+static void ref_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                        const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                        struct kern_buf *y)
+{
+    op_enter(s);
+    const int32_t *id = ids->dev;
+    const int64_t k = f->n_used, E = f->down[0]->w->N, F = f->gate[0]->w->N;
+    float *g = malloc((size_t)F * sizeof(float)), *u = malloc((size_t)F * sizeof(float));
+    float *e = malloc((size_t)E * sizeof(float));
+    CHECK(g && u && e);
+    for (int64_t t = 0; t < T; t++) {
+        float *yt = D(y) + t * E;
+        for (int64_t r = 0; r < k; r++) {
+            int32_t ex = id[t * k + r];
+            ref_product(f->gate[ex]->w, D(x) + t * E, 1, g);
+            ref_product(f->up[ex]->w, D(x) + t * E, 1, u);
+            if (f->act == KERN_GLU_GEGLU)
+                SC()->geglu(g, g, u, F);
+            else
+                SC()->swiglu(g, g, u, F);
+            ref_product(f->down[ex]->w, g, 1, e);
+            SC()->scale(r == 0 ? yt : e, e, D(w)[t * k + r], E);
+            if (r > 0)
+                SC()->add(yt, yt, e, E);
+        }
+    }
+    free(g);
+    free(u);
+    free(e);
+}
+
 static const struct kern_backend_ops ref_ops = {
     .numerics = ref_numerics,
     .alloc = ref_alloc,
@@ -349,6 +389,8 @@ static const struct kern_backend_ops ref_ops = {
     .logits = ref_logits,
     .to_host = ref_to_host,
     .from_host = ref_from_host,
+    .moe_route = ref_moe_route,
+    .moe_ffn = ref_moe_ffn,
 };
 
 static struct ref_backend g_ref = {.base = {.ops = &ref_ops, .name = "ref"}};
@@ -502,6 +544,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},
+        {SYNTH_QWEN3MOE, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
         {SYNTH_PHI3, SYNTH_Q4_K_M, MODEL_KV_F16},
         {SYNTH_GRANITE, SYNTH_Q6_K, MODEL_KV_F32},
@@ -532,6 +576,19 @@ static void test_synth(struct kern_pool *pool)
         char what[64];
         snprintf(what, sizeof what, "synth %s %s", synth_arch_name(arch), synth_ftype_name(p.ftype));
         compare(what, path, 1, cases[i].kt, pool);
+        if (arch == SYNTH_QWEN3MOE && i + 1 == sizeof cases / sizeof cases[0]) {
+            /* A device without the MoE ops: the model refuses to place an MoE layer on
+             * it, naming the op, and frees what it uploaded. */
+            struct kern_backend_ops ops = ref_ops;
+            ops.moe_ffn = NULL;
+            struct ref_backend nomoe = {.base = {.ops = &ops, .name = "nomoe"}};
+            struct model_load_opts lo = {.repack = true, .device = &nomoe.base, .device_layers = 1};
+            struct model *m = NULL;
+            CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+            CHECKF(strstr(err.msg, "layer 0 on nomoe: a mixture-of-experts layer needs the moe_ffn op") != NULL,
+                   "%s", err.msg);
+            CHECK_EQ_INT(nomoe.live_bufs, 0);
+        }
     }
     unlink(path);
 }
@@ -606,6 +663,45 @@ static void wide_attention(struct kern_stream *s, const struct kern_attn_batch *
     ref_attention(s, &w);
 }
 
+/* Breaks ties between router scores towards the higher expert index. */
+static void tie_high_route(struct kern_stream *s, const struct kern_moe_gate *g,
+                           const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
+                           struct kern_buf *ids, struct kern_buf *w)
+{
+    /* reversing the experts turns "lower index first" into "higher index first" */
+    const int64_t n = g->n_expert;
+    float *rl = malloc((size_t)(T * n) * sizeof(float)), rb[KERN_MOE_MAX_EXPERTS];
+    CHECK(rl != NULL);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < n; i++)
+            rl[t * n + i] = D(logits)[t * n + n - 1 - i];
+    for (int64_t i = 0; bias && i < n; i++)
+        rb[i] = D(bias)[n - 1 - i];
+    op_enter(s);
+    kern_moe_route(g, rl, bias ? rb : NULL, T, ids->dev, D(w));
+    for (int64_t i = 0; i < T * g->n_used; i++)
+        ((int32_t *)ids->dev)[i] = (int32_t)(n - 1) - ((int32_t *)ids->dev)[i];
+    free(rl);
+}
+
+/* Sums a token's expert outputs in the opposite order (last rank first). */
+static void reversed_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                             const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                             struct kern_buf *y)
+{
+    const int64_t k = f->n_used;
+    int32_t *id = ids->dev;
+    float *wt = D(w);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < k / 2; r++) {
+            int32_t ti = id[t * k + r];
+            float tw = wt[t * k + r];
+            id[t * k + r] = id[t * k + k - 1 - r], wt[t * k + r] = wt[t * k + k - 1 - r];
+            id[t * k + k - 1 - r] = ti, wt[t * k + k - 1 - r] = tw;
+        }
+    ref_moe_ffn(s, f, x, ids, w, T, y);
+}
+
 static void test_check(struct kern_pool *pool)
 {
     struct kn_err err = {0};
@@ -615,15 +711,21 @@ static void test_check(struct kern_pool *pool)
 
     static const struct {
         const char *name, *op;
-    } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"}};
+    } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"},
+               {"tie-high", "moe_route (softmax, normalised): experts"},
+               {"reversed", "moe_ffn (48 tokens)"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct kern_backend_ops ops = ref_ops;
         if (i == 0)
             ops.rmsnorm = bad_rmsnorm;
         else if (i == 1)
             ops.glu = ftz_glu;
-        else
+        else if (i == 2)
             ops.attention = wide_attention;
+        else if (i == 3)
+            ops.moe_route = tie_high_route;
+        else
+            ops.moe_ffn = reversed_moe_ffn;
         struct ref_backend be = {.base = {.ops = &ops, .name = bad[i].name}};
         err = (struct kn_err){0};
         enum kn_status st = kern_backend_check(&be.base, pool, &err);

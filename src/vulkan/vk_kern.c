@@ -1,0 +1,587 @@
+/* vk_kern.c: records the compute shaders of src/vulkan/shaders (vk_kern.h). Each function
+ * checks that the shapes fit its shader (32-bit element offsets, the dispatch limits),
+ * fills the shader's push-constant block (the C structs below mirror the GLSL blocks:
+ * 32-bit members, no padding) and dispatches. */
+#include "vk_kern.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most workgroups one dimension of a dispatch may have on every device. */
+#define VKK_MAX_GROUPS 65535u
+
+bool vkk_matmul_type(enum quant_type t)
+{
+    switch (t) {
+    case QT_F32: case QT_F16: case QT_BF16:
+    case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool vkk_rows_type(enum quant_type t)
+{
+    return vkk_matmul_type(t);
+}
+
+/* ================================================================ fma mode */
+
+/* The mode of each open device (a handful at most). */
+#define VKK_MAX_DEVICES 16
+static struct {
+    struct vkr *rt;
+    enum vkk_fma mode;
+} fma_modes[VKK_MAX_DEVICES];
+static pthread_mutex_t fma_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void vkk_fma_set(struct vkr *rt, enum vkk_fma mode)
+{
+    pthread_mutex_lock(&fma_lock);
+    int free_slot = -1;
+    for (int i = 0; i < VKK_MAX_DEVICES; i++) {
+        if (fma_modes[i].rt == rt) {
+            fma_modes[i].mode = mode;
+            pthread_mutex_unlock(&fma_lock);
+            return;
+        }
+        if (!fma_modes[i].rt && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot >= 0)
+        fma_modes[free_slot].rt = rt, fma_modes[free_slot].mode = mode;
+    pthread_mutex_unlock(&fma_lock);
+}
+
+void vkk_fma_forget(struct vkr *rt)
+{
+    pthread_mutex_lock(&fma_lock);
+    for (int i = 0; i < VKK_MAX_DEVICES; i++)
+        if (fma_modes[i].rt == rt)
+            fma_modes[i].rt = NULL;
+    pthread_mutex_unlock(&fma_lock);
+}
+
+static bool fma_lookup(struct vkr *rt, enum vkk_fma *mode)
+{
+    bool found = false;
+    pthread_mutex_lock(&fma_lock);
+    for (int i = 0; i < VKK_MAX_DEVICES && !found; i++)
+        if (fma_modes[i].rt == rt) {
+            *mode = fma_modes[i].mode;
+            found = true;
+        }
+    pthread_mutex_unlock(&fma_lock);
+    return found;
+}
+
+/* Crafted triples: random magnitudes over a wide range, products whose low half decides
+ * the sum (c = -round(a * b)), ties of the final rounding, signed zeros, infinities. */
+static int probe_inputs(float *t, int n)
+{
+    uint64_t s = 0x243f6a8885a308d3ull;
+    int k = 0;
+    for (int i = 0; i < n - 8; i++, k++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(s >> 32);
+        float a = ldexpf(1.0f + (float)(r & 0xffffff) * 0x1p-24f, (int)(r >> 27) - 16);
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        r = (uint32_t)(s >> 32);
+        float b = ldexpf(1.0f + (float)(r & 0xffffff) * 0x1p-24f, (int)(r >> 27) - 16);
+        if (r & 1)
+            b = -b;
+        volatile float ab = a * b;
+        float c = (i % 3 == 0) ? -ab : (i % 3 == 1) ? ab * 0x1p-20f : ldexpf((float)(r >> 8), -40);
+        t[3 * k] = a, t[3 * k + 1] = b, t[3 * k + 2] = c;
+    }
+    static const float fixed[8][3] = {
+        {1.0f + 0x1p-12f, 1.0f + 0x1p-12f, -1.0f}, /* the fused result keeps 2^-24 */
+        {1.0f + 0x1p-23f, 1.0f - 0x1p-23f, -1.0f}, /* -2^-46 exactly */
+        {0x1p-70f, 0x1p-70f, 0x1p-149f},           /* a product below the subnormals */
+        {-0.0f, 1.0f, 0.0f},                       /* +0 */
+        {-0.0f, 1.0f, -0.0f},                      /* -0 */
+        {INFINITY, 2.0f, 1.0f},
+        {0x1p100f, 0x1p100f, -INFINITY},
+        {3.0f, 0x1.555556p-2f, -1.0f},
+    };
+    for (int i = 0; i < 8; i++, k++)
+        memcpy(&t[3 * k], fixed[i], sizeof fixed[i]);
+    return k;
+}
+
+/* Runs the probe shader shader on n triples; *bad = outputs that differ from fmaf. */
+static enum kn_status probe_run(struct vkr *rt, const char *shader, const float *t, int n,
+                                int *bad, struct kn_err *err)
+{
+    enum kn_status st = KN_E_NOMEM;
+    struct vkr_cmd *c = vkr_cmd_create(rt, err);
+    struct vkr_buf *bi = vkr_buf_alloc(rt, (size_t)n * 12, VKR_MEM_DEVICE, false, err);
+    struct vkr_buf *bo = vkr_buf_alloc(rt, (size_t)n * 4, VKR_MEM_DEVICE, false, err);
+    float *out = malloc((size_t)n * 4);
+    if (!c || !bi || !bo || !out)
+        goto done;
+    const struct vkr_pipe *p = vkr_pipe_get(rt, &(struct vkr_pipe_desc){
+        .shader = shader, .n_bufs = 2, .push_bytes = 4}, err);
+    if (!p) {
+        st = KN_E_UNSUPPORTED;
+        goto done;
+    }
+    uint32_t n32 = (uint32_t)n;
+    vkr_cmd_begin(c);
+    vkr_cmd_write(c, bi, 0, t, (size_t)n * 12);
+    struct vkr_bind b[2] = {{.buf = bi}, {.buf = bo, .write = true}};
+    vkr_cmd_dispatch(c, p, b, &n32, vkr_groups(n, 64), 1, 1);
+    vkr_cmd_read(c, bo, 0, out, (size_t)n * 4);
+    st = vkr_cmd_submit(c, err);
+    if (st == KN_OK) {
+        *bad = 0;
+        for (int i = 0; i < n; i++) {
+            float want = fmaf(t[3 * i], t[3 * i + 1], t[3 * i + 2]);
+            *bad += memcmp(&want, &out[i], 4) != 0;
+        }
+    }
+done:
+    free(out);
+    vkr_buf_free(rt, bo);
+    vkr_buf_free(rt, bi);
+    vkr_cmd_free(c);
+    return st;
+}
+
+enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *err)
+{
+    enum { N = 4096 };
+    static float t[3 * N];
+    static int n;
+    /* the inputs are the same for every device: made once */
+    pthread_mutex_lock(&fma_lock);
+    if (!n)
+        n = probe_inputs(t, N);
+    pthread_mutex_unlock(&fma_lock);
+    int bad_native = 0, bad_f64 = 0;
+    enum kn_status st = probe_run(rt, "fma_probe", t, n, &bad_native, err);
+    if (st != KN_OK)
+        return st;
+    if (bad_native == 0) {
+        *mode = VKK_FMA_NATIVE;
+        return KN_OK;
+    }
+    if (!vkr_device_info(rt)->float64)
+        return kn_fail(err, KN_E_MISMATCH, "fma: the driver's fma is not fused (%d of %d "
+                       "probes differ from fmaf) and the device has no shaderFloat64 to "
+                       "compute it exactly", bad_native, n);
+    st = probe_run(rt, "fma_probe_f64", t, n, &bad_f64, err);
+    if (st != KN_OK)
+        return st;
+    if (bad_f64)
+        return kn_fail(err, KN_E_MISMATCH, "fma: the driver's fma is not fused (%d of %d "
+                       "probes differ) and the double-precision fma differs on %d",
+                       bad_native, n, bad_f64);
+    *mode = VKK_FMA_F64;
+    return KN_OK;
+}
+
+/* The mode for c's device, probed on first use. */
+static bool fma_mode(struct vkr_cmd *c, enum vkk_fma *mode)
+{
+    struct vkr *rt = vkr_cmd_rt(c);
+    if (fma_lookup(rt, mode))
+        return true;
+    struct kn_err err = {0};
+    if (vkk_fma_probe(rt, mode, &err) != KN_OK) {
+        vkr_cmd_fail(c, KN_E_MISMATCH, "Vulkan: %s", err.msg);
+        return false;
+    }
+    vkk_fma_set(rt, *mode);
+    return true;
+}
+
+/* The pipeline of shader (its _f64 build when fused is set and c's device needs it). */
+static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool fused,
+                                     uint32_t n_bufs, uint32_t push_bytes)
+{
+    char name[64];
+    enum vkk_fma mode = VKK_FMA_NATIVE;
+    if (fused && !fma_mode(c, &mode))
+        return NULL;
+    snprintf(name, sizeof name, "%s%s", shader, mode == VKK_FMA_F64 ? "_f64" : "");
+    return vkr_cmd_pipe(c, &(struct vkr_pipe_desc){.shader = name, .n_bufs = n_bufs,
+                                                   .push_bytes = push_bytes});
+}
+
+/* A shader without fma. */
+static const struct vkr_pipe *pipe(struct vkr_cmd *c, const char *shader, uint32_t n_bufs,
+                                   uint32_t push_bytes)
+{
+    return pipe_x(c, shader, false, n_bufs, push_bytes);
+}
+
+/* A shader with fma. */
+static const struct vkr_pipe *pipe_f(struct vkr_cmd *c, const char *shader, uint32_t n_bufs,
+                                     uint32_t push_bytes)
+{
+    return pipe_x(c, shader, true, n_bufs, push_bytes);
+}
+
+static struct vkr_bind ro(const struct vkr_buf *b)
+{
+    return (struct vkr_bind){.buf = b};
+}
+
+static struct vkr_bind rw(const struct vkr_buf *b)
+{
+    return (struct vkr_bind){.buf = b, .write = true};
+}
+
+/* False (and the pass failed) when v does not fit the shaders' 32-bit indices. */
+static bool fits(struct vkr_cmd *c, const char *op, int64_t v)
+{
+    if (v >= 0 && v <= (int64_t)UINT32_MAX)
+        return true;
+    vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan %s: a size of %lld is over the shaders' 32-bit "
+                 "indices", op, (long long)v);
+    return false;
+}
+
+/* ================================================================ embed */
+
+struct embed_pc {
+    uint32_t type, E, row_bytes, T, x_off, tok_off, has_scale;
+    float scale;
+};
+
+void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
+               enum quant_type type,
+               int64_t E, size_t row_bytes, const int32_t *tokens, int64_t T, float scale)
+{
+    if (T <= 0 || E <= 0 || vkr_cmd_failed(c))
+        return;
+    if (!vkk_rows_type(type)) {
+        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan embed: no shader reads rows of type %u",
+                     (unsigned)type);
+        return;
+    }
+    if (!fits(c, "embed", (int64_t)x.off + T * E) || !fits(c, "embed",
+        (int64_t)vkr_buf_size(table)) ||
+        T > VKK_MAX_GROUPS)
+        return;
+    struct vkr_bind tok = vkr_cmd_stage(c, tokens, (size_t)T * sizeof *tokens);
+    if (!tok.buf)
+        return;
+    struct embed_pc pc = {(uint32_t)type, (uint32_t)E, (uint32_t)row_bytes, (uint32_t)T, x.off, 0,
+                          scale != 1.0f, scale};
+    struct vkr_bind b[3] = {ro(table), tok, rw(x.buf)};
+    vkr_cmd_dispatch(c, pipe(c, "embed", 3, sizeof pc), b, &pc, vkr_groups(E, 64),
+                     (uint32_t)T, 1);
+}
+
+/* ================================================================ RoPE */
+
+struct rope_pc {
+    uint32_t x_off, tab_off, T, H, D, n_rot, neox;
+};
+
+void vkk_rope(struct vkr_cmd *c, struct vkk_ref x, struct vkk_ref tab, const struct kern_rope *rope,
+              int64_t T, int64_t H, int64_t D)
+{
+    if (T <= 0 || H <= 0 || vkr_cmd_failed(c))
+        return;
+    if (rope->n_rot > D) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan rope: %d rotated dims but head dim %lld",
+                     (int)rope->n_rot, (long long)D);
+        return;
+    }
+    if (!fits(c, "rope", (int64_t)x.off + T * H * D) || T > VKK_MAX_GROUPS || H > VKK_MAX_GROUPS)
+        return;
+    struct rope_pc pc = {x.off, tab.off, (uint32_t)T, (uint32_t)H, (uint32_t)D,
+                         (uint32_t)rope->n_rot, rope->mode == KERN_ROPE_NEOX};
+    struct vkr_bind b[2] = {rw(x.buf), ro(tab.buf)};
+    vkr_cmd_dispatch(c, pipe_f(c, "rope", 2, sizeof pc), b, &pc,
+                     vkr_groups(rope->n_rot / 2, 64), (uint32_t)H, (uint32_t)T);
+}
+
+/* ================================================================ RMSNorm */
+
+struct rmsnorm_pc {
+    uint32_t x_off, y_off, w_off, rows, n, has_w;
+    float eps;
+};
+
+void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct vkk_ref w,
+                 int64_t rows, int64_t n, float eps)
+{
+    if (rows <= 0 || n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (!fits(c, "rmsnorm", (int64_t)x.off + rows * n) ||
+        !fits(c, "rmsnorm", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS ||
+        n >= (1 << 24)) /* (float)n exact */
+        return;
+    struct rmsnorm_pc pc = {x.off, y.off, w.off, (uint32_t)rows, (uint32_t)n, w.buf != NULL, eps};
+    struct vkr_bind b[3] = {ro(x.buf), rw(y.buf), ro(w.buf ? w.buf : x.buf)};
+    vkr_cmd_dispatch(c, pipe_f(c, "rmsnorm", 3, sizeof pc), b, &pc, (uint32_t)rows, 1, 1);
+}
+
+/* ================================================================ activations */
+
+struct actq_pc {
+    uint32_t x_off, q_off, K, M, bs, row_words;
+};
+
+void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x, int64_t M,
+                   int64_t K, struct vkk_ref q)
+{
+    if (M <= 0 || vkr_cmd_failed(c))
+        return;
+    uint32_t bs = kind == KERN_ACT_Q8_K ? QK_K : 32;
+    if (kind == KERN_ACT_F32 || K <= 0 || K % bs) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan activation quantization: kind %d cannot take K = %lld",
+                     (int)kind, (long long)K);
+        return;
+    }
+    size_t row_bytes = kern_act_row_bytes(kind, K);
+    if (!fits(c, "actq", (int64_t)x.off + M * K) ||
+        !fits(c, "actq", (int64_t)q.off + M * (int64_t)(row_bytes / 4)) || M > VKK_MAX_GROUPS)
+        return;
+    struct actq_pc pc = {x.off, q.off, (uint32_t)K, (uint32_t)M, bs, (uint32_t)(row_bytes / 4)};
+    struct vkr_bind b[2] = {ro(x.buf), rw(q.buf)};
+    vkr_cmd_dispatch(c, pipe(c, "actq", 2, sizeof pc), b, &pc, vkr_groups(K, 256),
+                     (uint32_t)M, 1);
+}
+
+/* ================================================================ products */
+
+struct mm_f_pc {
+    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0;
+};
+struct mm_q_pc {
+    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0;
+};
+
+static const char *mm_shader(enum quant_type t)
+{
+    switch (t) {
+    case QT_Q8_0: return "mm_q8_0";
+    case QT_Q4_0: return "mm_q4_0";
+    case QT_Q4_1: return "mm_q4_1";
+    case QT_Q5_0: return "mm_q5_0";
+    case QT_Q5_1: return "mm_q5_1";
+    case QT_Q4_K: return "mm_q4_k";
+    case QT_Q5_K: return "mm_q5_k";
+    case QT_Q6_K: return "mm_q6_k";
+    case QT_Q2_K: return "mm_q2_k";
+    case QT_Q3_K: return "mm_q3_k";
+    case QT_IQ4_NL: return "mm_iq4_nl";
+    case QT_IQ4_XS: return "mm_iq4_xs";
+    default: return "mm_f";
+    }
+}
+
+/* Rows per workgroup and tokens per workgroup of the mm shaders. */
+#define MM_ROWS 4
+#define MM_TOKENS 4
+
+void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy)
+{
+    if (M <= 0 || vkr_cmd_failed(c))
+        return;
+    if (!vkk_matmul_type(w->type)) {
+        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan matmul: no shader for weight type %u",
+                     (unsigned)w->type);
+        return;
+    }
+    enum kern_act_kind kind = kern_act_kind_for(w->type);
+    if (!fits(c, "matmul", (int64_t)w->N * (int64_t)w->row_bytes + 4) ||
+        !fits(c, "matmul", (int64_t)y.off + (M - 1) * ldy + w->N) || ldy < w->N ||
+        vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
+        return;
+    const struct vkr_pipe *p;
+    struct vkr_bind b[3] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf)};
+    struct mm_f_pc pf = {(uint32_t)w->type, (uint32_t)w->N, (uint32_t)w->K, (uint32_t)M,
+                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0};
+    struct mm_q_pc pq = {(uint32_t)w->N, (uint32_t)w->K, (uint32_t)M, (uint32_t)w->row_bytes,
+                         q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
+                         (uint32_t)ldy, 0};
+    if (kind == KERN_ACT_F32) {
+        if (!fits(c, "matmul", (int64_t)x.off + M * w->K))
+            return;
+        p = pipe_f(c, "mm_f", 3, sizeof pf);
+    } else {
+        if (!fits(c, "matmul", (int64_t)q.off + M * (int64_t)pq.x_row))
+            return;
+        p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
+    }
+    /* More row groups than one dispatch takes: consecutive dispatches from row0. */
+    const int64_t per = (int64_t)VKK_MAX_GROUPS * MM_ROWS;
+    for (int64_t r0 = 0; r0 < w->N; r0 += per) {
+        int64_t rows = w->N - r0 < per ? w->N - r0 : per;
+        pf.row0 = pq.row0 = (uint32_t)r0;
+        vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
+                         vkr_groups(rows, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
+    }
+}
+
+/* ================================================================ elementwise */
+
+struct elt_pc {
+    uint32_t op, n, rows, y_off, a_off, idx_off;
+    float v;
+};
+
+void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vkk_ref a,
+                 const int64_t *rows_idx, int64_t rows, int64_t n, float v)
+{
+    if (n <= 0 || rows <= 0 || vkr_cmd_failed(c))
+        return;
+    bool per_row = op == VKK_ADD_ROWS || op == VKK_GATHER;
+    if (!per_row)
+        rows = 1;
+    if (!fits(c, "eltwise", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS)
+        return;
+    struct vkr_bind idx = ro(y.buf);
+    if (op == VKK_GATHER) {
+        uint32_t *r32 = malloc((size_t)rows * sizeof *r32);
+        if (!r32) {
+            vkr_cmd_fail(c, KN_E_NOMEM, "Vulkan gather: out of memory for %lld rows",
+                         (long long)rows);
+            return;
+        }
+        for (int64_t j = 0; j < rows; j++)
+            r32[j] = (uint32_t)rows_idx[j];
+        idx = vkr_cmd_stage(c, r32, (size_t)rows * sizeof *r32);
+        free(r32);
+        if (!idx.buf)
+            return;
+    }
+    struct elt_pc pc = {(uint32_t)op, (uint32_t)n, (uint32_t)rows, y.off,
+                        a.buf ? a.off : 0, 0, v};
+    struct vkr_bind b[3] = {rw(y.buf), ro(a.buf ? a.buf : y.buf), idx};
+    uint32_t gx = vkr_groups(n, 64);
+    vkr_cmd_dispatch(c, pipe_f(c, "eltwise", 3, sizeof pc), b, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)rows, 1);
+}
+
+/* ================================================================ KV cache */
+
+struct kv_pc {
+    uint32_t f16, D, Hkv, n_ctx, t0, n, pos_off;
+};
+
+void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
+                  const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
+                  int64_t D, int64_t Hkv, int64_t n_ctx, const int32_t *pos, int64_t t0, int64_t n)
+{
+    if (n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (kv_type != QT_F32 && kv_type != QT_F16) {
+        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan kv_store: cache type %u (f32 or f16 only)",
+                     (unsigned)kv_type);
+        return;
+    }
+    if (k_new.off || v_new.off) { /* the shader indexes rows from element 0 */
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: new rows must start their buffers");
+        return;
+    }
+    if (!fits(c, "kv_store", Hkv * n_ctx * D) || !fits(c, "kv_store", (t0 + n) * Hkv * D) ||
+        n > VKK_MAX_GROUPS || Hkv > VKK_MAX_GROUPS)
+        return;
+    struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
+    if (!pb.buf)
+        return;
+    struct kv_pc pc = {kv_type == QT_F16, (uint32_t)D, (uint32_t)Hkv, (uint32_t)n_ctx,
+                       (uint32_t)t0, (uint32_t)n, 0};
+    struct vkr_bind b[5] = {ro(k_new.buf), ro(v_new.buf), rw(k_cache), rw(v_cache), pb};
+    vkr_cmd_dispatch(c, pipe(c, "kv_store", 5, sizeof pc), b, &pc,
+                     vkr_groups((D + 1) / 2, 64), (uint32_t)Hkv, (uint32_t)n);
+}
+
+/* ================================================================ attention */
+
+struct attn_pc {
+    uint32_t q_off, out_off, pos_off, H, Hkv, D, n_ctx, f16, window;
+    float scale;
+    uint32_t n_tiles;
+};
+struct attn_merge_pc {
+    uint32_t out_off, pos_off, H, D, window, n_tiles;
+};
+
+int64_t vkk_attention_tiles(const struct vkk_attn *a)
+{
+    int64_t most = 0;
+    for (int64_t t = 0; t < a->n_q; t++) {
+        int64_t p = a->pos[t];
+        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t n = p / KERN_ATTN_TILE - lo / KERN_ATTN_TILE + 1;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+size_t vkk_attention_part_bytes(const struct vkk_attn *a)
+{
+    return (size_t)a->n_q * (size_t)a->n_head * (size_t)vkk_attention_tiles(a) *
+           ((size_t)a->head_dim + 2) * sizeof(float);
+}
+
+void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
+{
+    if (a->n_q <= 0 || vkr_cmd_failed(c))
+        return;
+    if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM || a->n_head_kv < 1 ||
+        a->n_head % a->n_head_kv != 0 || a->window < 0 ||
+        (a->kv_type != QT_F32 && a->kv_type != QT_F16)) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: unsupported shape (heads %d/%d, head dim "
+                     "%d, window %d, cache type %u)", (int)a->n_head, (int)a->n_head_kv,
+                     (int)a->head_dim, (int)a->window, (unsigned)a->kv_type);
+        return;
+    }
+    for (int64_t t = 0; t < a->n_q; t++)
+        if (a->pos[t] < 0 || a->pos[t] >= a->n_ctx) {
+            vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: query %lld at position %d is outside "
+                         "the cache (%lld slots)", (long long)t, (int)a->pos[t],
+                                     (long long)a->n_ctx);
+            return;
+        }
+    int64_t QD = (int64_t)a->n_head * a->head_dim;
+    if (!fits(c, "attention", (int64_t)a->q.off + a->n_q * QD) ||
+        !fits(c, "attention", (int64_t)a->out.off + a->n_q * QD) ||
+        !fits(c, "attention", a->n_ctx * a->n_head_kv * a->head_dim) ||
+        a->n_q > VKK_MAX_GROUPS || a->n_head > (int32_t)VKK_MAX_GROUPS)
+        return;
+    struct vkr_bind pb = vkr_cmd_stage(c, a->pos, (size_t)a->n_q * sizeof *a->pos);
+    if (!pb.buf)
+        return;
+    struct attn_pc pc = {a->q.off, a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->n_head_kv,
+                         (uint32_t)a->head_dim, (uint32_t)a->n_ctx, a->kv_type == QT_F16,
+                         (uint32_t)a->window, a->scale, 0};
+    if (!a->part) {
+        struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};
+        vkr_cmd_dispatch(c, pipe_f(c, "attn", 5, sizeof pc), b, &pc, (uint32_t)a->n_head,
+                         (uint32_t)a->n_q, 1);
+        return;
+    }
+    int64_t tiles = vkk_attention_tiles(a);
+    if (vkr_buf_size(a->part) < vkk_attention_part_bytes(a) ||
+        !fits(c, "attention", (int64_t)(vkk_attention_part_bytes(a) / 4)) ||
+        tiles > VKK_MAX_GROUPS) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: the part buffer is too small");
+        return;
+    }
+    pc.n_tiles = (uint32_t)tiles;
+    /* out is bound but not written by the tile pass */
+    struct vkr_bind b[6] = {ro(a->q.buf), ro(a->k), ro(a->v), ro(a->out.buf), pb, rw(a->part)};
+    vkr_cmd_dispatch(c, pipe_f(c, "attn_part", 6, sizeof pc), b, &pc, (uint32_t)a->n_head,
+                     (uint32_t)a->n_q, (uint32_t)tiles);
+    struct attn_merge_pc mc = {a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->head_dim,
+                               (uint32_t)a->window, (uint32_t)tiles};
+    struct vkr_bind bm[3] = {ro(a->part), rw(a->out.buf), pb};
+    vkr_cmd_dispatch(c, pipe_f(c, "attn_merge", 3, sizeof mc), bm, &mc, (uint32_t)a->n_head,
+                     (uint32_t)a->n_q, 1);
+}

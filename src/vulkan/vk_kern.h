@@ -1,0 +1,117 @@
+/* vk_kern.h: the Vulkan kernels, one recording function per compute shader of
+ * src/vulkan/shaders (the backend's ops in vk_ops.c are made of these). Each records its
+ * dispatches into a pass (vk_rt.h) and gives the bits of the CPU reference it names
+ * (docs/numerics.md, canonical-1); shapes it cannot take are recorded as the pass's error
+ * (vkr_cmd_fail), never a wrong result.
+ *
+ * Buffers are whole runtime buffers; `off` arguments are element offsets (floats or
+ * words) of the first element used, so any part of a buffer can be used without the
+ * device's binding alignment. f32 rows have stride n unless stated. Host arrays (token
+ * ids, positions, row lists) are staged into the pass when the call records. */
+#ifndef KN_VULKAN_VK_KERN_H
+#define KN_VULKAN_VK_KERN_H
+
+#include "../kernels/kernels.h"
+#include "vk_rt.h"
+
+/* A part of a buffer: buf from element off (floats, or words for packed data). */
+struct vkk_ref {
+    const struct vkr_buf *buf;
+    uint32_t off;
+};
+
+static inline struct vkk_ref vkk_at(const struct vkr_buf *b, uint32_t off)
+{
+    return (struct vkk_ref){b, off};
+}
+
+/* How the shaders compute fmaf. canonical-1 needs a fused multiply-add; Vulkan lets a
+ * driver's fma() be a multiply and an add (lavapipe's is). VKK_FMA_NATIVE runs the
+ * shaders as written; VKK_FMA_F64 runs their _f64 builds, whose kn_fma computes the fused
+ * result exactly with double adds and multiplies (kn_common.glsl). */
+enum vkk_fma { VKK_FMA_NATIVE = 0, VKK_FMA_F64 = 1 };
+
+/* Probes rt's fma on crafted triples (products that round, exact cancellations, ties,
+ * huge and tiny magnitudes) against the CPU's fmaf: *mode is VKK_FMA_NATIVE when the
+ * driver's fma is fused, else VKK_FMA_F64 when the device has shaderFloat64 and the
+ * double build is exact; otherwise KN_E_MISMATCH with err saying which check failed (the
+ * device cannot compute canonical-1). */
+KN_MUST_USE enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *err);
+/* The mode the recording functions use on rt: set by vkk_fma_set, else probed once on
+ * first use (a failed probe records the pass's error). vkk_fma_forget drops rt's entry
+ * (call before vkr_close). */
+void vkk_fma_set(struct vkr *rt, enum vkk_fma mode);
+void vkk_fma_forget(struct vkr *rt);
+
+/* The weight types vkk_matmul and vkk_embed read: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+ * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (a product also needs the CPU's
+ * reference for the type: kern_type_supported). */
+bool vkk_matmul_type(enum quant_type t);
+bool vkk_rows_type(enum quant_type t);
+
+/* x (T, E) = rows tokens[t] of table (N rows of row_bytes, type, E elements), times scale
+ * if scale != 1 (cpu_embed: kern_row_to_f32 / quant_dequantize_row, kern_scale). */
+void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
+               enum quant_type type,
+               int64_t E, size_t row_bytes, const int32_t *tokens, int64_t T, float scale);
+
+/* Rotates x (T, H, D) in place by tab (T, rope->n_rot) (kern_rope). */
+void vkk_rope(struct vkr_cmd *c, struct vkk_ref x, struct vkk_ref tab, const struct kern_rope *rope,
+              int64_t T, int64_t H, int64_t D);
+
+/* y (rows, n) = rmsnorm(x) * w (w.buf NULL: no gain); y may be x (kern_rmsnorm). */
+void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct vkk_ref w,
+                 int64_t rows, int64_t n, float eps);
+
+/* q (words) = x (M, K) quantized per token in kind's CPU layout (kern_act_prepare):
+ * kern_act_bytes(kind, M, K) bytes. kind is KERN_ACT_Q8_32 or KERN_ACT_Q8_K. */
+void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x, int64_t M,
+                   int64_t K, struct vkk_ref q);
+
+/* y (M, ldy) columns 0..w->N-1 = x (M, K) . w^T (kern_matmul_rows_ref), w's rows in the
+ * file's layout at wbuf. Float weights read x; quantized ones read q, x quantized
+ * beforehand by vkk_act_quant with kern_act_kind_for(w->type). */
+void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy);
+
+/* The elementwise ops of eltwise.comp. */
+enum vkk_elt {
+    VKK_ADD = 0,      /* y (n) = y + a */
+    VKK_ADD_ROWS = 1, /* y (rows, n) = y + a (n) on every row */
+    VKK_SCALE = 2,    /* y (n) = y * v */
+    VKK_SWIGLU = 3,   /* y (n) = silu(y) * a */
+    VKK_GEGLU = 4,    /* y (n) = gelu(y) * a */
+    VKK_GATHER = 5,   /* y row j (n) = a row rows[j], j < rows */
+};
+void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vkk_ref a,
+                 const int64_t *rows_idx, int64_t rows, int64_t n, float v);
+
+/* Stores rows t0..t0+n-1 of k_new, v_new (T, Hkv*D) at slots pos[t] of the head-major
+ * caches (Hkv, n_ctx, D) of kv_type QT_F32 or QT_F16 (kern_kv_store). pos is the whole
+ * batch's (host, at least t0 + n entries). */
+void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
+                  const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
+                  int64_t D, int64_t Hkv, int64_t n_ctx, const int32_t *pos, int64_t t0, int64_t n);
+
+/* Attention of queries q (n_q, H*D) at positions pos[0..n_q-1] (host) over one run's
+ * caches, into out (n_q, H*D) (kern_attn). With part set (at least
+ * vkk_attention_part_bytes), each query's 32-position tiles are computed by workgroups of
+ * their own and merged in order by a second dispatch: the same bits, more parallel work
+ * for a decode step over a long cache. */
+struct vkk_attn {
+    struct vkk_ref q, out;
+    const struct vkr_buf *k, *v;   /* head-major (Hkv, n_ctx, D) */
+    uint32_t kv_type;              /* QT_F32 or QT_F16 */
+    const int32_t *pos;
+    int64_t n_q, n_ctx;
+    int32_t n_head, n_head_kv, head_dim, window;
+    float scale;
+    const struct vkr_buf *part;    /* NULL: one workgroup per (head, query) runs all tiles */
+};
+void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a);
+/* The most tiles one query of a reads (its window clipped to 32-position tiles). */
+int64_t vkk_attention_tiles(const struct vkk_attn *a);
+/* The part buffer bytes the split attention of a needs. */
+size_t vkk_attention_part_bytes(const struct vkk_attn *a);
+
+#endif
