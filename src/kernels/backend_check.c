@@ -365,8 +365,10 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     ck_set(c, q, in->qkv, CK_T * QD);
     ck_set(c, k, in->qkv + CK_T * QD, CK_T * KD);
     ck_set(c, v, in->qkv + CK_T * (QD + KD), CK_T * KD);
+    void (*attend)(struct kern_stream *, const struct kern_attn_batch *) =
+        softcap > 0 ? op->attention_softcap : op->attention;
     op->kv_store(s, &b);
-    op->attention(s, &b);
+    attend(s, &b);
     ck_record(c, name, o, 0, CK_T * QD * sizeof(float));
     for (int g = 0; g < CK_HKV; g++) {
         size_t head = (size_t)g * CK_CTX * CK_D * elt;
@@ -389,7 +391,7 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     ck_set(c, k, next + 2 * QD, 2 * KD);
     ck_set(c, v, next + 2 * (QD + KD), 2 * KD);
     op->kv_store(s, &b);
-    op->attention(s, &b);
+    attend(s, &b);
     snprintf(name, sizeof name, "attention, next pass (%s cache, window %d%s)",
              quant_type_name(kv_type), (int)window, softcap > 0 ? ", soft-capped" : "");
     ck_record(c, name, o, 0, 2 * QD * sizeof(float));
@@ -438,10 +440,11 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
         c->failed = true;
 }
 
-/* with_moe: also check the MoE ops (only when the device under test has them, so the CPU's
- * reference run records the same outputs). */
+/* with_moe, with_softcap: also check the MoE ops and soft-capped attention (only when the
+ * device under test has them, so the CPU's reference run records the same outputs). */
 static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool with_moe, struct ck_out *out, struct kn_err *err)
+                             bool with_moe, bool with_softcap, struct ck_out *out,
+                             struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
@@ -475,8 +478,9 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
         const int32_t windows[2] = {0, 37};
         for (int i = 0; i < 4 && !c.failed; i++)
             ck_attention(&c, in, kv_types[i % 2], windows[i / 2], 0.0f);
-        /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach) */
-        for (int i = 0; i < 2 && !c.failed; i++)
+        /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach), when the
+         * device under test has the op */
+        for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
             ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
         if (!c.failed && with_moe)
             ck_moe(&c, in);
@@ -497,12 +501,12 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     struct ck_in *in = NULL;
     struct ck_out ref = {0}, got = {0};
     /* A device without the MoE ops runs no MoE layer (model_open refuses, naming the op). */
-    const bool moe = kern_backend_has_moe(be);
+    const bool moe = kern_backend_has_moe(be), softcap = kern_backend_has_softcap(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, moe, &ref, err);
+        st = ck_run(kern_backend_cpu(), pool, in, moe, softcap, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, moe, &got, err);
+        st = ck_run(be, pool, in, moe, softcap, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }

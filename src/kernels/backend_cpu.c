@@ -614,6 +614,7 @@ static const struct kern_backend_ops cpu_ops = {
     .gather = cpu_gather,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
+    .attention_softcap = cpu_attention, /* kern_attn caps when the batch's softcap > 0 */
     .logits = cpu_logits,
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,

@@ -393,7 +393,10 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         int64_t R = T;
         if (last && n_out == 0)
             break;
-        op->attention(s, &batch);
+        if (batch.softcap > 0.0f)
+            op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
+        else
+            op->attention(s, &batch);
         if (last && n_out < T) {
             op->gather(s, ob, xb, out_rows, n_out, E);
             op->gather(s, P->q, ab, out_rows, n_out, QD);

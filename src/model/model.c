@@ -577,6 +577,11 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
         L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
+        if (hp->attn_softcap > 0.0f && !kern_backend_has_softcap(L->be))
+            return kn_fail(err, KN_E_UNSUPPORTED,
+                           "gemma2's soft-capped attention needs the attention_softcap op, which "
+                           "%s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
+                           L->be->name, (long long)il);
         struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
