@@ -155,6 +155,8 @@ struct info {
     struct hparam experts, experts_used, expert_ffn; /* mixture of experts */
     bool have_rope_base;
     float rope_base;
+    uint64_t n_conv_layers; /* lfm2: layers whose head_count_kv entry is 0 */
+    struct hparam conv_l;   /* lfm2.shortconv.l_cache */
     const struct gguf_value *tokens;
     bool have_special[N_SPECIALS];
     uint64_t special_id[N_SPECIALS];
@@ -205,7 +207,13 @@ static void gather(struct info *in)
         in->experts = get_hparam(f, a, "expert_count");
         in->experts_used = get_hparam(f, a, "expert_used_count");
         in->expert_ffn = get_hparam(f, a, "expert_feed_forward_length");
+        in->conv_l = get_hparam(f, a, "shortconv.l_cache");
         char key[256];
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+        const struct gguf_kv *hkv = gguf_find_kv(f, key);
+        if (in->kv_heads.per_layer && hkv)
+            for (uint64_t i = 0; i < hkv->value.v.arr.n; i++)
+                in->n_conv_layers += gguf_arr_i64(&hkv->value, i) == 0;
         snprintf(key, sizeof key, "%s.rope.freq_base", a);
         in->have_rope_base = gguf_get_f32(f, key, &in->rope_base);
         /* Without an explicit key length, a head is the embedding split over the heads;
@@ -293,6 +301,9 @@ static void print_text(const struct info *in)
         print_hparam_text("embedding", in->embd);
         print_hparam_text("heads", in->heads);
         print_hparam_text("kv heads", in->kv_heads);
+        if (in->n_conv_layers)
+            printf("  %-16s %" PRIu64 " (0 kv heads), conv length %" PRIu64 "\n", "conv layers",
+                   in->n_conv_layers, in->conv_l.value);
         print_hparam_text("head dim", in->head_dim);
         print_hparam_text("ffn", in->ffn);
         print_hparam_text("experts", in->experts);

@@ -46,6 +46,8 @@ static void print_details(void)
            "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
            "  experts=N experts_used=N expert_ffn=N (qwen3moe: experts per layer, per token, and\n"
            "  an expert's width; tiny has 16, 4 and 256)\n"
+           "  lfm2: attn=2:5:8 (its attention layers; default every third from layer 2, the rest\n"
+           "  are short-convolution layers) conv_l=N (conv length, default 3)\n"
            "  e.g. --arch llama --dims dim=512,layers=4,heads=8,kv_heads=2,ffn=1408,vocab=4096\n"
            "\n"
            "--vocab FILE.gguf copies every tokenizer.* key from a vocabulary GGUF and takes the\n"

@@ -8,7 +8,8 @@
  *
  * Storage is one record per sequence (tokens plus position-major KV rows: for each
  * position, layer by layer, the key row then the value row, each row head by head; the
- * engine's cache is head-major, (n_head_kv, n_ctx, head_dim) per layer). Storing a sequence that
+ * engine's cache is head-major, (n_head_kv, n_ctx, head_dim) per layer; an lfm2 conv
+ * layer has its one row bx(p) of n_embd f32 instead). Storing a sequence that
  * extends a cached one replaces it; storing a prefix of a cached one only refreshes it.
  * Memory is bounded: the least recently used records go first. One mutex guards the
  * cache, so engines on several threads (server slots) can share one. */
@@ -36,6 +37,8 @@ struct pcache {
     int64_t n_layer, n_vocab, n_head_kv;
     size_t k_head, v_head;          /* one head's row in the engine's cache */
     size_t k_row, v_row, row_bytes; /* row_bytes: one position, every layer, K and V */
+    size_t conv_row;                /* an lfm2 conv layer's row (model_kv conv_row_bytes) */
+    bool conv[MODEL_MAX_LAYERS];    /* the conv layers */
     size_t max_bytes, bytes;
     struct pcache_rec *recs;
     size_t n_recs, cap;
@@ -60,7 +63,13 @@ enum kn_status pcache_create(struct pcache **out, const struct model *m, enum mo
     c->n_head_kv = hp->n_head_kv;
     c->k_head = (size_t)hp->head_dim_k * elt;
     c->v_head = (size_t)hp->head_dim_v * elt;
-    if (!kn_mul_size(c->k_row + c->v_row, (size_t)hp->n_layer, &c->row_bytes)) {
+    int64_t n_conv = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        n_conv += c->conv[l] = hp->conv_layer[l];
+    c->conv_row = n_conv ? (size_t)hp->n_embd * sizeof(float) : 0;
+    size_t attn_bytes;
+    if (!kn_mul_size(c->k_row + c->v_row, (size_t)(hp->n_layer - n_conv), &attn_bytes) ||
+        !kn_add_size(attn_bytes, c->conv_row * (size_t)n_conv, &c->row_bytes)) {
         free(c);
         return kn_fail(err, KN_E_LIMIT, "prompt cache row size overflows");
     }
@@ -142,7 +151,7 @@ static int64_t best_rec(const struct pcache *c, const int32_t *tokens, int64_t n
 static bool kv_shape_ok(const struct pcache *c, const struct model_kv *kv)
 {
     return kv->type == c->type && kv->n_layer == c->n_layer && kv->k_row_bytes == c->k_row &&
-           kv->v_row_bytes == c->v_row;
+           kv->v_row_bytes == c->v_row && kv->conv_row_bytes == c->conv_row;
 }
 
 static bool kv_compatible(const struct pcache *c, const struct engine *e)
@@ -157,6 +166,15 @@ static void copy_pos(const struct pcache *c, const struct model_kv *kv, int64_t 
 {
     const size_t nctx = (size_t)kv->n_ctx;
     for (int64_t l = 0; l < c->n_layer; l++) {
+        if (c->conv[l]) {
+            uint8_t *er = (uint8_t *)kv->k[l] + (size_t)p * c->conv_row;
+            if (to_rec)
+                memcpy(row, er, c->conv_row);
+            else
+                memcpy(er, row, c->conv_row);
+            row += c->conv_row;
+            continue;
+        }
         for (int64_t h = 0; h < c->n_head_kv; h++) {
             uint8_t *ek = (uint8_t *)kv->k[l] + ((size_t)h * nctx + (size_t)p) * c->k_head;
             if (to_rec)

@@ -49,7 +49,7 @@
  * a row's place in the batch, the chunking of a prompt or the thread count.
  *
  * What a backend implements: every member of struct kern_backend_ops (none is optional,
- * except the mixture-of-experts ops a device may not have yet; see there).
+ * except where said: shortconv, and the mixture-of-experts ops a device may not have yet; see there).
  * Shapes: T tokens of the batch, n elements of a row, H query heads, Hkv key/value heads,
  * D head dimension; buffers hold f32 rows with stride n (row t at element t * n) unless
  * stated. Outputs may alias inputs only where "in place" is said. */
@@ -114,6 +114,19 @@ struct kern_attn_batch {
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
     float softcap;                  /* 0 for attention; c > 0 (attention_softcap only):
                                      * score = kern_softcapf(score, c) */
+};
+
+/* lfm2's short convolution over a batch (ops.h kern_shortconv; docs/numerics.md "Short
+ * convolution"). A conv layer's cache holds bx (E f32) at slot p of each sequence. */
+struct kern_conv_batch {
+    const struct kern_buf *bcx;     /* (T, 3E): B, C, x of each token (in_proj's output) */
+    struct kern_buf *out;           /* (T, E) */
+    const struct kern_buf *w;       /* (E, L) taps, oldest position first */
+    const int32_t *pos;             /* (T) host */
+    int64_t n_tok;                  /* T */
+    const struct kern_kv_run *runs; /* host; k: the layer's rows (n_ctx, E) f32; v unused */
+    int64_t n_runs;
+    int32_t n_embd, n_taps;         /* E, L (<= KERN_CONV_MAX_L) */
 };
 
 /* One mixture-of-experts layer's expert products (ops.h "mixture of experts";
@@ -195,6 +208,11 @@ struct kern_backend_ops {
      * valid when end returns. */
     void (*logits)(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
                    const struct kern_buf *x, int64_t M, float *logits);
+    /* lfm2: first, for every token t, bx = B * x (one f32 multiply) into its run's rows
+     * at slot pos[t]; then out[t] = kern_shortconv of C over the slots pos[t]-L+1..pos[t]
+     * (those >= 0). A device backend may leave it NULL: model_open then keeps conv
+     * layers off that device. */
+    void (*shortconv)(struct kern_stream *s, const struct kern_conv_batch *b);
     /* Copies bytes between a buffer (from byte off) and host memory: to_host's dst is
      * valid when end returns; from_host reads src during the call. For the hand-over of
      * the residual stream between backends (--gpu-layers). */
@@ -244,13 +262,17 @@ struct kern_backend *kern_backend_cpu(void);
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
 
-/* The ops a device backend may still lack (NULL in its table): the MoE pair (and
- * attention_softcap, kern_backend_has_softcap below). A layer that
- * needs one is refused on that device by model_open, naming the op; kern_backend_check
- * then leaves them out. Every other member is required. */
+/* The ops a device backend may still lack (NULL in its table): the MoE pair, lfm2's
+ * short convolution and gemma2's soft-capped attention (kern_backend_has_softcap below).
+ * A layer that needs one is refused on that device by model_open, naming the op;
+ * kern_backend_check then leaves them out. Every other member is required. */
 static inline bool kern_backend_has_moe(const struct kern_backend *be)
 {
     return be->ops->moe_route && be->ops->moe_ffn;
+}
+static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
+{
+    return be->ops->shortconv != NULL;
 }
 
 /* Whether be computes Gemma 2's soft-capped attention (attention_softcap). */

@@ -399,6 +399,49 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
         c->failed = true;
 }
 
+/* shortconv (lfm2): two sequences in one batch, then one more token each in a second pass
+ * that reads the rows the first stored. */
+static void ck_shortconv(struct ck_ctx *c, const struct ck_in *in)
+{
+    enum { L = 3, NA = 6, NB = 3, CTX = 8 };
+    const size_t E = CK_E, row = E * sizeof(float);
+    struct kern_buf *bcx = ck_alloc(c, (NA + NB) * 3 * row), *out = ck_alloc(c, (NA + NB) * row);
+    struct kern_buf *ra = ck_alloc(c, CTX * row), *rb = ck_alloc(c, CTX * row);
+    struct kern_buf *w = ck_upload(c, in->x2, (int64_t)E * L);
+    if (c->failed)
+        return;
+    const struct kern_backend_ops *op = c->op;
+    struct kern_stream *s = c->s;
+    int32_t pos[NA + NB] = {0, 1, 2, 3, 4, 5, 0, 1, 2};
+    struct kern_kv_run runs[2] = {
+        {.t0 = 0, .n = NA, .k = ra, .n_ctx = CTX, .n_kv = NA},
+        {.t0 = NA, .n = NB, .k = rb, .n_ctx = CTX, .n_kv = NB},
+    };
+    struct kern_conv_batch b = {.bcx = bcx, .out = out, .w = w, .pos = pos, .n_tok = NA + NB,
+                                .runs = runs, .n_runs = 2, .n_embd = CK_E, .n_taps = L};
+    op->begin(s);
+    ck_set(c, bcx, in->x, (NA + NB) * 3 * E);
+    op->shortconv(s, &b);
+    ck_record(c, "shortconv", out, 0, (NA + NB) * row);
+    ck_record(c, "shortconv (stored rows)", ra, 0, NA * row);
+    if (op->end(s, c->err) != KN_OK) {
+        c->failed = true;
+        return;
+    }
+    int32_t pos2[2] = {NA, NB};
+    runs[0] = (struct kern_kv_run){.t0 = 0, .n = 1, .k = ra, .n_ctx = CTX, .n_kv = NA + 1};
+    runs[1] = (struct kern_kv_run){.t0 = 1, .n = 1, .k = rb, .n_ctx = CTX, .n_kv = NB + 1};
+    b.pos = pos2;
+    b.n_tok = 2;
+    op->begin(s);
+    ck_set(c, bcx, in->x2 + 3 * E, 2 * 3 * E);
+    op->shortconv(s, &b);
+    ck_record(c, "shortconv, next pass", out, 0, 2 * row);
+    ck_record(c, "shortconv, next pass (stored rows)", rb, 0, (NB + 1) * row);
+    if (op->end(s, c->err) != KN_OK)
+        c->failed = true;
+}
+
 /* Routing (softmax with normalised weights; sigmoid with a bias and a scale) and the
  * expert products of a batch whose tokens share some experts and not others (pass 4). */
 static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
@@ -440,10 +483,11 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
         c->failed = true;
 }
 
-/* with_moe, with_softcap: also check the MoE ops and soft-capped attention (only when the
- * device under test has them, so the CPU's reference run records the same outputs). */
+/* with_moe, conv, with_softcap: also check the MoE ops, the short convolution and
+ * soft-capped attention (only when the device under test has them, so the CPU's
+ * reference run records the same outputs). */
 static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool with_moe, bool with_softcap, struct ck_out *out,
+                             bool with_moe, bool conv, bool with_softcap, struct ck_out *out,
                              struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -482,6 +526,8 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
          * device under test has the op */
         for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
             ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
+        if (conv && !c.failed)
+            ck_shortconv(&c, in);
         if (!c.failed && with_moe)
             ck_moe(&c, in);
     }
@@ -500,13 +546,15 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
 {
     struct ck_in *in = NULL;
     struct ck_out ref = {0}, got = {0};
-    /* A device without the MoE ops runs no MoE layer (model_open refuses, naming the op). */
-    const bool moe = kern_backend_has_moe(be), softcap = kern_backend_has_softcap(be);
+    /* An optional op the backend lacks is not checked (model_open keeps its layers off,
+     * naming the op). */
+    const bool moe = kern_backend_has_moe(be), conv = kern_backend_has_shortconv(be);
+    const bool softcap = kern_backend_has_softcap(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, moe, softcap, &ref, err);
+        st = ck_run(kern_backend_cpu(), pool, in, moe, conv, softcap, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, moe, softcap, &got, err);
+        st = ck_run(be, pool, in, moe, conv, softcap, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }

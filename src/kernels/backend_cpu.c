@@ -467,6 +467,30 @@ static void cpu_logits(struct kern_stream *s, const struct kern_buf *w, const st
             kern_add(logits + t * ws->N, logits + t * ws->N, F(b), ws->N);
 }
 
+static void cpu_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    (void)s;
+    const int64_t E = b->n_embd, L = b->n_taps;
+    const float *bcx = F(b->bcx);
+    /* Every row of the batch first: a token reads the rows of the tokens before it. */
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++)
+            kern_mul(F(run->k) + (int64_t)b->pos[t] * E, bcx + t * 3 * E, bcx + t * 3 * E + 2 * E, E);
+    }
+    const float *rows[KERN_CONV_MAX_L];
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++) {
+            for (int64_t i = 0; i < L; i++) {
+                int64_t p = (int64_t)b->pos[t] - (L - 1) + i;
+                rows[i] = p >= 0 ? F(run->k) + p * E : NULL;
+            }
+            kern_shortconv(F(b->out) + t * E, bcx + t * 3 * E + E, rows, F(b->w), L, E);
+        }
+    }
+}
+
 static void cpu_to_host(struct kern_stream *s, const struct kern_buf *b, size_t off, void *dst,
                         size_t bytes)
 {
@@ -616,6 +640,7 @@ static const struct kern_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .attention_softcap = cpu_attention, /* kern_attn caps when the batch's softcap > 0 */
     .logits = cpu_logits,
+    .shortconv = cpu_shortconv,
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,
     .moe_route = cpu_moe_route,

@@ -165,6 +165,22 @@ KN_MUST_USE bool kern_row_to_f32(uint32_t t, const void *row, float *y, int64_t 
  * even with quant_f32_to_f16). Returns false for other types. */
 KN_MUST_USE bool kern_kv_store(uint32_t t, void *dst, const float *x, int64_t n);
 
+/* ---------------------------------------------------------------- short convolution
+ * lfm2's conv layers: a depthwise causal convolution of L taps over the rows bx(p) of one
+ * sequence (docs/numerics.md "Short convolution"). Scalar on every ISA: it costs T*n*L
+ * fmas per layer, nothing next to the products around it. */
+
+#define KERN_CONV_MAX_L 16
+
+/* One token, n channels: rows[i] (i < L) is bx at position p - L + 1 + i (the token's own
+ * row last), NULL for a position before 0; w (n, L) the taps, channel c at w + c*L. Per
+ * channel c:
+ *   acc = +0.0f; for i = 0..L-1 with rows[i] != NULL: acc = fmaf(rows[i][c], w[c*L+i], acc)
+ *   y[c] = C[c] * acc
+ * y may alias C. */
+void kern_shortconv(float *y, const float *C, const float *const *rows, const float *w,
+                    int64_t L, int64_t n);
+
 /* ---------------------------------------------------------------- attention
  * Causal (optionally sliding-window) GQA attention of T queries over the KV cache of one
  * sequence. Keys are split into tiles of KERN_ATTN_TILE positions aligned to position 0;

@@ -27,6 +27,11 @@
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
  *   logits *= 1 / logit_scale (granite);  logits = softcap(logits) (gemma2)
  *
+ * lfm2 (llama.cpp's llm_build_lfm2) replaces the attention block of its conv layers by
+ *     B, C, xx = h Win^T (three n_embd slices);  cache[pos] = bx = B * xx
+ *     c = C * depthwise causal conv of cache[pos-L+1 .. pos] (kern_shortconv);  o = c Wout^T
+ * (its attention layers are qwen3's, q/k norms included; output_norm is token_embd_norm).
+ *
  * Every step works on token rows independently with the kernels module's canonical
  * arithmetic, and threads only split output rows/columns (matmul outputs, attention
  * (query, head) pairs), so a token's bits do not depend on the batch, the chunking or
@@ -53,7 +58,7 @@ struct fwd_part {
     struct kern_buf *k;    /* (T, Hkv*D) */
     struct kern_buf *v;    /* (T, Hkv*D) */
     struct kern_buf *a;    /* (T, H*D) attention output */
-    struct kern_buf *g;    /* (T, F) gate, then the activation */
+    struct kern_buf *g;    /* (T, F) gate, then the activation; lfm2: (T, 3E) B, C, x first */
     struct kern_buf *u;    /* (T, F) up */
     struct kern_buf *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
     struct kern_buf *router; /* (T, n_expert) router logits (MoE models) */
@@ -136,8 +141,9 @@ static enum kn_status part_create(struct fwd_part *p, struct kern_backend *be, c
     if (!p->s)
         return err ? err->status : KN_E_NOMEM;
     const size_t X = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used;
+    const size_t G = hp->n_conv_l && 3 * E > F ? 3 * E : F; /* lfm2's in_proj output */
     const size_t sizes[] = {T * E, T * E, T * E, T * H * D, T * Hkv * D, T * Hkv * D, T * H * D,
-                            T * F, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot,
+                            T * G, T * F, T * (size_t)hp->n_rot, T * (size_t)hp->n_rot,
                             T * X, T * k, T * k};
     struct kern_buf **bufs[] = {&p->x, &p->h, &p->o, &p->q, &p->k, &p->v, &p->a, &p->g, &p->u,
                                 &p->tab_global, &p->tab_swa, &p->router, &p->moe_ids, &p->moe_w};
@@ -256,6 +262,83 @@ static void part_begin(const struct model_fwd *f, const struct fwd_part *p, cons
         s->ops->rope_table(s, p->tab_swa, &f->rope_swa[rs], pos, T);
 }
 
+/* The attention block of layer il on part P: q, k, v of P->h, stored into each run's
+ * cache; with attend, the attention output into ab (T, H*D). */
+/* hin: the block's input rows (normed, or x itself for olmo2); rs: the RoPE set (phi3's
+ * LongRoPE: 1 for the long factors). */
+static void attn_block(struct model_fwd *f, const struct fwd_part *P, const struct model_layer_bufs *d,
+                       int64_t il, const struct kern_buf *hin, int rs, enum model_kv_type kv_type,
+                       const int32_t *pos, int64_t T, int64_t n_runs, struct kern_buf *ab,
+                       bool attend)
+{
+    const struct model_hparams *hp = &f->m->hp;
+    const int64_t D = hp->head_dim_k, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int64_t QD = H * D, KD = Hkv * D;
+    const bool swa = hp->swa_layer[il];
+    struct kern_stream *s = P->s;
+    const struct kern_backend_ops *op = s->ops;
+    {
+        const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
+        struct kern_buf *y[3] = {P->q, P->k, P->v};
+        op->matmul(s, 3, w, hin, T, y);
+    }
+    if (d->bq) op->add_rows(s, P->q, d->bq, T, QD);
+    if (d->bk) op->add_rows(s, P->k, d->bk, T, KD);
+    if (d->bv) op->add_rows(s, P->v, d->bv, T, KD);
+    if (d->attn_q_norm && hp->arch == MODEL_ARCH_OLMO2) { /* over whole rows */
+        op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T, QD, hp->norm_eps);
+        op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T, KD, hp->norm_eps);
+    } else if (d->attn_q_norm) { /* per head */
+        op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
+        op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
+    }
+    const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
+    const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
+    if (!hp->no_rope_layer[il]) {
+        op->rope(s, P->q, tab, rope, T, H, D);
+        op->rope(s, P->k, tab, rope, T, Hkv, D);
+    }
+    if (hp->q_scale != 1.0f)
+        op->scale(s, P->q, hp->q_scale, T * QD);
+    for (int64_t r = 0; r < n_runs; r++) {
+        f->runs[r].k = f->run_kv[r]->kb[il];
+        f->runs[r].v = f->run_kv[r]->vb[il];
+    }
+    const struct kern_attn_batch batch = {
+        .q = P->q, .k_new = P->k, .v_new = P->v, .out = ab, .pos = pos, .n_tok = T,
+        .runs = f->runs, .n_runs = n_runs,
+        .kv_type = kv_type == MODEL_KV_F16 ? QT_F16 : QT_F32,
+        .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
+        .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
+        .softcap = hp->attn_softcap,
+    };
+    op->kv_store(s, &batch);
+    if (attend && batch.softcap > 0.0f)
+        op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
+    else if (attend)
+        op->attention(s, &batch);
+}
+
+/* lfm2's short-convolution block of conv layer il on part P: B, C, x = P->h Win^T into
+ * P->g, bx stored into each run's rows, C * conv into ab (T, E). */
+static void conv_block(struct model_fwd *f, const struct fwd_part *P, const struct model_layer_bufs *d,
+                       int64_t il, const int32_t *pos, int64_t T, int64_t n_runs, struct kern_buf *ab)
+{
+    const struct model_hparams *hp = &f->m->hp;
+    struct kern_stream *s = P->s;
+    const struct kern_buf *win = d->conv_in;
+    s->ops->matmul(s, 1, &win, P->h, T, &P->g);
+    for (int64_t r = 0; r < n_runs; r++) {
+        f->runs[r].k = f->run_kv[r]->kb[il];
+        f->runs[r].v = NULL;
+    }
+    const struct kern_conv_batch batch = {
+        .bcx = P->g, .out = ab, .w = d->conv_w, .pos = pos, .n_tok = T, .runs = f->runs,
+        .n_runs = n_runs, .n_embd = (int32_t)hp->n_embd, .n_taps = (int32_t)hp->n_conv_l,
+    };
+    s->ops->shortconv(s, &batch);
+}
+
 enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
                                    const int32_t *tokens, const int32_t *pos, int64_t n,
                                    const int64_t *out_rows, int64_t n_out, float *logits,
@@ -278,7 +361,8 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         const struct model_kv *kv = kvs[t];
         if (t == 0 || kv != kvs[t - 1]) {
             if (kv->n_layer != hp->n_layer ||
-                kv->k_row_bytes != (size_t)KD * (kv->type == MODEL_KV_F16 ? 2 : 4))
+                kv->k_row_bytes != (size_t)KD * (kv->type == MODEL_KV_F16 ? 2 : 4) ||
+                kv->conv_row_bytes != (hp->n_conv_l ? (size_t)E * sizeof(float) : 0))
                 return kn_fail(err, KN_E_INTERNAL, "KV cache was made for another model");
             if (kv->type != kvs[0]->type)
                 return kn_fail(err, KN_E_ARG, "the caches of one batch must share a type");
@@ -329,7 +413,6 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         const struct model_layer_bufs *d = &L->d;
-        const bool swa = hp->swa_layer[il];
         if (il == f->split) {
             /* Hand the residual stream over to the next backend. */
             P->s->ops->to_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
@@ -344,69 +427,37 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         struct kern_stream *s = P->s;
         const struct kern_backend_ops *op = s->ops;
 
-        /* Attention block (olmo2 has no pre-norm: the block reads x itself). */
+        /* Attention block (lfm2's conv layers: the short-convolution block; olmo2 has no
+         * pre-norm: the block reads x itself). */
         const struct kern_buf *hin = xb;
         if (d->attn_norm) {
             op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
             hin = P->h;
         }
-        {
-            const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
-            struct kern_buf *y[3] = {P->q, P->k, P->v};
-            op->matmul(s, 3, w, hin, T, y);
-        }
-        if (d->bq) op->add_rows(s, P->q, d->bq, T, QD);
-        if (d->bk) op->add_rows(s, P->k, d->bk, T, KD);
-        if (d->bv) op->add_rows(s, P->v, d->bv, T, KD);
-        if (d->attn_q_norm && hp->arch == MODEL_ARCH_OLMO2) { /* over whole rows */
-            op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T, QD, hp->norm_eps);
-            op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T, KD, hp->norm_eps);
-        } else if (d->attn_q_norm) { /* per head */
-            op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
-            op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
-        }
-        const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
-        const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
-        if (!hp->no_rope_layer[il]) {
-            op->rope(s, P->q, tab, rope, T, H, D);
-            op->rope(s, P->k, tab, rope, T, Hkv, D);
-        }
-        if (hp->q_scale != 1.0f)
-            op->scale(s, P->q, hp->q_scale, T * QD);
-        for (int64_t r = 0; r < n_runs; r++) {
-            f->runs[r].k = f->run_kv[r]->kb[il];
-            f->runs[r].v = f->run_kv[r]->vb[il];
-        }
-        const struct kern_attn_batch batch = {
-            .q = P->q, .k_new = P->k, .v_new = P->v, .out = ab, .pos = pos, .n_tok = T,
-            .runs = f->runs, .n_runs = n_runs,
-            .kv_type = kvs[0]->type == MODEL_KV_F16 ? QT_F16 : QT_F32,
-            .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
-            .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
-            .softcap = hp->attn_softcap,
-        };
-        op->kv_store(s, &batch);
-        /* After the last layer's keys and values are stored, only the output rows
-         * matter: the rest of the layer runs on them alone, gathered to the front
-         * (row-wise work, so their bits do not change). */
         const bool last = il == hp->n_layer - 1;
-        int64_t R = T;
+        const bool conv = hp->conv_layer[il];
+        if (conv)
+            conv_block(f, P, d, il, pos, T, n_runs, ab);
+        else
+            attn_block(f, P, d, il, hin, rs, kvs[0]->type, pos, T, n_runs, ab, !(last && n_out == 0));
         if (last && n_out == 0)
             break;
-        if (batch.softcap > 0.0f)
-            op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
-        else
-            op->attention(s, &batch);
+        /* After the last layer's keys and values (conv rows) are stored, only the output
+         * rows matter: the rest of the layer runs on them alone, gathered to the front
+         * (row-wise work, so their bits do not change). The block's output ab is
+         * (T, QD), or (T, E) for a conv layer. */
+        const int64_t AD = conv ? E : QD;
+        int64_t R = T;
         if (last && n_out < T) {
             op->gather(s, ob, xb, out_rows, n_out, E);
-            op->gather(s, P->q, ab, out_rows, n_out, QD);
+            op->gather(s, P->q, ab, out_rows, n_out, AD);
             struct kern_buf *t = xb;
             xb = ob, ob = t;
             ab = P->q;
             R = n_out;
             compacted = true;
         }
-        const struct kern_buf *wo = d->wo, *wdown = d->ffn_down;
+        const struct kern_buf *wo = conv ? d->conv_out : d->wo, *wdown = d->ffn_down;
         op->matmul(s, 1, &wo, ab, R, &ob);
         if (d->bo) op->add_rows(s, ob, d->bo, R, E);
         if (d->post_attn_norm)

@@ -1,7 +1,7 @@
 /* model.c: reading hyperparameters and weights of the supported architectures from
  * GGUF. Every tensor is found and checked (shape, type) before anything big is
  * allocated, so a file that cannot run fails early with a message naming the problem. */
-#include "model.h"
+#include "model_int.h"
 #include "moe.h"
 
 #include <math.h>
@@ -12,8 +12,8 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "qwen3moe", "gemma2", "phi3", "granite",
-                                                         "smollm3", "olmo2"};
+                                                         "qwen3moe", "lfm2", "gemma2", "phi3",
+                                                         "granite", "smollm3", "olmo2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -186,7 +186,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
-                       "gemma2, phi3, granite, smollm3, olmo2)",
+                       "lfm2, gemma2, phi3, granite, smollm3, olmo2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -197,7 +197,14 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     TRY(get_int(g, arch, "feed_forward_length", &hp->n_ff, NULL, err));
     TRY(get_int(g, arch, "attention.head_count", &hp->n_head, NULL, err));
     hp->n_head_kv = hp->n_head;
-    TRY(get_int(g, arch, "attention.head_count_kv", &hp->n_head_kv, &found, err));
+    if (hp->arch == MODEL_ARCH_LFM2) {
+        if (hp->n_layer <= 0 || hp->n_layer > MODEL_MAX_LAYERS || hp->n_head <= 0)
+            return kn_fail(err, KN_E_FORMAT, "bad block_count %lld or head_count %lld",
+                           (long long)hp->n_layer, (long long)hp->n_head);
+        TRY(model_lfm2_hparams(g, hp, err));
+    } else {
+        TRY(get_int(g, arch, "attention.head_count_kv", &hp->n_head_kv, &found, err));
+    }
 
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
         hp->n_head_kv <= 0 || hp->n_ctx_train <= 0)
@@ -230,6 +237,11 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "%s.rope.dimension_count %lld differs from the head size %lld; partial rotary embeddings are not supported for %s",
                        arch, (long long)hp->n_rot, (long long)hp->head_dim_k, arch);
+    if (hp->arch == MODEL_ARCH_LFM2 && hp->n_head * hp->head_dim_k != hp->n_embd)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "lfm2 needs head_count * key_length = embedding_length (%lld * %lld != %lld), "
+                       "as llama.cpp's lfm2 does", (long long)hp->n_head, (long long)hp->head_dim_k,
+                       (long long)hp->n_embd);
     if (hp->arch != MODEL_ARCH_GEMMA3 && hp->head_dim_k != hp->head_dim_v)
         return kn_fail(err, KN_E_UNSUPPORTED, "key_length %lld differs from value_length %lld",
                        (long long)hp->head_dim_k, (long long)hp->head_dim_v);
@@ -405,6 +417,7 @@ static enum kn_status find_tensor(const struct gguf_file *g, const char *name, i
 enum {
     LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_BO, LT_Q_NORM, LT_K_NORM,
     LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM,
+    LT_CONV_IN, LT_CONV, LT_CONV_OUT,
     LT_QKV,       /* phi3: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
     LT_COUNT
 };
@@ -424,7 +437,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
     const int64_t o_in = hp->n_head * hp->head_dim_v;
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_QWEN3MOE ||
-                         hp->arch == MODEL_ARCH_GEMMA3;
+                         hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_LFM2;
     /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
     const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
@@ -440,6 +453,25 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     memset(lp, 0, sizeof *lp);
     if (!olmo2)
         T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
+    if (hp->conv_layer[il]) {
+        /* lfm2's short-convolution block instead of attention. The taps are read as a
+         * float table (llama.cpp's quantizer leaves shortconv.conv.weight unquantized). */
+        T(LT_CONV_IN, "shortconv.in_proj.weight", E, 3 * E, true);
+        snprintf(n, sizeof n, "blk.%lld.shortconv.conv.weight", (long long)il);
+        const struct gguf_tensor *c = gguf_find_tensor(g, n);
+        if (!c)
+            return kn_fail(err, KN_E_FORMAT, "tensor %s is missing; the file is incomplete or not this architecture", n);
+        if (c->ne[0] != hp->n_conv_l || c->ne[1] != E || c->ne[2] != 1 || c->ne[3] != 1)
+            return kn_fail(err, KN_E_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] (l_cache, n_embd)",
+                           n, (long long)c->ne[0], (long long)c->ne[1], (long long)c->ne[2],
+                           (long long)c->ne[3], (long long)hp->n_conv_l, (long long)E);
+        if (c->type != QT_F32 && c->type != QT_F16 && c->type != QT_BF16)
+            return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s has type %s; expected f32, f16 or bf16", n,
+                           quant_type_name(c->type));
+        lp->t[LT_CONV] = c;
+        T(LT_CONV_OUT, "shortconv.out_proj.weight", E, E, true);
+        goto ffn;
+    }
     if (phi3)
         T(LT_QKV, "attn_qkv.weight", E, q_out + k_out + v_out, false);
     if (!lp->t[LT_QKV]) {
@@ -467,6 +499,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_POST_ATTN_NORM, "post_attention_norm.weight", E, 0, true);
         T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
     }
+ffn:
     if (!olmo2)
         T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
     if (model_layer_is_moe(hp, il))
@@ -492,13 +525,14 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     return KN_OK;
 }
 
-/* Copies vector tensor t (ne[0] elements) to dst as f32. */
+/* Copies vector tensor t (ne[0] * ne[1] elements) to dst as f32. */
 static enum kn_status copy_vec(const struct gguf_tensor *t, float *dst, struct kn_err *err)
 {
-    if (!quant_dequantize_row(t->type, t->data, dst, t->ne[0]))
+    const int64_t n = t->ne[0] * t->ne[1]; /* a vector, or lfm2's (n_embd, L) conv taps */
+    if (!quant_dequantize_row(t->type, t->data, dst, n))
         return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s: cannot convert type %s to f32", t->name,
                        quant_type_name(t->type));
-    for (int64_t i = 0; i < t->ne[0]; i++)
+    for (int64_t i = 0; i < n; i++)
         if (!isfinite(dst[i]))
             return kn_fail(err, KN_E_FORMAT, "tensor %s holds a non-finite value at %lld", t->name,
                            (long long)i);
@@ -540,7 +574,7 @@ struct layer_tensor {
     int64_t n;
 };
 
-enum { LAYER_TENSORS = 17 }; /* the members of struct model_layer_bufs */
+enum { LAYER_TENSORS = 20 }; /* the members of struct model_layer_bufs */
 static_assert(sizeof(struct model_layer_bufs) == LAYER_TENSORS * sizeof(struct kern_buf *),
               "layer_tensors lists every buffer of a layer");
 
@@ -564,6 +598,8 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->post_ffn_norm, NULL, L->post_ffn_norm, E},
         {&d->bq, NULL, L->bq, QD}, {&d->bk, NULL, L->bk, KD}, {&d->bv, NULL, L->bv, KD},
         {&d->bo, NULL, L->bo, E},
+        {&d->conv_in, &L->conv_in, NULL, 0}, {&d->conv_out, &L->conv_out, NULL, 0},
+        {&d->conv_w, NULL, L->conv_w, E * hp->n_conv_l},
     };
     memcpy(out, t, sizeof t);
     return LAYER_TENSORS;
@@ -577,6 +613,11 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
         L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
+        if (hp->conv_layer[il] && !kern_backend_has_shortconv(L->be))
+            return kn_fail(err, KN_E_UNSUPPORTED,
+                           "layer %lld is a short-convolution layer and %s has no shortconv op; "
+                           "give it fewer layers (--gpu-layers %lld)",
+                           (long long)il, L->be->name, (long long)il);
         if (hp->attn_softcap > 0.0f && !kern_backend_has_softcap(L->be))
             return kn_fail(err, KN_E_UNSUPPORTED,
                            "gemma2's soft-capped attention needs the attention_softcap op, which "
@@ -651,6 +692,8 @@ void model_close(struct model *m)
             kern_weight_free(&L->ffn_gate);
             kern_weight_free(&L->ffn_up);
             kern_weight_free(&L->ffn_down);
+            kern_weight_free(&L->conv_in);
+            kern_weight_free(&L->conv_out);
             model_moe_free(L, &m->hp, false);
         }
     }
@@ -692,7 +735,9 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     st = find_tensor(g, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &t_embd, err);
     if (st != KN_OK)
         goto fail;
-    st = find_tensor(g, "output_norm.weight", hp.n_embd, 0, true, &t_out_norm, err);
+    /* lfm2's final norm is token_embd_norm (llama.cpp: tok_norm); it has no output_norm. */
+    st = find_tensor(g, hp.arch == MODEL_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight",
+                     hp.n_embd, 0, true, &t_out_norm, err);
     if (st != KN_OK)
         goto fail;
     st = find_tensor(g, "output.weight", hp.n_embd, hp.n_vocab, false, &t_out, err);
@@ -733,8 +778,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
             goto fail;
         for (int k = 0; k < LT_COUNT; k++) {
             const struct gguf_tensor *t = plan[il].t[k];
-            if (t && t->ne[1] == 1)
-                n_vec += (size_t)t->ne[0];
+            if (t && (t->ne[1] == 1 || k == LT_CONV))
+                n_vec += (size_t)(t->ne[0] * t->ne[1]);
         }
         if (plan[il].moe[MOE_BIAS])
             n_vec += (size_t)hp.n_expert;
@@ -777,7 +822,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
             if (st != KN_OK)                                                                       \
                 goto fail;                                                                         \
             (dst) = vp;                                                                            \
-            vp += (t)->ne[0];                                                                      \
+            vp += (t)->ne[0] * (t)->ne[1];                                                         \
         }                                                                                          \
     } while (0)
     VEC(m->output_norm, t_out_norm);
@@ -802,12 +847,14 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         VEC(L->bk, t[LT_BK]);
         VEC(L->bv, t[LT_BV]);
         VEC(L->bo, t[LT_BO]);
+        VEC(L->conv_w, t[LT_CONV]);
         struct {
             struct kern_weight *w;
             int slot;
         } mats[] = {{&L->wq, LT_WQ},         {&L->wk, LT_WK},     {&L->wv, LT_WV},
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
-                    {&L->ffn_down, LT_DOWN}};
+                    {&L->ffn_down, LT_DOWN}, {&L->conv_in, LT_CONV_IN},
+                    {&L->conv_out, LT_CONV_OUT}};
         /* The CPU's repacked copy only where the CPU runs the layer. */
         const bool rp = repack && il >= m->n_dev_layers;
         if (model_layer_is_moe(&hp, il)) {
@@ -819,8 +866,9 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         }
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             const struct gguf_tensor *tm = t[mats[i].slot];
-            /* absent: the dense FFN of an MoE layer, or q/k/v in phi3's fused matrix; a
-             * fused matrix's parts are views, below */
+            /* absent: the dense FFN of an MoE layer; lfm2's attention matrices in a conv
+             * layer and its conv ones in an attention layer; q/k/v in phi3's fused matrix.
+             * A fused matrix's parts are views, below */
             if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
                 continue;
             st = init_weight(mats[i].w, tm, rp, err);
@@ -903,10 +951,16 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
     kv->n_layer = hp->n_layer;
     kv->k_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
     kv->v_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
-    size_t per_layer, total;
-    if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &per_layer) ||
-        !kn_mul_size(per_layer, (size_t)n_ctx, &per_layer) ||
-        !kn_mul_size(per_layer, (size_t)hp->n_layer, &total))
+    kv->conv = hp->conv_layer;
+    int64_t n_conv = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        n_conv += hp->conv_layer[il];
+    kv->conv_row_bytes = n_conv ? (size_t)hp->n_embd * sizeof(float) : 0;
+    size_t attn_row, conv_row, total;
+    if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &attn_row) ||
+        !kn_mul_size(attn_row, (size_t)(hp->n_layer - n_conv), &attn_row) ||
+        !kn_mul_size(kv->conv_row_bytes, (size_t)n_conv, &conv_row) ||
+        !kn_add_size(attn_row, conv_row, &total) || !kn_mul_size(total, (size_t)n_ctx, &total))
         return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
     kv->bytes = total;
     const size_t n = (size_t)hp->n_layer;
@@ -923,15 +977,18 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
      * of a large cache then cost no memory. */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct kern_backend *be = m->layers[il].be;
-        kv->kb[il] = be->ops->alloc(be, kv->k_row_bytes * (size_t)n_ctx, false, err);
-        kv->vb[il] = kv->kb[il] ? be->ops->alloc(be, kv->v_row_bytes * (size_t)n_ctx, false, err) : NULL;
-        if (!kv->vb[il]) {
+        const bool conv = hp->conv_layer[il];
+        kv->kb[il] = be->ops->alloc(be, (conv ? kv->conv_row_bytes : kv->k_row_bytes) * (size_t)n_ctx,
+                                    false, err);
+        kv->vb[il] = kv->kb[il] && !conv ? be->ops->alloc(be, kv->v_row_bytes * (size_t)n_ctx, false, err)
+                                         : NULL;
+        if (!kv->kb[il] || (!conv && !kv->vb[il])) {
             model_kv_free(kv);
             return kn_fail(err, KN_E_NOMEM, "cannot allocate the KV cache (%zu MiB for context %lld); use a smaller --ctx-size",
                            total >> 20, (long long)n_ctx);
         }
         kv->k[il] = kv->kb[il]->host;
-        kv->v[il] = kv->vb[il]->host;
+        kv->v[il] = conv ? NULL : kv->vb[il]->host;
     }
     return KN_OK;
 }

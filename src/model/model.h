@@ -1,5 +1,5 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3,
- * granite, smollm3, olmo2) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
+ * phi3, granite, smollm3, olmo2) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -25,16 +25,17 @@ enum model_arch {
     MODEL_ARCH_QWEN3 = 2,
     MODEL_ARCH_GEMMA3 = 3,
     MODEL_ARCH_QWEN3MOE = 4,
-    MODEL_ARCH_GEMMA2 = 5,
-    MODEL_ARCH_PHI3 = 6,
-    MODEL_ARCH_GRANITE = 7,
-    MODEL_ARCH_SMOLLM3 = 8,
-    MODEL_ARCH_OLMO2 = 9,
+    MODEL_ARCH_LFM2 = 5,
+    MODEL_ARCH_GEMMA2 = 6,
+    MODEL_ARCH_PHI3 = 7,
+    MODEL_ARCH_GRANITE = 8,
+    MODEL_ARCH_SMOLLM3 = 9,
+    MODEL_ARCH_OLMO2 = 10,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite", "smollm3",
- * "olmo2". */
+/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3", "granite",
+ * "smollm3", "olmo2". */
 const char *model_arch_name(enum model_arch a);
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -74,6 +75,11 @@ struct model_hparams {
 
     int64_t n_swa;                          /* sliding window in tokens; 0 = none */
     bool swa_layer[MODEL_MAX_LAYERS];       /* true: the layer attends to a window */
+
+    /* lfm2: a layer whose lfm2.attention.head_count_kv entry is 0 is a short-convolution
+     * layer (lfm2.c); n_conv_l = lfm2.shortconv.l_cache, the taps of its causal conv. */
+    bool conv_layer[MODEL_MAX_LAYERS];
+    int64_t n_conv_l;                       /* 0 when no layer is a conv layer */
 
     /* Attention: softmax(scale_scores * q.k). gemma3 instead multiplies q by
      * q_scale after RoPE (as llama.cpp does) and uses scale_scores = 1. */
@@ -126,6 +132,7 @@ struct model_layer_bufs {
     struct kern_buf *attn_norm, *ffn_norm, *attn_q_norm, *attn_k_norm;
     struct kern_buf *post_attn_norm, *post_ffn_norm;
     struct kern_buf *bq, *bk, *bv, *bo;
+    struct kern_buf *conv_in, *conv_out, *conv_w;
 };
 
 /* A weight vector (norm gain, bias) as f32, owned by the model. */
@@ -138,6 +145,10 @@ struct model_layer {
     const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma2/3, olmo2 */
     const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
     struct model_moe *moe;                      /* mixture of experts, or NULL (dense) */
+    /* lfm2 conv layers (no attention tensors): in_proj (3*n_embd, n_embd) gives B, C, x;
+     * conv_w (n_embd, n_conv_l) the taps, oldest position first; out_proj (n_embd, n_embd). */
+    struct kern_weight conv_in, conv_out;
+    const float *conv_w;
     struct kern_backend *be;                    /* the backend that runs the layer */
     struct model_layer_bufs d;                  /* the tensors on be */
 };
@@ -152,7 +163,7 @@ struct model {
     size_t tok_embd_row_bytes;
     struct kern_weight output;        /* (n_vocab, n_embd); token_embd when tied */
     bool output_tied;
-    const float *output_norm;         /* (n_embd) */
+    const float *output_norm;         /* (n_embd); lfm2: token_embd_norm */
     const float *output_b;            /* (n_vocab) or NULL */
     const float *rope_freqs;          /* (n_rot/2) factors (Llama 3.1+) or NULL */
     /* phi3's LongRoPE factors (n_rot/2 each) or NULL: long when the KV cache's context
@@ -207,7 +218,7 @@ bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
  * serve, model_kv_init and a receipt's device.settings.ctx-size share it. */
 #define MODEL_MAX_CTX ((int64_t)1 << 20)
 
-/* Keys and values of one sequence, slot = position, head-major: layer l keeps
+/* Keys and values of one sequence, slot = position, head-major: attention layer l keeps
  * k[l]: (n_head_kv, n_ctx, head_dim_k), v[l]: (n_head_kv, n_ctx, head_dim_v), so one
  * head's rows are contiguous for attention. k_row_bytes: one position, all heads.
  * Layer l's buffers kb[l], vb[l] live on the backend that runs layer l; k[l], v[l] are
@@ -218,6 +229,11 @@ struct model_kv {
     int64_t n_ctx;
     int64_t n_layer;
     size_t k_row_bytes, v_row_bytes;
+    /* lfm2's conv layers keep, instead of keys and values, the row bx(p) (n_embd f32,
+     * whatever the type) at slot p in k[l]; v[l] is NULL. conv_row_bytes is 0 for a
+     * model without conv layers; conv[l] tells the conv layers (docs/models.md). */
+    size_t conv_row_bytes;
+    const bool *conv;
     void **k, **v;                /* per layer, host addresses or NULL */
     struct kern_buf **kb, **vb;   /* per layer */
     size_t bytes;

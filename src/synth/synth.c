@@ -21,8 +21,8 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "qwen3moe", "gemma2", "phi3", "granite",
-                                                         "smollm3", "olmo2"};
+                                                         "qwen3moe", "lfm2", "gemma2", "phi3",
+                                                         "granite", "smollm3", "olmo2"};
 
 static const struct {
     const char *name;
@@ -106,6 +106,24 @@ static const struct preset presets[] = {
      {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
+    /* LFM2 (Liquid AI's config.json; feed_forward_length as convert_hf_to_gguf.py derives
+     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. */
+    {"lfm2-350m", SYNTH_LFM2,
+     {.n_embd = 1024, .n_layer = 16, .n_head = 16, .n_head_kv = 8, .head_dim = 64, .n_ff = 4608,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-700m", SYNTH_LFM2,
+     {.n_embd = 1536, .n_layer = 16, .n_head = 24, .n_head_kv = 8, .head_dim = 64, .n_ff = 6912,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-1.2b", SYNTH_LFM2,
+     {.n_embd = 2048, .n_layer = 16, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 8192,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 5, 8, 10, 12, 14}, .n_attn_layers = 6, .conv_l = 3}},
+    {"lfm2-2.6b", SYNTH_LFM2,
+     {.n_embd = 2048, .n_layer = 30, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 10752,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
     {"gemma3-270m", SYNTH_GEMMA3,
      {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
       .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
@@ -182,10 +200,11 @@ static const struct preset presets[] = {
 
 const char *synth_preset_list(void)
 {
-    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for smollm3), "
+    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2 and smollm3), "
            "tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
            "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
+           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
            "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
            "(olmo2)";
@@ -226,6 +245,8 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->n_ff_exp = TINY_EXPERT_FFN;
             out->norm_eps = 1e-6f;
         }
+        if (*arch == SYNTH_LFM2 && p->arch == SYNTH_ARCH_COUNT)
+            out->n_layer = 4; /* conv, conv, attention, conv: a conv layer first and last */
         return KN_OK;
     }
     return kn_fail(err, KN_E_ARG, "unknown preset '%s'; choose one of %s", name, synth_preset_list());
@@ -288,6 +309,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"experts", offsetof(struct synth_dims, n_expert), 0},
         {"experts_used", offsetof(struct synth_dims, n_expert_used), 0},
         {"expert_ffn", offsetof(struct synth_dims, n_ff_exp), 0},
+        {"conv_l", offsetof(struct synth_dims, conv_l), 0},
+        {"attn", offsetof(struct synth_dims, n_attn_layers), 3},
         {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
         {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
         {"rot", offsetof(struct synth_dims, n_rot), 0},
@@ -317,8 +340,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
-                           "expert_ffn, attn_softcap, final_softcap, rot, rope_orig_ctx, embd_scale, "
-                           "residual_scale, attn_scale, logit_scale",
+                           "expert_ffn, conv_l, attn, attn_softcap, final_softcap, rot, rope_orig_ctx, "
+                           "embd_scale, residual_scale, attn_scale, logit_scale",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -332,17 +355,33 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             ok = parse_f32(val, vlen, &v);
             if (ok)
                 memcpy(field, &v, sizeof v);
-        } else {
+        } else if (keys[k].kind == 2) {
             ok = vlen == 1 && (val[0] == '0' || val[0] == '1');
             if (ok)
                 *(bool *)field = val[0] == '1';
+        } else {
+            /* attn=2:5:8: layer numbers separated by ':' */
+            ok = true;
+            d->n_attn_layers = 0;
+            for (size_t i = 0; ok && i < vlen;) {
+                size_t j = i;
+                while (j < vlen && val[j] != ':')
+                    j++;
+                uint32_t v;
+                ok = parse_u32(val + i, j - i, &v) && v < 65536 && d->n_attn_layers < SYNTH_MAX_ATTN_LAYERS;
+                if (ok)
+                    d->attn_layers[d->n_attn_layers++] = (uint16_t)v;
+                i = j + 1;
+            }
+            ok = ok && d->n_attn_layers > 0;
         }
         if (!ok)
             return kn_fail(err, KN_E_ARG, "--dims: bad value '%.*s' for %s (%s)", (int)vlen, val,
                            keys[k].key,
                            keys[k].kind == 0   ? "a positive integer"
                            : keys[k].kind == 1 ? "a positive number"
-                                               : "0 or 1");
+                           : keys[k].kind == 2 ? "0 or 1"
+                                               : "layer numbers separated by ':'");
         p += len;
         if (*p == ',')
             p++;
@@ -390,6 +429,22 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
+    if (arch == SYNTH_LFM2) {
+        if (!d->conv_l)
+            d->conv_l = 3;
+        if (d->head_dim * d->n_head != d->n_embd)
+            return kn_fail(err, KN_E_ARG,
+                           "lfm2 needs heads * head_dim = dim (%u * %u != %u): llama.cpp's lfm2 "
+                           "has square attention matrices", d->n_head, d->head_dim, d->n_embd);
+        for (uint32_t i = 0; i < d->n_attn_layers; i++)
+            if (d->attn_layers[i] >= d->n_layer || (i && d->attn_layers[i] <= d->attn_layers[i - 1]))
+                return kn_fail(err, KN_E_ARG,
+                               "attn: layer %u is not below layers=%u or the list is not ascending",
+                               d->attn_layers[i], d->n_layer);
+    } else if (d->n_attn_layers || d->conv_l) {
+        return kn_fail(err, KN_E_ARG, "attn and conv_l are lfm2's (short-convolution layers); %s has none",
+                       arch_names[arch]);
+    }
     if (arch == SYNTH_GRANITE) {
         if (!(d->embd_scale > 0))
             d->embd_scale = 12.0f;
@@ -436,6 +491,16 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "has square attention matrices",
                        d->n_head, d->head_dim, d->n_embd);
     return KN_OK;
+}
+
+bool synth_attn_layer(const struct synth_dims *d, uint32_t il)
+{
+    if (d->n_attn_layers == 0)
+        return il % 3 == 2;
+    for (uint32_t i = 0; i < d->n_attn_layers; i++)
+        if (d->attn_layers[i] == il)
+            return true;
+    return false;
 }
 
 /* ---------------------------------------------------------------- tensor types */
@@ -652,10 +717,11 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 
 /* ---------------------------------------------------------------- tensors */
 
-/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). FILL_ROPE_*:
- * phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to 40: the real
- * models' ranges), the same for every seed. */
-enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_ROPE_SHORT, FILL_ROPE_LONG };
+/* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). FILL_CONV: lfm2's
+ * conv taps, noise of a trained conv's scale (about 0.3) so that the conv matters in tests.
+ * FILL_ROPE_*: phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to 40:
+ * the real models' ranges), the same for every seed. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV, FILL_ROPE_SHORT, FILL_ROPE_LONG };
 
 struct tensor_spec {
     char name[64];
@@ -706,6 +772,13 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     for (int il = 0; il < (int)d->n_layer && arch != SYNTH_PHI3; il++) {
         if (arch != SYNTH_OLMO2) /* olmo2 has no pre-norms */
             add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (arch == SYNTH_LFM2 && !synth_attn_layer(d, (uint32_t)il)) {
+            /* llama.cpp's order: in_proj (B, C, x), the taps (L per channel), out_proj */
+            add_spec(s, &n, "shortconv.in_proj.weight", il, 2, E, 3 * E, FILL_NOISE);
+            add_spec(s, &n, "shortconv.conv.weight", il, 2, d->conv_l, E, FILL_CONV);
+            add_spec(s, &n, "shortconv.out_proj.weight", il, 2, E, E, FILL_NOISE);
+            goto ffn;
+        }
         add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
@@ -716,7 +789,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
-        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3) {
+        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3 || arch == SYNTH_LFM2) {
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
@@ -726,6 +799,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         }
         if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
+    ffn:
         if (arch != SYNTH_OLMO2)
             add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
         if (arch == SYNTH_QWEN3MOE) {
@@ -745,7 +819,9 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
-    add_spec(s, &n, "output_norm.weight", -1, 1, E, 1, FILL_ONES);
+    /* lfm2's final norm is token_embd_norm (llama.cpp's name; there is no output_norm) */
+    add_spec(s, &n, arch == SYNTH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", -1, 1, E, 1,
+             FILL_ONES);
     if (!d->tied)
         add_spec(s, &n, "output.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
     return n;
@@ -757,6 +833,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
  * would give every expert nearly the same probability and make the choice a near-tie
  * that any rounding flips. 0.25 gives router logits of about unit spread. */
 #define ROUTER_STD 0.25f
+#define CONV_STD 0.3f
 
 struct fill_job {
     const struct tensor_spec *t;
@@ -782,7 +859,9 @@ static void *fill_rows(void *arg)
             x[c] = t->fill == FILL_ONES         ? 1.0f
                    : t->fill == FILL_ROPE_SHORT ? 1.0f + ramp
                    : t->fill == FILL_ROPE_LONG  ? 1.0f + 39.0f * ramp
-                   : (t->fill == FILL_ROUTER ? ROUTER_STD : WEIGHT_STD) *
+                   : (t->fill == FILL_ROUTER ? ROUTER_STD
+                      : t->fill == FILL_CONV ? CONV_STD
+                                             : WEIGHT_STD) *
                          synth_noise(j->key, (uint64_t)(r * ne0 + c));
         }
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
@@ -872,7 +951,16 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("block_count"), d->n_layer);
     gguf_writer_set_u32(w, KEY("feed_forward_length"), d->n_ff);
     gguf_writer_set_u32(w, KEY("attention.head_count"), d->n_head);
-    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), d->n_head_kv);
+    if (arch == SYNTH_LFM2) {
+        /* one entry per layer, 0 for a conv layer (int32, as gguf-py writes a list) */
+        int32_t kv[512];
+        for (uint32_t il = 0; il < d->n_layer; il++)
+            kv[il] = synth_attn_layer(d, il) ? (int32_t)d->n_head_kv : 0;
+        gguf_writer_set_arr(w, KEY("attention.head_count_kv"), GGUF_T_I32, kv, d->n_layer);
+        gguf_writer_set_u32(w, KEY("shortconv.l_cache"), d->conv_l);
+    } else {
+        gguf_writer_set_u32(w, KEY("attention.head_count_kv"), d->n_head_kv);
+    }
     gguf_writer_set_u32(w, KEY("attention.key_length"), d->head_dim);
     gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
@@ -970,10 +1058,19 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
     }
     struct fill_ctx fc = {specs, list_tensors(p->arch, &d, specs), 0, p->seed,
                           p->threads > 0 ? p->threads : default_threads()};
+    /* llama.cpp's quantizer counts attn_v tensors, not layers, for its more-bits rule
+     * (lfm2 has them in its attention layers only). */
+    int n_attn = 0, i_attn = 0;
+    for (uint32_t il = 0; il < d.n_layer; il++)
+        n_attn += p->arch != SYNTH_LFM2 || synth_attn_layer(&d, il);
     for (int i = 0; i < fc.n; i++) {
         struct tensor_spec *t = &specs[i];
-        t->type = synth_tensor_type(p->ftype, t->name, t->layer, (int)d.n_layer, t->ne[0],
-                                    t->n_dims, d.tied);
+        bool is_v = ends_with(t->name, "attn_v.weight");
+        t->type = synth_tensor_type(p->ftype, t->name, is_v ? i_attn : t->layer,
+                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied);
+        i_attn += is_v;
+        if (t->fill == FILL_CONV)
+            t->type = QT_F32; /* llama.cpp's quantizer leaves shortconv.conv.weight as it is */
         /* The writer calls fill_tensor for each tensor while it streams the file, so only
          * the largest tensor is ever in memory. */
         gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, &fc);

@@ -12,8 +12,8 @@
 #include "../base/base.h"
 
 enum synth_arch {
-    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_GEMMA2, SYNTH_PHI3,
-    SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_GEMMA2,
+    SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
     SYNTH_ARCH_COUNT
 };
 
@@ -33,6 +33,8 @@ enum synth_ftype {
     SYNTH_Q4_K_M,
     SYNTH_FTYPE_COUNT,
 };
+
+#define SYNTH_MAX_ATTN_LAYERS 64
 
 struct synth_dims {
     uint32_t n_embd;     /* model width */
@@ -57,6 +59,11 @@ struct synth_dims {
     uint32_t n_expert;      /* qwen3moe: experts per layer */
     uint32_t n_expert_used; /* qwen3moe: experts per token */
     uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
+    /* lfm2: the attention layers (the rest are short-convolution layers), ascending; none
+     * given: every third layer from layer 2 (2, 5, 8, ...). conv_l: the conv length (3). */
+    uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
+    uint32_t n_attn_layers;
+    uint32_t conv_l;
 };
 
 struct synth_params {
@@ -71,7 +78,7 @@ struct synth_params {
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
 #define SYNTH_ARCH_LIST \
-    "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3, granite, smollm3, olmo2"
+    "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2, phi3, granite, smollm3, olmo2"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);
@@ -88,9 +95,9 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied experts experts_used expert_ffn attn_softcap final_softcap rot
- * rope_orig_ctx embd_scale residual_scale attn_scale logit_scale) to *d. Fails on an
- * unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn conv_l attn attn_softcap
+ * final_softcap rot rope_orig_ctx embd_scale residual_scale attn_scale logit_scale;
+ * attn=2:5:8 lists lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);
@@ -98,6 +105,8 @@ KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims 
  * dimensions are usable. */
 KN_MUST_USE enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d,
                                             struct kn_err *err);
+/* lfm2: whether layer il is an attention layer (after synth_check_dims). */
+bool synth_attn_layer(const struct synth_dims *d, uint32_t il);
 
 /* The GGML type tensor `name` (row length ne0; layer il of n_layer, -1 for none) gets
  * under ftype: llama.cpp's choices for Q4_K_M, the single type otherwise, with

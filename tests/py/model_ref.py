@@ -1,6 +1,6 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3, granite, smollm3,
-olmo2), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2, phi3, granite,
+smollm3, olmo2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -40,13 +40,19 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite",
-                     "smollm3", "olmo2"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3",
+                     "granite", "smollm3", "olmo2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
         self.n_head = _field(r, f"{a}.attention.head_count")
         self.n_head_kv = _field(r, f"{a}.attention.head_count_kv", self.n_head)
+        # lfm2: one head_count_kv per layer; 0 marks a short-convolution layer.
+        self.conv_layers = [False] * _field(r, f"{a}.block_count")
+        if isinstance(self.n_head_kv, list):
+            self.conv_layers = [n == 0 for n in self.n_head_kv]
+            self.n_head_kv = max(self.n_head_kv) or self.n_head
+        self.conv_l = _field(r, f"{a}.shortconv.l_cache", 0)
         self.head_k = _field(r, f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.head_v = _field(r, f"{a}.attention.value_length", self.n_embd // self.n_head)
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_k)
@@ -65,7 +71,7 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "olmo2")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3", "olmo2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -234,6 +240,10 @@ class RefModel:
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.rms_norm(x, self.w(p + "attn_norm.weight")) if self.has(p + "attn_norm.weight") else x
+            if self.conv_layers[il]:
+                x = x + self.short_conv(p, h, pos)
+                x = self.ffn(p, x)
+                continue
             if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
                 qkv = self.mm(p + "attn_qkv.weight", h)
                 q = qkv[:, :H * DK].reshape(T, H, DK)
@@ -281,29 +291,50 @@ class RefModel:
             if self.has(p + "post_attention_norm.weight"):
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o * self.residual_scale
-            h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
-            if self.has(p + "ffn_gate_inp.weight"):
-                x = x + self.moe(p, h)
-                continue
-            if self.has(p + "ffn_gate.weight"):
-                g = self.mm(p + "ffn_gate.weight", h)
-                u = self.mm(p + "ffn_up.weight", h)
-            else:  # phi3: the gate rows, then the up rows, in ffn_up
-                gu = self.mm(p + "ffn_up.weight", h)
-                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
-            act = self.gelu_tanh(g) if self.arch in ("gemma3", "gemma2") else self.silu(g)
-            f = self.mm(p + "ffn_down.weight", act * u)
-            if self.has(p + "post_ffw_norm.weight"):
-                f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
-            x = x + f * self.residual_scale
+            x = self.ffn(p, x)
         if rows is not None:
             x = x[list(rows)]
-        x = self.rms_norm(x, self.w("output_norm.weight"))
+        # lfm2's final norm is token_embd_norm
+        norm = "output_norm.weight" if self.has("output_norm.weight") else "token_embd_norm.weight"
+        x = self.rms_norm(x, self.w(norm))
         out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
         logits = self.mm(out_name, x) / self.logit_scale
         if self.final_softcap:
             logits = self.final_softcap * np.tanh(logits / self.final_softcap)
         return logits
+
+    def ffn(self, p, x):
+        h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
+        if self.has(p + "ffn_gate_inp.weight"):
+            return x + self.moe(p, h)
+        if self.has(p + "ffn_gate.weight"):
+            g = self.mm(p + "ffn_gate.weight", h)
+            u = self.mm(p + "ffn_up.weight", h)
+        else:  # phi3: the gate rows, then the up rows, in ffn_up
+            gu = self.mm(p + "ffn_up.weight", h)
+            g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+        act = self.gelu_tanh(g) if self.arch in ("gemma3", "gemma2") else self.silu(g)
+        f = self.mm(p + "ffn_down.weight", act * u)
+        if self.has(p + "post_ffw_norm.weight"):
+            f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
+        return x + f * self.residual_scale
+
+    def short_conv(self, p, h, pos):
+        """LFM2's conv block (Liquid AI's Lfm2ShortConv as llama.cpp's lfm2 graph runs
+        it): B, C, x = in_proj(h); bx = B * x; a depthwise causal conv of L taps over the
+        positions pos-L+1..pos of bx (zero before position 0); out_proj(C * conv).
+        The sequence must be positions 0..T-1 (a whole sequence, no cache)."""
+        T, E, L = h.shape[0], self.n_embd, self.conv_l
+        assert list(pos) == list(range(T)), "the reference convolves a whole sequence"
+        bcx = self.mm(p + "shortconv.in_proj.weight", h)
+        b, c, xx = bcx[:, :E], bcx[:, E:2 * E], bcx[:, 2 * E:]
+        bx = b * xx
+        w = self.w(p + "shortconv.conv.weight").astype(np.float64)  # (E, L), oldest tap first
+        padded = np.concatenate([np.zeros((L - 1, E)), bx], axis=0)
+        conv = np.zeros((T, E))
+        for i in range(L):
+            conv += padded[i:i + T] * w[:, i]
+        return self.mm(p + "shortconv.out_proj.weight", c * conv)
 
     def greedy(self, prompt_tokens, n):
         toks = list(prompt_tokens)

@@ -10,7 +10,8 @@ relative to the spread of the reference logits (rms(kinetic - ref) / std(ref)):
 and the greedy choice must agree wherever the reference's top-2 margin exceeds the
 largest error seen. Models: aidreams260K (real, f32) and `kinetic synth` tiny models of
 every architecture, with windows and bases chosen so that gemma3's sliding-window layers
-and its two RoPE bases are exercised by a 24-token sequence.
+and its two RoPE bases are exercised by a 24-token sequence (lfm2: its conv layers, first
+and last, around an attention layer).
 """
 import json
 import os
@@ -86,8 +87,10 @@ def synth(tmp_path, arch, typ, dims=None):
 # global RoPE base different from the local 10000. gemma2: the same window, and soft-caps
 # small enough for these random weights' scores (about 0.1) and logits (about 0.3) to be
 # squashed, so that a cap left out or applied twice fails the comparison.
+# lfm2: the tiny preset's conv, conv, attention, conv layers.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
+        "lfm2": "kv_heads=2,rope_base=1000000,tied=1",
         "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
         "phi3": "window=6",
         "granite": "kv_heads=2",  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
@@ -95,8 +98,8 @@ DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "olmo2": "kv_heads=2,window=6,layers=4"}  # OLMo 3's window on layers 0-2
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3",
-                                  "granite", "smollm3", "olmo2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2",
+                                  "phi3", "granite", "smollm3", "olmo2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])

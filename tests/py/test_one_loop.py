@@ -121,7 +121,7 @@ def cases(model, n_tokens):
     return cs
 
 
-def check_model(model, tmp, n_tokens, names=None, scalar=False):
+def check_model(model, tmp, n_tokens, names=None, scalar=False, need_accepted=True):
     cs = [c for c in cases(model, n_tokens) if names is None or c["name"] in names]
     with Server(model, "--parallel", "1", "--threads", "1", "--no-draft", "--no-warm-start",
                 "--cache-ram", "0") as plain, \
@@ -183,7 +183,10 @@ def check_model(model, tmp, n_tokens, names=None, scalar=False):
             for rec in (rec_run, rec_chat, rec_srv):
                 verify(rec, scalar)
         stats = full.get("/stats")[2]
-        assert stats["draft"]["accepted"] > 0, stats
+        if need_accepted:
+            assert stats["draft"]["accepted"] > 0, stats
+        assert stats["draft"]["proposed"] > 0, stats
+        print(f"{model}: drafts {stats['draft']['accepted']}/{stats['draft']['proposed']} accepted")
         ws = stats["warm_start"]
         assert ws["cache_restored_tokens"] + ws["slot_reuse_tokens"] > 0, stats
 
@@ -191,6 +194,19 @@ def check_model(model, tmp, n_tokens, names=None, scalar=False):
 @pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K.gguf not found")
 def test_one_loop_aidreams(tmp_path):
     check_model(AIDREAMS, tmp_path, 40)
+
+
+def test_one_loop_lfm2(tmp_path):
+    """A tiny lfm2 (short-convolution layers around an attention layer): its conv state
+    through drafting, the prompt cache, Convoy and the receipts; the server's receipts
+    verify identical with KINETIC_ISA=scalar too. Random weights sample near-uniform text
+    that drafts rarely predict, so here drafts are proposed (and rejected: the rollback)
+    but need not be accepted; test_engine_spec's lfm2 run checks accepted ones."""
+    model = str(tmp_path / "lfm2.gguf")
+    p = subprocess.run([KINETIC, "synth", "--arch", "lfm2", "--preset", "tiny", "--type", "q4_k_m",
+                        "--seed", "19", "-o", model], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    check_model(model, tmp_path, 24, scalar=True, need_accepted=False)
 
 
 @pytest.mark.skipif(GEMMA is None, reason="Gemma 3 270M not found")

@@ -488,3 +488,89 @@ def test_missing_output_and_help():
     assert r.returncode == 2 and "-o OUT.gguf is required" in r.stderr
     r = synth("--help")
     assert "presets:" in r.stdout and "tinyllama-1.1b" in r.stdout and "dim=N" in r.stdout
+
+
+# ---------------------------------------------------------------- lfm2
+
+def lfm2_expected(dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, attn, conv_l, tied):
+    """name -> shape for llama.cpp's lfm2 loader (llama-model.cpp, LLM_ARCH_LFM2)."""
+    t = {"token_embd.weight": [dim, vocab], "token_embd_norm.weight": [dim]}
+    if not tied:
+        t["output.weight"] = [dim, vocab]
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        t.update({b + "attn_norm.weight": [dim], b + "ffn_norm.weight": [dim],
+                  b + "ffn_gate.weight": [dim, ffn], b + "ffn_up.weight": [dim, ffn],
+                  b + "ffn_down.weight": [ffn, dim]})
+        if i in attn:
+            t.update({b + "attn_q.weight": [dim, n_head * head_dim],
+                      b + "attn_k.weight": [dim, n_kv * head_dim],
+                      b + "attn_v.weight": [dim, n_kv * head_dim],
+                      b + "attn_output.weight": [n_head * head_dim, dim],
+                      b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
+        else:
+            t.update({b + "shortconv.in_proj.weight": [dim, 3 * dim],
+                      b + "shortconv.conv.weight": [conv_l, dim],
+                      b + "shortconv.out_proj.weight": [dim, dim]})
+    return t
+
+
+@pytest.mark.parametrize("ty", ["f32", "q8_0", "q4_k_m"])
+def test_lfm2_tiny_layout(tmp_path, ty):
+    out = tmp_path / "lfm2.gguf"
+    synth("--arch", "lfm2", "--preset", "tiny", "--type", ty, "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "lfm2"
+    assert kv["lfm2.block_count"] == 4
+    assert kv["lfm2.attention.head_count_kv"] == [0, 0, 2, 0]  # 0: a conv layer
+    assert kv["lfm2.shortconv.l_cache"] == 3
+    want = lfm2_expected(256, 4, 4, 2, 64, 512, 512, {2}, 3, tied=False)
+    got = {t.name: t for t in r.tensors}
+    assert set(got) == set(want)
+    for name, t in got.items():
+        assert list(map(int, t.shape)) == want[name], name
+        if name.endswith("shortconv.conv.weight"):
+            assert T(t.tensor_type) == T.F32, name  # llama.cpp's quantizer skips the taps
+        elif name.endswith("attn_v.weight") and ty == "q4_k_m":
+            # llama.cpp counts attn_v tensors (one here: index 0 of 1 gets more bits)
+            assert T(t.tensor_type) == T.Q6_K, name
+        else:
+            assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], 4, False), name
+    info = kinetic_info(out)
+    assert info.returncode == 0 and "lfm2" in info.stdout, info.stderr
+
+
+def test_lfm2_presets(tmp_path):
+    """The real models' layer layouts (narrow widths to stay fast; the widths themselves are
+    checked in tests/unit/test_synth.c): LFM2-350M and 2.6B's attention layers, tied output
+    and llama.cpp's Q4_K_M more-bits rule over the attn_v tensors, by their count."""
+    for preset, n_layer, attn in (("lfm2-350m", 16, [2, 5, 8, 10, 12, 14]),
+                                  ("lfm2-2.6b", 30, [2, 6, 10, 14, 18, 21, 24, 27])):
+        out = tmp_path / f"{preset}.gguf"
+        synth("--preset", preset, "--dims", "dim=256,heads=4,kv_heads=2,ffn=256,vocab=1024",
+              "--type", "q4_k_m", "-o", out)
+        kv, tensors = walk(out)
+        assert "output.weight" not in tensors  # tied
+        r = gguf.GGUFReader(out)
+        f = fields(r)
+        hkv = f["lfm2.attention.head_count_kv"]
+        assert [i for i, n in enumerate(hkv) if n] == attn and len(hkv) == n_layer
+        assert set(hkv) == {0, 2}
+        assert f["lfm2.rope.freq_base"] == 1000000.0 and f["lfm2.context_length"] == 128000
+        n = len(attn)
+        for k, il in enumerate(attn):
+            want = T.Q6_K if more_bits(k, n) else T.Q4_K
+            assert tensors[f"blk.{il}.attn_v.weight"][0] == want, (preset, il)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "lfm2", "--preset", "tiny", "--dims", "attn=4"], "not below layers=4"),
+    (["--arch", "lfm2", "--preset", "tiny", "--dims", "attn=2:1"], "not ascending"),
+    (["--arch", "lfm2", "--preset", "tiny", "--dims", "head_dim=32"], "square attention"),
+    (["--arch", "llama", "--preset", "tiny", "--dims", "attn=1"], "lfm2's"),
+    (["--arch", "lfm2", "--preset", "tiny", "--dims", "attn=x"], "layer numbers separated by ':'"),
+])
+def test_lfm2_bad_dims(tmp_path, args, message):
+    r = synth(*args, "-o", tmp_path / "x.gguf", check=False)
+    assert r.returncode != 0 and message in r.stderr, r.stderr

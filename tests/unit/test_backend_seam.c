@@ -307,6 +307,31 @@ static void ref_logits(struct kern_stream *s, const struct kern_buf *w, const st
             SC()->add(logits + t * w->w->N, logits + t * w->w->N, D(b), w->w->N);
 }
 
+static void ref_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    op_enter(s);
+    const int64_t E = b->n_embd, L = b->n_taps;
+    const float *bcx = D(b->bcx);
+    CHECK(L >= 1 && L <= KERN_CONV_MAX_L);
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        CHECK(run->k->be == s->be);
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++)
+            SC()->mul(D(run->k) + (int64_t)b->pos[t] * E, bcx + t * 3 * E, bcx + t * 3 * E + 2 * E, E);
+    }
+    const float *rows[KERN_CONV_MAX_L];
+    for (int64_t r = 0; r < b->n_runs; r++) {
+        const struct kern_kv_run *run = &b->runs[r];
+        for (int64_t t = run->t0; t < run->t0 + run->n; t++) {
+            for (int64_t i = 0; i < L; i++) {
+                int64_t p = (int64_t)b->pos[t] - (L - 1) + i;
+                rows[i] = p >= 0 ? D(run->k) + p * E : NULL;
+            }
+            kern_shortconv(D(b->out) + t * E, bcx + t * 3 * E + E, rows, D(b->w), L, E);
+        }
+    }
+}
+
 static void ref_to_host(struct kern_stream *s, const struct kern_buf *b, size_t off, void *dst,
                         size_t bytes)
 {
@@ -388,6 +413,7 @@ static const struct kern_backend_ops ref_ops = {
     .attention = ref_attention,
     .attention_softcap = ref_attention,
     .logits = ref_logits,
+    .shortconv = ref_shortconv,
     .to_host = ref_to_host,
     .from_host = ref_from_host,
     .moe_route = ref_moe_route,
@@ -545,6 +571,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
         {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
@@ -577,6 +604,19 @@ static void test_synth(struct kern_pool *pool)
         char what[64];
         snprintf(what, sizeof what, "synth %s %s", synth_arch_name(arch), synth_ftype_name(p.ftype));
         compare(what, path, 1, cases[i].kt, pool);
+        if (arch == SYNTH_LFM2) {
+            /* A device without the shortconv op: its conv layers are refused, by name. */
+            struct kern_backend_ops ops = ref_ops;
+            ops.shortconv = NULL;
+            struct ref_backend noconv = {.base = {.ops = &ops, .name = "noconv"}};
+            struct model_load_opts lo = {.repack = true, .device = &noconv.base, .device_layers = 1};
+            struct model *m = NULL;
+            CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+            CHECKF(strstr(err.msg, "layer 0 is a short-convolution layer and noconv has no shortconv op"),
+                   "%s", err.msg);
+            CHECK_EQ_INT(noconv.live_bufs, 0);
+            CHECKF(kern_backend_check(&noconv.base, pool, &err) == KN_OK, "%s", err.msg);
+        }
         if (arch == SYNTH_QWEN3MOE && cases[i].ftype == SYNTH_Q8_0) { /* its last case */
             /* A device without the MoE ops: the model refuses to place an MoE layer on
              * it, naming the op, and frees what it uploaded. */
@@ -676,6 +716,14 @@ static void wide_attention(struct kern_stream *s, const struct kern_attn_batch *
     ref_attention(s, &w);
 }
 
+/* A conv one tap short (as if the state kept one row too few). */
+static void short_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    struct kern_conv_batch w = *b;
+    w.n_taps--;
+    ref_shortconv(s, &w);
+}
+
 /* Breaks ties between router scores towards the higher expert index. */
 static void tie_high_route(struct kern_stream *s, const struct kern_moe_gate *g,
                            const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
@@ -726,7 +774,7 @@ static void test_check(struct kern_pool *pool)
         const char *name, *op;
     } bad[] = {{"bad-norm", "rmsnorm"}, {"ftz", "glu swiglu"}, {"wide", "attention (f32 cache, window 37)"},
                {"tie-high", "moe_route (softmax, normalised): experts"},
-               {"reversed", "moe_ffn (48 tokens)"}};
+               {"reversed", "moe_ffn (48 tokens)"}, {"short", "shortconv"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct kern_backend_ops ops = ref_ops;
         if (i == 0)
@@ -737,8 +785,10 @@ static void test_check(struct kern_pool *pool)
             ops.attention = wide_attention;
         else if (i == 3)
             ops.moe_route = tie_high_route;
-        else
+        else if (i == 4)
             ops.moe_ffn = reversed_moe_ffn;
+        else
+            ops.shortconv = short_shortconv;
         struct ref_backend be = {.base = {.ops = &ops, .name = bad[i].name}};
         err = (struct kn_err){0};
         enum kn_status st = kern_backend_check(&be.base, pool, &err);

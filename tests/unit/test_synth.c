@@ -57,6 +57,28 @@ static void test_presets_and_dims(void)
     arch = SYNTH_GEMMA3;
     CHECK(synth_preset("tiny", &arch, &d, &err) == KN_OK && d.n_layer == 6);
     CHECK(synth_check_dims(arch, &d, &err) == KN_OK);
+    /* LFM2's published widths (feed-forward as convert_hf_to_gguf.py derives it). */
+    static const struct {
+        const char *name;
+        uint32_t dim, layers, heads, ffn, n_attn;
+    } lfm2[] = {{"lfm2-350m", 1024, 16, 16, 4608, 6}, {"lfm2-700m", 1536, 16, 24, 6912, 6},
+                {"lfm2-1.2b", 2048, 16, 32, 8192, 6}, {"lfm2-2.6b", 2048, 30, 32, 10752, 8}};
+    for (size_t i = 0; i < sizeof lfm2 / sizeof lfm2[0]; i++) {
+        arch = SYNTH_ARCH_COUNT;
+        CHECK(synth_preset(lfm2[i].name, &arch, &d, &err) == KN_OK && arch == SYNTH_LFM2);
+        CHECK(synth_check_dims(arch, &d, &err) == KN_OK);
+        CHECK(d.n_embd == lfm2[i].dim && d.n_layer == lfm2[i].layers && d.n_head == lfm2[i].heads &&
+              d.n_head_kv == 8 && d.n_ff == lfm2[i].ffn && d.n_vocab == 65536 && d.tied &&
+              d.conv_l == 3 && d.n_attn_layers == lfm2[i].n_attn && synth_attn_layer(&d, 2) &&
+              !synth_attn_layer(&d, 0));
+    }
+    arch = SYNTH_LFM2;
+    CHECK(synth_preset("tiny", &arch, &d, &err) == KN_OK && d.n_layer == 4);
+    CHECK(synth_check_dims(arch, &d, &err) == KN_OK && d.conv_l == 3);
+    CHECK(!synth_attn_layer(&d, 0) && !synth_attn_layer(&d, 1) && synth_attn_layer(&d, 2) &&
+          !synth_attn_layer(&d, 3));
+    CHECK(synth_parse_dims("attn=1:3,conv_l=4", &d, &err) == KN_OK && d.n_attn_layers == 2 &&
+          d.conv_l == 4 && synth_attn_layer(&d, 3) && !synth_attn_layer(&d, 2));
     arch = SYNTH_ARCH_COUNT;
     CHECK(synth_preset("nope", &arch, &d, &err) == KN_E_ARG);
     CHECK(strstr(err.msg, "unknown preset 'nope'") != NULL);
