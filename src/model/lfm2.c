@@ -1,25 +1,26 @@
 /* lfm2.c: what is particular to LFM2 (Liquid AI's hybrid of short-convolution and
  * grouped-query attention layers) when a file is read.
  *
- * The GGUF layout is llama.cpp's (convert_hf_to_gguf.py, LFM2Model): lfm2.attention.
- * head_count_kv is an array with one entry per layer, 0 for a conv layer;
- * lfm2.shortconv.l_cache is the conv length L. The forward pass of a conv layer is in
- * forward.c (conv_block) and its state lives in the KV cache (model.h, struct model_kv). */
+ * The GGUF layout is llama.cpp's (convert_hf_to_gguf.py, LFM2Model and LFM2MoeModel):
+ * <arch>.attention.head_count_kv is an array with one entry per layer, 0 for a conv layer;
+ * <arch>.shortconv.l_cache is the conv length L (arch lfm2 or lfm2moe, whose expert keys
+ * moe.c reads). The forward pass of a conv layer is in forward.c (conv_block) and its
+ * state lives in the KV cache (model.h, struct model_kv). */
 #include "model_int.h"
 
 #include <stdio.h>
 
-/* Widest conv Kinetic accepts (LFM2 uses 3); the CPU kernel keeps the taps on the stack. */
 /* The conv length is bounded by the kernel (ops.h KERN_CONV_MAX_L). */
 
-enum kn_status model_lfm2_hparams(const struct gguf_file *g, struct model_hparams *hp,
-                                  struct kn_err *err)
+enum kn_status model_lfm2_hparams(const struct gguf_file *g, const char *arch,
+                                  struct model_hparams *hp, struct kn_err *err)
 {
-    const char *key = "lfm2.attention.head_count_kv";
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     const struct gguf_kv *kv = gguf_find_kv(g, key);
     if (!kv)
-        return kn_fail(err, KN_E_FORMAT, "required key %s is missing; the file is not a complete lfm2 model",
-                       key);
+        return kn_fail(err, KN_E_FORMAT, "required key %s is missing; the file is not a complete %s model",
+                       key, arch);
     int64_t n_kv = 0;
     bool any_conv = false;
     if (kv->value.type == GGUF_T_ARRAY) {
@@ -56,7 +57,7 @@ enum kn_status model_lfm2_hparams(const struct gguf_file *g, struct model_hparam
     hp->n_conv_l = 0;
     if (any_conv) {
         int64_t L;
-        key = "lfm2.shortconv.l_cache";
+        snprintf(key, sizeof key, "%s.shortconv.l_cache", arch);
         if (!gguf_get_i64(g, key, &L))
             return kn_fail(err, KN_E_FORMAT, "required key %s (the conv length) is missing or not an integer",
                            key);

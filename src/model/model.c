@@ -12,8 +12,8 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "qwen3moe", "lfm2", "gemma2", "phi3",
-                                                         "granite", "smollm3", "olmo2"};
+                                                         "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                                                         "phi3", "granite", "smollm3", "olmo2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -186,7 +186,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
-                       "lfm2, gemma2, phi3, granite, smollm3, olmo2)",
+                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -197,11 +197,11 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     TRY(get_int(g, arch, "feed_forward_length", &hp->n_ff, NULL, err));
     TRY(get_int(g, arch, "attention.head_count", &hp->n_head, NULL, err));
     hp->n_head_kv = hp->n_head;
-    if (hp->arch == MODEL_ARCH_LFM2) {
+    if (model_arch_is_lfm2(hp->arch)) {
         if (hp->n_layer <= 0 || hp->n_layer > MODEL_MAX_LAYERS || hp->n_head <= 0)
             return kn_fail(err, KN_E_FORMAT, "bad block_count %lld or head_count %lld",
                            (long long)hp->n_layer, (long long)hp->n_head);
-        TRY(model_lfm2_hparams(g, hp, err));
+        TRY(model_lfm2_hparams(g, arch, hp, err));
     } else {
         TRY(get_int(g, arch, "attention.head_count_kv", &hp->n_head_kv, &found, err));
     }
@@ -237,7 +237,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "%s.rope.dimension_count %lld differs from the head size %lld; partial rotary embeddings are not supported for %s",
                        arch, (long long)hp->n_rot, (long long)hp->head_dim_k, arch);
-    if (hp->arch == MODEL_ARCH_LFM2 && hp->n_head * hp->head_dim_k != hp->n_embd)
+    if (model_arch_is_lfm2(hp->arch) && hp->n_head * hp->head_dim_k != hp->n_embd)
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "lfm2 needs head_count * key_length = embedding_length (%lld * %lld != %lld), "
                        "as llama.cpp's lfm2 does", (long long)hp->n_head, (long long)hp->head_dim_k,
@@ -437,7 +437,7 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t v_out = hp->n_head_kv * hp->head_dim_v;
     const int64_t o_in = hp->n_head * hp->head_dim_v;
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_QWEN3MOE ||
-                         hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_LFM2;
+                         hp->arch == MODEL_ARCH_GEMMA3 || model_arch_is_lfm2(hp->arch);
     /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
     const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
@@ -736,7 +736,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     if (st != KN_OK)
         goto fail;
     /* lfm2's final norm is token_embd_norm (llama.cpp: tok_norm); it has no output_norm. */
-    st = find_tensor(g, hp.arch == MODEL_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight",
+    st = find_tensor(g, model_arch_is_lfm2(hp.arch) ? "token_embd_norm.weight" : "output_norm.weight",
                      hp.n_embd, 0, true, &t_out_norm, err);
     if (st != KN_OK)
         goto fail;

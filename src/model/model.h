@@ -26,17 +26,25 @@ enum model_arch {
     MODEL_ARCH_GEMMA3 = 3,
     MODEL_ARCH_QWEN3MOE = 4,
     MODEL_ARCH_LFM2 = 5,
-    MODEL_ARCH_GEMMA2 = 6,
-    MODEL_ARCH_PHI3 = 7,
-    MODEL_ARCH_GRANITE = 8,
-    MODEL_ARCH_SMOLLM3 = 9,
-    MODEL_ARCH_OLMO2 = 10,
+    MODEL_ARCH_LFM2MOE = 6,
+    MODEL_ARCH_GEMMA2 = 7,
+    MODEL_ARCH_PHI3 = 8,
+    MODEL_ARCH_GRANITE = 9,
+    MODEL_ARCH_SMOLLM3 = 10,
+    MODEL_ARCH_OLMO2 = 11,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3", "granite",
- * "smollm3", "olmo2". */
+/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+ * "granite", "smollm3", "olmo2". */
 const char *model_arch_name(enum model_arch a);
+
+/* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
+ * short-convolution and attention layers. */
+static inline bool model_arch_is_lfm2(enum model_arch a)
+{
+    return a == MODEL_ARCH_LFM2 || a == MODEL_ARCH_LFM2MOE;
+}
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
  * (x[i], x[i + n_rot/2]) (qwen2, qwen3, gemma3). */

@@ -32,16 +32,16 @@ enum kn_status model_moe_read_hparams(const struct gguf_file *g, const char *arc
     bool bad = false;
     int64_t n = 0;
     if (!key_int(g, arch, "expert_count", &n, &bad) || (n == 0 && !bad)) {
-        if (hp->arch == MODEL_ARCH_QWEN3MOE)
+        if (hp->arch == MODEL_ARCH_QWEN3MOE || hp->arch == MODEL_ARCH_LFM2MOE)
             return kn_fail(err, KN_E_FORMAT, "%s.expert_count is missing or 0; a %s model needs experts",
                            arch, arch);
         return KN_OK;
     }
     if (bad)
         return kn_fail(err, KN_E_FORMAT, "%s.expert_count is not a non-negative integer", arch);
-    if (hp->arch != MODEL_ARCH_QWEN3MOE)
+    if (hp->arch != MODEL_ARCH_QWEN3MOE && hp->arch != MODEL_ARCH_LFM2MOE)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "mixture-of-experts %s models (%s.expert_count = %lld) are not supported (supported: qwen3moe)",
+                       "mixture-of-experts %s models (%s.expert_count = %lld) are not supported (supported: qwen3moe, lfm2moe)",
                        arch, arch, (long long)n);
     hp->n_expert = n;
     if (!key_int(g, arch, "expert_used_count", &hp->n_expert_used, &bad) || bad)

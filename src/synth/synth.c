@@ -21,8 +21,8 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "qwen3moe", "lfm2", "gemma2", "phi3",
-                                                         "granite", "smollm3", "olmo2"};
+                                                         "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                                                         "phi3", "granite", "smollm3", "olmo2"};
 
 static const struct {
     const char *name;
@@ -36,6 +36,12 @@ static const struct {
     [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14},   [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16},
     [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18},   [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15},
 };
+
+/* lfm2 and lfm2moe share the conv and attention layers. */
+static bool synth_arch_is_lfm2(enum synth_arch a)
+{
+    return a == SYNTH_LFM2 || a == SYNTH_LFM2MOE;
+}
 
 const char *synth_arch_name(enum synth_arch a)
 {
@@ -124,6 +130,13 @@ static const struct preset presets[] = {
      {.n_embd = 2048, .n_layer = 30, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 10752,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
       .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
+    /* LFM2-8B-A1B: 24 layers, the first two dense, 32 experts of 1792, 4 per token;
+     * 6 attention layers (LFM2's 1:3 ratio). */
+    {"lfm2-8b-a1b", SYNTH_LFM2MOE,
+     {.n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 7168,
+      .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
+      .attn_layers = {2, 6, 10, 14, 18, 21}, .n_attn_layers = 6, .conv_l = 3, .n_expert = 32,
+      .n_expert_used = 4, .n_ff_exp = 1792, .n_dense_lead = 2}},
     {"gemma3-270m", SYNTH_GEMMA3,
      {.n_embd = 640, .n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 2048,
       .n_vocab = 262144, .n_ctx = 32768, .n_swa = 512, .rope_base = 1000000.0f,
@@ -204,7 +217,7 @@ const char *synth_preset_list(void)
            "tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
            "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
-           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), "
+           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
            "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
            "(olmo2)";
@@ -239,14 +252,19 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
         }
-        if (*arch == SYNTH_QWEN3MOE && p->arch == SYNTH_ARCH_COUNT) {
+        if ((*arch == SYNTH_QWEN3MOE || *arch == SYNTH_LFM2MOE) && p->arch == SYNTH_ARCH_COUNT) {
             out->n_expert = TINY_EXPERTS;
             out->n_expert_used = TINY_EXPERTS_USED;
             out->n_ff_exp = TINY_EXPERT_FFN;
             out->norm_eps = 1e-6f;
         }
-        if (*arch == SYNTH_LFM2 && p->arch == SYNTH_ARCH_COUNT)
+        if ((*arch == SYNTH_LFM2 || *arch == SYNTH_LFM2MOE) && p->arch == SYNTH_ARCH_COUNT) {
             out->n_layer = 4; /* conv, conv, attention, conv: a conv layer first and last */
+            out->norm_eps = 1e-5f;
+            out->n_dense_lead = *arch == SYNTH_LFM2MOE; /* one dense layer, three MoE ones */
+            if (*arch == SYNTH_LFM2MOE)
+                out->tied = true; /* llama.cpp's lfm2moe has no output.weight */
+        }
         return KN_OK;
     }
     return kn_fail(err, KN_E_ARG, "unknown preset '%s'; choose one of %s", name, synth_preset_list());
@@ -311,6 +329,7 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"expert_ffn", offsetof(struct synth_dims, n_ff_exp), 0},
         {"conv_l", offsetof(struct synth_dims, conv_l), 0},
         {"attn", offsetof(struct synth_dims, n_attn_layers), 3},
+        {"dense_lead", offsetof(struct synth_dims, n_dense_lead), 4},
         {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
         {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
         {"rot", offsetof(struct synth_dims, n_rot), 0},
@@ -340,8 +359,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
-                           "expert_ffn, conv_l, attn, attn_softcap, final_softcap, rot, rope_orig_ctx, "
-                           "embd_scale, residual_scale, attn_scale, logit_scale",
+                           "expert_ffn, conv_l, attn, dense_lead, attn_softcap, final_softcap, rot, "
+                           "rope_orig_ctx, embd_scale, residual_scale, attn_scale, logit_scale",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -353,6 +372,11 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         } else if (keys[k].kind == 1) {
             float v;
             ok = parse_f32(val, vlen, &v);
+            if (ok)
+                memcpy(field, &v, sizeof v);
+        } else if (keys[k].kind == 4) {
+            uint32_t v; /* 0 allowed */
+            ok = parse_u32(val, vlen, &v);
             if (ok)
                 memcpy(field, &v, sizeof v);
         } else if (keys[k].kind == 2) {
@@ -381,6 +405,7 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
                            keys[k].kind == 0   ? "a positive integer"
                            : keys[k].kind == 1 ? "a positive number"
                            : keys[k].kind == 2 ? "0 or 1"
+                           : keys[k].kind == 4 ? "a non-negative integer"
                                                : "layer numbers separated by ':'");
         p += len;
         if (*p == ',')
@@ -429,7 +454,7 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                        "gemma3 needs at least 6 layers (layers=%u): every sixth layer is the "
                        "global-attention one, and llama.cpp cannot run a model without one",
                        d->n_layer);
-    if (arch == SYNTH_LFM2) {
+    if (synth_arch_is_lfm2(arch)) {
         if (!d->conv_l)
             d->conv_l = 3;
         if (d->head_dim * d->n_head != d->n_embd)
@@ -474,16 +499,20 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG,
                        "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
                        "loader refuses a file with output.weight");
-    if (arch == SYNTH_QWEN3MOE) {
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         if (!d->n_expert || !d->n_expert_used || !d->n_ff_exp)
-            return kn_fail(err, KN_E_ARG, "qwen3moe needs experts, experts_used and expert_ffn (all > 0)");
+            return kn_fail(err, KN_E_ARG, "%s needs experts, experts_used and expert_ffn (all > 0)",
+                           arch_names[arch]);
+        if (d->n_dense_lead >= d->n_layer || (arch == SYNTH_QWEN3MOE && d->n_dense_lead))
+            return kn_fail(err, KN_E_ARG, "dense_lead (%u) must be below layers (%u), and 0 for qwen3moe",
+                           d->n_dense_lead, d->n_layer);
         if (d->n_expert > 512 || d->n_expert_used > d->n_expert || d->n_expert_used > 64 ||
             d->n_ff_exp > 262144)
             return kn_fail(err, KN_E_ARG,
                            "experts (%u) must be at most 512, experts_used (%u) at most experts and 64, "
                            "expert_ffn at most 262144", d->n_expert, d->n_expert_used);
     } else if (d->n_expert) {
-        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe only");
+        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe and lfm2moe only");
     }
     if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
         return kn_fail(err, KN_E_ARG,
@@ -772,7 +801,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     for (int il = 0; il < (int)d->n_layer && arch != SYNTH_PHI3; il++) {
         if (arch != SYNTH_OLMO2) /* olmo2 has no pre-norms */
             add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
-        if (arch == SYNTH_LFM2 && !synth_attn_layer(d, (uint32_t)il)) {
+        if (synth_arch_is_lfm2(arch) && !synth_attn_layer(d, (uint32_t)il)) {
             /* llama.cpp's order: in_proj (B, C, x), the taps (L per channel), out_proj */
             add_spec(s, &n, "shortconv.in_proj.weight", il, 2, E, 3 * E, FILL_NOISE);
             add_spec(s, &n, "shortconv.conv.weight", il, 2, d->conv_l, E, FILL_CONV);
@@ -789,7 +818,8 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         if (arch == SYNTH_QWEN2)
             add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
-        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3 || arch == SYNTH_LFM2) {
+        if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3 ||
+            synth_arch_is_lfm2(arch)) {
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
@@ -802,7 +832,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     ffn:
         if (arch != SYNTH_OLMO2)
             add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
-        if (arch == SYNTH_QWEN3MOE) {
+        if (arch == SYNTH_QWEN3MOE || (arch == SYNTH_LFM2MOE && (uint32_t)il >= d->n_dense_lead)) {
             const int64_t X = d->n_expert, F = d->n_ff_exp;
             add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
             add_spec(s, &n, "ffn_gate_exps.weight", il, 3, E, F, FILL_NOISE);
@@ -811,6 +841,8 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             s[n - 1].ne[2] = X;
             add_spec(s, &n, "ffn_down_exps.weight", il, 3, F, E, FILL_NOISE);
             s[n - 1].ne[2] = X;
+            if (arch == SYNTH_LFM2MOE) /* the selection bias of sigmoid routing */
+                add_spec(s, &n, "exp_probs_b.bias", il, 1, X, 1, FILL_NOISE);
             continue;
         }
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
@@ -820,7 +852,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
     /* lfm2's final norm is token_embd_norm (llama.cpp's name; there is no output_norm) */
-    add_spec(s, &n, arch == SYNTH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", -1, 1, E, 1,
+    add_spec(s, &n, synth_arch_is_lfm2(arch) ? "token_embd_norm.weight" : "output_norm.weight", -1, 1, E, 1,
              FILL_ONES);
     if (!d->tied)
         add_spec(s, &n, "output.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
@@ -951,7 +983,7 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("block_count"), d->n_layer);
     gguf_writer_set_u32(w, KEY("feed_forward_length"), d->n_ff);
     gguf_writer_set_u32(w, KEY("attention.head_count"), d->n_head);
-    if (arch == SYNTH_LFM2) {
+    if (synth_arch_is_lfm2(arch)) {
         /* one entry per layer, 0 for a conv layer (int32, as gguf-py writes a list) */
         int32_t kv[512];
         for (uint32_t il = 0; il < d->n_layer; il++)
@@ -969,7 +1001,7 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
-    if (arch == SYNTH_QWEN3MOE) {
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         gguf_writer_set_u32(w, KEY("expert_count"), d->n_expert);
         gguf_writer_set_u32(w, KEY("expert_used_count"), d->n_expert_used);
         gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), d->n_ff_exp);
@@ -992,6 +1024,11 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     if (arch == SYNTH_GEMMA2) {
         gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), d->attn_softcap);
         gguf_writer_set_f32(w, KEY("final_logit_softcapping"), d->final_softcap);
+    }
+    if (arch == SYNTH_LFM2MOE) {
+        /* llama.cpp's LLM_ARCH_LFM2MOE keys: sigmoid gating (2) over a selection bias */
+        gguf_writer_set_u32(w, KEY("leading_dense_block_count"), d->n_dense_lead);
+        gguf_writer_set_u32(w, KEY("expert_gating_func"), 2);
     }
 #undef KEY
 }
@@ -1062,7 +1099,7 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
      * (lfm2 has them in its attention layers only). */
     int n_attn = 0, i_attn = 0;
     for (uint32_t il = 0; il < d.n_layer; il++)
-        n_attn += p->arch != SYNTH_LFM2 || synth_attn_layer(&d, il);
+        n_attn += !synth_arch_is_lfm2(p->arch) || synth_attn_layer(&d, il);
     for (int i = 0; i < fc.n; i++) {
         struct tensor_spec *t = &specs[i];
         bool is_v = ends_with(t->name, "attn_v.weight");

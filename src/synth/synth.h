@@ -12,8 +12,8 @@
 #include "../base/base.h"
 
 enum synth_arch {
-    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_GEMMA2,
-    SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_LFM2MOE,
+    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
     SYNTH_ARCH_COUNT
 };
 
@@ -64,6 +64,7 @@ struct synth_dims {
     uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
     uint32_t n_attn_layers;
     uint32_t conv_l;
+    uint32_t n_dense_lead;  /* lfm2moe: dense layers before the MoE ones */
 };
 
 struct synth_params {
@@ -78,7 +79,7 @@ struct synth_params {
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
 #define SYNTH_ARCH_LIST \
-    "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2, phi3, granite, smollm3, olmo2"
+    "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);

@@ -1,5 +1,5 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2, phi3, granite,
+Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite,
 smollm3, olmo2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
@@ -40,8 +40,8 @@ class RefModel:
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3",
-                     "granite", "smollm3", "olmo2"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                     "phi3", "granite", "smollm3", "olmo2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -71,7 +71,8 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2", "phi3", "olmo2")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+                          "olmo2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -83,6 +84,9 @@ class RefModel:
         # their sum, the experts' SwiGLU outputs weighted and summed.
         self.n_expert = _field(r, f"{a}.expert_count", 0)
         self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
+        # lfm2moe: sigmoid gating (expert_gating_func 2); the choice adds the selection
+        # bias exp_probs_b to the probabilities, the weights do not.
+        self.sigmoid_gating = _field(r, f"{a}.expert_gating_func", 1) == 2
         # Gemma 2: even layers slide (default window 4096), odd ones see everything; scores
         # and logits soft-capped, cap * tanh(x / cap) (defaults 50 and 30).
         self.attn_softcap = 0.0
@@ -213,9 +217,14 @@ class RefModel:
         out = np.zeros_like(h)
         k = self.n_expert_used
         for t in range(h.shape[0]):
-            z = np.exp(logits[t] - logits[t].max())
-            prob = z / z.sum()
-            chosen = sorted(range(self.n_expert), key=lambda e: (-prob[e], e))[:k]
+            if self.sigmoid_gating:
+                prob = 1.0 / (1.0 + np.exp(-logits[t]))
+            else:
+                z = np.exp(logits[t] - logits[t].max())
+                prob = z / z.sum()
+            bias = self.w(p + "exp_probs_b.bias") if self.has(p + "exp_probs_b.bias") else 0.0
+            score = prob + bias
+            chosen = sorted(range(self.n_expert), key=lambda e: (-score[e], e))[:k]
             wts = prob[chosen] / prob[chosen].sum()
             for e, wt in zip(chosen, wts):
                 g = gate[e].astype(np.float64) @ h[t]

@@ -90,7 +90,7 @@ def synth(tmp_path, arch, typ, dims=None):
 # lfm2: the tiny preset's conv, conv, attention, conv layers.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
-        "lfm2": "kv_heads=2,rope_base=1000000,tied=1",
+        "lfm2": "kv_heads=2,rope_base=1000000,tied=1", "lfm2moe": "kv_heads=2,rope_base=1000000",
         "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
         "phi3": "window=6",
         "granite": "kv_heads=2",  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
@@ -98,12 +98,17 @@ DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "olmo2": "kv_heads=2,window=6,layers=4"}  # OLMo 3's window on layers 0-2
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "gemma2",
-                                  "phi3", "granite", "smollm3", "olmo2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe",
+                                  "gemma2", "phi3", "granite", "smollm3", "olmo2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
-    rel = compare(path, tmp_path, TOL[typ])
+    # lfm2moe: where its sigmoid router scores two experts within the 8-bit activations'
+    # noise, the quantized model can take the other one, which moves the logits by more
+    # than the noise itself (measured 1.9e-2 to 9.4e-2 over seeds 1-6; llama.cpp gives the
+    # same greedy tokens as Kinetic on these files). f32 (below 1e-6) checks the formulas.
+    tol = 1e-1 if arch == "lfm2moe" and typ != "f32" else TOL[typ]
+    rel = compare(path, tmp_path, tol)
     print(f"{arch} {typ}: relative rms error {rel:.2e}")
 
 

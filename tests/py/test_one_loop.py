@@ -209,6 +209,17 @@ def test_one_loop_lfm2(tmp_path):
     check_model(model, tmp_path, 24, scalar=True, need_accepted=False)
 
 
+def test_one_loop_lfm2moe(tmp_path):
+    """lfm2moe: the conv state and sigmoid-routed experts together, under a busy server
+    with drafting (this file's text repeats enough for drafts to be accepted: conv rows
+    rolled back and kept); receipts verify on the scalar kernels."""
+    model = str(tmp_path / "lfm2moe.gguf")
+    p = subprocess.run([KINETIC, "synth", "--arch", "lfm2moe", "--preset", "tiny", "--type", "q4_k_m",
+                        "--seed", "19", "-o", model], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    check_model(model, tmp_path, 24, scalar=True, need_accepted=True)
+
+
 @pytest.mark.skipif(GEMMA is None, reason="Gemma 3 270M not found")
 def test_one_loop_gemma(tmp_path):
     check_model(GEMMA, tmp_path, 12, names=("warm", "grammar", "stop"))

@@ -574,3 +574,28 @@ def test_lfm2_presets(tmp_path):
 def test_lfm2_bad_dims(tmp_path, args, message):
     r = synth(*args, "-o", tmp_path / "x.gguf", check=False)
     assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_lfm2moe_tiny_layout(tmp_path):
+    """lfm2moe as llama.cpp's loader wants it: lfm2's layers, the first dense, then
+    mixture-of-experts FFNs with the selection bias exp_probs_b; sigmoid gating; tied
+    output (llama.cpp's lfm2moe has no output.weight)."""
+    out = tmp_path / "lfm2moe.gguf"
+    synth("--arch", "lfm2moe", "--preset", "tiny", "--type", "q8_0", "-o", out)
+    kv, tensors = walk(out)
+    r = gguf.GGUFReader(out)
+    f = fields(r)
+    assert f["general.architecture"] == "lfm2moe"
+    assert f["lfm2moe.attention.head_count_kv"] == [0, 0, 2, 0]
+    assert f["lfm2moe.shortconv.l_cache"] == 3 and f["lfm2moe.leading_dense_block_count"] == 1
+    assert f["lfm2moe.expert_gating_func"] == 2 and f["lfm2moe.expert_count"] == 16
+    assert f["lfm2moe.expert_used_count"] == 4 and f["lfm2moe.expert_feed_forward_length"] == 256
+    assert "output.weight" not in tensors and "token_embd_norm.weight" in tensors
+    assert "blk.0.ffn_gate.weight" in tensors and "blk.0.ffn_gate_inp.weight" not in tensors
+    for il in (1, 2, 3):
+        assert tensors[f"blk.{il}.ffn_gate_exps.weight"][1] == [256, 256, 16]
+        assert tensors[f"blk.{il}.exp_probs_b.bias"][1] == [16]
+        assert f"blk.{il}.ffn_gate.weight" not in tensors
+    assert "blk.1.shortconv.in_proj.weight" in tensors and "blk.2.attn_q.weight" in tensors
+    info = kinetic_info(out)
+    assert info.returncode == 0 and "lfm2moe" in info.stdout, info.stderr

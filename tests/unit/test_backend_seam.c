@@ -572,6 +572,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
         {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
+        {SYNTH_LFM2MOE, SYNTH_Q8_0, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},

@@ -288,12 +288,12 @@ static void test_invariance(struct model *m)
 
 static void test_forward_errors(struct model *m);
 
-/* Writes the tiny lfm2 synth model (conv, conv, attention, conv) of type ft to path. */
-static bool write_lfm2(const char *path, enum synth_ftype ft)
+/* Writes the tiny lfm2 (or lfm2moe) synth model (conv, conv, attention, conv) of type ft. */
+static bool write_lfm2_arch(const char *path, enum synth_arch a, enum synth_ftype ft)
 {
     struct kn_err err = {0};
-    struct synth_params p = {.arch = SYNTH_LFM2, .ftype = ft, .seed = 3, .threads = 1, .name = "t"};
-    enum synth_arch arch = SYNTH_LFM2;
+    struct synth_params p = {.arch = a, .ftype = ft, .seed = 3, .threads = 1, .name = "t"};
+    enum synth_arch arch = a;
     CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
     CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
     return err.status == KN_OK;
@@ -301,6 +301,11 @@ static bool write_lfm2(const char *path, enum synth_ftype ft)
 
 /* Copies src to out with key `key` replaced by an int32 array (n values; n 0: the key
  * dropped) and tensor `skip` left out. */
+static bool write_lfm2(const char *path, enum synth_ftype ft)
+{
+    return write_lfm2_arch(path, SYNTH_LFM2, ft);
+}
+
 static bool rewrite_lfm2(const char *src, const char *out, const char *key, const int32_t *arr,
                          uint64_t n, const char *skip)
 {
@@ -422,6 +427,22 @@ static void test_lfm2(void)
         CHECKF(strstr(err.msg, cases[i].want) != NULL, "case %zu: %s", i, err.msg);
     }
     unlink(bad);
+
+    /* lfm2moe: one dense layer then mixture-of-experts ones (sigmoid routing with a
+     * selection bias) around the same conv and attention layers. */
+    if (write_lfm2_arch(path, SYNTH_LFM2MOE, SYNTH_Q4_K_M)) {
+        m = NULL;
+        CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
+        if (m) {
+            CHECK(m->hp.arch == MODEL_ARCH_LFM2MOE && m->hp.conv_layer[0] && !m->hp.conv_layer[2]);
+            CHECK(m->hp.n_expert == 16 && m->hp.n_layer_dense_lead == 1 && m->layers[0].moe == NULL &&
+                  m->layers[1].moe != NULL && m->hp.moe_gate.gating == KERN_MOE_SIGMOID &&
+                  m->output_tied);
+            test_invariance(m);
+            lfm2_rollback(m);
+            model_close(m);
+        }
+    }
     unlink(path);
 }
 

@@ -128,15 +128,17 @@ int main(void)
         CHECK(fd >= 0);
         close(fd);
         struct kn_err err = {0};
-        struct synth_params p = {.arch = SYNTH_LFM2, .ftype = SYNTH_Q4_K_M, .seed = 2, .threads = 1,
-                                 .name = "multiseq"};
-        enum synth_arch arch = SYNTH_LFM2;
-        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-        CHECKF(synth_write(&p, lfm2, &err) == KN_OK, "%s", err.msg);
-        struct model *probe = NULL; /* run_model skips a file it cannot open: this one must open */
-        CHECKF(model_open(&probe, lfm2, NULL, &err) == KN_OK, "%s", err.msg);
-        model_close(probe);
-        run_model(lfm2);
+        for (int a = 0; a < 2; a++) { /* lfm2, then lfm2moe (its MoE layers too) */
+            struct synth_params p = {.arch = a ? SYNTH_LFM2MOE : SYNTH_LFM2, .ftype = SYNTH_Q4_K_M,
+                                     .seed = 2, .threads = 1, .name = "multiseq"};
+            enum synth_arch arch = p.arch;
+            CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+            CHECKF(synth_write(&p, lfm2, &err) == KN_OK, "%s", err.msg);
+            struct model *probe = NULL; /* run_model skips a file it cannot open: this one must */
+            CHECKF(model_open(&probe, lfm2, NULL, &err) == KN_OK, "%s", err.msg);
+            model_close(probe);
+            run_model(lfm2);
+        }
         unlink(lfm2);
     }
     const char *g = getenv("KN_GEMMA");

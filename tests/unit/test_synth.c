@@ -72,6 +72,11 @@ static void test_presets_and_dims(void)
               d.conv_l == 3 && d.n_attn_layers == lfm2[i].n_attn && synth_attn_layer(&d, 2) &&
               !synth_attn_layer(&d, 0));
     }
+    arch = SYNTH_ARCH_COUNT;
+    CHECK(synth_preset("lfm2-8b-a1b", &arch, &d, &err) == KN_OK && arch == SYNTH_LFM2MOE);
+    CHECK(synth_check_dims(arch, &d, &err) == KN_OK);
+    CHECK(d.n_embd == 2048 && d.n_layer == 24 && d.n_expert == 32 && d.n_expert_used == 4 &&
+          d.n_ff_exp == 1792 && d.n_dense_lead == 2 && d.n_attn_layers == 6 && d.tied);
     arch = SYNTH_LFM2;
     CHECK(synth_preset("tiny", &arch, &d, &err) == KN_OK && d.n_layer == 4);
     CHECK(synth_check_dims(arch, &d, &err) == KN_OK && d.conv_l == 3);
