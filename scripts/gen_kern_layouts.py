@@ -21,6 +21,11 @@ TYPES = [  # (type, block elements, block bytes, offsets of f16 scales)
     (T.Q4_K, 256, 144, [0, 2]),
     (T.Q5_K, 256, 176, [0, 2]),
     (T.Q6_K, 256, 210, [208]),
+    (T.IQ4_NL, 32, 18, [0]),
+    (T.Q2_K, 256, 84, [80, 82]),
+    (T.Q3_K, 256, 110, [108]),
+    (T.IQ4_XS, 256, 136, [0]),
+    (T.MXFP4, 32, 17, []),  # its E8M0 scale byte is set below
 ]
 N_BLOCKS = 4
 
@@ -32,6 +37,8 @@ for t, bs, bb, scale_offs in TYPES:
         for off in scale_offs:
             v = np.float16(rng.uniform(0.5, 2.0) * (-1 if rng.integers(0, 2) else 1))
             blocks[b * bb + off:b * bb + off + 2] = v.tobytes()
+        if t == T.MXFP4:
+            blocks[b * bb] = int(rng.integers(124, 132))  # scales 2^-4 .. 2^3
     raw = np.frombuffer(bytes(blocks), dtype=np.uint8).reshape(1, N_BLOCKS * bb)
     vals = quants.dequantize(raw, t).astype(np.float32).reshape(-1)
     assert vals.size == N_BLOCKS * bs

@@ -210,4 +210,55 @@ bool chat_think_markers(const struct tok *tk, const char **open, const char **cl
  * marker for the model, blanks after it aside), so the answer starts inside it. */
 bool chat_prompt_opens_think(const char *text, size_t len, const char *open);
 
+/* ================================================================ tool calls
+ * (chat_tools.c; docs/server.md "Tool calls") */
+
+enum chat_tool_syntax {
+    CHAT_TOOLS_HERMES = 0, /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>: Hermes 2
+                            * Pro / 3, Qwen 2.5 / 3, and the fallback for templates without tools */
+    CHAT_TOOLS_LLAMA3,     /* Llama 3.x: the answer is {"name": N, "parameters": {...}}, or
+                            * <|python_tag|>{...}; several separated by ';' */
+    CHAT_TOOLS_MISTRAL,    /* [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] */
+    CHAT_TOOLS_FUNCTIONARY,/* v3.2 >>>N\n{...} (>>>all\n: text); v3.1 <function=N>{...}</function> */
+    CHAT_TOOLS_COUNT,
+};
+#define CHAT_TOOLS_MAX_CALLS 32 /* calls kept from one answer */
+
+const char *chat_tool_syntax_name(enum chat_tool_syntax s);
+/* The syntax the renderer's template writes calls in (its Jinja source's markers, else its
+ * family; Hermes when neither shows one). */
+enum chat_tool_syntax chat_tool_syntax_of(const struct chat_renderer *cr);
+
+struct chat_tool_call {
+    char *name;
+    char *arguments;   /* JSON text (compact), as OpenAI's function.arguments */
+};
+struct chat_tool_calls {
+    struct chat_tool_call call[CHAT_TOOLS_MAX_CALLS];
+    int n;
+    char *content;     /* the text outside the calls; NULL when it is only white space */
+    size_t content_len;
+};
+/* Finds the calls in a generated text. A call whose JSON does not parse (or lacks a name)
+ * ends the search: it and the rest stay content. KN_E_NOMEM only. */
+KN_MUST_USE enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *text,
+                                                 size_t len, struct chat_tool_calls *out,
+                                                 struct kn_err *err);
+void chat_tool_calls_free(struct chat_tool_calls *c);
+/* How much of a growing answer a stream may send as content: up to the first call marker,
+ * or a tail that may become one (Llama 3: nothing while the answer may be a bare call). */
+size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *text, size_t len);
+/* The JSON schema of one call's payload: anyOf over the tools (or only the one named
+ * `only`): {"name": {"const": N}, "arguments" (Llama 3: "parameters"): the tool's
+ * parameters schema}. *out: malloc'd text. KN_E_ARG: no such tool. */
+KN_MUST_USE enum kn_status chat_tool_call_schema(enum chat_tool_syntax syn,
+                                                 const struct json_value *tools, const char *only,
+                                                 char **out, struct kn_err *err);
+/* The text around forced calls: open CALL (sep CALL)* close, sep NULL for one call. False
+ * when the syntax cannot be written as a frame around the JSON payload (functionary). */
+struct chat_tool_frame {
+    const char *open, *sep, *close;
+};
+bool chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f);
+
 #endif

@@ -28,7 +28,7 @@ int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_
     }
     enum model_kv_type t;
     if (!model_kv_type_from_name(kv_type, &t)) {
-        fprintf(stderr, "kinetic %s: --kv-type must be f32 or f16, not '%s'\n", cmd, kv_type);
+        fprintf(stderr, "kinetic %s: --kv-type must be " MODEL_KV_TYPE_NAMES ", not '%s'\n", cmd, kv_type);
         return 2;
     }
     return 0;

@@ -37,8 +37,11 @@ static const char *const more_help =
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
     "reruns. Chat templates are chosen as `kinetic run` chooses them (the model's Jinja\n"
     "template; --chat-template FILE, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
-    "and \"chat_template_kwargs\" go to the template (the answer stays plain text: tool\n"
-    "calls in it are not parsed). SIGINT or SIGTERM stops the server cleanly.\n"
+    "and \"chat_template_kwargs\" go to the template, and calls in the answer come back as\n"
+    "message.tool_calls (tool_choice auto, none, required or a function: the last two forced\n"
+    "by a grammar from the tools' schemas). \"n\" asks for several choices, choice i with\n"
+    "seed + i. /health is 503 while the model loads; /metrics, /slots and --cors serve\n"
+    "gateways and browsers. SIGINT or SIGTERM stops the server cleanly.\n"
     "Every sampler of kinetic run (typical_p, top_n_sigma, xtc_*, dry_*, mirostat*,\n"
     "logit_bias, min_keep, samplers), stop strings, \"grammar\" (GBNF), \"json_schema\",\n"
     "\"response_format\" (json_object, json_schema) and \"reasoning_format\" (auto, deepseek,\n"
@@ -48,12 +51,13 @@ int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
-    const char *kv_type = SESSION_KV_TYPE_DEFAULT;
+    const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
     int64_t timeout = SRV_DEFAULT_TIMEOUT_S, header_timeout = SRV_DEFAULT_HEADER_TIMEOUT_S;
     int64_t max_conn = SRV_DEFAULT_MAX_CONNECTIONS, max_conn_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
     int64_t queue = 0, max_tokens = 0, toy_delay = 0, depth = 32, batch = 0;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
+    bool no_verify = false;
     int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL},
@@ -62,7 +66,8 @@ int cmd_serve(int argc, char **argv)
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
-        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: f32 or f16 (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"cors", 0, CLI_STR, &cors, "ORIGIN", "let browser pages from ORIGIN (or *) call the API: Access-Control-Allow-Origin on every answer, preflights answered", NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
@@ -82,6 +87,7 @@ int cmd_serve(int argc, char **argv)
         {"cache-ram", 0, CLI_INT, &cache_ram, "MiB", "the prompt cache shared by the slots (default 256; 0: none)", NULL},
         {"no-warm-start", 0, CLI_FLAG, &no_warm, NULL, "reuse no prompt prefix: neither what a slot holds nor the prompt cache", NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "POST /prefill evaluates nothing (answers {\"tokens\": 0})", NULL},
+        {"no-verify", 0, CLI_FLAG, &no_verify, NULL, "turn POST /verify-receipt off (the web page's Verify reruns a receipt; one at a time, " STR(SRV_VERIFY_INTERVAL_S) " s apart)", NULL},
         {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL},
         {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL},
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL},
@@ -141,54 +147,23 @@ int cmd_serve(int argc, char **argv)
         }
     }
 
-    struct kn_err err = {0};
-    struct srv_backend backend;
-    struct srv_signer *signer = NULL;
-    if (toy) {
-        if (n_pos) {
-            fprintf(stderr, "kinetic serve: give either a model file or --toy, not both\n");
-            return 2;
-        }
-        if (srv_toy_backend(&backend, (int)parallel, ctx_size ? ctx_size : 512, (int)toy_delay,
-                            &err) != KN_OK) {
-            fprintf(stderr, "kinetic serve: %s\n", err.msg);
-            return 1;
-        }
-        if (batch)
-            backend.max_batch = batch < parallel ? parallel : batch;
-    } else {
-        if (!n_pos) {
-            fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
-            return 2;
-        }
-        struct srv_model_opts mo = {.n_slots = (int)parallel, .cache_ram_mib = no_warm ? 0 : cache_ram};
-        session_opts_default(&mo.session);
-        mo.session.model_path = pos[0];
-        mo.session.chat_format = chat_format;
-        mo.session.chat_template = chat_template;
-        mo.session.chat_template_kwargs = chat_template_kwargs;
-        mo.session.ctx_size = ctx_size;
-        mo.session.batch = batch;
-        mo.session.threads = (int)threads;
-        mo.session.kv_type = kv_type;
-        if (srv_model_backend(&backend, &mo, &err) != KN_OK) {
-            fprintf(stderr, "kinetic serve: %s\n", err.msg);
-            return 1;
-        }
-        if (srv_signer_open(&signer, sign_key, &err) != KN_OK) {
-            fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
-            backend.free(backend.ctx);
-            return 1;
-        }
-        /* Hash the model now (or find it in the cache), not in the first receipt request. */
-        char hex[65];
-        if (hashcache_model_blake3(pos[0], hex, &err) != KN_OK)
-            kn_log(KN_LOG_WARN, "serve: %s", err.msg);
+    if (toy && n_pos) {
+        fprintf(stderr, "kinetic serve: give either a model file or --toy, not both\n");
+        return 2;
+    }
+    if (!toy && !n_pos) {
+        fprintf(stderr, "kinetic serve: no model file given; usage: kinetic serve %s\n", usage);
+        return 2;
     }
     if (toy && sign_key) {
         fprintf(stderr, "kinetic serve: --sign-key needs a model file: the toy model makes no receipts\n");
-        backend.free(backend.ctx);
         return 2;
+    }
+    struct kn_err err = {0};
+    struct srv_signer *signer = NULL;
+    if (!toy && srv_signer_open(&signer, sign_key, &err) != KN_OK) {
+        fprintf(stderr, "kinetic serve: --sign-key %s: %s\n", sign_key, err.msg);
+        return 1;
     }
 
     /* Block the stop signals in every thread; this one waits for them below. */
@@ -226,18 +201,63 @@ int cmd_serve(int argc, char **argv)
         .receipt_ctx = signer,
         .speed = {.no_draft = no_draft, .draft_max = (int)draft_max, .no_warm_start = no_warm},
         .no_zero_wait = no_zero_wait,
+        .cors = cors,
+        .no_verify = no_verify,
     };
+    /* Listen first: while the model loads, /health answers 503 (a load balancer's
+     * readiness probe) and every other endpoint 503 "model_loading". */
     struct srv *s = NULL;
-    if (srv_start(&s, &cfg, &backend, &err) != KN_OK) {
+    if (srv_start(&s, &cfg, NULL, &err) != KN_OK) {
         fprintf(stderr, "kinetic serve: %s\n", err.msg);
-        backend.free(backend.ctx);
         srv_signer_free(signer);
         return 1;
     }
-    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions, "
+    printf("kinetic serve: loading %s; answering on http://%s:%d (/health: 503 until ready)\n",
+           toy ? "the toy model" : pos[0], host, srv_port(s));
+    fflush(stdout);
+
+    struct srv_backend backend;
+    enum kn_status st;
+    if (toy) {
+        st = srv_toy_backend(&backend, (int)parallel, ctx_size ? ctx_size : 512, (int)toy_delay, &err);
+        if (st == KN_OK && batch)
+            backend.max_batch = batch < parallel ? parallel : batch;
+    } else {
+        struct srv_model_opts mo = {.n_slots = (int)parallel, .cache_ram_mib = no_warm ? 0 : cache_ram};
+        session_opts_default(&mo.session);
+        mo.session.model_path = pos[0];
+        mo.session.chat_format = chat_format;
+        mo.session.chat_template = chat_template;
+        mo.session.chat_template_kwargs = chat_template_kwargs;
+        mo.session.ctx_size = ctx_size;
+        mo.session.batch = batch;
+        mo.session.threads = (int)threads;
+        mo.session.kv_type = kv_type;
+        st = srv_model_backend(&backend, &mo, &err);
+        if (st == KN_OK) {
+            /* Hash the model now (or find it in the cache), not in the first receipt request. */
+            char hex[65];
+            struct kn_err herr = {0};
+            if (hashcache_model_blake3(pos[0], hex, &herr) != KN_OK)
+                kn_log(KN_LOG_WARN, "serve: %s", herr.msg);
+        }
+    }
+    if (st == KN_OK && (st = srv_attach(s, &backend, &err)) != KN_OK)
+        backend.free(backend.ctx);
+    if (st != KN_OK) {
+        fprintf(stderr, "kinetic serve: %s\n", err.msg);
+        srv_stop(s);
+        srv_signer_free(signer);
+        return 1;
+    }
+    char kv_text[96] = "";
+    if (backend.cache_type)
+        snprintf(kv_text, sizeof kv_text, ", KV cache %s: %.1f MiB per slot", backend.cache_type,
+                 (double)backend.kv_bytes_per_slot / (1024.0 * 1024.0));
+    printf("kinetic serve: listening on http://%s:%d (model %s, %d slots of %lld positions%s, "
            "chat format %s, %s)\n",
            host, srv_port(s), alias ? alias : backend.name, backend.n_slots,
-           (long long)backend.n_ctx, backend.chat_format, backend.device_class);
+           (long long)backend.n_ctx, kv_text, backend.chat_format, backend.device_class);
     fflush(stdout);
 
     int sig = 0;

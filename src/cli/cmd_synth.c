@@ -28,9 +28,12 @@ static void print_details(void)
         putchar(*p);
     }
     printf("\n"
-           "types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (every matrix in\n"
-           "  that type; rows that are not whole blocks fall back as llama.cpp does: q4_k->q5_0,\n"
-           "  q5_k->q5_1, q6_k->q8_0, else f16), q4_k_m (llama.cpp's mix of q4_K and q6_K).\n"
+           "types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, q6_k, mxfp4\n"
+           "  (every matrix in that type; rows that are not whole blocks fall back as llama.cpp\n"
+           "  does: q2/q3_k, iq4_xs->iq4_nl, q4_k->q5_0, q5_k->q5_1, q6_k->q8_0, else f16), and\n"
+           "  llama.cpp's mixes as llama-quantize lays them out: q2_k, q3_k_s, q3_k_m, q3_k_l,\n"
+           "  q4_k_m, q5_k_m, iq4_nl, iq4_xs (output q6_K; attn_v, ffn_down, attn_output with\n"
+           "  more bits by llama.cpp's per-layer rules), mxfp4_moe (experts mxfp4, else q8_0).\n"
            "  Norms and biases stay f32. Default: q8_0.\n"
            "\n"
            "--dims SPEC: comma-separated key=value pairs, applied over the preset if one is given:\n"

@@ -58,7 +58,8 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
                       uint8_t flags_start, uint8_t flags_end, uint8_t *out)
 {
     enum kern_isa isa = blake3_isa();
-    if (isa >= KERN_ISA_AVX512) {
+#if defined(KERN_ARCH_X86)
+    if (isa == KERN_ISA_AVX512) {
         while (n >= 16) {
             b3_hash16_avx512(in, stride, blocks, key, counter, increment, flags, flags_start,
                              flags_end, out);
@@ -68,7 +69,7 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
             n -= 16;
         }
     }
-    if (isa >= KERN_ISA_AVX2) {
+    if (isa == KERN_ISA_AVX512 || isa == KERN_ISA_AVX2) {
         while (n >= 8) {
             b3_hash8_avx2(in, stride, blocks, key, counter, increment, flags, flags_start,
                           flags_end, out);
@@ -78,6 +79,9 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
             n -= 8;
         }
     }
+#else
+    (void)isa; /* other architectures: the portable code (aarch64 has no NEON BLAKE3 yet) */
+#endif
     b3_hash_many_portable(in, stride, n, blocks, key, counter, increment, flags, flags_start,
                           flags_end, out);
 }

@@ -54,15 +54,20 @@ enum kn_status pcache_create(struct pcache **out, const struct model *m, enum mo
     if (!c)
         return KN_E_NOMEM;
     const struct model_hparams *hp = &m->hp;
-    size_t elt = type == MODEL_KV_F16 ? 2 : 4;
     c->type = type;
     c->n_layer = hp->n_layer;
     c->n_vocab = hp->n_vocab;
-    c->k_row = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
-    c->v_row = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
     c->n_head_kv = hp->n_head_kv;
-    c->k_head = (size_t)hp->head_dim_k * elt;
-    c->v_head = (size_t)hp->head_dim_v * elt;
+    c->k_head = kern_kv_row_bytes(model_kv_qtype(type), hp->head_dim_k);
+    c->v_head = kern_kv_row_bytes(model_kv_qtype(type), hp->head_dim_v);
+    c->k_row = c->k_head * (size_t)hp->n_head_kv;
+    c->v_row = c->v_head * (size_t)hp->n_head_kv;
+    if (c->k_head == 0 || c->v_head == 0) {
+        free(c);
+        return kn_fail(err, KN_E_UNSUPPORTED, "the prompt cache cannot hold a %s KV cache of "
+                       "head dims %lld and %lld", model_kv_type_name(type),
+                       (long long)hp->head_dim_k, (long long)hp->head_dim_v);
+    }
     int64_t n_conv = 0;
     for (int64_t l = 0; l < hp->n_layer; l++)
         n_conv += c->conv[l] = hp->conv_layer[l];

@@ -138,7 +138,7 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
         s->o.batch = SESSION_BATCH_DEFAULT;
     enum kn_status st = KN_OK;
     if (!model_kv_type_from_name(s->o.kv_type, &s->kv_type))
-        return kn_fail(err, KN_E_ARG, "--kv-type must be f32 or f16, not '%s'", s->o.kv_type);
+        return kn_fail(err, KN_E_ARG, "--kv-type must be " MODEL_KV_TYPE_NAMES ", not '%s'", s->o.kv_type);
     s->kv_name = model_kv_type_name(s->kv_type);
     if (o->level == SESSION_ENGINE && (st = sample_params_check(&o->sp, err)) != KN_OK)
         return st;

@@ -40,7 +40,7 @@ struct receipt_template;
 #define SESSION_BATCH_MAX 65536        /* the most --batch-size accepts */
 #define SESSION_THREADS_MAX_DEFAULT 16 /* the default threads: CPUs online, at most this */
 #define SESSION_CACHE_RAM_DEFAULT 2048 /* MiB of the Warm Start file's cache */
-#define SESSION_KV_TYPE_DEFAULT "f32"  /* the KV cache element type */
+#define SESSION_KV_TYPE_DEFAULT "f16"  /* the KV cache element type (llama.cpp's default) */
 
 /* How much a session opens. */
 enum session_level {
@@ -62,7 +62,7 @@ struct session_opts {
     int64_t ctx_size;
     int64_t batch;
     int threads;
-    const char *kv_type;       /* "f32" or "f16" */
+    const char *kv_type;       /* "f32", "f16" or "q8_0" */
     bool no_draft;
     int32_t draft_max;         /* 0: the engine's default */
     /* Sampling (SESSION_ENGINE), n_predict included: checked, logit-bias ids against the
@@ -97,7 +97,7 @@ struct session {
     int64_t n_vocab;
     int64_t n_ctx, n_batch;
     enum model_kv_type kv_type;
-    const char *kv_name;       /* "f32" or "f16": what the receipt records */
+    const char *kv_name;       /* "f32", "f16" or "q8_0": what the receipt records */
     const char *think_open, *think_close; /* the reasoning markers (chat_think_markers) */
     bool think_native;         /* the vocabulary has them as tokens */
     struct kern_pool *pool;
@@ -234,7 +234,7 @@ struct session_record {
     const int32_t *output;
     int64_t n_output;
     int64_t ctx_size;
-    const char *cache_type;          /* "f32" or "f16" */
+    const char *cache_type;          /* "f32", "f16" or "q8_0" */
     const char *grammar;             /* the GBNF text used, or NULL */
     const struct json_value *response_format; /* as the request gave it, or NULL */
     const struct receipt_template *tmpl;  /* how input became the prompt (copied), the

@@ -13,18 +13,27 @@
  * merged into the running state (m, l, o), which starts as (-inf, 0, 0):
  *   m' = max(m, m_t), a = kern_expf(m - m'), b = kern_expf(m_t - m')
  *   l  = fmaf(l_t, b, l * a),  o[d] = fmaf(o_t[d], b, o[d] * a),  m = m'
- * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first. */
+ * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first; a Q8_0
+ * element is (float)q * d with d its block's f16 scale widened (one rounding, the same at
+ * every ISA level). */
 #include "kernels.h"
 #include "ops_internal.h"
 
 enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err)
 {
-    if (a->kv_type != QT_F32 && a->kv_type != QT_F16)
+    if (a->kv_type != QT_F32 && a->kv_type != QT_F16 && a->kv_type != QT_Q8_0)
         return kn_fail(err, KN_E_UNSUPPORTED, "attention: KV cache type %s is not supported "
-                       "(use f32 or f16)", quant_type_name(a->kv_type));
+                       "(use f32, f16 or q8_0)", quant_type_name(a->kv_type));
     if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM)
         return kn_fail(err, KN_E_UNSUPPORTED, "attention: head dim %d is outside 1..%d",
                        (int)a->head_dim, KERN_ATTN_MAX_HEAD_DIM);
+    /* q8_0 rows are whole blocks of 32: every row and head starts a block */
+    if (a->kv_type == QT_Q8_0 &&
+        (a->head_dim % QK8_0 || a->k_stride % QK8_0 || a->v_stride % QK8_0 ||
+         a->k_head_stride % QK8_0 || a->v_head_stride % QK8_0))
+        return kn_fail(err, KN_E_UNSUPPORTED, "attention: a q8_0 KV cache needs a head dim "
+                       "and strides that are multiples of %d (head dim %d)", QK8_0,
+                       (int)a->head_dim);
     if (a->n_head < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv != 0)
         return kn_fail(err, KN_E_FORMAT, "attention: %d query heads are not a multiple of %d "
                        "key/value heads", (int)a->n_head, (int)a->n_head_kv);
@@ -61,6 +70,13 @@ static const float *kv_row(const void *base, int64_t stride, int64_t head_stride
     int64_t off = p * stride + g * (head_stride ? head_stride : d);
     if (type == QT_F32)
         return (const float *)base + off;
+    if (type == QT_Q8_0) {
+        /* off is a multiple of 32 (kern_attn_check): blocks off/32 .. */
+        const struct block_q8_0 *b = (const struct block_q8_0 *)base + off / QK8_0;
+        for (int64_t i = 0; i < d; i++)
+            buf[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+        return buf;
+    }
     const kn_f16 *h = (const kn_f16 *)base + off;
     for (int64_t i = 0; i < d; i++)
         buf[i] = quant_f16_to_f32(h[i]);

@@ -11,10 +11,21 @@
 #if defined(__x86_64__)
 #include "kmath_avx2.h"
 
+/* Q8_0 elements off.. (off % 32 <= 24, so the 8 share a block): (float)q * d, one
+ * rounding as in the reference (the f16 scale converts exactly). */
+static inline __m256 load8_q8(const void *base, int64_t off)
+{
+    const struct block_q8_0 *b = (const struct block_q8_0 *)base + (off >> 5);
+    __m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + (off & 31)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(_cvtsh_ss(b->d)));
+}
+
 static inline __m256 load8(const void *base, uint32_t type, int64_t off)
 {
     if (type == QT_F32)
         return _mm256_loadu_ps((const float *)base + off);
+    if (type == QT_Q8_0)
+        return load8_q8(base, off);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kn_f16 *)base + off)));
 }
 
@@ -22,6 +33,10 @@ static inline float load1(const void *base, uint32_t type, int64_t off)
 {
     if (type == QT_F32)
         return ((const float *)base)[off];
+    if (type == QT_Q8_0) {
+        const struct block_q8_0 *b = (const struct block_q8_0 *)base + (off >> 5);
+        return (float)b->qs[off & 31] * quant_f16_to_f32(b->d);
+    }
     return quant_f16_to_f32(((const kn_f16 *)base)[off]);
 }
 
@@ -256,6 +271,8 @@ void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end)
 {
     if (a->kv_type == QT_F32)
         attn_body(a, begin, end, QT_F32);
+    else if (a->kv_type == QT_Q8_0)
+        attn_body(a, begin, end, QT_Q8_0);
     else
         attn_body(a, begin, end, QT_F16);
 }

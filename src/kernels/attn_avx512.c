@@ -6,10 +6,22 @@
 #if defined(__x86_64__)
 #include "kmath_avx512.h"
 
+/* Q8_0 elements off.. (off % 32 is 0 or 16, so the 16 share a block): (float)q * d, one
+ * rounding as in the reference (the f16 scale converts exactly); lanes outside k are 0. */
+static inline __m512 load16_q8(__mmask16 k, const void *base, int64_t off)
+{
+    const struct block_q8_0 *b = (const struct block_q8_0 *)base + (off >> 5);
+    __m128i q = _mm_maskz_loadu_epi8(k, b->qs + (off & 31));
+    return _mm512_maskz_mul_ps(k, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                               _mm512_set1_ps(_cvtsh_ss(b->d)));
+}
+
 static inline __m512 load16(const void *base, uint32_t type, int64_t off)
 {
     if (type == QT_F32)
         return _mm512_loadu_ps((const float *)base + off);
+    if (type == QT_Q8_0)
+        return load16_q8((__mmask16)0xffff, base, off);
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const kn_f16 *)base + off)));
 }
 
@@ -17,6 +29,8 @@ static inline __m512 load16z(__mmask16 k, const void *base, uint32_t type, int64
 {
     if (type == QT_F32)
         return _mm512_maskz_loadu_ps(k, (const float *)base + off);
+    if (type == QT_Q8_0)
+        return load16_q8(k, base, off);
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const kn_f16 *)base + off));
 }
 
@@ -228,6 +242,8 @@ void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end
 {
     if (a->kv_type == QT_F32)
         attn_body(a, begin, end, QT_F32);
+    else if (a->kv_type == QT_Q8_0)
+        attn_body(a, begin, end, QT_Q8_0);
     else
         attn_body(a, begin, end, QT_F16);
 }

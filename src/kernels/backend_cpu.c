@@ -399,14 +399,14 @@ static void cpu_kv_store(struct kern_stream *s, const struct kern_attn_batch *b)
     (void)s;
     /* Head-major caches: head g of position p at (g * n_ctx + p) * D. */
     const int64_t D = b->head_dim, Hkv = b->n_head_kv, KD = Hkv * D;
-    const size_t elt = b->kv_type == QT_F16 ? 2 : 4;
+    const size_t row = kern_kv_row_bytes(b->kv_type, D); /* one head's row */
     for (int64_t r = 0; r < b->n_runs; r++) {
         const struct kern_kv_run *run = &b->runs[r];
         uint8_t *k = run->k->host, *v = run->v->host;
         for (int64_t t = run->t0; t < run->t0 + run->n; t++)
             for (int64_t g = 0; g < Hkv; g++) {
-                size_t off = ((size_t)g * (size_t)run->n_ctx + (size_t)b->pos[t]) * (size_t)D * elt;
-                /* the type is QT_F32 or QT_F16 (model_kv), which both store */
+                size_t off = ((size_t)g * (size_t)run->n_ctx + (size_t)b->pos[t]) * row;
+                /* the type is one model_kv_init accepted for this head dim, which stores */
                 bool ok = kern_kv_store(b->kv_type, k + off, F(b->k_new) + t * KD + g * D, D);
                 ok &= kern_kv_store(b->kv_type, v + off, F(b->v_new) + t * KD + g * D, D);
                 (void)ok;

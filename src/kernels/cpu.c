@@ -1,14 +1,18 @@
-/* cpu.c: which ISA levels this CPU and OS can run (cpuid + xgetbv), and the level in use
- * (KINETIC_ISA override, else the best). */
+/* cpu.c: which ISA levels this CPU and OS can run (x86: cpuid + xgetbv; aarch64: the
+ * kernel's HWCAP bits on Linux, sysctl on macOS), and the level in use (KINETIC_ISA
+ * override, else the best). */
 #include "isa.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(KERN_ARCH_X86)
 #include <cpuid.h>
-#define KN_X86 1
+#elif defined(KERN_ARCH_ARM) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(KERN_ARCH_ARM) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 const char *kern_isa_name(enum kern_isa isa)
@@ -17,6 +21,9 @@ const char *kern_isa_name(enum kern_isa isa)
     case KERN_ISA_SCALAR: return "scalar";
     case KERN_ISA_AVX2: return "avx2";
     case KERN_ISA_AVX512: return "avx512";
+    case KERN_ISA_NEON: return "neon";
+    case KERN_ISA_DOTPROD: return "dotprod";
+    case KERN_ISA_I8MM: return "i8mm";
     case KERN_ISA_COUNT: break;
     }
     return "unknown";
@@ -25,15 +32,35 @@ const char *kern_isa_name(enum kern_isa isa)
 const char *kern_device_class(enum kern_isa isa)
 {
     switch (isa) {
-    case KERN_ISA_SCALAR: return "cpu-x86_64-scalar";
+    case KERN_ISA_SCALAR: return "cpu-" KERN_ARCH_NAME "-scalar";
     case KERN_ISA_AVX2: return "cpu-x86_64-avx2";
     case KERN_ISA_AVX512: return "cpu-x86_64-avx512";
+    case KERN_ISA_NEON: return "cpu-aarch64-neon";
+    case KERN_ISA_DOTPROD: return "cpu-aarch64-dotprod";
+    case KERN_ISA_I8MM: return "cpu-aarch64-i8mm";
     case KERN_ISA_COUNT: break;
     }
     return "cpu-unknown";
 }
 
-#ifdef KN_X86
+bool kern_device_class_is_cpu(const char *device_class)
+{
+    static const char *const archs[] = {"x86_64", "aarch64", "generic"};
+    if (!device_class || strncmp(device_class, "cpu-", 4) != 0)
+        return false;
+    const char *rest = device_class + 4;
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        size_t n = strlen(archs[a]);
+        if (strncmp(rest, archs[a], n) != 0 || rest[n] != '-')
+            continue;
+        for (int i = 0; i < KERN_ISA_COUNT; i++)
+            if (strcmp(rest + n + 1, kern_isa_name((enum kern_isa)i)) == 0)
+                return true;
+    }
+    return false;
+}
+
+#if defined(KERN_ARCH_X86)
 /* XCR0: which register states the OS saves on a context switch. A CPU flag without the
  * OS saving the registers means the instructions fault or lose state. */
 static uint64_t read_xcr0(void)
@@ -66,6 +93,43 @@ static unsigned detect(void)
         out |= 1u << KERN_ISA_AVX2;
         if (os_zmm && f512 && dq && bw && vl && vnni)
             out |= 1u << KERN_ISA_AVX512;
+    }
+    return out;
+}
+#elif defined(KERN_ARCH_ARM)
+/* Advanced SIMD is part of every AArch64 CPU (and of the base ABI); dotprod and i8mm are
+ * optional. Each level includes the one below it (an i8mm CPU without dotprod does not
+ * exist in practice, and would run the neon kernels). */
+static void arm_features(bool *dotprod, bool *i8mm)
+{
+    *dotprod = *i8mm = false;
+#if defined(__linux__)
+    /* Linux's arm64 hwcap bits (asm/hwcap.h): HWCAP_ASIMDDP = 1 << 20, HWCAP2_I8MM = 1 << 13. */
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    *dotprod = (hw >> 20) & 1ul;
+    *i8mm = (hw2 >> 13) & 1ul;
+#elif defined(__APPLE__)
+    int v = 0;
+    size_t len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0)
+        *dotprod = v != 0;
+    v = 0;
+    len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_I8MM", &v, &len, NULL, 0) == 0)
+        *i8mm = v != 0;
+#endif
+    /* Other systems: the neon level only (always correct, just slower). */
+}
+
+static unsigned detect(void)
+{
+    unsigned out = 1u << KERN_ISA_SCALAR | 1u << KERN_ISA_NEON;
+    bool dotprod, i8mm;
+    arm_features(&dotprod, &i8mm);
+    if (dotprod) {
+        out |= 1u << KERN_ISA_DOTPROD;
+        if (i8mm)
+            out |= 1u << KERN_ISA_I8MM;
     }
     return out;
 }
@@ -130,8 +194,8 @@ enum kn_status kern_isa_init(struct kn_err *err)
         }
     }
     return kn_fail(err, KN_E_ARG,
-                   "KINETIC_ISA=%s is not a level; use scalar, avx2 or avx512 (or unset it "
-                   "for the best this CPU supports, %s)",
+                   "KINETIC_ISA=%s is not a level; use scalar, avx2 or avx512 (x86-64) or neon, "
+                   "dotprod or i8mm (aarch64), or unset it for the best this CPU supports, %s",
                    env, kern_isa_name(kern_isa_best()));
 }
 

@@ -5,14 +5,32 @@
 
 #include "../base/base.h"
 
+/* The architecture whose SIMD files this build compiles (CMakeLists.txt compiles the
+ * *_avx2.c / *_avx512.c files for x86-64 and the *_neon.c / *_dotprod.c / *_i8mm.c files
+ * for aarch64; code that calls them is guarded by these). */
+#if defined(__x86_64__) || defined(__i386__)
+#define KERN_ARCH_X86 1
+#define KERN_ARCH_NAME "x86_64"
+#elif defined(__aarch64__)
+#define KERN_ARCH_ARM 1
+#define KERN_ARCH_NAME "aarch64"
+#else
+#define KERN_ARCH_NAME "generic"
+#endif
+
+/* One list for both architectures: a level of the other architecture is simply never
+ * supported (kern_isa_supported), so loops over every level run the same code anywhere. */
 enum kern_isa {
-    KERN_ISA_SCALAR = 0, /* the portable reference: the specification */
-    KERN_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    KERN_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI */
+    KERN_ISA_SCALAR = 0,  /* the portable reference: the specification */
+    KERN_ISA_AVX2 = 1,    /* x86-64: AVX2 + FMA + F16C */
+    KERN_ISA_AVX512 = 2,  /* x86-64: AVX-512 F/BW/VL/DQ + VNNI */
+    KERN_ISA_NEON = 3,    /* aarch64: Advanced SIMD (every AArch64 CPU) */
+    KERN_ISA_DOTPROD = 4, /* aarch64: + SDOT/UDOT (Armv8.2 DotProd) */
+    KERN_ISA_I8MM = 5,    /* aarch64: + SMMLA/USDOT (Armv8.6 I8MM) */
     KERN_ISA_COUNT,
 };
 
-/* "scalar", "avx2", "avx512". */
+/* "scalar", "avx2", "avx512", "neon", "dotprod", "i8mm". */
 const char *kern_isa_name(enum kern_isa isa);
 /* True if this CPU (and OS) can run isa. */
 bool kern_isa_supported(enum kern_isa isa);
@@ -25,7 +43,12 @@ enum kern_isa kern_isa_active(void);
 KN_MUST_USE enum kn_status kern_isa_init(struct kn_err *err);
 /* Forces a level (tests, verify-receipt); fails if the CPU lacks it. */
 KN_MUST_USE enum kn_status kern_isa_set(enum kern_isa isa, struct kn_err *err);
-/* The device class recorded in receipts: "cpu-x86_64-avx2" etc. */
+/* The device class recorded in receipts: "cpu-x86_64-avx2", "cpu-aarch64-dotprod" etc.
+ * (the scalar level names this build's architecture: "cpu-aarch64-scalar"). Every CPU
+ * class computes the same canonical-1 bits; the class says where a receipt was made. */
 const char *kern_device_class(enum kern_isa isa);
+/* True if class names a CPU level of any architecture ("cpu-x86_64-avx2",
+ * "cpu-aarch64-neon", ...): one whose bits are canonical-1's on every CPU. */
+bool kern_device_class_is_cpu(const char *device_class);
 
 #endif

@@ -10,6 +10,7 @@
 
 float kern_dot_f32_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_f32_avx512(const float *a, const float *b, int64_t n);
+float kern_dot_f32_neon(const float *a, const float *b, int64_t n);
 
 /* Activation quantization (actq.c is the reference). */
 void kern_quantize_row_q8f_ref(const float *x, int64_t K, struct kern_block_q8f *dst);
@@ -18,6 +19,8 @@ void kern_quantize_row_q8f_avx2(const float *x, int64_t K, struct kern_block_q8f
 void kern_quantize_row_q8k_avx2(const float *x, int64_t K, struct block_q8_K *dst);
 void kern_quantize_row_q8f_avx512(const float *x, int64_t K, struct kern_block_q8f *dst);
 void kern_quantize_row_q8k_avx512(const float *x, int64_t K, struct block_q8_K *dst);
+void kern_quantize_row_q8f_neon(const float *x, int64_t K, struct kern_block_q8f *dst);
+void kern_quantize_row_q8k_neon(const float *x, int64_t K, struct block_q8_K *dst);
 
 /* Computes y[m][n] for n in [n0, n1) with this ISA's kernels and returns true, or
  * returns false (nothing written) when the ISA has no kernel for w's type/layout. */
@@ -25,6 +28,14 @@ bool kern_matmul_rows_avx2(const struct kern_weight *w, const struct kern_act *a
                            int64_t ldy, int64_t n0, int64_t n1);
 bool kern_matmul_rows_avx512(const struct kern_weight *w, const struct kern_act *a, float *y,
                              int64_t ldy, int64_t n0, int64_t n1);
+/* aarch64: one template (matmul_neon.h) compiled three times; the dotprod and i8mm files
+ * only change how the exact integer block sums are formed. */
+bool kern_matmul_rows_neon(const struct kern_weight *w, const struct kern_act *a, float *y,
+                           int64_t ldy, int64_t n0, int64_t n1);
+bool kern_matmul_rows_dotprod(const struct kern_weight *w, const struct kern_act *a, float *y,
+                              int64_t ldy, int64_t n0, int64_t n1);
+bool kern_matmul_rows_i8mm(const struct kern_weight *w, const struct kern_act *a, float *y,
+                           int64_t ldy, int64_t n0, int64_t n1);
 
 /* Repacked layouts (repack.c). Rows are grouped by KERN_ROW_ALIGN = 16; a partial last
  * group is padded with zero rows. Returns the bytes of the packed copy for (type, N, K),

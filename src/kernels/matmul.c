@@ -3,27 +3,26 @@
 #include "kern_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
 bool kern_type_supported(enum quant_type t)
 {
-    switch (t) {
-    case QT_F32: case QT_F16: case QT_BF16:
-    case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
-        return true;
-    default:
-        return false;
-    }
+    /* The type table's flag is the one list (quant/types.c); every flagged type has a
+     * case in kern_matmul_rows_ref (test_quant checks the flags, test_kern_matmul the
+     * products). */
+    const struct quant_type_info *ti = quant_type_info(t);
+    return ti && ti->computable;
 }
 
 enum kern_act_kind kern_act_kind_for(enum quant_type t)
 {
     switch (t) {
-    case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
+    case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_IQ4_NL:
+    case QT_MXFP4:
         return KERN_ACT_Q8_32;
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q2_K: case QT_Q3_K: case QT_IQ4_XS:
         return KERN_ACT_Q8_K;
     default:
         return KERN_ACT_F32;
@@ -59,11 +58,17 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
                                 struct kn_err *err)
 {
     memset(w, 0, sizeof *w);
-    if (!kern_type_supported(type))
+    if (!kern_type_supported(type)) {
+        char names[256];
+        size_t len = 0;
+        for (uint32_t t = 0; t < QT_COUNT && len < sizeof names; t++)
+            if (kern_type_supported((enum quant_type)t))
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                                        quant_type_name(t));
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "no matrix-product kernel for weight type %s; supported: f32, f16, "
-                       "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K",
-                       quant_type_name(type));
+                       "no matrix-product kernel for weight type %s; supported: %s",
+                       quant_type_name(type), names);
+    }
     const struct quant_type_info *ti = quant_type_info(type);
     if (N < 1 || K < 1 || K % ti->block_size != 0)
         return kn_fail(err, KN_E_FORMAT,
@@ -218,7 +223,104 @@ static float dot_q5_1_ref(const void *wr, const struct kern_block_q8f *x, int64_
     return acc;
 }
 
+static float dot_iq4_nl_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
+{
+    const struct block_iq4_nl *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            isum += quant_iq4nl_levels[w[b].qs[j] & 0xF] * x[b].qs[j];
+            isum += quant_iq4nl_levels[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+        }
+        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
+static float dot_mxfp4_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
+{
+    const struct block_mxfp4 *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            isum += quant_mxfp4_values[w[b].qs[j] & 0xF] * x[b].qs[j];
+            isum += quant_mxfp4_values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+        }
+        acc = fmaf(quant_e8m0_half(w[b].e) * x[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
 /* ---------------------------------------------------------------- reference: K-quants */
+
+static float dot_q2_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
+{
+    const struct block_q2_K *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0, imin = 0;
+        for (int i = 0; i < 16; i++) {
+            int32_t s = 0;
+            for (int e = 16 * i; e < 16 * i + 16; e++) {
+                int h = e / 128, t = (e % 128) / 32, l = e % 32;
+                s += ((w[b].qs[32 * h + l] >> (2 * t)) & 3) * x[b].qs[e];
+            }
+            isum += (w[b].scales[i] & 0xF) * s;
+            imin += (w[b].scales[i] >> 4) * x[b].bsums[i];
+        }
+        float dx = x[b].d;
+        acc = fmaf(kern_f16(&w[b].d) * dx, (float)isum, acc);
+        acc = fmaf(-(kern_f16(&w[b].dmin) * dx), (float)imin, acc);
+    }
+    return acc;
+}
+
+static float dot_q3_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
+{
+    const struct block_q3_K *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int sc[16];
+        quant_q3k_scales(w[b].scales, sc);
+        int32_t isum = 0;
+        for (int i = 0; i < 16; i++) {
+            int32_t s = 0;
+            for (int e = 16 * i; e < 16 * i + 16; e++) {
+                int h = e / 128, t = (e % 128) / 32, l = e % 32;
+                int q = ((w[b].qs[32 * h + l] >> (2 * t)) & 3) |
+                        ((w[b].hmask[l] >> (4 * h + t)) & 1) << 2;
+                s += (q - 4) * x[b].qs[e];
+            }
+            isum += sc[i] * s;
+        }
+        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
+    }
+    return acc;
+}
+
+static float dot_iq4_xs_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
+{
+    const struct block_iq4_xs *w = wr;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        uint16_t sh;
+        memcpy(&sh, &w[b].scales_h, 2);
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = w[b].qs + 16 * j;
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) {
+                s += quant_iq4nl_levels[q[l] & 0xF] * x[b].qs[32 * j + l];
+                s += quant_iq4nl_levels[q[l] >> 4] * x[b].qs[32 * j + 16 + l];
+            }
+            isum += quant_iq4xs_scale(sh, w[b].scales_l, j) * s;
+        }
+        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
+    }
+    return acc;
+}
 
 static float dot_q4_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
 {
@@ -316,6 +418,11 @@ void kern_matmul_rows_ref(const struct kern_weight *w, const struct kern_act *a,
             case QT_Q4_K: r = dot_q4_K_ref(wr, xq, K / QK_K); break;
             case QT_Q5_K: r = dot_q5_K_ref(wr, xq, K / QK_K); break;
             case QT_Q6_K: r = dot_q6_K_ref(wr, xq, K / QK_K); break;
+            case QT_IQ4_NL: r = dot_iq4_nl_ref(wr, xq, K / 32); break;
+            case QT_MXFP4: r = dot_mxfp4_ref(wr, xq, K / 32); break;
+            case QT_Q2_K: r = dot_q2_K_ref(wr, xq, K / QK_K); break;
+            case QT_Q3_K: r = dot_q3_K_ref(wr, xq, K / QK_K); break;
+            case QT_IQ4_XS: r = dot_iq4_xs_ref(wr, xq, K / QK_K); break;
             default: assert(!"unsupported weight type"); r = 0.0f;
             }
             y[m * ldy + n] = r;
@@ -329,6 +436,7 @@ void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, flo
     if (n0 >= n1 || a->M == 0)
         return;
     switch (kern_isa_active()) {
+#if defined(KERN_ARCH_X86)
     case KERN_ISA_AVX512:
         if (kern_matmul_rows_avx512(w, a, y, ldy, n0, n1))
             return;
@@ -337,6 +445,20 @@ void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, flo
         if (kern_matmul_rows_avx2(w, a, y, ldy, n0, n1))
             return;
         break;
+#elif defined(KERN_ARCH_ARM)
+    case KERN_ISA_I8MM:
+        if (kern_matmul_rows_i8mm(w, a, y, ldy, n0, n1))
+            return;
+        break;
+    case KERN_ISA_DOTPROD:
+        if (kern_matmul_rows_dotprod(w, a, y, ldy, n0, n1))
+            return;
+        break;
+    case KERN_ISA_NEON:
+        if (kern_matmul_rows_neon(w, a, y, ldy, n0, n1))
+            return;
+        break;
+#endif
     default: break;
     }
     kern_matmul_rows_ref(w, a, y, ldy, n0, n1);

@@ -33,6 +33,8 @@ typedef __m512 VF;
 #define vi_srai32(v, n) _mm512_srai_epi32(v, n)
 #define vi_u8x2_i16(p, h) ((void)(h), _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)(p))))
 #define vi_madd16(a, b) _mm512_madd_epi16(a, b)
+#define vi_lut16(t, i) _mm512_shuffle_epi8(t, i)
+#define vf_bf16(p, h) ((void)(h), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p))), 16)))
 #define vf_zero() _mm512_setzero_ps()
 #define vf_set1(f) _mm512_set1_ps(f)
 #define vf_mul(a, b) _mm512_mul_ps(a, b)

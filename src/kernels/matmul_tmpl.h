@@ -8,7 +8,7 @@
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
  *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
- *   KMAXT6        the same for Q6_K (four accumulators each), <= KMAXT
+ *   KMAXT6        the same for Q6_K, Q2_K, Q3_K (four accumulators each), <= KMAXT
  *   KFN(name)     the ISA-suffixed function name
  *   VI, VF        int32 and f32 vector types
  *   vi_zero() vi_set1(i) vi_add vi_sub vi_mullo vi_and vi_or vi_srli16(v,n) vi_slli16(v,n)
@@ -25,6 +25,10 @@
  *   vi_madd16(a, b)   pairwise int16 products summed to int32
  *   vf_zero() vf_set1(f) vf_mul vf_fma(a,b,c) vf_neg vf_cvt(VI) vf_storeu(p, v)
  *   vf_f16(p, h)      KL f16 values of a [16] f16 array, converted (exactly) to f32
+ * and may define (the template has portable versions, the same integers, slower):
+ *   vi_lut16(t, i)    bytes of t picked by the byte indices i (0..15) within each 16 bytes
+ *                     (t holds one 16-byte table repeated): pshufb / tbl
+ *   vf_bf16(p, h)     KL bf16 values of a [16] bf16 array, converted (exactly) to f32
  */
 
 #include <stdalign.h>
@@ -47,6 +51,50 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
             y[row0 + r] = tmp[r];
 }
 
+#ifndef vi_lut16
+static inline VI kt_lut16(VI t, VI i)
+{
+    uint8_t tb[sizeof(VI)], ib[sizeof(VI)], ob[sizeof(VI)];
+    memcpy(tb, &t, sizeof t);
+    memcpy(ib, &i, sizeof i);
+    for (size_t k = 0; k < sizeof(VI); k++)
+        ob[k] = tb[(k & ~(size_t)15) + (ib[k] & 15)];
+    VI o;
+    memcpy(&o, ob, sizeof o);
+    return o;
+}
+#define vi_lut16(t, i) kt_lut16(t, i)
+#endif
+
+#ifndef vf_bf16
+static inline VF kt_bf16(const uint8_t *p, int h)
+{
+    uint32_t v[KL];
+    for (int r = 0; r < KL; r++)
+        v[r] = (uint32_t)(p[2 * (KL * h + r)] | p[2 * (KL * h + r) + 1] << 8) << 16;
+    VF o;
+    memcpy(&o, v, sizeof o);
+    return o;
+}
+#define vf_bf16(p, h) kt_bf16(p, h)
+#endif
+
+/* A table of 16 signed values as the vi_dp_q8 operand wants it (value + 128 as a byte,
+ * i.e. value XOR 0x80), repeated to 64 bytes so that vi_chunk of any sub-group loads it. */
+KINL VI s8_table(const int8_t v[16])
+{
+    alignas(64) uint8_t tb[64];
+    for (int i = 0; i < 64; i++)
+        tb[i] = (uint8_t)((uint8_t)v[i % 16] ^ 0x80);
+    return vi_chunk(tb, 0);
+}
+
+/* The IQ4 level table. */
+KINL VI iq4_table(void)
+{
+    return s8_table(quant_iq4nl_levels);
+}
+
 static inline uint32_t ld32(const void *p)
 {
     uint32_t v;
@@ -63,9 +111,15 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
-    const int off = t == QT_Q8_0 ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
-    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 ? 288 : t == QT_Q4_1 ? 320
-                     : t == QT_Q5_0 ? 352 : 384;
+    /* Q8_0, IQ4_NL and MXFP4 values are signed bytes (stored or looked up as value
+     * XOR 0x80) */
+    const bool lookup = t == QT_IQ4_NL || t == QT_MXFP4;
+    const bool sbyte = t == QT_Q8_0 || lookup;
+    const int off = sbyte ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
+    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 || lookup ? 288
+                     : t == QT_Q4_1 ? 320 : t == QT_Q5_0 ? 352 : 384;
+    const VI lut = t == QT_IQ4_NL ? iq4_table() : t == QT_MXFP4 ? s8_table(quant_mxfp4_values)
+                                                                 : vi_zero();
     const struct kern_block_q8f *xr[KMAXT32];
     VF acc[KMAXT32];
     /* With 4 or more tokens their chains overlap; fewer split each token's sum in two. */
@@ -78,7 +132,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        VF dw = vf_f16(p, h), dm = vf_zero();
+        VF dw = t == QT_MXFP4 ? vf_bf16(p, h) : vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
             dm = vf_f16(q, h);
@@ -100,6 +154,10 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
                 xo[c] = 4 * c;
                 xo[4 + c] = 16 + 4 * c;
+                if (lookup) {
+                    v[c] = vi_lut16(lut, v[c]);
+                    v[4 + c] = vi_lut16(lut, v[4 + c]);
+                }
             }
             if (has_hb) {
                 VI hb = vi_chunk(q + 256, h);
@@ -119,7 +177,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
             VI d0 = vi_zero(), d1 = vi_zero();
             KUNROLL
             for (int c = 0; c < 8; c += 2) {
-                if (t == QT_Q8_0) {
+                if (sbyte) {
                     d0 = vi_dp_q8(d0, v[c], vi_bcast(xb->qs + xo[c]));
                     if (one_chain)
                         d0 = vi_dp_q8(d0, v[c + 1], vi_bcast(xb->qs + xo[c + 1]));
@@ -331,6 +389,183 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
 
+/* ---------------------------------------------------------------- Q2_K, Q3_K */
+
+/* Chunk (h2, g) = qs[32 h2 + 4 g .. + 3] holds in bits 2t of byte i element
+ * 128 h2 + 32 t + 4 g + i, in sub-block 8 h2 + 2 t + (g >= 4): the even (g < 4) or odd
+ * member of scale pair 4 h2 + t. Each chunk is read once, in memory order; each token
+ * keeps four partial sums (t = 0..3) per half. Q3_K adds the high bit from hmask chunk g
+ * (bit 4 h2 + t) and its -4 offset as an exact term: isum = sum_i sc_i dp_i -
+ * 4 sum_i sc_i bsum_i. Q2_K's mins go through the 16-element bsums, pair by pair. */
+KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
+                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
+                    int64_t row0, int64_t n0, int64_t n1)
+{
+    const bool two = t == QT_Q2_K;
+    const size_t gbb = two ? 1344 : 1824;
+    const struct block_q8_K *xr[KMAXT6];
+    VF acc[KMAXT6];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc[i] = vf_zero();
+    }
+    const VI m3 = vi_set1(0x03030303), m04 = vi_set1(0x04040404), mf = vi_set1(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + (size_t)b * gbb;
+        const uint8_t *scp = p + (two ? 64 : 32), *hm = scp + 256;
+        const uint8_t *qv = two ? scp + 256 : hm + 512;
+        VI isum[KMAXT6], corr[KMAXT6];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = corr[i] = vi_zero();
+        for (int h2 = 0; h2 < 2; h2++) {
+            for (int half = 0; half < 2; half++) {
+                VI d[4][KMAXT6];
+                KUNROLL
+                for (int tt = 0; tt < 4; tt++) {
+                    KUNROLL
+                    for (int i = 0; i < nt; i++)
+                        d[tt][i] = vi_zero();
+                }
+                KUNROLL
+                for (int gg = 0; gg < 4; gg++) {
+                    const int g = 4 * half + gg;
+                    VI raw = vi_chunk(qv + 64 * (8 * h2 + g), h);
+                    VI v0 = vi_and(raw, m3), v1 = vi_and(vi_srli16(raw, 2), m3);
+                    VI v2 = vi_and(vi_srli16(raw, 4), m3), v3 = vi_and(vi_srli16(raw, 6), m3);
+                    if (!two) {
+                        /* bit t of each byte of hb: the high bit of value vt */
+                        VI hb = vi_srl16v(vi_chunk(hm + 64 * g, h), 4 * h2);
+                        v0 = vi_or(v0, vi_and(vi_slli16(hb, 2), m04));
+                        v1 = vi_or(v1, vi_and(vi_slli16(hb, 1), m04));
+                        v2 = vi_or(v2, vi_and(hb, m04));
+                        v3 = vi_or(v3, vi_and(vi_srli16(hb, 1), m04));
+                    }
+                    KUNROLL
+                    for (int i = 0; i < nt; i++) {
+                        const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
+                        d[0][i] = vi_dp(d[0][i], v0, vi_bcast(xq));
+                        d[1][i] = vi_dp(d[1][i], v1, vi_bcast(xq + 32));
+                        d[2][i] = vi_dp(d[2][i], v2, vi_bcast(xq + 64));
+                        d[3][i] = vi_dp(d[3][i], v3, vi_bcast(xq + 96));
+                    }
+                }
+                KUNROLL
+                for (int tt = 0; tt < 4; tt++) {
+                    const int pr = 4 * h2 + tt;
+                    VI sc;
+                    if (two) {
+                        VI sp = vi_u8x2_i16(scp + 32 * pr, h); /* file bytes 2pr, 2pr+1 */
+                        sc = vi_and(half ? vi_srai32(sp, 16) : sp, mf);
+                    } else {
+                        VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2pr, sc_2pr+1) */
+                        sc = half ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
+                        if (!half) {
+                            KUNROLL
+                            for (int i = 0; i < nt; i++)
+                                corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
+                        }
+                    }
+                    KUNROLL
+                    for (int i = 0; i < nt; i++)
+                        isum[i] = vi_add(isum[i], vi_mullo(d[tt][i], sc));
+                }
+            }
+        }
+        VF dw = vf_f16(p, h);
+        if (two) {
+            VF dmin = vf_f16(p + 32, h);
+            VI mins[8];
+            KUNROLL
+            for (int pr = 0; pr < 8; pr++)
+                mins[pr] = vi_srli16(vi_u8x2_i16(scp + 32 * pr, h), 4); /* (m_2pr, m_2pr+1) */
+            KUNROLL
+            for (int i = 0; i < nt; i++) {
+                VI imin = vi_zero();
+                KUNROLL
+                for (int pr = 0; pr < 8; pr++)
+                    imin = vi_add(imin, vi_madd16(mins[pr], vi_bcast(xr[i][b].bsums + 2 * pr)));
+                VF dx = vf_set1(xr[i][b].d);
+                acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum[i]), acc[i]);
+                acc[i] = vf_fma(vf_neg(vf_mul(dmin, dx)), vf_cvt(imin), acc[i]);
+            }
+        } else {
+            KUNROLL
+            for (int i = 0; i < nt; i++) {
+                isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 2));
+                acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
+            }
+        }
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
+}
+
+/* ---------------------------------------------------------------- IQ4_XS */
+
+/* Sub-block j (32 values): chunks 4j + t, the low nibbles elements 32j + 4t + (0..3),
+ * the high ones 32j + 16 + 4t + (0..3), looked up as level XOR 0x80 and multiplied as
+ * Q8_0's values are; with an unsigned offset (KQ8_BIAS) the exact term
+ * KQ8_BIAS * (bsums[2j] + bsums[2j+1]) comes off each sub-block's sum before its scale. */
+KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a,
+                     int64_t m0, const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0,
+                     int64_t n1)
+{
+    const size_t gbb = 2208;
+    const struct block_q8_K *xr[KMAXT];
+    VF acc[KMAXT];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc[i] = vf_zero();
+    }
+    const VI m4 = vi_set1(0x0F0F0F0F), lut = iq4_table();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + (size_t)b * gbb;
+        const uint8_t *scp = p + 32, *qv = p + 160;
+        VI isum[KMAXT];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            isum[i] = vi_zero();
+        for (int j = 0; j < 8; j++) {
+            VI dd[KMAXT];
+            KUNROLL
+            for (int i = 0; i < nt; i++)
+                dd[i] = vi_zero();
+            KUNROLL
+            for (int tq = 0; tq < 4; tq++) {
+                VI raw = vi_chunk(qv + 64 * (4 * j + tq), h);
+                VI lo = vi_lut16(lut, vi_and(raw, m4));
+                VI hi = vi_lut16(lut, vi_and(vi_srli16(raw, 4), m4));
+                KUNROLL
+                for (int i = 0; i < nt; i++) {
+                    const int8_t *xq = xr[i][b].qs + 32 * j + 4 * tq;
+                    dd[i] = vi_dp_q8(dd[i], lo, vi_bcast(xq));
+                    dd[i] = vi_dp_q8(dd[i], hi, vi_bcast(xq + 16));
+                }
+            }
+            VI sp = vi_s8x2_i16(scp + 32 * (j / 2), h);
+            VI sc = j & 1 ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
+            KUNROLL
+            for (int i = 0; i < nt; i++) {
+                VI di = dd[i];
+                if (KQ8_BIAS)
+                    di = vi_sub(di, vi_set1(KQ8_BIAS * (xr[i][b].bsums[2 * j] + xr[i][b].bsums[2 * j + 1])));
+                isum[i] = vi_add(isum[i], vi_mullo(di, sc));
+            }
+        }
+        VF dw = vf_f16(p, h);
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++)
+        st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 /* Runs the tile kernel of type t with a compile-time token count, so the accumulators
@@ -371,7 +606,11 @@ static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, i
 #define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
 #define CALL_Q5_0(NT) CALL_Q32(QT_Q5_0, NT)
 #define CALL_Q5_1(NT) CALL_Q32(QT_Q5_1, NT)
+#define CALL_IQ4NL(NT) CALL_Q32(QT_IQ4_NL, NT)
+#define CALL_MXFP4(NT) CALL_Q32(QT_MXFP4, NT)
     switch (t) {
+    case QT_IQ4_NL: KTILE_CASES32(CALL_IQ4NL); break;
+    case QT_MXFP4: KTILE_CASES32(CALL_MXFP4); break;
     case QT_Q8_0: KTILE_CASES32(CALL_Q8_0); break;
     case QT_Q4_0: KTILE_CASES32(CALL_Q4_0); break;
     case QT_Q4_1: KTILE_CASES32(CALL_Q4_1); break;
@@ -387,9 +626,15 @@ static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int
 #define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q2K(NT) tile_q23k(QT_Q2_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q3K(NT) tile_q23k(QT_Q3_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_IQ4XS(NT) tile_iq4xs(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
     switch (t) {
     case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
+    case QT_Q2_K: KTILE_CASES6(CALL_Q2K); break;
+    case QT_Q3_K: KTILE_CASES6(CALL_Q3K); break;
+    case QT_IQ4_XS: KTILE_CASES(CALL_IQ4XS); break;
     default: KTILE_CASES6(CALL_Q6K); break;
     }
 }
@@ -407,7 +652,8 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
-            const int64_t tile = ti->block_size == 32 ? KMAXT32 : w->type == QT_Q6_K ? KMAXT6 : KMAXT;
+            const bool four_acc = w->type == QT_Q6_K || w->type == QT_Q2_K || w->type == QT_Q3_K;
+            const int64_t tile = ti->block_size == 32 ? KMAXT32 : four_acc ? KMAXT6 : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
                 if (ti->block_size == 32)

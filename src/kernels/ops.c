@@ -276,8 +276,20 @@ bool kern_kv_store(uint32_t t, void *dst, const float *x, int64_t n)
         for (int64_t i = 0; i < n; i++)
             ((kn_f16 *)dst)[i] = quant_f32_to_f16(x[i]);
         return true;
+    case QT_Q8_0:
+        return n % QK8_0 == 0 && quant_quantize_row(QT_Q8_0, x, dst, n);
     default:
         return false;
+    }
+}
+
+size_t kern_kv_row_bytes(uint32_t t, int64_t n)
+{
+    switch (t) {
+    case QT_F32: return (size_t)n * sizeof(float);
+    case QT_F16: return (size_t)n * sizeof(kn_f16);
+    case QT_Q8_0: return n % QK8_0 == 0 ? (size_t)(n / QK8_0) * sizeof(struct block_q8_0) : 0;
+    default: return 0;
     }
 }
 
@@ -304,9 +316,12 @@ const struct kern_ops kern_ops_scalar = {
 const struct kern_ops *kern_ops_get(enum kern_isa isa)
 {
     switch (isa) {
-#if defined(__x86_64__)
+#if defined(KERN_ARCH_X86)
     case KERN_ISA_AVX2: return &kern_ops_avx2;
     case KERN_ISA_AVX512: return &kern_ops_avx512;
+#elif defined(KERN_ARCH_ARM)
+    /* dotprod and i8mm add integer instructions only: the float ops are NEON's. */
+    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM: return &kern_ops_neon;
 #endif
     default: return &kern_ops_scalar;
     }

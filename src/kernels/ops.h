@@ -162,8 +162,13 @@ void kern_rope(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t
  * quant_dequantize_row. */
 KN_MUST_USE bool kern_row_to_f32(uint32_t t, const void *row, float *y, int64_t n);
 /* Stores n floats into a KV cache row of type t (QT_F32: copy; QT_F16: round to nearest
- * even with quant_f32_to_f16). Returns false for other types. */
+ * even with quant_f32_to_f16; QT_Q8_0: n a multiple of 32, each block of 32 quantized on
+ * its own by quant's reference Q8_0 rule, so a row depends on its own values only).
+ * Returns false for other types or a Q8_0 row that is not whole blocks. */
 KN_MUST_USE bool kern_kv_store(uint32_t t, void *dst, const float *x, int64_t n);
+/* Bytes of a KV cache row of n elements of type t (the types kern_kv_store writes); 0 for
+ * another type or a Q8_0 row that is not whole blocks. The one size rule of every cache. */
+size_t kern_kv_row_bytes(uint32_t t, int64_t n);
 
 /* ---------------------------------------------------------------- short convolution
  * lfm2's conv layers: a depthwise causal convolution of L taps over the rows bx(p) of one

@@ -23,6 +23,19 @@
  *   Q6_K (3360 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: sc_2p, sc_2p+1) | for
  *                 h2 = 0..1, g = 0..7, three chunks: ql[64h2 + 4g ..], ql[64h2 + 32 + 4g ..],
  *                 qh[32h2 + 4g ..] (the order the kernels read them: one pass, in order)
+ *   IQ4_NL (288 B): d[16] f16 | 4 chunks t: qs[4t..4t+3] (nibbles as Q4_0: level indices)
+ *   MXFP4 (288 B): d[16] bf16 (the E8M0 scale halved, 2^(e-128): a bf16 exactly, as the
+ *                 kernels' f32 by a 16-bit shift) | 4 chunks t: qs[4t..4t+3] (as IQ4_NL)
+ *   Q2_K (1344 B): d[16] f16 | dmin[16] f16 | sc[8][16][2] u8 (pair p, row r: the file's
+ *                 scale bytes 2p, 2p+1: scale in the low nibble, min in the high) |
+ *                 16 chunks 8h2 + g: qs[32h2 + 4g .. +3] (byte i, bits 2t: element
+ *                 128h2 + 32t + 4g + i). The file's size exactly.
+ *   Q3_K (1824 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: the signed scales 2p,
+ *                 2p+1, -32..31) | 8 chunks g: hmask[4g .. +3] (read by both halves, so
+ *                 first) | 16 chunks 8h2 + g: qs[32h2 + 4g .. +3] (as Q2_K)
+ *   IQ4_XS (2208 B): d[16] f16 | sc[4][16][2] i8 (pair p, row r: the signed scales of
+ *                 sub-blocks 2p, 2p+1, -32..31) | 32 chunks 4j + t: qs[16j + 4t .. +3]
+ *                 (low nibble: element 32j + 4t + i, high: 32j + 16 + 4t + i)
  */
 #include "kern_internal.h"
 
@@ -38,6 +51,11 @@ static size_t group_block_bytes(enum quant_type t)
     case QT_Q4_K: return 2368;
     case QT_Q5_K: return 2880;
     case QT_Q6_K: return 3360;
+    case QT_IQ4_NL: return 288;
+    case QT_MXFP4: return 288;
+    case QT_Q2_K: return 1344;
+    case QT_Q3_K: return 1824;
+    case QT_IQ4_XS: return 2208;
     default: return 0;
     }
 }
@@ -87,6 +105,18 @@ static void put_f16s(uint8_t *dst, const uint8_t *const blk[16], size_t off)
 static void pack_q32(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
 {
     size_t moff = 0, qsoff, qhoff = 0;
+    if (t == QT_MXFP4) {
+        for (int r = 0; r < 16; r++) {
+            float d = blk[r] ? quant_e8m0_half(blk[r][0]) : 0.0f;
+            uint32_t bits;
+            memcpy(&bits, &d, 4);
+            uint16_t h = (uint16_t)(bits >> 16);
+            memcpy(o + 2 * r, &h, 2);
+        }
+        for (int c = 0; c < 4; c++)
+            put_chunk(o + 32 + 64 * c, blk, offsetof(struct block_mxfp4, qs) + 4 * c, 0);
+        return;
+    }
     put_f16s(o, blk, 0);
     o += 32;
     switch (t) {
@@ -94,7 +124,7 @@ static void pack_q32(enum quant_type t, const uint8_t *const blk[16], uint8_t *o
         for (int c = 0; c < 8; c++)
             put_chunk(o + 64 * c, blk, 2 + 4 * c, 0x80);
         return;
-    case QT_Q4_0: qsoff = 2; break;
+    case QT_Q4_0: case QT_IQ4_NL: qsoff = 2; break;
     case QT_Q4_1: moff = 2; qsoff = 4; break;
     case QT_Q5_0: qhoff = 2; qsoff = 6; break;
     case QT_Q5_1: moff = 2; qhoff = 4; qsoff = 8; break;
@@ -125,8 +155,61 @@ static void pack_q32(enum quant_type t, const uint8_t *const blk[16], uint8_t *o
     }
 }
 
+/* Q2_K, Q3_K and IQ4_XS (see the table at the top). */
+static void pack_k_low(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
+{
+    if (t == QT_IQ4_XS) {
+        put_f16s(o, blk, offsetof(struct block_iq4_xs, d));
+        o += 32;
+        for (int r = 0; r < 16; r++) {
+            uint16_t sh = 0;
+            if (blk[r])
+                memcpy(&sh, blk[r] + offsetof(struct block_iq4_xs, scales_h), 2);
+            for (int j = 0; j < 8; j++) {
+                int sc = blk[r] ? quant_iq4xs_scale(sh, blk[r] + offsetof(struct block_iq4_xs, scales_l), j)
+                                : 0;
+                o[32 * (j / 2) + 2 * r + (j & 1)] = (uint8_t)(int8_t)sc;
+            }
+        }
+        o += 128;
+        for (int c = 0; c < 32; c++)
+            put_chunk(o + 64 * c, blk, offsetof(struct block_iq4_xs, qs) + 4 * c, 0);
+        return;
+    }
+    const bool two = t == QT_Q2_K;
+    put_f16s(o, blk, two ? offsetof(struct block_q2_K, d) : offsetof(struct block_q3_K, d));
+    o += 32;
+    if (two) {
+        put_f16s(o, blk, offsetof(struct block_q2_K, dmin));
+        o += 32;
+    }
+    for (int r = 0; r < 16; r++) {
+        int sc[16] = {0};
+        if (blk[r] && two)
+            for (int i = 0; i < 16; i++)
+                sc[i] = blk[r][offsetof(struct block_q2_K, scales) + i];
+        else if (blk[r])
+            quant_q3k_scales(blk[r] + offsetof(struct block_q3_K, scales), sc);
+        for (int i = 0; i < 16; i++)
+            o[32 * (i / 2) + 2 * r + (i & 1)] = (uint8_t)sc[i];
+    }
+    o += 256;
+    if (!two) {
+        for (int g = 0; g < 8; g++)
+            put_chunk(o + 64 * g, blk, offsetof(struct block_q3_K, hmask) + 4 * g, 0);
+        o += 512;
+    }
+    size_t qsoff = two ? offsetof(struct block_q2_K, qs) : offsetof(struct block_q3_K, qs);
+    for (int c = 0; c < 16; c++)
+        put_chunk(o + 64 * c, blk, qsoff + 4 * c, 0);
+}
+
 static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
 {
+    if (t == QT_Q2_K || t == QT_Q3_K || t == QT_IQ4_XS) {
+        pack_k_low(t, blk, o);
+        return;
+    }
     if (t == QT_Q6_K) {
         put_f16s(o, blk, offsetof(struct block_q6_K, d));
         o += 32;

@@ -307,7 +307,7 @@ static void attn_block(struct model_fwd *f, const struct fwd_part *P, const stru
     const struct kern_attn_batch batch = {
         .q = P->q, .k_new = P->k, .v_new = P->v, .out = ab, .pos = pos, .n_tok = T,
         .runs = f->runs, .n_runs = n_runs,
-        .kv_type = kv_type == MODEL_KV_F16 ? QT_F16 : QT_F32,
+        .kv_type = model_kv_qtype(kv_type),
         .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
         .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
         .softcap = hp->attn_softcap,
@@ -348,7 +348,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     const struct model_hparams *hp = &m->hp;
     const int64_t T = n, E = hp->n_embd, F = hp->n_ff, D = hp->head_dim_k;
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv;
-    const int64_t QD = H * D, KD = Hkv * D;
+    const int64_t QD = H * D;
 
     /* ---- check the request before touching any state. */
     if (n <= 0 || n > f->max_tokens)
@@ -361,7 +361,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         const struct model_kv *kv = kvs[t];
         if (t == 0 || kv != kvs[t - 1]) {
             if (kv->n_layer != hp->n_layer ||
-                kv->k_row_bytes != (size_t)KD * (kv->type == MODEL_KV_F16 ? 2 : 4) ||
+                kv->k_row_bytes != kern_kv_row_bytes(model_kv_qtype(kv->type), D) * (size_t)Hkv ||
                 kv->conv_row_bytes != (hp->n_conv_l ? (size_t)E * sizeof(float) : 0))
                 return kn_fail(err, KN_E_INTERNAL, "KV cache was made for another model");
             if (kv->type != kvs[0]->type)

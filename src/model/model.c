@@ -20,21 +20,32 @@ const char *model_arch_name(enum model_arch a)
     return (unsigned)a < MODEL_ARCH_COUNT ? arch_names[a] : "unknown";
 }
 
+static const struct {
+    const char *name, *upper;
+    uint32_t qtype;
+} kv_types[] = {
+    [MODEL_KV_F32] = {"f32", "F32", QT_F32},
+    [MODEL_KV_F16] = {"f16", "F16", QT_F16},
+    [MODEL_KV_Q8_0] = {"q8_0", "Q8_0", QT_Q8_0},
+};
+
 const char *model_kv_type_name(enum model_kv_type t)
 {
-    return t == MODEL_KV_F16 ? "f16" : "f32";
+    return (unsigned)t < (sizeof kv_types / sizeof kv_types[0]) ? kv_types[t].name : "unknown";
+}
+
+uint32_t model_kv_qtype(enum model_kv_type t)
+{
+    return (unsigned)t < (sizeof kv_types / sizeof kv_types[0]) ? kv_types[t].qtype : QT_COUNT;
 }
 
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out)
 {
-    if (strcmp(name, "f32") == 0 || strcmp(name, "F32") == 0) {
-        *out = MODEL_KV_F32;
-        return true;
-    }
-    if (strcmp(name, "f16") == 0 || strcmp(name, "F16") == 0) {
-        *out = MODEL_KV_F16;
-        return true;
-    }
+    for (size_t i = 0; i < (sizeof kv_types / sizeof kv_types[0]); i++)
+        if (strcmp(name, kv_types[i].name) == 0 || strcmp(name, kv_types[i].upper) == 0) {
+            *out = (enum model_kv_type)i;
+            return true;
+        }
     return false;
 }
 
@@ -935,33 +946,56 @@ bool model_rope_long(const struct model *m, int64_t n_ctx)
 
 /* ================================================================ KV cache */
 
-enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
-                             enum model_kv_type type, struct kn_err *err)
+/* One position's key and value rows (all heads) and the whole cache's bytes, or the
+ * reason a cache of this type and context cannot be made. */
+/* One position's key and value rows (all heads) of an attention layer, a conv layer's
+ * state row (lfm2, f32), and the whole cache's bytes, or the reason a cache of this type
+ * and context cannot be made. */
+static enum kn_status kv_shape(const struct model_hparams *hp, int64_t n_ctx, enum model_kv_type type,
+                               size_t *k_row, size_t *v_row, size_t *conv_row_bytes, size_t *total,
+                               struct kn_err *err)
 {
-    memset(kv, 0, sizeof *kv);
-    const struct model_hparams *hp = &m->hp;
     if (n_ctx <= 0)
         return kn_fail(err, KN_E_ARG, "context size %lld must be positive", (long long)n_ctx);
     if (n_ctx > MODEL_MAX_CTX)
         return kn_fail(err, KN_E_ARG, "context size %lld is too large (at most %lld)",
                        (long long)n_ctx, (long long)MODEL_MAX_CTX);
-    size_t elt = type == MODEL_KV_F16 ? 2 : 4;
-    kv->type = type;
-    kv->n_ctx = n_ctx;
-    kv->n_layer = hp->n_layer;
-    kv->k_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_k) * elt;
-    kv->v_row_bytes = (size_t)(hp->n_head_kv * hp->head_dim_v) * elt;
-    kv->conv = hp->conv_layer;
+    const uint32_t qt = model_kv_qtype(type);
+    size_t k_head = kern_kv_row_bytes(qt, hp->head_dim_k), v_head = kern_kv_row_bytes(qt, hp->head_dim_v);
+    if (k_head == 0 || v_head == 0)
+        return kn_fail(err, KN_E_UNSUPPORTED, "a %s KV cache needs head dims that are multiples "
+                       "of %u; this model's are %lld (keys) and %lld (values): use --kv-type f16",
+                       model_kv_type_name(type), quant_type_info(qt) ? quant_type_info(qt)->block_size : 1u,
+                       (long long)hp->head_dim_k, (long long)hp->head_dim_v);
+    *k_row = k_head * (size_t)hp->n_head_kv;
+    *v_row = v_head * (size_t)hp->n_head_kv;
     int64_t n_conv = 0;
     for (int64_t il = 0; il < hp->n_layer; il++)
         n_conv += hp->conv_layer[il];
-    kv->conv_row_bytes = n_conv ? (size_t)hp->n_embd * sizeof(float) : 0;
-    size_t attn_row, conv_row, total;
-    if (!kn_add_size(kv->k_row_bytes, kv->v_row_bytes, &attn_row) ||
+    *conv_row_bytes = n_conv ? (size_t)hp->n_embd * sizeof(float) : 0;
+    size_t attn_row, conv_row;
+    if (!kn_add_size(*k_row, *v_row, &attn_row) ||
         !kn_mul_size(attn_row, (size_t)(hp->n_layer - n_conv), &attn_row) ||
-        !kn_mul_size(kv->conv_row_bytes, (size_t)n_conv, &conv_row) ||
-        !kn_add_size(attn_row, conv_row, &total) || !kn_mul_size(total, (size_t)n_ctx, &total))
+        !kn_mul_size(*conv_row_bytes, (size_t)n_conv, &conv_row) ||
+        !kn_add_size(attn_row, conv_row, total) || !kn_mul_size(*total, (size_t)n_ctx, total))
         return kn_fail(err, KN_E_LIMIT, "KV cache size overflows for context %lld", (long long)n_ctx);
+    return KN_OK;
+}
+
+enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
+                             enum model_kv_type type, struct kn_err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    const struct model_hparams *hp = &m->hp;
+    size_t total;
+    enum kn_status st = kv_shape(hp, n_ctx, type, &kv->k_row_bytes, &kv->v_row_bytes,
+                                 &kv->conv_row_bytes, &total, err);
+    if (st != KN_OK)
+        return st;
+    kv->type = type;
+    kv->n_ctx = n_ctx;
+    kv->n_layer = hp->n_layer;
+    kv->conv = hp->conv_layer;
     kv->bytes = total;
     const size_t n = (size_t)hp->n_layer;
     kv->k = kn_calloc(n, sizeof(void *), err);
@@ -991,6 +1025,13 @@ enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t
         kv->v[il] = conv ? NULL : kv->vb[il]->host;
     }
     return KN_OK;
+}
+
+size_t model_kv_bytes(const struct model *m, int64_t n_ctx, enum model_kv_type type)
+{
+    size_t k_row, v_row, conv_row, total;
+    struct kn_err err = {0};
+    return kv_shape(&m->hp, n_ctx, type, &k_row, &v_row, &conv_row, &total, &err) == KN_OK ? total : 0;
 }
 
 void model_kv_free(struct model_kv *kv)

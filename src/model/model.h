@@ -218,9 +218,15 @@ KN_MUST_USE enum kn_status model_read_hparams(const struct gguf_file *g, struct 
 
 /* ---------------------------------------------------------------- KV cache */
 
-enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1 };
+/* The KV cache element types (docs/numerics.md "Attention over the KV cache"): q8_0 keeps
+ * each head's row of a position as blocks of 32 quantized on their own, so a token's
+ * entries never depend on its neighbours in a batch. */
+enum model_kv_type { MODEL_KV_F32 = 0, MODEL_KV_F16 = 1, MODEL_KV_Q8_0 = 2 };
+#define MODEL_KV_TYPE_NAMES "f32, f16 or q8_0" /* for help texts and messages */
 const char *model_kv_type_name(enum model_kv_type t);
 bool model_kv_type_from_name(const char *name, enum model_kv_type *out);
+/* The kernels' tensor type (QT_F32, QT_F16, QT_Q8_0) a cache of type t stores. */
+uint32_t model_kv_qtype(enum model_kv_type t);
 
 /* The largest context (KV cache positions) Kinetic accepts: `kinetic run --ctx-size`,
  * serve, model_kv_init and a receipt's device.settings.ctx-size share it. */
@@ -249,6 +255,8 @@ struct model_kv {
 
 KN_MUST_USE enum kn_status model_kv_init(struct model_kv *kv, const struct model *m, int64_t n_ctx,
                                          enum model_kv_type type, struct kn_err *err);
+/* The bytes model_kv_init allocates for n_ctx positions of type t (0: it would refuse). */
+size_t model_kv_bytes(const struct model *m, int64_t n_ctx, enum model_kv_type type);
 void model_kv_free(struct model_kv *kv);
 
 /* ---------------------------------------------------------------- forward pass */

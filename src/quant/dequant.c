@@ -10,9 +10,9 @@
 
 #include <string.h>
 
-/* The 16 non-linear levels of IQ4_NL and IQ4_XS (fixed by the format). */
-static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t quant_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static void deq_f32(const uint8_t *src, float *y, int64_t n)
 {
@@ -132,18 +132,6 @@ static void deq_q2_K(const uint8_t *src, float *y, int64_t nb)
     }
 }
 
-/* Unpacks the twelve bytes of Q3_K scales into sixteen 6-bit values (offset 32):
- * the low nibbles come from bytes 0..7 (low nibble for s < 8, high for s >= 8), the
- * two high bits from byte 8 + s%4 at bit 2*(s/4). */
-static void q3k_scales(const uint8_t sc[12], int out[16])
-{
-    for (int s = 0; s < 16; s++) {
-        int lo = s < 8 ? (sc[s] & 0x0f) : (sc[s - 8] >> 4);
-        int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-        out[s] = (lo | hi << 4) - 32;
-    }
-}
-
 /* Q3_K: 2 low bits as in Q2_K, the third bit is bit v/32 of hmask[v%32]; a clear bit
  * subtracts 4: x = (d * sc) * (q - (h ? 0 : 4)). */
 static void deq_q3_K(const uint8_t *src, float *y, int64_t nb)
@@ -153,7 +141,7 @@ static void deq_q3_K(const uint8_t *src, float *y, int64_t nb)
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = quant_f16_to_f32(b.d);
         int sc[16];
-        q3k_scales(b.scales, sc);
+        quant_q3k_scales(b.scales, sc);
         for (int v = 0; v < QK_K; v++) {
             float dl = d * (float)sc[v / 16];
             int q = (b.qs[(v / 128) * 32 + v % 32] >> (2 * ((v % 128) / 32))) & 3;
@@ -241,14 +229,13 @@ static void deq_iq4_nl(const uint8_t *src, float *y, int64_t nb)
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = quant_f16_to_f32(b.d);
         for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)iq4nl_levels[b.qs[j] & 0x0f];
-            y[j + 16] = d * (float)iq4nl_levels[b.qs[j] >> 4];
+            y[j] = d * (float)quant_iq4nl_levels[b.qs[j] & 0x0f];
+            y[j + 16] = d * (float)quant_iq4nl_levels[b.qs[j] >> 4];
         }
     }
 }
 
-/* IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (offset 32): low nibble from
- * scales_l[s/2] (nibble s%2), high two bits from scales_h at bit 2*s. */
+/* IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (offset 32, quant_iq4xs_scale). */
 static void deq_iq4_xs(const uint8_t *src, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += QK_K) {
@@ -256,13 +243,26 @@ static void deq_iq4_xs(const uint8_t *src, float *y, int64_t nb)
         memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
         float d = quant_f16_to_f32(b.d);
         for (int s = 0; s < 8; s++) {
-            int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((b.scales_h >> (2 * s)) & 3) << 4);
-            float dl = d * (float)(ls - 32);
+            float dl = d * (float)quant_iq4xs_scale(b.scales_h, b.scales_l, s);
             const uint8_t *qs = b.qs + 16 * s;
             for (int j = 0; j < 16; j++) {
-                y[32 * s + j] = dl * (float)iq4nl_levels[qs[j] & 0x0f];
-                y[32 * s + j + 16] = dl * (float)iq4nl_levels[qs[j] >> 4];
+                y[32 * s + j] = dl * (float)quant_iq4nl_levels[qs[j] & 0x0f];
+                y[32 * s + j + 16] = dl * (float)quant_iq4nl_levels[qs[j] >> 4];
             }
+        }
+    }
+}
+
+/* MXFP4: x = value * d, d = 2^(e - 128) (the values are doubled). */
+static void deq_mxfp4(const uint8_t *src, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += QK_MXFP4) {
+        struct block_mxfp4 b;
+        memcpy(&b, src + i * (int64_t)sizeof b, sizeof b);
+        float d = quant_e8m0_half(b.e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)quant_mxfp4_values[b.qs[j] & 0x0f] * d;
+            y[j + 16] = (float)quant_mxfp4_values[b.qs[j] >> 4] * d;
         }
     }
 }
@@ -272,7 +272,7 @@ bool quant_can_dequantize(uint32_t t)
     switch (t) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0:
     case QT_Q5_1: case QT_Q8_0: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
-    case QT_Q6_K: case QT_Q8_K: case QT_IQ4_NL: case QT_IQ4_XS:
+    case QT_Q6_K: case QT_Q8_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -303,6 +303,7 @@ bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n)
     case QT_Q8_K: deq_q8_K(s, dst, nb); break;
     case QT_IQ4_NL: deq_iq4_nl(s, dst, nb); break;
     case QT_IQ4_XS: deq_iq4_xs(s, dst, nb); break;
+    case QT_MXFP4: deq_mxfp4(s, dst, nb); break;
     default: return false;
     }
     return true;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <string.h>
 
 /* GGML type ids as stored in GGUF files. Gaps are ids that llama.cpp retired. */
 enum quant_type {
@@ -103,6 +104,9 @@ struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 struct block_iq4_nl { kn_f16 d; uint8_t qs[16]; };
 struct block_iq4_xs { kn_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+#define QK_MXFP4 32
+/* MXFP4 (OCP microscaling): e an E8M0 exponent, 32 E2M1 values as 4-bit codes. */
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 
 static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block size");
 static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block size");
@@ -118,19 +122,39 @@ static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
 static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
 static_assert(sizeof(struct block_iq4_nl) == 18, "iq4_nl block size");
 static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block size");
+static_assert(sizeof(struct block_mxfp4) == 17, "mxfp4 block size");
 
 /* ---------------------------------------------------------------- reference code */
+
+/* The 16 non-linear levels of IQ4_NL and IQ4_XS (fixed by the format): a 4-bit quant q
+ * stands for quant_iq4nl_levels[q] times the (sub-)block scale. */
+extern const int8_t quant_iq4nl_levels[16];
+/* The 16 E2M1 values of MXFP4, doubled so they are integers (0, 0.5, 1, 1.5, 2, 3, 4, 6
+ * and their negatives, times 2): code q stands for quant_mxfp4_values[q] times
+ * quant_e8m0_half(e). */
+extern const int8_t quant_mxfp4_values[16];
+
+/* Half the E8M0 scale 2^(e - 127), i.e. 2^(e - 128), exactly (a subnormal for e < 2),
+ * as ggml's ggml_e8m0_to_fp32_half. e = 255 (NaN in the OCP format) gives 2^127. */
+static inline float quant_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Dequantizes n elements (a multiple of the block size) of type t from src to dst.
  * src need not be aligned. The float operations and their order are llama.cpp's, so
  * the result equals its dequantization bit for bit. Handles F32, F16, BF16, Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4.
  * Returns false if t cannot be dequantized by this build or n is not whole blocks. */
 bool quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
 bool quant_can_dequantize(uint32_t t);
 /* Quantizes n elements of x into dst with Kinetic's reference quantizer for t: F32,
  * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (the same bytes as llama.cpp's reference
- * quantizers), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (Kinetic's own scale search). Deterministic and
+ * quantizers), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (Kinetic's own scale
+ * search), MXFP4 (the block maximum's exponent, nearest value). Deterministic and
  * libm-free: the same input gives the same bytes on every machine. dst need not be
  * aligned. Returns false if t cannot be produced by this build or n is not whole
  * blocks. */
@@ -149,6 +173,26 @@ static inline void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int 
         *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* The sixteen signed sub-block scales (6 bits, offset 32: -32..31) of a Q3_K block from
+ * its 12 packed bytes: the low nibbles come from bytes 0..7 (low nibble for s < 8, high
+ * for s >= 8), the two high bits from byte 8 + s % 4 at bit 2 * (s / 4). */
+static inline void quant_q3k_scales(const uint8_t sc[12], int out[16])
+{
+    for (int s = 0; s < 16; s++) {
+        int lo = s < 8 ? (sc[s] & 0x0f) : (sc[s - 8] >> 4);
+        int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        out[s] = (lo | hi << 4) - 32;
+    }
+}
+
+/* The signed scale (6 bits, offset 32: -32..31) of sub-block s (0..7, 32 values) of an
+ * IQ4_XS block: low nibble from scales_l[s / 2] (nibble s % 2), high two bits from
+ * scales_h at bit 2 * s. */
+static inline int quant_iq4xs_scale(uint16_t scales_h, const uint8_t scales_l[4], int s)
+{
+    return (((scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
 }
 
 #endif

@@ -10,7 +10,11 @@
  *   (block maximum or range, one scale, round each value), so a tensor quantized here
  *   equals the one llama-quantize writes without an importance matrix; tests check this
  *   against gguf-py's independent numpy port.
- * - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K use Kinetic's own scale search: for each sub-block,
+ * - MXFP4 computes what llama.cpp's reference computes too (the block maximum's power of
+ *   two, the nearest value), taking the exponent from the float's bits where llama.cpp
+ *   calls log2f: the two differ only if log2f rounds a maximum just below a power of two
+ *   up to it.
+ * - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS use Kinetic's own scale search: for each sub-block,
  *   try a small fixed set of scales around the range-derived one, fit scale (and
  *   minimum) to the resulting integers by least squares, keep the lowest squared error,
  *   then quantize the sub-block scales to the format's integer scales and requantize
@@ -544,6 +548,165 @@ static void qz_q3_K(const float *x, uint8_t *dst, int64_t nb)
     }
 }
 
+/* ---------------------------------------------------------------- IQ4_NL, IQ4_XS */
+
+/* Midpoint i (0..14) between levels i and i + 1: exact (the levels are small integers). */
+static inline float iq4_mid(int i)
+{
+    return 0.5f * (float)(quant_iq4nl_levels[i] + quant_iq4nl_levels[i + 1]);
+}
+
+/* The level index (0..15) of quant_iq4nl_levels nearest to v (a value in level units),
+ * ties to the lower level; NaN maps to 0. The levels ascend, so the index is the count
+ * of midpoints below v, found by a branch-free binary search. */
+static inline int iq4_nearest(float v)
+{
+    int q = 0;
+    q += (v > iq4_mid(q + 7)) * 8;
+    q += (v > iq4_mid(q + 3)) * 4;
+    q += (v > iq4_mid(q + 1)) * 2;
+    q += v > iq4_mid(q);
+    return q;
+}
+
+/* IQ4 steps of the scale search: the inverse scale is tried at (1 + k / 32) times the
+ * one that maps the largest value onto an end level, k = -IQ4_STEPS..IQ4_STEPS
+ * (as good as twice the steps at half the spacing, measured on N(0, 0.02) data). */
+#define IQ4_STEPS 3
+
+/* Chooses a signed scale a for n values (a multiple of 4) so that x ~ a * level, as
+ * search_symmetric does for uniform levels: the value of largest magnitude is mapped near
+ * either end level (-127 or 113: the levels are asymmetric), and each candidate's best
+ * scale for its levels is sum(l x) / sum(l l); the largest sum(l x)^2 / sum(l l) wins. */
+static float search_iq4(const float *x, int n)
+{
+    float max = signed_absmax(x, n);
+    if (max == 0)
+        return 0;
+    float best_a = max / (float)quant_iq4nl_levels[0], best_gain = -1;
+    for (int side = 0; side < 2; side++) {
+        float top = (float)quant_iq4nl_levels[side == 0 ? 0 : 15];
+        for (int k = -IQ4_STEPS; k <= IQ4_STEPS; k++) {
+            float is = top * (1.0f + (float)k / 32.0f) / max;
+            float sll = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+            for (int i = 0; i < n; i += 4) {
+                float l0 = (float)quant_iq4nl_levels[iq4_nearest(x[i] * is)];
+                float l1 = (float)quant_iq4nl_levels[iq4_nearest(x[i + 1] * is)];
+                float l2 = (float)quant_iq4nl_levels[iq4_nearest(x[i + 2] * is)];
+                float l3 = (float)quant_iq4nl_levels[iq4_nearest(x[i + 3] * is)];
+                sll += (l0 * l0 + l1 * l1) + (l2 * l2 + l3 * l3);
+                p0 += l0 * x[i];
+                p1 += l1 * x[i + 1];
+                p2 += l2 * x[i + 2];
+                p3 += l3 * x[i + 3];
+            }
+            float slx = (p0 + p1) + (p2 + p3);
+            if (sll > 0) {
+                float gain = slx * slx / sll;
+                if (gain > best_gain) {
+                    best_gain = gain;
+                    best_a = slx / sll;
+                }
+            }
+        }
+    }
+    return best_a;
+}
+
+/* Packs 32 values against scale dl: element j < 16 in the low nibble of qs[j], element
+ * 16 + j in the high one. A zero scale stores level index 0 times 0. */
+static void iq4_pack32(const float *x, float dl, uint8_t qs[16])
+{
+    int q[32];
+    for (int j = 0; j < 32; j++)
+        q[j] = dl != 0 ? iq4_nearest(x[j] / dl) : 0;
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+}
+
+/* IQ4_NL: 32-blocks, x ~ d * level. */
+static void qz_iq4_nl(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        struct block_iq4_nl b;
+        b.d = quant_f32_to_f16(search_iq4(x, 32));
+        iq4_pack32(x, quant_f16_to_f32(b.d), b.qs);
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, x ~ (d * ls) * level with ls in -32..31. d is chosen so the
+ * sub-block scale of largest magnitude becomes ls = -32 (the end the range reaches). */
+static void qz_iq4_xs(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        struct block_iq4_xs b;
+        float sub[8], max = 0;
+        for (int s = 0; s < 8; s++) {
+            sub[s] = search_iq4(x + 32 * s, 32);
+            max = absf(sub[s]) > absf(max) ? sub[s] : max;
+        }
+        b.d = quant_f32_to_f16(max / -32.0f);
+        float d = quant_f16_to_f32(b.d);
+        float id = d != 0 ? 1.0f / d : 0;
+        uint16_t sh = 0;
+        memset(b.scales_l, 0, sizeof b.scales_l);
+        for (int s = 0; s < 8; s++) {
+            int ls = round_clamp(sub[s] * id, -32, 31);
+            int u = ls + 32;
+            b.scales_l[s / 2] |= (uint8_t)((u & 0x0f) << (4 * (s % 2)));
+            sh |= (uint16_t)((u >> 4) << (2 * s));
+            iq4_pack32(x + 32 * s, d * (float)ls, b.qs + 16 * s);
+        }
+        memcpy(&b.scales_h, &sh, 2);
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
+/* ---------------------------------------------------------------- MXFP4 */
+
+/* The code (0..15) of the MXFP4 value nearest to v (in doubled-value units): the
+ * magnitude's nearest of 0, 1, 2, 3, 4, 6, 8, 12 (ties to the smaller), the sign in bit 3
+ * (zero keeps code 0). NaN maps to 0. */
+static inline int mxfp4_nearest(float v)
+{
+    float a = absf(v);
+    int q = (a > 0.5f) + (a > 1.5f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f) + (a > 7.0f) +
+            (a > 10.0f);
+    return q && (f2u(v) >> 31) ? q | 8 : q;
+}
+
+/* MXFP4: the scale is the power of two that puts the block maximum in [4, 8) of the
+ * doubled values, i.e. e = floor(log2(amax)) - 2 + 127 taken exactly from amax's bits
+ * (llama.cpp's reference computes the same with log2f), clamped to 0..254; each value is
+ * then the nearest code. */
+static void qz_mxfp4(const float *x, uint8_t *dst, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_MXFP4) {
+        struct block_mxfp4 b;
+        float amax = 0;
+        for (int j = 0; j < QK_MXFP4; j++)
+            amax = absf(x[j]) > amax ? absf(x[j]) : amax;
+        int e = 0;
+        if (amax > 0) {
+            uint32_t u = f2u(amax);
+            int exp2 = (int)(u >> 23) - 127; /* floor(log2(amax)) for a normal amax */
+            if ((u >> 23) == 0) {            /* subnormal: 2^-126 times the fraction */
+                exp2 = -127;
+                for (uint32_t m = u & 0x7fffffu; m < 0x400000u; m <<= 1)
+                    exp2--;
+            }
+            e = exp2 - 2 + 127;
+            e = e < 0 ? 0 : e > 254 ? 254 : e;
+        }
+        b.e = (uint8_t)e;
+        float d = quant_e8m0_half(b.e);
+        for (int j = 0; j < 16; j++)
+            b.qs[j] = (uint8_t)(mxfp4_nearest(x[j] / d) | mxfp4_nearest(x[j + 16] / d) << 4);
+        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
+    }
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 bool quant_can_quantize(uint32_t t)
@@ -551,7 +714,7 @@ bool quant_can_quantize(uint32_t t)
     switch (t) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q8_0: case QT_Q4_0: case QT_Q4_1:
     case QT_Q5_0: case QT_Q5_1: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
-    case QT_Q6_K:
+    case QT_Q6_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -591,6 +754,9 @@ bool quant_quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
     case QT_Q4_K: qz_q4_K(x, d, nb); break;
     case QT_Q5_K: qz_q5_K(x, d, nb); break;
     case QT_Q6_K: qz_q6_K(x, d, nb); break;
+    case QT_IQ4_NL: qz_iq4_nl(x, d, nb); break;
+    case QT_IQ4_XS: qz_iq4_xs(x, d, nb); break;
+    case QT_MXFP4: qz_mxfp4(x, d, nb); break;
     default: return false;
     }
     return true;

@@ -13,8 +13,8 @@ static const struct quant_type_info type_table[QT_COUNT] = {
     [QT_Q5_1] = {"q5_1", 32, 24, true},
     [QT_Q8_0] = {"q8_0", 32, 34, true},
     [QT_Q8_1] = {"q8_1", 32, 36, false},
-    [QT_Q2_K] = {"q2_K", 256, 84, false},
-    [QT_Q3_K] = {"q3_K", 256, 110, false},
+    [QT_Q2_K] = {"q2_K", 256, 84, true},
+    [QT_Q3_K] = {"q3_K", 256, 110, true},
     [QT_Q4_K] = {"q4_K", 256, 144, true},
     [QT_Q5_K] = {"q5_K", 256, 176, true},
     [QT_Q6_K] = {"q6_K", 256, 210, true},
@@ -23,10 +23,10 @@ static const struct quant_type_info type_table[QT_COUNT] = {
     [QT_IQ2_XS] = {"iq2_xs", 256, 74, false},
     [QT_IQ3_XXS] = {"iq3_xxs", 256, 98, false},
     [QT_IQ1_S] = {"iq1_s", 256, 50, false},
-    [QT_IQ4_NL] = {"iq4_nl", 32, 18, false},
+    [QT_IQ4_NL] = {"iq4_nl", 32, 18, true},
     [QT_IQ3_S] = {"iq3_s", 256, 110, false},
     [QT_IQ2_S] = {"iq2_s", 256, 82, false},
-    [QT_IQ4_XS] = {"iq4_xs", 256, 136, false},
+    [QT_IQ4_XS] = {"iq4_xs", 256, 136, true},
     [QT_I8] = {"i8", 1, 1, false},
     [QT_I16] = {"i16", 1, 2, false},
     [QT_I32] = {"i32", 1, 4, false},
@@ -36,7 +36,7 @@ static const struct quant_type_info type_table[QT_COUNT] = {
     [QT_BF16] = {"bf16", 1, 2, true},
     [QT_TQ1_0] = {"tq1_0", 256, 54, false},
     [QT_TQ2_0] = {"tq2_0", 256, 66, false},
-    [QT_MXFP4] = {"mxfp4", 32, 17, false},
+    [QT_MXFP4] = {"mxfp4", 32, 17, true},
 };
 
 const struct quant_type_info *quant_type_info(uint32_t t)

@@ -79,7 +79,7 @@ struct receipt {
     char device_class[48];  /* "cpu-x86_64-avx512" ... */
     char *device_name;      /* the CPU's model name */
     int64_t ctx_size;       /* load settings that change the bits */
-    char cache_type[8];     /* KV cache element type: "f32" or "f16" */
+    char cache_type[8];     /* KV cache element type: "f32", "f16" or "q8_0" */
     /* input: the chat messages (array of {role, content}) or the prompt text (string) */
     struct json_value *input;
     struct receipt_template tmpl;

@@ -938,8 +938,11 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     /* 4. the rerun's device, then the model and its vocabulary */
     enum kern_isa isa = kern_isa_active();
     if (o->device && !class_to_isa(o->device, &isa)) {
-        fprintf(out, "rerun: unknown device class '%s' (this build has cpu-x86_64-scalar, "
-                     "cpu-x86_64-avx2, cpu-x86_64-avx512)\n", o->device);
+        fprintf(out, "rerun: unknown device class '%s' (this CPU has", o->device);
+        for (int i = 0; i < KERN_ISA_COUNT; i++)
+            if (kern_isa_supported((enum kern_isa)i))
+                fprintf(out, " %s", kern_device_class((enum kern_isa)i));
+        fprintf(out, ")\n");
         rc = RECEIPT_EXIT_USAGE;
         goto done;
     }
@@ -949,8 +952,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
     enum model_kv_type kv;
     if (!model_kv_type_from_name(r.cache_type, &kv)) {
-        fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has (f32, "
-                     "f16)\n", r.cache_type);
+        fprintf(out, "receipt: device.settings.cache-type '%s' is not one this build has ("
+                     MODEL_KV_TYPE_NAMES ")\n", r.cache_type);
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
@@ -1029,12 +1032,19 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     bool same_class = strcmp(cls, r.device_class) == 0,
          same_build = strcmp(kn_build_id(), r.build) == 0,
          same_numerics = strcmp(KN_NUMERICS, r.numerics) == 0;
-    /* What differs between the runs: the receipt spec asks the report to say so. */
+    /* What differs between the runs: the receipt spec asks the report to say so. Two CPU
+     * classes (x86-64 or aarch64, any level) compute canonical-1's bits alike, so a rerun
+     * on another one is a cross-ISA check, reported as such. */
+    bool cross_isa = !same_class && kern_device_class_is_cpu(r.device_class) &&
+                     kern_device_class_is_cpu(cls);
     if (!same_class || !same_build || !same_numerics)
         fprintf(out, "runs: receipt on %s, build %s, numerics %s; rerun on %s, build %s, numerics "
                      "%s%s%s%s\n",
                 r.device_class, r.build, r.numerics, cls, kn_build_id(), KN_NUMERICS,
-                same_class ? "" : " (device class differs)",
+                same_class ? ""
+                : cross_isa ? " (device class differs) (a cross-ISA rerun: every CPU class "
+                              "computes canonical-1's bits)"
+                            : " (device class differs)",
                 same_build ? "" : " (build differs)",
                 same_numerics ? "" : " (numerics differ: bits are promised only within one "
                                      "numerics version)");
@@ -1049,8 +1059,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
             rc = RECEIPT_EXIT_DIFFERS;
             goto done;
         }
-        fprintf(out, "rerun: identical, %lld of %lld output tokens on %s (BLAKE3 %.16s)\n",
-                (long long)n_ids, (long long)r.n_output, cls, th);
+        fprintf(out, "rerun: identical, %lld of %lld output tokens on %s (BLAKE3 %.16s)%s%s\n",
+                (long long)n_ids, (long long)r.n_output, cls, th,
+                cross_isa ? "; cross-ISA: the receipt was made on " : "",
+                cross_isa ? r.device_class : "");
         rc = RECEIPT_EXIT_IDENTICAL;
         goto done;
     }

@@ -32,7 +32,7 @@ struct repl_opts {
     const char *chat_template;    /* --chat-template FILE, or NULL */
     const char *chat_template_kwargs; /* --chat-template-kwargs JSON, or NULL */
     const char *sign_key;         /* NULL: receipts are not signed */
-    const char *kv_type;          /* "f32" or "f16" */
+    const char *kv_type;          /* "f32", "f16" or "q8_0" */
     struct sample_params sp;      /* the seed included */
     int64_t n_predict;            /* -1: until end of generation or the context limit */
     int64_t ctx_size;             /* 0: the session's default, min(model's, 4096) */

@@ -48,6 +48,7 @@ void srv_request_free(struct srv_request *r)
     free(r->grammar_text);
     json_free(r->response_format);
     free(r->think);
+    free(r->tool_name);
     memset(r, 0, sizeof *r);
 }
 
@@ -422,6 +423,137 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
     return shared_vocab(s, e);
 }
 
+/* "tool_choice" ("none", "auto" (the default with tools), "required", or
+ * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default true).
+ * With tools and any choice but "none" the answer is searched for calls in the template's
+ * syntax; "required" and a named function are enforced by a grammar made from the tools'
+ * parameter schemas (the call's payload schema framed by the syntax's markers), so the
+ * answer is a call whose arguments parse and validate. */
+static int read_tool_choice(struct srv *s, const struct json_value *body, struct srv_request *r,
+                            struct srv_error *e)
+{
+    const struct json_value *tc = json_get(body, "tool_choice");
+    const struct json_value *pt = json_get(body, "parallel_tool_calls");
+    if (tc && json_is(tc, JSON_NULL))
+        tc = NULL;
+    r->parallel_tools = true;
+    if (pt && !json_is(pt, JSON_NULL)) {
+        if (!json_is(pt, JSON_BOOL))
+            return BAD(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+        r->parallel_tools = pt->u.boolean;
+    }
+    if (!r->tools) {
+        if (tc && !(json_is(tc, JSON_STRING) && strcmp(tc->u.string.s, "none") == 0))
+            return BAD(e, "tool_choice", "'tool_choice' needs 'tools'");
+        return 0;
+    }
+    for (size_t i = 0; i < r->tools->u.array.len; i++) {
+        const struct json_value *t = r->tools->u.array.items[i];
+        const struct json_value *f = json_get(t, "function");
+        const char *type = json_str(json_get(t, "type"));
+        const struct json_value *params = json_get(f, "parameters");
+        if (!json_is(t, JSON_OBJECT) || !type || strcmp(type, "function") != 0 ||
+            !json_is(f, JSON_OBJECT) || !json_str(json_get(f, "name")) ||
+            !*json_str(json_get(f, "name")))
+            return srv_error_set(e, 400, "invalid_request_error", "invalid_value", "tools",
+                                 "tools[%zu] must be {\"type\": \"function\", \"function\": "
+                                 "{\"name\": ..., \"parameters\": {...}}}", i);
+        if (params && !json_is(params, JSON_NULL) && !json_is(params, JSON_OBJECT))
+            return srv_error_set(e, 400, "invalid_request_error", "invalid_value", "tools",
+                                 "tools[%zu].function.parameters must be a JSON schema object", i);
+    }
+    r->tool_choice = SRV_TOOLS_AUTO;
+    if (json_is(tc, JSON_STRING)) {
+        const char *c = tc->u.string.s;
+        if (strcmp(c, "none") == 0)
+            r->tool_choice = SRV_TOOLS_NONE;
+        else if (strcmp(c, "required") == 0)
+            r->tool_choice = SRV_TOOLS_REQUIRED;
+        else if (strcmp(c, "auto") != 0)
+            return BAD(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" "
+                       "or {\"type\": \"function\", \"function\": {\"name\": ...}}, not \"%.100s\"", c);
+    } else if (tc) {
+        const char *name = json_str(json_get(json_get(tc, "function"), "name"));
+        const char *type = json_str(json_get(tc, "type"));
+        if (!json_is(tc, JSON_OBJECT) || !name || !type || strcmp(type, "function") != 0)
+            return BAD(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" "
+                       "or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!(r->tool_name = strdup(name)))
+            return OOM(e);
+        r->tool_choice = SRV_TOOLS_NAMED;
+    }
+    r->tool_syntax = chat_tool_syntax_of(s->b->renderer);
+    r->tools_parse = r->tool_choice != SRV_TOOLS_NONE;
+    if (r->tool_choice != SRV_TOOLS_REQUIRED && r->tool_choice != SRV_TOOLS_NAMED)
+        return 0;
+    if (r->grammar)
+        return BAD(e, "tool_choice", "'tool_choice' %s forces a tool call with its own grammar: it "
+                   "cannot be combined with 'grammar', 'json_schema' or 'response_format'",
+                   r->tool_name ? "naming a function" : "\"required\"");
+    struct chat_tool_frame fr;
+    if (!chat_tool_call_frame(r->tool_syntax, r->parallel_tools, &fr))
+        return srv_error_set(e, 400, "invalid_request_error", "unsupported_value", "tool_choice",
+                             "'tool_choice' %s needs a grammar, which the %s tool-call syntax "
+                             "of this template cannot have yet; use \"auto\"",
+                             r->tool_name ? "naming a function" : "\"required\"",
+                             chat_tool_syntax_name(r->tool_syntax));
+    struct kn_err err = {0};
+    char *schema = NULL, *call = NULL;
+    enum kn_status cs = chat_tool_call_schema(r->tool_syntax, r->tools, r->tool_name, &schema, &err);
+    if (cs == KN_E_ARG)
+        return BAD(e, "tool_choice", "'tool_choice' names %.200s among 'tools'", err.msg);
+    if (cs != KN_OK)
+        return OOM(e);
+    cs = grammar_from_json_schema(schema, strlen(schema), &call, &err);
+    free(schema);
+    if (cs == KN_E_NOMEM)
+        return OOM(e);
+    if (cs != KN_OK)
+        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", "tools",
+                             "a tool's parameters cannot be enforced: %.450s", err.msg);
+    /* The call's grammar is the schema's with its root renamed, framed by the markers. */
+    char *text = NULL;
+    const char *root = strstr(call, "root ::=");
+    if (!root || (root != call && root[-1] != '\n')) {
+        free(call);
+        return srv_error_set(e, 500, "server_error", NULL, "tools", "the tool grammar has no root");
+    }
+    char *open = NULL, *sep = NULL, *close = NULL;
+    struct json_value *jo = json_new_string(fr.open), *js = json_new_string(fr.sep ? fr.sep : ""),
+                      *jc = json_new_string(fr.close);
+    bool ok = jo && js && jc && json_write(jo, JSON_COMPACT, &open, NULL, NULL) == KN_OK &&
+              json_write(js, JSON_COMPACT, &sep, NULL, NULL) == KN_OK &&
+              json_write(jc, JSON_COMPACT, &close, NULL, NULL) == KN_OK;
+    json_free(jo);
+    json_free(js);
+    json_free(jc);
+    int k = -1;
+    if (ok) {
+        size_t pre = (size_t)(root - call);
+        if (fr.sep)
+            k = asprintf(&text, "root ::= %s kn-tool-call (%s kn-tool-call)* %s\n%.*skn-tool-call ::=%s",
+                         open, sep, close, (int)pre, call, root + 8);
+        else
+            k = asprintf(&text, "root ::= %s kn-tool-call %s\n%.*skn-tool-call ::=%s", open, close,
+                         (int)pre, call, root + 8);
+    }
+    free(open);
+    free(sep);
+    free(close);
+    free(call);
+    if (k < 0)
+        return OOM(e);
+    enum kn_status gs = grammar_parse(text, strlen(text), NULL, &r->grammar, &err);
+    if (gs != KN_OK) {
+        free(text);
+        return gs == KN_E_NOMEM ? OOM(e)
+                                : srv_error_set(e, 500, "server_error", NULL, "tools",
+                                                "the tool grammar does not compile: %.400s", err.msg);
+    }
+    r->grammar_text = text;
+    return shared_vocab(s, e);
+}
+
 /* "reasoning_format" (llama-server's field): "auto" (the default) splits the reasoning off
  * when the model's vocabulary has its family's markers, "deepseek" always splits (at
  * <think> ... </think> when the model names no markers of its own), "none" never does. */
@@ -513,12 +645,9 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
 
     int st;
     int64_t n = 1;
-    if ((st = get_int(body, "n", 1, 1000000, &n, NULL, e)))
+    if ((st = get_int(body, "n", 1, SRV_MAX_CHOICES, &n, NULL, e)))
         return st;
-    if (n != 1)
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_value", "n",
-                             "'n' is %lld; this server returns one choice per request (n = 1): "
-                             "send separate requests, with different seeds, for more", (long long)n);
+    r->n_choices = (int)n;
     int64_t best_of = 1;
     if ((st = get_int(body, "best_of", 1, 1, &best_of, NULL, e)))
         return st;
@@ -590,7 +719,7 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
      * since ignoring them would silently change what the client gets. */
     if ((st = read_structured(s, body, r, e)) || (st = read_reasoning(s, body, r, e)))
         return st;
-    if ((st = read_template_args(s, kind, body, r, e)))
+    if ((st = read_template_args(s, kind, body, r, e)) || (st = read_tool_choice(s, body, r, e)))
         return st;
     if ((st = read_stop(body, r, e)))
         return st;
@@ -836,13 +965,21 @@ static char *finish_json(struct json_value *root, bool ok)
     return out;
 }
 
-static struct json_value *usage_value(const struct srv_job *j, bool *ok)
+static struct json_value *usage_value(struct srv_job *const *jobs, int n, bool *ok)
 {
+    int64_t out = 0;
+    for (int i = 0; i < n; i++)
+        out += jobs[i]->n_out;
     struct json_value *u = json_new_object();
-    set(u, "prompt_tokens", json_new_int((int64_t)j->n_prompt), ok);
-    set(u, "completion_tokens", json_new_int(j->n_out), ok);
-    set(u, "total_tokens", json_new_int((int64_t)j->n_prompt + j->n_out), ok);
+    set(u, "prompt_tokens", json_new_int((int64_t)jobs[0]->n_prompt), ok);
+    set(u, "completion_tokens", json_new_int(out), ok);
+    set(u, "total_tokens", json_new_int((int64_t)jobs[0]->n_prompt + out), ok);
     return u;
+}
+
+uint64_t api_choice_seed(const struct srv_request *r, int i)
+{
+    return (r->sampling.seed + (uint64_t)i) & (uint64_t)SAMPLE_SEED_MAX;
 }
 
 /* llama-server's "timings" object: prompt positions computed (prompt_n) and reused
@@ -877,71 +1014,179 @@ static void head(struct srv *s, struct json_value *root, const char *id, const c
     set(root, "system_fingerprint", json_new_string("kinetic-" KN_VERSION "-" KN_NUMERICS), ok);
 }
 
-char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                              const char *id, int64_t created, struct json_value *receipt)
+void api_tool_call_id(const char *id, int index, int k, char *out, size_t cap)
 {
+    const char *dash = strchr(id, '-');
+    snprintf(out, cap, "call_%s_%d_%d", dash ? dash + 1 : id, index, k);
+}
+
+/* message.tool_calls (OpenAI's shape) of choice `index`. */
+static struct json_value *tool_calls_value(const struct chat_tool_calls *tc, const char *id,
+                                           int index, bool *ok)
+{
+    struct json_value *arr = json_new_array();
+    for (int k = 0; k < tc->n; k++) {
+        char cid[96];
+        api_tool_call_id(id, index, k, cid, sizeof cid);
+        struct json_value *c = json_new_object(), *f = json_new_object();
+        set(c, "id", json_new_string(cid), ok);
+        set(c, "type", json_new_string("function"), ok);
+        set(f, "name", text_value(tc->call[k].name, strlen(tc->call[k].name)), ok);
+        set(f, "arguments", text_value(tc->call[k].arguments, strlen(tc->call[k].arguments)), ok);
+        set(c, "function", f, ok);
+        push(arr, c, ok);
+    }
+    return arr;
+}
+
+char *api_tool_chunk(struct srv *s, const struct srv_request *r, int index, const char *id,
+                     int64_t created, const char *content, size_t content_len,
+                     const struct chat_tool_calls *tc, int k, bool head_part)
+{
+    (void)r;
     bool ok = true;
     struct json_value *root = json_new_object();
+    head(s, root, id, "chat.completion.chunk", created, &ok);
+    struct json_value *choice = json_new_object(), *delta = json_new_object();
+    set(choice, "index", json_new_int(index), &ok);
+    if (content)
+        set(delta, "content", text_value(content, content_len), &ok);
+    if (tc) {
+        /* OpenAI's order: the call's id, type and name with empty arguments, then the
+         * arguments (clients append the pieces by index) */
+        struct json_value *arr = json_new_array(), *c = json_new_object(), *f = json_new_object();
+        set(c, "index", json_new_int(k), &ok);
+        if (head_part) {
+            char cid[96];
+            api_tool_call_id(id, index, k, cid, sizeof cid);
+            set(c, "id", json_new_string(cid), &ok);
+            set(c, "type", json_new_string("function"), &ok);
+            set(f, "name", text_value(tc->call[k].name, strlen(tc->call[k].name)), &ok);
+            set(f, "arguments", json_new_string(""), &ok);
+        } else {
+            set(f, "arguments", text_value(tc->call[k].arguments, strlen(tc->call[k].arguments)), &ok);
+        }
+        set(c, "function", f, &ok);
+        push(arr, c, &ok);
+        set(delta, "tool_calls", arr, &ok);
+    }
+    set(choice, "delta", delta, &ok);
+    set(choice, "logprobs", json_new_null(), &ok);
+    set(choice, "finish_reason", json_new_null(), &ok);
+    struct json_value *choices = json_new_array();
+    push(choices, choice, &ok);
+    set(root, "choices", choices, &ok);
+    return finish_json(root, ok);
+}
+
+static struct json_value *choice_value(struct srv *s, const struct srv_request *r,
+                                       const struct srv_job *j, int index, const char *id, bool *ok)
+{
     bool chat = r->kind == SRV_KIND_CHAT;
-    head(s, root, id, chat ? "chat.completion" : "text_completion", created, &ok);
     struct json_value *choice = json_new_object();
-    set(choice, "index", json_new_int(0), &ok);
+    set(choice, "index", json_new_int(index), ok);
     if (chat) {
         struct json_value *msg = json_new_object();
-        set(msg, "role", json_new_string("assistant"), &ok);
+        set(msg, "role", json_new_string("assistant"), ok);
         struct text_think t;
         if (r->think_open &&
             text_think_init(&t, r->think_open, r->think_close, r->think_inside, NULL) == KN_OK) {
             const char *c, *rs;
             size_t nc, nr;
             char *buf = think_split(&t, j->text, j->text_len, true, &c, &nc, &rs, &nr);
-            ok = ok && buf;
+            *ok = *ok && buf;
             if (buf) {
-                set(msg, "content", text_value(c, nc), &ok);
+                set(msg, "content", text_value(c, nc), ok);
                 if (nr > 0)
-                    set(msg, "reasoning_content", text_value(rs, nr), &ok);
+                    set(msg, "reasoning_content", text_value(rs, nr), ok);
             }
             free(buf);
         } else {
-            set(msg, "content", text_value(j->text, j->text_len), &ok);
+            set(msg, "content", text_value(j->text, j->text_len), ok);
         }
-        set(choice, "message", msg, &ok);
+        const char *finish = srv_finish_str(j->finish);
+        if (r->tools_parse) { /* calls in the answer's content become message.tool_calls */
+            struct json_value *cv = json_object_take(msg, "content");
+            const char *c = json_str(cv);
+            struct chat_tool_calls tc;
+            if (c && chat_tool_calls_parse(r->tool_syntax, c, cv->u.string.len, &tc, NULL) == KN_OK) {
+                if (tc.n > 0) {
+                    set(msg, "content", tc.content ? text_value(tc.content, tc.content_len)
+                                                   : json_new_null(), ok);
+                    set(msg, "tool_calls", tool_calls_value(&tc, id, index, ok), ok);
+                    if (j->finish == SRV_FINISH_STOP)
+                        finish = "tool_calls";
+                    json_free(cv);
+                    cv = NULL;
+                }
+                chat_tool_calls_free(&tc);
+            }
+            if (cv)
+                set(msg, "content", cv, ok);
+        }
+        set(choice, "message", msg, ok);
+        set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, ok), ok);
+        set(choice, "finish_reason", json_new_string(finish), ok);
+        return choice;
     } else {
-        set(choice, "text", text_value(j->text, j->text_len), &ok);
+        set(choice, "text", text_value(j->text, j->text_len), ok);
     }
-    set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, &ok), &ok);
-    set(choice, "finish_reason", json_new_string(srv_finish_str(j->finish)), &ok);
+    set(choice, "logprobs", logprobs_value(s, r, j, 0, j->n_out, ok), ok);
+    set(choice, "finish_reason", json_new_string(srv_finish_str(j->finish)), ok);
+    return choice;
+}
+
+char *api_completion_response(struct srv *s, const struct srv_request *r,
+                              struct srv_job *const *jobs, int n, const char *id,
+                              int64_t created, struct json_value **receipts)
+{
+    bool ok = true;
+    struct json_value *root = json_new_object();
+    bool chat = r->kind == SRV_KIND_CHAT;
+    head(s, root, id, chat ? "chat.completion" : "text_completion", created, &ok);
     struct json_value *choices = json_new_array();
-    push(choices, choice, &ok);
+    for (int i = 0; i < n; i++) {
+        struct json_value *choice = choice_value(s, r, jobs[i], i, id, &ok);
+        if (n > 1) { /* each choice's own seed and receipt */
+            set(choice, "seed", json_new_int((int64_t)jobs[i]->sampling.seed), &ok);
+            if (receipts[i])
+                set(choice, "receipt", receipts[i], &ok);
+            receipts[i] = NULL;
+        }
+        push(choices, choice, &ok);
+    }
     set(root, "choices", choices, &ok);
-    set(root, "usage", usage_value(j, &ok), &ok);
-    set(root, "timings", timings_value(j, &ok), &ok);
-    set(root, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
-    if (receipt)
-        set(root, "receipt", receipt, &ok);
+    set(root, "usage", usage_value(jobs, n, &ok), &ok);
+    set(root, "timings", timings_value(jobs[0], &ok), &ok);
+    set(root, "seed", json_new_int((int64_t)jobs[0]->sampling.seed), &ok);
+    if (n == 1 && receipts[0]) {
+        set(root, "receipt", receipts[0], &ok);
+        receipts[0] = NULL;
+    }
     return finish_json(root, ok);
 }
 
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
-                       size_t text0, size_t text1, bool final, struct json_value *receipt)
+                       int index, struct text_think *think, const char *id, int64_t created,
+                       bool role, int64_t tok0, int64_t tok1, size_t text0, size_t text1,
+                       bool final, const char *finish, struct json_value *receipt)
 {
     bool ok = true;
     bool chat = r->kind == SRV_KIND_CHAT;
     struct json_value *root = json_new_object();
     head(s, root, id, chat ? "chat.completion.chunk" : "text_completion", created, &ok);
     struct json_value *choice = json_new_object();
-    set(choice, "index", json_new_int(0), &ok);
+    set(choice, "index", json_new_int(index), &ok);
     if (chat) {
         struct json_value *delta = json_new_object();
         if (role) {
             set(delta, "role", json_new_string("assistant"), &ok);
             set(delta, "content", json_new_string(""), &ok);
-        } else if (r->think) {
+        } else if (think) {
             /* The reasoning goes out as delta.reasoning_content, the rest as content. */
             const char *c, *rs;
             size_t nc, nr;
-            char *buf = think_split(r->think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
+            char *buf = think_split(think, j->text + text0, text1 - text0, final, &c, &nc, &rs,
                                     &nr);
             ok = ok && buf;
             if (buf && (nc > 0 || (!final && nr == 0)))
@@ -958,8 +1203,14 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
     }
     set(choice, "logprobs", tok1 > tok0 ? logprobs_value(s, r, j, tok0, tok1, &ok) : json_new_null(),
         &ok);
-    set(choice, "finish_reason", final ? json_new_string(srv_finish_str(j->finish)) : json_new_null(),
-        &ok);
+    set(choice, "finish_reason",
+        final ? json_new_string(finish ? finish : srv_finish_str(j->finish)) : json_new_null(), &ok);
+    if (final && r->n_choices > 1) { /* each choice's own seed and receipt */
+        set(choice, "seed", json_new_int((int64_t)j->sampling.seed), &ok);
+        if (receipt)
+            set(choice, "receipt", receipt, &ok);
+        receipt = NULL;
+    }
     struct json_value *choices = json_new_array();
     push(choices, choice, &ok);
     set(root, "choices", choices, &ok);
@@ -974,15 +1225,15 @@ char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct 
     return finish_json(root, ok);
 }
 
-char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                      const char *id, int64_t created)
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, struct srv_job *const *jobs,
+                      int n, const char *id, int64_t created)
 {
     bool ok = true;
     struct json_value *root = json_new_object();
     head(s, root, id, r->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion",
          created, &ok);
     set(root, "choices", json_new_array(), &ok);
-    set(root, "usage", usage_value(j, &ok), &ok);
+    set(root, "usage", usage_value(jobs, n, &ok), &ok);
     return finish_json(root, ok);
 }
 

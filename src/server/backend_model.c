@@ -191,6 +191,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->name = b->name;
     out->model_path = path;
     out->cache_type = b->s.kv_name;
+    out->kv_bytes_per_slot = model_kv_bytes(b->s.m, n_ctx, b->s.kv_type);
     out->device_class = kern_device_class(kern_isa_active());
     out->n_vocab = (int32_t)b->s.m->hp.n_vocab;
     out->n_ctx = n_ctx;

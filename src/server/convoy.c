@@ -77,6 +77,8 @@ struct convoy {
 
     struct convoy_speed speed;
     struct convoy_stats stats;
+    struct convoy_slot_info *info; /* (n_slots) published under the lock */
+    uint64_t n_tasks;             /* jobs numbered so far */
 };
 
 const char *srv_finish_str(enum srv_finish f)
@@ -300,6 +302,51 @@ static void admit_locked(struct convoy *c)
     }
 }
 
+/* ---------------------------------------------------------------- slot table */
+
+/* Publishes the slots for /slots and /metrics (under the lock, scheduler thread: the
+ * only writer of the engine's slots). */
+static void publish_locked(struct convoy *c)
+{
+    for (int s = 0; s < c->n_slots; s++) {
+        struct convoy_slot_info *in = &c->info[s];
+        const struct srv_job *j = c->slots[s];
+        const struct engine_slot *sl = &c->es.slot[s];
+        in->busy = j != NULL;
+        in->positions = sl->held;
+        if (!j)
+            continue;
+        in->has_job = true;
+        in->prefill = j->prefill;
+        in->task = j->task;
+        in->n_prompt = (int64_t)j->n_prompt;
+        in->n_decoded = j->n_out;
+        in->max_tokens = j->max_tokens;
+        in->n_cached = j->n_cached;
+        in->sampling = j->sampling;
+        in->ignore_eos = j->ignore_eos;
+        in->n_top = j->n_top;
+    }
+}
+
+void convoy_get_slots(struct convoy *c, struct convoy_slot_info *out)
+{
+    convoy_lock(c);
+    memcpy(out, c->info, (size_t)c->n_slots * sizeof *out);
+    convoy_unlock(c);
+}
+
+void convoy_kv_usage(struct convoy *c, int64_t *used, int64_t *total)
+{
+    convoy_lock(c);
+    *used = 0;
+    for (int s = 0; s < c->n_slots; s++)
+        if (c->info[s].busy)
+            *used += c->info[s].positions;
+    *total = (int64_t)c->n_slots * c->b->n_ctx;
+    convoy_unlock(c);
+}
+
 /* ---------------------------------------------------------------- one step */
 
 /* Runs one step; returns false when the convoy is stopping. */
@@ -325,6 +372,7 @@ static bool step(struct convoy *c)
         c->stats.slots_busy = busy;
         c->stats.queued = c->q.len;
         c->stats.prefill_queued = c->pq.len;
+        publish_locked(c);
         if (busy)
             break;
         convoy_unlock(c);
@@ -384,6 +432,7 @@ static bool step(struct convoy *c)
         any_finish = true;
     }
     c->stats.busy_seconds += kn_now() - t0;
+    publish_locked(c);
     if (!any_finish) {
         convoy_unlock(c);
         return true;
@@ -405,6 +454,7 @@ static bool step(struct convoy *c)
         finish_locked(c, j, c->finishing[s]); /* it may be freed from here on */
         active[s] = NULL;
     }
+    publish_locked(c);
     convoy_unlock(c);
     engine_slots_flush(&c->es);
     if (!prefill_done)
@@ -440,6 +490,7 @@ void convoy_free(struct convoy *c)
     free(c->slots);
     free(c->finishing);
     free(c->lp);
+    free(c->info);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->work_cv);
     free(c);
@@ -486,7 +537,8 @@ enum kn_status convoy_start_speed(struct convoy **out, struct srv_backend *b, in
     c->slots = kn_calloc((size_t)c->n_slots, sizeof *c->slots, err);
     c->finishing = kn_calloc((size_t)c->n_slots, sizeof *c->finishing, err);
     c->lp = kn_malloc((size_t)b->n_vocab * sizeof *c->lp, err);
-    if (!c->slots || !c->finishing || !c->lp) {
+    c->info = kn_calloc((size_t)c->n_slots, sizeof *c->info, err);
+    if (!c->slots || !c->finishing || !c->lp || !c->info) {
         convoy_free(c);
         return KN_E_NOMEM;
     }
@@ -534,6 +586,7 @@ void convoy_stop(struct convoy *c)
 static void queue_locked(struct convoy *c, struct jobq *q, struct srv_job *j)
 {
     j->refs++;
+    j->task = ++c->n_tasks;
     j->state = SRV_JOB_QUEUED;
     j->t_submit = kn_now();
     jobq_push(q, j);

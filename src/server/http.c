@@ -11,6 +11,7 @@
  * handler and a stream waits inside the content reader, both in short slices so that a
  * client that hangs up is noticed (its job is cancelled and the slot freed). */
 #include "srv_internal.h"
+#include "receipt/receipt.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,11 +28,12 @@
 #include <unistd.h>
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
-                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE };
+                EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS,
+                EP_UI, EP_VERIFY };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template"};
-static const int status_codes[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 415, 431, 500, 503, 0};
+    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt"};
+static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 431, 500, 503, 0};
 
 struct route {
     const char *path;
@@ -55,6 +57,9 @@ static const struct route routes[] = {
     {"/v1/prefill", "POST", EP_PREFILL, false},
     {"/stats", "GET", EP_STATS, false},
     {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
+    {"/slots", "GET", EP_SLOTS, false},
+    {"/", "GET", EP_UI, true},
+    {"/verify-receipt", "POST", EP_VERIFY, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -87,6 +92,16 @@ void srv_count_status(struct srv *s, int status)
 
 /* ---------------------------------------------------------------- responses */
 
+/* --cors ORIGIN: every answer names the origin browsers may read it from. */
+static void add_cors(const struct srv *s, struct MHD_Response *r)
+{
+    if (!s->cfg.cors)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.cors);
+    if (strcmp(s->cfg.cors, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
                                   int status, char *body, const char *ctype,
                                   const char *const *headers)
@@ -101,6 +116,7 @@ static enum MHD_Result queue_text(struct srv *s, struct MHD_Connection *conn, en
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Connection", "close");
+    add_cors(s, r);
     for (int i = 0; headers && headers[i]; i += 2)
         MHD_add_response_header(r, headers[i], headers[i + 1]);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)status, r);
@@ -126,6 +142,9 @@ static enum MHD_Result send_error(struct srv *s, struct MHD_Connection *conn, en
     } else if (e->status == 503) {
         hdrs[h++] = "Retry-After";
         hdrs[h++] = "1";
+    } else if (e->status == 429) {
+        hdrs[h++] = "Retry-After";
+        hdrs[h++] = SRV_XSTR(SRV_VERIFY_INTERVAL_S);
     }
     return queue_text(s, conn, ep, e->status, api_error_json(e), "application/json", hdrs);
 }
@@ -263,19 +282,35 @@ static struct json_value *make_receipt(struct srv *s, const struct srv_request *
 
 /* ---------------------------------------------------------------- streaming */
 
-enum stream_phase { PH_ROLE, PH_TOKENS, PH_FINAL, PH_USAGE, PH_DONE, PH_END };
+enum stream_phase { PH_ROLE, PH_TOKENS, PH_USAGE, PH_DONE, PH_END };
+
+/* One choice of a stream: what of its job went out. */
+struct stream_choice {
+    struct srv_job *job;
+    int64_t seen;         /* job->n_out at the last look */
+    int64_t sent_tok;     /* tokens whose logprobs went out */
+    size_t sent_text;     /* bytes of job->text that went out */
+    bool final;           /* its last chunk (finish_reason) went out */
+    struct text_think think; /* its reasoning splitter (the request's, copied) */
+    /* tool calls found in the finished answer: 0 not looked, 1 none, 2 being sent */
+    int tc_state;
+    struct chat_tool_calls tc;
+    bool tc_content_sent;
+    int tc_next;          /* the next call event: 2k call k's head, 2k+1 its arguments */
+};
 
 struct stream {
     struct srv *s;
     struct MHD_Connection *conn;
     struct srv_request req;
-    struct srv_job *job;
+    struct stream_choice ch[SRV_MAX_CHOICES];
+    struct srv_job *jobs[SRV_MAX_CHOICES];
+    int n;
+    int role_sent;        /* choices whose role chunk went out */
+    int next;             /* the choice looked at first (round robin) */
     char id[64];
     int64_t created;
     enum stream_phase phase;
-    int64_t seen;         /* job->n_out at the last look */
-    int64_t sent_tok;     /* tokens whose logprobs went out */
-    size_t sent_text;     /* bytes of job->text that went out */
     char *out;            /* the event being written */
     size_t out_len, out_off;
 };
@@ -328,78 +363,188 @@ static bool set_event(struct stream *st, char *json)
     return true;
 }
 
-/* Produces the next event into st->out; false on an error that ends the stream. */
+/* The error event of a job that ended in error or was cancelled. */
+static char *job_error_event(const struct srv_job *j)
+{
+    struct srv_error e;
+    if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+        srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s", j->error);
+    else if (j->finish == SRV_FINISH_ERROR)
+        srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
+    else
+        srv_error_set(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    return api_error_json(&e);
+}
+
+static bool choice_final(struct stream *st, int i, const char *finish, char **chunk);
+
+/* A finished answer of a request with tools: its calls, if it has some, go out as
+ * OpenAI streams them (the content not sent yet, then per call a chunk with its id,
+ * type and name and one with its arguments, then finish_reason "tool_calls"); without
+ * calls the rest of the text goes out as usual. The job is done: no lock needed. */
+static bool choice_tool_event(struct stream *st, int i, char **chunk)
+{
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct srv *s = st->s;
+    if (ch->tc_state == 0) {
+        ch->tc_state = 1;
+        if (chat_tool_calls_parse(st->req.tool_syntax, j->text, j->text_len, &ch->tc, NULL) == KN_OK) {
+            if (ch->tc.n > 0)
+                ch->tc_state = 2;
+            else
+                chat_tool_calls_free(&ch->tc);
+        }
+    }
+    if (ch->tc_state == 1) { /* no calls: the rest as text, then the final chunk */
+        struct text_think *think = st->req.think ? &ch->think : NULL;
+        if (j->text_len > ch->sent_text) {
+            *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false,
+                                      ch->sent_tok, j->n_out, ch->sent_text, j->text_len, false,
+                                      NULL, NULL);
+            ch->sent_text = j->text_len;
+            ch->sent_tok = j->n_out;
+            return *chunk != NULL;
+        }
+        return choice_final(st, i, NULL, chunk);
+    }
+    if (!ch->tc_content_sent) {
+        ch->tc_content_sent = true;
+        /* the content before the first call began with what went out already */
+        if (ch->tc.content && ch->tc.content_len > ch->sent_text) {
+            *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created,
+                                    ch->tc.content + ch->sent_text,
+                                    ch->tc.content_len - ch->sent_text, NULL, 0, false);
+            return *chunk != NULL;
+        }
+    }
+    if (ch->tc_next < 2 * ch->tc.n) {
+        int k = ch->tc_next / 2;
+        bool head_part = ch->tc_next % 2 == 0;
+        ch->tc_next++;
+        *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created, NULL, 0, &ch->tc, k, head_part);
+        return *chunk != NULL;
+    }
+    chat_tool_calls_free(&ch->tc);
+    ch->tc_state = 1;
+    ch->sent_text = j->text_len;
+    ch->sent_tok = j->n_out;
+    return choice_final(st, i, j->finish == SRV_FINISH_STOP ? "tool_calls" : NULL, chunk);
+}
+
+/* The final chunk of choice i (finish_reason, seed, receipt). */
+static bool choice_final(struct stream *st, int i, const char *finish, char **chunk)
+{
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct srv *s = st->s;
+    struct srv_error e = {0};
+    struct json_value *receipt = make_receipt(s, &st->req, j, &e);
+    ch->final = true;
+    if (e.status) {
+        *chunk = api_error_json(&e);
+        return false;
+    }
+    *chunk = api_stream_chunk(s, &st->req, j, i, st->req.think ? &ch->think : NULL, st->id,
+                              st->created, false, 0, 0, j->text_len, j->text_len, true, finish,
+                              receipt);
+    return *chunk != NULL;
+}
+
+/* The next chunk of choice i, if it has one: new text or logprobs, or its final chunk
+ * (finish_reason, seed, receipt) once its job is done. *chunk stays NULL when there is
+ * nothing to send yet; false on an error that ends the stream (*chunk: its event). */
+static bool choice_event(struct stream *st, int i, char **chunk)
+{
+    struct srv *s = st->s;
+    struct convoy *c = s->convoy;
+    struct stream_choice *ch = &st->ch[i];
+    struct srv_job *j = ch->job;
+    struct text_think *think = st->req.think ? &ch->think : NULL;
+    *chunk = NULL;
+    convoy_lock(c);
+    bool done = j->state == SRV_JOB_DONE;
+    ch->seen = j->n_out;
+    if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
+        convoy_unlock(c);
+        *chunk = job_error_event(j);
+        return false;
+    }
+    size_t end = done ? j->text_len : safe_end(j);
+    if (!done && st->req.tools_parse) /* hold back what may be the start of a call */
+        end = chat_tool_calls_safe_end(st->req.tool_syntax, j->text, end);
+    if (done && st->req.tools_parse) {
+        convoy_unlock(c);
+        return choice_tool_event(st, i, chunk);
+    }
+    int64_t tok1 = ch->sent_tok;
+    while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
+        tok1++;
+    bool any = end > ch->sent_text || (st->req.logprobs && tok1 > ch->sent_tok);
+    if (any)
+        *chunk = api_stream_chunk(s, &st->req, j, i, think, st->id, st->created, false,
+                                  ch->sent_tok, tok1, ch->sent_text, end, false, NULL, NULL);
+    convoy_unlock(c);
+    if (any) {
+        ch->sent_text = end;
+        ch->sent_tok = tok1;
+        return *chunk != NULL; /* NULL: out of memory */
+    }
+    if (!done)
+        return true;
+    /* The job is done: the scheduler no longer writes it, so no lock is needed (and a
+     * receipt, which reads the model-hash cache, must not stall the scheduler). */
+    return choice_final(st, i, NULL, chunk);
+}
+
+/* Produces the next event into st->out; false on an error that ends the stream. The
+ * choices' chunks interleave as their tokens come (each chunk names its index). */
 static bool next_event(struct stream *st)
 {
     struct srv *s = st->s;
     struct convoy *c = s->convoy;
-    struct srv_job *j = st->job;
     switch (st->phase) {
     case PH_ROLE:
+        if (st->req.kind == SRV_KIND_CHAT && st->role_sent < st->n) {
+            int i = st->role_sent++;
+            return set_event(st, api_stream_chunk(s, &st->req, st->ch[i].job, i, NULL, st->id,
+                                                  st->created, true, 0, 0, 0, 0, false, NULL,
+                                                  NULL));
+        }
         st->phase = PH_TOKENS;
-        if (st->req.kind == SRV_KIND_CHAT)
-            return set_event(st, api_stream_chunk(s, &st->req, j, st->id, st->created, true, 0, 0,
-                                                  0, 0, false, NULL));
         return next_event(st);
     case PH_TOKENS:
         for (;;) {
-            convoy_wait(c, j, st->seen, 100);
-            convoy_lock(c);
-            bool done = j->state == SRV_JOB_DONE;
-            st->seen = j->n_out;
-            if (done && (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED)) {
-                struct srv_error e;
-                if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
-                    srv_error_set(&e, 400, "invalid_request_error", "grammar_dead_end", NULL, "%s",
-                                  j->error);
-                else if (j->finish == SRV_FINISH_ERROR)
-                    srv_error_set(&e, 500, "server_error", "generation_failed", NULL, "%s", j->error);
-                else
-                    srv_error_set(&e, 503, "server_error", "shutting_down", NULL,
-                                  "the server is shutting down");
-                convoy_unlock(c);
-                st->phase = PH_DONE;
-                return set_event(st, api_error_json(&e));
+            int open = -1;
+            for (int k = 0; k < st->n; k++) {
+                int i = (st->next + k) % st->n;
+                if (st->ch[i].final)
+                    continue;
+                if (open < 0)
+                    open = i;
+                char *chunk = NULL;
+                bool ok = choice_event(st, i, &chunk);
+                if (!ok) {
+                    st->phase = PH_DONE;
+                    return chunk ? set_event(st, chunk) : false;
+                }
+                if (chunk) {
+                    st->next = (i + 1) % st->n;
+                    return set_event(st, chunk);
+                }
             }
-            size_t end = done ? j->text_len : safe_end(j);
-            int64_t tok1 = st->sent_tok;
-            while (tok1 < j->n_out && (done || j->text_end[tok1] <= end))
-                tok1++;
-            char *chunk = NULL;
-            bool any = end > st->sent_text || (st->req.logprobs && tok1 > st->sent_tok);
-            if (any)
-                chunk = api_stream_chunk(s, &st->req, j, st->id, st->created, false, st->sent_tok,
-                                         tok1, st->sent_text, end, false, NULL);
-            convoy_unlock(c);
-            if (any) {
-                st->sent_text = end;
-                st->sent_tok = tok1;
-            }
-            if (done)
-                st->phase = PH_FINAL;
-            if (chunk)
-                return set_event(st, chunk);
-            if (any)
-                return false; /* out of memory */
-            if (done)
+            if (open < 0) { /* every choice sent its final chunk */
+                st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
                 return next_event(st);
+            }
+            /* nothing new: wait for the first open choice's next token (short slices) */
+            convoy_wait(c, st->ch[open].job, st->ch[open].seen, st->n > 1 ? 20 : 100);
             if (s->stopping || client_gone(st->conn))
                 return false;
         }
-    case PH_FINAL: {
-        /* The job is done: the scheduler no longer writes it, so no lock is needed (and
-         * a receipt, which reads the model-hash cache, must not stall the scheduler). */
-        struct srv_error e = {0};
-        struct json_value *receipt = make_receipt(s, &st->req, j, &e);
-        char *chunk = e.status ? api_error_json(&e)
-                               : api_stream_chunk(s, &st->req, j, st->id, st->created, false, 0,
-                                                  0, j->text_len, j->text_len, true, receipt);
-        st->phase = st->req.include_usage ? PH_USAGE : PH_DONE;
-        return set_event(st, chunk);
-    }
     case PH_USAGE: {
         convoy_lock(c);
-        char *chunk = api_usage_chunk(s, &st->req, j, st->id, st->created);
+        char *chunk = api_usage_chunk(s, &st->req, st->jobs, st->n, st->id, st->created);
         convoy_unlock(c);
         st->phase = PH_DONE;
         return set_event(st, chunk);
@@ -440,14 +585,84 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     struct stream *st = cls;
-    convoy_cancel(st->s->convoy, st->job); /* no-op when it finished */
-    convoy_release(st->s->convoy, st->job);
+    for (int i = 0; i < st->n; i++) {
+        convoy_cancel(st->s->convoy, st->ch[i].job); /* no-op when it finished */
+        convoy_release(st->s->convoy, st->ch[i].job);
+        if (st->ch[i].tc_state == 2)
+            chat_tool_calls_free(&st->ch[i].tc);
+    }
     srv_request_free(&st->req);
     free(st->out);
     free(st);
 }
 
 /* ---------------------------------------------------------------- completions */
+
+/* Cancels and releases the jobs of a request (those not submitted: released only). */
+static void jobs_drop(struct srv *s, struct srv_job **jobs, int n, int n_submitted)
+{
+    for (int i = 0; i < n; i++) {
+        if (!jobs[i])
+            continue;
+        if (i < n_submitted)
+            convoy_cancel(s->convoy, jobs[i]);
+        convoy_release(i < n_submitted ? s->convoy : NULL, jobs[i]);
+        jobs[i] = NULL;
+    }
+}
+
+/* The job of choice i: the request's prompt and settings with the choice's seed
+ * (api_choice_seed), its own grammar state. Choice 0 takes the request's compiled
+ * grammar; the others compile the same GBNF text again (a job owns its grammar). */
+static enum kn_status job_for_choice(struct srv *s, struct srv_request *r, int i,
+                                     struct srv_job **out, struct kn_err *err)
+{
+    struct srv_job *j = NULL;
+    *out = NULL;
+    enum kn_status st = srv_job_new(&j, r->ids, r->n_ids, err);
+    if (st != KN_OK)
+        return st;
+    int64_t room = s->b->n_ctx - (int64_t)r->n_ids + 1; /* the last token is never fed */
+    int64_t want = r->max_tokens ? r->max_tokens
+                                 : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
+    j->max_tokens = want < room ? want : room;
+    j->sampling = r->sampling;
+    j->sampling.seed = api_choice_seed(r, i);
+    j->seed_given = r->seed_given;
+    j->ignore_eos = r->ignore_eos;
+    j->want_logprobs = r->logprobs;
+    j->n_top = r->top_logprobs;
+    for (int k = 0; k < r->n_stop; k++) {
+        j->stop[k] = strdup(r->stop[k]);
+        j->stop_len[k] = r->stop_len[k];
+        j->n_stop = k + 1;
+        if (!j->stop[k])
+            break;
+    }
+    if (r->grammar) { /* the job takes a grammar, with a state at its start */
+        if (i == 0) {
+            j->grammar = r->grammar;
+            r->grammar = NULL;
+        } else if ((st = grammar_parse(r->grammar_text, strlen(r->grammar_text), "root",
+                                       &j->grammar, err)) != KN_OK) {
+            convoy_release(NULL, j);
+            return st;
+        }
+    }
+    if (j->grammar) {
+        j->gvocab = s->gvocab;
+        if ((st = grammar_state_init(&j->gstate, j->grammar, err)) != KN_OK) {
+            convoy_release(NULL, j);
+            return st;
+        }
+    }
+    if (j->n_stop != r->n_stop || srv_job_alloc_results(j, s->b->max_piece, err) != KN_OK) {
+        convoy_release(NULL, j);
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    }
+    *out = j;
+    return KN_OK;
+}
 
 static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
                                          const struct json_value *body)
@@ -460,51 +675,26 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         return send_error(s, conn, ep, &e);
     }
 
+    /* One job per choice ("n"), each in its own slot, submitted together. */
     struct kn_err err = {0};
-    struct srv_job *j = NULL;
-    if (srv_job_new(&j, r.ids, r.n_ids, &err) != KN_OK) {
-        srv_request_free(&r);
-        return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
-    }
-    int64_t room = s->b->n_ctx - (int64_t)r.n_ids + 1; /* the last token is never fed */
-    int64_t want = r.max_tokens ? r.max_tokens
-                                : (s->cfg.default_max_tokens ? s->cfg.default_max_tokens : room);
-    j->max_tokens = want < room ? want : room;
-    j->sampling = r.sampling;
-    j->seed_given = r.seed_given;
-    j->ignore_eos = r.ignore_eos;
-    j->want_logprobs = r.logprobs;
-    j->n_top = r.top_logprobs;
-    for (int i = 0; i < r.n_stop; i++) {
-        j->stop[i] = strdup(r.stop[i]);
-        j->stop_len[i] = r.stop_len[i];
-        j->n_stop = i + 1;
-        if (!j->stop[i])
-            break;
-    }
-    if (r.grammar) { /* the job takes the grammar, with a state at its start */
-        j->grammar = r.grammar;
-        r.grammar = NULL;
-        j->gvocab = s->gvocab;
-        if (grammar_state_init(&j->gstate, j->grammar, &err) != KN_OK) {
-            convoy_release(NULL, j);
+    struct srv_job *jobs[SRV_MAX_CHOICES] = {0};
+    const int n = r.n_choices;
+    for (int i = 0; i < n; i++)
+        if (job_for_choice(s, &r, i, &jobs[i], &err) != KN_OK) {
+            jobs_drop(s, jobs, n, 0);
             srv_request_free(&r);
             return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
         }
-    }
-    if (j->n_stop != r.n_stop || srv_job_alloc_results(j, s->b->max_piece, &err) != KN_OK) {
-        convoy_release(NULL, j);
-        srv_request_free(&r);
-        return fail(s, conn, ep, 500, "server_error", NULL, "out of memory");
-    }
-    enum kn_status st = convoy_submit(s->convoy, j, &err);
-    if (st != KN_OK) {
-        convoy_release(NULL, j);
-        srv_request_free(&r);
-        if (st == KN_E_LIMIT)
-            return fail(s, conn, ep, 503, "server_error", "server_busy",
-                        "the server is busy: %s; retry in a moment", err.msg);
-        return fail(s, conn, ep, 503, "server_error", "shutting_down", "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        enum kn_status st = convoy_submit(s->convoy, jobs[i], &err);
+        if (st != KN_OK) {
+            jobs_drop(s, jobs, n, i);
+            srv_request_free(&r);
+            if (st == KN_E_LIMIT)
+                return fail(s, conn, ep, 503, "server_error", "server_busy",
+                            "the server is busy: %s; retry in a moment", err.msg);
+            return fail(s, conn, ep, 503, "server_error", "shutting_down", "%s", err.msg);
+        }
     }
 
     char id[64];
@@ -518,7 +708,12 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
             stc->s = s;
             stc->conn = conn;
             stc->req = r;
-            stc->job = j;
+            stc->n = n;
+            for (int i = 0; i < n; i++) {
+                stc->ch[i].job = stc->jobs[i] = jobs[i];
+                if (r.think)
+                    stc->ch[i].think = *r.think; /* nothing fed yet: each choice its own */
+            }
             snprintf(stc->id, sizeof stc->id, "%s", id);
             stc->created = created;
             resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, stc,
@@ -527,51 +722,58 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         if (!resp) {
             if (stc)
                 free(stc);
-            convoy_cancel(s->convoy, j);
-            convoy_release(s->convoy, j);
+            jobs_drop(s, jobs, n, n);
             srv_request_free(&r);
             return MHD_NO;
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "Connection", "close");
+        add_cors(s, resp);
         enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         count(s, ep, 200);
         return ok;
     }
 
-    /* Plain: wait for the whole answer, watching for a client that hangs up. */
-    while (!convoy_wait(s->convoy, j, INT64_MAX, 100)) {
-        if (client_gone(conn)) {
-            convoy_cancel(s->convoy, j);
-            convoy_release(s->convoy, j);
-            srv_request_free(&r);
-            return MHD_NO;
+    /* Plain: wait for every choice, watching for a client that hangs up. */
+    for (int i = 0; i < n; i++)
+        while (!convoy_wait(s->convoy, jobs[i], INT64_MAX, 100)) {
+            if (client_gone(conn)) {
+                jobs_drop(s, jobs, n, n);
+                srv_request_free(&r);
+                return MHD_NO;
+            }
         }
-    }
-    enum MHD_Result res;
+    enum MHD_Result res = MHD_NO;
+    const struct srv_job *bad = NULL;
     convoy_lock(s->convoy);
-    if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
-        convoy_unlock(s->convoy);
-        if (j->finish == SRV_FINISH_ERROR && j->error_is_request)
+    for (int i = 0; i < n && !bad; i++)
+        if (jobs[i]->finish == SRV_FINISH_ERROR || jobs[i]->finish == SRV_FINISH_CANCELLED)
+            bad = jobs[i];
+    convoy_unlock(s->convoy);
+    if (bad) {
+        if (bad->finish == SRV_FINISH_ERROR && bad->error_is_request)
             res = fail(s, conn, ep, 400, "invalid_request_error", "grammar_dead_end", "%s",
-                       j->error);
-        else if (j->finish == SRV_FINISH_ERROR)
-            res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", j->error);
+                       bad->error);
+        else if (bad->finish == SRV_FINISH_ERROR)
+            res = fail(s, conn, ep, 500, "server_error", "generation_failed", "%s", bad->error);
         else
             res = fail(s, conn, ep, 503, "server_error", "shutting_down",
                        "the server is shutting down");
     } else {
         /* Done: the results are final, read them without holding up the scheduler. */
-        convoy_unlock(s->convoy);
+        struct json_value *receipts[SRV_MAX_CHOICES] = {0};
         e.status = 0;
-        struct json_value *receipt = make_receipt(s, &r, j, &e);
+        for (int i = 0; i < n && !e.status; i++)
+            receipts[i] = make_receipt(s, &r, jobs[i], &e);
         char *body_out = e.status ? NULL
-                                  : api_completion_response(s, &r, j, id, created, receipt);
+                                  : api_completion_response(s, &r, jobs, n, id, created, receipts);
+        for (int i = 0; i < n; i++)
+            json_free(receipts[i]); /* those not taken */
         res = e.status ? send_error(s, conn, ep, &e) : send_json(s, conn, ep, 200, body_out);
     }
-    convoy_release(s->convoy, j);
+    jobs_drop(s, jobs, n, n);
     srv_request_free(&r);
     return res;
 }
@@ -589,11 +791,23 @@ static enum MHD_Result handle_models(struct srv *s, struct MHD_Connection *conn)
     return send_json(s, conn, EP_MODELS, 200, out);
 }
 
+static bool srv_ready(const struct srv *s)
+{
+    return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* 200 when the model is loaded and the server accepts work; 503 while it loads or shuts
+ * down (a load balancer's readiness probe). */
 static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
 {
+    char *out = NULL;
+    if (!srv_ready(s)) {
+        if (asprintf(&out, "{\"status\":\"%s\"}", s->stopping ? "shutting down" : "loading model") < 0)
+            out = NULL;
+        return send_json(s, conn, EP_HEALTH, 503, out);
+    }
     struct convoy_stats cs;
     convoy_get_stats(s->convoy, &cs);
-    char *out = NULL;
     int status = s->stopping ? 503 : 200;
     if (asprintf(&out, "{\"status\":\"%s\",\"slots_idle\":%d,\"slots_processing\":%d,"
                        "\"requests_waiting\":%d}",
@@ -601,6 +815,82 @@ static enum MHD_Result handle_health(struct srv *s, struct MHD_Connection *conn)
                  cs.queued) < 0)
         out = NULL;
     return send_json(s, conn, EP_HEALTH, status, out);
+}
+
+/* GET /slots in llama-server's shape (an array, one object per slot); ?fail_on_no_slot=1
+ * answers 503 when every slot is busy. The prompt and generated text are not shown. */
+static enum MHD_Result handle_slots(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    const int n = s->b->n_slots;
+    struct convoy_slot_info *info = calloc((size_t)n, sizeof *info);
+    if (!info)
+        return MHD_NO;
+    convoy_get_slots(s->convoy, info);
+    int idle = 0;
+    for (int i = 0; i < n; i++)
+        idle += !info[i].busy;
+    const char *fail_on = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    if (fail_on && *fail_on && strcmp(fail_on, "0") != 0 && strcmp(fail_on, "false") != 0 && idle == 0) {
+        free(info);
+        return fail(s, conn, EP_SLOTS, 503, "unavailable_error", "no_slot_available",
+                    "no slot available: all %d are busy", n);
+    }
+    struct json_value *arr = json_new_array();
+    bool ok = arr != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const struct convoy_slot_info *in = &info[i];
+        struct json_value *o = json_new_object();
+        ok = o && json_array_push(arr, o, NULL) == KN_OK; /* the array owns o */
+        if (!ok)
+            break;
+#define SET(obj, key, val) (ok = ok && json_object_set((obj), (key), (val), NULL) == KN_OK)
+        SET(o, "id", json_new_int(i));
+        SET(o, "id_task", json_new_int(in->has_job ? (int64_t)in->task : -1));
+        SET(o, "n_ctx", json_new_int(s->b->n_ctx));
+        SET(o, "speculative", json_new_bool(cs.draft_max > 0));
+        SET(o, "is_processing", json_new_bool(in->busy));
+        SET(o, "kv_positions", json_new_int(in->positions));
+        if (!in->has_job)
+            continue;
+        const struct sample_params *sp = &in->sampling;
+        struct json_value *params = json_new_object();
+        SET(o, "params", params);
+        if (!ok)
+            break;
+        SET(params, "seed", json_new_int((int64_t)sp->seed));
+        SET(params, "temperature", json_new_float(sp->temperature));
+        SET(params, "top_k", json_new_int(sp->top_k));
+        SET(params, "top_p", json_new_float(sp->top_p));
+        SET(params, "min_p", json_new_float(sp->min_p));
+        SET(params, "repeat_last_n", json_new_int(sp->repeat_last_n));
+        SET(params, "repeat_penalty", json_new_float(sp->repeat_penalty));
+        SET(params, "presence_penalty", json_new_float(sp->presence_penalty));
+        SET(params, "frequency_penalty", json_new_float(sp->frequency_penalty));
+        SET(params, "max_tokens", json_new_int(in->max_tokens));
+        SET(params, "n_predict", json_new_int(in->max_tokens));
+        SET(params, "ignore_eos", json_new_bool(in->ignore_eos));
+        SET(params, "n_probs", json_new_int(in->n_top));
+        SET(params, "prefill", json_new_bool(in->prefill));
+        struct json_value *next = json_new_object();
+        SET(o, "next_token", next);
+        if (!ok)
+            break;
+        SET(next, "has_next_token", json_new_bool(in->busy));
+        SET(next, "has_new_line", json_new_bool(false));
+        SET(next, "n_remain", json_new_int(in->busy ? in->max_tokens - in->n_decoded : 0));
+        SET(next, "n_decoded", json_new_int(in->n_decoded));
+        SET(o, "n_prompt_tokens", json_new_int(in->n_prompt));
+        SET(o, "n_prompt_tokens_cached", json_new_int(in->n_cached));
+#undef SET
+    }
+    free(info);
+    char *out = NULL;
+    if (!ok || json_write(arr, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(arr);
+    return send_json(s, conn, EP_SLOTS, 200, out);
 }
 
 static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn)
@@ -654,6 +944,30 @@ static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn
          "# HELP kinetic_prefills_total Zero Wait prefills done.\n"
          "# TYPE kinetic_prefills_total counter\nkinetic_prefills_total %" PRIu64 "\n",
          cs.draft_proposed, cs.draft_accepted, cs.prompt_tokens_reused, cs.prefills_done);
+    /* llama-server's names (llamacpp:*) for what it also reports, and the gauges the
+     * Gateway API Inference Extension's endpoint picker reads: the queue and the KV
+     * cache's utilization (positions held by busy slots over slots x context). */
+    int64_t kv_used = 0, kv_total = 0;
+    convoy_kv_usage(s->convoy, &kv_used, &kv_total);
+    EMIT("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+         "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total %" PRIu64 "\n"
+         "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+         "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total %" PRIu64 "\n"
+         "# HELP llamacpp:n_decode_total Total number of forward passes (Convoy steps).\n"
+         "# TYPE llamacpp:n_decode_total counter\nllamacpp:n_decode_total %" PRIu64 "\n"
+         "# HELP llamacpp:requests_processing Number of requests processing.\n"
+         "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
+         "# HELP llamacpp:requests_deferred Number of requests deferred (waiting for a slot).\n"
+         "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n"
+         "# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.\n"
+         "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio %.6f\n"
+         "# HELP llamacpp:kv_cache_tokens KV-cache positions in use by busy slots.\n"
+         "# TYPE llamacpp:kv_cache_tokens gauge\nllamacpp:kv_cache_tokens %lld\n"
+         "# HELP kinetic_kv_cache_positions KV-cache positions of all slots (slots x context).\n"
+         "# TYPE kinetic_kv_cache_positions gauge\nkinetic_kv_cache_positions %lld\n",
+         cs.tokens_prompt, cs.tokens_generated, cs.steps, cs.slots_busy, cs.queued,
+         kv_total > 0 ? (double)kv_used / (double)kv_total : 0.0, (long long)kv_used,
+         (long long)kv_total);
     int waiting = 0, active = 0;
     gate_counts(s->gate, &waiting, &active);
     EMIT("# HELP kinetic_http_connections Open connections: waiting for their request's head "
@@ -877,6 +1191,78 @@ static enum MHD_Result handle_stats(struct srv *s, struct MHD_Connection *conn)
     return send_json(s, conn, EP_STATS, 200, out);
 }
 
+/* ---------------------------------------------------------------- the web page */
+
+extern const unsigned char srv_webui_html[]; /* webui.html, embedded (cmake/embed_text.cmake) */
+extern const size_t srv_webui_html_len;
+
+static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn)
+{
+    char *page = malloc(srv_webui_html_len + 1);
+    if (!page)
+        return MHD_NO;
+    memcpy(page, srv_webui_html, srv_webui_html_len + 1);
+    const char *hdrs[] = {"Cache-Control", "no-cache", NULL};
+    return queue_text(s, conn, EP_UI, 200, page, "text/html; charset=utf-8", hdrs);
+}
+
+/* POST /verify-receipt: reruns a receipt (the body, as sent) as `kinetic verify-receipt`
+ * does, with this server's model file, and answers {"verified", "exit_code", "report"}.
+ * One at a time and SRV_VERIFY_INTERVAL_S apart (429 otherwise: a rerun costs a whole
+ * generation); --no-verify turns it off. */
+static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn, const char *body,
+                                     size_t len)
+{
+    if (s->cfg.no_verify)
+        return fail(s, conn, EP_VERIFY, 403, "permission_error", "verify_disabled",
+                    "receipt verification is turned off on this server (--no-verify)");
+    if (!s->b->model_path || !s->cfg.receipt)
+        return fail(s, conn, EP_VERIFY, 400, "invalid_request_error", "unsupported_value",
+                    "this server makes no receipts (the toy model), so it verifies none");
+    if (pthread_mutex_trylock(&s->vmu) != 0)
+        return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_busy",
+                    "a receipt is being verified; retry in a few seconds");
+    double wait = s->verify_last + SRV_VERIFY_INTERVAL_S - kn_now();
+    if (s->verify_last > 0 && wait > 0) {
+        pthread_mutex_unlock(&s->vmu);
+        return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_rate",
+                    "one verification per %d seconds; retry in %.1f s", SRV_VERIFY_INTERVAL_S, wait);
+    }
+    char path[] = "/tmp/kinetic-verify-XXXXXX";
+    int fd = mkstemp(path);
+    bool wrote = fd >= 0 && write(fd, body, len) == (ssize_t)len;
+    if (fd >= 0)
+        close(fd);
+    char *report = NULL;
+    size_t report_len = 0;
+    FILE *out = wrote ? open_memstream(&report, &report_len) : NULL;
+    int rc = -1;
+    if (out) {
+        struct receipt_verify_opts o = {.model = s->b->model_path, .threads = 2};
+        rc = receipt_verify(path, &o, out);
+        fclose(out);
+    }
+    if (fd >= 0)
+        unlink(path);
+    s->verify_last = kn_now();
+    pthread_mutex_unlock(&s->vmu);
+    if (rc < 0) {
+        free(report);
+        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "cannot write the receipt to a "
+                    "temporary file");
+    }
+    struct json_value *root = json_new_object();
+    bool ok = root && json_object_set(root, "verified", json_new_bool(rc == 0), NULL) == KN_OK &&
+              json_object_set(root, "exit_code", json_new_int(rc), NULL) == KN_OK &&
+              json_object_set(root, "report", json_new_stringn(report, report_len), NULL) == KN_OK;
+    free(report);
+    char *text = NULL;
+    if (!ok || json_write(root, JSON_COMPACT, &text, NULL, NULL) != KN_OK)
+        text = NULL;
+    json_free(root);
+    return send_json(s, conn, EP_VERIFY, 200, text);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static bool json_content_type(struct MHD_Connection *conn)
@@ -898,6 +1284,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_HEALTH: return handle_health(s, conn);
     case EP_METRICS: return handle_metrics(s, conn);
     case EP_STATS: return handle_stats(s, conn);
+    case EP_SLOTS: return handle_slots(s, conn);
+    case EP_UI: return handle_ui(s, conn);
     default: break;
     }
     if (q->too_big)
@@ -914,6 +1302,11 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
                     "the request body is not valid JSON: %.500s", err.msg);
     enum MHD_Result res;
     if (!json_is(body, JSON_OBJECT))
+        res = fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
+                   "the request body must be a JSON object");
+    else if (ep == EP_VERIFY)
+        res = handle_verify(s, conn, q->body, q->len);
+    else if (!json_is(body, JSON_OBJECT))
         res = fail(s, conn, ep, 400, "invalid_request_error", "invalid_json",
                    "the request body must be a JSON object");
     else if (ep == EP_TOKENIZE)
@@ -958,9 +1351,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /health, /metrics, /tokenize, /detokenize, "
-                        "/prefill, /stats, /apply-template",
+                        "/v1/completions, /health, /metrics, /slots, /tokenize, /detokenize, "
+                        "/prefill, /stats, /apply-template, /verify-receipt, /",
                         method, url);
+        if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {
+            /* a browser's CORS preflight: what the route allows */
+            char allow[32];
+            snprintf(allow, sizeof allow, "%s, OPTIONS", path_match->method);
+            const char *hdrs[] = {"Access-Control-Allow-Methods", allow,
+                                  "Access-Control-Allow-Headers", "Authorization, Content-Type",
+                                  "Access-Control-Max-Age", "86400", NULL};
+            return queue_text(s, conn, path_match->ep, 204, strdup(""), "text/plain", hdrs);
+        }
         if (!q->route) {
             const char *hdrs[] = {"Allow", path_match->method, NULL};
             struct srv_error e = {405, "invalid_request_error", "method_not_allowed", NULL, {0}};
@@ -972,6 +1374,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!q->route->open && !authorized(s, conn))
             return fail(s, conn, q->route->ep, 401, "invalid_request_error", "invalid_api_key",
                         "a valid API key is required: send 'Authorization: Bearer <key>'");
+        if (!srv_ready(s) && q->route->ep != EP_HEALTH)
+            return fail(s, conn, q->route->ep, 503, "unavailable_error", "model_loading",
+                        "the model is loading; retry when /health answers 200");
         if (strcmp(method, "POST") == 0) {
             if (!json_content_type(conn))
                 return fail(s, conn, q->route->ep, 415, "invalid_request_error",
@@ -1078,6 +1483,32 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- start and stop */
 
+/* Gives the server its backend and starts the scheduler; the endpoints answer from then
+ * on (ready is published last). */
+static enum kn_status attach(struct srv *s, struct srv_backend *b, struct kn_err *err)
+{
+    s->b = b;
+    snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias ? s->cfg.alias : b->name);
+    for (char *p = s->model_id; *p; p++)
+        if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
+            *p = '_'; /* the id is written into JSON by hand in /v1/models */
+    int queue = s->cfg.queue > 0 ? s->cfg.queue : 4 * b->n_slots;
+    enum kn_status st = convoy_start_speed(&s->convoy, b, queue, &s->cfg.speed, err);
+    if (st != KN_OK) {
+        s->b = NULL;
+        return st;
+    }
+    __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+    return KN_OK;
+}
+
+enum kn_status srv_attach(struct srv *s, struct srv_backend *b, struct kn_err *err)
+{
+    if (srv_ready(s))
+        return kn_fail(err, KN_E_INTERNAL, "serve: the server has a backend already");
+    return attach(s, b, err);
+}
+
 enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct srv_backend *b,
                          struct kn_err *err)
 {
@@ -1096,19 +1527,13 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         s->cfg.timeout_s = SRV_DEFAULT_TIMEOUT_S;
     if (s->cfg.header_timeout_s <= 0)
         s->cfg.header_timeout_s = SRV_DEFAULT_HEADER_TIMEOUT_S;
-    if (s->cfg.queue <= 0)
-        s->cfg.queue = 4 * b->n_slots;
     if (s->cfg.max_connections <= 0)
         s->cfg.max_connections = SRV_DEFAULT_MAX_CONNECTIONS;
     if (s->cfg.max_connections_per_ip <= 0)
         s->cfg.max_connections_per_ip = SRV_DEFAULT_MAX_CONNECTIONS_PER_IP;
-    s->b = b;
-    snprintf(s->model_id, sizeof s->model_id, "%s", cfg->alias ? cfg->alias : b->name);
-    for (char *p = s->model_id; *p; p++)
-        if (*p == '"' || *p == '\\' || (uint8_t)*p < 0x20)
-            *p = '_'; /* the id is written into JSON by hand in /v1/models */
     pthread_mutex_init(&s->mmu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
+    pthread_mutex_init(&s->vmu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
 
     struct sockaddr_in a4;
@@ -1153,7 +1578,7 @@ enum kn_status srv_start(struct srv **out, const struct srv_config *cfg, struct 
         return kn_fail(err, KN_E_IO, "serve: cannot listen on %s:%d (%s); is the port in use?",
                        cfg->host ? cfg->host : "127.0.0.1", cfg->port, strerror(e));
     }
-    st = convoy_start_speed(&s->convoy, b, s->cfg.queue, &s->cfg.speed, err);
+    st = b ? attach(s, b, err) : KN_OK;
     if (st != KN_OK) {
         gate_free(s->gate);
         pthread_mutex_destroy(&s->mmu);
@@ -1216,6 +1641,7 @@ void srv_stop(struct srv *s)
     api_free(s);
     pthread_mutex_destroy(&s->mmu);
     pthread_mutex_destroy(&s->gmu);
+    pthread_mutex_destroy(&s->vmu);
     pthread_cond_destroy(&s->idle_cv);
     free(s);
 }

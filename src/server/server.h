@@ -49,8 +49,9 @@ struct srv_backend {
     const char *device_class;  /* e.g. cpu-x86_64-avx2; for receipts */
     int32_t n_vocab;
     int64_t n_ctx;             /* positions per slot */
-    const char *cache_type;    /* the slots' KV cache type, "f32" or "f16" (the session's
+    const char *cache_type;    /* the slots' KV cache type, "f32", "f16" or "q8_0" (the session's
                                 * kv_name), for receipts; NULL for the toy, which makes none */
+    size_t kv_bytes_per_slot;  /* one slot's KV cache (model_kv_bytes); 0 for the toy */
     int n_slots;
     int64_t max_batch;         /* most tokens in one step (<= lm.max_batch when set) */
     size_t max_piece;          /* longest token piece in bytes */
@@ -195,6 +196,7 @@ struct srv_job {
      * prefill that gave way to a waiting request before its end */
     int64_t n_cached, draft_n, draft_n_accepted;
     bool preempted;
+    uint64_t task;             /* numbered by the convoy at submission, from 1 */
 
     int64_t n_fed;             /* prompt tokens in the slot's cache (after each step) */
 
@@ -269,6 +271,26 @@ void convoy_unlock(struct convoy *c);
 void convoy_release(struct convoy *c, struct srv_job *job);
 void convoy_get_stats(struct convoy *c, struct convoy_stats *out);
 
+/* One slot as GET /slots and /metrics show it, published by the scheduler under the lock
+ * after each admission and step. The job fields are the current job's, or the last one's
+ * after it ended (has_job false: the slot never ran one). */
+struct convoy_slot_info {
+    bool busy;                 /* holds a request or a Zero Wait prefill */
+    bool prefill;
+    bool has_job;
+    uint64_t task;             /* the job's number (srv_job.task) */
+    int64_t n_prompt, n_decoded, max_tokens, n_cached;
+    int64_t positions;         /* KV cache positions this slot's sequence holds */
+    struct sample_params sampling;
+    bool ignore_eos;
+    int n_top;
+};
+/* Copies the n_slots entries into out (n_slots of them). */
+void convoy_get_slots(struct convoy *c, struct convoy_slot_info *out);
+/* KV cache positions in use by busy slots (what a new request cannot have), and all of
+ * them (slots x context): the utilization /metrics reports. */
+void convoy_kv_usage(struct convoy *c, int64_t *used, int64_t *total);
+
 /* ---------------------------------------------------------------- receipts hook */
 
 struct json_value;
@@ -289,7 +311,7 @@ struct srv_receipt_input {
     const char *model_path;
     const char *device_class;
     int64_t n_ctx;                 /* the slot context (--ctx-size) */
-    const char *cache_type;        /* the slots' KV cache type: "f32" or "f16" */
+    const char *cache_type;        /* the slots' KV cache type: "f32", "f16" or "q8_0" */
     const struct json_value *input;/* the messages array or the prompt, as sent */
     const int32_t *prompt;         /* the exact prompt tokens */
     size_t n_prompt;
@@ -351,12 +373,27 @@ struct srv_config {
     void *receipt_ctx;
     struct convoy_speed speed; /* RAD-1, Warm Start, Zero Wait switches */
     bool no_zero_wait;         /* POST /prefill does nothing (answers {"tokens": 0}) */
+    const char *cors;          /* --cors ORIGIN: Access-Control-Allow-Origin on every answer
+                                * and CORS preflights answered; NULL: none */
+    bool no_verify;            /* --no-verify: POST /verify-receipt is off (403) */
 };
 
 struct srv;
 
+/* POST /verify-receipt: one at a time, at least this long apart (else 429). */
+#define SRV_VERIFY_INTERVAL_S 2
+#define SRV_XSTR_(x) #x
+#define SRV_XSTR(x) SRV_XSTR_(x) /* a number macro as text (Retry-After, help texts) */
+
+/* Listens and serves. backend NULL: the model is still loading: /health answers 503
+ * {"status":"loading model"} and every other endpoint 503 (code model_loading) until
+ * srv_attach gives the backend. */
 KN_MUST_USE enum kn_status srv_start(struct srv **out, const struct srv_config *cfg,
                                      struct srv_backend *backend, struct kn_err *err);
+/* Attaches the backend of a server started without one (borrowed; it must outlive the
+ * server) and starts answering. */
+KN_MUST_USE enum kn_status srv_attach(struct srv *s, struct srv_backend *backend,
+                                      struct kn_err *err);
 int srv_port(const struct srv *s);
 /* Stops accepting, cancels work, joins every thread and frees the server. */
 void srv_stop(struct srv *s);

@@ -5,6 +5,7 @@
 
 #include "server.h"
 #include "base/json.h"
+#include "chat/chat.h"
 #include "grammar/grammar.h"
 
 #include <microhttpd.h>
@@ -24,9 +25,13 @@ struct srv_error {
 int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
                   const char *param, const char *fmt, ...) KN_PRINTF(6, 7);
 
+/* The most choices one request may ask for ("n"); each is one job in its own slot. */
+#define SRV_MAX_CHOICES 16
+
 /* A validated completion request. */
 struct srv_request {
     enum srv_kind kind;
+    int n_choices;             /* "n", 1..SRV_MAX_CHOICES */
     bool stream, include_usage, want_receipt, ignore_eos;
     bool logprobs;
     int top_logprobs;          /* 0..20 */
@@ -46,6 +51,14 @@ struct srv_request {
     int64_t render_now;        /* chat: the clock the template's strftime_now read */
     struct json_value *input;  /* a copy of messages or prompt, as sent (for receipts) */
     struct json_value *tools;  /* chat: the request's tools (an array), or NULL */
+    /* Tool calls (chat with tools): tool_choice, the function it names, parallel calls
+     * allowed, and the template's call syntax; tools_parse: the answer is searched for
+     * calls (tool_choice auto, required or a function; not none). */
+    enum srv_tool_choice { SRV_TOOLS_NONE = 0, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } tool_choice;
+    char *tool_name;
+    bool parallel_tools;
+    bool tools_parse;
+    enum chat_tool_syntax tool_syntax;
     struct json_value *tmpl_kwargs; /* chat: chat_template_kwargs (an object), or NULL */
     /* Structured output: the compiled grammar (owned until handed to the job) from
      * "grammar" (GBNF), "json_schema" or "response_format"; the GBNF text it came from;
@@ -62,8 +75,8 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 11
-#define SRV_N_STATUS 11
+#define SRV_N_ENDPOINTS 14
+#define SRV_N_STATUS 14
 
 struct srv {
     struct srv_config cfg;
@@ -73,6 +86,8 @@ struct srv {
     char model_id[256];
     int port;
     volatile int stopping;
+    int ready;                 /* the backend is attached (srv_attach); read with
+                                * __atomic_load_n: 0 while the model loads */
     pthread_mutex_t mmu;       /* guards the counters below */
     pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
     int active;                /* requests between their first call and completion */
@@ -80,6 +95,8 @@ struct srv {
     struct gate *gate;         /* the listening socket and the connections before MHD */
     pthread_mutex_t gmu;       /* guards gvocab's creation */
     struct grammar_vocab *gvocab; /* built at the first grammar request; read-only after */
+    pthread_mutex_t vmu;       /* held by the one POST /verify-receipt that may run */
+    double verify_last;        /* when the last one ended (kn_now), under vmu */
 };
 
 /* ---------------------------------------------------------------- gate.c
@@ -142,20 +159,37 @@ int api_apply_template(struct srv *s, const struct json_value *body, char **out,
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 
-/* Responses (malloc'd JSON text, NULL when out of memory). They read the job's results:
- * the caller holds the convoy lock, unless the job is done (then nothing writes them). */
-char *api_completion_response(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                              const char *id, int64_t created, struct json_value *receipt);
-/* One streaming chunk for tokens [tok0, tok1) and text [text0, text1); final adds
- * finish_reason (and seed, receipt). */
+/* The seed of choice i of a request with "n" choices: the request's seed + i (mod 2^63),
+ * so choice i is exactly the answer to the same request with n = 1 and that seed. */
+uint64_t api_choice_seed(const struct srv_request *r, int i);
+
+/* Responses (malloc'd JSON text, NULL when out of memory). They read the jobs' results:
+ * the caller holds the convoy lock, unless the jobs are done (then nothing writes them).
+ * jobs[i] is choice i; receipts[i] (taken, may be NULL) its receipt: at the top level
+ * for one choice (as before "n" existed), inside each choice for several. */
+char *api_completion_response(struct srv *s, const struct srv_request *r,
+                              struct srv_job *const *jobs, int n, const char *id,
+                              int64_t created, struct json_value **receipts);
+/* One streaming chunk of choice `index` (job j) for tokens [tok0, tok1) and text
+ * [text0, text1), the reasoning split by think (NULL: none); final adds finish_reason
+ * (and seed, receipt). */
 char *api_stream_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                       const char *id, int64_t created, bool role, int64_t tok0, int64_t tok1,
-                       size_t text0, size_t text1, bool final, struct json_value *receipt);
+                       int index, struct text_think *think, const char *id, int64_t created,
+                       bool role, int64_t tok0, int64_t tok1, size_t text0, size_t text1,
+                       bool final, const char *finish, struct json_value *receipt);
+/* A chat chunk carrying content (NULL: none) and, with tc, call k's head (id, type, name,
+ * empty arguments: head_part) or its arguments, as OpenAI streams delta.tool_calls. */
+char *api_tool_chunk(struct srv *s, const struct srv_request *r, int index, const char *id,
+                     int64_t created, const char *content, size_t content_len,
+                     const struct chat_tool_calls *tc, int k, bool head_part);
+/* The id of call k of choice `index` in response `id` ("call_<id>_<index>_<k>"). */
+void api_tool_call_id(const char *id, int index, int k, char *out, size_t cap);
 /* The answer's content when the request splits reasoning off (*out: malloc'd, its
  * length returned); *out stays NULL when it does not (the content is the whole text). */
 size_t api_answer_content(const struct srv_request *r, const struct srv_job *j, char **out);
-char *api_usage_chunk(struct srv *s, const struct srv_request *r, const struct srv_job *j,
-                      const char *id, int64_t created);
+/* The usage chunk: the prompt once, the completion tokens of every choice. */
+char *api_usage_chunk(struct srv *s, const struct srv_request *r, struct srv_job *const *jobs,
+                      int n, const char *id, int64_t created);
 char *api_error_json(const struct srv_error *e);
 
 #endif

@@ -24,17 +24,39 @@ static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen
                                                          "qwen3moe", "lfm2", "lfm2moe", "gemma2",
                                                          "phi3", "granite", "smollm3", "olmo2"};
 
+/* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
+ * importance matrix): which tensors get other types than the mix's default. */
+enum mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_S, MIX_Q3_K_M, MIX_Q3_K_L, MIX_Q4_K_M, MIX_Q5_K_M, MIX_IQ4,
+           MIX_MXFP4_MOE };
+
 static const struct {
     const char *name;
-    uint32_t type; /* the GGML type of every matrix (Q4_K_M: its default, Q4_K) */
+    uint32_t type; /* the GGML type of every matrix (a mix: its default type) */
     uint32_t file_type;
+    enum mix mix;
 } ftypes[SYNTH_FTYPE_COUNT] = {
-    [SYNTH_F32] = {"f32", QT_F32, 0},       [SYNTH_F16] = {"f16", QT_F16, 1},
-    [SYNTH_BF16] = {"bf16", QT_BF16, 32},   [SYNTH_Q8_0] = {"q8_0", QT_Q8_0, 7},
-    [SYNTH_Q4_0] = {"q4_0", QT_Q4_0, 2},    [SYNTH_Q4_1] = {"q4_1", QT_Q4_1, 3},
-    [SYNTH_Q5_0] = {"q5_0", QT_Q5_0, 8},    [SYNTH_Q5_1] = {"q5_1", QT_Q5_1, 9},
-    [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14},   [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16},
-    [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18},   [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15},
+    [SYNTH_F32] = {"f32", QT_F32, 0, MIX_NONE},
+    [SYNTH_F16] = {"f16", QT_F16, 1, MIX_NONE},
+    [SYNTH_BF16] = {"bf16", QT_BF16, 32, MIX_NONE},
+    [SYNTH_Q8_0] = {"q8_0", QT_Q8_0, 7, MIX_NONE},
+    [SYNTH_Q4_0] = {"q4_0", QT_Q4_0, 2, MIX_NONE},
+    [SYNTH_Q4_1] = {"q4_1", QT_Q4_1, 3, MIX_NONE},
+    [SYNTH_Q5_0] = {"q5_0", QT_Q5_0, 8, MIX_NONE},
+    [SYNTH_Q5_1] = {"q5_1", QT_Q5_1, 9, MIX_NONE},
+    [SYNTH_Q4_K] = {"q4_k", QT_Q4_K, 14, MIX_NONE},
+    [SYNTH_Q5_K] = {"q5_k", QT_Q5_K, 16, MIX_NONE},
+    [SYNTH_Q6_K] = {"q6_k", QT_Q6_K, 18, MIX_NONE},
+    [SYNTH_Q4_K_M] = {"q4_k_m", QT_Q4_K, 15, MIX_Q4_K_M},
+    [SYNTH_Q3_K] = {"q3_k", QT_Q3_K, 11, MIX_NONE},
+    [SYNTH_Q2_K_MIX] = {"q2_k", QT_Q2_K, 10, MIX_Q2_K},
+    [SYNTH_Q3_K_S] = {"q3_k_s", QT_Q3_K, 11, MIX_Q3_K_S},
+    [SYNTH_Q3_K_M] = {"q3_k_m", QT_Q3_K, 12, MIX_Q3_K_M},
+    [SYNTH_Q3_K_L] = {"q3_k_l", QT_Q3_K, 13, MIX_Q3_K_L},
+    [SYNTH_Q5_K_M] = {"q5_k_m", QT_Q5_K, 17, MIX_Q5_K_M},
+    [SYNTH_IQ4_NL] = {"iq4_nl", QT_IQ4_NL, 25, MIX_IQ4},
+    [SYNTH_IQ4_XS] = {"iq4_xs", QT_IQ4_XS, 30, MIX_IQ4},
+    [SYNTH_MXFP4_MOE] = {"mxfp4_moe", QT_Q8_0, 38, MIX_MXFP4_MOE},
+    [SYNTH_MXFP4] = {"mxfp4", QT_MXFP4, 38, MIX_NONE},
 };
 
 /* lfm2 and lfm2moe share the conv and attention layers. */
@@ -72,9 +94,11 @@ enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn
             return KN_OK;
         }
     }
-    return kn_fail(err, KN_E_ARG,
-                   "unknown type '%s'; choose one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                   "q4_k, q5_k, q6_k, q4_k_m", s);
+    char names[256];
+    size_t len = 0;
+    for (int t = 0; t < SYNTH_FTYPE_COUNT && len < sizeof names; t++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", t ? ", " : "", ftypes[t].name);
+    return kn_fail(err, KN_E_ARG, "unknown type '%s'; choose one of %s", s, names);
 }
 
 uint32_t synth_file_type(enum synth_ftype ftype)
@@ -547,27 +571,74 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* The type llama.cpp's mix gives a matrix that is neither the output nor the embedding
+ * (t: the mix's default type). */
+static uint32_t mix_type(enum mix mix, uint32_t t, const char *name, int il, int n_layer, int n_gqa)
+{
+    const bool more = il >= 0 && use_more_bits(il, n_layer);
+    if (ends_with(name, "attn_v.weight")) {
+        switch (mix) {
+        case MIX_Q2_K: return n_gqa >= 4 ? QT_Q4_K : QT_Q3_K;
+        case MIX_Q3_K_M: return il >= 0 && il < 2 ? QT_Q5_K : QT_Q4_K;
+        case MIX_Q3_K_L: return QT_Q5_K;
+        case MIX_IQ4: return n_gqa >= 4 ? QT_Q5_K : t;
+        case MIX_Q4_K_M: case MIX_Q5_K_M: return more ? QT_Q6_K : t;
+        default: return t;
+        }
+    }
+    if (strstr(name, "ffn_down")) {
+        switch (mix) {
+        case MIX_Q2_K: return QT_Q3_K;
+        case MIX_Q3_K_M: return il >= 0 && il < n_layer / 16 ? QT_Q5_K : QT_Q4_K;
+        case MIX_Q3_K_L: return QT_Q5_K;
+        case MIX_Q4_K_M: case MIX_Q5_K_M: return more ? QT_Q6_K : t;
+        case MIX_IQ4: return il >= 0 && il < n_layer / 8 ? QT_Q5_K : t;
+        default: return t;
+        }
+    }
+    if (ends_with(name, "attn_output.weight")) {
+        switch (mix) {
+        case MIX_Q2_K: return QT_Q3_K;
+        case MIX_Q3_K_M: return QT_Q4_K;
+        case MIX_Q3_K_L: return QT_Q5_K;
+        default: return t;
+        }
+    }
+    if (ends_with(name, "attn_qkv.weight")) {
+        switch (mix) {
+        case MIX_Q3_K_M: case MIX_Q3_K_L: return QT_Q4_K;
+        case MIX_Q4_K_M: return QT_Q5_K;
+        case MIX_Q5_K_M: return QT_Q6_K;
+        default: return t;
+        }
+    }
+    return t;
+}
+
 uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
-                           int64_t ne0, uint32_t n_dims, bool tied)
+                           int64_t ne0, uint32_t n_dims, bool tied, int n_gqa)
 {
     if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT || ends_with(name, "ffn_gate_inp.weight"))
         return QT_F32;
     uint32_t t = ftypes[ftype].type;
-    if (ftype == SYNTH_Q4_K_M) {
+    if (ftypes[ftype].mix == MIX_MXFP4_MOE) {
+        /* expert tensors (3-D: one matrix per expert) MXFP4, everything else Q8_0 */
+        t = n_dims == 3 ? QT_MXFP4 : QT_Q8_0;
+    } else if (ftypes[ftype].mix != MIX_NONE) {
         bool is_output = strcmp(name, "output.weight") == 0 ||
                          (tied && strcmp(name, "token_embd.weight") == 0);
         if (is_output)
-            t = ne0 % QK_K != 0 ? QT_Q8_0 : QT_Q6_K;
-        else if (ends_with(name, "attn_qkv.weight"))
+            t = ne0 % quant_type_info(t)->block_size != 0 ? QT_Q8_0 : QT_Q6_K;
+        else if (ends_with(name, "attn_qkv.weight") && ftype == SYNTH_Q4_K_M)
             t = QT_Q5_K; /* llama.cpp: fused q/k/v get Q5_K in Q4_K_M */
-        else if (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight") ||
-                 ends_with(name, "ffn_down_exps.weight"))
-            t = il >= 0 && use_more_bits(il, n_layer) ? QT_Q6_K : QT_Q4_K;
+        else if (strcmp(name, "token_embd.weight") != 0)
+            t = mix_type(ftypes[ftype].mix, t, name, il, n_layer, n_gqa);
     }
     const struct quant_type_info *info = quant_type_info(t);
     if (ne0 % info->block_size != 0) {
         /* llama.cpp's fallbacks for rows that are not whole blocks */
         switch (t) {
+        case QT_Q2_K: case QT_Q3_K: case QT_IQ4_XS: t = QT_IQ4_NL; break;
         case QT_Q4_K: t = QT_Q5_0; break;
         case QT_Q5_K: t = QT_Q5_1; break;
         case QT_Q6_K: t = QT_Q8_0; break;
@@ -1100,11 +1171,12 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
     int n_attn = 0, i_attn = 0;
     for (uint32_t il = 0; il < d.n_layer; il++)
         n_attn += !synth_arch_is_lfm2(p->arch) || synth_attn_layer(&d, il);
+    const int n_gqa = d.n_head_kv ? (int)(d.n_head / d.n_head_kv) : 1;
     for (int i = 0; i < fc.n; i++) {
         struct tensor_spec *t = &specs[i];
         bool is_v = ends_with(t->name, "attn_v.weight");
         t->type = synth_tensor_type(p->ftype, t->name, is_v ? i_attn : t->layer,
-                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied);
+                                    is_v ? n_attn : (int)d.n_layer, t->ne[0], t->n_dims, d.tied, n_gqa);
         i_attn += is_v;
         if (t->fill == FILL_CONV)
             t->type = QT_F32; /* llama.cpp's quantizer leaves shortconv.conv.weight as it is */

@@ -17,7 +17,10 @@ enum synth_arch {
     SYNTH_ARCH_COUNT
 };
 
-/* The weight type of a file: one GGML type for every matrix, or llama.cpp's Q4_K_M mix. */
+/* The weight type of a file: one GGML type for every matrix (f32 .. q6_k, q3_k, mxfp4), or one of
+ * llama.cpp's mixes (q4_k_m, q2_k, q3_k_s/m/l, q5_k_m, iq4_nl, iq4_xs, mxfp4_moe: its
+ * llama_ftype of that name, laid out as llama-quantize does without an importance
+ * matrix). */
 enum synth_ftype {
     SYNTH_F32,
     SYNTH_F16,
@@ -31,6 +34,16 @@ enum synth_ftype {
     SYNTH_Q5_K,
     SYNTH_Q6_K,
     SYNTH_Q4_K_M,
+    SYNTH_Q3_K,
+    SYNTH_Q2_K_MIX,
+    SYNTH_Q3_K_S,
+    SYNTH_Q3_K_M,
+    SYNTH_Q3_K_L,
+    SYNTH_Q5_K_M,
+    SYNTH_IQ4_NL,
+    SYNTH_IQ4_XS,
+    SYNTH_MXFP4_MOE,
+    SYNTH_MXFP4,
     SYNTH_FTYPE_COUNT,
 };
 
@@ -110,10 +123,11 @@ KN_MUST_USE enum kn_status synth_check_dims(enum synth_arch arch, struct synth_d
 bool synth_attn_layer(const struct synth_dims *d, uint32_t il);
 
 /* The GGML type tensor `name` (row length ne0; layer il of n_layer, -1 for none) gets
- * under ftype: llama.cpp's choices for Q4_K_M, the single type otherwise, with
- * llama.cpp's fallbacks when ne0 is not a multiple of the block size; 1-D tensors F32. */
+ * under ftype: llama.cpp's choices for a mix (llama_tensor_get_type; n_gqa = query heads
+ * per KV head, which some mixes look at), the single type otherwise, with llama.cpp's
+ * fallbacks when ne0 is not a multiple of the block size; 1-D tensors F32. */
 uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
-                           int64_t ne0, uint32_t n_dims, bool tied);
+                           int64_t ne0, uint32_t n_dims, bool tied, int n_gqa);
 /* general.file_type for ftype (llama.cpp's llama_ftype numbering). */
 uint32_t synth_file_type(enum synth_ftype ftype);
 

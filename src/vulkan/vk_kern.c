@@ -82,7 +82,8 @@ static bool fma_lookup(struct vkr *rt, enum vkk_fma *mode)
 }
 
 /* Crafted triples: random magnitudes over a wide range, products whose low half decides
- * the sum (c = -round(a * b)), ties of the final rounding, signed zeros, infinities. */
+ * the sum (c = -round(a * b)), ties of the final rounding, signed zeros, infinities and
+ * overflow; no NaN results (a NaN's sign and payload are not part of canonical-1). */
 static int probe_inputs(float *t, int n)
 {
     uint64_t s = 0x243f6a8885a308d3ull;
@@ -107,7 +108,7 @@ static int probe_inputs(float *t, int n)
         {-0.0f, 1.0f, 0.0f},                       /* +0 */
         {-0.0f, 1.0f, -0.0f},                      /* -0 */
         {INFINITY, 2.0f, 1.0f},
-        {0x1p100f, 0x1p100f, -INFINITY},
+        {0x1p100f, 0x1p100f, 1.0f},                /* overflow (no NaN: its bits are free) */
         {3.0f, 0x1.555556p-2f, -1.0f},
     };
     for (int i = 0; i < 8; i++, k++)
@@ -249,11 +250,74 @@ static bool fits(struct vkr_cmd *c, const char *op, int64_t v)
     return false;
 }
 
+/* False (and the pass failed) when elems 32-bit elements from r.off do not lie in r's
+ * buffer: a shader never writes or reads past a buffer. */
+static bool span(struct vkr_cmd *c, const char *op, struct vkk_ref r, int64_t elems)
+{
+    if (!fits(c, op, (int64_t)r.off + elems))
+        return false;
+    if (!r.buf || ((uint64_t)r.off + (uint64_t)elems) * 4 > vkr_buf_size(r.buf)) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan %s: %lld elements from %u are past the end of a "
+                     "buffer of %zu bytes", op, (long long)elems, (unsigned)r.off,
+                     r.buf ? vkr_buf_size(r.buf) : 0);
+        return false;
+    }
+    return true;
+}
+
+/* ================================================================ large tensors */
+
+/* Rows r0.. of a tensor of N rows of row_bytes in buf, as much as one storage binding of
+ * the device holds (at most max_rows): the binding starts at the aligned byte at or below
+ * row r0's (base), the shaders subtract base from their byte addresses (32-bit
+ * arithmetic, so the difference is right even past 4 GiB). */
+struct rows_part {
+    int64_t r0, r1;
+    struct vkr_bind bind;
+    uint32_t base;
+};
+
+static _Atomic uint64_t binding_limit; /* vkk_limit_bindings; 0: the device's */
+
+void vkk_limit_bindings(uint64_t bytes)
+{
+    binding_limit = bytes;
+}
+
+uint64_t vkk_binding_bytes(struct vkr *rt)
+{
+    uint64_t range = vkr_device_info(rt)->max_storage_range, lim = binding_limit;
+    return lim && lim < range ? lim : range;
+}
+
+static bool rows_part(struct vkr_cmd *c, const struct vkr_buf *buf, int64_t N, size_t row_bytes,
+                      int64_t max_rows, int64_t r0, struct rows_part *p)
+{
+    const struct vkr_info *in = vkr_device_info(vkr_cmd_rt(c));
+    size_t align = in->storage_align > 4 ? in->storage_align : 4;
+    uint64_t range = vkk_binding_bytes(vkr_cmd_rt(c));
+    size_t off = (size_t)r0 * row_bytes / align * align;
+    int64_t fit = range > align + 8 ? (int64_t)((range - align - 8) / row_bytes) : 0;
+    fit = fit < max_rows ? fit : max_rows;
+    if (fit < 1) {
+        vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan: a tensor row of %zu bytes is over %s's largest "
+                     "storage binding (%llu bytes)", row_bytes, in->name,
+                     (unsigned long long)range);
+        return false;
+    }
+    int64_t r1 = N - r0 < fit ? N : r0 + fit;
+    size_t end = ((size_t)r1 * row_bytes + 3) & ~(size_t)3, size = vkr_buf_size(buf);
+    end = end < size ? end : size;
+    *p = (struct rows_part){r0, r1, {.buf = buf, .off = off, .bytes = end - off}, (uint32_t)off};
+    return true;
+}
+
 /* ================================================================ embed */
 
 struct embed_pc {
     uint32_t type, E, row_bytes, T, x_off, tok_off, has_scale;
     float scale;
+    uint32_t r0, r1, t_base;
 };
 
 void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
@@ -267,18 +331,24 @@ void vkk_embed(struct vkr_cmd *c, struct vkk_ref x, const struct vkr_buf *table,
                      (unsigned)type);
         return;
     }
-    if (!fits(c, "embed", (int64_t)x.off + T * E) || !fits(c, "embed",
-        (int64_t)vkr_buf_size(table)) ||
-        T > VKK_MAX_GROUPS)
+    if (!span(c, "embed", x, T * E) || T > VKK_MAX_GROUPS)
         return;
     struct vkr_bind tok = vkr_cmd_stage(c, tokens, (size_t)T * sizeof *tokens);
     if (!tok.buf)
         return;
     struct embed_pc pc = {(uint32_t)type, (uint32_t)E, (uint32_t)row_bytes, (uint32_t)T, x.off, 0,
-                          scale != 1.0f, scale};
-    struct vkr_bind b[3] = {ro(table), tok, rw(x.buf)};
-    vkr_cmd_dispatch(c, pipe(c, "embed", 3, sizeof pc), b, &pc, vkr_groups(E, 64),
-                     (uint32_t)T, 1);
+                          scale != 1.0f, scale, 0, 0, 0};
+    /* the rows a binding holds, one dispatch per part (each writes its tokens' rows) */
+    int64_t N = (int64_t)(vkr_buf_size(table) / row_bytes);
+    struct rows_part rp;
+    for (int64_t r0 = 0; r0 < N; r0 = rp.r1) {
+        if (!rows_part(c, table, N, row_bytes, N, r0, &rp))
+            return;
+        pc.r0 = (uint32_t)rp.r0, pc.r1 = (uint32_t)rp.r1, pc.t_base = rp.base;
+        struct vkr_bind b[3] = {rp.bind, tok, rw(x.buf)};
+        vkr_cmd_dispatch(c, pipe(c, "embed", 3, sizeof pc), b, &pc, vkr_groups(E, 64),
+                         (uint32_t)T, 1);
+    }
 }
 
 /* ================================================================ RoPE */
@@ -297,7 +367,8 @@ void vkk_rope(struct vkr_cmd *c, struct vkk_ref x, struct vkk_ref tab, const str
                      (int)rope->n_rot, (long long)D);
         return;
     }
-    if (!fits(c, "rope", (int64_t)x.off + T * H * D) || T > VKK_MAX_GROUPS || H > VKK_MAX_GROUPS)
+    if (!span(c, "rope", x, T * H * D) || !span(c, "rope", tab, T * rope->n_rot) ||
+        T > VKK_MAX_GROUPS || H > VKK_MAX_GROUPS)
         return;
     struct rope_pc pc = {x.off, tab.off, (uint32_t)T, (uint32_t)H, (uint32_t)D,
                          (uint32_t)rope->n_rot, rope->mode == KERN_ROPE_NEOX};
@@ -318,8 +389,8 @@ void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct v
 {
     if (rows <= 0 || n <= 0 || vkr_cmd_failed(c))
         return;
-    if (!fits(c, "rmsnorm", (int64_t)x.off + rows * n) ||
-        !fits(c, "rmsnorm", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS ||
+    if (!span(c, "rmsnorm", x, rows * n) || !span(c, "rmsnorm", y, rows * n) ||
+        (w.buf && !span(c, "rmsnorm", w, n)) || rows > VKK_MAX_GROUPS ||
         n >= (1 << 24)) /* (float)n exact */
         return;
     struct rmsnorm_pc pc = {x.off, y.off, w.off, (uint32_t)rows, (uint32_t)n, w.buf != NULL, eps};
@@ -345,8 +416,8 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
         return;
     }
     size_t row_bytes = kern_act_row_bytes(kind, K);
-    if (!fits(c, "actq", (int64_t)x.off + M * K) ||
-        !fits(c, "actq", (int64_t)q.off + M * (int64_t)(row_bytes / 4)) || M > VKK_MAX_GROUPS)
+    if (!span(c, "actq", x, M * K) || !span(c, "actq", q, M * (int64_t)(row_bytes / 4)) ||
+        M > VKK_MAX_GROUPS)
         return;
     struct actq_pc pc = {x.off, q.off, (uint32_t)K, (uint32_t)M, bs, (uint32_t)(row_bytes / 4)};
     struct vkr_bind b[2] = {ro(x.buf), rw(q.buf)};
@@ -357,10 +428,10 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
 /* ================================================================ products */
 
 struct mm_f_pc {
-    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0;
+    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base;
 };
 struct mm_q_pc {
-    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0;
+    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base;
 };
 
 static const char *mm_shader(enum quant_type t)
@@ -397,33 +468,37 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         return;
     }
     enum kern_act_kind kind = kern_act_kind_for(w->type);
-    if (!fits(c, "matmul", (int64_t)w->N * (int64_t)w->row_bytes + 4) ||
-        !fits(c, "matmul", (int64_t)y.off + (M - 1) * ldy + w->N) || ldy < w->N ||
+    if (!span(c, "matmul", y, (M - 1) * ldy + w->N) || ldy < w->N ||
         vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
         return;
     const struct vkr_pipe *p;
     struct vkr_bind b[3] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf)};
     struct mm_f_pc pf = {(uint32_t)w->type, (uint32_t)w->N, (uint32_t)w->K, (uint32_t)M,
-                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0};
+                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0};
     struct mm_q_pc pq = {(uint32_t)w->N, (uint32_t)w->K, (uint32_t)M, (uint32_t)w->row_bytes,
                          q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
-                         (uint32_t)ldy, 0};
+                         (uint32_t)ldy, 0, 0};
     if (kind == KERN_ACT_F32) {
-        if (!fits(c, "matmul", (int64_t)x.off + M * w->K))
+        if (!span(c, "matmul", x, M * w->K))
             return;
         p = pipe_f(c, "mm_f", 3, sizeof pf);
     } else {
-        if (!fits(c, "matmul", (int64_t)q.off + M * (int64_t)pq.x_row))
+        if (!span(c, "matmul", q, M * (int64_t)pq.x_row))
             return;
         p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
     }
-    /* More row groups than one dispatch takes: consecutive dispatches from row0. */
-    const int64_t per = (int64_t)VKK_MAX_GROUPS * MM_ROWS;
-    for (int64_t r0 = 0; r0 < w->N; r0 += per) {
-        int64_t rows = w->N - r0 < per ? w->N - r0 : per;
+    /* More row groups than one dispatch takes, or more rows than one binding holds:
+     * consecutive dispatches from row0, each binding its part of the weights. */
+    struct rows_part rp;
+    for (int64_t r0 = 0; r0 < w->N; r0 = rp.r1) {
+        if (!rows_part(c, wbuf, w->N, w->row_bytes, (int64_t)VKK_MAX_GROUPS * MM_ROWS, r0, &rp))
+            return;
         pf.row0 = pq.row0 = (uint32_t)r0;
+        pf.N = pq.N = (uint32_t)rp.r1; /* the shaders' row bound: no row past the binding */
+        pf.w_base = pq.w_base = rp.base;
+        b[0] = rp.bind;
         vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
-                         vkr_groups(rows, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
+                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
     }
 }
 
@@ -442,7 +517,13 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
     bool per_row = op == VKK_ADD_ROWS || op == VKK_GATHER;
     if (!per_row)
         rows = 1;
-    if (!fits(c, "eltwise", (int64_t)y.off + rows * n) || rows > VKK_MAX_GROUPS)
+    if (!span(c, "eltwise", y, rows * n) || rows > VKK_MAX_GROUPS)
+        return;
+    int64_t a_elems = op == VKK_ADD_ROWS ? n : op == VKK_GATHER ? 0 : rows * n;
+    if (op == VKK_GATHER)
+        for (int64_t j = 0; j < rows; j++)
+            a_elems = (rows_idx[j] + 1) * n > a_elems ? (rows_idx[j] + 1) * n : a_elems;
+    if (op != VKK_SCALE && !span(c, "eltwise", a, a_elems))
         return;
     struct vkr_bind idx = ro(y.buf);
     if (op == VKK_GATHER) {
@@ -488,9 +569,19 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: new rows must start their buffers");
         return;
     }
-    if (!fits(c, "kv_store", Hkv * n_ctx * D) || !fits(c, "kv_store", (t0 + n) * Hkv * D) ||
+    size_t elt = kv_type == QT_F16 ? 2 : 4;
+    if (!span(c, "kv_store", k_new, (t0 + n) * Hkv * D) ||
+        !span(c, "kv_store", v_new, (t0 + n) * Hkv * D) ||
+        !span(c, "kv_store", vkk_at(k_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
+        !span(c, "kv_store", vkk_at(v_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
         n > VKK_MAX_GROUPS || Hkv > VKK_MAX_GROUPS)
         return;
+    for (int64_t t = t0; t < t0 + n; t++)
+        if (pos[t] < 0 || pos[t] >= n_ctx) {
+            vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: token %lld at position %d is outside "
+                         "the cache (%lld slots)", (long long)t, (int)pos[t], (long long)n_ctx);
+            return;
+        }
     struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
     if (!pb.buf)
         return;
@@ -550,9 +641,11 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
             return;
         }
     int64_t QD = (int64_t)a->n_head * a->head_dim;
-    if (!fits(c, "attention", (int64_t)a->q.off + a->n_q * QD) ||
-        !fits(c, "attention", (int64_t)a->out.off + a->n_q * QD) ||
-        !fits(c, "attention", a->n_ctx * a->n_head_kv * a->head_dim) ||
+    int64_t kv_words = ((int64_t)a->n_ctx * a->n_head_kv * a->head_dim *
+                        (a->kv_type == QT_F16 ? 2 : 4) + 3) / 4;
+    if (!span(c, "attention", a->q, a->n_q * QD) || !span(c, "attention", a->out, a->n_q * QD) ||
+        !span(c, "attention", vkk_at(a->k, 0), kv_words) ||
+        !span(c, "attention", vkk_at(a->v, 0), kv_words) ||
         a->n_q > VKK_MAX_GROUPS || a->n_head > (int32_t)VKK_MAX_GROUPS)
         return;
     struct vkr_bind pb = vkr_cmd_stage(c, a->pos, (size_t)a->n_q * sizeof *a->pos);

@@ -43,6 +43,13 @@ KN_MUST_USE enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, str
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode);
 void vkk_fma_forget(struct vkr *rt);
 
+/* Tensors larger than the device's largest storage binding (maxStorageBufferRange:
+ * 128 MiB on lavapipe, less than Gemma 3's embedding) are bound in parts of whole rows,
+ * one dispatch each. Tests lower the limit with this (0: the device's own). */
+void vkk_limit_bindings(uint64_t bytes);
+/* The most bytes one binding of a tensor may span on rt (the limit above or the device's). */
+uint64_t vkk_binding_bytes(struct vkr *rt);
+
 /* The weight types vkk_matmul and vkk_embed read: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
  * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (a product also needs the CPU's
  * reference for the type: kern_type_supported). */

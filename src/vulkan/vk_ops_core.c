@@ -163,21 +163,35 @@ void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
 }
 
 /* The product into the logits scratch, the bias on every row, and the read into host
- * memory at the end of the pass. */
+ * memory at the end of the pass; in groups of rows when M rows of logits would be over the
+ * device's largest storage binding (a prompt with every row out). */
 void vk_op_logits(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
-                         const struct kern_buf *x, int64_t M, float *logits)
+                  const struct kern_buf *x, int64_t M, float *logits)
 {
     struct vkr_cmd *c = vk_stream_cmd(s);
     const struct kern_weight *wt = w->w;
-    size_t bytes = (size_t)M * (size_t)wt->N * sizeof(float);
     if (M <= 0 || vkr_cmd_failed(c))
         return;
-    const struct vkr_buf *q = act_prepare(s, kern_act_kind_for(wt->type), x, M, wt->K);
-    struct vkr_buf *y = vk_stream_scratch(s, SLOT_LOGITS, bytes);
+    enum kern_act_kind kind = kern_act_kind_for(wt->type);
+    const struct vkr_buf *q = act_prepare(s, kind, x, M, wt->K);
+    const size_t row = (size_t)wt->N * sizeof(float);
+    uint64_t range = vkk_binding_bytes(vk_stream_rt(s));
+    int64_t per = (int64_t)(range / row) < M ? (int64_t)(range / row) : M;
+    if (per < 1) {
+        vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan logits: a row of %lld logits is over the device's "
+                     "largest storage binding", (long long)wt->N);
+        return;
+    }
+    struct vkr_buf *y = vk_stream_scratch(s, SLOT_LOGITS, (size_t)per * row);
     if (!y)
         return;
-    vkk_matmul(c, wt, vk_buf(w), at(x, 0), vkk_at(q, 0), M, vkk_at(y, 0), wt->N);
-    if (b)
-        vkk_eltwise(c, VKK_ADD_ROWS, vkk_at(y, 0), at(b, 0), NULL, M, wt->N, 0.0f);
-    vkr_cmd_read(c, y, 0, logits, bytes);
+    size_t q_row = kern_act_row_bytes(kind, wt->K) / 4;
+    for (int64_t m0 = 0; m0 < M; m0 += per) {
+        int64_t n = M - m0 < per ? M - m0 : per;
+        vkk_matmul(c, wt, vk_buf(w), at(x, m0 * wt->K), vkk_at(q, (uint32_t)((size_t)m0 * q_row)),
+                   n, vkk_at(y, 0), wt->N);
+        if (b)
+            vkk_eltwise(c, VKK_ADD_ROWS, vkk_at(y, 0), at(b, 0), NULL, n, wt->N, 0.0f);
+        vkr_cmd_read(c, y, 0, logits + m0 * wt->N, (size_t)n * row);
+    }
 }

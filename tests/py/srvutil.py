@@ -22,17 +22,28 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env={**os.environ, **(env or {})}, text=True)
         self.port = None
+        self.lines = []  # what it printed up to its "listening on" line
         deadline = time.time() + ready_timeout
-        line = ""
-        while time.time() < deadline:
-            r, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+        line, buf, fd = "", b"", self.proc.stdout.fileno()
+        # os.read, not readline: the server prints two lines (loading, then listening) and
+        # a buffered readline would swallow the second where select() cannot see it
+        while time.time() < deadline and self.port is None:
+            r, _, _ = select.select([fd], [], [], 0.5)
             if r:
-                line = self.proc.stdout.readline()
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
+                chunk = os.read(fd, 4096)
+                buf += chunk
+                while b"\n" in buf:
+                    raw, buf = buf.split(b"\n", 1)
+                    line = raw.decode() + "\n"
+                    self.lines.append(line)
+                    m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                    if m:
+                        self.port = int(m.group(1))
+                        self.start_line = line
+                        break
+                if not chunk and self.proc.poll() is not None:
                     break
-            if self.proc.poll() is not None:
+            elif self.proc.poll() is not None:
                 break
         if self.port is None:
             self.proc.kill()

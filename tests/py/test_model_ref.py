@@ -32,15 +32,19 @@ PROMPT = [1, 303, 433, 360, 281, 269, 435, 447, 300, 290, 301, 280]
 N_GEN = 12
 
 TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 3e-2, "q6_k": 3e-2, "q5_0": 3e-2,
-       "q5_1": 3e-2, "q5_k": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2, "q4_k": 5e-2, "q4_k_m": 5e-2}
+       "q5_1": 3e-2, "q5_k": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2, "q4_k": 5e-2, "q4_k_m": 5e-2,
+       "q2_k": 3e-2, "q3_k": 3e-2, "q3_k_m": 3e-2, "iq4_nl": 3e-2, "iq4_xs": 3e-2, "mxfp4": 3e-2}
 
 
 def kinetic_logits(path, tmp_path, extra=()):
+    """The logits with an f32 KV cache unless extra names another (the default is f16;
+    the tolerances below are the f32 cache's)."""
     out = tmp_path / "logits.bin"
     ids = ",".join(str(t) for t in PROMPT)
+    kv = () if "--kv-type" in extra else ("--kv-type", "f32")
     p = subprocess.run([KINETIC, "run", path, "--prompt-ids", ids, "--temp", "0",
                         "--repeat-penalty", "1", "-n", str(N_GEN), "--seed", "1", "--json",
-                        "--logits-out", str(out), "--threads", "2", *extra],
+                        "--logits-out", str(out), "--threads", "2", *kv, *extra],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
@@ -112,7 +116,8 @@ def test_synth_matches_reference(tmp_path, arch, typ):
     print(f"{arch} {typ}: relative rms error {rel:.2e}")
 
 
-@pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
+                                 "q2_k", "q3_k", "q3_k_m", "iq4_nl", "iq4_xs", "mxfp4"])
 def test_every_weight_type(tmp_path, typ):
     path = synth(tmp_path, "llama", typ, "kv_heads=2,tied=1")
     rel = compare(path, tmp_path, TOL[typ])
@@ -123,6 +128,14 @@ def test_kv_f16_close_to_reference(tmp_path):
     path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
     rel = compare(path, tmp_path, 2e-3, extra=("--kv-type", "f16"))
     print(f"qwen3 f32 with an f16 KV cache: relative rms error {rel:.2e}")
+
+
+def test_kv_q8_0_close_to_reference(tmp_path):
+    """A q8_0 KV cache (blocks of 32 per head row, each quantized alone) stays close to
+    the float64 reference (its error is the 8-bit rounding of keys and values)."""
+    path = synth(tmp_path, "qwen3", "f32", DIMS["qwen3"])
+    rel = compare(path, tmp_path, 3e-2, extra=("--kv-type", "q8_0"))
+    print(f"qwen3 f32 with a q8_0 KV cache: relative rms error {rel:.2e}")
 
 
 def rewrite(src, dst, new_kv, extra_tensors):

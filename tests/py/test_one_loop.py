@@ -203,8 +203,10 @@ def test_one_loop_lfm2(tmp_path):
     that drafts rarely predict, so here drafts are proposed (and rejected: the rollback)
     but need not be accepted; test_engine_spec's lfm2 run checks accepted ones."""
     model = str(tmp_path / "lfm2.gguf")
+    # seed 20: with the f16 KV cache (the default since issue 21) seed 19's noise gave
+    # RAD-1 nothing to propose; this one's does (the seed is arbitrary, drafting is not)
     p = subprocess.run([KINETIC, "synth", "--arch", "lfm2", "--preset", "tiny", "--type", "q4_k_m",
-                        "--seed", "19", "-o", model], capture_output=True, text=True, timeout=120)
+                        "--seed", "20", "-o", model], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     check_model(model, tmp_path, 24, scalar=True, need_accepted=False)
 

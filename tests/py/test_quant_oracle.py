@@ -2,7 +2,7 @@
 
 gguf-py (llama.cpp's Python package) decodes every GGML block format with numpy using
 the same float operations as llama.cpp, so dequantization must agree bit for bit. Its
-quantizers for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, BF16 and F16 reproduce llama.cpp's
+quantizers for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, BF16 and F16 reproduce llama.cpp's
 reference quantizers, which Kinetic's also reproduce: the bytes must agree. Kinetic's
 K-quant quantizers are its own; they are checked by decoding their output with gguf-py
 and bounding the error.
@@ -29,13 +29,14 @@ NAMES = {
     T.F32: "f32", T.F16: "f16", T.BF16: "bf16", T.Q4_0: "q4_0", T.Q4_1: "q4_1",
     T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.Q8_0: "q8_0", T.Q2_K: "q2_K", T.Q3_K: "q3_K",
     T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K", T.IQ4_NL: "iq4_nl", T.IQ4_XS: "iq4_xs",
+    T.MXFP4: "mxfp4",
 }
 
 # Byte ranges of the f16 scale fields in each block, so random blocks get finite scales.
 F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-    T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],  # MXFP4: any E8M0 byte decodes
 }
 
 
@@ -180,7 +181,7 @@ def test_dequant_real_gemma(tmp_path):
     assert {"Q4_K", "Q6_K", "Q8_0", "Q5_0", "F32"} <= seen
 
 
-@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F16])
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.BF16, T.F16, T.MXFP4])
 def test_quant_matches_gguf_py(tmp_path, qtype):
     """Where gguf-py has a quantizer it is llama.cpp's reference one: same bytes."""
     rng = np.random.default_rng(100 + int(qtype))
@@ -196,6 +197,7 @@ def test_quant_matches_gguf_py(tmp_path, qtype):
 @pytest.mark.parametrize("qtype,bound", [
     (T.Q8_0, 0.0056), (T.Q5_1, 0.040), (T.Q5_0, 0.045), (T.Q4_1, 0.083), (T.Q4_0, 0.090),
     (T.Q6_K, 0.0178), (T.Q5_K, 0.0375), (T.Q4_K, 0.075), (T.Q3_K, 0.152), (T.Q2_K, 0.285),
+    (T.IQ4_NL, 0.0768), (T.IQ4_XS, 0.0777), (T.MXFP4, 0.120),
 ])
 def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
     """Kinetic's quantized bytes, decoded by gguf-py, are close to the input: this checks
@@ -211,3 +213,83 @@ def test_quant_error_decoded_by_gguf_py(tmp_path, qtype, bound):
     # and Kinetic's own decoder agrees with gguf-py's on its own output
     got = kn_dequant(tmp_path, qtype, q, x.size)
     assert same_bits(got, r.astype(np.float32))
+
+
+def _f16(v):
+    return np.float16(v).tobytes()
+
+
+def hand_block(qtype, e):
+    """One block built by hand from the format's description, with element e marked, and
+    the values it stands for, written out independently of any decoder."""
+    want = np.zeros(256, dtype=np.float32)
+    if qtype == T.Q2_K:  # scales[16] | qs[64] | d | dmin; element 128h + 32t + l at qs[32h + l] bits 2t
+        sc = bytes((i % 15 + 1) | (i % 3) << 4 for i in range(16))
+        qs = bytearray(64)
+        h, t, l = e // 128, (e % 128) // 32, e % 32
+        qs[32 * h + l] |= 3 << (2 * t)
+        for i in range(256):
+            want[i] = 0.5 * (sc[i // 16] & 15) * (3 if i == e else 0) - 0.25 * (sc[i // 16] >> 4)
+        return sc + bytes(qs) + _f16(0.5) + _f16(0.25), want
+    if qtype == T.Q3_K:  # hmask[32] | qs[64] | scales[12] | d; a clear hmask bit subtracts 4
+        s = [i - 8 for i in range(16)]  # signed sub-block scales -8..7, stored + 32
+        u = [v + 32 for v in s]
+        sc = bytearray(12)
+        for i in range(16):
+            sc[i % 8] |= (u[i] & 15) << (4 * (i // 8))
+            sc[8 + i % 4] |= (u[i] >> 4) << (2 * (i // 4))
+        hm = bytearray([0xFF] * 32)
+        hm[e % 32] &= ~(1 << (e // 32)) & 0xFF
+        qs = bytearray(64)
+        qs[32 * (e // 128) + e % 32] |= 1 << (2 * ((e % 128) // 32))  # low bits 1: 1 - 4
+        for i in range(256):
+            want[i] = 2.0 * s[i // 16] * (-3 if i == e else 0)
+        return bytes(hm) + bytes(qs) + bytes(sc) + _f16(2.0), want
+    if qtype == T.MXFP4:  # e | qs[16]; value codes as IQ4_NL's, E2M1 values doubled, scale 2^(e-128)
+        e %= 32
+        vals = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+        q = [(j % 15) + 1 for j in range(32)]
+        q[e] = 15
+        qs = bytes(q[j] | q[j + 16] << 4 for j in range(16))
+        return bytes([126]) + qs, np.array([0.25 * vals[v] for v in q], dtype=np.float32)
+    levels = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+    if qtype == T.IQ4_NL:  # d | qs[16]: element j < 16 low nibble of qs[j], else high of qs[j - 16]
+        e %= 32
+        q = [8] * 32
+        q[e] = 15
+        qs = bytes(q[j] | q[j + 16] << 4 for j in range(16))
+        return _f16(0.5) + qs, np.array([0.5 * levels[v] for v in q], dtype=np.float32)
+    # IQ4_XS: d | scales_h (u16) | scales_l[4] | qs[128]; sub-block j scale ls_j, offset 32
+    ls = [j - 5 for j in range(8)]
+    sh, sl = 0, bytearray(4)
+    for j in range(8):
+        sl[j // 2] |= ((ls[j] + 32) & 15) << (4 * (j % 2))
+        sh |= ((ls[j] + 32) >> 4) << (2 * j)
+    q = [8] * 256
+    q[e] = 0
+    qs = bytes(q[32 * j + l] | q[32 * j + 16 + l] << 4 for j in range(8) for l in range(16))
+    want = np.array([0.5 * ls[i // 32] * levels[q[i]] for i in range(256)], dtype=np.float32)
+    return _f16(0.5) + struct_u16(sh) + bytes(sl) + qs, want
+
+
+def struct_u16(v):
+    return int(v).to_bytes(2, "little")
+
+
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4])
+def test_dequant_hand_built_blocks(tmp_path, qtype):
+    """Blocks written by hand (one marked element at positions covering every bit group,
+    sub-block and half) decode to the values the format's description gives, in gguf-py
+    and in Kinetic."""
+    blocks, wants = [], []
+    for e in (0, 1, 15, 16, 31, 32, 63, 64, 95, 127, 128, 130, 161, 200, 223, 255):
+        raw, want = hand_block(qtype, e)
+        assert len(raw) == GGML_QUANT_SIZES[qtype][1]
+        blocks.append(np.frombuffer(raw, dtype=np.uint8))
+        wants.append(want)
+    raw = np.stack(blocks)
+    want = np.concatenate(wants).astype(np.float32)
+    ref = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(-1)
+    assert np.array_equal(ref, want), f"{qtype.name}: gguf-py disagrees with the hand-built values"
+    got = kn_dequant(tmp_path, qtype, raw, want.size)
+    assert same_bits(got, want), f"{qtype.name}: Kinetic disagrees with the hand-built values"

@@ -37,7 +37,7 @@ def run_json(args, env=None):
 def supported_isas():
     """The ISA levels this CPU runs (KINETIC_ISA refuses the others)."""
     out = []
-    for isa in ("scalar", "avx2", "avx512"):
+    for isa in ("scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"):
         p = run([AIDREAMS, "x", "-n", "1", "--seed", "1"], env={"KINETIC_ISA": isa}, check=False)
         if p.returncode == 0:
             out.append(isa)
@@ -152,6 +152,15 @@ def test_kv_f16_runs_and_is_invariant():
     a, _ = run_json([AIDREAMS] + SAMPLED + ["--kv-type", "f16", "--threads", "1"])
     b, _ = run_json([AIDREAMS] + SAMPLED + ["--kv-type", "f16", "--threads", "3", "-b", "5"])
     assert a["tokens"] == b["tokens"]
+
+
+def test_kv_q8_0_needs_whole_blocks():
+    """aidreams260K's heads are 16 wide: a q8_0 cache (blocks of 32) is refused with the
+    dims and the way out, not run on a partial block."""
+    p = run([AIDREAMS, "x", "--kv-type", "q8_0", "-n", "1"], check=False)
+    assert p.returncode == 1, p.stderr
+    assert "q8_0 KV cache needs head dims that are multiples of 32" in p.stderr
+    assert "16 (keys)" in p.stderr and "--kv-type f16" in p.stderr
 
 
 def test_unsupported_architecture_is_named(tmp_path):

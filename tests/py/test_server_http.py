@@ -150,8 +150,8 @@ def test_openai_client(srv):
     c = client.completions.create(model="toy", prompt="Hello", max_tokens=8, temperature=0)
     assert c.object == "text_completion" and c.choices[0].text
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="toy", messages=[{"role": "user", "content": "Hi"}], n=2)
-    assert "'n' is 2" in str(e.value)
+        client.chat.completions.create(model="toy", messages=[{"role": "user", "content": "Hi"}], n=17)
+    assert "'n'" in str(e.value)
     bad = openai.OpenAI(base_url=srv.base + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
@@ -183,7 +183,7 @@ HOSTILE = [
     ("temperature too high", "POST", "/v1/completions", {"prompt": "a", "temperature": 500}, None, 400, ["temperature must be between 0 and 100 (0: greedy), not 500"]),
     ("temperature string", "POST", "/v1/completions", {"prompt": "a", "temperature": "hot"}, None, 400, ["number"]),
     ("top_p above 1", "POST", "/v1/completions", {"prompt": "a", "top_p": 1.5}, None, 400, ["top_p must be between 0 and 1"]),
-    ("n=2", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}, None, 400, ["'n' is 2"]),
+    ("n=17", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 17}, None, 400, ["'n'"]),
     ("negative seed", "POST", "/v1/completions", {"prompt": "a", "seed": -1}, None, 400, ["seed must be between 0 and 9223372036854775807, not -1"]),
     ("seed 2^63", "POST", "/v1/completions", {"prompt": "a", "seed": 2 ** 63}, None, 400, ["seed must be between 0 and 9223372036854775807, not 9223372036854775808"]),
     ("too many top_logprobs", "POST", "/v1/chat/completions",

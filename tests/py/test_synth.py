@@ -1,8 +1,9 @@
 """kinetic synth: random-weight models with real shapes, checked with gguf-py (an independent
 GGUF reader) and with `kinetic info`.
 
-The expected tensor types restate llama.cpp's Q4_K_M rules (src/llama-quant.cpp) here in
-Python, independently of the C code.
+The expected tensor types restate llama.cpp's mix rules (llama_tensor_get_type in
+src/llama-quant.cpp: Q2_K, Q3_K_S/M/L, Q4_K_M, Q5_K_M, IQ4_NL, IQ4_XS for dense models
+without an importance matrix) here in Python, independently of the C code.
 """
 import hashlib
 import os
@@ -20,13 +21,21 @@ SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "smollm3", "olmo2"]
-TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",
+         "q3_k", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4_moe",
+         "mxfp4"]
 T = gguf.GGMLQuantizationType
+# the default type (a mix: the type of the tensors no rule moves)
 SINGLE = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
           "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q4_k": T.Q4_K, "q5_k": T.Q5_K,
-          "q6_k": T.Q6_K, "q4_k_m": T.Q4_K}
+          "q6_k": T.Q6_K, "q4_k_m": T.Q4_K, "q3_k": T.Q3_K, "q2_k": T.Q2_K, "q3_k_s": T.Q3_K,
+          "q3_k_m": T.Q3_K, "q3_k_l": T.Q3_K, "q5_k_m": T.Q5_K, "iq4_nl": T.IQ4_NL,
+          "iq4_xs": T.IQ4_XS, "mxfp4_moe": T.Q8_0, "mxfp4": T.MXFP4}
+MIXES = {"q4_k_m", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs"}
 FILE_TYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8,
-             "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18, "q4_k_m": 15}
+             "q5_1": 9, "q4_k": 14, "q5_k": 16, "q6_k": 18, "q4_k_m": 15, "q3_k": 11, "q2_k": 10,
+             "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "q5_k_m": 17, "iq4_nl": 25, "iq4_xs": 30,
+             "mxfp4_moe": 38, "mxfp4": 38}
 
 
 def synth(*args, check=True):
@@ -49,22 +58,54 @@ def more_bits(i, n):
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def expected_type(ftype, name, n_dims, ne0, n_layer, tied):
-    """llama.cpp's choice (Q4_K_M) or the single type, with llama.cpp's fallbacks."""
+def mix_type(ftype, name, t, n_layer, gqa):
+    """llama_tensor_get_type for a matrix other than the output and the embedding."""
+    il = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if "attn_v.weight" in name:
+        if ftype == "q2_k":
+            return T.Q4_K if gqa >= 4 else T.Q3_K
+        if ftype == "q3_k_m":
+            return T.Q5_K if il < 2 else T.Q4_K
+        if ftype == "q3_k_l":
+            return T.Q5_K
+        if ftype in ("iq4_nl", "iq4_xs") and gqa >= 4:
+            return T.Q5_K
+        if ftype in ("q4_k_m", "q5_k_m") and more_bits(il, n_layer):
+            return T.Q6_K
+    elif "ffn_down" in name:
+        if ftype == "q2_k":
+            return T.Q3_K
+        if ftype == "q3_k_m":
+            return T.Q5_K if il < n_layer // 16 else T.Q4_K
+        if ftype == "q3_k_l":
+            return T.Q5_K
+        if ftype in ("q4_k_m", "q5_k_m") and more_bits(il, n_layer):
+            return T.Q6_K
+        if ftype in ("iq4_nl", "iq4_xs") and il < n_layer // 8:
+            return T.Q5_K
+    elif "attn_output.weight" in name:
+        return {"q2_k": T.Q3_K, "q3_k_m": T.Q4_K, "q3_k_l": T.Q5_K}.get(ftype, t)
+    return t
+
+
+def expected_type(ftype, name, n_dims, ne0, n_layer, tied, gqa=2):
+    """llama.cpp's choice (a mix) or the single type, with llama.cpp's fallbacks."""
     if n_dims < 2:
         return T.F32
     t = SINGLE[ftype]
-    if ftype == "q4_k_m":
+    if ftype == "mxfp4_moe":
+        t = T.MXFP4 if n_dims == 3 else T.Q8_0
+    elif ftype in MIXES:
         if name == "output.weight" or (tied and name == "token_embd.weight"):
-            t = T.Q8_0 if ne0 % 256 else T.Q6_K
-        elif name.endswith("attn_qkv.weight"):
+            t = T.Q8_0 if ne0 % gguf.GGML_QUANT_SIZES[t][0] else T.Q6_K
+        elif name.endswith("attn_qkv.weight") and ftype == "q4_k_m":
             t = T.Q5_K
-        elif name.endswith("attn_v.weight") or name.endswith("ffn_down.weight"):
-            il = int(name.split(".")[1])
-            t = T.Q6_K if more_bits(il, n_layer) else T.Q4_K
+        elif name != "token_embd.weight":
+            t = mix_type(ftype, name, t, n_layer, gqa)
     bs = gguf.GGML_QUANT_SIZES[t][0]
     if ne0 % bs:
-        t = {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}.get(t, T.F16)
+        t = {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0, T.Q2_K: T.IQ4_NL, T.Q3_K: T.IQ4_NL,
+             T.IQ4_XS: T.IQ4_NL}.get(t, T.F16)
         if ne0 % gguf.GGML_QUANT_SIZES[t][0]:
             t = T.F16
     return t
@@ -441,7 +482,7 @@ def test_big_preset_shapes(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--preset", "huge"], "unknown preset 'huge'"),
-    (["--preset", "tiny", "--type", "q3_k"], "unknown type 'q3_k'"),
+    (["--preset", "tiny", "--type", "q3_k_xl"], "unknown type 'q3_k_xl'"),
     (["--preset", "tiny", "--arch", "gpt2"], "unknown architecture 'gpt2'"),
     (["--preset", "tinyllama-1.1b", "--arch", "qwen2"], "is a llama model"),
     (["--dims", "dim=256,layers=2"], "need dim, layers, heads, ffn and vocab"),

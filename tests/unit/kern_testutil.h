@@ -90,6 +90,22 @@ static inline void tu_random_weights(enum quant_type t, int64_t N, int64_t K, vo
         case QT_Q6_K:
             tu_put_f16(blk + offsetof(struct block_q6_K, d), tu_scale(0.001f, 1));
             break;
+        case QT_Q2_K:
+            tu_put_f16(blk + offsetof(struct block_q2_K, d), tu_scale(0.001f, 1));
+            tu_put_f16(blk + offsetof(struct block_q2_K, dmin), tu_scale(0.001f, 1));
+            break;
+        case QT_Q3_K:
+            tu_put_f16(blk + offsetof(struct block_q3_K, d), tu_scale(0.001f, 1));
+            break;
+        case QT_IQ4_NL:
+            tu_put_f16(blk, tu_scale(0.0001f, 1));
+            break;
+        case QT_IQ4_XS:
+            tu_put_f16(blk, tu_scale(0.0001f, 1));
+            break;
+        case QT_MXFP4:
+            blk[0] = (uint8_t)(118 + tu_next() % 8); /* 2^-10 .. 2^-3 */
+            break;
         default: break;
         }
     }
@@ -101,6 +117,12 @@ static inline double tu_h(const kn_f16 *p)
     memcpy(&h, p, 2);
     return (double)quant_f16_to_f32(h);
 }
+
+/* The IQ4_NL / IQ4_XS levels, written out again here (the format's table). */
+static const int tu_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+static const int tu_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* Dequantizes one row: w[k] = wa[k] + wb[k], wb the min/offset part (0 for types without
  * one); the parts are kept apart for the error bound. */
@@ -162,6 +184,20 @@ static inline void tu_dequant_row(enum quant_type t, const void *row, int64_t K,
                     om[i] = tu_h((const void *)(blk + 2));
                 }
             }
+        } else if (t == QT_MXFP4) {
+            /* e (E8M0) | qs[16]; the values are doubled, so the scale is 2^(e - 128) */
+            const uint8_t *blk = p + b * 17;
+            double d = ldexp(1.0, blk[0] - 128);
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? (blk[1 + i] & 15) : (blk[1 + i - 16] >> 4);
+                o[i] = d * tu_mxfp4_values[q];
+            }
+        } else if (t == QT_IQ4_NL) {
+            const uint8_t *blk = p + b * 18;
+            for (int i = 0; i < 32; i++) {
+                int q = i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4);
+                o[i] = tu_h((const void *)blk) * tu_iq4_levels[q];
+            }
         }
     }
     for (int64_t b = 0; b < K / 256 && quant_type_info(t)->block_size == 256; b++) {
@@ -196,6 +232,41 @@ static inline void tu_dequant_row(enum quant_type t, const void *row, int64_t K,
                 lo = quarter >= 2 ? lo >> 4 : lo & 15;
                 int hi = (x->qh[32 * half + l] >> (2 * quarter)) & 3;
                 o[i] = d * x->scales[i / 16] * ((lo | hi << 4) - 32);
+            }
+        } else if (t == QT_Q2_K) {
+            /* scales[16] | qs[64] | d | dmin; element 128h + 32t + l: bits 2t of qs[32h + l] */
+            const uint8_t *blk = p + b * 84;
+            double d = tu_h((const void *)(blk + 80)), dmin = tu_h((const void *)(blk + 82));
+            for (int i = 0; i < 256; i++) {
+                int h = i / 128, tt = (i % 128) / 32, l = i % 32;
+                int q = (blk[16 + 32 * h + l] >> (2 * tt)) & 3;
+                o[i] = d * (blk[i / 16] & 15) * q;
+                om[i] = -dmin * (blk[i / 16] >> 4);
+            }
+        } else if (t == QT_Q3_K) {
+            /* hmask[32] | qs[64] | scales[12] | d; high bit set means no -4 */
+            const uint8_t *blk = p + b * 110;
+            const uint8_t *hm = blk, *qs = blk + 32, *sc = blk + 96;
+            double d = tu_h((const void *)(blk + 108));
+            for (int i = 0; i < 256; i++) {
+                int h = i / 128, tt = (i % 128) / 32, l = i % 32, s = i / 16;
+                int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+                int scale = (lo | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+                int q = (qs[32 * h + l] >> (2 * tt)) & 3;
+                if (!((hm[l] >> (i / 32)) & 1))
+                    q -= 4;
+                o[i] = d * scale * q;
+            }
+        } else if (t == QT_IQ4_XS) {
+            /* d | scales_h (u16) | scales_l[4] | qs[128] */
+            const uint8_t *blk = p + b * 136;
+            double d = tu_h((const void *)blk);
+            unsigned sh = blk[2] | (unsigned)blk[3] << 8;
+            for (int i = 0; i < 256; i++) {
+                int s = i / 32, j = i % 32;
+                int ls = (((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | ((sh >> (2 * s)) & 3) << 4) - 32;
+                int q = j < 16 ? blk[8 + 16 * s + j] & 15 : blk[8 + 16 * s + j - 16] >> 4;
+                o[i] = d * ls * tu_iq4_levels[q];
             }
         }
     }

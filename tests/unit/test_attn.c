@@ -20,7 +20,7 @@ struct problem {
     int64_t q_stride, kv_stride;
     float *q;         /* (P, H, D) at q_stride */
     void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
-    float *kf, *vf;   /* the same as f32 (what F16 widens to) */
+    float *kf, *vf;   /* the same as f32 (what F16 widens to, what Q8_0 dequantizes to) */
 };
 
 /* Element i of kv head g at position p. */
@@ -40,12 +40,14 @@ static void problem_init(struct problem *pr, int P, int H, int Hkv, int D, int w
     pr->head_major = count++ % 2 == 1;
     pr->scale = 1.0f / sqrtf((float)D);
     pr->q_stride = (int64_t)H * D + 3;
-    pr->kv_stride = (int64_t)Hkv * D + 5;
+    /* q8_0 rows are whole blocks: a row stride of whole blocks too */
+    pr->kv_stride = (int64_t)Hkv * D + (kv_type == QT_Q8_0 ? 32 : 5);
     int64_t rows = P + 16;
     pr->q = calloc((size_t)(P * pr->q_stride), sizeof(float));
-    size_t es = kv_type == QT_F16 ? 2 : 4;
-    pr->k = calloc((size_t)(rows * pr->kv_stride), es);
-    pr->v = calloc((size_t)(rows * pr->kv_stride), es);
+    size_t bytes = kern_kv_row_bytes(kv_type, rows * pr->kv_stride);
+    CHECK(bytes > 0);
+    pr->k = calloc(1, bytes);
+    pr->v = calloc(1, bytes);
     pr->kf = calloc((size_t)(rows * pr->kv_stride), sizeof(float));
     pr->vf = calloc((size_t)(rows * pr->kv_stride), sizeof(float));
     for (int64_t i = 0; i < P * pr->q_stride; i++)
@@ -57,11 +59,24 @@ static void problem_init(struct problem *pr, int P, int H, int Hkv, int D, int w
             ((kn_f16 *)pr->v)[i] = quant_f32_to_f16(vx);
             pr->kf[i] = quant_f16_to_f32(((kn_f16 *)pr->k)[i]);
             pr->vf[i] = quant_f16_to_f32(((kn_f16 *)pr->v)[i]);
+        } else if (kv_type == QT_Q8_0) {
+            pr->kf[i] = kx; /* quantized below, row by row */
+            pr->vf[i] = vx;
         } else {
             ((float *)pr->k)[i] = pr->kf[i] = kx;
             ((float *)pr->v)[i] = pr->vf[i] = vx;
         }
     }
+    /* q8_0: each head's row stored as the KV cache stores it, kf/vf its dequantized values */
+    for (int64_t p = 0; kv_type == QT_Q8_0 && p < rows; p++)
+        for (int64_t g = 0; g < Hkv; g++) {
+            int64_t i = kv_index(pr, p, g, 0);
+            struct block_q8_0 *kb = (struct block_q8_0 *)pr->k + i / QK8_0;
+            struct block_q8_0 *vb = (struct block_q8_0 *)pr->v + i / QK8_0;
+            CHECK(kern_kv_store(QT_Q8_0, kb, pr->kf + i, D) && kern_kv_store(QT_Q8_0, vb, pr->vf + i, D));
+            CHECK(quant_dequantize_row(QT_Q8_0, kb, pr->kf + i, D) &&
+                  quant_dequantize_row(QT_Q8_0, vb, pr->vf + i, D));
+        }
 }
 
 static void problem_free(struct problem *pr)
@@ -239,13 +254,16 @@ static void test_isa_equality(void)
     };
     for (int l = 0; l < nl; l++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            for (int ti = 0; ti < 4; ti++) {
+            for (int ti = 0; ti < 6; ti++) {
                 const int *s = shapes[si];
-                uint32_t type = ti % 2 ? QT_F16 : QT_F32;
+                const uint32_t types[3] = {QT_F32, QT_F16, QT_Q8_0};
+                uint32_t type = types[ti % 3];
+                if (type == QT_Q8_0 && s[3] % QK8_0 != 0)
+                    continue; /* q8_0 caches take whole blocks (test_check) */
                 struct problem pr;
                 problem_init(&pr, s[0], s[1], s[2], s[3], s[4], type);
-                /* ti >= 2: soft-capped scores (Gemma 2), a cap the scores reach */
-                pr.softcap = ti >= 2 ? 1.5f : 0.0f;
+                /* ti >= 3: soft-capped scores (Gemma 2), a cap the scores reach */
+                pr.softcap = ti >= 3 ? 1.5f : 0.0f;
                 int64_t ostride = (int64_t)s[1] * s[3] + 1;
                 float *a = calloc((size_t)(s[0] * ostride), sizeof(float));
                 float *b = calloc((size_t)(s[0] * ostride), sizeof(float));
@@ -286,8 +304,10 @@ static void test_check(void)
     CHECK(kern_attn_check(&a, &err) == KN_E_ARG);
     a.k_head_stride = 16;
     CHECK(kern_attn_check(&a, &err) == KN_OK);
-    a.kv_type = QT_Q8_0;
-    CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED);
+    a.kv_type = QT_Q8_0; /* head dim 4 is not whole q8_0 blocks */
+    CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED && strstr(err.msg, "multiples of 32"));
+    a.kv_type = QT_Q4_0;
+    CHECK(kern_attn_check(&a, &err) == KN_E_UNSUPPORTED && strstr(err.msg, "q4_0"));
     a.kv_type = QT_F16;
     a.n_head = 3;
     a.n_head_kv = 2;
@@ -378,6 +398,8 @@ int main(void)
         check_invariance(lv[l], 100, 2, 2, 128, 0, QT_F16, false);
         check_invariance(lv[l], 80, 2, 1, 256, 40, QT_F32, false);
         check_invariance_capped(lv[l], 70, 4, 2, 64, 24, QT_F32, true, 1.5f);
+        check_invariance(lv[l], 70, 4, 2, 64, 24, QT_Q8_0, true);
+        check_invariance(lv[l], 100, 2, 1, 128, 0, QT_Q8_0, false);
     }
     test_isa_equality();
     double e1 = accuracy(100, 4, 2, 64, 0, QT_F32, 1.0f);
@@ -386,13 +408,18 @@ int main(void)
     /* scores 30 times sharper than usual: tile maxima far apart, most weights underflow
      * toward 0; the error grows with |score| (the rounding of s * scale) */
     double e4 = accuracy(100, 2, 1, 64, 0, QT_F32, 30.0f);
+    /* q8_0: against float64 attention over the dequantized cache (the kernel's own error;
+     * the quantization's is the model's choice of --kv-type) */
+    double e5 = accuracy(100, 4, 2, 128, 0, QT_Q8_0, 1.0f);
+    printf("attention over a q8_0 cache: max abs error %.3g against float64 over its values\n", e5);
+    CHECKF(e5 < 2e-6, "q8_0 attention error %.3g", e5);
     printf("attention with sharpened scores (scale x30): max abs error %.3g\n", e4);
     CHECKF(e4 < 2e-5, "sharp attention error %.3g", e4);
     /* soft-capped (Gemma 2's attn_logit_softcapping, scaled to these scores): sharpened
      * scores squashed into (-2, 2) by 2 tanh(s / 2) */
-    double e5 = accuracy_capped(100, 2, 1, 64, 20, QT_F32, 30.0f, 2.0f);
-    printf("attention with soft-capped scores (cap 2, scale x30): max abs error %.3g\n", e5);
-    CHECKF(e5 < 2e-6, "soft-capped attention error %.3g", e5);
+    double e6 = accuracy_capped(100, 2, 1, 64, 20, QT_F32, 30.0f, 2.0f);
+    printf("attention with soft-capped scores (cap 2, scale x30): max abs error %.3g\n", e6);
+    CHECKF(e6 < 2e-6, "soft-capped attention error %.3g", e6);
     printf("attention: max abs error against float64 %.3g (D=64), %.3g (D=128, window 30, "
            "f16 cache), %.3g (D=256); values in [-1, 1]\n", e1, e2, e3);
     CHECKF(e1 < 2e-6 && e2 < 2e-6 && e3 < 2e-6, "attention error %.3g %.3g %.3g", e1, e2, e3);

@@ -264,13 +264,13 @@ static void ref_kv_store(struct kern_stream *s, const struct kern_attn_batch *b)
 {
     op_enter(s);
     const int64_t Dh = b->head_dim, KD = b->n_head_kv * Dh;
-    const size_t elt = b->kv_type == QT_F16 ? 2 : 4;
+    const size_t row = kern_kv_row_bytes(b->kv_type, Dh);
     for (int64_t r = 0; r < b->n_runs; r++) {
         const struct kern_kv_run *run = &b->runs[r];
         CHECK(run->k->be == s->be && run->v->be == s->be);
         for (int64_t t = run->t0; t < run->t0 + run->n; t++)
             for (int64_t g = 0; g < b->n_head_kv; g++) {
-                size_t off = ((size_t)g * (size_t)run->n_ctx + (size_t)b->pos[t]) * (size_t)Dh * elt;
+                size_t off = ((size_t)g * (size_t)run->n_ctx + (size_t)b->pos[t]) * row;
                 CHECK(kern_kv_store(b->kv_type, (uint8_t *)run->k->dev + off, D(b->k_new) + t * KD + g * Dh, Dh));
                 CHECK(kern_kv_store(b->kv_type, (uint8_t *)run->v->dev + off, D(b->v_new) + t * KD + g * Dh, Dh));
             }
@@ -571,6 +571,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_QWEN3, SYNTH_Q4_K_M, MODEL_KV_Q8_0},
         {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
         {SYNTH_LFM2MOE, SYNTH_Q8_0, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},

@@ -111,7 +111,7 @@ int main(void)
         free(wb);
         free(want);
     }
-    CHECK_EQ_INT(types_seen, 8);
+    CHECK_EQ_INT(types_seen, 13);
     kern_pool_free(pool);
     free(data);
     CHECK_DONE();

@@ -9,9 +9,9 @@
 
 static struct kern_pool *pools[MAX_THREADS + 1];
 
-static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,
-                                            QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
-                                            QT_Q4_K, QT_Q5_K, QT_Q6_K};
+static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,  QT_Q4_0,
+                                            QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K,
+                                            QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,  QT_IQ4_XS};
 
 static const int test_ms[] = {1, 2, 3, 8, 17, 64};
 
@@ -102,13 +102,23 @@ static void check_shape(enum quant_type t, int64_t N, int64_t K)
     const struct quant_type_info *ti = quant_type_info(t);
     if (ti->block_size > 1) {
         size_t nblk = wbytes / ti->type_size;
-        size_t doff = t == QT_Q6_K ? offsetof(struct block_q6_K, d) : 0;
-        bool has_second = t == QT_Q4_1 || t == QT_Q5_1 || t == QT_Q4_K || t == QT_Q5_K;
+        size_t doff = t == QT_Q6_K   ? offsetof(struct block_q6_K, d)
+                    : t == QT_Q2_K ? offsetof(struct block_q2_K, d)
+                    : t == QT_Q3_K ? offsetof(struct block_q3_K, d)
+                                   : 0;
+        /* the second f16 (min) field, 0 if none */
+        size_t moff = t == QT_Q4_1 || t == QT_Q5_1 || t == QT_Q4_K || t == QT_Q5_K ? 2
+                    : t == QT_Q2_K ? offsetof(struct block_q2_K, dmin)
+                                   : 0;
         for (size_t b = 0; b < nblk; b += 5) {
             uint8_t *blk = (uint8_t *)wdata + b * ti->type_size;
+            if (t == QT_MXFP4) { /* the two subnormal scales (e = 0, 1) */
+                blk[0] = (uint8_t)(b % 7 == 0 ? 0 : 1);
+                continue;
+            }
             tu_put_f16(blk + doff, (kn_f16)(b % 7 == 0 ? 0x0000 : 0x0123 + (b & 0xff)));
-            if (has_second)
-                tu_put_f16(blk + 2, (kn_f16)(0x8005 + (b & 0x3f)));
+            if (moff)
+                tu_put_f16(blk + moff, (kn_f16)(0x8005 + (b & 0x3f)));
         }
     }
     struct kern_weight w, wplain;
@@ -180,8 +190,8 @@ static void test_init_errors(void)
     struct kn_err err;
     struct kern_weight w;
     static uint8_t buf[4096];
-    CHECK(kern_weight_init(&w, QT_Q2_K, 1, 256, buf, 84, false, &err) == KN_E_UNSUPPORTED);
-    CHECK(strstr(err.msg, "q2_K") != NULL);
+    CHECK(kern_weight_init(&w, QT_IQ2_XS, 1, 256, buf, 74, false, &err) == KN_E_UNSUPPORTED);
+    CHECK(strstr(err.msg, "iq2_xs") != NULL);
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 48, buf, 36, false, &err) == KN_E_FORMAT);
     CHECK(strstr(err.msg, "multiple of 32") != NULL);
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 71, false, &err) == KN_E_FORMAT);
@@ -200,7 +210,11 @@ static void test_init_errors(void)
     CHECK(kern_weight_init(&w, QT_F16, 2, 64, buf, 256, true, &err) == KN_OK);
     CHECK(w.packed == NULL); /* float types read the file's rows directly */
     kern_weight_free(&w);
-    CHECK(!kern_type_supported(QT_IQ4_XS));
+    CHECK(!kern_type_supported(QT_IQ2_XXS));
+    CHECK(!kern_type_supported(QT_TQ2_0));
+    CHECK(kern_act_kind_for(QT_MXFP4) == KERN_ACT_Q8_32);
+    CHECK(kern_act_kind_for(QT_IQ4_XS) == KERN_ACT_Q8_K);
+    CHECK(kern_act_kind_for(QT_IQ4_NL) == KERN_ACT_Q8_32);
     CHECK(kern_act_kind_for(QT_Q6_K) == KERN_ACT_Q8_K);
     CHECK(kern_act_kind_for(QT_Q5_1) == KERN_ACT_Q8_32);
     CHECK(kern_act_kind_for(QT_BF16) == KERN_ACT_F32);
@@ -233,6 +247,11 @@ int main(void)
      * the pool's threads. */
     check_shape(QT_Q8_0, 100, 1024);
     check_shape(QT_Q4_K, 70, 1024);
+    check_shape(QT_Q2_K, 70, 1024);
+    check_shape(QT_Q3_K, 70, 1024);
+    check_shape(QT_IQ4_XS, 70, 1024);
+    check_shape(QT_IQ4_NL, 100, 1024);
+    check_shape(QT_MXFP4, 100, 1024);
     check_shape(QT_F16, 40, 1000);
     for (int th = 1; th <= MAX_THREADS; th++)
         kern_pool_free(pools[th]);

@@ -96,8 +96,8 @@ static void test_gemma_hparams(void)
 }
 
 /* Writes a copy of aidreams with general.architecture replaced, a tensor left out, or
- * blk.0.attn_q.weight stored as IQ4_NL (a type without matmul kernels). */
-static bool write_variant2(const char *out, const char *arch, const char *skip_tensor, bool iq4)
+ * blk.0.attn_q.weight stored as Q8_1 (a type without matmul kernels). */
+static bool write_variant2(const char *out, const char *arch, const char *skip_tensor, bool no_kernel)
 {
     struct kn_err err = {0};
     struct gguf_file *g = NULL;
@@ -115,9 +115,9 @@ static bool write_variant2(const char *out, const char *arch, const char *skip_t
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
         if (skip_tensor && strcmp(t->name, skip_tensor) == 0)
             continue;
-        if (iq4 && strcmp(t->name, "blk.0.attn_q.weight") == 0) {
-            static uint8_t zeros[64 * 36]; /* 64 rows of two 18-byte IQ4_NL blocks */
-            gguf_writer_add_tensor(w, t->name, QT_IQ4_NL, t->n_dims, t->ne, zeros, sizeof zeros);
+        if (no_kernel && strcmp(t->name, "blk.0.attn_q.weight") == 0) {
+            static uint8_t zeros[64 * 72]; /* 64 rows of two 36-byte Q8_1 blocks */
+            gguf_writer_add_tensor(w, t->name, QT_Q8_1, t->n_dims, t->ne, zeros, sizeof zeros);
             continue;
         }
         gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->size);
@@ -153,7 +153,7 @@ static void test_errors(void)
     CHECK(write_variant2(path, NULL, NULL, true));
     memset(&err, 0, sizeof err);
     CHECK(model_open(&m, path, NULL, &err) == KN_E_UNSUPPORTED);
-    CHECKF(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "iq4_nl"), "%s", err.msg);
+    CHECKF(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "q8_1"), "%s", err.msg);
 
     /* A tied-output file (no output.weight) loads and uses token_embd. */
     CHECK(write_variant(path, NULL, "output.weight"));

@@ -35,7 +35,7 @@ static inline double rng_uniform(double lo, double hi)
 
 static inline const char *isa_label(enum kern_isa isa)
 {
-    return isa == KERN_ISA_AVX2 ? "avx2" : isa == KERN_ISA_AVX512 ? "avx512" : "scalar";
+    return kern_isa_name(isa);
 }
 
 /* Fills out with the SIMD tables (beyond the reference) that this build has and this CPU
@@ -64,6 +64,10 @@ static inline int simd_levels(const struct kern_ops **out)
         out[n++] = kern_ops_get(KERN_ISA_AVX2);
     if (avx512 && kern_ops_get(KERN_ISA_AVX512)->isa == KERN_ISA_AVX512)
         out[n++] = kern_ops_get(KERN_ISA_AVX512);
+#elif defined(__aarch64__)
+    /* Advanced SIMD is in every AArch64 CPU; dotprod and i8mm share its float table. */
+    if (kern_ops_get(KERN_ISA_NEON)->isa == KERN_ISA_NEON)
+        out[n++] = kern_ops_get(KERN_ISA_NEON);
 #else
     (void)out;
 #endif

@@ -47,11 +47,13 @@ static void test_defaults(void)
     CHECK_EQ_INT(s.e.n_ctx, 128);
     CHECK_EQ_INT(s.o.batch, SESSION_BATCH_DEFAULT);
     CHECK_EQ_INT(s.o.threads, t);
-    CHECK_STR(s.kv_name, "f32");
-    CHECK_EQ_INT(s.e.kv.type, MODEL_KV_F32);
+    enum model_kv_type kt;
+    CHECK(model_kv_type_from_name(SESSION_KV_TYPE_DEFAULT, &kt) && kt == MODEL_KV_F16);
+    CHECK_STR(s.kv_name, SESSION_KV_TYPE_DEFAULT);
+    CHECK_EQ_INT(s.e.kv.type, kt);
     struct session_record rr;
     session_record_init(&s, NULL, &rr);
-    CHECK_STR(rr.cache_type, "f32");
+    CHECK_STR(rr.cache_type, SESSION_KV_TYPE_DEFAULT);
     CHECK_EQ_INT(rr.ctx_size, 128);
     CHECK_EQ_INT(rr.max_tokens, -1);
     CHECK(rr.model_path == o.model_path);

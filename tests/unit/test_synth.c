@@ -126,37 +126,73 @@ static void test_q4_k_m_mix(void)
             char name[64];
             snprintf(name, sizeof name, "blk.%d.%s", il, per_layer[k]);
             int64_t ne0 = k == 6 ? 5632 : 2048;
-            uint32_t t = synth_tensor_type(SYNTH_Q4_K_M, name, il, 22, ne0, 2, false);
+            uint32_t t = synth_tensor_type(SYNTH_Q4_K_M, name, il, 22, ne0, 2, false, 1);
             bool want6 = more && (k == 2 || k == 6);
             CHECKF(t == (want6 ? QT_Q6_K : QT_Q4_K), "%s: %s", name, quant_type_name(t));
             n_q4 += t == QT_Q4_K;
             n_q6 += t == QT_Q6_K;
         }
     }
-    uint32_t emb = synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 22, 2048, 2, false);
-    uint32_t out = synth_tensor_type(SYNTH_Q4_K_M, "output.weight", -1, 22, 2048, 2, false);
+    uint32_t emb = synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 22, 2048, 2, false, 1);
+    uint32_t out = synth_tensor_type(SYNTH_Q4_K_M, "output.weight", -1, 22, 2048, 2, false, 1);
     n_q4 += emb == QT_Q4_K;
     n_q6 += out == QT_Q6_K;
     CHECK_EQ_INT(n_q4, 135);
     CHECK_EQ_INT(n_q6, 21);
     /* Tied embeddings are the output: Q6_K, or Q8_0 when rows are not whole K blocks
      * (Gemma 3 270M's 640-wide embedding is Q8_0 in the real Q4_K_M file). */
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 16, 2048, 2, true) == QT_Q6_K);
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 18, 640, 2, true) == QT_Q8_0);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 16, 2048, 2, true, 1) == QT_Q6_K);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "token_embd.weight", -1, 18, 640, 2, true, 1) == QT_Q8_0);
     /* Fallbacks as in the real Gemma file: 640-wide attn_q Q4_K -> Q5_0, attn_v of a
      * more-bits layer Q6_K -> Q8_0; 2048-wide ffn_down stays Q6_K. */
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_q.weight", 0, 18, 640, 2, true) == QT_Q5_0);
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_v.weight", 0, 18, 640, 2, true) == QT_Q8_0);
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.ffn_down.weight", 0, 18, 2048, 2, true) == QT_Q6_K);
-    CHECK(synth_tensor_type(SYNTH_Q5_K, "blk.0.attn_q.weight", 0, 18, 640, 2, true) == QT_Q5_1);
-    CHECK(synth_tensor_type(SYNTH_Q4_0, "x.weight", 0, 2, 48, 2, false) == QT_F16);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_q.weight", 0, 18, 640, 2, true, 1) == QT_Q5_0);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_v.weight", 0, 18, 640, 2, true, 1) == QT_Q8_0);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.ffn_down.weight", 0, 18, 2048, 2, true, 1) == QT_Q6_K);
+    CHECK(synth_tensor_type(SYNTH_Q5_K, "blk.0.attn_q.weight", 0, 18, 640, 2, true, 1) == QT_Q5_1);
+    CHECK(synth_tensor_type(SYNTH_Q4_0, "x.weight", 0, 2, 48, 2, false, 1) == QT_F16);
     /* Single types are pure; 1-D tensors stay F32. */
-    CHECK(synth_tensor_type(SYNTH_Q4_0, "output.weight", -1, 2, 2048, 2, false) == QT_Q4_0);
-    CHECK(synth_tensor_type(SYNTH_BF16, "blk.0.ffn_up.weight", 0, 2, 2048, 2, false) == QT_BF16);
-    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_norm.weight", 0, 2, 2048, 1, false) == QT_F32);
+    CHECK(synth_tensor_type(SYNTH_Q4_0, "output.weight", -1, 2, 2048, 2, false, 1) == QT_Q4_0);
+    CHECK(synth_tensor_type(SYNTH_BF16, "blk.0.ffn_up.weight", 0, 2, 2048, 2, false, 1) == QT_BF16);
+    CHECK(synth_tensor_type(SYNTH_Q4_K_M, "blk.0.attn_norm.weight", 0, 2, 2048, 1, false, 1) == QT_F32);
     CHECK_EQ_INT(synth_file_type(SYNTH_Q4_K_M), 15);
     CHECK_EQ_INT(synth_file_type(SYNTH_BF16), 32);
     CHECK_EQ_INT(synth_file_type(SYNTH_Q8_0), 7);
+}
+
+/* The other llama.cpp mixes: the rules that look at the GQA ratio and the layer index
+ * (tests/py/test_synth.py checks every tensor of tiny files with gqa 2). */
+static void test_other_mixes(void)
+{
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "blk.3.attn_v.weight", 3, 8, 2048, 2, false, 4) == QT_Q4_K);
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "blk.3.attn_v.weight", 3, 8, 2048, 2, false, 2) == QT_Q3_K);
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "blk.3.attn_q.weight", 3, 8, 2048, 2, false, 2) == QT_Q2_K);
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "blk.3.attn_output.weight", 3, 8, 2048, 2, false, 2) == QT_Q3_K);
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "token_embd.weight", -1, 8, 2048, 2, false, 2) == QT_Q2_K);
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "output.weight", -1, 8, 2048, 2, false, 2) == QT_Q6_K);
+    CHECK(synth_tensor_type(SYNTH_IQ4_XS, "blk.0.attn_v.weight", 0, 8, 2048, 2, false, 4) == QT_Q5_K);
+    CHECK(synth_tensor_type(SYNTH_IQ4_XS, "blk.0.attn_v.weight", 0, 8, 2048, 2, false, 2) == QT_IQ4_XS);
+    CHECK(synth_tensor_type(SYNTH_IQ4_NL, "blk.0.ffn_down.weight", 0, 16, 2048, 2, false, 2) == QT_Q5_K);
+    CHECK(synth_tensor_type(SYNTH_IQ4_NL, "blk.2.ffn_down.weight", 2, 16, 2048, 2, false, 2) == QT_IQ4_NL);
+    /* MoE experts follow the ffn_down rule too (llama.cpp matches "ffn_down" anywhere) */
+    CHECK(synth_tensor_type(SYNTH_Q3_K_M, "blk.0.ffn_down_exps.weight", 0, 16, 2048, 2, false, 2) == QT_Q5_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_M, "blk.1.ffn_down.weight", 1, 16, 2048, 2, false, 2) == QT_Q4_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_M, "blk.1.attn_v.weight", 1, 16, 2048, 2, false, 2) == QT_Q5_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_M, "blk.2.attn_v.weight", 2, 16, 2048, 2, false, 2) == QT_Q4_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_M, "blk.2.attn_qkv.weight", 2, 16, 2048, 2, false, 2) == QT_Q4_K);
+    CHECK(synth_tensor_type(SYNTH_Q5_K_M, "blk.2.attn_qkv.weight", 2, 16, 2048, 2, false, 2) == QT_Q6_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_L, "blk.9.attn_output.weight", 9, 16, 2048, 2, false, 2) == QT_Q5_K);
+    CHECK(synth_tensor_type(SYNTH_Q3_K_S, "blk.9.ffn_down.weight", 9, 16, 2048, 2, false, 2) == QT_Q3_K);
+    /* llama.cpp's fallbacks for rows that are not whole 256-blocks */
+    CHECK(synth_tensor_type(SYNTH_Q2_K_MIX, "blk.0.attn_q.weight", 0, 16, 640, 2, false, 2) == QT_IQ4_NL);
+    CHECK(synth_tensor_type(SYNTH_IQ4_XS, "blk.0.attn_q.weight", 0, 16, 640, 2, false, 2) == QT_IQ4_NL);
+    CHECK(synth_tensor_type(SYNTH_IQ4_NL, "token_embd.weight", -1, 16, 640, 2, true, 2) == QT_Q8_0);
+    CHECK_EQ_INT(synth_file_type(SYNTH_Q2_K_MIX), 10);
+    CHECK_EQ_INT(synth_file_type(SYNTH_Q3_K_M), 12);
+    CHECK_EQ_INT(synth_file_type(SYNTH_IQ4_XS), 30);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "blk.0.ffn_up_exps.weight", 0, 4, 2048, 3, false, 2) == QT_MXFP4);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "blk.0.attn_q.weight", 0, 4, 2048, 2, false, 2) == QT_Q8_0);
+    CHECK(synth_tensor_type(SYNTH_MXFP4_MOE, "output.weight", -1, 4, 2048, 2, false, 2) == QT_Q8_0);
+    CHECK_EQ_INT(synth_file_type(SYNTH_MXFP4_MOE), 38);
 }
 
 static void test_names(void)
@@ -181,6 +217,7 @@ int main(void)
     test_noise();
     test_presets_and_dims();
     test_q4_k_m_mix();
+    test_other_mixes();
     test_names();
     CHECK_DONE();
 }

