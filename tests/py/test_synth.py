@@ -98,8 +98,8 @@ def expected_type(ftype, name, n_dims, ne0, n_layer, tied, gqa=2):
     elif ftype in MIXES:
         if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = T.Q8_0 if ne0 % gguf.GGML_QUANT_SIZES[t][0] else T.Q6_K
-        elif name.endswith("attn_qkv.weight") and ftype == "q4_k_m":
-            t = T.Q5_K
+        elif name.endswith("attn_qkv.weight") and ftype in ("q3_k_m", "q3_k_l", "q4_k_m", "q5_k_m"):
+            t = {"q3_k_m": T.Q4_K, "q3_k_l": T.Q4_K, "q4_k_m": T.Q5_K, "q5_k_m": T.Q6_K}[ftype]  # llama.cpp
         elif name != "token_embd.weight":
             t = mix_type(ftype, name, t, n_layer, gqa)
     bs = gguf.GGML_QUANT_SIZES[t][0]
