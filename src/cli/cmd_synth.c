@@ -16,7 +16,7 @@ static void print_details(void)
            "tests and benchmarks. It writes noise. The same arguments give the same bytes on\n"
            "every machine, whatever --threads is.\n"
            "\n"
-           "architectures: llama, qwen2, qwen3, gemma3, qwen3moe (default: the preset's, or llama)\n"
+           "architectures: " SYNTH_ARCH_LIST " (default: the preset's, or llama)\n"
            "presets:\n  ");
     /* one preset per line: the list separates them with "), " */
     for (const char *p = synth_preset_list(); *p; p++) {
@@ -39,8 +39,13 @@ static void print_details(void)
            "--dims SPEC: comma-separated key=value pairs, applied over the preset if one is given:\n"
            "  dim=N layers=N heads=N ffn=N vocab=N (required without a preset)\n"
            "  kv_heads=N (default heads) head_dim=N (default dim/heads) ctx=N (default 2048)\n"
-           "  rope_base=X (default 10000) eps=X (default 1e-5, gemma3 1e-6) window=N (gemma3\n"
-           "  sliding window, default 512) tied=0|1 (1: no output.weight, the embedding is reused)\n"
+           "  rope_base=X (default 10000) eps=X (default 1e-5, gemma2/3 1e-6) window=N (gemma2/3\n"
+           "  sliding window, default 4096 / 512) tied=0|1 (1: no output.weight, the embedding is\n"
+           "  reused) attn_softcap=X final_softcap=X (gemma2's soft-caps, default 50 and 30)\n"
+           "  rot=N (phi3: rotated dims per head, default head_dim) rope_orig_ctx=N (phi3:\n"
+           "  LongRoPE's original context; writes the long and short factors)\n"
+           "  embd_scale=X residual_scale=X attn_scale=X logit_scale=X (granite; default\n"
+           "  Granite 3.3 2B's 12, 0.22, 0.015625 and 8)\n"
            "  gemma3 needs layers >= 6 (every sixth layer is the global-attention one)\n"
            "  experts=N experts_used=N expert_ffn=N (qwen3moe: experts per layer, per token, and\n"
            "  an expert's width; tiny has 16, 4 and 256)\n"
@@ -59,7 +64,7 @@ int cmd_synth(int argc, char **argv)
     const char *out = NULL, *name = NULL;
     int64_t seed = 0, threads = 0;
     const struct cli_opt opts[] = {
-        {"arch", 0, CLI_STR, &arch_s, "ARCH", "llama, qwen2, qwen3, gemma3 or qwen3moe", NULL},
+        {"arch", 0, CLI_STR, &arch_s, "ARCH", SYNTH_ARCH_LIST, NULL},
         {"preset", 0, CLI_STR, &preset, "NAME", "shape preset (see below)", NULL},
         {"dims", 0, CLI_STR, &dims, "SPEC", "explicit dimensions (see below)", NULL},
         {"type", 't', CLI_STR, &type_s, "TYPE", "weight type (default q8_0)", NULL},

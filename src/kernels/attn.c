@@ -5,6 +5,7 @@
  * into tiles [32i, 32i + 31] (aligned to position 0), clipped to [lo, p]; per tile, in
  * ascending i:
  *   s_j   = canonical_dot(q, k_j) * scale                    (16-lane fma tree over D)
+ *   s_j   = kern_softcapf(s_j, softcap)                       (only when softcap > 0)
  *   m_t   = max_j s_j
  *   e_j   = kern_expf(s_j - m_t)
  *   l_t   = canonical sum over the tile's slots: slot (j mod 16), then the tree
@@ -36,6 +37,9 @@ enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *er
     if (a->n_head < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv != 0)
         return kn_fail(err, KN_E_FORMAT, "attention: %d query heads are not a multiple of %d "
                        "key/value heads", (int)a->n_head, (int)a->n_head_kv);
+    if (!(a->softcap >= 0.0f) || a->softcap == INFINITY)
+        return kn_fail(err, KN_E_ARG, "attention: soft-cap %g must be 0 (none) or positive",
+                       (double)a->softcap);
     if (a->window < 0)
         return kn_fail(err, KN_E_ARG, "attention: sliding window %d is negative", (int)a->window);
     if (a->n_q < 0 || a->n_kv < 0)
@@ -99,6 +103,8 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
             for (int64_t j = j0; j <= j1; j++) {
                 const float *k = kv_row(a->k, a->k_stride, a->k_head_stride, a->kv_type, j, g, D, buf);
                 s[j - t0] = kn_dot_ref(q, k, D) * a->scale;
+                if (a->softcap > 0.0f)
+                    s[j - t0] = kern_softcapf(s[j - t0], a->softcap);
                 mt = s[j - t0] > mt ? s[j - t0] : mt;
             }
             float acc[KN_LANES] = {0};

@@ -189,6 +189,10 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 for (int c = 0; c < 4 && pp + c < n_pairs; c++)
                     s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
             }
+            if (a->softcap > 0.0f) /* Gemma 2: scalar, as the reference */
+                for (int64_t i = 0; i < nh; i++)
+                    for (int64_t j = j0; j <= j1; j++)
+                        s[i][j - t0] = kern_softcapf(s[i][j - t0], a->softcap);
             for (int64_t i = 0; i < nh; i++) {
                 /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
                  * a NaN x as the reference does). Only a zero's sign could differ from the

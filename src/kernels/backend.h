@@ -112,6 +112,8 @@ struct kern_attn_batch {
     int32_t n_head, n_head_kv, head_dim;
     float scale;                    /* score = canonical_dot(q, k) * scale */
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
+    float softcap;                  /* 0 for attention; c > 0 (attention_softcap only):
+                                     * score = kern_softcapf(score, c) */
 };
 
 /* lfm2's short convolution over a batch (ops.h kern_shortconv; docs/numerics.md "Short
@@ -233,6 +235,12 @@ struct kern_backend_ops {
     void (*moe_ffn)(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
                     const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
                     struct kern_buf *y);
+
+    /* ---- soft-capped attention (Gemma 2; docs/numerics.md "Soft-capping"). A device may
+     * leave it NULL: model_open then refuses to place a layer of a soft-capped model on it,
+     * and kern_backend_check leaves it out. */
+    /* As attention, for a batch with softcap > 0 (attention is called with softcap 0). */
+    void (*attention_softcap)(struct kern_stream *s, const struct kern_attn_batch *b);
 };
 
 struct kern_backend {
@@ -254,9 +262,10 @@ struct kern_backend *kern_backend_cpu(void);
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
 
-/* The ops a device backend may still lack (NULL in its table): the MoE pair and lfm2's
- * short convolution. A layer that needs one is refused on that device by model_open,
- * naming the op; kern_backend_check then leaves them out. Every other member is required. */
+/* The ops a device backend may still lack (NULL in its table): the MoE pair, lfm2's
+ * short convolution and gemma2's soft-capped attention (kern_backend_has_softcap below).
+ * A layer that needs one is refused on that device by model_open, naming the op;
+ * kern_backend_check then leaves them out. Every other member is required. */
 static inline bool kern_backend_has_moe(const struct kern_backend *be)
 {
     return be->ops->moe_route && be->ops->moe_ffn;
@@ -269,6 +278,12 @@ static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
  * when be has every op but the optional ones above: model_open refuses to place a
  * layer on a device that lacks one, naming it. */
 const char *kern_backend_missing_op(const struct kern_backend *be);
+
+/* Whether be computes Gemma 2's soft-capped attention (attention_softcap). */
+static inline bool kern_backend_has_softcap(const struct kern_backend *be)
+{
+    return be->ops->attention_softcap != NULL;
+}
 
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)

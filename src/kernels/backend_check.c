@@ -330,7 +330,8 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
 
 /* kv_store and attention: two sequences in one batch (caches of f32 and f16, causal and
  * windowed), then one more token each in a second pass that reads the first's cache. */
-static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window)
+static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window,
+                         float softcap)
 {
     const size_t elt = kv_type == QT_F16 ? 2 : 4, QD = CK_H * CK_D, KD = CK_HKV * CK_D;
     const size_t cache = (size_t)CK_CTX * KD * elt;
@@ -355,16 +356,19 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     struct kern_attn_batch b = {
         .q = q, .k_new = k, .v_new = v, .out = o, .pos = pos, .n_tok = CK_T, .runs = runs,
         .n_runs = 2, .kv_type = kv_type, .n_head = CK_H, .n_head_kv = CK_HKV, .head_dim = CK_D,
-        .scale = 0.125f, .window = window,
+        .scale = 0.125f, .window = window, .softcap = softcap,
     };
-    char name[64];
-    snprintf(name, sizeof name, "attention (%s cache, window %d)", quant_type_name(kv_type), (int)window);
+    char name[80];
+    snprintf(name, sizeof name, "attention (%s cache, window %d%s)", quant_type_name(kv_type),
+             (int)window, softcap > 0 ? ", soft-capped" : "");
     op->begin(s);
     ck_set(c, q, in->qkv, CK_T * QD);
     ck_set(c, k, in->qkv + CK_T * QD, CK_T * KD);
     ck_set(c, v, in->qkv + CK_T * (QD + KD), CK_T * KD);
+    void (*attend)(struct kern_stream *, const struct kern_attn_batch *) =
+        softcap > 0 ? op->attention_softcap : op->attention;
     op->kv_store(s, &b);
-    op->attention(s, &b);
+    attend(s, &b);
     ck_record(c, name, o, 0, CK_T * QD * sizeof(float));
     for (int g = 0; g < CK_HKV; g++) {
         size_t head = (size_t)g * CK_CTX * CK_D * elt;
@@ -387,9 +391,9 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     ck_set(c, k, next + 2 * QD, 2 * KD);
     ck_set(c, v, next + 2 * (QD + KD), 2 * KD);
     op->kv_store(s, &b);
-    op->attention(s, &b);
-    snprintf(name, sizeof name, "attention, next pass (%s cache, window %d)", quant_type_name(kv_type),
-             (int)window);
+    attend(s, &b);
+    snprintf(name, sizeof name, "attention, next pass (%s cache, window %d%s)",
+             quant_type_name(kv_type), (int)window, softcap > 0 ? ", soft-capped" : "");
     ck_record(c, name, o, 0, 2 * QD * sizeof(float));
     if (op->end(s, c->err) != KN_OK)
         c->failed = true;
@@ -479,10 +483,12 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
         c->failed = true;
 }
 
-/* with_moe, conv: also check the MoE ops, the short convolution (only when the device under
- * test has them, so the CPU's reference run records the same outputs). */
+/* with_moe, conv, with_softcap: also check the MoE ops, the short convolution and
+ * soft-capped attention (only when the device under test has them, so the CPU's
+ * reference run records the same outputs). */
 static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool with_moe, bool conv, struct ck_out *out, struct kn_err *err)
+                             bool with_moe, bool conv, bool with_softcap, struct ck_out *out,
+                             struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
@@ -515,7 +521,11 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
         const uint32_t kv_types[2] = {QT_F32, QT_F16};
         const int32_t windows[2] = {0, 37};
         for (int i = 0; i < 4 && !c.failed; i++)
-            ck_attention(&c, in, kv_types[i % 2], windows[i / 2]);
+            ck_attention(&c, in, kv_types[i % 2], windows[i / 2], 0.0f);
+        /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach), when the
+         * device under test has the op */
+        for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
+            ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
         if (conv && !c.failed)
             ck_shortconv(&c, in);
         if (!c.failed && with_moe)
@@ -539,11 +549,12 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     /* An optional op the backend lacks is not checked (model_open keeps its layers off,
      * naming the op). */
     const bool moe = kern_backend_has_moe(be), conv = kern_backend_has_shortconv(be);
+    const bool softcap = kern_backend_has_softcap(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, moe, conv, &ref, err);
+        st = ck_run(kern_backend_cpu(), pool, in, moe, conv, softcap, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, moe, conv, &got, err);
+        st = ck_run(be, pool, in, moe, conv, softcap, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }

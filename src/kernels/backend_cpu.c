@@ -448,7 +448,7 @@ static void cpu_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .k_head_stride = run->n_ctx * D, .v_head_stride = run->n_ctx * D,
             .kv_type = b->kv_type, .n_kv = run->n_kv,
             .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
-            .scale = b->scale, .window = b->window,
+            .scale = b->scale, .softcap = b->softcap, .window = b->window,
             .out = F(b->out) + run->t0 * QD, .out_stride = QD,
         };
         c->run_first[r + 1] = c->run_first[r] + run->n * H;
@@ -638,6 +638,7 @@ static const struct kern_backend_ops cpu_ops = {
     .gather = cpu_gather,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
+    .attention_softcap = cpu_attention, /* kern_attn caps when the batch's softcap > 0 */
     .logits = cpu_logits,
     .shortconv = cpu_shortconv,
     .to_host = cpu_to_host,

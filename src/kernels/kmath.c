@@ -169,6 +169,18 @@ float kern_tanhf(float x)
     return (float)(x < 0 ? -t : t);
 }
 
+float kern_softcapf(float x, float c)
+{
+    return kern_tanhf(x * (1.0f / c)) * c;
+}
+
+void kern_softcap(float *y, const float *x, float c, int64_t n)
+{
+    const float inv = 1.0f / c;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = kern_tanhf(x[i] * inv) * c;
+}
+
 /* ================================================================ sin / cos
  * Reduce by pi/2: k = round(x * 2/pi), r = fma(-k, PIO2_HI, x), r = fma(-k, PIO2_MID, r)
  * (PIO2_HI + PIO2_MID = pi/2 to 107 bits); |r| <= pi/4 + tiny. Then Taylor series in

@@ -31,6 +31,12 @@ float kern_expf(float x);
 float kern_logf(float x);
 /* tanh in float (computed in double, rounded once). */
 float kern_tanhf(float x);
+/* Logit soft-capping (Gemma 2): kern_tanhf(x * (1.0f / c)) * c, the reciprocal one f32
+ * division, then one product, the tanh, one product (docs/numerics.md "Soft-capping").
+ * Scalar on every ISA. c must be positive. */
+float kern_softcapf(float x, float c);
+/* y = kern_softcapf(x, c) elementwise; in place allowed. */
+void kern_softcap(float *y, const float *x, float c, int64_t n);
 /* SiLU x / (1 + e^-x), with kern_expf. */
 float kern_siluf(float x);
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated through the
@@ -211,6 +217,7 @@ struct kern_attn_args {
     int32_t n_head_kv;     /* Hkv; query head h reads kv head h / (H / Hkv) */
     int32_t head_dim;      /* D, 1..KERN_ATTN_MAX_HEAD_DIM */
     float scale;           /* score = canonical_dot(q, k) * scale */
+    float softcap;         /* 0: none; c > 0: score = kern_softcapf(score, c) (Gemma 2) */
     int32_t window;        /* 0: full causal; w > 0: a query at p sees keys k with
                             * p - w < k <= p (llama.cpp's SWA "standard": masked when
                             * p - k >= w) */

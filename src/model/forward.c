@@ -1,22 +1,31 @@
 /* forward.c: the transformer forward pass over a batch of tokens at given positions.
  *
- * Structure (llama.cpp's llm_build_llama / qwen2 / qwen3 / gemma3_iswa, per token):
- *   x = embed(token)                        (gemma3: x *= sqrtf(n_embd))
+ * Structure (llama.cpp's llm_build_llama / qwen2 / qwen3 / gemma3_iswa / gemma2_iswa, per
+ * token):
+ *   x = embed(token)                        (gemma2, gemma3: x *= sqrtf(n_embd))
  *   per layer:
- *     h = rmsnorm(x) * attn_norm
+ *     h = rmsnorm(x) * attn_norm             (olmo2: h = x, no pre-norms)
  *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
- *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3)
- *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000)
- *     q *= q_scale                                       (gemma3)
- *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers)
- *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma3);  x += o
+ *     q, k = rmsnorm per head * q_norm / k_norm          (qwen3, gemma3; olmo2: over
+ *                                                         whole q and k rows)
+ *     q, k = rope(q, k, pos)                 (gemma3: local layers base 10000; phi3:
+ *                                             LongRoPE factors by context; smollm3:
+ *                                             none every fourth layer; granite may have
+ *                                             none)
+ *     q *= q_scale                                       (gemma2, gemma3)
+ *     cache[pos] = k, v;  a = attention(q, cache[0..pos], window on local layers;
+ *                                       gemma2: scores soft-capped inside attention)
+ *     o = a Wo^T (+bo);  o = rmsnorm(o) * post_attn_norm (gemma2, gemma3)
+ *     o *= residual_scale (granite);  x += o
  *     h = rmsnorm(x) * ffn_norm
- *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma3)
+ *     f = (act(h Wgate^T) * (h Wup^T)) Wdown^T   act = SiLU (GELU-tanh for gemma2/3)
  *     qwen3moe: f = sum over the token's k experts e, in rank order, of
  *       w_e (act(h Wgate_e^T) * (h Wup_e^T)) Wdown_e^T,  e and w_e routed from h Wrouter^T
  *       (docs/numerics.md "Mixture of experts")
- *     f = rmsnorm(f) * post_ffn_norm (gemma3);  x += f
+ *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  f *= residual_scale (granite)
+ *     x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
+ *   logits *= 1 / logit_scale (granite);  logits = softcap(logits) (gemma2)
  *
  * lfm2 (llama.cpp's llm_build_lfm2) replaces the attention block of its conv layers by
  *     B, C, xx = h Win^T (three n_embd slices);  cache[pos] = bx = B * xx
@@ -59,7 +68,10 @@ struct fwd_part {
 struct model_fwd {
     const struct model *m;
     int64_t max_tokens;
-    struct kern_rope rope_global, rope_swa;
+    /* RoPE of global and sliding-window layers; set 1 only for phi3's LongRoPE (the long
+     * factors, used when the batch's caches exceed the original context). */
+    struct kern_rope rope_global[2], rope_swa[2];
+    int n_rope_sets;
     bool any_swa;
     struct fwd_part part[2];     /* part[0] runs layers 0..split-1, part[1] the rest */
     int n_parts;
@@ -73,7 +85,7 @@ struct model_fwd {
 /* ================================================================ setup */
 
 static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool swa,
-                               struct kn_err *err)
+                               const float *factors, struct kn_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     struct kern_rope_params p = {
@@ -81,15 +93,17 @@ static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool 
         .n_rot = (int32_t)hp->n_rot,
         .freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base,
         .freq_scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale,
-        .freq_factors = m->rope_freqs,
+        .freq_factors = factors,
         .ext_factor = hp->yarn_ext_factor,
         .attn_factor = hp->yarn_attn_factor,
         .beta_fast = hp->yarn_beta_fast,
         .beta_slow = hp->yarn_beta_slow,
         .n_ctx_orig = (int32_t)hp->n_ctx_orig_yarn,
     };
-    if (swa) {
-        /* gemma3's local layers: plain RoPE (llama.cpp: rope_freq_scale_train_swa = 1). */
+    if (swa && (hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_OLMO2)) {
+        /* gemma3's and olmo2's (OLMo 3) local layers: plain RoPE (llama.cpp:
+         * rope_freq_scale_train_swa = 1 for gemma3, freq_scale 1 in llm_build_olmo2);
+         * other architectures' windowed layers rotate as their global ones. */
         p.ext_factor = 0.0;
         p.attn_factor = 1.0;
     }
@@ -164,9 +178,14 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
     f->max_tokens = max_tokens;
     for (int64_t il = 0; il < hp->n_layer; il++)
         f->any_swa |= hp->swa_layer[il];
-    enum kn_status st = rope_for(&f->rope_global, m, false, err);
-    if (st == KN_OK)
-        st = rope_for(&f->rope_swa, m, true, err);
+    f->n_rope_sets = m->rope_long ? 2 : 1;
+    enum kn_status st = KN_OK;
+    for (int i = 0; i < f->n_rope_sets && st == KN_OK; i++) {
+        const float *factors = i == 1 ? m->rope_long : m->rope_short ? m->rope_short : m->rope_freqs;
+        st = rope_for(&f->rope_global[i], m, false, factors, err);
+        if (st == KN_OK)
+            st = rope_for(&f->rope_swa[i], m, true, factors, err);
+    }
     if (st != KN_OK) {
         free(f);
         return st;
@@ -233,22 +252,25 @@ enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int
     return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
 }
 
-/* Starts part p's pass: the RoPE tables of this batch's positions first. */
+/* Starts part p's pass: the RoPE tables (set rs) of this batch's positions first. */
 static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
-                       int64_t T)
+                       int64_t T, int rs)
 {
     struct kern_stream *s = p->s;
     s->ops->begin(s);
-    s->ops->rope_table(s, p->tab_global, &f->rope_global, pos, T);
+    s->ops->rope_table(s, p->tab_global, &f->rope_global[rs], pos, T);
     if (f->any_swa)
-        s->ops->rope_table(s, p->tab_swa, &f->rope_swa, pos, T);
+        s->ops->rope_table(s, p->tab_swa, &f->rope_swa[rs], pos, T);
 }
 
 /* The attention block of layer il on part P: q, k, v of P->h, stored into each run's
  * cache; with attend, the attention output into ab (T, H*D). */
+/* hin: the block's input rows (normed, or x itself for olmo2); rs: the RoPE set (phi3's
+ * LongRoPE: 1 for the long factors). */
 static void attn_block(struct model_fwd *f, const struct fwd_part *P, const struct model_layer_bufs *d,
-                       int64_t il, enum model_kv_type kv_type, const int32_t *pos, int64_t T,
-                       int64_t n_runs, struct kern_buf *ab, bool attend)
+                       int64_t il, const struct kern_buf *hin, int rs, enum model_kv_type kv_type,
+                       const int32_t *pos, int64_t T, int64_t n_runs, struct kern_buf *ab,
+                       bool attend)
 {
     const struct model_hparams *hp = &f->m->hp;
     const int64_t D = hp->head_dim_k, H = hp->n_head, Hkv = hp->n_head_kv;
@@ -259,19 +281,24 @@ static void attn_block(struct model_fwd *f, const struct fwd_part *P, const stru
     {
         const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
         struct kern_buf *y[3] = {P->q, P->k, P->v};
-        op->matmul(s, 3, w, P->h, T, y);
+        op->matmul(s, 3, w, hin, T, y);
     }
     if (d->bq) op->add_rows(s, P->q, d->bq, T, QD);
     if (d->bk) op->add_rows(s, P->k, d->bk, T, KD);
     if (d->bv) op->add_rows(s, P->v, d->bv, T, KD);
-    if (d->attn_q_norm) {
+    if (d->attn_q_norm && hp->arch == MODEL_ARCH_OLMO2) { /* over whole rows */
+        op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T, QD, hp->norm_eps);
+        op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T, KD, hp->norm_eps);
+    } else if (d->attn_q_norm) { /* per head */
         op->rmsnorm(s, P->q, P->q, d->attn_q_norm, T * H, D, hp->norm_eps);
         op->rmsnorm(s, P->k, P->k, d->attn_k_norm, T * Hkv, D, hp->norm_eps);
     }
-    const struct kern_rope *rope = swa ? &f->rope_swa : &f->rope_global;
+    const struct kern_rope *rope = swa ? &f->rope_swa[rs] : &f->rope_global[rs];
     const struct kern_buf *tab = swa ? P->tab_swa : P->tab_global;
-    op->rope(s, P->q, tab, rope, T, H, D);
-    op->rope(s, P->k, tab, rope, T, Hkv, D);
+    if (!hp->no_rope_layer[il]) {
+        op->rope(s, P->q, tab, rope, T, H, D);
+        op->rope(s, P->k, tab, rope, T, Hkv, D);
+    }
     if (hp->q_scale != 1.0f)
         op->scale(s, P->q, hp->q_scale, T * QD);
     for (int64_t r = 0; r < n_runs; r++) {
@@ -284,9 +311,12 @@ static void attn_block(struct model_fwd *f, const struct fwd_part *P, const stru
         .kv_type = model_kv_qtype(kv_type),
         .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
         .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
+        .softcap = hp->attn_softcap,
     };
     op->kv_store(s, &batch);
-    if (attend)
+    if (attend && batch.softcap > 0.0f)
+        op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
+    else if (attend)
         op->attention(s, &batch);
 }
 
@@ -345,6 +375,14 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             return kn_fail(err, KN_E_LIMIT, "position %d is outside the context of %lld tokens", pos[t],
                            (long long)kv->n_ctx);
     }
+    /* phi3's LongRoPE: the caches' context decides the factors, one set per batch. */
+    const int rs = model_rope_long(m, kvs[0]->n_ctx) ? 1 : 0;
+    for (int64_t t = 1; t < T; t++)
+        if (kvs[t] != kvs[t - 1] && model_rope_long(m, kvs[t]->n_ctx) != (rs == 1))
+            return kn_fail(err, KN_E_ARG, "caches of %lld and %lld positions select different RoPE "
+                           "factors (original context %lld); one batch cannot mix them",
+                           (long long)kvs[0]->n_ctx, (long long)kvs[t]->n_ctx,
+                           (long long)hp->n_ctx_orig_yarn);
     for (int64_t j = 0; j < n_out; j++)
         if (out_rows[j] < 0 || out_rows[j] >= n)
             return kn_fail(err, KN_E_ARG, "output row %lld is outside the batch of %lld",
@@ -368,7 +406,7 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
 
     /* ---- embeddings, on the first layer's backend. */
     const struct fwd_part *P = &f->part[0];
-    part_begin(f, P, pos, T);
+    part_begin(f, P, pos, T, rs);
     P->s->ops->embed(P->s, P->x, m->d_tok_embd, tokens, T, hp->embd_scale);
 
     struct kern_buf *xb = P->x, *ab = P->a, *ob = P->o; /* the last layer swaps them */
@@ -383,21 +421,26 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             if (st != KN_OK)
                 return st;
             P = &f->part[1];
-            part_begin(f, P, pos, T);
+            part_begin(f, P, pos, T, rs);
             P->s->ops->from_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
             xb = P->x, ab = P->a, ob = P->o;
         }
         struct kern_stream *s = P->s;
         const struct kern_backend_ops *op = s->ops;
 
-        /* Attention block (lfm2's conv layers: the short-convolution block). */
-        op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
+        /* Attention block (lfm2's conv layers: the short-convolution block; olmo2 has no
+         * pre-norm: the block reads x itself). */
+        const struct kern_buf *hin = xb;
+        if (d->attn_norm) {
+            op->rmsnorm(s, P->h, xb, d->attn_norm, T, E, hp->norm_eps);
+            hin = P->h;
+        }
         const bool last = il == hp->n_layer - 1;
         const bool conv = hp->conv_layer[il];
         if (conv)
             conv_block(f, P, d, il, pos, T, n_runs, ab);
         else
-            attn_block(f, P, d, il, kvs[0]->type, pos, T, n_runs, ab, !(last && n_out == 0));
+            attn_block(f, P, d, il, hin, rs, kvs[0]->type, pos, T, n_runs, ab, !(last && n_out == 0));
         if (last && n_out == 0)
             break;
         /* After the last layer's keys and values (conv rows) are stored, only the output
@@ -420,10 +463,16 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         if (d->bo) op->add_rows(s, ob, d->bo, R, E);
         if (d->post_attn_norm)
             op->rmsnorm(s, ob, ob, d->post_attn_norm, R, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            op->scale(s, ob, hp->residual_scale, R * E);
         op->add(s, xb, ob, R * E);
 
         /* Feed-forward block. */
-        op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
+        hin = xb;
+        if (d->ffn_norm) {
+            op->rmsnorm(s, P->h, xb, d->ffn_norm, R, E, hp->norm_eps);
+            hin = P->h;
+        }
         if (L->moe) {
             const struct model_moe *mo = L->moe;
             const struct kern_buf *router = mo->d_router;
@@ -434,22 +483,24 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
                 .up = (const struct kern_buf *const *)mo->d_exps + X,
                 .down = (const struct kern_buf *const *)mo->d_exps + 2 * X,
             };
-            op->matmul(s, 1, &router, P->h, R, &P->router);
+            op->matmul(s, 1, &router, hin, R, &P->router);
             op->moe_route(s, &hp->moe_gate, P->router, mo->d_bias, R, P->moe_ids, P->moe_w);
-            op->moe_ffn(s, &ffn, P->h, P->moe_ids, P->moe_w, R, ob);
+            op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
             op->add(s, xb, ob, R * E);
             continue;
         }
         {
             const struct kern_buf *w[2] = {d->ffn_gate, d->ffn_up};
             struct kern_buf *y[2] = {P->g, P->u};
-            op->matmul(s, 2, w, P->h, R, y);
+            op->matmul(s, 2, w, hin, R, y);
         }
-        op->glu(s, hp->arch == MODEL_ARCH_GEMMA3 ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u,
-                R * F);
+        const bool gelu = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
+        op->glu(s, gelu ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, P->g, P->u, R * F);
         op->matmul(s, 1, &wdown, P->g, R, &ob);
         if (d->post_ffn_norm)
             op->rmsnorm(s, ob, ob, d->post_ffn_norm, R, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            op->scale(s, ob, hp->residual_scale, R * E);
         op->add(s, xb, ob, R * E);
     }
 
@@ -470,5 +521,12 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
         }
         s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
-    return s->ops->end(s, err);
+    enum kn_status st = s->ops->end(s, err);
+    /* On the host logits, whatever backend made them: granite's logits times
+     * 1/logit_scale (one f32 division, then a product each), gemma2's final soft-cap. */
+    if (st == KN_OK && hp->logit_scale != 1.0f && n_out > 0)
+        kern_scale(logits, logits, 1.0f / hp->logit_scale, n_out * hp->n_vocab);
+    if (st == KN_OK && hp->final_softcap > 0.0f && n_out > 0)
+        kern_softcap(logits, logits, hp->final_softcap, n_out * hp->n_vocab);
+    return st;
 }

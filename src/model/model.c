@@ -12,7 +12,8 @@
 /* ================================================================ names */
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                           "qwen3moe", "lfm2", "lfm2moe"};
+                                                         "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                                                         "phi3", "granite", "smollm3", "olmo2"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -110,6 +111,72 @@ static enum kn_status get_float(const struct gguf_file *g, const char *arch, con
             return st_;                                                                            \
     } while (0)
 
+/* Gemma 2 (llama.cpp's LLM_ARCH_GEMMA2): even layers attend to a sliding window (default
+ * 4096 positions), odd layers to everything, one RoPE base for both; scores and logits
+ * are soft-capped (defaults 50 and 30); queries are scaled after RoPE by
+ * 1/sqrt(query_pre_attn_scalar), which the GGUF does not carry: llama.cpp derives it as
+ * 1/sqrt(key_length), except for the 27B (46 layers): 1/sqrt(n_embd/n_head). */
+static enum kn_status gemma2_hparams(const struct gguf_file *g, const char *arch,
+                                     struct model_hparams *hp, struct kn_err *err)
+{
+    bool found;
+    hp->n_swa = 4096;
+    TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+    if (hp->n_swa <= 0 || hp->n_swa > INT32_MAX)
+        return kn_fail(err, KN_E_FORMAT, "gemma2.attention.sliding_window must be positive");
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        hp->swa_layer[il] = il % 2 == 0;
+    hp->attn_softcap = 50.0f;
+    hp->final_softcap = 30.0f;
+    TRY(get_float(g, arch, "attn_logit_softcapping", &hp->attn_softcap, &found, err));
+    TRY(get_float(g, arch, "final_logit_softcapping", &hp->final_softcap, &found, err));
+    if (!(hp->attn_softcap > 0.0f) || !(hp->final_softcap > 0.0f))
+        return kn_fail(err, KN_E_FORMAT,
+                       "gemma2 soft-capping values must be positive (attn_logit_softcapping %g, "
+                       "final_logit_softcapping %g)",
+                       (double)hp->attn_softcap, (double)hp->final_softcap);
+    hp->q_scale = hp->n_layer == 46 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                    : 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->kq_scale = 1.0f;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    return KN_OK;
+}
+
+/* Granite 3.x (llama.cpp's LLM_ARCH_GRANITE, llm_build_granite): a llama block with four
+ * scales, all required keys: embeddings times embedding_scale, attention and FFN outputs
+ * times residual_scale before each residual add, scores times attention.scale (instead
+ * of 1/sqrt(head size); 0 means that default), logits times 1/logit_scale. RoPE unless
+ * rope.scaling.finetuned is false (Granite's switch, default on). */
+static enum kn_status granite_hparams(const struct gguf_file *g, const char *arch,
+                                      struct model_hparams *hp, struct kn_err *err)
+{
+    float attn_scale = 0.0f;
+    TRY(get_float(g, arch, "embedding_scale", &hp->embd_scale, NULL, err));
+    TRY(get_float(g, arch, "residual_scale", &hp->residual_scale, NULL, err));
+    TRY(get_float(g, arch, "attention.scale", &attn_scale, NULL, err));
+    TRY(get_float(g, arch, "logit_scale", &hp->logit_scale, NULL, err));
+    if (hp->embd_scale == 0.0f || hp->residual_scale == 0.0f || !(hp->logit_scale != 0.0f) ||
+        attn_scale < 0.0f)
+        return kn_fail(err, KN_E_FORMAT,
+                       "granite scales embedding_scale %g, residual_scale %g and logit_scale %g "
+                       "must be non-zero, attention.scale %g not negative",
+                       (double)hp->embd_scale, (double)hp->residual_scale,
+                       (double)hp->logit_scale, (double)attn_scale);
+    if (attn_scale > 0.0f)
+        hp->kq_scale = attn_scale;
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", arch);
+    const struct gguf_kv *kv = gguf_find_kv(g, key);
+    if (kv) {
+        bool finetuned;
+        if (!gguf_get_bool(g, key, &finetuned))
+            return kn_fail(err, KN_E_FORMAT, "%s is not a boolean", key);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->no_rope_layer[il] = !finetuned;
+    }
+    return KN_OK;
+}
+
 enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,
                                   struct kn_err *err)
 {
@@ -129,7 +196,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe)",
+                       "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
+                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -176,7 +244,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
                        (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
     /* The supported architectures rotate whole heads (llama.cpp rejects llama files
      * where they differ, and qwen/gemma graphs assert it). */
-    if (hp->n_rot != hp->head_dim_k)
+    if (hp->n_rot != hp->head_dim_k && hp->arch != MODEL_ARCH_PHI3) /* Phi-4-mini: 96 of 128 */
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "%s.rope.dimension_count %lld differs from the head size %lld; partial rotary embeddings are not supported for %s",
                        arch, (long long)hp->n_rot, (long long)hp->head_dim_k, arch);
@@ -203,7 +271,10 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     hp->n_vocab = n_vocab; /* 0: taken from token_embd by the tensor check */
 
     /* RoPE. */
-    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
+    hp->rope_mode = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE ||
+                            hp->arch == MODEL_ARCH_SMOLLM3
+                        ? MODEL_ROPE_NORM
+                        : MODEL_ROPE_NEOX;
     hp->rope_freq_base = 10000.0f;
     TRY(get_float(g, arch, "rope.freq_base", &hp->rope_freq_base, &found, err));
     if (!(hp->rope_freq_base > 0.0f))
@@ -248,6 +319,8 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     hp->q_scale = 1.0f;
     hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     hp->embd_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
 
     if (hp->arch == MODEL_ARCH_GEMMA3) {
         /* llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): five sliding-window layers then
@@ -273,6 +346,40 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         hp->kq_scale = 1.0f;
         /* Embeddings times sqrtf(n_embd) computed in f32, as llama.cpp's ggml_scale. */
         hp->embd_scale = sqrtf((float)hp->n_embd);
+    }
+    if (hp->arch == MODEL_ARCH_GEMMA2)
+        TRY(gemma2_hparams(g, arch, hp, err));
+    if (hp->arch == MODEL_ARCH_GRANITE)
+        TRY(granite_hparams(g, arch, hp, err));
+    if (hp->arch == MODEL_ARCH_SMOLLM3)
+        /* llama.cpp (LLM_ARCH_SMOLLM3): layer il skips RoPE when (il + 1) % 4 == 0; the
+         * interval is fixed there (n_no_rope_layer_step = 4, no GGUF key), so here too. */
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->no_rope_layer[il] = (il + 1) % 4 == 0;
+    if (hp->arch == MODEL_ARCH_OLMO2) {
+        /* llama.cpp (LLM_ARCH_OLMO2): a sliding window where the file has one (OLMo 3),
+         * three windowed layers then one global, the windowed ones with plain RoPE. */
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+        if (hp->n_swa > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "olmo2.attention.sliding_window %lld is too large",
+                           (long long)hp->n_swa);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = hp->n_swa > 0 && il % 4 < 3;
+        hp->rope_freq_scale_swa = 1.0f;
+    }
+    if (hp->arch == MODEL_ARCH_PHI3) {
+        /* llama.cpp (llm_build_phi3): q times 1/sqrt(head size) after RoPE, scores not
+         * scaled again. A sliding window, where the file has one, applies to every layer
+         * (Phi-3-mini-4k: 2047); llama.cpp currently ignores it (its PR 13676), so the two
+         * differ once a sequence is longer than the window. */
+        hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+        hp->kq_scale = 1.0f;
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, &found, err));
+        if (hp->n_swa > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "phi3.attention.sliding_window %lld is too large",
+                           (long long)hp->n_swa);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = hp->n_swa > 0;
     }
     return KN_OK;
 }
@@ -321,12 +428,15 @@ static enum kn_status find_tensor(const struct gguf_file *g, const char *name, i
 enum {
     LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_BO, LT_Q_NORM, LT_K_NORM,
     LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM,
-    LT_CONV_IN, LT_CONV, LT_CONV_OUT, LT_COUNT
+    LT_CONV_IN, LT_CONV, LT_CONV_OUT,
+    LT_QKV,       /* phi3: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
+    LT_COUNT
 };
 
 struct layer_plan {
     const struct gguf_tensor *t[LT_COUNT];
     const struct gguf_tensor *moe[MOE_TENSORS]; /* MoE layers (moe.h) */
+    bool fused_up; /* phi3: LT_UP holds the gate rows (first n_ff) then the up rows */
 };
 
 static enum kn_status plan_layer(const struct gguf_file *g, const struct model_hparams *hp, int64_t il,
@@ -339,9 +449,12 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     const int64_t o_in = hp->n_head * hp->head_dim_v;
     const bool qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_QWEN3MOE ||
                          hp->arch == MODEL_ARCH_GEMMA3 || model_arch_is_lfm2(hp->arch);
-    const bool gemma = hp->arch == MODEL_ARCH_GEMMA3;
+    /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
+    const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
+    const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
     const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
-    const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA;
+    const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE;
+    const bool phi3 = hp->arch == MODEL_ARCH_PHI3;
     char n[128];
 #define T(slot, suffix, ne0, ne1, req)                                                             \
     do {                                                                                           \
@@ -349,7 +462,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         TRY(find_tensor(g, n, ne0, ne1, req, &lp->t[slot], err));                                  \
     } while (0)
     memset(lp, 0, sizeof *lp);
-    T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
+    if (!olmo2)
+        T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
     if (hp->conv_layer[il]) {
         /* lfm2's short-convolution block instead of attention. The taps are read as a
          * float table (llama.cpp's quantizer leaves shortconv.conv.weight unquantized). */
@@ -369,9 +483,13 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_CONV_OUT, "shortconv.out_proj.weight", E, E, true);
         goto ffn;
     }
-    T(LT_WQ, "attn_q.weight", E, q_out, true);
-    T(LT_WK, "attn_k.weight", E, k_out, true);
-    T(LT_WV, "attn_v.weight", E, v_out, true);
+    if (phi3)
+        T(LT_QKV, "attn_qkv.weight", E, q_out + k_out + v_out, false);
+    if (!lp->t[LT_QKV]) {
+        T(LT_WQ, "attn_q.weight", E, q_out, true);
+        T(LT_WK, "attn_k.weight", E, k_out, true);
+        T(LT_WV, "attn_v.weight", E, v_out, true);
+    }
     T(LT_WO, "attn_output.weight", o_in, E, true);
     if (qkv_bias_required || bias_optional) {
         T(LT_BQ, "attn_q.bias", q_out, 0, qkv_bias_required);
@@ -384,19 +502,29 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_Q_NORM, "attn_q_norm.weight", hp->head_dim_k, 0, true);
         T(LT_K_NORM, "attn_k_norm.weight", hp->head_dim_k, 0, true);
     }
-    if (gemma) {
+    if (olmo2) {
+        T(LT_Q_NORM, "attn_q_norm.weight", q_out, 0, true);
+        T(LT_K_NORM, "attn_k_norm.weight", k_out, 0, true);
+    }
+    if (gemma || olmo2) {
         T(LT_POST_ATTN_NORM, "post_attention_norm.weight", E, 0, true);
         T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
     }
 ffn:
-    T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
+    if (!olmo2)
+        T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
     if (model_layer_is_moe(hp, il))
         return model_moe_plan(g, hp, il, lp->moe, err);
-    T(LT_GATE, "ffn_gate.weight", E, F, true);
-    T(LT_UP, "ffn_up.weight", E, F, true);
+    if (phi3) { /* gate and up in one matrix, as llama.cpp's phi3 loader wants it */
+        T(LT_UP, "ffn_up.weight", E, 2 * F, true);
+        lp->fused_up = true;
+    } else {
+        T(LT_GATE, "ffn_gate.weight", E, F, true);
+        T(LT_UP, "ffn_up.weight", E, F, true);
+    }
     T(LT_DOWN, "ffn_down.weight", F, E, true);
 #undef T
-    if (hp->arch == MODEL_ARCH_LLAMA) {
+    if (hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE) {
         /* Optional MLP biases exist in a few llama-arch files; refuse rather than ignore. */
         const char *extra[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
         for (int i = 0; i < 3; i++) {
@@ -432,6 +560,21 @@ static enum kn_status init_weight(struct kern_weight *w, const struct gguf_tenso
     return st;
 }
 
+/* Rows [row0, row0 + n) of matrix t as a weight of its own: a view of the same mapped
+ * bytes (phi3's fused q/k/v and gate/up matrices; nothing is copied but the kernels'
+ * repacked copy, which every weight gets). */
+static enum kn_status init_weight_rows(struct kern_weight *w, const struct gguf_tensor *t,
+                                       int64_t row0, int64_t n, bool repack, struct kn_err *err)
+{
+    const size_t row_bytes = (size_t)(t->size / (uint64_t)t->ne[1]);
+    enum kn_status st = kern_weight_init(w, (enum quant_type)t->type, n, t->ne[0],
+                                         (const uint8_t *)t->data + (size_t)row0 * row_bytes,
+                                         (size_t)n * row_bytes, repack, err);
+    if (st != KN_OK)
+        kn_err_prefix(err, t->name);
+    return st;
+}
+
 /* ---------------------------------------------------------------- placement */
 
 /* One tensor of a layer as a backend buffer: a weight matrix or a vector of n floats. */
@@ -452,6 +595,7 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
 {
     const int64_t E = hp->n_embd, D = hp->head_dim_k;
     const int64_t QD = hp->n_head * D, KD = hp->n_head_kv * D;
+    const bool row_norm = hp->arch == MODEL_ARCH_OLMO2; /* q/k norms over whole rows */
     struct model_layer_bufs *d = &L->d;
     const struct layer_tensor t[LAYER_TENSORS] = {
         {&d->wq, &L->wq, NULL, 0},           {&d->wk, &L->wk, NULL, 0},
@@ -459,7 +603,8 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->ffn_gate, &L->ffn_gate, NULL, 0}, {&d->ffn_up, &L->ffn_up, NULL, 0},
         {&d->ffn_down, &L->ffn_down, NULL, 0},
         {&d->attn_norm, NULL, L->attn_norm, E}, {&d->ffn_norm, NULL, L->ffn_norm, E},
-        {&d->attn_q_norm, NULL, L->attn_q_norm, D}, {&d->attn_k_norm, NULL, L->attn_k_norm, D},
+        {&d->attn_q_norm, NULL, L->attn_q_norm, row_norm ? QD : D},
+        {&d->attn_k_norm, NULL, L->attn_k_norm, row_norm ? KD : D},
         {&d->post_attn_norm, NULL, L->post_attn_norm, E},
         {&d->post_ffn_norm, NULL, L->post_ffn_norm, E},
         {&d->bq, NULL, L->bq, QD}, {&d->bk, NULL, L->bk, KD}, {&d->bv, NULL, L->bv, KD},
@@ -488,6 +633,11 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
                            "layer %lld is a short-convolution layer and %s has no shortconv op; "
                            "give it fewer layers (--gpu-layers %lld)",
                            (long long)il, L->be->name, (long long)il);
+        if (hp->attn_softcap > 0.0f && !kern_backend_has_softcap(L->be))
+            return kn_fail(err, KN_E_UNSUPPORTED,
+                           "gemma2's soft-capped attention needs the attention_softcap op, which "
+                           "%s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
+                           L->be->name, (long long)il);
         struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
@@ -618,6 +768,17 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         if (st != KN_OK)
             goto fail;
     }
+    const struct gguf_tensor *t_rope_long = NULL, *t_rope_short = NULL;
+    if (hp.arch == MODEL_ARCH_PHI3) {
+        st = find_tensor(g, "rope_factors_long.weight", hp.n_rot / 2, 0, false, &t_rope_long, err);
+        if (st == KN_OK)
+            st = find_tensor(g, "rope_factors_short.weight", hp.n_rot / 2, 0, false, &t_rope_short, err);
+        if (st == KN_OK && !t_rope_long != !t_rope_short)
+            st = kn_fail(err, KN_E_FORMAT, "tensor rope_factors_%s.weight is missing: LongRoPE needs "
+                         "both the long and the short factors", t_rope_long ? "short" : "long");
+        if (st != KN_OK)
+            goto fail;
+    }
     plan = kn_calloc((size_t)hp.n_layer, sizeof *plan, err);
     if (!plan) {
         st = KN_E_NOMEM;
@@ -625,6 +786,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     }
     size_t n_vec = 0; /* floats of every vector, one allocation */
     n_vec += (size_t)hp.n_embd + (t_out_b ? (size_t)hp.n_vocab : 0) + (t_rope ? (size_t)hp.n_rot / 2 : 0);
+    n_vec += t_rope_long ? (size_t)hp.n_rot : 0; /* long and short */
     for (int64_t il = 0; il < hp.n_layer; il++) {
         st = plan_layer(g, &hp, il, &plan[il], err);
         if (st != KN_OK)
@@ -681,6 +843,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     VEC(m->output_norm, t_out_norm);
     VEC(m->output_b, t_out_b);
     VEC(m->rope_freqs, t_rope);
+    VEC(m->rope_long, t_rope_long);
+    VEC(m->rope_short, t_rope_short);
     m->tok_embd_type = t_embd->type;
     m->tok_embd = t_embd->data;
     m->tok_embd_row_bytes = (size_t)(t_embd->size / (uint64_t)hp.n_vocab);
@@ -706,24 +870,41 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
                     {&L->ffn_down, LT_DOWN}, {&L->conv_in, LT_CONV_IN},
                     {&L->conv_out, LT_CONV_OUT}};
-        const bool cpu_repack = repack && il >= m->n_dev_layers;
+        /* The CPU's repacked copy only where the CPU runs the layer. */
+        const bool rp = repack && il >= m->n_dev_layers;
         if (model_layer_is_moe(&hp, il)) {
             const float *bias = NULL;
             VEC(bias, plan[il].moe[MOE_BIAS]);
-            st = model_moe_init(L, &hp, plan[il].moe, bias, cpu_repack, &m->weight_bytes, err);
+            st = model_moe_init(L, &hp, plan[il].moe, bias, rp, &m->weight_bytes, err);
             if (st != KN_OK)
                 goto fail;
         }
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            const struct gguf_tensor *tm = t[mats[i].slot];
             /* absent: the dense FFN of an MoE layer; lfm2's attention matrices in a conv
-             * layer and its conv ones in an attention layer */
-            if (!t[mats[i].slot])
+             * layer and its conv ones in an attention layer; q/k/v in phi3's fused matrix.
+             * A fused matrix's parts are views, below */
+            if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
                 continue;
-            /* The CPU's repacked copy only where the CPU runs the layer. */
-            st = init_weight(mats[i].w, t[mats[i].slot], repack && il >= m->n_dev_layers, err);
+            st = init_weight(mats[i].w, tm, rp, err);
             if (st != KN_OK)
                 goto fail;
-            m->weight_bytes += (size_t)t[mats[i].slot]->size;
+            m->weight_bytes += (size_t)tm->size;
+        }
+        if (t[LT_QKV]) {
+            const int64_t QO = hp.n_head * hp.head_dim_k, KO = hp.n_head_kv * hp.head_dim_k;
+            const int64_t VO = hp.n_head_kv * hp.head_dim_v;
+            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, rp, err)) != KN_OK)
+                goto fail;
+            m->weight_bytes += (size_t)t[LT_QKV]->size;
+        }
+        if (plan[il].fused_up) {
+            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, rp, err)) != KN_OK ||
+                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, rp, err)) != KN_OK)
+                goto fail;
+            m->weight_bytes += (size_t)t[LT_UP]->size;
         }
     }
 #undef VEC
@@ -760,6 +941,11 @@ enum kn_status model_open(struct model **out, const char *path, const struct mod
     if (st != KN_OK)
         kn_err_prefix(err, path);
     return st;
+}
+
+bool model_rope_long(const struct model *m, int64_t n_ctx)
+{
+    return m->rope_long && n_ctx > m->hp.n_ctx_orig_yarn;
 }
 
 /* ================================================================ KV cache */

@@ -1,4 +1,5 @@
-/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2) loaded from GGUF,
+/* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
+ * phi3, granite, smollm3, olmo2) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -26,10 +27,16 @@ enum model_arch {
     MODEL_ARCH_QWEN3MOE = 4,
     MODEL_ARCH_LFM2 = 5,
     MODEL_ARCH_LFM2MOE = 6,
+    MODEL_ARCH_GEMMA2 = 7,
+    MODEL_ARCH_PHI3 = 8,
+    MODEL_ARCH_GRANITE = 9,
+    MODEL_ARCH_SMOLLM3 = 10,
+    MODEL_ARCH_OLMO2 = 11,
     MODEL_ARCH_COUNT,
 };
 
-/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe". */
+/* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+ * "granite", "smollm3", "olmo2". */
 const char *model_arch_name(enum model_arch a);
 
 /* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
@@ -86,7 +93,18 @@ struct model_hparams {
      * q_scale after RoPE (as llama.cpp does) and uses scale_scores = 1. */
     float q_scale;         /* 1 = none */
     float kq_scale;
-    float embd_scale;      /* gemma3: sqrtf(n_embd) in f32; else 1 */
+    float embd_scale;      /* gemma2, gemma3: sqrtf(n_embd) in f32; else 1 */
+    /* Soft-capping (gemma2): score = kern_softcapf(score, attn_softcap) inside attention,
+     * logits = kern_softcapf(logits, final_softcap); 0 = none. */
+    float attn_softcap;    /* <arch>.attn_logit_softcapping (gemma2 default 50) */
+    float final_softcap;   /* <arch>.final_logit_softcapping (gemma2 default 30) */
+    /* granite: block outputs times residual_scale before they join the residual stream
+     * (1 = none), logits times 1/logit_scale (1 = none). */
+    float residual_scale;  /* <arch>.residual_scale */
+    float logit_scale;     /* <arch>.logit_scale */
+    /* true: the layer rotates nothing (smollm3: every fourth layer; granite with
+     * rope.scaling.finetuned = false: all) */
+    bool no_rope_layer[MODEL_MAX_LAYERS];
 
     /* Mixture of experts (moe.c; docs/numerics.md "Mixture of experts"); n_expert 0: a
      * dense model. Layers from n_layer_dense_lead on replace the feed-forward block by
@@ -129,9 +147,10 @@ struct model_layer_bufs {
 struct model_layer {
     struct kern_weight wq, wk, wv, wo;          /* wq: (n_head*hd_k, n_embd) ... */
     struct kern_weight ffn_gate, ffn_up, ffn_down;
-    const float *attn_norm, *ffn_norm;          /* (n_embd) */
-    const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3 */
-    const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma3 */
+    const float *attn_norm, *ffn_norm;          /* (n_embd); NULL for olmo2 (none) */
+    const float *attn_q_norm, *attn_k_norm;     /* (head_dim_k), qwen3 and gemma3; olmo2:
+                                                 * (n_head * hd_k), (n_head_kv * hd_k) */
+    const float *post_attn_norm, *post_ffn_norm;/* (n_embd), gemma2/3, olmo2 */
     const float *bq, *bk, *bv, *bo;             /* biases or NULL (qwen2: q, k, v) */
     struct model_moe *moe;                      /* mixture of experts, or NULL (dense) */
     /* lfm2 conv layers (no attention tensors): in_proj (3*n_embd, n_embd) gives B, C, x;
@@ -155,6 +174,9 @@ struct model {
     const float *output_norm;         /* (n_embd); lfm2: token_embd_norm */
     const float *output_b;            /* (n_vocab) or NULL */
     const float *rope_freqs;          /* (n_rot/2) factors (Llama 3.1+) or NULL */
+    /* phi3's LongRoPE factors (n_rot/2 each) or NULL: long when the KV cache's context
+     * exceeds rope.scaling.original_context_length, else short (model_rope_long). */
+    const float *rope_long, *rope_short;
     struct model_layer *layers;       /* n_layer */
     float *vecs;                      /* the storage behind every const float * above */
     size_t weight_bytes;              /* bytes of all weight tensors in the file */
@@ -183,6 +205,12 @@ KN_MUST_USE enum kn_status model_open_gguf(struct model **out, struct gguf_file 
                                            const char *path, const struct model_load_opts *opts,
                                            struct kn_err *err);
 void model_close(struct model *m);
+
+/* Whether a KV cache of n_ctx positions runs m with the long RoPE factors (phi3's
+ * LongRoPE: n_ctx > rope.scaling.original_context_length, as llama.cpp decides it from its
+ * context size); false for models without them. The context size is then part of what
+ * decides the output (a receipt's ctx-size setting). */
+bool model_rope_long(const struct model *m, int64_t n_ctx);
 
 /* Reads only the hyperparameters (no tensors): used by model_open and by tests. */
 KN_MUST_USE enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparams *hp,

@@ -10,6 +10,7 @@
 #include "../quant/quant.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@
 /* ---------------------------------------------------------------- names */
 
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                           "qwen3moe", "lfm2", "lfm2moe"};
+                                                         "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                                                         "phi3", "granite", "smollm3", "olmo2"};
 
 /* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
  * importance matrix): which tensors get other types than the mix's default. */
@@ -81,7 +83,7 @@ enum kn_status synth_parse_arch(const char *s, enum synth_arch *out, struct kn_e
             return KN_OK;
         }
     }
-    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe", s);
+    return kn_fail(err, KN_E_ARG, "unknown architecture '%s'; choose one of " SYNTH_ARCH_LIST, s);
 }
 
 enum kn_status synth_parse_ftype(const char *s, enum synth_ftype *out, struct kn_err *err)
@@ -173,6 +175,58 @@ static const struct preset presets[] = {
      {.n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144,
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = false, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768}},
+    /* Gemma 2: 2B, 9B and 27B (query_pre_attn_scalar 144 = dim / heads, which the loader
+     * derives from the 46 layers). */
+    {"gemma2-2b", SYNTH_GEMMA2,
+     {.n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4, .head_dim = 256, .n_ff = 9216,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+    {"gemma2-9b", SYNTH_GEMMA2,
+     {.n_embd = 3584, .n_layer = 42, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .n_ff = 14336,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+    {"gemma2-27b", SYNTH_GEMMA2,
+     {.n_embd = 4608, .n_layer = 46, .n_head = 32, .n_head_kv = 16, .head_dim = 128, .n_ff = 36864,
+      .n_vocab = 256000, .n_ctx = 8192, .n_swa = 4096, .rope_base = 10000.0f,
+      .norm_eps = 1e-6f, .tied = true}},
+    /* Phi-3 / 3.5 / 4-mini (all general.architecture phi3): fused attn_qkv and ffn_up;
+     * 3.5 and 4 with LongRoPE over an original context of 4096; 4-mini rotates 96 of
+     * its 128 head dims. */
+    {"phi3-mini-4k", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 96, .n_ff = 8192,
+      .n_vocab = 32064, .n_ctx = 4096, .n_swa = 2047, .rope_base = 10000.0f, .norm_eps = 1e-5f,
+      .tied = false}},
+    {"phi3.5-mini", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 96, .n_ff = 8192,
+      .n_vocab = 32064, .n_ctx = 131072, .n_swa = 262144, .rope_base = 10000.0f,
+      .norm_eps = 1e-5f, .tied = false, .rope_orig_ctx = 4096}},
+    {"phi4-mini", SYNTH_PHI3,
+     {.n_embd = 3072, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .head_dim = 128, .n_ff = 8192,
+      .n_vocab = 200064, .n_ctx = 131072, .n_swa = 262144, .rope_base = 10000.0f,
+      .norm_eps = 1e-5f, .tied = true, .n_rot = 96, .rope_orig_ctx = 4096}},
+    /* Granite 3.x dense (3.3 2B, 3.x 8B): llama blocks with four scales, tied output. */
+    {"granite-3-2b", SYNTH_GRANITE,
+     {.n_embd = 2048, .n_layer = 40, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 8192,
+      .n_vocab = 49159, .n_ctx = 131072, .rope_base = 10000000.0f, .norm_eps = 1e-5f,
+      .tied = true, .embd_scale = 12.0f, .residual_scale = 0.22f, .attn_scale = 0.015625f,
+      .logit_scale = 8.0f}},
+    {"granite-3-8b", SYNTH_GRANITE,
+     {.n_embd = 4096, .n_layer = 40, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 12800,
+      .n_vocab = 49155, .n_ctx = 131072, .rope_base = 10000000.0f, .norm_eps = 1e-5f,
+      .tied = true, .embd_scale = 12.0f, .residual_scale = 0.22f, .attn_scale = 0.0078125f,
+      .logit_scale = 16.0f}},
+    /* SmolLM3 3B: llama blocks, every fourth layer without RoPE. */
+    {"smollm3-3b", SYNTH_SMOLLM3,
+     {.n_embd = 2048, .n_layer = 36, .n_head = 16, .n_head_kv = 4, .head_dim = 128, .n_ff = 11008,
+      .n_vocab = 128256, .n_ctx = 65536, .rope_base = 5000000.0f, .norm_eps = 1e-6f,
+      .tied = true}},
+    /* OLMo 2 1B and 7B: no pre-norms, q/k norms over whole rows, post norms. */
+    {"olmo2-1b", SYNTH_OLMO2,
+     {.n_embd = 2048, .n_layer = 16, .n_head = 16, .n_head_kv = 16, .head_dim = 128, .n_ff = 8192,
+      .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
+    {"olmo2-7b", SYNTH_OLMO2,
+     {.n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 128, .n_ff = 11008,
+      .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
 };
 
 /* tiny's experts for qwen3moe: 16 of width 256, 4 per token (more than 8 experts, so
@@ -183,10 +237,14 @@ static const struct preset presets[] = {
 
 const char *synth_preset_list(void)
 {
-    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2), tinyllama-1.1b (llama), "
+    return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2 and smollm3), "
+           "tinyllama-1.1b (llama), "
            "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
            "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
-           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe)";
+           "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe), "
+           "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
+           "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
+           "(olmo2)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -206,6 +264,14 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             *arch = SYNTH_LLAMA;
         }
         *out = p->d;
+        if (*arch == SYNTH_GEMMA2 && p->arch == SYNTH_ARCH_COUNT) {
+            out->norm_eps = 1e-6f;
+            out->tied = true; /* see synth_check_dims */
+        }
+        if (*arch == SYNTH_SMOLLM3 && p->arch == SYNTH_ARCH_COUNT)
+            out->n_layer = 4; /* layer 3 is the first without RoPE */
+        if ((*arch == SYNTH_PHI3 || *arch == SYNTH_OLMO2) && p->arch == SYNTH_ARCH_COUNT)
+            out->n_swa = 0; /* a window only where asked for (window=N) */
         if (*arch == SYNTH_GEMMA3 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->n_layer = 6; /* gemma3 needs a global-attention layer (see synth_check_dims) */
@@ -288,6 +354,14 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"conv_l", offsetof(struct synth_dims, conv_l), 0},
         {"attn", offsetof(struct synth_dims, n_attn_layers), 3},
         {"dense_lead", offsetof(struct synth_dims, n_dense_lead), 4},
+        {"attn_softcap", offsetof(struct synth_dims, attn_softcap), 1},
+        {"final_softcap", offsetof(struct synth_dims, final_softcap), 1},
+        {"rot", offsetof(struct synth_dims, n_rot), 0},
+        {"rope_orig_ctx", offsetof(struct synth_dims, rope_orig_ctx), 0},
+        {"embd_scale", offsetof(struct synth_dims, embd_scale), 1},
+        {"residual_scale", offsetof(struct synth_dims, residual_scale), 1},
+        {"attn_scale", offsetof(struct synth_dims, attn_scale), 1},
+        {"logit_scale", offsetof(struct synth_dims, logit_scale), 1},
     };
     const char *p = spec;
     if (!*p)
@@ -309,7 +383,8 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
             return kn_fail(err, KN_E_ARG,
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
-                           "expert_ffn, conv_l, attn, dense_lead",
+                           "expert_ffn, conv_l, attn, dense_lead, attn_softcap, final_softcap, rot, "
+                           "rope_orig_ctx, embd_scale, residual_scale, attn_scale, logit_scale",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -376,9 +451,17 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
     if (!(d->rope_base > 0))
         d->rope_base = 10000.0f;
     if (!(d->norm_eps > 0))
-        d->norm_eps = arch == SYNTH_GEMMA3 ? 1e-6f : 1e-5f;
+        d->norm_eps = arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 ? 1e-6f : 1e-5f;
     if (arch == SYNTH_GEMMA3 && !d->n_swa)
         d->n_swa = 512;
+    if (arch == SYNTH_GEMMA2) {
+        if (!d->n_swa)
+            d->n_swa = 4096;
+        if (!(d->attn_softcap > 0))
+            d->attn_softcap = 50.0f;
+        if (!(d->final_softcap > 0))
+            d->final_softcap = 30.0f;
+    }
     /* Limits that keep every size product far from overflow and catch typos. */
     if (d->n_embd > 65536 || d->n_ff > 262144 || d->n_layer > 512 || d->n_head > 1024 ||
         d->head_dim > 1024 || d->n_vocab > (1u << 22) || d->n_ctx > (1u << 24))
@@ -411,6 +494,35 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG, "attn and conv_l are lfm2's (short-convolution layers); %s has none",
                        arch_names[arch]);
     }
+    if (arch == SYNTH_GRANITE) {
+        if (!(d->embd_scale > 0))
+            d->embd_scale = 12.0f;
+        if (!(d->residual_scale > 0))
+            d->residual_scale = 0.22f;
+        if (!(d->attn_scale > 0))
+            d->attn_scale = 0.015625f;
+        if (!(d->logit_scale > 0))
+            d->logit_scale = 8.0f;
+    }
+    if (!d->n_rot)
+        d->n_rot = d->head_dim;
+    if (d->n_rot > d->head_dim || d->n_rot % 2 != 0 || (arch != SYNTH_PHI3 && d->n_rot != d->head_dim))
+        return kn_fail(err, KN_E_ARG,
+                       "rot (%u) must be even and at most head_dim (%u); only phi3 rotates part "
+                       "of a head", d->n_rot, d->head_dim);
+    if (d->rope_orig_ctx && (arch != SYNTH_PHI3 || d->rope_orig_ctx >= d->n_ctx))
+        return kn_fail(err, KN_E_ARG,
+                       "rope_orig_ctx (%u) is phi3's LongRoPE original context: it must be below "
+                       "ctx (%u)", d->rope_orig_ctx, d->n_ctx);
+    if (arch == SYNTH_OLMO2 && (d->tied || d->head_dim * d->n_head != d->n_embd))
+        return kn_fail(err, KN_E_ARG,
+                       "olmo2 needs heads * head_dim = dim (%u * %u, dim %u) and an output.weight "
+                       "(tied=0): llama.cpp's olmo2 loader wants both",
+                       d->n_head, d->head_dim, d->n_embd);
+    if (arch == SYNTH_GEMMA2 && !d->tied)
+        return kn_fail(err, KN_E_ARG,
+                       "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
+                       "loader refuses a file with output.weight");
     if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         if (!d->n_expert || !d->n_expert_used || !d->n_ff_exp)
             return kn_fail(err, KN_E_ARG, "%s needs experts, experts_used and expert_ffn (all > 0)",
@@ -517,6 +629,8 @@ uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int
                          (tied && strcmp(name, "token_embd.weight") == 0);
         if (is_output)
             t = ne0 % quant_type_info(t)->block_size != 0 ? QT_Q8_0 : QT_Q6_K;
+        else if (ends_with(name, "attn_qkv.weight") && ftype == SYNTH_Q4_K_M)
+            t = QT_Q5_K; /* llama.cpp: fused q/k/v get Q5_K in Q4_K_M */
         else if (strcmp(name, "token_embd.weight") != 0)
             t = mix_type(ftypes[ftype].mix, t, name, il, n_layer, n_gqa);
     }
@@ -625,7 +739,10 @@ static size_t vocab_piece(uint32_t k, char *buf)
     return 0; /* beyond the largest size synth_check_dims allows */
 }
 
-static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, struct kn_err *err)
+/* phi3: the last piece is the control token <|endoftext|>, which llama.cpp's vocabulary
+ * loader looks up in any model named like Phi-3 (as the real files have it). */
+static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, enum synth_arch arch,
+                                    struct kn_err *err)
 {
     if (n < VOCAB_MIN)
         return kn_fail(err, KN_E_ARG,
@@ -649,6 +766,12 @@ static enum kn_status builtin_vocab(struct gguf_writer *w, uint32_t n, struct kn
         strs[i].len = len;
         /* llama.cpp's token types: 1 normal, 2 unknown, 3 control, 6 byte */
         types[i] = i == 0 ? 2 : i < VOCAB_FIXED ? 3 : i < VOCAB_FIXED + 256 ? 6 : 1;
+        if (arch == SYNTH_PHI3 && i == n - 1) {
+            static const char eot[] = "<|endoftext|>";
+            strs[i].data = eot;
+            strs[i].len = sizeof eot - 1;
+            types[i] = 3;
+        }
         /* SentencePiece scores are log-probabilities: earlier (shorter) pieces likelier */
         scores[i] = i < VOCAB_FIXED + 256 ? 0.0f : -(float)(i - VOCAB_FIXED - 256);
     }
@@ -695,8 +818,10 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
 /* ---------------------------------------------------------------- tensors */
 
 /* FILL_ROUTER: noise of ROUTER_STD, for the expert router (ffn_gate_inp). FILL_CONV: lfm2's
- * conv taps, noise of a trained conv's scale (about 0.3) so that the conv matters in tests. */
-enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV };
+ * conv taps, noise of a trained conv's scale (about 0.3) so that the conv matters in tests.
+ * FILL_ROPE_*: phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to 40:
+ * the real models' ranges), the same for every seed. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV, FILL_ROPE_SHORT, FILL_ROPE_LONG };
 
 struct tensor_spec {
     char name[64];
@@ -732,8 +857,21 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     int n = 0;
     int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
     add_spec(s, &n, "token_embd.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
-    for (int il = 0; il < (int)d->n_layer; il++) {
+    if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
+        add_spec(s, &n, "rope_factors_long.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_LONG);
+        add_spec(s, &n, "rope_factors_short.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_SHORT);
+    }
+    for (int il = 0; il < (int)d->n_layer && arch == SYNTH_PHI3; il++) {
         add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "attn_qkv.weight", il, 2, E, Q + 2 * KV, FILL_NOISE);
+        add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
+        add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "ffn_up.weight", il, 2, E, 2 * (int64_t)d->n_ff, FILL_NOISE);
+        add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
+    }
+    for (int il = 0; il < (int)d->n_layer && arch != SYNTH_PHI3; il++) {
+        if (arch != SYNTH_OLMO2) /* olmo2 has no pre-norms */
+            add_spec(s, &n, "attn_norm.weight", il, 1, E, 1, FILL_ONES);
         if (synth_arch_is_lfm2(arch) && !synth_attn_layer(d, (uint32_t)il)) {
             /* llama.cpp's order: in_proj (B, C, x), the taps (L per channel), out_proj */
             add_spec(s, &n, "shortconv.in_proj.weight", il, 2, E, 3 * E, FILL_NOISE);
@@ -756,10 +894,15 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
             add_spec(s, &n, "attn_k_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
         }
-        if (arch == SYNTH_GEMMA3)
+        if (arch == SYNTH_OLMO2) { /* whole-row q/k norms */
+            add_spec(s, &n, "attn_q_norm.weight", il, 1, Q, 1, FILL_ONES);
+            add_spec(s, &n, "attn_k_norm.weight", il, 1, KV, 1, FILL_ONES);
+        }
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
     ffn:
-        add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
+        if (arch != SYNTH_OLMO2)
+            add_spec(s, &n, "ffn_norm.weight", il, 1, E, 1, FILL_ONES);
         if (arch == SYNTH_QWEN3MOE || (arch == SYNTH_LFM2MOE && (uint32_t)il >= d->n_dense_lead)) {
             const int64_t X = d->n_expert, F = d->n_ff_exp;
             add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
@@ -776,7 +919,7 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
         add_spec(s, &n, "ffn_gate.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_up.weight", il, 2, E, d->n_ff, FILL_NOISE);
         add_spec(s, &n, "ffn_down.weight", il, 2, d->n_ff, E, FILL_NOISE);
-        if (arch == SYNTH_GEMMA3)
+        if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2 || arch == SYNTH_OLMO2)
             add_spec(s, &n, "post_ffw_norm.weight", il, 1, E, 1, FILL_ONES);
     }
     /* lfm2's final norm is token_embd_norm (llama.cpp's name; there is no output_norm) */
@@ -814,12 +957,16 @@ static void *fill_rows(void *arg)
     float *x = malloc((size_t)ne0 * sizeof(float));
     j->nomem = x == NULL;
     for (int64_t r = j->r0; x && r < j->r1; r++) {
-        for (int64_t c = 0; c < ne0; c++)
-            x[c] = t->fill == FILL_ONES ? 1.0f
+        for (int64_t c = 0; c < ne0; c++) {
+            float ramp = ne0 > 1 ? (float)c / (float)(ne0 - 1) : 0.0f;
+            x[c] = t->fill == FILL_ONES         ? 1.0f
+                   : t->fill == FILL_ROPE_SHORT ? 1.0f + ramp
+                   : t->fill == FILL_ROPE_LONG  ? 1.0f + 39.0f * ramp
                    : (t->fill == FILL_ROUTER ? ROUTER_STD
                       : t->fill == FILL_CONV ? CONV_STD
                                              : WEIGHT_STD) *
                          synth_noise(j->key, (uint64_t)(r * ne0 + c));
+        }
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
             j->bad_type = true;
     }
@@ -921,14 +1068,33 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), d->rope_base);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->head_dim);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->n_rot ? d->n_rot : d->head_dim);
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
-    if (arch == SYNTH_GEMMA3)
+    if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
     if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
         gguf_writer_set_u32(w, KEY("expert_count"), d->n_expert);
         gguf_writer_set_u32(w, KEY("expert_used_count"), d->n_expert_used);
         gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), d->n_ff_exp);
+    }
+    if (arch == SYNTH_GRANITE) {
+        gguf_writer_set_f32(w, KEY("embedding_scale"), d->embd_scale);
+        gguf_writer_set_f32(w, KEY("residual_scale"), d->residual_scale);
+        gguf_writer_set_f32(w, KEY("attention.scale"), d->attn_scale);
+        gguf_writer_set_f32(w, KEY("logit_scale"), d->logit_scale);
+    }
+    if ((arch == SYNTH_PHI3 || arch == SYNTH_OLMO2) && d->n_swa)
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+    if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
+        /* as llama.cpp's converter writes Phi-3.5: sqrt(1 + ln(ctx / orig) / ln(orig)) */
+        double sc = (double)d->n_ctx / (double)d->rope_orig_ctx;
+        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), d->rope_orig_ctx);
+        gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
+                            (float)sqrt(1.0 + log(sc) / log((double)d->rope_orig_ctx)));
+    }
+    if (arch == SYNTH_GEMMA2) {
+        gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), d->attn_softcap);
+        gguf_writer_set_f32(w, KEY("final_logit_softcapping"), d->final_softcap);
     }
     if (arch == SYNTH_LFM2MOE) {
         /* llama.cpp's LLM_ARCH_LFM2MOE keys: sigmoid gating (2) over a selection bias */
@@ -987,7 +1153,7 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
             goto out;
         d.n_vocab = n_vocab_file;
     } else {
-        st = builtin_vocab(w, d.n_vocab, err);
+        st = builtin_vocab(w, d.n_vocab, p->arch, err);
         if (st != KN_OK)
             goto out;
     }

@@ -11,8 +11,11 @@
 
 #include "../base/base.h"
 
-enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE,
-                  SYNTH_LFM2, SYNTH_LFM2MOE, SYNTH_ARCH_COUNT };
+enum synth_arch {
+    SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_LFM2MOE,
+    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2,
+    SYNTH_ARCH_COUNT
+};
 
 /* The weight type of a file: one GGML type for every matrix (f32 .. q6_k, q3_k, mxfp4), or one of
  * llama.cpp's mixes (q4_k_m, q2_k, q3_k_s/m/l, q5_k_m, iq4_nl, iq4_xs, mxfp4_moe: its
@@ -55,7 +58,14 @@ struct synth_dims {
     uint32_t n_ff;       /* feed-forward width */
     uint32_t n_vocab;    /* replaced by the vocabulary file's size when one is given */
     uint32_t n_ctx;      /* training context length (metadata only) */
-    uint32_t n_swa;      /* gemma3: sliding-window size */
+    uint32_t n_swa;      /* gemma2, gemma3: sliding-window size */
+    float attn_softcap;  /* gemma2: attn_logit_softcapping (0: the model's 50) */
+    float final_softcap; /* gemma2: final_logit_softcapping (0: the model's 30) */
+    uint32_t n_rot;      /* rotated dims per head (0: head_dim; phi3 may rotate fewer) */
+    uint32_t rope_orig_ctx; /* phi3 LongRoPE: the original context (0: none); writes the
+                             * long and short factor tensors and their attn_factor */
+    /* granite's four scales (0: Granite 3.3 2B's 12, 0.22, 1/64 and 8) */
+    float embd_scale, residual_scale, attn_scale, logit_scale;
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
@@ -80,6 +90,10 @@ struct synth_params {
     const char *name;       /* general.name */
 };
 
+/* The architecture names, for messages and help text (one list: synth_arch_name's). */
+#define SYNTH_ARCH_LIST \
+    "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2"
+
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);
 /* Parse names; return KN_E_ARG with a message listing the valid names. */
@@ -95,8 +109,9 @@ KN_MUST_USE enum kn_status synth_preset(const char *name, enum synth_arch *arch,
 const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
- * rope_base eps window tied experts experts_used expert_ffn conv_l attn; attn=2:5:8 lists
- * lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
+ * rope_base eps window tied experts experts_used expert_ffn conv_l attn attn_softcap
+ * final_softcap rot rope_orig_ctx embd_scale residual_scale attn_scale logit_scale;
+ * attn=2:5:8 lists lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,
                                             struct kn_err *err);

@@ -1,5 +1,6 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
-Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe), used as an oracle by the tests.
+Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite,
+smollm3, olmo2), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -10,6 +11,9 @@ them (src/models/*.cpp there); nothing is shared with Kinetic's C code.
 Usage from a test:
     ref = RefModel(path)
     logits = ref.forward([1, 303, 433])   # (n_tokens, n_vocab) float64
+
+n_ctx: the context size the model runs with; it picks phi3's LongRoPE factors (long when
+n_ctx exceeds rope.scaling.original_context_length, as llama.cpp decides).
 """
 import math
 
@@ -30,13 +34,14 @@ def _field(reader, key, default=None):
 
 
 class RefModel:
-    def __init__(self, path):
+    def __init__(self, path, n_ctx=None):
         self.reader = gguf.GGUFReader(path)
         r = self.reader
         self.tensors = {t.name: t for t in r.tensors}
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe"):
+        if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2",
+                     "phi3", "granite", "smollm3", "olmo2"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -66,7 +71,8 @@ class RefModel:
         self.attn_factor = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe")
+        self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+                          "olmo2")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -81,6 +87,43 @@ class RefModel:
         # lfm2moe: sigmoid gating (expert_gating_func 2); the choice adds the selection
         # bias exp_probs_b to the probabilities, the weights do not.
         self.sigmoid_gating = _field(r, f"{a}.expert_gating_func", 1) == 2
+        # Gemma 2: even layers slide (default window 4096), odd ones see everything; scores
+        # and logits soft-capped, cap * tanh(x / cap) (defaults 50 and 30).
+        self.attn_softcap = 0.0
+        self.final_softcap = 0.0
+        if a == "gemma2":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 4096)
+            self.swa_layers = [il % 2 == 0 for il in range(self.n_layer)]
+            self.attn_softcap = _field(r, f"{a}.attn_logit_softcapping", 50.0)
+            self.final_softcap = _field(r, f"{a}.final_logit_softcapping", 30.0)
+        # Phi-3: a sliding window on every layer where the file has one; LongRoPE factors
+        # chosen by the context size.
+        self.rope_factor_name = "rope_freqs.weight"
+        if a == "phi3":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 0) or 0
+            self.swa_layers = [self.n_swa > 0] * self.n_layer
+            if "rope_factors_long.weight" in self.tensors:
+                long_ctx = n_ctx is not None and n_ctx > self.n_ctx_orig
+                self.rope_factor_name = "rope_factors_long.weight" if long_ctx else "rope_factors_short.weight"
+        # Granite: embeddings, block outputs, scores and logits scaled; RoPE switched off by
+        # rope.scaling.finetuned = false.
+        self.embd_scale = self.residual_scale = self.logit_scale = 1.0
+        self.attn_scale = 0.0
+        self.use_rope = True
+        if a == "granite":
+            self.embd_scale = _field(r, f"{a}.embedding_scale")
+            self.residual_scale = _field(r, f"{a}.residual_scale")
+            self.attn_scale = _field(r, f"{a}.attention.scale")
+            self.logit_scale = _field(r, f"{a}.logit_scale")
+            self.use_rope = bool(_field(r, f"{a}.rope.scaling.finetuned", True))
+        # SmolLM3: every fourth layer (il + 1 = 4, 8, ...) has no RoPE (llama.cpp's fixed
+        # interval). OLMo 2: a window on three layers of four where the file has one.
+        self.rope_layers = [self.use_rope] * self.n_layer
+        if a == "smollm3":
+            self.rope_layers = [(il + 1) % 4 != 0 for il in range(self.n_layer)]
+        if a == "olmo2":
+            self.n_swa = _field(r, f"{a}.attention.sliding_window", 0) or 0
+            self.swa_layers = [self.n_swa > 0 and il % 4 < 3 for il in range(self.n_layer)]
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -131,6 +174,7 @@ class RefModel:
             mscale = self.attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
         else:
             theta = np.outer(p * scale, inv)  # (T, half)
+            mscale = self.attn_factor  # ggml scales sin and cos by attn_factor without YaRN too
         c = (np.cos(theta) * mscale)[:, None, :]
         s = (np.sin(theta) * mscale)[:, None, :]
         out = x.copy()
@@ -197,31 +241,46 @@ class RefModel:
         pos = list(range(T)) if positions is None else list(positions)
         emb = self.w("token_embd.weight")
         x = emb[np.asarray(tokens)].astype(np.float64)
-        if self.arch == "gemma3":
+        if self.arch in ("gemma3", "gemma2"):
             x = x * math.sqrt(self.n_embd)
-        factors = self.w("rope_freqs.weight") if self.has("rope_freqs.weight") else None
+        x = x * self.embd_scale
+        factors = self.w(self.rope_factor_name) if self.has(self.rope_factor_name) else None
         H, HKV, DK, DV = self.n_head, self.n_head_kv, self.head_k, self.head_v
         for il in range(self.n_layer):
             p = f"blk.{il}."
-            h = self.rms_norm(x, self.w(p + "attn_norm.weight"))
+            h = self.rms_norm(x, self.w(p + "attn_norm.weight")) if self.has(p + "attn_norm.weight") else x
             if self.conv_layers[il]:
                 x = x + self.short_conv(p, h, pos)
                 x = self.ffn(p, x)
                 continue
-            q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
-            k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
-            v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
-            if self.has(p + "attn_q_norm.weight"):
+            if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
+                qkv = self.mm(p + "attn_qkv.weight", h)
+                q = qkv[:, :H * DK].reshape(T, H, DK)
+                k = qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK)
+                v = qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV)
+            else:
+                q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
+                k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
+                v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
+            if self.arch == "olmo2":  # over the whole q and k rows
+                q = self.rms_norm(q.reshape(T, H * DK), self.w(p + "attn_q_norm.weight")).reshape(T, H, DK)
+                k = self.rms_norm(k.reshape(T, HKV * DK), self.w(p + "attn_k_norm.weight")).reshape(T, HKV, DK)
+            elif self.has(p + "attn_q_norm.weight"):
                 q = self.rms_norm(q, self.w(p + "attn_q_norm.weight"))
                 k = self.rms_norm(k, self.w(p + "attn_k_norm.weight"))
             swa = self.swa_layers[il]
             base = 10000.0 if (self.arch == "gemma3" and swa) else self.freq_base
-            scale = 1.0 if (self.arch == "gemma3" and swa) else self.freq_scale
-            yarn = self.yarn and not (self.arch == "gemma3" and swa)
-            q = self.rope(q, pos, base, scale, factors, yarn)
-            k = self.rope(k, pos, base, scale, factors, yarn)
-            if self.arch == "gemma3":
-                kq_scale = 1.0 / math.sqrt(DK)
+            plain = swa and self.arch in ("gemma3", "olmo2")  # windowed layers: no scaling
+            scale = 1.0 if plain else self.freq_scale
+            yarn = self.yarn and not plain
+            if self.rope_layers[il]:
+                q = self.rope(q, pos, base, scale, factors, yarn)
+                k = self.rope(k, pos, base, scale, factors, yarn)
+            if self.arch == "gemma2" and self.n_layer == 46:
+                # Gemma 2 27B: query_pre_attn_scalar = n_embd / n_head
+                kq_scale = 1.0 / math.sqrt(self.n_embd // H)
+            elif self.attn_scale:
+                kq_scale = self.attn_scale
             else:
                 kq_scale = 1.0 / math.sqrt(DK)
             att = np.empty((T, H, DV), dtype=np.float64)
@@ -232,13 +291,15 @@ class RefModel:
                     keys = [j for j in range(T) if pos[j] <= pos[t]
                             and not (swa and pos[t] - pos[j] >= self.n_swa)]
                     s = np.array([q[t, hh] @ k[j, kh] for j in keys]) * kq_scale
+                    if self.attn_softcap:
+                        s = self.attn_softcap * np.tanh(s / self.attn_softcap)
                     s = np.exp(s - s.max())
                     s /= s.sum()
                     att[t, hh] = s @ v[keys, kh]
             o = self.mm(p + "attn_output.weight", att.reshape(T, H * DV))
             if self.has(p + "post_attention_norm.weight"):
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
-            x = x + o
+            x = x + o * self.residual_scale
             x = self.ffn(p, x)
         if rows is not None:
             x = x[list(rows)]
@@ -246,19 +307,26 @@ class RefModel:
         norm = "output_norm.weight" if self.has("output_norm.weight") else "token_embd_norm.weight"
         x = self.rms_norm(x, self.w(norm))
         out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        return self.mm(out_name, x)
+        logits = self.mm(out_name, x) / self.logit_scale
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
 
     def ffn(self, p, x):
-        h = self.rms_norm(x, self.w(p + "ffn_norm.weight"))
+        h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
         if self.has(p + "ffn_gate_inp.weight"):
             return x + self.moe(p, h)
-        g = self.mm(p + "ffn_gate.weight", h)
-        u = self.mm(p + "ffn_up.weight", h)
-        act = self.gelu_tanh(g) if self.arch == "gemma3" else self.silu(g)
+        if self.has(p + "ffn_gate.weight"):
+            g = self.mm(p + "ffn_gate.weight", h)
+            u = self.mm(p + "ffn_up.weight", h)
+        else:  # phi3: the gate rows, then the up rows, in ffn_up
+            gu = self.mm(p + "ffn_up.weight", h)
+            g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+        act = self.gelu_tanh(g) if self.arch in ("gemma3", "gemma2") else self.silu(g)
         f = self.mm(p + "ffn_down.weight", act * u)
         if self.has(p + "post_ffw_norm.weight"):
             f = self.rms_norm(f, self.w(p + "post_ffw_norm.weight"))
-        return x + f
+        return x + f * self.residual_scale
 
     def short_conv(self, p, h, pos):
         """LFM2's conv block (Liquid AI's Lfm2ShortConv as llama.cpp's lfm2 graph runs

@@ -52,10 +52,10 @@ def kinetic_logits(path, tmp_path, extra=()):
     return r["tokens"], logits.reshape(len(r["tokens"]), -1)
 
 
-def compare(path, tmp_path, tol, extra=()):
+def compare(path, tmp_path, tol, extra=(), n_ctx=None):
     toks, kl = kinetic_logits(path, tmp_path, extra)
     assert len(toks) == N_GEN
-    ref = RefModel(path)
+    ref = RefModel(path, n_ctx=n_ctx)
     seq = PROMPT + toks[:-1]
     rows = list(range(len(PROMPT) - 1, len(seq)))
     rl = ref.forward(seq, rows=rows)
@@ -88,14 +88,22 @@ def synth(tmp_path, arch, typ, dims=None):
 
 
 # gemma3: a 6-token window so that local layers slide within the 24-token sequence, and a
-# global RoPE base different from the local 10000.
+# global RoPE base different from the local 10000. gemma2: the same window, and soft-caps
+# small enough for these random weights' scores (about 0.1) and logits (about 0.3) to be
+# squashed, so that a cap left out or applied twice fails the comparison.
 # lfm2: the tiny preset's conv, conv, attention, conv layers.
 DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "gemma3": "window=6,rope_base=1000000", "qwen3moe": "kv_heads=2",
-        "lfm2": "kv_heads=2,rope_base=1000000,tied=1", "lfm2moe": "kv_heads=2,rope_base=1000000"}
+        "lfm2": "kv_heads=2,rope_base=1000000,tied=1", "lfm2moe": "kv_heads=2,rope_base=1000000",
+        "gemma2": "window=6,attn_softcap=0.05,final_softcap=0.2",
+        "phi3": "window=6",
+        "granite": "kv_heads=2",  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
+        "smollm3": "kv_heads=2",  # the tiny preset's 4 layers: layer 3 has no RoPE
+        "olmo2": "kv_heads=2,window=6,layers=4"}  # OLMo 3's window on layers 0-2
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe",
+                                  "gemma2", "phi3", "granite", "smollm3", "olmo2"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
@@ -183,3 +191,39 @@ def test_llama31_rope_freqs_linear_and_yarn_scaling(tmp_path):
     _, base_logits = kinetic_logits(base, tmp_path)
     _, lin_logits = kinetic_logits(m2, tmp_path)
     assert not np.array_equal(base_logits, lin_logits)
+
+
+@pytest.mark.parametrize("typ", ["f32", "q4_k_m"])
+def test_phi3_longrope_partial_rotary(tmp_path, typ):
+    """Phi-3.5/4-mini's LongRoPE (factors long and short, attn_factor) with 32 of 64 head
+    dims rotated: the context size picks the factors (long above the original context of
+    64), and each choice agrees with the reference given the same context."""
+    path = synth(tmp_path, "phi3", typ, "rot=32,rope_orig_ctx=64,window=6")
+    logits = {}
+    for n_ctx in (64, 128):
+        rel = compare(path, tmp_path, TOL[typ], extra=("--ctx-size", str(n_ctx)), n_ctx=n_ctx)
+        print(f"phi3 {typ} LongRoPE, context {n_ctx}: relative rms error {rel:.2e}")
+        logits[n_ctx] = kinetic_logits(path, tmp_path, ("--ctx-size", str(n_ctx)))[1]
+    assert not np.array_equal(logits[64], logits[128])  # the factors really differ
+
+
+def test_granite_scales_and_no_rope(tmp_path):
+    """Each of granite's four scales changes the logits (so a scale left out cannot pass
+    the comparison above), and rope.scaling.finetuned = false switches RoPE off."""
+    gguf = pytest.importorskip("gguf")
+    base = synth(tmp_path, "granite", "f32", "kv_heads=2")
+    _, ref_logits = kinetic_logits(base, tmp_path)
+    for k, v in (("embedding_scale", 3.0), ("residual_scale", 0.5), ("attention.scale", 0.125),
+                 ("logit_scale", 2.0)):
+        m = str(tmp_path / f"{k}.gguf")
+        rewrite(base, m, {f"granite.{k}": (gguf.GGUFValueType.FLOAT32, v)}, {})
+        rel = compare(m, tmp_path, 1e-4)
+        _, lg = kinetic_logits(m, tmp_path)
+        assert not np.array_equal(lg, ref_logits), k
+        print(f"granite with {k} = {v}: relative rms error {rel:.2e}")
+    m = str(tmp_path / "norope.gguf")
+    rewrite(base, m, {"granite.rope.scaling.finetuned": (gguf.GGUFValueType.BOOL, False)}, {})
+    rel = compare(m, tmp_path, 1e-4)
+    _, lg = kinetic_logits(m, tmp_path)
+    assert not np.array_equal(lg, ref_logits)
+    print(f"granite without RoPE: relative rms error {rel:.2e}")

@@ -20,7 +20,7 @@ SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..
 SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
 GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite", "smollm3", "olmo2"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",
          "q3_k", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4_moe",
          "mxfp4"]
@@ -98,6 +98,8 @@ def expected_type(ftype, name, n_dims, ne0, n_layer, tied, gqa=2):
     elif ftype in MIXES:
         if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = T.Q8_0 if ne0 % gguf.GGML_QUANT_SIZES[t][0] else T.Q6_K
+        elif name.endswith("attn_qkv.weight") and ftype in ("q3_k_m", "q3_k_l", "q4_k_m", "q5_k_m"):
+            t = {"q3_k_m": T.Q4_K, "q3_k_l": T.Q4_K, "q4_k_m": T.Q5_K, "q5_k_m": T.Q6_K}[ftype]  # llama.cpp
         elif name != "token_embd.weight":
             t = mix_type(ftype, name, t, n_layer, gqa)
     bs = gguf.GGML_QUANT_SIZES[t][0]
@@ -117,6 +119,11 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
         t["output.weight"] = [dim, vocab]
     for i in range(n_layer):
         b = f"blk.{i}."
+        if arch == "phi3":  # fused q/k/v and gate/up, as llama.cpp's phi3 loader wants
+            t.update({b + "attn_norm.weight": [dim], b + "attn_qkv.weight": [dim, q + 2 * kv],
+                      b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim],
+                      b + "ffn_up.weight": [dim, 2 * ffn], b + "ffn_down.weight": [ffn, dim]})
+            continue
         t.update({b + "attn_norm.weight": [dim], b + "attn_q.weight": [dim, q],
                   b + "attn_k.weight": [dim, kv], b + "attn_v.weight": [dim, kv],
                   b + "attn_output.weight": [q, dim], b + "ffn_norm.weight": [dim]})
@@ -130,7 +137,11 @@ def expected_tensors(arch, dim, n_layer, n_head, n_kv, head_dim, ffn, vocab, tie
             t.update({b + "attn_q.bias": [q], b + "attn_k.bias": [kv], b + "attn_v.bias": [kv]})
         if arch in ("qwen3", "qwen3moe", "gemma3"):
             t.update({b + "attn_q_norm.weight": [head_dim], b + "attn_k_norm.weight": [head_dim]})
-        if arch == "gemma3":
+        if arch == "olmo2":  # no pre-norms, whole-row q/k norms, post norms
+            del t[b + "attn_norm.weight"], t[b + "ffn_norm.weight"]
+            t.update({b + "attn_q_norm.weight": [q], b + "attn_k_norm.weight": [kv],
+                      b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
+        if arch in ("gemma3", "gemma2"):
             t.update({b + "post_attention_norm.weight": [dim], b + "post_ffw_norm.weight": [dim]})
     return t
 
@@ -194,7 +205,8 @@ def array_len(raw):
     return struct.unpack_from("<Q", raw[1], 4)[0]
 
 
-TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "qwen3moe": 2}
+TINY_LAYERS = {"llama": 2, "qwen2": 2, "qwen3": 2, "gemma3": 6, "qwen3moe": 2, "gemma2": 2, "phi3": 2,
+               "granite": 2, "smollm3": 4, "olmo2": 2}
 
 
 @pytest.fixture(scope="module")
@@ -231,17 +243,27 @@ def test_tiny_loads(tiny_dir, arch, ty):
     assert kv[f"{arch}.vocab_size"] == 512
     assert kv["tokenizer.ggml.model"] == "llama"
     assert len(kv["tokenizer.ggml.tokens"]) == 512
-    if arch == "gemma3":
-        assert kv["gemma3.attention.sliding_window"] == 128
+    if arch in ("gemma3", "gemma2"):
+        assert kv[f"{arch}.attention.sliding_window"] == 128
+    if arch == "granite":  # Granite 3.3 2B's scales by default
+        assert (kv["granite.embedding_scale"], kv["granite.residual_scale"]) == (12.0, np.float32(0.22))
+        assert (kv["granite.attention.scale"], kv["granite.logit_scale"]) == (0.015625, 8.0)
+    if arch == "phi3":
+        assert "phi3.attention.sliding_window" not in kv  # only where asked for
+        assert kv["tokenizer.ggml.tokens"][-1] == "<|endoftext|>"  # llama.cpp looks it up
+    if arch == "gemma2":
+        assert kv["gemma2.attn_logit_softcapping"] == 50.0
+        assert kv["gemma2.final_logit_softcapping"] == 30.0
     if arch == "qwen3moe":
         assert (kv["qwen3moe.expert_count"], kv["qwen3moe.expert_used_count"],
                 kv["qwen3moe.expert_feed_forward_length"]) == (16, 4, 256)
-    want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=False)
+    tied = arch == "gemma2"  # llama.cpp's gemma2 has no output.weight
+    want = expected_tensors(arch, 256, n_layer, 4, 2, 64, 512, 512, tied=tied)
     got = {t.name: t for t in r.tensors}
     assert set(got) == set(want)
     for name, t in got.items():
         assert list(map(int, t.shape)) == want[name], name
-        assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], n_layer, False), name
+        assert T(t.tensor_type) == expected_type(ty, name, len(want[name]), want[name][0], n_layer, tied), name
         if len(want[name]) == 1 and "norm" in name:
             assert np.all(np.asarray(t.data) == 1.0), f"{name}: norms must be 1.0"
     # the weights are N(0, 0.02)-like after quantization
@@ -278,6 +300,88 @@ def test_q4_k_m_mix_gemma_like(tmp_path):
     assert types["blk.0.attn_output.weight"] == T.Q4_K  # 1024 wide
     assert types["blk.2.ffn_down.weight"] == T.Q6_K  # 2048 wide
     assert types["blk.0.ffn_down.weight"] == T.Q4_K
+
+
+def test_gemma2_presets(tmp_path):
+    """Gemma 2 2B's and 27B's shapes (fewer layers, a small vocabulary to stay quick); the
+    soft-caps given by --dims are written."""
+    out = tmp_path / "g2.gguf"
+    synth("--preset", "gemma2-2b", "--dims", "layers=2,vocab=1024,attn_softcap=20,final_softcap=10",
+          "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "gemma2"
+    assert kv["gemma2.embedding_length"] == 2304 and kv["gemma2.attention.key_length"] == 256
+    assert kv["gemma2.attention.head_count"] == 8 and kv["gemma2.attention.head_count_kv"] == 4
+    assert kv["gemma2.attention.sliding_window"] == 4096 and kv["gemma2.feed_forward_length"] == 9216
+    assert kv["gemma2.attn_logit_softcapping"] == 20.0 and kv["gemma2.final_logit_softcapping"] == 10.0
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q.weight"] == [2304, 2048] and "output.weight" not in shapes
+    assert shapes["blk.1.post_ffw_norm.weight"] == [2304] and "blk.0.attn_q_norm.weight" not in shapes
+    out = tmp_path / "g27.gguf"
+    synth("--preset", "gemma2-27b", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    kv = fields(gguf.GGUFReader(out))
+    assert kv["gemma2.embedding_length"] == 4608 and kv["gemma2.attention.key_length"] == 128
+
+
+def test_phi3_presets(tmp_path):
+    """Phi-3-mini-4k (window 2047), Phi-3.5-mini (LongRoPE) and Phi-4-mini (LongRoPE, 96 of
+    128 dims rotated, GQA, tied) shapes, one layer and a small vocabulary."""
+    out = tmp_path / "p3.gguf"
+    synth("--preset", "phi3-mini-4k", "--dims", "layers=1,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["phi3.attention.sliding_window"] == 2047 and kv["phi3.rope.dimension_count"] == 96
+    types = {t.name: T(t.tensor_type) for t in r.tensors}
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_qkv.weight"] == [3072, 9216] and types["blk.0.attn_qkv.weight"] == T.Q5_K
+    assert shapes["blk.0.ffn_up.weight"] == [3072, 16384] and "blk.0.ffn_gate.weight" not in shapes
+    assert "rope_factors_long.weight" not in shapes and "output.weight" in shapes
+    out = tmp_path / "p4.gguf"
+    synth("--preset", "phi4-mini", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["phi3.rope.dimension_count"] == 96 and kv["phi3.attention.key_length"] == 128
+    assert kv["phi3.rope.scaling.original_context_length"] == 4096
+    assert abs(kv["phi3.rope.scaling.attn_factor"] - 1.1902380714238083) < 1e-6
+    t = {t.name: t for t in r.tensors}
+    assert list(map(int, t["blk.0.attn_qkv.weight"].shape)) == [3072, 3072 + 2 * 1024]
+    long_f, short_f = np.asarray(t["rope_factors_long.weight"].data), np.asarray(t["rope_factors_short.weight"].data)
+    assert long_f.shape == short_f.shape == (48,) and long_f[-1] == 40.0 and short_f[-1] == 2.0
+    assert "output.weight" not in t
+
+
+def test_granite_presets(tmp_path):
+    """Granite 3.x 8B's shape and scales, one layer and a small vocabulary."""
+    out = tmp_path / "gr.gguf"
+    synth("--preset", "granite-3-8b", "--dims", "layers=1,vocab=1024,logit_scale=4", "--type", "q4_k_m",
+          "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "granite" and kv["granite.embedding_length"] == 4096
+    assert kv["granite.attention.head_count_kv"] == 8 and kv["granite.feed_forward_length"] == 12800
+    assert kv["granite.attention.scale"] == 0.0078125 and kv["granite.logit_scale"] == 4.0
+    assert kv["granite.rope.freq_base"] == 10000000.0
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_k.weight"] == [4096, 1024] and "output.weight" not in shapes
+
+
+def test_smollm3_olmo2_presets(tmp_path):
+    """SmolLM3 3B's and OLMo 2 7B's shapes, one layer and a small vocabulary."""
+    out = tmp_path / "s.gguf"
+    synth("--preset", "smollm3-3b", "--dims", "layers=1,vocab=1024", "--type", "q8_0", "-o", out)
+    kv = fields(gguf.GGUFReader(out))
+    assert kv["general.architecture"] == "smollm3" and kv["smollm3.attention.head_count_kv"] == 4
+    assert kv["smollm3.rope.freq_base"] == 5000000.0 and kv["smollm3.feed_forward_length"] == 11008
+    out = tmp_path / "o.gguf"
+    synth("--preset", "olmo2-7b", "--dims", "layers=1,vocab=1024", "--type", "q4_k_m", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    assert kv["general.architecture"] == "olmo2" and kv["olmo2.embedding_length"] == 4096
+    assert "olmo2.attention.sliding_window" not in kv
+    shapes = {t.name: list(map(int, t.shape)) for t in r.tensors}
+    assert shapes["blk.0.attn_q_norm.weight"] == [4096] and "blk.0.attn_norm.weight" not in shapes
+    assert shapes["output.weight"] == [4096, 1024]
 
 
 def test_deterministic(tmp_path):
@@ -393,6 +497,10 @@ def test_big_preset_shapes(tmp_path):
     (["--dims", "dim=abc"], "bad value 'abc' for dim"),
     (["--dims", "dim=256,layers=2,heads=4,kv_heads=3,ffn=512,vocab=512"], "multiple of kv_heads"),
     (["--arch", "gemma3", "--preset", "tiny", "--dims", "layers=2"], "at least 6 layers"),
+    (["--arch", "gemma2", "--preset", "tiny", "--dims", "tied=0"], "gemma2 ties its output"),
+    (["--arch", "llama", "--preset", "tiny", "--dims", "rot=32"], "only phi3 rotates part"),
+    (["--arch", "olmo2", "--preset", "tiny", "--dims", "tied=1"], "olmo2 needs heads * head_dim"),
+    (["--arch", "phi3", "--preset", "tiny", "--dims", "rope_orig_ctx=4096"], "must be below ctx"),
     (["--preset", "tiny", "--dims", "vocab=100"], "at least 448 tokens"),
     (["--preset", "tiny", "--vocab", "/nonexistent/vocab.gguf"], "/nonexistent/vocab.gguf"),
     (["--type", "q8_0"], "give --preset NAME or --dims SPEC"),

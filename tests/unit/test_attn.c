@@ -16,6 +16,7 @@ struct problem {
     uint32_t kv_type;
     bool head_major;  /* cache (Hkv, P + 16, D) instead of (P + 16, Hkv, D) */
     float scale;      /* 1/sqrt(D) unless a test sharpens it */
+    float softcap;    /* 0: none (Gemma 2 caps scores) */
     int64_t q_stride, kv_stride;
     float *q;         /* (P, H, D) at q_stride */
     void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
@@ -104,7 +105,7 @@ static void run(const struct kern_ops *ops, const struct problem *pr, const int3
         .k_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
         .v_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
         .kv_type = pr->kv_type, .n_kv = n_kv, .n_head = pr->H, .n_head_kv = pr->Hkv,
-        .head_dim = pr->D, .scale = pr->scale, .window = pr->window,
+        .head_dim = pr->D, .scale = pr->scale, .softcap = pr->softcap, .window = pr->window,
         .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
     };
     struct kn_err err = {0};
@@ -125,11 +126,12 @@ static bool rows_equal(const float *a, const float *b, int64_t row, int64_t stri
 }
 
 /* Invariance: prefill vs decode vs chunked (every split) vs verification, on one ISA. */
-static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, int D, int window,
-                             uint32_t kv_type, bool every_split)
+static void check_invariance_capped(const struct kern_ops *ops, int P, int H, int Hkv, int D,
+                                    int window, uint32_t kv_type, bool every_split, float softcap)
 {
     struct problem pr;
     problem_init(&pr, P, H, Hkv, D, window, kv_type);
+    pr.softcap = softcap;
     int64_t orow = (int64_t)H * D, ostride = orow + 1;
     float *full = calloc((size_t)(P * ostride), sizeof(float));
     float *part = calloc((size_t)(P * ostride), sizeof(float));
@@ -177,12 +179,21 @@ static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, 
     problem_free(&pr);
 }
 
-/* Float64 softmax attention of every query against the reference output. */
-static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type, float sharpen)
+static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, int D, int window,
+                             uint32_t kv_type, bool every_split)
+{
+    check_invariance_capped(ops, P, H, Hkv, D, window, kv_type, every_split, 0.0f);
+}
+
+/* Float64 softmax attention of every query against the reference output; softcap > 0
+ * caps the scores as cap * tanh(s / cap) (Gemma 2). */
+static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t kv_type,
+                              float sharpen, float softcap)
 {
     struct problem pr;
     problem_init(&pr, P, H, Hkv, D, window, kv_type);
     pr.scale *= sharpen;
+    pr.softcap = softcap;
     int64_t ostride = (int64_t)H * D + 1;
     float *out = calloc((size_t)(P * ostride), sizeof(float));
     int32_t pos[200];
@@ -202,6 +213,8 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
                 for (int i = 0; i < D; i++)
                     d += (double)q[i] * pr.kf[kv_index(&pr, j, g, i)];
                 w[j] = d * scale;
+                if (softcap > 0)
+                    w[j] = softcap * tanh(w[j] / softcap);
                 m = fmax(m, w[j]);
             }
             for (int j = lo; j <= p; j++) {
@@ -222,6 +235,11 @@ static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_typ
     return worst;
 }
 
+static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type, float sharpen)
+{
+    return accuracy_capped(P, H, Hkv, D, window, kv_type, sharpen, 0.0f);
+}
+
 static void test_isa_equality(void)
 {
     const struct kern_ops *lv[KERN_ISA_COUNT];
@@ -236,14 +254,16 @@ static void test_isa_equality(void)
     };
     for (int l = 0; l < nl; l++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            for (int ti = 0; ti < 3; ti++) {
+            for (int ti = 0; ti < 6; ti++) {
                 const int *s = shapes[si];
                 const uint32_t types[3] = {QT_F32, QT_F16, QT_Q8_0};
-                uint32_t type = types[ti];
+                uint32_t type = types[ti % 3];
                 if (type == QT_Q8_0 && s[3] % QK8_0 != 0)
                     continue; /* q8_0 caches take whole blocks (test_check) */
                 struct problem pr;
                 problem_init(&pr, s[0], s[1], s[2], s[3], s[4], type);
+                /* ti >= 3: soft-capped scores (Gemma 2), a cap the scores reach */
+                pr.softcap = ti >= 3 ? 1.5f : 0.0f;
                 int64_t ostride = (int64_t)s[1] * s[3] + 1;
                 float *a = calloc((size_t)(s[0] * ostride), sizeof(float));
                 float *b = calloc((size_t)(s[0] * ostride), sizeof(float));
@@ -253,8 +273,8 @@ static void test_isa_equality(void)
                 run(ref, &pr, pos, s[0], s[0], a, -1);
                 run(lv[l], &pr, pos, s[0], s[0], b, -1);
                 CHECKF(rows_equal(a, b, (int64_t)s[1] * s[3], ostride, s[0]),
-                       "isa %d attention != reference: P=%d H=%d/%d D=%d window=%d type=%u",
-                       (int)lv[l]->isa, s[0], s[1], s[2], s[3], s[4], type);
+                       "isa %d attention != reference: P=%d H=%d/%d D=%d window=%d type=%u softcap=%g",
+                       (int)lv[l]->isa, s[0], s[1], s[2], s[3], s[4], type, (double)pr.softcap);
                 free(a);
                 free(b);
                 problem_free(&pr);
@@ -377,6 +397,7 @@ int main(void)
         check_invariance(lv[l], 70, 2, 1, 64, 24, QT_F16, true);
         check_invariance(lv[l], 100, 2, 2, 128, 0, QT_F16, false);
         check_invariance(lv[l], 80, 2, 1, 256, 40, QT_F32, false);
+        check_invariance_capped(lv[l], 70, 4, 2, 64, 24, QT_F32, true, 1.5f);
         check_invariance(lv[l], 70, 4, 2, 64, 24, QT_Q8_0, true);
         check_invariance(lv[l], 100, 2, 1, 128, 0, QT_Q8_0, false);
     }
@@ -394,6 +415,11 @@ int main(void)
     CHECKF(e5 < 2e-6, "q8_0 attention error %.3g", e5);
     printf("attention with sharpened scores (scale x30): max abs error %.3g\n", e4);
     CHECKF(e4 < 2e-5, "sharp attention error %.3g", e4);
+    /* soft-capped (Gemma 2's attn_logit_softcapping, scaled to these scores): sharpened
+     * scores squashed into (-2, 2) by 2 tanh(s / 2) */
+    double e6 = accuracy_capped(100, 2, 1, 64, 20, QT_F32, 30.0f, 2.0f);
+    printf("attention with soft-capped scores (cap 2, scale x30): max abs error %.3g\n", e6);
+    CHECKF(e6 < 2e-6, "soft-capped attention error %.3g", e6);
     printf("attention: max abs error against float64 %.3g (D=64), %.3g (D=128, window 30, "
            "f16 cache), %.3g (D=256); values in [-1, 1]\n", e1, e2, e3);
     CHECKF(e1 < 2e-6 && e2 < 2e-6 && e3 < 2e-6, "attention error %.3g %.3g %.3g", e1, e2, e3);

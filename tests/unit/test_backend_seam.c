@@ -289,7 +289,7 @@ static void ref_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .k_head_stride = run->n_ctx * Dh, .v_head_stride = run->n_ctx * Dh,
             .kv_type = b->kv_type, .n_kv = run->n_kv, .n_head = b->n_head,
             .n_head_kv = b->n_head_kv, .head_dim = b->head_dim, .scale = b->scale,
-            .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
+            .softcap = b->softcap, .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
         };
         struct kn_err err = {0};
         CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
@@ -411,6 +411,7 @@ static const struct kern_backend_ops ref_ops = {
     .gather = ref_gather,
     .kv_store = ref_kv_store,
     .attention = ref_attention,
+    .attention_softcap = ref_attention,
     .logits = ref_logits,
     .shortconv = ref_shortconv,
     .to_host = ref_to_host,
@@ -575,6 +576,11 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_LFM2MOE, SYNTH_Q8_0, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},
         {SYNTH_QWEN3MOE, SYNTH_Q8_0, MODEL_KV_F16},
+        {SYNTH_GEMMA2, SYNTH_Q8_0, MODEL_KV_F32},
+        {SYNTH_PHI3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_GRANITE, SYNTH_Q6_K, MODEL_KV_F32},
+        {SYNTH_SMOLLM3, SYNTH_Q4_0, MODEL_KV_F16},
+        {SYNTH_OLMO2, SYNTH_Q8_0, MODEL_KV_F32},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -588,7 +594,13 @@ static void test_synth(struct kern_pool *pool)
                                  .threads = 1, .name = "seam"};
         enum synth_arch arch = cases[i].arch;
         CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-        p.dims.n_swa = 6; /* gemma3's local layers: a window the script's positions pass */
+        p.dims.n_swa = 6; /* gemma2/3's local layers: a window the script's positions pass */
+        p.dims.attn_softcap = 0.05f; /* gemma2: caps these random weights' scores reach */
+        p.dims.final_softcap = 0.2f;
+        if (arch == SYNTH_PHI3) { /* LongRoPE's long factors (the caches hold 64), 32 of 64 dims rotated */
+            p.dims.rope_orig_ctx = 32;
+            p.dims.n_rot = 32;
+        }
         CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
         CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
         char what[64];
@@ -607,7 +619,7 @@ static void test_synth(struct kern_pool *pool)
             CHECK_EQ_INT(noconv.live_bufs, 0);
             CHECKF(kern_backend_check(&noconv.base, pool, &err) == KN_OK, "%s", err.msg);
         }
-        if (arch == SYNTH_QWEN3MOE && i + 1 == sizeof cases / sizeof cases[0]) {
+        if (arch == SYNTH_QWEN3MOE && cases[i].ftype == SYNTH_Q8_0) { /* its last case */
             /* A device without the MoE ops: the model refuses to place an MoE layer on
              * it, naming the op, and frees what it uploaded. */
             struct kern_backend_ops ops = ref_ops;
@@ -619,6 +631,18 @@ static void test_synth(struct kern_pool *pool)
             CHECKF(strstr(err.msg, "layer 0 on nomoe: a mixture-of-experts layer needs the moe_ffn op") != NULL,
                    "%s", err.msg);
             CHECK_EQ_INT(nomoe.live_bufs, 0);
+        }
+        if (arch == SYNTH_GEMMA2) {
+            /* A device without soft-capped attention: refused the same way, naming it. */
+            struct kern_backend_ops ops = ref_ops;
+            ops.attention_softcap = NULL;
+            struct ref_backend nocap = {.base = {.ops = &ops, .name = "nocap"}};
+            struct model_load_opts lo = {.repack = true, .device = &nocap.base, .device_layers = 1};
+            struct model *m = NULL;
+            CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+            CHECKF(strstr(err.msg, "needs the attention_softcap op, which nocap lacks; run layer 0 on the CPU") != NULL,
+                   "%s", err.msg);
+            CHECK_EQ_INT(nocap.live_bufs, 0);
         }
     }
     unlink(path);

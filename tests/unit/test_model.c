@@ -465,6 +465,35 @@ static void test_forward_errors(struct model *m)
     model_kv_free(&kv);
 }
 
+/* The invariance checks above on a tiny synth model of each architecture that has its
+ * own hooks (dims: a --dims spec over the tiny preset, e.g. small soft-caps and a window
+ * of 6 so that the 40-token script slides it). */
+static void test_synth_arch(enum synth_arch arch, enum synth_ftype ftype, const char *dims)
+{
+    struct kn_err err = {0};
+    char path[] = "/tmp/kn_model_synth_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    struct synth_params p = {.arch = arch, .ftype = ftype, .seed = 3, .threads = 1, .name = "inv"};
+    enum synth_arch a = arch;
+    CHECK(synth_preset("tiny", &a, &p.dims, &err) == KN_OK);
+    if (dims)
+        CHECKF(synth_parse_dims(dims, &p.dims, &err) == KN_OK, "%s", err.msg);
+    CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
+    struct model *m = NULL;
+    CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
+    if (m) {
+        CHECK(strcmp(model_arch_name(m->hp.arch), synth_arch_name(arch)) == 0);
+        printf("invariance on synth %s %s\n", synth_arch_name(arch), synth_ftype_name(ftype));
+        test_invariance(m);
+        model_close(m);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_shared_dir());
@@ -485,5 +514,13 @@ int main(void)
         kern_pool_free(pool);
         model_close(m);
     }
+    test_synth_arch(SYNTH_GEMMA2, SYNTH_Q4_K_M, "window=6,attn_softcap=0.05,final_softcap=0.2");
+    /* phi3: fused matrices, a window, LongRoPE (caches of 64 run the long factors: the
+     * original context is 32) and partial rotation */
+    test_synth_arch(SYNTH_PHI3, SYNTH_Q4_K_M, "window=6,rot=32,rope_orig_ctx=32");
+    test_synth_arch(SYNTH_PHI3, SYNTH_F16, "rope_orig_ctx=1024");
+    test_synth_arch(SYNTH_GRANITE, SYNTH_Q8_0, NULL); /* Granite 3.3 2B's four scales */
+    test_synth_arch(SYNTH_SMOLLM3, SYNTH_Q4_K_M, NULL); /* 4 layers: layer 3 without RoPE */
+    test_synth_arch(SYNTH_OLMO2, SYNTH_Q5_K, "window=6,layers=4"); /* OLMo 3's windows too */
     CHECK_DONE();
 }

@@ -204,6 +204,7 @@ static void test_names(void)
     CHECK(synth_parse_ftype("q4_km", &t, &err) == KN_E_ARG);
     CHECK(strstr(err.msg, "unknown type 'q4_km'") != NULL);
     CHECK(synth_parse_arch("gemma3", &a, &err) == KN_OK && a == SYNTH_GEMMA3);
+    CHECK(synth_parse_arch("gemma2", &a, &err) == KN_OK && a == SYNTH_GEMMA2);
     CHECK(synth_parse_arch("gpt2", &a, &err) == KN_E_ARG);
     for (int i = 0; i < SYNTH_FTYPE_COUNT; i++) {
         CHECK(synth_parse_ftype(synth_ftype_name((enum synth_ftype)i), &t, &err) == KN_OK);

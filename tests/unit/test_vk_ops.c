@@ -25,16 +25,20 @@ int main(void)
     const struct vkr_info *in = vk_backend_info(be);
     printf("device: %s (%s), numerics %s\n", in->name, in->driver_info, be->ops->numerics(be));
     /* every op of the table is there, except the ones backend.h lets a device lack
-     * (kern_backend_has_moe, kern_backend_has_shortconv: model_open refuses those layers by
+     * (kern_backend_has_moe, kern_backend_has_shortconv, kern_backend_has_softcap:
+     * model_open refuses those layers by
      * name) */
     const void *const *slot = (const void *const *)be->ops;
     size_t n_slots = sizeof(struct kern_backend_ops) / sizeof(void *);
     const size_t moe_route = offsetof(struct kern_backend_ops, moe_route) / sizeof(void *);
     const size_t moe_ffn = offsetof(struct kern_backend_ops, moe_ffn) / sizeof(void *);
     const size_t conv = offsetof(struct kern_backend_ops, shortconv) / sizeof(void *);
+    const size_t capped = offsetof(struct kern_backend_ops, attention_softcap) / sizeof(void *);
     for (size_t i = 0; i < n_slots; i++)
-        CHECKF(slot[i] != NULL || i == moe_route || i == moe_ffn || i == conv,
+        CHECKF(slot[i] != NULL || i == moe_route || i == moe_ffn || i == conv || i == capped,
                "op %zu of struct kern_backend_ops is NULL", i);
+    if (!kern_backend_has_softcap(be))
+        printf("no soft-capped attention on this backend yet: gemma2 layers stay on the CPU\n");
     if (!kern_backend_has_moe(be))
         printf("no MoE ops on this backend yet: mixture-of-experts layers stay on the CPU\n");
     if (!kern_backend_has_shortconv(be))
