@@ -18,7 +18,6 @@ import http.client
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
@@ -53,15 +52,19 @@ class Replica:
                *self.args]
         env = {**os.environ, "KINETIC_REPLICA": self.name}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
+        listening = threading.Event()
+
+        def read_stdout(out):  # a thread: select() cannot see lines already in the buffer
+            for line in out:
+                if "listening on" in line:
+                    listening.set()
+        threading.Thread(target=read_stdout, args=(self.proc.stdout,), daemon=True).start()
         deadline = time.time() + timeout
-        while time.time() < deadline:
+        while not listening.wait(0.2):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"replica {self.name} exited with {self.proc.returncode}: {self.stderr()[-2000:]}")
-            r, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if r and "listening on" in self.proc.stdout.readline():
-                break
-        else:
-            raise RuntimeError(f"replica {self.name} did not start")
+            if time.time() > deadline:
+                raise RuntimeError(f"replica {self.name} did not start")
         # ready means /health says 200 (the model is loaded), as a router's probe sees it
         while time.time() < deadline:
             if get(self.port, "/health")[0] == 200:
