@@ -51,8 +51,8 @@ def world():
     models = {"aidreams": AIDREAMS}
     # One tiny model per architecture, each in other weight types, so every matmul kernel
     # family (32-blocks, K-quants, floats) runs on both sides.
-    for arch, ty in (("llama", "q4_k_m"), ("qwen2", "q8_0"), ("qwen3", "q5_k"), ("gemma3", "q4_0"),
-                     ("llama", "f16")):
+    for arch, ty in NEW_ARCH_MODELS + (("llama", "q4_k_m"), ("qwen2", "q8_0"), ("qwen3", "q5_k"),
+                                       ("gemma3", "q4_0"), ("llama", "f16")):
         path = os.path.join(d, f"{arch}-{ty}.gguf")
         p = kinetic(KINETIC, "synth", "--arch", arch, "--preset", "tiny", "--type", ty,
                     "--seed", 7, "-o", path, env=env)
@@ -74,6 +74,11 @@ def verify(world, binary, path, isa=None):
     return kinetic(binary, "verify-receipt", path, isa=isa, env=world["env"])
 
 
+# The other architectures (mixture of experts, short convolutions, soft-capping, fused and
+# scaled layers), each in one of the newer weight types (Q2_K, Q3_K, IQ4, MXFP4 products).
+NEW_ARCH_MODELS = (("qwen3moe", "q4_k_m"), ("lfm2", "q3_k_m"), ("lfm2moe", "q8_0"), ("gemma2", "q2_k"),
+                   ("phi3", "iq4_xs"), ("granite", "iq4_nl"), ("smollm3", "q5_k_m"), ("olmo2", "mxfp4"))
+
 REPEAT = " ".join(["the cat sat on the mat and the dog sat on the log"] * 12)
 X86_CASES = [
     ("greedy", "aidreams", ["Once upon a time", "-n", "32", "--temp", "0"]),
@@ -91,7 +96,8 @@ X86_CASES = [
     ("qwen3 q5_k", "qwen3-q5_k", ["Hello there", "-n", "16", "--temp", "0.9", "--seed", "12"]),
     ("gemma3 q4_0", "gemma3-q4_0", ["Hello there", "-n", "16", "--temp", "0.9", "--seed", "13"]),
     ("llama f16", "llama-f16", ["Hello there", "-n", "16", "--temp", "0.9", "--seed", "14"]),
-]
+] + [(f"{a} {t}", f"{a}-{t}", ["Hello there", "-n", "12", "--temp", "0.9", "--seed", str(20 + i)])
+     for i, (a, t) in enumerate(NEW_ARCH_MODELS)]
 
 
 def check_identical(p, what, made_on, rerun_on):
@@ -123,6 +129,9 @@ ARM_CASES = [
     ("gemma3 q4_0", "gemma3-q4_0", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "24"], "dotprod"),
     ("qwen3 q5_k", "qwen3-q5_k", ["Hi", "-n", "12", "--mirostat", "1", "--seed", "25"], "neon"),
     ("llama scalar", "llama-f16", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "26"], "scalar"),
+    ("qwen3moe q4_k_m", "qwen3moe-q4_k_m", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "27"], "i8mm"),
+    ("lfm2 q3_k_m", "lfm2-q3_k_m", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "28"], "dotprod"),
+    ("gemma2 q2_k", "gemma2-q2_k", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "29"], "neon"),
 ]
 
 
