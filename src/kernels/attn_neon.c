@@ -3,7 +3,8 @@
  * each score is the canonical 16-lane dot (kern_dot_f32_neon: four float32x4_t
  * accumulators, masked tail), the tile's max, exps and lane sums are the reference's
  * scalar code, and the value sums and the merge run 4 head dims per vector (each dim its
- * own fmaf chain, as in the reference). F16 rows are widened exactly by FCVTL. */
+ * own fmaf chain, as in the reference). F16 rows are widened exactly by FCVTL, Q8_0 rows
+ * as the reference widens them; a soft-cap (Gemma 2) is the reference's scalar call. */
 #include "kern_internal.h"
 #include "kmath_neon.h"
 
@@ -14,6 +15,13 @@ static const float *kv_row_neon(const void *base, int64_t stride, int64_t head_s
     int64_t off = p * stride + g * (head_stride ? head_stride : d);
     if (type == QT_F32)
         return (const float *)base + off;
+    if (type == QT_Q8_0) {
+        /* off is a multiple of 32 (kern_attn_check): q * d, one exact product, as attn.c */
+        const struct block_q8_0 *b = (const struct block_q8_0 *)base + off / QK8_0;
+        for (int64_t i = 0; i < d; i++)
+            buf[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+        return buf;
+    }
     const uint16_t *h = (const uint16_t *)base + off;
     int64_t i = 0;
     for (; i + 4 <= d; i += 4)
@@ -47,6 +55,8 @@ void kern_attn_neon(const struct kern_attn_args *a, int64_t begin, int64_t end)
                 const float *k = kv_row_neon(a->k, a->k_stride, a->k_head_stride, a->kv_type, j,
                                              g, D, buf);
                 s[j - t0] = kern_dot_f32_neon(q, k, D) * a->scale;
+                if (a->softcap > 0.0f) /* Gemma 2: scalar, as the reference */
+                    s[j - t0] = kern_softcapf(s[j - t0], a->softcap);
                 mt = s[j - t0] > mt ? s[j - t0] : mt;
             }
             float acc[KN_LANES] = {0};
