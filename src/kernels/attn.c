@@ -17,6 +17,7 @@
  * element is (float)q * d with d its block's f16 scale widened (one rounding, the same at
  * every ISA level). */
 #include "kernels.h"
+#include "kern_internal.h"
 #include "ops_internal.h"
 
 enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *err)
@@ -72,9 +73,7 @@ static const float *kv_row(const void *base, int64_t stride, int64_t head_stride
         return (const float *)base + off;
     if (type == QT_Q8_0) {
         /* off is a multiple of 32 (kern_attn_check): blocks off/32 .. */
-        const struct block_q8_0 *b = (const struct block_q8_0 *)base + off / QK8_0;
-        for (int64_t i = 0; i < d; i++)
-            buf[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+        kern_kv_q8_0_row((const struct block_q8_0 *)base + off / QK8_0, d, buf);
         return buf;
     }
     const kn_f16 *h = (const kn_f16 *)base + off;

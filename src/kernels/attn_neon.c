@@ -17,9 +17,7 @@ static const float *kv_row_neon(const void *base, int64_t stride, int64_t head_s
         return (const float *)base + off;
     if (type == QT_Q8_0) {
         /* off is a multiple of 32 (kern_attn_check): q * d, one exact product, as attn.c */
-        const struct block_q8_0 *b = (const struct block_q8_0 *)base + off / QK8_0;
-        for (int64_t i = 0; i < d; i++)
-            buf[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+        kern_kv_q8_0_row((const struct block_q8_0 *)base + off / QK8_0, d, buf);
         return buf;
     }
     const uint16_t *h = (const uint16_t *)base + off;

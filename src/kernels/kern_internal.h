@@ -54,4 +54,13 @@ static inline float kern_f16(const kn_f16 *p)
     return quant_f16_to_f32(h);
 }
 
+/* d elements of a q8_0 KV cache row from block-aligned blocks b, as f32: q * scale, one
+ * exact product each (docs/numerics.md "Attention over the KV cache"); every ISA's attention reads a
+ * q8_0 row through this. */
+static inline void kern_kv_q8_0_row(const struct block_q8_0 *b, int64_t d, float *out)
+{
+    for (int64_t i = 0; i < d; i++)
+        out[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+}
+
 #endif

@@ -21,30 +21,12 @@
 #include "../device/device.h"
 #include "hashcache.h"
 
-/* The CPU's model name from /proc/cpuinfo, or "unknown CPU". */
+/* The CPU's model name (the device registry's reading of it), owned by the caller. */
 static char *cpu_name(void)
 {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        char *v = strchr(line, ':');
-        if (!v)
-            break;
-        v++;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        size_t n = strcspn(v, "\n");
-        while (n && v[n - 1] == ' ')
-            n--;
-        v[n] = 0;
-        fclose(f);
-        return strdup(v);
-    }
-    if (f)
-        fclose(f);
-    return strdup("unknown CPU");
+    char name[256];
+    device_cpu_name(name, sizeof name);
+    return strdup(name);
 }
 
 static const char *base_name(const char *path)
