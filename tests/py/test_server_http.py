@@ -4,6 +4,7 @@ requests, limits, the queue bound, disconnects, and identical answers under load
 import hashlib
 import json
 import socket
+import subprocess
 import threading
 import time
 
@@ -388,6 +389,10 @@ def sigterm_during_requests(*args, signals=1):
     if signals == 2:
         time.sleep(0.3)
         s.proc.terminate()
+    try:  # wait for the exit itself: Server.stop would send a second SIGTERM
+        s.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
     rc = s.stop(timeout=60)
     for t in ts:
         t.join(60)
