@@ -59,10 +59,18 @@ static void fill_weights(enum quant_type t, void *buf, size_t bytes)
     }
     for (size_t b = 0; b < bytes / ti->type_size; b++) {
         uint8_t *blk = p + b * ti->type_size;
-        size_t doff = t == QT_Q6_K ? offsetof(struct block_q6_K, d) : 0;
+        if (t == QT_MXFP4) {
+            blk[0] = 120; /* E8M0: 2^-8 */
+            continue;
+        }
+        size_t doff = t == QT_Q6_K ? offsetof(struct block_q6_K, d)
+                    : t == QT_Q3_K ? offsetof(struct block_q3_K, d)
+                    : t == QT_Q2_K ? offsetof(struct block_q2_K, d) : 0;
         memcpy(blk + doff, &s, 2);
         if (t == QT_Q4_1 || t == QT_Q5_1 || t == QT_Q4_K || t == QT_Q5_K)
             memcpy(blk + 2, &s, 2);
+        if (t == QT_Q2_K)
+            memcpy(blk + offsetof(struct block_q2_K, dmin), &s, 2);
     }
 }
 
@@ -107,7 +115,8 @@ int main(int argc, char **argv)
         }
     }
     static const enum quant_type all[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
-                                          QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+                                          QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K,
+                                          QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
     struct kn_err err;
     printf("| type | N x K | isa | threads | M | time/op | result |\n|---|---|---|---|---|---|---|\n");
     for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
