@@ -19,7 +19,7 @@ bool vkk_matmul_type(enum quant_type t)
     case QT_F32: case QT_F16: case QT_BF16:
     case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
-    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS:
+    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -448,6 +448,7 @@ static const char *mm_shader(enum quant_type t)
     case QT_Q2_K: return "mm_q2_k";
     case QT_Q3_K: return "mm_q3_k";
     case QT_IQ4_NL: return "mm_iq4_nl";
+    case QT_MXFP4: return "mm_mxfp4";
     case QT_IQ4_XS: return "mm_iq4_xs";
     default: return "mm_f";
     }
@@ -551,8 +552,24 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
 /* ================================================================ KV cache */
 
 struct kv_pc {
-    uint32_t f16, D, Hkv, n_ctx, t0, n, pos_off;
+    uint32_t type, D, Hkv, n_ctx, t0, n, pos_off;
 };
+
+/* The shaders' code of a KV cache type (kv_store.comp, attn.glsl): 0 f32, 1 f16, 2 q8_0
+ * (whole blocks of 32 per head row, as kern_attn_check requires); -1: not one. */
+static int kv_code(uint32_t type, int64_t D)
+{
+    return type == QT_F32 ? 0 : type == QT_F16 ? 1 : type == QT_Q8_0 && D % QK8_0 == 0 ? 2 : -1;
+}
+
+/* The words of a cache of rows head rows of D elements of type (a valid kv_code). */
+static int64_t kv_words(uint32_t type, int64_t rows, int64_t D)
+{
+    uint64_t rb = 0;
+    if (!quant_row_size((enum quant_type)type, D, &rb))
+        return INT64_MAX;
+    return (rows * (int64_t)rb + 3) / 4;
+}
 
 void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
                   const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
@@ -560,20 +577,22 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 {
     if (n <= 0 || vkr_cmd_failed(c))
         return;
-    if (kv_type != QT_F32 && kv_type != QT_F16) {
-        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan kv_store: cache type %u (f32 or f16 only)",
-                     (unsigned)kv_type);
+    int code = kv_code(kv_type, D);
+    if (code < 0) {
+        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan kv_store: cache type %s with head dim %lld "
+                     "(f32, f16, or q8_0 with a multiple of 32)", quant_type_name(kv_type),
+                     (long long)D);
         return;
     }
     if (k_new.off || v_new.off) { /* the shader indexes rows from element 0 */
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: new rows must start their buffers");
         return;
     }
-    size_t elt = kv_type == QT_F16 ? 2 : 4;
+    int64_t words = kv_words(kv_type, Hkv * n_ctx, D);
     if (!span(c, "kv_store", k_new, (t0 + n) * Hkv * D) ||
         !span(c, "kv_store", v_new, (t0 + n) * Hkv * D) ||
-        !span(c, "kv_store", vkk_at(k_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
-        !span(c, "kv_store", vkk_at(v_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
+        !span(c, "kv_store", vkk_at(k_cache, 0), words) ||
+        !span(c, "kv_store", vkk_at(v_cache, 0), words) ||
         n > VKK_MAX_GROUPS || Hkv > VKK_MAX_GROUPS)
         return;
     for (int64_t t = t0; t < t0 + n; t++)
@@ -585,11 +604,54 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
     struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
     if (!pb.buf)
         return;
-    struct kv_pc pc = {kv_type == QT_F16, (uint32_t)D, (uint32_t)Hkv, (uint32_t)n_ctx,
+    struct kv_pc pc = {(uint32_t)code, (uint32_t)D, (uint32_t)Hkv, (uint32_t)n_ctx,
                        (uint32_t)t0, (uint32_t)n, 0};
     struct vkr_bind b[5] = {ro(k_new.buf), ro(v_new.buf), rw(k_cache), rw(v_cache), pb};
     vkr_cmd_dispatch(c, pipe(c, "kv_store", 5, sizeof pc), b, &pc,
                      vkr_groups((D + 1) / 2, 64), (uint32_t)Hkv, (uint32_t)n);
+}
+
+/* ================================================================ short convolution */
+
+struct conv_pc {
+    uint32_t op, E, L, t0, n, n_ctx;
+};
+
+void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct vkr_buf *rows,
+                   struct vkk_ref w, struct vkk_ref out, const int32_t *pos, int64_t t0, int64_t n,
+                   int64_t E, int64_t L, int64_t n_ctx)
+{
+    if (n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (bcx.off || out.off || w.off) { /* the shader indexes rows from element 0 */
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: rows must start their buffers");
+        return;
+    }
+    if (L < 1 || L > KERN_CONV_MAX_L) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: %lld taps (1..%d)", (long long)L,
+                     KERN_CONV_MAX_L);
+        return;
+    }
+    if (!span(c, "shortconv", bcx, (t0 + n) * 3 * E) || !span(c, "shortconv", w, E * L) ||
+        !span(c, "shortconv", out, (t0 + n) * E) ||
+        !span(c, "shortconv", vkk_at(rows, 0), n_ctx * E) || n > VKK_MAX_GROUPS)
+        return;
+    for (int64_t t = t0; t < t0 + n; t++)
+        if (pos[t] < 0 || pos[t] >= n_ctx) {
+            vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: token %lld at position %d is outside "
+                         "the cache (%lld slots)", (long long)t, (int)pos[t], (long long)n_ctx);
+            return;
+        }
+    struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
+    if (!pb.buf)
+        return;
+    struct conv_pc pc = {(uint32_t)op, (uint32_t)E, (uint32_t)L, (uint32_t)t0, (uint32_t)n,
+                         (uint32_t)n_ctx};
+    struct vkr_bind b[5] = {ro(bcx.buf), op == 0 ? rw(rows) : ro(rows), ro(w.buf),
+                            op == 1 ? rw(out.buf) : ro(out.buf), pb};
+    uint32_t gx = vkr_groups(E, 64);
+    vkr_cmd_dispatch(c, pipe_f(c, "conv", 5, sizeof pc), b, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)n, 1);
 }
 
 /* ================================================================ attention */
@@ -626,8 +688,7 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     if (a->n_q <= 0 || vkr_cmd_failed(c))
         return;
     if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM || a->n_head_kv < 1 ||
-        a->n_head % a->n_head_kv != 0 || a->window < 0 ||
-        (a->kv_type != QT_F32 && a->kv_type != QT_F16)) {
+        a->n_head % a->n_head_kv != 0 || a->window < 0 || kv_code(a->kv_type, a->head_dim) < 0) {
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: unsupported shape (heads %d/%d, head dim "
                      "%d, window %d, cache type %u)", (int)a->n_head, (int)a->n_head_kv,
                      (int)a->head_dim, (int)a->window, (unsigned)a->kv_type);
@@ -641,18 +702,18 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
             return;
         }
     int64_t QD = (int64_t)a->n_head * a->head_dim;
-    int64_t kv_words = ((int64_t)a->n_ctx * a->n_head_kv * a->head_dim *
-                        (a->kv_type == QT_F16 ? 2 : 4) + 3) / 4;
+    int64_t words = kv_words(a->kv_type, (int64_t)a->n_ctx * a->n_head_kv, a->head_dim);
     if (!span(c, "attention", a->q, a->n_q * QD) || !span(c, "attention", a->out, a->n_q * QD) ||
-        !span(c, "attention", vkk_at(a->k, 0), kv_words) ||
-        !span(c, "attention", vkk_at(a->v, 0), kv_words) ||
+        !span(c, "attention", vkk_at(a->k, 0), words) ||
+        !span(c, "attention", vkk_at(a->v, 0), words) ||
         a->n_q > VKK_MAX_GROUPS || a->n_head > (int32_t)VKK_MAX_GROUPS)
         return;
     struct vkr_bind pb = vkr_cmd_stage(c, a->pos, (size_t)a->n_q * sizeof *a->pos);
     if (!pb.buf)
         return;
     struct attn_pc pc = {a->q.off, a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->n_head_kv,
-                         (uint32_t)a->head_dim, (uint32_t)a->n_ctx, a->kv_type == QT_F16,
+                         (uint32_t)a->head_dim, (uint32_t)a->n_ctx,
+                         (uint32_t)kv_code(a->kv_type, a->head_dim),
                          (uint32_t)a->window, a->scale, 0};
     if (!a->part) {
         struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};

@@ -51,7 +51,7 @@ void vkk_limit_bindings(uint64_t bytes);
 uint64_t vkk_binding_bytes(struct vkr *rt);
 
 /* The weight types vkk_matmul and vkk_embed read: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
- * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (a product also needs the CPU's
+ * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 (a product also needs the CPU's
  * reference for the type: kern_type_supported). */
 bool vkk_matmul_type(enum quant_type t);
 bool vkk_rows_type(enum quant_type t);
@@ -94,11 +94,20 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
                  const int64_t *rows_idx, int64_t rows, int64_t n, float v);
 
 /* Stores rows t0..t0+n-1 of k_new, v_new (T, Hkv*D) at slots pos[t] of the head-major
- * caches (Hkv, n_ctx, D) of kv_type QT_F32 or QT_F16 (kern_kv_store). pos is the whole
+ * caches (Hkv, n_ctx, D) of kv_type QT_F32, QT_F16 or QT_Q8_0 (kern_kv_store). pos is the whole
  * batch's (host, at least t0 + n entries). */
 void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
                   const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
                   int64_t D, int64_t Hkv, int64_t n_ctx, const int32_t *pos, int64_t t0, int64_t n);
+
+/* lfm2's short convolution of tokens t0..t0+n-1 of bcx (T, 3E: B, C, x) over one run's
+ * rows (n_ctx, E) f32 (cpu_shortconv): op 0 stores B * x at slot pos[t] of rows, op 1
+ * writes out (T, E) row t = kern_shortconv of C over the slots pos[t]-L+1..pos[t] (those
+ * >= 0) with the taps w (E, L). Every run's op 0 goes before any op 1. pos is the whole
+ * batch's (host, at least t0 + n entries). */
+void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct vkr_buf *rows,
+                   struct vkk_ref w, struct vkk_ref out, const int32_t *pos, int64_t t0, int64_t n,
+                   int64_t E, int64_t L, int64_t n_ctx);
 
 /* Attention of queries q (n_q, H*D) at positions pos[0..n_q-1] (host) over one run's
  * caches, into out (n_q, H*D) (kern_attn). With part set (at least
@@ -108,7 +117,7 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 struct vkk_attn {
     struct vkk_ref q, out;
     const struct vkr_buf *k, *v;   /* head-major (Hkv, n_ctx, D) */
-    uint32_t kv_type;              /* QT_F32 or QT_F16 */
+    uint32_t kv_type;              /* QT_F32, QT_F16 or QT_Q8_0 (D a multiple of 32) */
     const int32_t *pos;
     int64_t n_q, n_ctx;
     int32_t n_head, n_head_kv, head_dim, window;

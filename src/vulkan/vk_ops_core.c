@@ -162,6 +162,19 @@ void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
     }
 }
 
+/* Every run's stores, then every run's convolutions (a token reads the rows of the tokens
+ * before it, stored in this pass or an earlier one). */
+void vk_op_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    struct vkr_cmd *c = vk_stream_cmd(s);
+    for (int op = 0; op < 2; op++)
+        for (int64_t r = 0; r < b->n_runs; r++) {
+            const struct kern_kv_run *run = &b->runs[r];
+            vkk_shortconv(c, op, at(b->bcx, 0), vk_buf(run->k), at(b->w, 0), at(b->out, 0),
+                          b->pos, run->t0, run->n, b->n_embd, b->n_taps, run->n_ctx);
+        }
+}
+
 /* The product into the logits scratch, the bias on every row, and the read into host
  * memory at the end of the pass; in groups of rows when M rows of logits would be over the
  * device's largest storage binding (a prompt with every row out). */

@@ -18,4 +18,5 @@ void vk_ops_fill(struct kern_backend_ops *ops)
     ops->kv_store = vk_op_kv_store;
     ops->attention = vk_op_attention;
     ops->logits = vk_op_logits;
+    ops->shortconv = vk_op_shortconv;
 }

@@ -177,12 +177,13 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             enum kn_status st = kern_backend_check(&vb->base, pool, &err);
             kern_pool_free(pool);
             t->ops_equal = st == KN_OK;
-            if (t->ops_equal)
-                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check)%s%s",
-                         kern_backend_has_moe(&vb->base)
-                             ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)",
-                         kern_backend_has_shortconv(&vb->base)
-                             ? "" : "; no short convolution yet (lfm2's conv layers stay on the CPU)");
+            char lack[256];
+            if (t->ops_equal && kern_backend_missing_optional(&vb->base, lack, sizeof lack))
+                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check); no op "
+                         "%.200s yet: such layers run only on the CPU (fewer --gpu-layers)", lack);
+            else if (t->ops_equal)
+                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check), the "
+                         "optional ones included");
             else
                 snprintf(ops, sizeof ops, "ops differ from the CPU: %.440s", err.msg);
         }

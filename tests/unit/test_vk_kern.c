@@ -73,6 +73,12 @@ static void rand_f(float *x, int64_t n, float scale)
 static void random_weights(enum quant_type t, int64_t N, int64_t K, void *buf)
 {
     tu_random_weights(t, N, K, buf);
+    if (t == QT_MXFP4) { /* E8M0 scales 2^-10 .. 2^5, every block */
+        for (int64_t b = 0; b < N * (K / QK_MXFP4); b++)
+            ((uint8_t *)buf)[b * (int64_t)sizeof(struct block_mxfp4)] =
+                (uint8_t)(118 + (int)(tu_uniform() * 8.0f + 8.0f) % 16);
+        return;
+    }
     size_t d = 0, dmin = 0;
     switch (t) {
     case QT_Q2_K: d = 80, dmin = 82; break;
@@ -94,7 +100,8 @@ static void random_weights(enum quant_type t, int64_t N, int64_t K, void *buf)
  * (kern_type_supported), the rows those it dequantizes. */
 static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,  QT_Q4_0,
                                             QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,  QT_Q5_K,
-                                            QT_Q6_K, QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS};
+                                            QT_Q6_K, QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS,
+                                            QT_MXFP4};
 #define MAX_M 17
 
 /* x: (MAX_M, K) rows of different magnitudes, one all zero, one with a spike, a NaN-free

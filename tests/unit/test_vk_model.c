@@ -1,8 +1,8 @@
 /* test_vk_model.c: whole models on the Vulkan backend give the CPU's logits bit for bit:
  * aidreams260K and a tiny synth model of several architectures and weight mixes (llama
  * Q4_K_M, qwen2 Q8_0 with an f16 cache, qwen3 Q5_1, gemma3 Q4_K_M with sliding-window
- * layers and an f16 cache), run wholly on the device and with only the first layers on it
- * (--gpu-layers), through the script of test_backend_seam.c: a prompt in two chunks,
+ * layers and an f16 cache, qwen3 Q4_K_M with a q8_0 cache, lfm2 Q4_K_M with its short-convolution layers), run wholly on the device and with only the first layers on it
+ * (--gpu-layers), through the shared script of model_script.h: a prompt in two chunks,
  * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
  * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
@@ -11,6 +11,8 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "synth/synth.h"
+
+#include "model_script.h"
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_kern.h"
 
@@ -21,99 +23,6 @@
 
 static struct kern_backend *g_vk;
 
-struct runner {
-    struct model *m;
-    struct model_kv kv[2];
-    struct model_fwd *f;
-};
-
-static bool runner_open(struct runner *r, const char *path, int64_t dev_layers,
-                        enum model_kv_type kt, struct kern_pool *pool)
-{
-    struct kn_err err = {0};
-    memset(r, 0, sizeof *r);
-    struct model_load_opts lo = {.repack = true, .device = dev_layers ? g_vk : NULL,
-                                 .device_layers = dev_layers};
-    CHECKF(model_open(&r->m, path, &lo, &err) == KN_OK, "%s", err.msg);
-    if (!r->m)
-        return false;
-    for (int i = 0; i < 2; i++)
-        CHECKF(model_kv_init(&r->kv[i], r->m, 64, kt, &err) == KN_OK, "%s", err.msg);
-    CHECKF(model_fwd_create(&r->f, r->m, 16, pool, &err) == KN_OK, "%s", err.msg);
-    return r->f != NULL;
-}
-
-static void runner_close(struct runner *r)
-{
-    model_fwd_free(r->f);
-    for (int i = 0; i < 2; i++)
-        model_kv_free(&r->kv[i]);
-    model_close(r->m);
-}
-
-/* The logits of a fixed script of calls, all written to out (steps * 16 * n_vocab):
- * a prompt in two chunks with every row out, rows out of order, a chunk with no output,
- * greedy decode, and two sequences in one model_forward_multi batch. */
-enum { STEPS = 12, ROWS = 16 };
-
-static int32_t argmax(const float *x, int64_t n)
-{
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = (int32_t)i;
-    return best;
-}
-
-static void run_script(struct runner *r, const int32_t *prompt, int n_prompt, float *out)
-{
-    struct kn_err err = {0};
-    const int64_t V = r->m->hp.n_vocab;
-    int32_t pos[ROWS];
-    int64_t rows[ROWS];
-    for (int i = 0; i < ROWS; i++)
-        pos[i] = i;
-    /* chunk 1: 5 tokens, every row in order */
-    for (int i = 0; i < ROWS; i++)
-        rows[i] = i;
-    CHECKF(model_forward(r->f, &r->kv[0], prompt, pos, 5, rows, 5, out, &err) == KN_OK, "%s",
-           err.msg);
-    /* chunk 2: the rest, rows reversed (not compacted) */
-    int n2 = n_prompt - 5;
-    for (int i = 0; i < n2; i++)
-        rows[i] = n2 - 1 - i;
-    CHECKF(model_forward(r->f, &r->kv[0], prompt + 5, pos + 5, n2, rows, n2, out + 1 * ROWS * V,
-                         &err) == KN_OK, "%s", err.msg);
-    /* the same prompt into cache 1 with no output, then its last row alone (compacted) */
-    CHECKF(model_forward(r->f, &r->kv[1], prompt, pos, n_prompt - 1, rows, 0, NULL, &err) == KN_OK,
-           "%s", err.msg);
-    int64_t last = 0;
-    CHECKF(model_forward(r->f, &r->kv[1], prompt + n_prompt - 1, pos + n_prompt - 1, 1, &last, 1,
-                         out + 2 * ROWS * V, &err) == KN_OK, "%s", err.msg);
-    /* greedy decode on cache 0, and a two-sequence batch (cache 1 gets two tokens) */
-    int32_t tok = argmax(out + 1 * ROWS * V, V), p = n_prompt, p1 = n_prompt;
-    for (int step = 3; step < STEPS; step++) {
-        if (step % 3 == 0) {
-            struct model_kv *kvs[3] = {&r->kv[0], &r->kv[1], &r->kv[1]};
-            int32_t toks[3] = {tok, (tok + 7) % (int32_t)V, (tok + 11) % (int32_t)V};
-            int32_t ps[3] = {p, p1, p1 + 1};
-            int64_t rs[2] = {2, 0};
-            CHECKF(model_forward_multi(r->f, kvs, toks, ps, 3, rs, 2, out + step * ROWS * V,
-                                       &err) == KN_OK,
-                   "%s", err.msg);
-            tok = argmax(out + step * ROWS * V + V, V);
-            p++;
-            p1 += 2;
-        } else {
-            CHECKF(model_forward(r->f, &r->kv[0], &tok, &p, 1, &last, 1, out + step * ROWS * V,
-                                 &err) == KN_OK,
-                   "%s", err.msg);
-            tok = argmax(out + step * ROWS * V, V);
-            p++;
-        }
-    }
-}
-
 /* Runs the script on the CPU, wholly on the device, and split (the device runs the first
  * `split` layers), and compares every logit's bits. */
 static void compare(const char *what, const char *path, int64_t split, enum model_kv_type kt,
@@ -121,7 +30,7 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
 {
     static const int32_t prompt[] = {1, 303, 433, 360, 281, 269, 435, 447, 300, 12};
     struct runner cpu, all, part;
-    if (!runner_open(&cpu, path, 0, kt, pool))
+    if (!runner_open(&cpu, path, g_vk, 0, kt, pool))
         return;
     const int64_t V = cpu.m->hp.n_vocab, L = cpu.m->hp.n_layer;
     size_t n = (size_t)STEPS * ROWS * (size_t)V;
@@ -131,14 +40,14 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
     for (int i = 0; i < 10; i++)
         pr[i] = prompt[i] % (int32_t)V;
     run_script(&cpu, pr, 10, a);
-    if (runner_open(&all, path, L + 3, kt, pool)) {
+    if (runner_open(&all, path, g_vk, L + 3, kt, pool)) {
         CHECK(all.m->n_dev_layers == L && all.m->layers[L - 1].be == g_vk);
         run_script(&all, pr, 10, b);
         CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "%s: Vulkan logits differ from the CPU's",
                what);
         runner_close(&all);
     }
-    if (runner_open(&part, path, split, kt, pool)) {
+    if (runner_open(&part, path, g_vk, split, kt, pool)) {
         CHECK(part.m->layers[split - 1].be == g_vk &&
               part.m->layers[split].be == kern_backend_cpu());
         run_script(&part, pr, 10, c);
@@ -163,6 +72,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_QWEN3, SYNTH_Q4_K_M, MODEL_KV_Q8_0},
+        {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
     };
     char path[] = "/tmp/kn_vkmodel_XXXXXX";
     int fd = mkstemp(path);

@@ -45,6 +45,7 @@ layout(push_constant) uniform P {
 #define T_Q3_K 11
 #define T_IQ4_NL 20
 #define T_IQ4_XS 23
+#define T_MXFP4 39
 
 #define KN_WORDS(i) wq[i]
 #include "kn_common.glsl"
@@ -87,6 +88,8 @@ layout(push_constant) uniform P {
 #define WBS 18u
 #elif KN_QT == T_IQ4_XS
 #define WBS 136u
+#elif KN_QT == T_MXFP4
+#define WBS 17u
 #else
 #define WBS 210u
 #endif
@@ -115,6 +118,15 @@ uint iq4_levels(uint raw)
     return r;
 }
 
+/* The four nibbles at bits 0..3 of each byte of raw as their MXFP4 values (doubled). */
+uint mxfp4_values(uint raw)
+{
+    uint r = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++)
+        r |= (uint(KN_MXFP4_VALUES[(raw >> (8u * i)) & 0x0fu]) & 0xffu) << (8u * i);
+    return r;
+}
+
 /* The exact integer sums of one item: weight block at byte wb, activation block at word
  * xa, part p. */
 void item(uint wb, uint xa, uint p, out int isum, out int imin)
@@ -129,6 +141,12 @@ void item(uint wb, uint xa, uint p, out int isum, out int imin)
         uint raw = kn_ld32(wb + 2u + 4u * w);
         isum += kn_dot4_ss(iq4_levels(raw), xq[xa + 2u + w]) +
                 kn_dot4_ss(iq4_levels(raw >> 4), xq[xa + 6u + w]);
+    }
+#elif KN_QT == T_MXFP4
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint raw = kn_ld32(wb + 1u + 4u * w);
+        isum += kn_dot4_ss(mxfp4_values(raw), xq[xa + 2u + w]) +
+                kn_dot4_ss(mxfp4_values(raw >> 4), xq[xa + 6u + w]);
     }
 #elif KN_QT == T_IQ4_XS
     uint qs = wb + 8u + 16u * p;
@@ -266,6 +284,8 @@ void main()
                 float dw = kn_f16(kn_ld16(wb + 80u));
 #elif KN_QT == T_Q3_K
                 float dw = kn_f16(kn_ld16(wb + 108u));
+#elif KN_QT == T_MXFP4
+                float dw = kn_e8m0_half(kn_ld8(wb));
 #else
                 float dw = kn_f16(kn_ld16(wb));
 #endif
