@@ -11,6 +11,12 @@
 
 /* ================================================================ names */
 
+const char *model_pooling_name(enum model_pooling p)
+{
+    static const char *const names[] = {"none", "mean", "cls", "last"};
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "unknown";
+}
+
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
                                                          "qwen3moe", "lfm2", "lfm2moe", "gemma2",
                                                          "phi3", "granite", "smollm3", "olmo2"};
@@ -231,6 +237,13 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         return kn_fail(err, KN_E_FORMAT, "head_count %lld is not a multiple of head_count_kv %lld",
                        (long long)hp->n_head, (long long)hp->n_head_kv);
     TRY(model_moe_read_hparams(g, arch, hp, err));
+    int64_t pooling = MODEL_POOLING_NONE;
+    TRY(get_int(g, arch, "pooling_type", &pooling, &found, err));
+    if (pooling > MODEL_POOLING_LAST)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "%s.pooling_type %lld is not supported (0 none, 1 mean, 2 cls, 3 last; "
+                       "4 is a reranker's rank pooling)", arch, (long long)pooling);
+    hp->pooling = (enum model_pooling)pooling;
 
     hp->head_dim_k = hp->n_embd / hp->n_head;
     hp->head_dim_v = hp->n_embd / hp->n_head;
