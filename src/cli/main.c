@@ -19,6 +19,7 @@ static const struct command commands[] = {
     {"chat", cmd_chat, "talk with a model: line editing, receipts, Warm Start, Zero Wait"},
     {"devices", cmd_devices, "list the devices --device can name, and the numerics each meets"},
     {"info", cmd_info, "describe a GGUF model file"},
+    {"perplexity", cmd_perplexity, "measure perplexity and KL divergence over a text, like llama-perplexity"},
     {"run", cmd_run, "generate text from a prompt"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with Convoy batching"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},
