@@ -131,20 +131,15 @@ def test_kl_divergence_against_itself_and_the_reference(base, tmp_path):
     assert abs(kld) < 1e-4 and top == 100.0, p.stdout
     assert len(re.findall(r"^ +\d+ +[0-9.]+ ±", p.stdout, re.M)) == CHUNKS, p.stdout
 
-    # A base file written here from the float64 reference, in the same layout: the
-    # perplexity --kl-divergence reports for it is the reference's, computed here.
-    n_ctx, n_vocab, toks = base["n_ctx"], base["n_vocab"], base["toks"]
-    nv = 2 * ((n_vocab + 1) // 2) + 4
+    # A base file from the float64 reference (bench/kld_ref.py, the tool docs/performance.md
+    # uses for each engine's KLD against the truth), same layout: the perplexity
+    # --kl-divergence reports for it is the reference's, computed here.
+    n_ctx, toks = base["n_ctx"], base["toks"]
     path = tmp_path / "ref.kld"
-    with open(path, "wb") as f:
-        f.write(b"_logits_" + struct.pack("<Iii", n_ctx, n_vocab, toks.shape[0]))
-        f.write(toks.astype("<i4").tobytes())
-        for lp in base["ref"]:
-            for row in lp:
-                lo = max(row.min(), row.max() - 16.0)
-                scale = np.float32((row.max() - lo) / 65535.0)
-                q = np.where(row > lo, np.rint((row - lo) / scale), 0).astype("<u2")
-                f.write(struct.pack("<ff", scale, lo) + q.tobytes() + b"\0" * 2 * (nv - 4 - n_vocab))
+    r = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "kld_ref.py"), "--model", MODEL,
+                        "--tokens-from", base["path"], "--chunks", str(CHUNKS), "-o", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
     p = kn(MODEL, "--kl-divergence", "--kl-divergence-base", str(path), "-c", str(n_ctx))
     assert p.returncode == 0, p.stderr
     _, ref_ppl, _ = ppl_of(base["ref"], toks, n_ctx)
