@@ -88,7 +88,8 @@ struct kern_stream_shape {
 };
 
 /* The products' gated activations: y = act(g) * u. */
-enum kern_glu { KERN_GLU_SWIGLU = 0, KERN_GLU_GEGLU = 1 };
+enum kern_glu { KERN_GLU_SWIGLU = 0, KERN_GLU_GEGLU = 1,
+                KERN_GLU_SWIGLU_OAI = 2 /* gpt-oss's clamped SwiGLU, kern_swiglu_oai */ };
 
 /* One run of batch tokens sharing a KV cache (one sequence), for one layer. */
 struct kern_kv_run {
@@ -114,6 +115,8 @@ struct kern_attn_batch {
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
     float softcap;                  /* 0 for attention; c > 0 (attention_softcap only):
                                      * score = kern_softcapf(score, c) */
+    const struct kern_buf *sinks;   /* NULL for attention; (H) f32 (attention_sinks only):
+                                     * gpt-oss's per-head sink logits (ops.h kern_attn_args) */
 };
 
 /* lfm2's short convolution over a batch (ops.h kern_shortconv; docs/numerics.md "Short
@@ -134,10 +137,14 @@ struct kern_conv_batch {
  * gate and up (F, E), down (E, F). */
 struct kern_moe_ffn {
     int32_t n_expert, n_used;             /* k of n */
-    enum kern_glu act;                    /* y = act(gate x) * up x */
+    enum kern_glu act;                    /* y = act(gate x) * up x; KERN_GLU_SWIGLU_OAI only
+                                           * through moe_ffn_oai */
     const struct kern_buf *const *gate;   /* (n_expert) */
     const struct kern_buf *const *up;     /* (n_expert) */
     const struct kern_buf *const *down;   /* (n_expert) */
+    /* gpt-oss (moe_ffn_oai only; NULL otherwise): per-expert biases added to each product's
+     * output rows, gate and up (F) before the activation, down (E) before the weighting. */
+    const struct kern_buf *const *gate_b, *const *up_b, *const *down_b; /* (n_expert) each */
 };
 
 struct kern_backend_ops {
@@ -241,6 +248,17 @@ struct kern_backend_ops {
      * and kern_backend_check leaves it out. */
     /* As attention, for a batch with softcap > 0 (attention is called with softcap 0). */
     void (*attention_softcap)(struct kern_stream *s, const struct kern_attn_batch *b);
+
+    /* ---- gpt-oss (docs/numerics.md "gpt-oss"). A device may leave these NULL: model_open
+     * then refuses to place a gpt-oss layer on it, naming the op, and kern_backend_check
+     * leaves them out. */
+    /* As attention, for a batch with sinks (attention is called with sinks NULL). */
+    void (*attention_sinks)(struct kern_stream *s, const struct kern_attn_batch *b);
+    /* As moe_ffn, with act KERN_GLU_SWIGLU_OAI (gate and up first plus their biases) and
+     * the expert biases of f (any of them may be NULL). */
+    void (*moe_ffn_oai)(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                        const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                        struct kern_buf *y);
 };
 
 struct kern_backend {
@@ -281,7 +299,9 @@ KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct ke
     REQ(to_host) REQ(from_host)                                                                 \
     OPT(moe_route, "mixture-of-experts layers")                                                 \
     OPT(moe_ffn, "mixture-of-experts layers")                                                   \
-    OPT(attention_softcap, "gemma2's soft-capped attention layers")
+    OPT(attention_softcap, "gemma2's soft-capped attention layers")                             \
+    OPT(attention_sinks, "gpt-oss's attention layers (sinks)")                                  \
+    OPT(moe_ffn_oai, "gpt-oss's expert layers (clamped SwiGLU, expert biases)")
 
 /* KERN_OP_<name>: an op's index in the table (and its slot in struct kern_backend_ops). */
 #define KERN_OP_ENUM_REQ_(name) KERN_OP_##name,
@@ -319,6 +339,17 @@ static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
 static inline bool kern_backend_has_softcap(const struct kern_backend *be)
 {
     return kern_backend_has_op(be, KERN_OP_attention_softcap);
+}
+
+/* gpt-oss's pair: attention sinks and its expert FFN (clamped SwiGLU with expert biases).
+ * The name of the first of them be lacks, or NULL when it has both. */
+static inline const char *kern_backend_missing_gptoss_op(const struct kern_backend *be)
+{
+    static const enum kern_op pair[2] = {KERN_OP_attention_sinks, KERN_OP_moe_ffn_oai};
+    for (int i = 0; i < 2; i++)
+        if (!kern_backend_has_op(be, pair[i]))
+            return kern_backend_op_table[pair[i]].name;
+    return NULL;
 }
 
 /* Frees b through its backend; NULL is allowed. */

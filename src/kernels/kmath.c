@@ -43,6 +43,15 @@ float kern_siluf(float x)
     return x / (1.0f + kern_expf(-x));
 }
 
+float kern_swiglu_oaif(float g, float u)
+{
+    float x = KERN_OAI_LIMIT < g ? KERN_OAI_LIMIT : g;
+    float y = KERN_OAI_LIMIT < u ? KERN_OAI_LIMIT : u;
+    y = -KERN_OAI_LIMIT > y ? -KERN_OAI_LIMIT : y;
+    float sig = x / (1.0f + kern_expf(-(KERN_OAI_ALPHA * x)));
+    return sig * (y + 1.0f);
+}
+
 float kern_geluf(float x)
 {
     float z2 = x * fmaf(x * x, KN_GELU_C1, KN_GELU_C0);

@@ -39,6 +39,17 @@ static inline float kn_sum_ref(const float *a, int64_t n)
     return kn_tree16(acc);
 }
 
+/* The attention sink's merge (ops.h kern_attn_args.sinks) into the running (m, l) of a
+ * (query, head) pair; returns the factor a the caller multiplies every o[d] by. */
+static inline float kn_attn_sink(float sink, float *m, float *l)
+{
+    float mn = sink > *m ? sink : *m;
+    float a = kern_expf(*m - mn), b = kern_expf(sink - mn);
+    *l = *l * a + b;
+    *m = mn;
+    return a;
+}
+
 static inline float kn_bits_f32(uint32_t u)
 {
     float f;

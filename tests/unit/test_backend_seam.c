@@ -292,6 +292,7 @@ static void ref_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .kv_type = b->kv_type, .n_kv = run->n_kv, .n_head = b->n_head,
             .n_head_kv = b->n_head_kv, .head_dim = b->head_dim, .scale = b->scale,
             .softcap = b->softcap, .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
+            .sinks = b->sinks ? D(b->sinks) : NULL,
         };
         struct kn_err err = {0};
         CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
@@ -375,11 +376,19 @@ static void ref_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, con
             int32_t ex = id[t * k + r];
             ref_product(f->gate[ex]->w, D(x) + t * E, 1, g);
             ref_product(f->up[ex]->w, D(x) + t * E, 1, u);
+            if (f->gate_b) /* gpt-oss's expert biases */
+                SC()->add(g, g, D(f->gate_b[ex]), F);
+            if (f->up_b)
+                SC()->add(u, u, D(f->up_b[ex]), F);
             if (f->act == KERN_GLU_GEGLU)
                 SC()->geglu(g, g, u, F);
+            else if (f->act == KERN_GLU_SWIGLU_OAI)
+                SC()->swiglu_oai(g, g, u, F);
             else
                 SC()->swiglu(g, g, u, F);
             ref_product(f->down[ex]->w, g, 1, e);
+            if (f->down_b)
+                SC()->add(e, e, D(f->down_b[ex]), E);
             SC()->scale(r == 0 ? yt : e, e, D(w)[t * k + r], E);
             if (r > 0)
                 SC()->add(yt, yt, e, E);
@@ -420,6 +429,8 @@ static const struct kern_backend_ops ref_ops = {
     .from_host = ref_from_host,
     .moe_route = ref_moe_route,
     .moe_ffn = ref_moe_ffn,
+    .attention_sinks = ref_attention,
+    .moe_ffn_oai = ref_moe_ffn,
 };
 
 static struct ref_backend g_ref = {.base = {.ops = &ref_ops, .name = "ref"}};
@@ -493,6 +504,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_GRANITE, SYNTH_Q6_K, MODEL_KV_F32},
         {SYNTH_SMOLLM3, SYNTH_Q4_0, MODEL_KV_F16},
         {SYNTH_OLMO2, SYNTH_Q8_0, MODEL_KV_F32},
+        {SYNTH_GPTOSS, SYNTH_MXFP4_MOE, MODEL_KV_F16},
+        {SYNTH_GPTOSS, SYNTH_Q4_K_M, MODEL_KV_F32},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -555,6 +568,25 @@ static void test_synth(struct kern_pool *pool)
             CHECKF(strstr(err.msg, "needs the attention_softcap op, which nocap lacks; run layer 0 on the CPU") != NULL,
                    "%s", err.msg);
             CHECK_EQ_INT(nocap.live_bufs, 0);
+        }
+        if (arch == SYNTH_GPTOSS) {
+            /* A device without gpt-oss's sinks, or without its expert FFN: refused, named. */
+            for (int which = 0; which < 2; which++) {
+                struct kern_backend_ops ops = ref_ops;
+                if (which == 0)
+                    ops.attention_sinks = NULL;
+                else
+                    ops.moe_ffn_oai = NULL;
+                struct ref_backend dev = {.base = {.ops = &ops, .name = "nooai"}};
+                struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 1};
+                struct model *m = NULL;
+                CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+                CHECKF(strstr(err.msg, which == 0 ? "need the attention_sinks op, which nooai lacks"
+                                                  : "need the moe_ffn_oai op, which nooai lacks") != NULL,
+                       "%s", err.msg);
+                CHECK_EQ_INT(dev.live_bufs, 0);
+                CHECKF(kern_backend_check(&dev.base, pool, &err) == KN_OK, "%s", err.msg);
+            }
         }
     }
     unlink(path);

@@ -904,5 +904,21 @@ int main(void)
     unlink(lfm2);
     if (!ok)
         return 1;
+    /* gpt-oss (tiny synth, MXFP4 experts): attention sinks and windowed layers under
+     * drafting's rollback, the prompt cache and the slots. */
+    char oss[] = "/tmp/kn_spec_gptoss_XXXXXX";
+    fd = mkstemp(oss);
+    CHECK(fd >= 0);
+    close(fd);
+    p = (struct synth_params){.arch = SYNTH_GPTOSS, .ftype = SYNTH_MXFP4_MOE, .seed = 4, .threads = 1,
+                              .name = "spec"};
+    arch = SYNTH_GPTOSS;
+    CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+    p.dims.n_swa = 8; /* the window slides within the checks' sequences */
+    CHECKF(synth_write(&p, oss, &err) == KN_OK, "%s", err.msg);
+    ok = run_all(oss);
+    unlink(oss);
+    if (!ok)
+        return 1;
     CHECK_DONE();
 }
