@@ -20,7 +20,7 @@ struct device {
     char name[256];           /* the receipt's device.name: the CPU's or GPU's model name */
     const char *numerics;     /* the numerics class it computes: KN_NUMERICS, or the
                                  device's own (its self-test failed: see report) */
-    char report[1024];        /* the self-test's findings ("" for the CPU) */
+    char report[2048];        /* the self-test's findings ("" for the CPU) */
 };
 
 /* Whether spec is a device name the registry knows the form of (cpu, vulkan, vulkan:N). */

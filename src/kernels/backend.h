@@ -300,8 +300,8 @@ KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct ke
     OPT(moe_route, "mixture-of-experts layers")                                                 \
     OPT(moe_ffn, "mixture-of-experts layers")                                                   \
     OPT(attention_softcap, "gemma2's soft-capped attention layers")                             \
-    OPT(attention_sinks, "gpt-oss's attention layers (sinks)")                                  \
-    OPT(moe_ffn_oai, "gpt-oss's expert layers (clamped SwiGLU, expert biases)")
+    OPT(attention_sinks, "gpt-oss's attention layers")                                          \
+    OPT(moe_ffn_oai, "gpt-oss's expert layers")
 
 /* KERN_OP_<name>: an op's index in the table (and its slot in struct kern_backend_ops). */
 #define KERN_OP_ENUM_REQ_(name) KERN_OP_##name,

@@ -16,7 +16,7 @@ struct vk_selftest {
     bool denormals_kept;   /* subnormal inputs and results are not flushed */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
     double seconds;
-    char report[1024];     /* each finding, and the failed check named */
+    char report[2048];     /* each finding, and the failed check named */
 };
 
 /* Opens Vulkan device index as a backend (name "vulkan:<index>"). A device is opened once

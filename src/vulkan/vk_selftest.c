@@ -165,7 +165,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     free(out);
 
     /* The ops against the CPU: the check that decides. */
-    char ops[512];
+    char ops[1024];
     const char *miss = kern_backend_missing_op(&vb->base);
     if (miss) {
         snprintf(ops, sizeof ops, "ops: not checked, the backend has no op '%s' yet", miss);
@@ -177,10 +177,10 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             enum kn_status st = kern_backend_check(&vb->base, pool, &err);
             kern_pool_free(pool);
             t->ops_equal = st == KN_OK;
-            char lack[256];
+            char lack[640];
             if (t->ops_equal && kern_backend_missing_optional(&vb->base, lack, sizeof lack))
                 snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check); no op "
-                         "%.200s yet: such layers run only on the CPU (fewer --gpu-layers)", lack);
+                         "%.640s yet: such layers run only on the CPU (fewer --gpu-layers)", lack);
             else if (t->ops_equal)
                 snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check), the "
                          "optional ones included");
