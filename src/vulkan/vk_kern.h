@@ -38,10 +38,32 @@ enum vkk_fma { VKK_FMA_NATIVE = 0, VKK_FMA_F64 = 1 };
  * device cannot compute canonical-1). */
 KN_MUST_USE enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *err);
 /* The mode the recording functions use on rt: set by vkk_fma_set, else probed once on
- * first use (a failed probe records the pass's error). vkk_fma_forget drops rt's entry
- * (call before vkr_close). */
+ * first use (a failed probe records the pass's error). vkk_fma_forget drops rt's modes
+ * (this one and the division mode below; call before vkr_close). */
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode);
 void vkk_fma_forget(struct vkr *rt);
+
+/* How the shaders divide and take square roots (kn_common.glsl kn_div, kn_sqrt): the
+ * driver's / and sqrt, or (soft_*) exact integer builds, correctly rounded on any device.
+ * vkk_divsqrt_probe runs the driver's on vkk_divsqrt_cases against the CPU's a / b and
+ * sqrtf: *mode has soft_div / soft_sqrt set for the one that differs (the counts in
+ * *bad_div, *bad_sqrt, either may be NULL), after checking the integer builds on the same
+ * cases; KN_E_MISMATCH when those differ too. The recording functions probe on first use
+ * unless vkk_divsqrt_set set the mode (vkk_fma_forget drops it too). */
+struct vkk_divsqrt {
+    bool soft_div, soft_sqrt;
+};
+KN_MUST_USE enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode,
+                                             int *bad_div, int *bad_sqrt, struct kn_err *err);
+void vkk_divsqrt_set(struct vkr *rt, struct vkk_divsqrt mode);
+/* Fills up to n pairs (a, b): quotients and (of a) roots within 2^-44 of a rounding tie
+ * at normal, subnormal and huge magnitudes, the special values, random pairs; returns
+ * how many. */
+int vkk_divsqrt_cases(float *a, float *b, int n);
+/* q[i] = a[i] / b[i] and r[i] = sqrt(a[i]) on rt with mode's builds (the probe's shader). */
+KN_MUST_USE enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode,
+                                           const float *a, const float *b, int n, float *q,
+                                           float *r, struct kn_err *err);
 
 /* Tensors larger than the device's largest storage binding (maxStorageBufferRange:
  * 128 MiB on lavapipe, less than Gemma 3's embedding) are bound in parts of whole rows,

@@ -2,12 +2,15 @@
  * canonical-1 needs IEEE add and multiply (Vulkan's are correctly rounded), a fused
  * fmaf, correctly rounded division and sqrt and denormals kept. The probes run the
  * driver's own fma, /, sqrt, * and + (shaders/selftest.comp) on crafted triples and
- * compare every result with the CPU's; then kern_backend_check runs every op of the
+ * compare every result with the CPU's; division and sqrt also on vkk_divsqrt_probe's hard
+ * cases, and where the driver's differ the shaders switch to their integer builds
+ * (kn_common.glsl); then kern_backend_check runs every op of the
  * backend against the CPU on crafted inputs, which decides: a device whose ops give the
  * CPU's bytes computes canonical-1 (the shaders work around what the probes find, e.g.
  * an unfused fma), one that does not gets its own class. The probes' findings go into
  * the report either way, so a failed check is named. */
 #include "vk_backend.h"
+#include "vk_kern.h"
 #include "vk_ops.h"
 
 #include <math.h>
@@ -120,7 +123,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     double t0 = kn_now();
     struct kn_err err = {0};
     uint32_t *in = malloc(3 * ST_N * 4), *out = malloc(5 * ST_N * 4);
-    char probes[384] = "";
+    char probes[500] = "";
     bool probed = false;
     if (!in || !out) {
         snprintf(probes, sizeof probes, "probes: out of memory");
@@ -151,12 +154,32 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             t->sqrt_rounded = sqrt_bad == 0;
             t->denormals_kept = den_bad == 0;
             t->arith_ok = arith_bad == 0;
+            /* division and sqrt on the hard cases too (within 2^-44 of a tie); where the
+             * driver's differ anywhere, the shaders use the integer builds */
+            struct vkk_divsqrt ds = {0};
+            int hd = 0, hs = 0;
+            char dsr[72] = "";
+            if (vkk_divsqrt_probe(vb->rt, &ds, &hd, &hs, &err) == KN_OK) {
+                t->div_rounded = t->div_rounded && hd == 0;
+                t->sqrt_rounded = t->sqrt_rounded && hs == 0;
+                ds.soft_div = !t->div_rounded;
+                ds.soft_sqrt = !t->sqrt_rounded;
+                vkk_divsqrt_set(vb->rt, ds);
+                t->div_soft = ds.soft_div;
+                t->sqrt_soft = ds.soft_sqrt;
+                t->divsqrt_ok = true;
+            } else {
+                snprintf(dsr, sizeof dsr, " (%.60s)", err.msg);
+            }
+            const char *fix = t->divsqrt_ok ? ", the shaders use the integer build" : "";
             snprintf(probes, sizeof probes,
-                     "fma %s (%d of %d differ from fmaf); division %s; sqrt %s; add and "
+                     "fma %s (%d of %d differ from fmaf); division %s%s%s; sqrt %s%s%s; add and "
                      "multiply %s; denormals %s (%d of %d subnormal results differ)",
                      t->fma_fused ? "fused" : "not fused", fma_bad, ST_N / 2,
                      t->div_rounded ? "correctly rounded" : "NOT correctly rounded",
+                     t->div_rounded ? "" : fix, dsr,
                      t->sqrt_rounded ? "correctly rounded" : "NOT correctly rounded",
+                     t->sqrt_rounded ? "" : fix, dsr,
                      t->arith_ok ? "IEEE" : "NOT IEEE",
                      t->denormals_kept ? "kept" : "NOT kept", den_bad, 5 * (ST_N / 2));
         }
@@ -188,8 +211,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
                 snprintf(ops, sizeof ops, "ops differ from the CPU: %.440s", err.msg);
         }
     }
-    t->canonical = probed && t->ops_equal && t->div_rounded && t->sqrt_rounded &&
-                   t->denormals_kept && t->arith_ok;
+    t->canonical = probed && t->ops_equal && t->divsqrt_ok && t->denormals_kept && t->arith_ok;
     t->seconds = kn_now() - t0;
-    snprintf(t->report, sizeof t->report, "%s; %s (%.2f s)", probes, ops, t->seconds);
+    snprintf(t->report, sizeof t->report, "%.490s; %.490s (%.2f s)", probes, ops, t->seconds);
 }
