@@ -641,11 +641,12 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
 /* ================================================================ products */
 
 struct mm_f_pc {
-    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base;
+    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base, expert, sel_off;
 };
 struct mm_q_pc {
-    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base;
+    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base, expert, sel_off;
 };
+#define MM_ALL_ROWS 0xffffffffu /* mm_*.glsl KN_ALL_ROWS */
 
 static const char *mm_shader(enum quant_type t)
 {
@@ -674,7 +675,18 @@ static const char *mm_shader(enum quant_type t)
 void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
                 struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy)
 {
+    vkk_matmul_expert(c, w, wbuf, x, q, M, y, ldy, NULL, 0, -1, M);
+}
+
+void vkk_matmul_expert(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                       struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y,
+                       int64_t ldy, const struct vkr_buf *groups, int32_t n_expert,
+                       int32_t expert, int64_t max_rows)
+{
     if (M <= 0 || vkr_cmd_failed(c))
+        return;
+    struct vkk_ref sel = vkk_at(groups, 0);
+    if (expert >= 0 && !span(c, "matmul", sel, n_expert + (int64_t)n_expert * M))
         return;
     if (!vkk_matmul_type(w->type)) {
         vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan matmul: no shader for weight type %u",
@@ -686,20 +698,24 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
         return;
     const struct vkr_pipe *p;
-    struct vkr_bind b[3] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf)};
+    /* without a row selection the weights stand in for the unread sel binding */
+    struct vkr_bind b[4] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf),
+                            ro(expert >= 0 ? sel.buf : wbuf)};
+    const uint32_t ex = expert >= 0 ? (uint32_t)expert : MM_ALL_ROWS;
+    const uint32_t so = expert >= 0 ? (uint32_t)(n_expert + (int64_t)expert * M) : 0;
     struct mm_f_pc pf = {(uint32_t)w->type, (uint32_t)w->N, (uint32_t)w->K, (uint32_t)M,
-                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0};
+                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0, ex, so};
     struct mm_q_pc pq = {(uint32_t)w->N, (uint32_t)w->K, (uint32_t)M, (uint32_t)w->row_bytes,
                          q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
-                         (uint32_t)ldy, 0, 0};
+                         (uint32_t)ldy, 0, 0, ex, so};
     if (kind == KERN_ACT_F32) {
         if (!span(c, "matmul", x, M * w->K))
             return;
-        p = pipe_f(c, "mm_f", 3, sizeof pf);
+        p = pipe_f(c, "mm_f", 4, sizeof pf);
     } else {
         if (!span(c, "matmul", q, M * (int64_t)pq.x_row))
             return;
-        p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
+        p = pipe_f(c, mm_shader(w->type), 4, sizeof pq);
     }
     /* More row groups than one dispatch takes, or more rows than one binding holds:
      * consecutive dispatches from row0, each binding its part of the weights. */
@@ -711,8 +727,10 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         pf.N = pq.N = (uint32_t)rp.r1; /* the shaders' row bound: no row past the binding */
         pf.w_base = pq.w_base = rp.base;
         b[0] = rp.bind;
+        if (expert < 0)
+            b[3] = rp.bind; /* within the binding limit, unlike the whole weights */
         vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
-                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
+                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(max_rows, MM_TOKENS), 1);
     }
 }
 
@@ -865,6 +883,83 @@ void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct v
     uint32_t gx = vkr_groups(E, 64);
     vkr_cmd_dispatch(c, pipe_f(c, "conv", 5, sizeof pc), b, &pc,
                      gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)n, 1);
+}
+
+/* ================================================================ mixture of experts */
+
+struct moe_route_pc {
+    uint32_t T, n, k, sigmoid, has_bias, norm;
+    float scale;
+};
+struct moe_sum_pc {
+    uint32_t T, E, k;
+};
+
+void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_ref logits,
+                   struct vkk_ref bias, int64_t T, struct vkk_ref ids, struct vkk_ref w)
+{
+    if (T <= 0 || vkr_cmd_failed(c))
+        return;
+    if (g->n_expert < 1 || g->n_expert > KERN_MOE_MAX_EXPERTS || g->n_used < 1 ||
+        g->n_used > g->n_expert || g->n_used > KERN_MOE_MAX_USED) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_route: %d of %d experts (at most %d of %d)",
+                     (int)g->n_used, (int)g->n_expert, KERN_MOE_MAX_USED, KERN_MOE_MAX_EXPERTS);
+        return;
+    }
+    if (logits.off || ids.off || w.off || (bias.buf && bias.off)) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_route: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_route", logits, T * g->n_expert) || !span(c, "moe_route", ids, T * g->n_used) ||
+        !span(c, "moe_route", w, T * g->n_used) ||
+        (bias.buf && !span(c, "moe_route", bias, g->n_expert)) ||
+        vkr_groups(T, 64) > VKK_MAX_GROUPS)
+        return;
+    struct moe_route_pc pc = {(uint32_t)T, (uint32_t)g->n_expert, (uint32_t)g->n_used,
+                              g->gating == KERN_MOE_SIGMOID, bias.buf != NULL, g->norm, g->scale};
+    struct vkr_bind b[4] = {ro(logits.buf), ro(bias.buf ? bias.buf : logits.buf), rw(ids.buf),
+                            rw(w.buf)};
+    vkr_cmd_dispatch(c, pipe_f(c, "moe_route", 4, sizeof pc), b, &pc, vkr_groups(T, 64), 1, 1);
+}
+
+struct moe_group_pc {
+    uint32_t R, n_expert;
+};
+
+void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
+                   const struct vkr_buf *groups)
+{
+    if (R <= 0 || vkr_cmd_failed(c))
+        return;
+    if (ids.off) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_ffn", ids, R) ||
+        !span(c, "moe_ffn", vkk_at(groups, 0), n_expert + (int64_t)n_expert * R))
+        return;
+    struct moe_group_pc pc = {(uint32_t)R, (uint32_t)n_expert};
+    struct vkr_bind b[2] = {ro(ids.buf), rw(groups)};
+    vkr_cmd_dispatch(c, pipe(c, "moe_group", 2, sizeof pc), b, &pc, vkr_groups(n_expert, 64), 1, 1);
+}
+
+void vkk_moe_sum(struct vkr_cmd *c, struct vkk_ref yg, struct vkk_ref w, int64_t T, int64_t k,
+                 int64_t E, struct vkk_ref y)
+{
+    if (T <= 0 || vkr_cmd_failed(c))
+        return;
+    if (yg.off || w.off || y.off) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_ffn", yg, T * k * E) || !span(c, "moe_ffn", w, T * k) ||
+        !span(c, "moe_ffn", y, T * E) || T > VKK_MAX_GROUPS)
+        return;
+    struct moe_sum_pc pc = {(uint32_t)T, (uint32_t)E, (uint32_t)k};
+    struct vkr_bind b[3] = {ro(yg.buf), ro(w.buf), rw(y.buf)};
+    uint32_t gx = vkr_groups(E, 64);
+    vkr_cmd_dispatch(c, pipe(c, "moe_sum", 3, sizeof pc), b, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)T, 1);
 }
 
 /* ================================================================ attention */

@@ -102,6 +102,15 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
  * beforehand by vkk_act_quant with kern_act_kind_for(w->type). */
 void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
                 struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy);
+/* vkk_matmul over the rows of x and y that the grouping of M (token, rank) rows made by
+ * vkk_moe_group gives expert (>= 0): its count of rows, each row in order; the other rows
+ * of y are not written. One dispatch of ceil(max_rows / 4) row groups (max_rows: the
+ * most rows an expert can have, the batch's tokens), those past the count returning at
+ * once. */
+void vkk_matmul_expert(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                       struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y,
+                       int64_t ldy, const struct vkr_buf *groups, int32_t n_expert,
+                       int32_t expert, int64_t max_rows);
 
 /* The elementwise ops of eltwise.comp. */
 enum vkk_elt {
@@ -130,6 +139,19 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct vkr_buf *rows,
                    struct vkk_ref w, struct vkk_ref out, const int32_t *pos, int64_t t0, int64_t n,
                    int64_t E, int64_t L, int64_t n_ctx);
+
+/* ids (T, k) int32 and w (T, k) f32 = kern_moe_route of logits (T, n_expert) with the
+ * selection bias (n_expert; bias.buf NULL: none). */
+void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_ref logits,
+                   struct vkk_ref bias, int64_t T, struct vkk_ref ids, struct vkk_ref w);
+/* groups (n_expert + n_expert R int32) = the R rows of ids (int32 experts) grouped by
+ * expert in order (moe_group.comp): counts first, then each expert's list of R slots. */
+void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
+                   const struct vkr_buf *groups);
+/* y (T, E) row t = yg row t k times w[t k], then + yg row t k + r times w[t k + r] for
+ * r = 1 .. k-1 (cpu_moe_ffn's weighted sum in rank order). */
+void vkk_moe_sum(struct vkr_cmd *c, struct vkk_ref yg, struct vkk_ref w, int64_t T, int64_t k,
+                 int64_t E, struct vkk_ref y);
 
 /* Attention of queries q (n_q, H*D) at positions pos[0..n_q-1] (host) over one run's
  * caches, into out (n_q, H*D) (kern_attn). With part set (at least
