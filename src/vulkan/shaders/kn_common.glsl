@@ -357,8 +357,8 @@ int kn_u8(uint w, uint i)
 }
 
 /* Sum of the four products of the bytes of a (unsigned, each < 128) and b (signed). An
- * exact integer whatever the order; a device with int8 dot products may compute it in
- * one instruction (GL_EXT_integer_dot_product, not yet in this glslc). */
+ * exact integer whatever the order, so an int8 dot product instruction would give the
+ * same bits; this glslc has no GL_EXT_integer_dot_product (docs/numerics.md "Devices"). */
 int kn_dot4_us(uint a, uint b)
 {
     return kn_u8(a, 0u) * kn_s8(b, 0u) + kn_u8(a, 1u) * kn_s8(b, 1u) +
