@@ -215,20 +215,6 @@ enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *
 
 /* ================================================================ division and sqrt */
 
-static uint32_t f2u_(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float u2f_(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static uint64_t ds_next(uint64_t *s)
 {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -299,8 +285,8 @@ int vkk_divsqrt_cases(float *a, float *b, int n)
     }
     /* random finite pairs over the whole range, subnormals included */
     for (; k < n; k++) {
-        a[k] = u2f_((uint32_t)ds_next(&s) & 0xff7fffffu);
-        b[k] = u2f_((uint32_t)ds_next(&s) & 0xff7fffffu);
+        a[k] = vkk_f32((uint32_t)ds_next(&s) & 0xff7fffffu);
+        b[k] = vkk_f32((uint32_t)ds_next(&s) & 0xff7fffffu);
     }
     return k;
 }
@@ -342,7 +328,7 @@ done:
 /* Whether got is the correctly rounded want (any NaN for a NaN: its bits are free). */
 static bool ds_same(float got, float want)
 {
-    return f2u_(got) == f2u_(want) || (isnan(got) && isnan(want));
+    return vkk_u32(got) == vkk_u32(want) || (isnan(got) && isnan(want));
 }
 
 enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode, int *bad_div,

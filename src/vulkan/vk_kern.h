@@ -14,6 +14,23 @@
 #include "../kernels/kernels.h"
 #include "vk_rt.h"
 
+#include <string.h>
+
+/* A float's bits and back (exact; for the probes' comparisons and crafted inputs). */
+static inline uint32_t vkk_u32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float vkk_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* A part of a buffer: buf from element off (floats, or words for packed data). */
 struct vkk_ref {
     const struct vkr_buf *buf;

@@ -28,25 +28,11 @@ static uint64_t st_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static float st_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t st_u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* A float of random sign and mantissa with exponent e (unbiased, -126 .. 127). */
 static float st_float(uint64_t *s, int e)
 {
     uint64_t r = st_next(s);
-    return st_bits((uint32_t)(r & 0x807fffffu) | (uint32_t)(e + 127) << 23);
+    return vkk_f32((uint32_t)(r & 0x807fffffu) | (uint32_t)(e + 127) << 23);
 }
 
 /* A subnormal of random sign. */
@@ -54,12 +40,12 @@ static float st_subnormal(uint64_t *s)
 {
     uint64_t r = st_next(s);
     uint32_t m = (uint32_t)(r & 0x7fffff);
-    return st_bits((uint32_t)(r >> 32 & 0x80000000u) | (m ? m : 1));
+    return vkk_f32((uint32_t)(r >> 32 & 0x80000000u) | (m ? m : 1));
 }
 
 static bool same(float a, float b)
 {
-    return st_u(a) == st_u(b) || (isnan(a) && isnan(b));
+    return vkk_u32(a) == vkk_u32(b) || (isnan(a) && isnan(b));
 }
 
 /* The probe triples: the first half normal numbers (fma, division and sqrt proper),
@@ -79,16 +65,16 @@ static void st_inputs(uint32_t *v)
                 c = st_float(&s, ea + eb);
         } else if (i % 2) {
             a = fabsf(st_subnormal(&s)); /* subnormal inputs */
-            b = st_bits(0x3f000000u + (uint32_t)(st_next(&s) % 0x800000)); /* [0.5, 1) */
+            b = vkk_f32(0x3f000000u + (uint32_t)(st_next(&s) % 0x800000)); /* [0.5, 1) */
             c = st_subnormal(&s);
         } else { /* normal inputs whose products and quotients are subnormal */
             a = fabsf(st_float(&s, -70 - (int)(st_next(&s) % 10)));
             b = st_float(&s, -60 - (int)(st_next(&s) % 10));
             c = st_subnormal(&s);
         }
-        v[3 * i] = st_u(a);
-        v[3 * i + 1] = st_u(b);
-        v[3 * i + 2] = st_u(c);
+        v[3 * i] = vkk_u32(a);
+        v[3 * i + 1] = vkk_u32(b);
+        v[3 * i + 2] = vkk_u32(c);
     }
 }
 
@@ -135,11 +121,11 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             probed = true;
             int fma_bad = 0, div_bad = 0, sqrt_bad = 0, den_bad = 0, arith_bad = 0;
             for (int i = 0; i < ST_N; i++) {
-                float a = st_bits(in[3 * i]), b = st_bits(in[3 * i + 1]), c = st_bits(in[3 * i + 2]);
+                float a = vkk_f32(in[3 * i]), b = vkk_f32(in[3 * i + 1]), c = vkk_f32(in[3 * i + 2]);
                 const uint32_t *o = out + 5 * i;
-                bool f = same(st_bits(o[0]), fmaf(a, b, c)), d = same(st_bits(o[1]), a / b),
-                     q = same(st_bits(o[2]), sqrtf(a)), m = same(st_bits(o[3]), a * b),
-                     p = same(st_bits(o[4]), a + c);
+                bool f = same(vkk_f32(o[0]), fmaf(a, b, c)), d = same(vkk_f32(o[1]), a / b),
+                     q = same(vkk_f32(o[2]), sqrtf(a)), m = same(vkk_f32(o[3]), a * b),
+                     p = same(vkk_f32(o[4]), a + c);
                 if (i < ST_N / 2) {
                     fma_bad += !f;
                     div_bad += !d;
