@@ -2,12 +2,15 @@
  * canonical-1 needs IEEE add and multiply (Vulkan's are correctly rounded), a fused
  * fmaf, correctly rounded division and sqrt and denormals kept. The probes run the
  * driver's own fma, /, sqrt, * and + (shaders/selftest.comp) on crafted triples and
- * compare every result with the CPU's; then kern_backend_check runs every op of the
+ * compare every result with the CPU's; division and sqrt also on vkk_divsqrt_probe's hard
+ * cases, and where the driver's differ the shaders switch to their integer builds
+ * (kn_common.glsl); then kern_backend_check runs every op of the
  * backend against the CPU on crafted inputs, which decides: a device whose ops give the
  * CPU's bytes computes canonical-1 (the shaders work around what the probes find, e.g.
  * an unfused fma), one that does not gets its own class. The probes' findings go into
  * the report either way, so a failed check is named. */
 #include "vk_backend.h"
+#include "vk_kern.h"
 #include "vk_ops.h"
 
 #include <math.h>
@@ -25,25 +28,11 @@ static uint64_t st_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static float st_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t st_u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* A float of random sign and mantissa with exponent e (unbiased, -126 .. 127). */
 static float st_float(uint64_t *s, int e)
 {
     uint64_t r = st_next(s);
-    return st_bits((uint32_t)(r & 0x807fffffu) | (uint32_t)(e + 127) << 23);
+    return vkk_f32((uint32_t)(r & 0x807fffffu) | (uint32_t)(e + 127) << 23);
 }
 
 /* A subnormal of random sign. */
@@ -51,12 +40,12 @@ static float st_subnormal(uint64_t *s)
 {
     uint64_t r = st_next(s);
     uint32_t m = (uint32_t)(r & 0x7fffff);
-    return st_bits((uint32_t)(r >> 32 & 0x80000000u) | (m ? m : 1));
+    return vkk_f32((uint32_t)(r >> 32 & 0x80000000u) | (m ? m : 1));
 }
 
 static bool same(float a, float b)
 {
-    return st_u(a) == st_u(b) || (isnan(a) && isnan(b));
+    return vkk_u32(a) == vkk_u32(b) || (isnan(a) && isnan(b));
 }
 
 /* The probe triples: the first half normal numbers (fma, division and sqrt proper),
@@ -76,16 +65,16 @@ static void st_inputs(uint32_t *v)
                 c = st_float(&s, ea + eb);
         } else if (i % 2) {
             a = fabsf(st_subnormal(&s)); /* subnormal inputs */
-            b = st_bits(0x3f000000u + (uint32_t)(st_next(&s) % 0x800000)); /* [0.5, 1) */
+            b = vkk_f32(0x3f000000u + (uint32_t)(st_next(&s) % 0x800000)); /* [0.5, 1) */
             c = st_subnormal(&s);
         } else { /* normal inputs whose products and quotients are subnormal */
             a = fabsf(st_float(&s, -70 - (int)(st_next(&s) % 10)));
             b = st_float(&s, -60 - (int)(st_next(&s) % 10));
             c = st_subnormal(&s);
         }
-        v[3 * i] = st_u(a);
-        v[3 * i + 1] = st_u(b);
-        v[3 * i + 2] = st_u(c);
+        v[3 * i] = vkk_u32(a);
+        v[3 * i + 1] = vkk_u32(b);
+        v[3 * i + 2] = vkk_u32(c);
     }
 }
 
@@ -120,7 +109,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     double t0 = kn_now();
     struct kn_err err = {0};
     uint32_t *in = malloc(3 * ST_N * 4), *out = malloc(5 * ST_N * 4);
-    char probes[384] = "";
+    char probes[500] = "";
     bool probed = false;
     if (!in || !out) {
         snprintf(probes, sizeof probes, "probes: out of memory");
@@ -132,11 +121,11 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             probed = true;
             int fma_bad = 0, div_bad = 0, sqrt_bad = 0, den_bad = 0, arith_bad = 0;
             for (int i = 0; i < ST_N; i++) {
-                float a = st_bits(in[3 * i]), b = st_bits(in[3 * i + 1]), c = st_bits(in[3 * i + 2]);
+                float a = vkk_f32(in[3 * i]), b = vkk_f32(in[3 * i + 1]), c = vkk_f32(in[3 * i + 2]);
                 const uint32_t *o = out + 5 * i;
-                bool f = same(st_bits(o[0]), fmaf(a, b, c)), d = same(st_bits(o[1]), a / b),
-                     q = same(st_bits(o[2]), sqrtf(a)), m = same(st_bits(o[3]), a * b),
-                     p = same(st_bits(o[4]), a + c);
+                bool f = same(vkk_f32(o[0]), fmaf(a, b, c)), d = same(vkk_f32(o[1]), a / b),
+                     q = same(vkk_f32(o[2]), sqrtf(a)), m = same(vkk_f32(o[3]), a * b),
+                     p = same(vkk_f32(o[4]), a + c);
                 if (i < ST_N / 2) {
                     fma_bad += !f;
                     div_bad += !d;
@@ -151,12 +140,32 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             t->sqrt_rounded = sqrt_bad == 0;
             t->denormals_kept = den_bad == 0;
             t->arith_ok = arith_bad == 0;
+            /* division and sqrt on the hard cases too (within 2^-44 of a tie); where the
+             * driver's differ anywhere, the shaders use the integer builds */
+            struct vkk_divsqrt ds = {0};
+            int hd = 0, hs = 0;
+            char dsr[72] = "";
+            if (vkk_divsqrt_probe(vb->rt, &ds, &hd, &hs, &err) == KN_OK) {
+                t->div_rounded = t->div_rounded && hd == 0;
+                t->sqrt_rounded = t->sqrt_rounded && hs == 0;
+                ds.soft_div = !t->div_rounded;
+                ds.soft_sqrt = !t->sqrt_rounded;
+                vkk_divsqrt_set(vb->rt, ds);
+                t->div_soft = ds.soft_div;
+                t->sqrt_soft = ds.soft_sqrt;
+                t->divsqrt_ok = true;
+            } else {
+                snprintf(dsr, sizeof dsr, " (%.60s)", err.msg);
+            }
+            const char *fix = t->divsqrt_ok ? ", the shaders use the integer build" : "";
             snprintf(probes, sizeof probes,
-                     "fma %s (%d of %d differ from fmaf); division %s; sqrt %s; add and "
+                     "fma %s (%d of %d differ from fmaf); division %s%s%s; sqrt %s%s%s; add and "
                      "multiply %s; denormals %s (%d of %d subnormal results differ)",
                      t->fma_fused ? "fused" : "not fused", fma_bad, ST_N / 2,
                      t->div_rounded ? "correctly rounded" : "NOT correctly rounded",
+                     t->div_rounded ? "" : fix, dsr,
                      t->sqrt_rounded ? "correctly rounded" : "NOT correctly rounded",
+                     t->sqrt_rounded ? "" : fix, dsr,
                      t->arith_ok ? "IEEE" : "NOT IEEE",
                      t->denormals_kept ? "kept" : "NOT kept", den_bad, 5 * (ST_N / 2));
         }
@@ -188,8 +197,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
                 snprintf(ops, sizeof ops, "ops differ from the CPU: %.440s", err.msg);
         }
     }
-    t->canonical = probed && t->ops_equal && t->div_rounded && t->sqrt_rounded &&
-                   t->denormals_kept && t->arith_ok;
+    t->canonical = probed && t->ops_equal && t->divsqrt_ok && t->denormals_kept && t->arith_ok;
     t->seconds = kn_now() - t0;
-    snprintf(t->report, sizeof t->report, "%s; %s (%.2f s)", probes, ops, t->seconds);
+    snprintf(t->report, sizeof t->report, "%.490s; %.490s (%.2f s)", probes, ops, t->seconds);
 }

@@ -1,7 +1,8 @@
 /* test_vk_model.c: whole models on the Vulkan backend give the CPU's logits bit for bit:
  * aidreams260K and a tiny synth model of several architectures and weight mixes (llama
  * Q4_K_M, qwen2 Q8_0 with an f16 cache, qwen3 Q5_1, gemma3 Q4_K_M with sliding-window
- * layers and an f16 cache, qwen3 Q4_K_M with a q8_0 cache, lfm2 Q4_K_M with its short-convolution layers), run wholly on the device and with only the first layers on it
+ * layers and an f16 cache, qwen3 Q4_K_M with a q8_0 cache, lfm2 Q4_K_M with its short-convolution layers, the
+ * mixture-of-experts qwen3moe Q4_K_M and lfm2moe Q8_0), run wholly on the device and with only the first layers on it
  * (--gpu-layers), through the shared script of model_script.h: a prompt in two chunks,
  * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
  * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
@@ -74,6 +75,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
         {SYNTH_QWEN3, SYNTH_Q4_K_M, MODEL_KV_Q8_0},
         {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16}, /* split after its first (conv) layer */
+        {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32},
+        {SYNTH_LFM2MOE, SYNTH_Q8_0, MODEL_KV_F16},
     };
     char path[] = "/tmp/kn_vkmodel_XXXXXX";
     int fd = mkstemp(path);

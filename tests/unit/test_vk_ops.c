@@ -4,7 +4,8 @@
  * RoPE modes with YaRN, f32, f16 and q8_0 caches, causal and windowed attention over two
  * sequences and two passes) must find every output byte equal; and the table has every
  * op. Where the driver's fma is not fused (lavapipe), the shaders' own fma builds are
- * what makes them agree: forcing the driver's fma must then fail the check. Skips (exit
+ * what makes them agree: forcing the driver's fma must then fail the check; the integer
+ * builds of division and sqrt must agree too. Skips (exit
  * 77) with the reason when the build has no Vulkan or there is no device. */
 #include <stddef.h>
 #include <string.h>
@@ -47,6 +48,13 @@ int main(void)
     enum kn_status st = kern_backend_check(be, pool, &err);
     CHECKF(st == KN_OK, "kern_backend_check: %s", err.msg);
     struct vkr *rt = ((struct vk_backend *)be)->rt;
+    /* every op with the integer builds of division and sqrt (kn_common.glsl; what a
+     * device whose own are not correctly rounded runs): the same bytes */
+    const struct vk_selftest *stt = vk_backend_selftest(be);
+    vkk_divsqrt_set(rt, (struct vkk_divsqrt){true, true});
+    st = kern_backend_check(be, pool, &err);
+    CHECKF(st == KN_OK, "kern_backend_check with the integer division and sqrt: %s", err.msg);
+    vkk_divsqrt_set(rt, (struct vkk_divsqrt){stt->div_soft, stt->sqrt_soft});
     enum vkk_fma mode;
     CHECKF(vkk_fma_probe(rt, &mode, &err) == KN_OK, "%s", err.msg);
     if (mode == VKK_FMA_F64) {

@@ -21,6 +21,10 @@ layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer W { uint wq[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xq[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+/* Mixture of experts (moe_group.comp): with pc.expert != KN_ALL_ROWS the product is over
+ * sel[pc.expert] rows, row m being row sel[pc.sel_off + m] of x and of y (one expert's
+ * rows of a (token, rank) batch, in order); the other rows of y are not written. */
+layout(std430, set = 0, binding = 3) readonly buffer Sel { int sel[]; };
 
 layout(push_constant) uniform P {
     uint N, K, M;
@@ -30,7 +34,19 @@ layout(push_constant) uniform P {
     uint y_off, ldy;
     uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
     uint w_base;     /* byte of the weights where the binding starts (large tensors) */
+    uint expert;     /* KN_ALL_ROWS, or where sel holds the row count of this dispatch */
+    uint sel_off;    /* where sel holds its row list */
 } pc;
+
+#define KN_ALL_ROWS 0xffffffffu
+uint n_rows()
+{
+    return pc.expert == KN_ALL_ROWS ? pc.M : uint(sel[pc.expert]);
+}
+uint row_of(uint m)
+{
+    return pc.expert == KN_ALL_ROWS ? m : uint(sel[pc.sel_off + m]);
+}
 
 /* GGML ids of the types, for the preprocessor */
 #define T_Q8_0 8
@@ -244,7 +260,10 @@ void main()
 {
     uint tid = gl_LocalInvocationID.x;
     uint n0 = (pc.row0 + gl_WorkGroupID.x * R), m0 = gl_WorkGroupID.y * TM;
-    uint tm = min(TM, pc.M - m0);
+    uint M = n_rows();
+    if (m0 >= M)
+        return; /* the whole workgroup: past this expert's rows */
+    uint tm = min(TM, M - m0);
     uint nb = pc.K / QB;
     /* the chain of (row cr, token ci) */
     uint cr = tid / TM, ci = tid % TM;
@@ -259,7 +278,7 @@ void main()
                 continue;
             uint b = b0 + bb;
             uint wb = (n0 + r) * pc.row_bytes - pc.w_base + b * WBS;
-            uint xa = pc.x_off + (m0 + i) * pc.x_row + b * XBW;
+            uint xa = pc.x_off + row_of(m0 + i) * pc.x_row + b * XBW;
             int is, im;
             item(wb, xa, p, is, im);
             si[it] = is;
@@ -272,7 +291,7 @@ void main()
             for (uint bb = 0u; bb < cb; bb++) {
                 uint b = b0 + bb;
                 uint wb = (n0 + cr) * pc.row_bytes - pc.w_base + b * WBS;
-                uint xa = pc.x_off + (m0 + ci) * pc.x_row + b * XBW;
+                uint xa = pc.x_off + row_of(m0 + ci) * pc.x_row + b * XBW;
                 uint first = ((cr * TM + ci) * CB + bb) * PARTS;
                 int isum = 0;
                 [[unroll]] for (uint p = 0u; p < PARTS; p++)
@@ -306,5 +325,5 @@ void main()
         barrier();
     }
     if (chain)
-        y[pc.y_off + (m0 + ci) * pc.ldy + n0 + cr] = acc;
+        y[pc.y_off + row_of(m0 + ci) * pc.ldy + n0 + cr] = acc;
 }
