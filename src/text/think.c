@@ -37,6 +37,26 @@ static bool contains(const char *b, size_t n, const char *s)
     return false;
 }
 
+/* The length of the longest tail of the held bytes (shorter than tag) that is a prefix of
+ * tag: bytes that may still become the marker. */
+static size_t held_tail(const struct text_think *t, const char *tag, size_t tl)
+{
+    for (size_t l = t->n_held < tl - 1 ? t->n_held : tl - 1; l > 0; l--)
+        if (memcmp(t->held + t->n_held - l, tag, l) == 0)
+            return l;
+    return 0;
+}
+
+/* Emits the held bytes but the last hold to out, keeping those. */
+static void emit_held(struct text_think *t, size_t hold, char *out, size_t *n_out)
+{
+    size_t emit = t->n_held - hold;
+    memcpy(out + *n_out, t->held, emit);
+    *n_out += emit;
+    memmove(t->held, t->held + emit, hold);
+    t->n_held = hold;
+}
+
 /* The harmony split (text.h TEXT_HARMONY_OPEN), one byte at a time. */
 static void harmony_byte(struct text_think *t, char c, char *content, size_t *n_content,
                          char *reasoning, size_t *n_reasoning)
@@ -75,20 +95,9 @@ static void harmony_byte(struct text_think *t, char c, char *content, size_t *n_
             return;
         }
     }
-    size_t hold = 0; /* the longest tail that may grow into a header's start */
-    for (int m = 0; m < 2; m++) {
-        size_t ml = strlen(starts[m]);
-        for (size_t l = t->n_held < ml - 1 ? t->n_held : ml - 1; l > hold; l--)
-            if (memcmp(t->held + t->n_held - l, starts[m], l) == 0) {
-                hold = l;
-                break;
-            }
-    }
-    size_t emit = t->n_held - hold;
-    memcpy(out + *n_out, t->held, emit);
-    *n_out += emit;
-    memmove(t->held, t->held + emit, hold);
-    t->n_held = hold;
+    /* keep the longest tail that may grow into a header's start */
+    size_t h0 = held_tail(t, starts[0], strlen(starts[0])), h1 = held_tail(t, starts[1], strlen(starts[1]));
+    emit_held(t, h0 > h1 ? h0 : h1, out, n_out);
 }
 
 void text_think_feed(struct text_think *t, const char *bytes, size_t len, char *content,
@@ -113,17 +122,7 @@ void text_think_feed(struct text_think *t, const char *bytes, size_t len, char *
             t->inside = !t->inside;
             continue;
         }
-        size_t hold = 0;
-        for (size_t l = t->n_held < tl - 1 ? t->n_held : tl - 1; l > 0; l--)
-            if (memcmp(t->held + t->n_held - l, tag, l) == 0) {
-                hold = l;
-                break;
-            }
-        size_t emit = t->n_held - hold;
-        memcpy(out + *n_out, t->held, emit);
-        *n_out += emit;
-        memmove(t->held, t->held + emit, hold);
-        t->n_held = hold;
+        emit_held(t, held_tail(t, tag, tl), out, n_out);
     }
 }
 
