@@ -158,6 +158,18 @@ def test_synth_models_match_the_cpu(vk, tmp_path, arch):
                          re.M), v.stdout
 
 
+def test_gptoss_refused_by_name(vk, tmp_path):
+    """The Vulkan backend has no attention_sinks / moe_ffn_oai yet: a gpt-oss layer is
+    refused on it, naming the op, and the model runs with its layers on the CPU."""
+    model = tmp_path / "gpt-oss.gguf"
+    kn("synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4_moe", "--seed", 2, "-o", model)
+    prompt = ["--prompt-ids", "1,400,300,290"]
+    probe = kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, check=False)
+    assert probe.returncode == 1
+    assert re.search(r"need the (attention_sinks|moe_ffn_oai) op, which vulkan:0 lacks", probe.stderr), probe.stderr
+    kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, "--gpu-layers", 0)
+
+
 def test_receipts_cross_verify(vk, tmp_path):
     r_vk, r_cpu = tmp_path / "vk.json", tmp_path / "cpu.json"
     kn("run", AIDREAMS, "In my dream", "-n", 10, "--seed", 9, "--device", vk,
