@@ -143,7 +143,12 @@ static const struct preset presets[] = {
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
     /* LFM2 (Liquid AI's config.json; feed_forward_length as convert_hf_to_gguf.py derives
-     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. */
+     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. The attention
+     * layers are config.json's full_attn_idxs (later configs: the "full_attention" entries
+     * of layer_types): [2, 5, 8, 10, 12, 14] in LiquidAI/LFM2-350M's and LFM2-1.2B's
+     * (checked in issue 17 against copies of both configs in public repositories; 700M has
+     * the same 16-block layout, Hugging Face's LFM2 model page); 2.6B's 22 + 8 split is its
+     * model card's, the positions below were not found in a reachable copy of its config. */
     {"lfm2-350m", SYNTH_LFM2,
      {.n_embd = 1024, .n_layer = 16, .n_head = 16, .n_head_kv = 8, .head_dim = 64, .n_ff = 4608,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
@@ -161,7 +166,8 @@ static const struct preset presets[] = {
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
       .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
     /* LFM2-8B-A1B: 24 layers, the first two dense, 32 experts of 1792, 4 per token;
-     * 6 attention layers (LFM2's 1:3 ratio). */
+     * 6 attention layers, [2, 6, 10, 14, 18, 21] (its config.json's layer_types, checked
+     * in issue 17 against a public copy). */
     {"lfm2-8b-a1b", SYNTH_LFM2MOE,
      {.n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 7168,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
