@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 bool kern_type_supported(enum quant_type t)
 {
@@ -30,28 +29,6 @@ enum kern_act_kind kern_act_kind_for(enum quant_type t)
 }
 
 /* ---------------------------------------------------------------- weight set-up */
-
-/* Huge pages for the packed copy: decode streams every weight once per token, and with
- * 4 KiB pages the hardware prefetchers stop at each page boundary and every page costs
- * a TLB miss (a two-level walk under a hypervisor). Copies of 2 MiB or more start on a
- * 2 MiB boundary and ask the kernel for transparent huge pages (advice only: where THP
- * is off this is an ordinary allocation). Freed with free(). */
-#define KERN_HUGE_BYTES ((size_t)2 << 20)
-
-static void *packed_alloc(size_t bytes, struct kn_err *err)
-{
-    if (bytes < KERN_HUGE_BYTES)
-        return kn_aligned_alloc(bytes, err);
-    void *p = NULL;
-    if (posix_memalign(&p, KERN_HUGE_BYTES, bytes) != 0) {
-        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes of packed weights", bytes);
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes & ~(KERN_HUGE_BYTES - 1), MADV_HUGEPAGE);
-#endif
-    return p;
-}
 
 enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int64_t N,
                                 int64_t K, const void *data, size_t data_bytes, bool repack,
@@ -91,17 +68,9 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
     w->K = K;
     w->data = data;
     w->row_bytes = (size_t)rb;
-    /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
-     * the file's layout alone and saves the memory. */
-    if (repack && kern_isa_active() != KERN_ISA_SCALAR) {
-        size_t pb = kern_repack_bytes(type, N, K);
-        if (pb) {
-            w->packed = packed_alloc(pb, err);
-            if (!w->packed)
-                return KN_E_NOMEM;
-            w->packed_bytes = pb;
-            kern_repack(w, w->packed);
-        }
+    if (repack) {
+        struct kern_weight *one = w;
+        return kern_weight_repack(NULL, &one, 1, err);
     }
     return KN_OK;
 }

@@ -211,6 +211,8 @@ struct model_load_opts {
      * more than n_layer means all); NULL or 0 layers: the CPU runs everything. */
     struct kern_backend *device;
     int64_t device_layers;
+    /* The threads that build the repacked copies (NULL: the caller's thread alone). */
+    struct kern_pool *pool;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */
