@@ -9,85 +9,14 @@
  * the report either way, so a failed check is named. */
 #include "vk_backend.h"
 #include "vk_ops.h"
+#include "../kernels/fprobe.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { ST_N = 4096 };
-
-static uint64_t st_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float st_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t st_u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* A float of random sign and mantissa with exponent e (unbiased, -126 .. 127). */
-static float st_float(uint64_t *s, int e)
-{
-    uint64_t r = st_next(s);
-    return st_bits((uint32_t)(r & 0x807fffffu) | (uint32_t)(e + 127) << 23);
-}
-
-/* A subnormal of random sign. */
-static float st_subnormal(uint64_t *s)
-{
-    uint64_t r = st_next(s);
-    uint32_t m = (uint32_t)(r & 0x7fffff);
-    return st_bits((uint32_t)(r >> 32 & 0x80000000u) | (m ? m : 1));
-}
-
-static bool same(float a, float b)
-{
-    return st_u(a) == st_u(b) || (isnan(a) && isnan(b));
-}
-
-/* The probe triples: the first half normal numbers (fma, division and sqrt proper),
- * the second half with subnormal inputs or results (denormals). */
-static void st_inputs(uint32_t *v)
-{
-    uint64_t s = 0x5e1f7e57ull;
-    for (int i = 0; i < ST_N; i++) {
-        float a, b, c;
-        if (i < ST_N / 2) {
-            int ea = (int)(st_next(&s) % 40) - 20, eb = (int)(st_next(&s) % 40) - 20;
-            a = fabsf(st_float(&s, ea));
-            b = st_float(&s, eb);
-            /* c near a*b in magnitude, so the fused and unfused results often differ */
-            c = -(a * b) * (1.0f + (float)(st_next(&s) % 64) / 1048576.0f);
-            if (i % 4 == 1)
-                c = st_float(&s, ea + eb);
-        } else if (i % 2) {
-            a = fabsf(st_subnormal(&s)); /* subnormal inputs */
-            b = st_bits(0x3f000000u + (uint32_t)(st_next(&s) % 0x800000)); /* [0.5, 1) */
-            c = st_subnormal(&s);
-        } else { /* normal inputs whose products and quotients are subnormal */
-            a = fabsf(st_float(&s, -70 - (int)(st_next(&s) % 10)));
-            b = st_float(&s, -60 - (int)(st_next(&s) % 10));
-            c = st_subnormal(&s);
-        }
-        v[3 * i] = st_u(a);
-        v[3 * i + 1] = st_u(b);
-        v[3 * i + 2] = st_u(c);
-    }
-}
+enum { ST_N = KERN_FPROBE_N };
 
 static enum kn_status st_probe(struct vkr *rt, const uint32_t *in, uint32_t *out,
                                struct kn_err *err)
@@ -125,40 +54,19 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     if (!in || !out) {
         snprintf(probes, sizeof probes, "probes: out of memory");
     } else {
-        st_inputs(in);
+        kern_fprobe_inputs(in);
         if (st_probe(vb->rt, in, out, &err) != KN_OK) {
             snprintf(probes, sizeof probes, "probes did not run: %.300s", err.msg);
         } else {
             probed = true;
-            int fma_bad = 0, div_bad = 0, sqrt_bad = 0, den_bad = 0, arith_bad = 0;
-            for (int i = 0; i < ST_N; i++) {
-                float a = st_bits(in[3 * i]), b = st_bits(in[3 * i + 1]), c = st_bits(in[3 * i + 2]);
-                const uint32_t *o = out + 5 * i;
-                bool f = same(st_bits(o[0]), fmaf(a, b, c)), d = same(st_bits(o[1]), a / b),
-                     q = same(st_bits(o[2]), sqrtf(a)), m = same(st_bits(o[3]), a * b),
-                     p = same(st_bits(o[4]), a + c);
-                if (i < ST_N / 2) {
-                    fma_bad += !f;
-                    div_bad += !d;
-                    sqrt_bad += !q;
-                    arith_bad += !m + !p;
-                } else {
-                    den_bad += !f + !d + !q + !m + !p;
-                }
-            }
-            t->fma_fused = fma_bad == 0;
-            t->div_rounded = div_bad == 0;
-            t->sqrt_rounded = sqrt_bad == 0;
-            t->denormals_kept = den_bad == 0;
-            t->arith_ok = arith_bad == 0;
-            snprintf(probes, sizeof probes,
-                     "fma %s (%d of %d differ from fmaf); division %s; sqrt %s; add and "
-                     "multiply %s; denormals %s (%d of %d subnormal results differ)",
-                     t->fma_fused ? "fused" : "not fused", fma_bad, ST_N / 2,
-                     t->div_rounded ? "correctly rounded" : "NOT correctly rounded",
-                     t->sqrt_rounded ? "correctly rounded" : "NOT correctly rounded",
-                     t->arith_ok ? "IEEE" : "NOT IEEE",
-                     t->denormals_kept ? "kept" : "NOT kept", den_bad, 5 * (ST_N / 2));
+            struct kern_fprobe fp;
+            kern_fprobe_judge(in, out, &fp);
+            t->fma_fused = fp.fma_fused;
+            t->div_rounded = fp.div_rounded;
+            t->sqrt_rounded = fp.sqrt_rounded;
+            t->denormals_kept = fp.denormals_kept;
+            t->arith_ok = fp.arith_ok;
+            snprintf(probes, sizeof probes, "%s", fp.report);
         }
     }
     free(in);
