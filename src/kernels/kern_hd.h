@@ -284,6 +284,20 @@ typedef union {
  * 4-byte aligned): the weights unpacked to integers, the exact integer sums, then the
  * documented fmaf steps in order (docs/numerics.md "Quantized weights"). */
 
+/* The 32-blocks' float steps: acc = fma(dw * dx, isum, acc) (dw the block's scale), and
+ * for Q4_1 / Q5_1 (f16 d and m at w) then acc = fma(m * dx, (float)x.s, acc). */
+KN_HD float kn_hd_step_d(float dw, const uint8_t *x, int32_t isum, float acc)
+{
+    return KN_FMA(KN_MUL(dw, kn_hd_ld_f32(x)), (float)isum, acc);
+}
+KN_HD float kn_hd_step_dm(const uint8_t *w, const uint8_t *x, int32_t isum, float acc)
+{
+    float dx = kn_hd_ld_f32(x);
+    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
+    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
+                  (float)kn_hd_ld_i32(x + KN_Q8F_S), acc);
+}
+
 /* Nibbles of 16 bytes: v[i] = low nibble of qs[i], v[i + 16] = high nibble (plus bit
  * i / i + 16 of qh as bit 4 for the 5-bit formats), minus off. */
 KN_HD void kn_hd_nib32(kn_hd_v32 *u, const uint8_t *qs, uint32_t qh, int off)
@@ -299,46 +313,38 @@ KN_HD float kn_hd_blk_q8_0(const uint8_t *w, const uint8_t *x, float acc)
     kn_hd_v32 u;
     for (int i = 0; i < 32; i++)
         u.v[i] = (int8_t)w[2 + i];
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 KN_HD float kn_hd_blk_q4_0(const uint8_t *w, const uint8_t *x, float acc)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 2, 0, 8);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 KN_HD float kn_hd_blk_q4_1(const uint8_t *w, const uint8_t *x, float acc)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 4, 0, 0);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    float dx = kn_hd_ld_f32(x);
-    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
-                  (float)kn_hd_ld_i32(x + KN_Q8F_S), acc);
+    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 KN_HD float kn_hd_blk_q5_0(const uint8_t *w, const uint8_t *x, float acc)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 6, kn_hd_u32(w + 2), 16);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 KN_HD float kn_hd_blk_q5_1(const uint8_t *w, const uint8_t *x, float acc)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 8, kn_hd_u32(w + 4), 0);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    float dx = kn_hd_ld_f32(x);
-    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
-                  (float)kn_hd_ld_i32(x + KN_Q8F_S), acc);
+    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 /* 32 nibbles of 16 bytes through a level table (IQ4_NL, MXFP4, IQ4_XS): low nibbles
@@ -356,8 +362,8 @@ KN_HD float kn_hd_blk_iq4_nl(const uint8_t *w, const uint8_t *x, float acc)
     const int8_t lut[16] = KN_IQ4NL_LEVELS;
     kn_hd_v32 u;
     kn_hd_lut32(&u, lut, w + 2);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 KN_HD float kn_hd_blk_mxfp4(const uint8_t *w, const uint8_t *x, float acc)
@@ -365,8 +371,8 @@ KN_HD float kn_hd_blk_mxfp4(const uint8_t *w, const uint8_t *x, float acc)
     const int8_t lut[16] = KN_MXFP4_VALUES;
     kn_hd_v32 u;
     kn_hd_lut32(&u, lut, w + 1);
-    int32_t isum = kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32);
-    return KN_FMA(KN_MUL(kn_hd_e8m0_half(w[0]), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_step_d(kn_hd_e8m0_half(w[0]), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
 }
 
 /* ---- K-quants: 256-blocks against Q8_K; x's qs of sub-block i at x + KN_Q8K_QS + 16i */

@@ -39,33 +39,24 @@ extern "C" __global__ void cuk_probe(const float *in, float *out, int n)
 
 /* ================================================================ activation quantization */
 
-/* One thread per 32-block of x (M, K): kern_quantize_row_q8f's bytes (d, s, qs). */
-extern "C" __global__ void cuk_actq_q8f(const float *x, i64 M, i64 K, uint8_t *q)
+/* One thread per block of x (M, K), n = 32 (Q8_32: d, s, qs) or 256 (Q8_K: d, qs, bsums):
+ * kern_quantize_row_q8f / kern_quantize_row_q8k's bytes. */
+__device__ __forceinline__ void cuk_actq(const float *x, i64 M, i64 K, uint8_t *q, int n)
 {
-    i64 nb = K / 32, i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    i64 nb = K / n, i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= M * nb)
         return;
     i64 m = i / nb, b = i % nb;
-    uint8_t *o = q + (size_t)i * KN_Q8F_BYTES;
-    int8_t *qs = (int8_t *)(o + KN_Q8F_QS);
-    float d = kn_hd_quantize_block(x + m * K + b * 32, 32, qs);
-    int32_t s = 0;
-    for (int k = 0; k < 32; k++)
-        s += qs[k];
-    *(float *)o = d;
-    *(int32_t *)(o + KN_Q8F_S) = s;
-}
-
-/* One thread per 256-block: kern_quantize_row_q8k's bytes (d, qs, bsums). */
-extern "C" __global__ void cuk_actq_q8k(const float *x, i64 M, i64 K, uint8_t *q)
-{
-    i64 nb = K / 256, i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= M * nb)
+    uint8_t *o = q + (size_t)i * (n == 32 ? KN_Q8F_BYTES : KN_Q8K_BYTES);
+    int8_t *qs = (int8_t *)(o + (n == 32 ? KN_Q8F_QS : KN_Q8K_QS));
+    *(float *)o = kn_hd_quantize_block(x + m * K + b * n, n, qs);
+    if (n == 32) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++)
+            s += qs[k];
+        *(int32_t *)(o + KN_Q8F_S) = s;
         return;
-    i64 m = i / nb, b = i % nb;
-    uint8_t *o = q + (size_t)i * KN_Q8K_BYTES;
-    int8_t *qs = (int8_t *)(o + KN_Q8K_QS);
-    float d = kn_hd_quantize_block(x + m * K + b * 256, 256, qs);
+    }
     int16_t *bs = (int16_t *)(o + KN_Q8K_BSUMS);
     for (int j = 0; j < 16; j++) {
         int s = 0;
@@ -73,7 +64,16 @@ extern "C" __global__ void cuk_actq_q8k(const float *x, i64 M, i64 K, uint8_t *q
             s += qs[16 * j + k];
         bs[j] = (int16_t)s;
     }
-    *(float *)o = d;
+}
+
+extern "C" __global__ void cuk_actq_q8f(const float *x, i64 M, i64 K, uint8_t *q)
+{
+    cuk_actq(x, M, K, q, 32);
+}
+
+extern "C" __global__ void cuk_actq_q8k(const float *x, i64 M, i64 K, uint8_t *q)
+{
+    cuk_actq(x, M, K, q, 256);
 }
 
 /* ================================================================ matrix products
