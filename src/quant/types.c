@@ -74,20 +74,6 @@ bool quant_row_size(uint32_t t, uint64_t n, uint64_t *bytes)
 
 /* ---------------------------------------------------------------- half floats */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Exact conversion by bit manipulation (every f16 is representable in f32); the rule is
  * quant_hd.h's, which the CUDA kernels share. */
 float quant_f16_to_f32(kn_f16 h)
@@ -108,7 +94,7 @@ float quant_bf16_to_f32(kn_bf16 h)
 
 kn_bf16 quant_f32_to_bf16(float f)
 {
-    uint32_t u = f32_bits(f);
+    uint32_t u = kn_hd_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (kn_bf16)((u >> 16) | 64); /* quiet NaN */
     return (kn_bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);

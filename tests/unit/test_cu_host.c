@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -94,7 +95,8 @@ __attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
 static void test_f16(void)
 {
 #if defined(__x86_64__)
-    if (!__builtin_cpu_supports("f16c")) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) {
         printf("f16: no F16C on this CPU, not compared\n");
         return;
     }
