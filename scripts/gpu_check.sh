@@ -15,7 +15,8 @@
 #      models of 4 architectures, wholly and split by --gpu-layers, logits bit for bit;
 #      Gemma 3 270M too when the model is there)
 #   4. whole-model greedy tokens, GPU = CPU: aidreams260K, Gemma 3 270M, tiny synth
-#      llama / qwen3 / gemma3 / gemma2 / lfm2 models, and Gemma with --gpu-layers 9
+#      llama / qwen3 / gemma3 / gemma2 / lfm2 models, and Gemma with --gpu-layers 9 and
+#      with a q8_0 KV cache
 #   5. receipts: made on the GPU, verified on the CPU (identical), and the other way round
 #   6. speed: kinetic bench pp512 / tg128 on the GPU; with LLAMA_BIN, llama-bench -ngl 99
 #      on the same model in the same run, and the ratios
@@ -99,6 +100,9 @@ if [ -r "$GEMMA" ]; then
   cpu=$(tok "$GEMMA" --device cpu); gpu=$(tok "$GEMMA" --device "$DEVICE" --gpu-layers 9)
   if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then ok "gemma-3-270m --gpu-layers 9: tokens equal"
   else bad "gemma-3-270m --gpu-layers 9 differs" tokens_split; fi
+  cpu=$(tok "$GEMMA" --device cpu --kv-type q8_0); gpu=$(tok "$GEMMA" --device "$DEVICE" --kv-type q8_0)
+  if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then ok "gemma-3-270m --kv-type q8_0: tokens equal"
+  else bad "gemma-3-270m --kv-type q8_0 differs" tokens_q8_0; fi
 fi
 
 echo "== 5. receipts across devices"

@@ -194,37 +194,41 @@ static void cu_gather(struct kern_stream *ks, struct kern_buf *dst, const struct
         cu_launch(s, CUK_gather, groups(n_rows * n, 256), 1, 256, 1, ARGS(&pd, &ps, &pr, &n_rows, &n));
 }
 
-/* The cache types the kernels read and write: f32 and f16 (q8_0: not yet). */
-static bool kv_type_ok(struct cu_stream *s, uint32_t t, const char *op)
+/* The cache type code of the kernels (0 f32, 1 f16, 2 q8_0), or -1 with the pass failed. */
+static int kv_code(struct cu_stream *s, uint32_t t, int64_t D, const char *op)
 {
     if (t == QT_F32 || t == QT_F16)
-        return true;
-    cu_fail(s, KN_E_UNSUPPORTED, "%s: a %s KV cache is not supported on CUDA yet (use "
-            "--kv-type f16 or f32)", op, quant_type_name(t));
-    return false;
+        return t == QT_F16;
+    if (t == QT_Q8_0 && D % QK8_0 == 0)
+        return 2;
+    cu_fail(s, KN_E_UNSUPPORTED, "%s: a %s KV cache of head dim %lld is not supported (f32, "
+            "f16, or q8_0 with a head dim that is a multiple of 32)", op, quant_type_name(t),
+            (long long)D);
+    return -1;
 }
 
 static void cu_kv_store(struct kern_stream *ks, const struct kern_attn_batch *b)
 {
     struct cu_stream *s = cu_st(ks);
-    if (!kv_type_ok(s, b->kv_type, "kv_store"))
+    int kvt = kv_code(s, b->kv_type, b->head_dim, "kv_store");
+    if (kvt < 0)
         return;
     CUdeviceptr pos = cu_stage(s, CU_SLOT_IDX, b->pos, (size_t)b->n_tok * sizeof *b->pos);
     CUdeviceptr kn = cu_ptr(b->k_new), vn = cu_ptr(b->v_new);
-    int f16 = b->kv_type == QT_F16;
-    int64_t D = b->head_dim, Hkv = b->n_head_kv;
+    int64_t D = b->head_dim, Hkv = b->n_head_kv, per = kvt == 2 ? D / QK8_0 : D;
     for (int64_t r = 0; r < b->n_runs && pos; r++) {
         const struct kern_kv_run *run = &b->runs[r];
         CUdeviceptr kc = cu_ptr(run->k), vc = cu_ptr(run->v);
         int64_t n_ctx = run->n_ctx, t0 = run->t0, n = run->n;
-        cu_launch(s, CUK_kv_store, groups(n * Hkv * D, 256), 1, 256, 1,
-                  ARGS(&kn, &vn, &kc, &vc, &f16, &D, &Hkv, &n_ctx, &pos, &t0, &n));
+        cu_launch(s, CUK_kv_store, groups(n * Hkv * per, 256), 1, 256, 1,
+                  ARGS(&kn, &vn, &kc, &vc, &kvt, &D, &Hkv, &n_ctx, &pos, &t0, &n));
     }
 }
 
 static void attention(struct cu_stream *s, const struct kern_attn_batch *b)
 {
-    if (!kv_type_ok(s, b->kv_type, "attention"))
+    int kvt = kv_code(s, b->kv_type, b->head_dim, "attention");
+    if (kvt < 0)
         return;
     int H = b->n_head, Hkv = b->n_head_kv, D = b->head_dim, window = b->window;
     if (D < 1 || D > CU_ATTN_MAX_D || Hkv < 1 || H % Hkv != 0) {
@@ -234,7 +238,6 @@ static void attention(struct cu_stream *s, const struct kern_attn_batch *b)
         return;
     }
     CUdeviceptr pos = cu_stage(s, CU_SLOT_IDX, b->pos, (size_t)b->n_tok * sizeof *b->pos);
-    int f16 = b->kv_type == QT_F16;
     float scale = b->scale, softcap = b->softcap;
     size_t row = (size_t)H * (size_t)D * sizeof(float);
     for (int64_t r = 0; r < b->n_runs && pos; r++) {
@@ -245,7 +248,7 @@ static void attention(struct cu_stream *s, const struct kern_attn_batch *b)
         CUdeviceptr rp = pos + (size_t)run->t0 * sizeof(int32_t);
         int64_t n_ctx = run->n_ctx;
         cu_launch(s, CUK_attn, (uint64_t)run->n, (uint64_t)H, 32, 1,
-                  ARGS(&q, &out, &kc, &vc, &f16, &rp, &n_ctx, &H, &Hkv, &D, &window, &scale,
+                  ARGS(&q, &out, &kc, &vc, &kvt, &rp, &n_ctx, &H, &Hkv, &D, &window, &scale,
                        &softcap));
     }
 }

@@ -139,4 +139,47 @@ KN_HD int kn_hd_iq4xs_scale(uint32_t scales_h, const uint8_t *scales_l, int s)
                  (((scales_h >> (2 * s)) & 3) << 4)) - 32;
 }
 
+/* ---- Q8_0 blocks (34 bytes: f16 d, int8 qs[32]), the KV cache's q8_0 rows */
+
+/* Rounds half away from zero for |x| < 2^22 (round-to-even by 1.5 * 2^23, then the half
+ * case; the sign bit copied back). Plain f32 + and - (no contraction in either build). */
+KN_HD float kn_hd_round_away(float x)
+{
+    float a = kn_hd_bits_f32(kn_hd_f32_bits(x) & 0x7fffffffu);
+    float r = (a + 12582912.0f) - 12582912.0f;
+    r = r + (a - r == 0.5f ? 1.0f : 0.0f);
+    return kn_hd_bits_f32(kn_hd_f32_bits(r) | (kn_hd_f32_bits(x) & 0x80000000u));
+}
+
+/* llama.cpp's Q8_0 quantizer for one block of 32: d = max|x| / 127 (stored as f16), q =
+ * round-half-away(x * (1 / d)) clamped to [-127, 127] (NaN -> 0). Writes 34 bytes. */
+KN_HD void kn_hd_quantize_q8_0(const float *x, uint8_t *dst)
+{
+    float amax = 0;
+    for (int j = 0; j < 32; j++) {
+        float a = kn_hd_bits_f32(kn_hd_f32_bits(x[j]) & 0x7fffffffu);
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    uint16_t h = kn_hd_f32_to_f16(d);
+    dst[0] = (uint8_t)h;
+    dst[1] = (uint8_t)(h >> 8);
+    for (int j = 0; j < 32; j++) {
+        float v = x[j] * id;
+        /* The clamps only matter for inf/NaN input, which must not reach a cast. */
+        v = v == v ? v : 0.0f;
+        v = v < 127.0f ? v : 127.0f;
+        v = v > -127.0f ? v : -127.0f;
+        dst[2 + j] = (uint8_t)(int8_t)(int)kn_hd_round_away(v);
+    }
+}
+
+/* Element i of a row of Q8_0 blocks: (float)q * d, one rounding (d widened exactly). */
+KN_HD float kn_hd_q8_0_elem(const uint8_t *blocks, int64_t i)
+{
+    const uint8_t *b = blocks + (i / 32) * 34;
+    return (float)(int8_t)b[2 + i % 32] * kn_hd_f16_to_f32(kn_hd_u16(b));
+}
+
 #endif

@@ -6,7 +6,9 @@
  * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
  * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
  * KN_TEST_DEVICE=cuda:0 (scripts/gpu_check.sh) runs the same on another device of the
- * registry (src/device); the small-bindings step is Vulkan's own.
+ * registry (src/device), and three synth models with what the CUDA backend has and the
+ * Vulkan one not yet: gemma2 (soft-capped attention) with a q8_0 cache, lfm2 (short
+ * convolution), qwen3 MXFP4 with a q8_0 cache; the small-bindings step is Vulkan's own.
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
 #include "check.h"
 
@@ -161,11 +163,15 @@ static void test_synth(struct kern_pool *pool)
         enum synth_arch arch;
         enum synth_ftype ftype;
         enum model_kv_type kt;
+        bool not_vulkan; /* what the CUDA backend has and the Vulkan one not yet */
     } cases[] = {
-        {SYNTH_LLAMA, SYNTH_Q4_K_M, MODEL_KV_F32},
-        {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16},
-        {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32},
-        {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16},
+        {SYNTH_LLAMA, SYNTH_Q4_K_M, MODEL_KV_F32, false},
+        {SYNTH_QWEN2, SYNTH_Q8_0, MODEL_KV_F16, false},
+        {SYNTH_QWEN3, SYNTH_Q5_1, MODEL_KV_F32, false},
+        {SYNTH_GEMMA3, SYNTH_Q4_K_M, MODEL_KV_F16, false},
+        {SYNTH_GEMMA2, SYNTH_Q4_K_M, MODEL_KV_Q8_0, true}, /* soft-cap, q8_0 cache */
+        {SYNTH_LFM2, SYNTH_Q8_0, MODEL_KV_F16, true},      /* short convolution */
+        {SYNTH_QWEN3, SYNTH_MXFP4, MODEL_KV_Q8_0, true},
     };
     char path[] = "/tmp/kn_vkmodel_XXXXXX";
     int fd = mkstemp(path);
@@ -174,6 +180,8 @@ static void test_synth(struct kern_pool *pool)
         return;
     close(fd);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].not_vulkan && vk_backend_is(g_vk))
+            continue;
         struct kn_err err = {0};
         struct synth_params p = {.arch = cases[i].arch, .ftype = cases[i].ftype, .seed = 7,
                                  .threads = 1, .name = "vk"};

@@ -226,17 +226,28 @@ extern "C" __global__ void cuk_gather(float *dst, const float *src, const i64 *r
 /* ================================================================ KV cache and attention */
 
 /* Tokens t0 .. t0 + n - 1 of k_new, v_new (T, Hkv * D) into the head-major caches at
- * slots pos[t] (pos: the whole batch's); f32 copied, f16 rounded to nearest even. */
+ * slots pos[t] (pos: the whole batch's). kvt 0: f32 copied; 1: f16 rounded to nearest
+ * even; one thread per element. kvt 2: q8_0, one thread per block of 32 (D a multiple of
+ * 32), each block quantized alone by the Q8_0 reference rule. */
 extern "C" __global__ void cuk_kv_store(const float *k_new, const float *v_new, uint8_t *kc,
-                                        uint8_t *vc, int f16, i64 D, i64 Hkv, i64 n_ctx,
+                                        uint8_t *vc, int kvt, i64 D, i64 Hkv, i64 n_ctx,
                                         const int32_t *pos, i64 t0, i64 n)
 {
+    i64 per = kvt == 2 ? D / 32 : D; /* threads per head row */
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * Hkv * D)
+    if (i >= n * Hkv * per)
         return;
-    i64 d = i % D, g = (i / D) % Hkv, t = t0 + i / (D * Hkv);
-    i64 src = t * Hkv * D + g * D + d, dst = (g * n_ctx + pos[t]) * D + d;
-    if (f16) {
+    i64 d = i % per, g = (i / per) % Hkv, t = t0 + i / (per * Hkv);
+    i64 row = g * n_ctx + pos[t];
+    if (kvt == 2) {
+        i64 src = t * Hkv * D + g * D + 32 * d;
+        size_t dst = ((size_t)row * (size_t)per + (size_t)d) * 34;
+        kn_hd_quantize_q8_0(k_new + src, kc + dst);
+        kn_hd_quantize_q8_0(v_new + src, vc + dst);
+        return;
+    }
+    i64 src = t * Hkv * D + g * D + d, dst = row * D + d;
+    if (kvt == 1) {
         ((uint16_t *)kc)[dst] = kn_hd_f32_to_f16(k_new[src]);
         ((uint16_t *)vc)[dst] = kn_hd_f32_to_f16(v_new[src]);
     } else {
@@ -245,9 +256,13 @@ extern "C" __global__ void cuk_kv_store(const float *k_new, const float *v_new, 
     }
 }
 
-__device__ __forceinline__ float cuk_kv(const uint8_t *c, i64 i, int f16)
+/* Element i of a head-major cache of type kvt (as cuk_kv_store's): f16 widened exactly,
+ * a q8_0 element (float)q * d. */
+__device__ __forceinline__ float cuk_kv(const uint8_t *c, i64 i, int kvt)
 {
-    return f16 ? kn_hd_f16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+    if (kvt == 2)
+        return kn_hd_q8_0_elem(c, i);
+    return kvt ? kn_hd_f16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
 }
 
 #define CUK_TILE 32
@@ -260,7 +275,7 @@ __device__ __forceinline__ float cuk_kv(const uint8_t *c, i64 i, int f16)
  * tile maximum and the canonical sum of e_j = exp(s_j - m_t) over the slots in order,
  * and each lane the value chains and the merge of dims d = lane, lane + 32, ... */
 extern "C" __global__ void cuk_attn(const float *q, float *out, const uint8_t *kc, const uint8_t *vc,
-                                    int f16, const int32_t *pos, i64 n_ctx, int H, int Hkv, int D,
+                                    int kvt, const int32_t *pos, i64 n_ctx, int H, int Hkv, int D,
                                     int window, float scale, float softcap)
 {
     __shared__ float qs[CUK_MAXD];
@@ -292,7 +307,7 @@ extern "C" __global__ void cuk_attn(const float *q, float *out, const uint8_t *k
                 acc[r] = 0.0f;
             const i64 kr = head + j * D;
             for (int d = 0; d < D; d++)
-                acc[d % 16] = KN_FMA(qs[d], cuk_kv(kb, kr + d, f16), acc[d % 16]);
+                acc[d % 16] = KN_FMA(qs[d], cuk_kv(kb, kr + d, kvt), acc[d % 16]);
             float sc = KN_MUL(kn_hd_tree16(acc), scale);
             if (softcap > 0.0f)
                 sc = kn_hd_softcapf(sc, softcap);
@@ -328,7 +343,7 @@ extern "C" __global__ void cuk_attn(const float *q, float *out, const uint8_t *k
             if (d < D) {
                 float ot = 0.0f;
                 for (i64 jj = j0; jj <= j1; jj++)
-                    ot = KN_FMA(e[jj - t0], cuk_kv(vb, head + jj * D + d, f16), ot);
+                    ot = KN_FMA(e[jj - t0], cuk_kv(vb, head + jj * D + d, kvt), ot);
                 o[r] = KN_FMA(ot, sb, KN_MUL(o[r], sa));
             }
         }
