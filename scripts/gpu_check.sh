@@ -18,7 +18,9 @@
 #      llama / qwen3 / gemma3 / gemma2 / lfm2 models, and Gemma with --gpu-layers 9 and
 #      with a q8_0 KV cache
 #   5. receipts: made on the GPU, verified on the CPU (identical), and the other way round
-#   6. speed: kinetic bench pp512 / tg128 on the GPU; with LLAMA_BIN, llama-bench -ngl 99
+#   6. Warm Start (--prompt-cache) on the GPU; serve --parallel 4 under load (Convoy:
+#      scripts/same_answer_demo.py): one distinct answer in ten, its receipt identical
+#   7. speed: kinetic bench pp512 / tg128 on the GPU; with LLAMA_BIN, llama-bench -ngl 99
 #      on the same model in the same run, and the ratios
 # Under 8 minutes on one GPU (the build is most of it). Exit 0 when every step passed.
 set -uo pipefail
@@ -120,7 +122,27 @@ for pair in "$DEVICE cpu" "cpu $DEVICE"; do
   fi
 done
 
-echo "== 6. speed"
+echo "== 6. Warm Start and Convoy on the GPU"
+prompt="In my dream I saw a garden of light and shadow, and"
+jt() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])' 2>/dev/null; }
+first=$($K run "$AID" "$prompt" -n 10 --seed 4 --json --device "$DEVICE" --prompt-cache "$WORK/p.cache" 2>/dev/null | jt)
+warm=$($K run "$AID" "$prompt then" -n 10 --seed 4 --json --device "$DEVICE" --prompt-cache "$WORK/p.cache" 2>"$WORK/warm.err" | jt)
+cold=$($K run "$AID" "$prompt then" -n 10 --seed 4 --json 2>/dev/null | jt)
+if [ -n "$warm" ] && [ "$warm" = "$cold" ] && grep -q "prompt cache: [1-9][0-9]* of" "$WORK/warm.err"; then
+  ok "Warm Start on $DEVICE: the restored cache gives the CPU's tokens"
+else
+  bad "Warm Start on $DEVICE (warm $warm, cold $cold)" warm_start
+fi
+if python3 scripts/same_answer_demo.py --model "$AID" --kinetic "$K" --kinetic-args "--device $DEVICE" \
+     --receipt "$WORK/demo.json" --max-tokens 40 --busy-tokens 60 > "$WORK/demo.txt" 2>&1 &&
+   grep -q "1 distinct answer in 10 runs" "$WORK/demo.txt" &&
+   $K verify-receipt "$WORK/demo.json" --device cpu 2>&1 | grep -q "rerun: identical"; then
+  ok "serve --device $DEVICE --parallel 4 under load: 1 distinct answer in 10, its receipt identical on the CPU"
+else
+  tail -5 "$WORK/demo.txt"; bad "the same-answer demo on $DEVICE" convoy
+fi
+
+echo "== 7. speed"
 bmodel=$AID; [ -r "$GEMMA" ] && bmodel=$GEMMA
 speed=""
 if $K bench "$bmodel" -p 512 -n 128 -r 3 --device "$DEVICE" -o json > "$WORK/kn.json" 2>/dev/null; then

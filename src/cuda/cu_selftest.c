@@ -66,21 +66,8 @@ void cu_selftest_run(struct cu_backend *cb, struct cu_selftest *t)
     free(in);
     free(out);
 
-    char ops[560];
-    struct kern_pool *pool = NULL;
-    if (kern_pool_create(1, &pool, &err) != KN_OK) {
-        snprintf(ops, sizeof ops, "ops: not checked: %.400s", err.msg);
-    } else {
-        enum kn_status st = kern_backend_check(&cb->base, pool, &err);
-        kern_pool_free(pool);
-        t->ops_equal = st == KN_OK;
-        if (t->ops_equal)
-            snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check)%s",
-                     kern_backend_has_moe(&cb->base)
-                         ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)");
-        else
-            snprintf(ops, sizeof ops, "ops differ from the CPU: %.480s", err.msg);
-    }
+    char ops[512];
+    t->ops_equal = kern_fprobe_ops(&cb->base, ops, sizeof ops);
     t->canonical = t->probed && t->ops_equal && t->fma_fused && t->div_rounded &&
                    t->sqrt_rounded && t->denormals_kept && t->arith_ok;
     t->seconds = kn_now() - t0;

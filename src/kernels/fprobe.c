@@ -1,5 +1,6 @@
 /* fprobe.c: the arithmetic probes of the devices' self-tests (fprobe.h). */
 #include "fprobe.h"
+#include "backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -110,4 +111,31 @@ void kern_fprobe_judge(const uint32_t *in, const uint32_t *out, struct kern_fpro
              r->sqrt_rounded ? "correctly rounded" : "NOT correctly rounded",
              r->arith_ok ? "IEEE" : "NOT IEEE",
              r->denormals_kept ? "kept" : "NOT kept", den_bad, 5 * (ST_N / 2));
+}
+
+bool kern_fprobe_ops(struct kern_backend *be, char *out, size_t cap)
+{
+    const char *miss = kern_backend_missing_op(be);
+    if (miss) {
+        snprintf(out, cap, "ops: not checked, the backend has no op '%s' yet", miss);
+        return false;
+    }
+    struct kn_err err = {0};
+    struct kern_pool *pool = NULL;
+    if (kern_pool_create(1, &pool, &err) != KN_OK) {
+        snprintf(out, cap, "ops: not checked: %.400s", err.msg);
+        return false;
+    }
+    enum kn_status st = kern_backend_check(be, pool, &err);
+    kern_pool_free(pool);
+    if (st != KN_OK) {
+        snprintf(out, cap, "ops differ from the CPU: %.440s", err.msg);
+        return false;
+    }
+    snprintf(out, cap, "every op equals the CPU (kern_backend_check)%s%s",
+             kern_backend_has_moe(be)
+                 ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)",
+             kern_backend_has_shortconv(be)
+                 ? "" : "; no short convolution yet (lfm2's conv layers stay on the CPU)");
+    return true;
 }

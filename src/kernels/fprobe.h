@@ -6,7 +6,10 @@
 #define KN_KERNELS_FPROBE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+struct kern_backend;
 
 /* Triples: the first half normal numbers with c close to -a*b (where a fused and an
  * unfused fma differ), the second half with subnormal inputs or results. */
@@ -25,5 +28,11 @@ void kern_fprobe_inputs(uint32_t *v);
 /* Judges a device's results out (5 words per triple: fma(a, b, c), a / b, sqrt(a), a * b,
  * a + c) for the triples in, filling *r. */
 void kern_fprobe_judge(const uint32_t *in, const uint32_t *out, struct kern_fprobe *r);
+
+/* The self-test's decisive check: kern_backend_check on be (a one-thread CPU pool), its
+ * outcome described in out ("every op equals the CPU (kern_backend_check)" and the
+ * optional ops be lacks, or the first op and byte that differ). True when every op
+ * equals the CPU's. */
+bool kern_fprobe_ops(struct kern_backend *be, char *out, size_t cap);
 
 #endif

@@ -74,27 +74,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
 
     /* The ops against the CPU: the check that decides. */
     char ops[512];
-    const char *miss = kern_backend_missing_op(&vb->base);
-    if (miss) {
-        snprintf(ops, sizeof ops, "ops: not checked, the backend has no op '%s' yet", miss);
-    } else {
-        struct kern_pool *pool = NULL;
-        if (kern_pool_create(1, &pool, &err) != KN_OK) {
-            snprintf(ops, sizeof ops, "ops: not checked: %.400s", err.msg);
-        } else {
-            enum kn_status st = kern_backend_check(&vb->base, pool, &err);
-            kern_pool_free(pool);
-            t->ops_equal = st == KN_OK;
-            if (t->ops_equal)
-                snprintf(ops, sizeof ops, "every op equals the CPU (kern_backend_check)%s%s",
-                         kern_backend_has_moe(&vb->base)
-                             ? "" : "; no mixture-of-experts ops yet (MoE layers stay on the CPU)",
-                         kern_backend_has_shortconv(&vb->base)
-                             ? "" : "; no short convolution yet (lfm2's conv layers stay on the CPU)");
-            else
-                snprintf(ops, sizeof ops, "ops differ from the CPU: %.440s", err.msg);
-        }
-    }
+    t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
     t->canonical = probed && t->ops_equal && t->div_rounded && t->sqrt_rounded &&
                    t->denormals_kept && t->arith_ok;
     t->seconds = kn_now() - t0;
