@@ -1,5 +1,5 @@
 /* device.h: the device registry: the devices this build can run on, as the user names
- * them (--device cpu | vulkan[:N], later cuda[:N]), opened as backends of the device seam
+ * them (--device cpu | vulkan[:N] | cuda[:N]), opened as backends of the device seam
  * (kernels/backend.h) with what a receipt records of them. `kinetic devices` lists them,
  * `kinetic --version` names the backends built in. */
 #ifndef KN_DEVICE_DEVICE_H
@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 /* The --device values, for help texts. */
-#define DEVICE_HELP "cpu, vulkan or vulkan:N (kinetic devices lists them)"
+#define DEVICE_HELP "cpu, vulkan or vulkan:N, cuda or cuda:N (kinetic devices lists them)"
 
 /* An open device. */
 struct device {

@@ -64,7 +64,7 @@ def vk():
 
 def test_version_and_devices_list_the_backends():
     v = kn("--version").stdout
-    assert re.search(r"^backends: cpu( vulkan)?$", v, re.M), v
+    assert re.search(r"^backends: cpu( vulkan)?( cuda)?$", v, re.M), v
     out = devices()
     assert out.startswith("cpu "), out
     assert "numerics canonical-1 (the reference)" in out
