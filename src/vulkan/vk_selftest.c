@@ -52,7 +52,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     double t0 = kn_now();
     struct kn_err err = {0};
     uint32_t *in = malloc(3 * ST_N * 4), *out = malloc(5 * ST_N * 4);
-    char probes[500] = "";
+    char probes[520] = "";
     bool probed = false;
     if (!in || !out) {
         snprintf(probes, sizeof probes, "probes: out of memory");
@@ -73,7 +73,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
              * driver's differ anywhere, the shaders use the integer builds */
             struct vkk_divsqrt dsq = {0};
             int hd = 0, hs = 0;
-            char dsr[96] = "";
+            char dsr[128] = "";
             if (vkk_divsqrt_probe(vb->rt, &dsq, &hd, &hs, &err) == KN_OK) {
                 t->div_rounded = t->div_rounded && hd == 0;
                 t->sqrt_rounded = t->sqrt_rounded && hs == 0;
@@ -83,9 +83,10 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
                 t->div_soft = dsq.soft_div;
                 t->sqrt_soft = dsq.soft_sqrt;
                 t->divsqrt_ok = true;
-                snprintf(dsr, sizeof dsr, "%s%s",
-                         t->div_soft ? "; division NOT correctly rounded on the hard cases: the shaders use the integer build" : "",
-                         t->sqrt_soft ? "; sqrt NOT correctly rounded on the hard cases: the shaders use the integer build" : "");
+                if (t->div_soft || t->sqrt_soft)
+                    snprintf(dsr, sizeof dsr, "; %s%s%s not correctly rounded on hard cases: the shaders use the integer build",
+                             t->div_soft ? "division" : "", t->div_soft && t->sqrt_soft ? " and " : "",
+                             t->sqrt_soft ? "sqrt" : "");
             } else {
                 snprintf(dsr, sizeof dsr, "; division and sqrt probe failed (%.60s)", err.msg);
             }
