@@ -328,13 +328,18 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
     op->logits(s, wb[QT_Q5_1], bias, x, CK_TS, logits + CK_TS * CK_N);
 }
 
-/* kv_store and attention: two sequences in one batch (caches of f32 and f16, causal and
- * windowed), then one more token each in a second pass that reads the first's cache. */
+/* kv_store and attention: two sequences in one batch (caches of f32, f16 and q8_0, causal
+ * and windowed), then one more token each in a second pass that reads the first's cache. */
 static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window,
                          float softcap, bool sinks)
 {
-    const size_t elt = kv_type == QT_F16 ? 2 : 4, QD = CK_H * CK_D, KD = CK_HKV * CK_D;
-    const size_t cache = (size_t)CK_CTX * KD * elt;
+    const size_t QD = CK_H * CK_D, KD = CK_HKV * CK_D;
+    uint64_t rb = 0; /* bytes of one head's row in the cache */
+    if (!quant_row_size(kv_type, CK_D, &rb)) {
+        c->failed = true;
+        return;
+    }
+    const size_t cache = (size_t)CK_CTX * CK_HKV * (size_t)rb;
     struct kern_buf *q = ck_alloc(c, CK_T * QD * sizeof(float));
     struct kern_buf *k = ck_alloc(c, CK_T * KD * sizeof(float));
     struct kern_buf *v = ck_alloc(c, CK_T * KD * sizeof(float));
@@ -374,9 +379,9 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     attend(s, &b);
     ck_record(c, name, o, 0, CK_T * QD * sizeof(float));
     for (int g = 0; g < CK_HKV; g++) {
-        size_t head = (size_t)g * CK_CTX * CK_D * elt;
-        ck_record(c, "kv_store (keys)", ka, head, 40 * CK_D * elt);
-        ck_record(c, "kv_store (values)", vb, head, 8 * CK_D * elt);
+        size_t head = (size_t)g * CK_CTX * (size_t)rb;
+        ck_record(c, "kv_store (keys)", ka, head, 40 * (size_t)rb);
+        ck_record(c, "kv_store (values)", vb, head, 8 * (size_t)rb);
     }
     if (op->end(s, c->err) != KN_OK) {
         c->failed = true;
@@ -512,13 +517,14 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool oai)
         c->failed = true;
 }
 
-/* with_moe, conv, with_softcap, with_gptoss: also check the MoE ops, the short
- * convolution, soft-capped attention and gpt-oss's pair (attention sinks, moe_ffn_oai) (only when the device under test has them, so the CPU's
- * reference run records the same outputs). */
-static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool with_moe, bool conv, bool with_softcap, bool with_gptoss,
-                             struct ck_out *out, struct kn_err *err)
+/* The optional ops (backend.h KERN_BACKEND_OPS) are checked only when the backend under
+ * test, subject, has them, so that the CPU's reference run records the same outputs. */
+static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend *subject,
+                             struct kern_pool *pool, const struct ck_in *in, struct ck_out *out,
+                             struct kn_err *err)
 {
+    const bool with_softcap = kern_backend_has_softcap(subject);
+    const bool with_gptoss = kern_backend_has_moe(subject) && !kern_backend_missing_gptoss_op(subject);
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
     out->bytes = kn_malloc(out->cap, err);
@@ -547,10 +553,10 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
                 out->n += r->bytes;
             }
         }
-        const uint32_t kv_types[2] = {QT_F32, QT_F16};
+        const uint32_t kv_types[3] = {QT_F32, QT_F16, QT_Q8_0};
         const int32_t windows[2] = {0, 37};
-        for (int i = 0; i < 4 && !c.failed; i++)
-            ck_attention(&c, in, kv_types[i % 2], windows[i / 2], 0.0f, false);
+        for (int i = 0; i < 6 && !c.failed; i++)
+            ck_attention(&c, in, kv_types[i % 3], windows[i / 3], 0.0f, false);
         /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach), when the
          * device under test has the op */
         for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
@@ -558,9 +564,9 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
         /* gpt-oss's sinks, when the device under test has them */
         for (int i = 0; i < 2 && !c.failed && with_gptoss; i++)
             ck_attention(&c, in, kv_types[i], windows[1 - i], 0.0f, true);
-        if (conv && !c.failed)
+        if (kern_backend_has_shortconv(subject) && !c.failed)
             ck_shortconv(&c, in);
-        if (!c.failed && with_moe)
+        if (!c.failed && kern_backend_has_moe(subject))
             ck_moe(&c, in, with_gptoss);
     }
     for (int i = 0; i < c.n_bufs; i++)
@@ -580,14 +586,11 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     struct ck_out ref = {0}, got = {0};
     /* An optional op the backend lacks is not checked (model_open keeps its layers off,
      * naming the op). */
-    const bool moe = kern_backend_has_moe(be), conv = kern_backend_has_shortconv(be);
-    const bool softcap = kern_backend_has_softcap(be);
-    const bool gptoss = moe && !kern_backend_missing_gptoss_op(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, moe, conv, softcap, gptoss, &ref, err);
+        st = ck_run(kern_backend_cpu(), be, pool, in, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, moe, conv, softcap, gptoss, &got, err);
+        st = ck_run(be, be, pool, in, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }
@@ -608,16 +611,4 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     free(got.bytes);
     in_free(in);
     return st;
-}
-
-const char *kern_backend_missing_op(const struct kern_backend *be)
-{
-    const struct kern_backend_ops *o = be->ops;
-#define OP(x) if (!o->x) return #x;
-    OP(numerics) OP(alloc) OP(upload) OP(upload_weight) OP(upload_rows) OP(free)
-    OP(stream_create) OP(stream_free) OP(begin) OP(end)
-    OP(embed) OP(rope_table) OP(rope) OP(rmsnorm) OP(matmul) OP(add_rows) OP(add) OP(scale)
-    OP(glu) OP(gather) OP(kv_store) OP(attention) OP(logits) OP(to_host) OP(from_host)
-#undef OP
-    return NULL;
 }

@@ -46,7 +46,7 @@
  * one pass (begin .. end) on each backend it uses; with --gpu-layers the residual stream
  * is handed from the device's pass to the CPU's at the first CPU layer. Buffers are
  * allocated once in model_fwd_create. */
-#include "model.h"
+#include "model_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -242,19 +242,12 @@ int64_t model_fwd_max_tokens(const struct model_fwd *f)
     return f->max_tokens;
 }
 
-/* ================================================================ forward */
-
-enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
-                             const int32_t *pos, int64_t n, const int64_t *out_rows, int64_t n_out,
-                             float *logits, struct kn_err *err)
+const struct model *model_fwd_model(const struct model_fwd *f)
 {
-    if (n <= 0 || n > f->max_tokens)
-        return kn_fail(err, KN_E_ARG, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
-                       (long long)f->max_tokens);
-    for (int64_t t = 0; t < n; t++)
-        f->kv_tok[t] = kv;
-    return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
+    return f->m;
 }
+
+/* ================================================================ forward */
 
 /* Starts part p's pass: the RoPE tables (set rs) of this batch's positions first. */
 static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
@@ -346,10 +339,12 @@ static void conv_block(struct model_fwd *f, const struct fwd_part *P, const stru
     s->ops->shortconv(s, &batch);
 }
 
-enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
-                                   const int32_t *tokens, const int32_t *pos, int64_t n,
-                                   const int64_t *out_rows, int64_t n_out, float *logits,
-                                   struct kn_err *err)
+/* The pass model_forward_multi and model_forward_hidden share: logits (n_out, n_vocab)
+ * when hidden is NULL, else the final-normed hidden states (n_out, E) into hidden. */
+static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
+                              const int32_t *tokens, const int32_t *pos, int64_t n,
+                              const int64_t *out_rows, int64_t n_out, float *logits,
+                              float *hidden, struct kn_err *err)
 {
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
@@ -533,9 +528,14 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             s->ops->gather(s, P->h, xb, out_rows, n_out, E);
             s->ops->rmsnorm(s, P->h, P->h, m->d_output_norm, n_out, E, hp->norm_eps);
         }
-        s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
+        if (hidden)
+            s->ops->to_host(s, P->h, 0, hidden, (size_t)(n_out * E) * sizeof(float));
+        else
+            s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
     enum kn_status st = s->ops->end(s, err);
+    if (hidden)
+        return st;
     /* On the host logits, whatever backend made them: granite's logits times
      * 1/logit_scale (one f32 division, then a product each), gemma2's final soft-cap. */
     if (st == KN_OK && hp->logit_scale != 1.0f && n_out > 0)
@@ -543,4 +543,40 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     if (st == KN_OK && hp->final_softcap > 0.0f && n_out > 0)
         kern_softcap(logits, logits, hp->final_softcap, n_out * hp->n_vocab);
     return st;
+}
+
+enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
+                                   const int32_t *tokens, const int32_t *pos, int64_t n,
+                                   const int64_t *out_rows, int64_t n_out, float *logits,
+                                   struct kn_err *err)
+{
+    return fwd_run(f, kvs, tokens, pos, n, out_rows, n_out, logits, NULL, err);
+}
+
+/* One sequence's batch: every token reads and writes kv. */
+static enum kn_status fwd_one(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
+                              const int32_t *pos, int64_t n, const int64_t *out_rows,
+                              int64_t n_out, float *logits, float *hidden, struct kn_err *err)
+{
+    if (n <= 0 || n > f->max_tokens)
+        return kn_fail(err, KN_E_ARG, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
+                       (long long)f->max_tokens);
+    for (int64_t t = 0; t < n; t++)
+        f->kv_tok[t] = kv;
+    return fwd_run(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, hidden, err);
+}
+
+enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
+                             const int32_t *pos, int64_t n, const int64_t *out_rows, int64_t n_out,
+                             float *logits, struct kn_err *err)
+{
+    return fwd_one(f, kv, tokens, pos, n, out_rows, n_out, logits, NULL, err);
+}
+
+enum kn_status model_forward_hidden(struct model_fwd *f, struct model_kv *kv,
+                                    const int32_t *tokens, const int32_t *pos, int64_t n,
+                                    const int64_t *out_rows, int64_t n_out, float *hidden,
+                                    struct kn_err *err)
+{
+    return fwd_one(f, kv, tokens, pos, n, out_rows, n_out, NULL, hidden, err);
 }

@@ -11,6 +11,12 @@
 
 /* ================================================================ names */
 
+const char *model_pooling_name(enum model_pooling p)
+{
+    static const char *const names[] = {"none", "mean", "cls", "last"};
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "unknown";
+}
+
 static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
                                                          "qwen3moe", "lfm2", "lfm2moe", "gemma2",
                                                          "phi3", "granite", "smollm3", "olmo2",
@@ -232,6 +238,13 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         return kn_fail(err, KN_E_FORMAT, "head_count %lld is not a multiple of head_count_kv %lld",
                        (long long)hp->n_head, (long long)hp->n_head_kv);
     TRY(model_moe_read_hparams(g, arch, hp, err));
+    int64_t pooling = MODEL_POOLING_NONE;
+    TRY(get_int(g, arch, "pooling_type", &pooling, &found, err));
+    if (pooling > MODEL_POOLING_LAST)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "%s.pooling_type %lld is not supported (0 none, 1 mean, 2 cls, 3 last; "
+                       "4 is a reranker's rank pooling)", arch, (long long)pooling);
+    hp->pooling = (enum model_pooling)pooling;
 
     hp->head_dim_k = hp->n_embd / hp->n_head;
     hp->head_dim_v = hp->n_embd / hp->n_head;
@@ -595,6 +608,37 @@ static enum kn_status init_weight_rows(struct kern_weight *w, const struct gguf_
     return st;
 }
 
+/* Builds the CPU's repacked copies (only where the CPU runs the layer) of every weight
+ * at once, on the pool's threads: at load time this is most of a cold start. */
+static enum kn_status repack_weights(struct model *m, struct kern_pool *pool, struct kn_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    size_t n = 0, cap = 1;
+    for (int64_t il = m->n_dev_layers; il < hp->n_layer; il++)
+        cap += 9 + (m->layers[il].moe ? 1 + 3 * (size_t)hp->n_expert : 0);
+    struct kern_weight **ws = kn_malloc(cap * sizeof *ws, err);
+    if (!ws)
+        return KN_E_NOMEM;
+    for (int64_t il = m->n_dev_layers; il < hp->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        struct kern_weight *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate,
+                                      &L->ffn_up, &L->ffn_down, &L->conv_in, &L->conv_out};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (mats[i]->N) /* absent matrices are all zero */
+                ws[n++] = mats[i];
+        if (L->moe) {
+            ws[n++] = &L->moe->router;
+            for (int64_t e = 0; e < 3 * hp->n_expert; e++)
+                ws[n++] = &L->moe->exps[e];
+        }
+    }
+    if (m->n_dev_layers < hp->n_layer)
+        ws[n++] = &m->output;
+    enum kn_status st = kern_weight_repack(pool, ws, n, err);
+    free(ws);
+    return st;
+}
+
 /* ---------------------------------------------------------------- placement */
 
 /* One tensor of a layer as a backend buffer: a weight matrix or a vector of n floats. */
@@ -899,13 +943,12 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
                     {&L->ffn_down, LT_DOWN}, {&L->conv_in, LT_CONV_IN},
                     {&L->conv_out, LT_CONV_OUT}};
-        /* The CPU's repacked copy only where the CPU runs the layer. */
-        const bool rp = repack && il >= m->n_dev_layers;
+        /* No repacked copies yet: repack_weights builds them all at once, below. */
         if (model_layer_is_moe(&hp, il)) {
             const float *vec[MOE_TENSORS] = {NULL};
             for (int k = MOE_FIRST_VEC; k < MOE_TENSORS; k++)
                 VEC(vec[k], plan[il].moe[k]);
-            st = model_moe_init(L, &hp, plan[il].moe, vec, rp, &m->weight_bytes, err);
+            st = model_moe_init(L, &hp, plan[il].moe, vec, false, &m->weight_bytes, err);
             if (st != KN_OK)
                 goto fail;
         }
@@ -916,7 +959,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
              * A fused matrix's parts are views, below */
             if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
                 continue;
-            st = init_weight(mats[i].w, tm, rp, err);
+            st = init_weight(mats[i].w, tm, false, err);
             if (st != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)tm->size;
@@ -924,22 +967,24 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         if (t[LT_QKV]) {
             const int64_t QO = hp.n_head * hp.head_dim_k, KO = hp.n_head_kv * hp.head_dim_k;
             const int64_t VO = hp.n_head_kv * hp.head_dim_v;
-            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, rp, err)) != KN_OK)
+            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, false, err)) != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)t[LT_QKV]->size;
         }
         if (plan[il].fused_up) {
-            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, rp, err)) != KN_OK)
+            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, false, err)) != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)t[LT_UP]->size;
         }
     }
 #undef VEC
     m->output_tied = t_out == NULL;
-    st = init_weight(&m->output, t_out ? t_out : t_embd, repack && m->n_dev_layers < hp.n_layer, err);
+    st = init_weight(&m->output, t_out ? t_out : t_embd, false, err);
+    if (st == KN_OK && repack)
+        st = repack_weights(m, opts ? opts->pool : NULL, err);
     if (st != KN_OK)
         goto fail;
     m->weight_bytes += (size_t)t_embd->size + (t_out ? (size_t)t_out->size : 0);

@@ -57,6 +57,13 @@ enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR
 
 #define MODEL_MAX_LAYERS 512
 
+/* <arch>.pooling_type, llama.cpp's numbering (enum llama_pooling_type): how an embedding
+ * model turns its per-position hidden states into one vector (model_embed). */
+enum model_pooling { MODEL_POOLING_NONE = 0, MODEL_POOLING_MEAN = 1, MODEL_POOLING_CLS = 2,
+                     MODEL_POOLING_LAST = 3 };
+/* "none", "mean", "cls", "last". */
+const char *model_pooling_name(enum model_pooling p);
+
 struct model_hparams {
     enum model_arch arch;
     int64_t n_vocab;
@@ -115,6 +122,9 @@ struct model_hparams {
     int64_t n_ff_exp;          /* <arch>.expert_feed_forward_length */
     int64_t n_layer_dense_lead;/* <arch>.leading_dense_block_count (default 0) */
     struct kern_moe_gate moe_gate; /* the routing rule (gating, k, norm, scale) */
+
+    /* <arch>.pooling_type (default none: not an embedding model) */
+    enum model_pooling pooling;
 };
 
 /* True when layer il of a model with hyperparameters hp is a mixture of experts. */
@@ -201,6 +211,8 @@ struct model_load_opts {
      * more than n_layer means all); NULL or 0 layers: the CPU runs everything. */
     struct kern_backend *device;
     int64_t device_layers;
+    /* The threads that build the repacked copies (NULL: the caller's thread alone). */
+    struct kern_pool *pool;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */
@@ -296,5 +308,30 @@ KN_MUST_USE enum kn_status model_forward_multi(struct model_fwd *f, struct model
                                                const int32_t *tokens, const int32_t *pos,
                                                int64_t n, const int64_t *out_rows, int64_t n_out,
                                                float *logits, struct kn_err *err);
+/* model_forward's twin for embeddings: the same pass, but writes the output rows'
+ * final-normed hidden states (n_out, n_embd) (rmsnorm(x) * output_norm, the rows the
+ * output head would multiply) to hidden instead of logits. The logits path is untouched:
+ * both share every step up to that norm. */
+KN_MUST_USE enum kn_status model_forward_hidden(struct model_fwd *f, struct model_kv *kv,
+                                                const int32_t *tokens, const int32_t *pos,
+                                                int64_t n, const int64_t *out_rows, int64_t n_out,
+                                                float *hidden, struct kn_err *err);
+
+/* ---------------------------------------------------------------- embeddings (embed.c) */
+
+/* The embedding of tokens[0..n-1] (one sequence, positions 0..n-1, evaluated into kv
+ * from slot 0 in chunks of the forward's batch size, which changes no bit): the hidden
+ * states pooled by m->hp.pooling (mean: the f32 sum in position order divided by n; cls:
+ * position 0; last: position n-1), truncated to the first dims values (1..n_embd;
+ * Matryoshka), then L2-normalised (docs/numerics.md "Embeddings"); out: (dims). A model
+ * with pooling none is refused (KN_E_UNSUPPORTED), as is dims outside 1..n_embd
+ * (KN_E_ARG). Allocates one chunk of hidden states per call. */
+/* Whether the architecture's embedding models are trained for Matryoshka truncation
+ * (a prefix of the vector is itself an embedding), so dims below n_embd is meaningful:
+ * qwen3 (Qwen3-Embedding). The GGUF says nothing about it; this table does. */
+bool model_embed_matryoshka(const struct model_hparams *hp);
+KN_MUST_USE enum kn_status model_embed(struct model_fwd *f, struct model_kv *kv,
+                                       const int32_t *tokens, int64_t n, int64_t dims,
+                                       float *out, struct kn_err *err);
 
 #endif

@@ -133,12 +133,22 @@ static const struct preset presets[] = {
      {.n_embd = 896, .n_layer = 24, .n_head = 14, .n_head_kv = 2, .head_dim = 64, .n_ff = 4864,
       .n_vocab = 151936, .n_ctx = 32768, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
+    /* Qwen3-Embedding-0.6B: Qwen3-0.6B's shape with last-token pooling */
+    {"qwen3-embedding-0.6b", SYNTH_QWEN3,
+     {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
+      .n_vocab = 151669, .n_ctx = 32768, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
+      .tied = true, .pooling = 3}},
     {"qwen3-0.6b", SYNTH_QWEN3,
      {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
     /* LFM2 (Liquid AI's config.json; feed_forward_length as convert_hf_to_gguf.py derives
-     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. */
+     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. The attention
+     * layers are config.json's full_attn_idxs (later configs: the "full_attention" entries
+     * of layer_types): [2, 5, 8, 10, 12, 14] in LiquidAI/LFM2-350M's and LFM2-1.2B's
+     * (checked in issue 17 against copies of both configs in public repositories; 700M has
+     * the same 16-block layout, Hugging Face's LFM2 model page); 2.6B's 22 + 8 split is its
+     * model card's, the positions below were not found in a reachable copy of its config. */
     {"lfm2-350m", SYNTH_LFM2,
      {.n_embd = 1024, .n_layer = 16, .n_head = 16, .n_head_kv = 8, .head_dim = 64, .n_ff = 4608,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
@@ -156,7 +166,8 @@ static const struct preset presets[] = {
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
       .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
     /* LFM2-8B-A1B: 24 layers, the first two dense, 32 experts of 1792, 4 per token;
-     * 6 attention layers (LFM2's 1:3 ratio). */
+     * 6 attention layers, [2, 6, 10, 14, 18, 21] (its config.json's layer_types, checked
+     * in issue 17 against a public copy). */
     {"lfm2-8b-a1b", SYNTH_LFM2MOE,
      {.n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 7168,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
@@ -251,7 +262,7 @@ const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2 and smollm3), "
            "tinyllama-1.1b (llama), "
-           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3), gemma3-270m (gemma3), "
+           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b, qwen3-embedding-0.6b (qwen3), gemma3-270m (gemma3), "
            "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
            "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
@@ -384,6 +395,7 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
         {"residual_scale", offsetof(struct synth_dims, residual_scale), 1},
         {"attn_scale", offsetof(struct synth_dims, attn_scale), 1},
         {"logit_scale", offsetof(struct synth_dims, logit_scale), 1},
+        {"pooling", offsetof(struct synth_dims, pooling), 4},
     };
     const char *p = spec;
     if (!*p)
@@ -406,7 +418,7 @@ enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d, struct k
                            "--dims: unknown key '%.*s'; keys are dim, layers, heads, kv_heads, "
                            "head_dim, ffn, vocab, ctx, window, rope_base, eps, tied, experts, experts_used, "
                            "expert_ffn, conv_l, attn, dense_lead, attn_softcap, final_softcap, rot, "
-                           "rope_orig_ctx, embd_scale, residual_scale, attn_scale, logit_scale",
+                           "rope_orig_ctx, embd_scale, residual_scale, attn_scale, logit_scale, pooling",
                            (int)klen, p);
         bool ok;
         char *field = (char *)d + keys[k].off;
@@ -516,6 +528,8 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG, "attn and conv_l are lfm2's (short-convolution layers); %s has none",
                        arch_names[arch]);
     }
+    if (d->pooling > 3)
+        return kn_fail(err, KN_E_ARG, "pooling=%u: 0 none, 1 mean, 2 cls or 3 last", d->pooling);
     if (arch == SYNTH_GRANITE) {
         if (!(d->embd_scale > 0))
             d->embd_scale = 12.0f;
@@ -1145,6 +1159,8 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
         gguf_writer_set_f32(w, KEY("attention.scale"), d->attn_scale);
         gguf_writer_set_f32(w, KEY("logit_scale"), d->logit_scale);
     }
+    if (d->pooling)
+        gguf_writer_set_u32(w, KEY("pooling_type"), d->pooling);
     if ((arch == SYNTH_PHI3 || arch == SYNTH_OLMO2) && d->n_swa)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
     if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {

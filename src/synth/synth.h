@@ -79,6 +79,8 @@ struct synth_dims {
     uint32_t n_attn_layers;
     uint32_t conv_l;
     uint32_t n_dense_lead;  /* lfm2moe: dense layers before the MoE ones */
+    uint32_t pooling;       /* <arch>.pooling_type (0 none: not written; 1 mean, 2 cls,
+                             * 3 last): an embedding model */
 };
 
 struct synth_params {
@@ -112,7 +114,7 @@ const char *synth_preset_list(void);
 
 /* Applies "key=value,key=value" (keys: dim layers heads kv_heads head_dim ffn vocab ctx
  * rope_base eps window tied experts experts_used expert_ffn conv_l attn attn_softcap
- * final_softcap rot rope_orig_ctx embd_scale residual_scale attn_scale logit_scale;
+ * final_softcap rot rope_orig_ctx embd_scale residual_scale attn_scale logit_scale pooling;
  * attn=2:5:8 lists lfm2's attention layers) to *d. Fails on an unknown key, a malformed or
  * out-of-range value. */
 KN_MUST_USE enum kn_status synth_parse_dims(const char *spec, struct synth_dims *d,

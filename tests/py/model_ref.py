@@ -269,6 +269,24 @@ class RefModel:
     def forward(self, tokens, positions=None, rows=None):
         """tokens: list of ids at positions 0..T-1 (or `positions`); returns the logits
         (len(rows), n_vocab) of the given rows (default: every row)."""
+        x = self.hidden(tokens, positions, rows)
+        out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
+        logits = self.mm(out_name, x) / self.logit_scale
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
+
+    def embedding(self, tokens, pooling, dims=None):
+        """The pooled ("mean", "cls", "last"), truncated and L2-normalised embedding of
+        one sequence, from the final-normed hidden states (what model_embed computes)."""
+        h = self.hidden(tokens)
+        v = {"mean": h.mean(axis=0), "cls": h[0], "last": h[-1]}[pooling]
+        v = v[:dims] if dims else v
+        return v / np.linalg.norm(v)
+
+    def hidden(self, tokens, positions=None, rows=None):
+        """The final-normed hidden states (len(rows), n_embd): the rows the output head
+        multiplies."""
         T = len(tokens)
         pos = list(range(T)) if positions is None else list(positions)
         emb = self.w("token_embd.weight")
@@ -343,12 +361,7 @@ class RefModel:
             x = x[list(rows)]
         # lfm2's final norm is token_embd_norm
         norm = "output_norm.weight" if self.has("output_norm.weight") else "token_embd_norm.weight"
-        x = self.rms_norm(x, self.w(norm))
-        out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        logits = self.mm(out_name, x) / self.logit_scale
-        if self.final_softcap:
-            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
-        return logits
+        return self.rms_norm(x, self.w(norm))
 
     def ffn(self, p, x):
         norm = p + ("post_attention_norm.weight" if self.gptoss else "ffn_norm.weight")
