@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh: configures and builds Kinetic.
 #   scripts/build.sh                release-style build in build/
-#   scripts/build.sh --sanitize     ASan + UBSan build in build-asan/
+#   scripts/build.sh --sanitize     ASan + UBSan build in build-asan/ (-O1 -g: CMakeLists.txt)
 #   scripts/build.sh --arch aarch64 cross build for 64-bit ARM Linux in build-aarch64/
 #                                   (cmake/aarch64-linux-gnu.cmake; needs
 #                                   scripts/deps.sh --arch aarch64; the tests run under
@@ -18,7 +18,7 @@ for a in "$@"; do
     arch="$a"; want_arch=0; continue
   fi
   case "$a" in
-    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Sanitize) ;;
     --arch) want_arch=1 ;;
     --arch=*) arch="${a#--arch=}" ;;
     *) args+=("$a") ;;
