@@ -106,12 +106,14 @@ int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help
 bool cli_sampling_given(const struct cli_sampling *cs, const char *name);
 
 int cmd_chat(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 

@@ -112,6 +112,12 @@ void engine_reset(struct engine *e);
  * when the tokens do not fit in the context. */
 KN_MUST_USE enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n,
                                        struct kn_err *err);
+/* As engine_eval, and writes the logits of tokens first..n-1 of this call into out
+ * ((n - first, n_vocab), in order; 0 <= first < n), as perplexity needs. A token's logits
+ * do not depend on which other rows are asked for (docs/numerics.md), so each row holds
+ * the bits engine_eval would leave after that token. */
+KN_MUST_USE enum kn_status engine_eval_rows(struct engine *e, const int32_t *tokens, int64_t n,
+                                            int64_t first, float *out, struct kn_err *err);
 
 /* ---------------------------------------------------------------- generation */
 

@@ -150,9 +150,12 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
             goto fail;
         s->gguf = s->gguf_own;
     } else {
+        /* The pool first: model_open repacks the weights on its threads. */
+        if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
+            goto fail;
         struct model_load_opts lo = {
             .repack = true, .device = o->device,
-            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers};
+            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers, .pool = s->pool};
         if ((st = model_open(&s->m, o->model_path, &lo, err)) != KN_OK)
             goto fail;
         s->gguf = s->m->gguf;
@@ -181,8 +184,6 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     if (s->n_ctx > s->m->hp.n_ctx_train && s->o.name)
         fprintf(stderr, "%s: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
                 s->o.name, (long long)s->n_ctx, (long long)s->m->hp.n_ctx_train);
-    if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
-        goto fail;
     if (o->level == SESSION_MODEL)
         return KN_OK;
 

@@ -29,10 +29,10 @@
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
                 EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS,
-                EP_UI, EP_VERIFY };
+                EP_UI, EP_VERIFY, EP_EMBEDDINGS };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt"};
+    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt", "embeddings"};
 static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 431, 500, 503, 0};
 
 struct route {
@@ -60,6 +60,8 @@ static const struct route routes[] = {
     {"/slots", "GET", EP_SLOTS, false},
     {"/", "GET", EP_UI, true},
     {"/verify-receipt", "POST", EP_VERIFY, false},
+    {"/v1/embeddings", "POST", EP_EMBEDDINGS, false},
+    {"/embeddings", "POST", EP_EMBEDDINGS, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -1095,6 +1097,17 @@ static enum MHD_Result handle_apply_template(struct srv *s, struct MHD_Connectio
     return send_json(s, conn, EP_APPLY_TEMPLATE, 200, out);
 }
 
+/* POST /v1/embeddings (embeddings.c). */
+static enum MHD_Result handle_embeddings(struct srv *s, struct MHD_Connection *conn,
+                                         const struct json_value *body)
+{
+    struct srv_error e = {0};
+    char *out = NULL;
+    if (api_embeddings(s, body, &out, &e))
+        return send_error(s, conn, EP_EMBEDDINGS, &e);
+    return send_json(s, conn, EP_EMBEDDINGS, 200, out);
+}
+
 /* ---------------------------------------------------------------- speed features */
 
 /* POST /prefill (Zero Wait): a chat completions or completions body ("messages" or
@@ -1333,6 +1346,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
         res = handle_prefill(s, conn, body);
     else if (ep == EP_APPLY_TEMPLATE)
         res = handle_apply_template(s, conn, body);
+    else if (ep == EP_EMBEDDINGS)
+        res = handle_embeddings(s, conn, body);
     else
         res = handle_completion(s, conn, ep, body);
     json_free(body);
@@ -1367,7 +1382,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /health, /metrics, /slots, /tokenize, /detokenize, "
+                        "/v1/completions, /v1/embeddings, /health, /metrics, /slots, /tokenize, /detokenize, "
                         "/prefill, /stats, /apply-template, /verify-receipt, /",
                         method, url);
         if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {

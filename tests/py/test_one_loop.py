@@ -249,7 +249,8 @@ SYNTH_ARCHS = {"gemma2": ("window=6,attn_softcap=0.05,final_softcap=0.2", 1),
                "phi3": ("window=6,rot=32,rope_orig_ctx=64", 3),
                "granite": ("kv_heads=2", 13),
                "smollm3": ("kv_heads=2", 3),
-               "olmo2": ("window=6,layers=4", 3)}
+               "olmo2": ("window=6,layers=4", 3),
+               "gpt-oss": ("window=6", 3)}
 
 
 @pytest.mark.parametrize("arch", sorted(SYNTH_ARCHS))

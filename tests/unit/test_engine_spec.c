@@ -986,6 +986,26 @@ int main(void)
     unlink(path);
     if (!ok)
         return 1;
+    /* gpt-oss (tiny synth, MXFP4 experts): attention sinks and windowed layers under
+     * drafting's rollback, the prompt cache and the slots. */
+    {
+        struct kn_err e = {0};
+        int fd = kn_temp_file("kn_spec_gptoss_", path, sizeof path, &e);
+        CHECKF(fd >= 0, "%s", e.msg);
+        if (fd < 0)
+            return 1;
+        close(fd);
+        struct synth_params p = {.arch = SYNTH_GPTOSS, .ftype = SYNTH_MXFP4_MOE, .seed = 4,
+                                 .threads = 1, .name = "spec"};
+        enum synth_arch arch = SYNTH_GPTOSS;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &e) == KN_OK);
+        p.dims.n_swa = 8; /* the window slides within the checks' sequences */
+        CHECKF(synth_write(&p, path, &e) == KN_OK, "%s", e.msg);
+        ok = run_all(path);
+        unlink(path);
+        if (!ok)
+            return 1;
+    }
     /* phi3 with LongRoPE over an original context of 64 (the prompt cache's RoPE choice). */
     if (!write_tiny(SYNTH_PHI3, SYNTH_Q8_0, 3, 64, path, sizeof path))
         return 1;
