@@ -158,7 +158,7 @@ int main(int argc, char **argv)
             if (kern_isa_set((enum kern_isa)isa, &err) != KN_OK)
                 continue;
             for (int th = 1; th <= 64; th++) {
-                char tn[8];
+                char tn[12]; /* any int: -O1 (the sanitizer build) checks the bound */
                 snprintf(tn, sizeof tn, "%d", th);
                 if (!in_list(threads, tn))
                     continue;

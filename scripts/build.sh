@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh: configures and builds Kinetic.
 #   scripts/build.sh                release-style build in build/
-#   scripts/build.sh --sanitize     ASan + UBSan build in build-asan/
+#   scripts/build.sh --sanitize     ASan + UBSan build in build-asan/ (-O1 -g: CMakeLists.txt)
 #   scripts/build.sh --arch aarch64 cross build for 64-bit ARM Linux in build-aarch64/
 #                                   (cmake/aarch64-linux-gnu.cmake; needs
 #                                   scripts/deps.sh --arch aarch64; the tests run under
@@ -21,7 +21,7 @@ for a in "$@"; do
     # The sanitizer build leaves the CUDA kernels out (the PTX is not instrumented, and
     # nvcc's seconds are spent once, in the plain build): its tests are those of a build
     # without nvcc.
-    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DKN_CUDA=OFF) ;;
+    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Sanitize -DKN_CUDA=OFF) ;;
     --arch) want_arch=1 ;;
     --arch=*) arch="${a#--arch=}" ;;
     *) args+=("$a") ;;

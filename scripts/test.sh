@@ -7,6 +7,19 @@
 #   scripts/test.sh              everything
 #   scripts/test.sh --quick      the plain build only
 #   scripts/test.sh --no-aarch64 everything but the aarch64 part
+#
+# CI time (budget: 20 minutes for a clean clone on 2 cores, aim 15). Each phase prints its
+# seconds. What keeps it down, without dropping a check that finds anything:
+#  - the sanitizer build is -O1 -g (CMakeLists.txt, build type Sanitize), not -O0: the
+#    AddressSanitizer documentation's advice; its unit tests take half the CPU time;
+#  - the sanitizer suite leaves out the Python tests that reach no C path there that
+#    another sanitizer test does not (KN_PY_PLAIN_ONLY in tests/CMakeLists.txt, each with
+#    where its C code is covered); they run in the plain suite;
+#  - the longest tests start first (COST in tests/CMakeLists.txt): a clean clone has no
+#    CTest timing history, and `ctest -j2` would otherwise end on one long test alone;
+#  - under qemu, the golden-token run goes beside the unit tests instead of after them.
+# A test that is long only in the sanitizer build checks fewer cases there
+# (tests/py/srvutil.py sanitizer_build), saying why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -18,8 +31,16 @@ for a in "$@"; do
     *) echo "test.sh: unknown option '$a' (use --quick or --no-aarch64)" >&2; exit 2 ;;
   esac
 done
+t_start=$(date +%s)
+t_phase=$t_start
+phase_done() { # prints the seconds since the last phase
+  local now; now=$(date +%s)
+  echo "== $1: $(( now - t_phase )) s"
+  t_phase=$now
+}
 scripts/deps.sh --test
 scripts/build.sh
+phase_done "deps and plain build"
 status=0
 # The tests of the aarch64 build that run under qemu: every kernel bit-equality test (each
 # loops over the levels this CPU has: qemu's -cpu max has neon, dotprod and i8mm), the
@@ -30,22 +51,31 @@ if [ $aarch64 = 1 ]; then
   scripts/deps.sh --arch aarch64
   scripts/build.sh --arch aarch64
   export KN_CROSS_REQUIRED=1 # py_test_cross_isa in the plain suite must not skip
+  phase_done "aarch64 deps and cross build"
 fi
 if [ $quick = 0 ]; then
   scripts/build.sh --sanitize
+  phase_done "sanitizer build"
   echo "== sanitizer build (ASan + UBSan) =="
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j2 || status=1
+  phase_done "sanitizer suite"
 fi
 echo "== plain build =="
 ctest --test-dir build --output-on-failure -j2 || status=1
+phase_done "plain suite"
 if [ $aarch64 = 1 ]; then
   echo "== aarch64 build under qemu-aarch64 =="
-  t0=$(date +%s)
-  ctest --test-dir build-aarch64 -R "$aarch64_unit" --output-on-failure -j2 || status=1
+  # llama.cpp's golden tokens (test_run.py) run beside the unit tests rather than after
+  # them, so that both cores stay busy until the last of the two ends.
   KINETIC="$PWD/build-aarch64/kinetic-emu" KN_SHARED="${KN_SHARED:-$PWD/../shared}" \
     KN_SOURCE="$PWD" KN_BUILD="$PWD/build-aarch64" .venv/bin/python -m pytest -q -x \
     -p no:cacheprovider tests/py/test_run.py \
-    -k "greedy_matches_llamacpp or invariant_across_threads_isa" || status=1
-  echo "aarch64 under qemu: $(( $(date +%s) - t0 )) s (py_test_cross_isa ran in the plain suite)"
+    -k "greedy_matches_llamacpp or invariant_across_threads_isa" > build-aarch64/golden.log 2>&1 &
+  golden=$!
+  ctest --test-dir build-aarch64 -R "$aarch64_unit" --output-on-failure -j2 || status=1
+  wait $golden || { status=1; echo "aarch64 golden tokens under qemu: FAILED"; }
+  cat build-aarch64/golden.log
+  phase_done "aarch64 under qemu (py_test_cross_isa ran in the plain suite)"
 fi
+echo "== total: $(( $(date +%s) - t_start )) s"
 exit $status

@@ -205,7 +205,7 @@ static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t
         pos[i] = i;
     run(kern_ops_get(KERN_ISA_SCALAR), &pr, pos, P, P, out, -1);
     double worst = 0, scale = (double)pr.scale;
-    double *w = calloc((size_t)P, sizeof(double));
+    double *w = calloc(P > 0 ? (size_t)P : 1, sizeof(double)); /* P > 0: for -O1's range check */
     for (int p = 0; p < P; p++) {
         for (int h = 0; h < H; h++) {
             int g = h / (H / Hkv);
