@@ -106,6 +106,7 @@ int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help
 bool cli_sampling_given(const struct cli_sampling *cs, const char *name);
 
 int cmd_chat(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

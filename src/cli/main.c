@@ -18,6 +18,7 @@ static const struct command commands[] = {
     {"bench", cmd_bench, "measure prompt and generation speed, like llama-bench"},
     {"chat", cmd_chat, "talk with a model: line editing, receipts, Warm Start, Zero Wait"},
     {"devices", cmd_devices, "list the devices --device can name, and the numerics each meets"},
+    {"embed", cmd_embed, "print the embedding of texts, like llama-embedding"},
     {"info", cmd_info, "describe a GGUF model file"},
     {"perplexity", cmd_perplexity, "measure perplexity and KL divergence over a text, like llama-perplexity"},
     {"run", cmd_run, "generate text from a prompt"},

@@ -22,6 +22,10 @@
  *     qwen3moe: f = sum over the token's k experts e, in rank order, of
  *       w_e (act(h Wgate_e^T) * (h Wup_e^T)) Wdown_e^T,  e and w_e routed from h Wrouter^T
  *       (docs/numerics.md "Mixture of experts")
+ *     gpt-oss: attention with q/k/v/o biases and per-head sinks in the softmax's
+ *       denominator, the router's logits plus its bias, w = softmax of the k chosen
+ *       logits, each expert's products plus its biases and the clamped SwiGLU
+ *       (kern_swiglu_oai); its ffn_norm is the file's post_attention_norm
  *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  f *= residual_scale (granite)
  *     x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
@@ -42,7 +46,7 @@
  * one pass (begin .. end) on each backend it uses; with --gpu-layers the residual stream
  * is handed from the device's pass to the CPU's at the first CPU layer. Buffers are
  * allocated once in model_fwd_create. */
-#include "model.h"
+#include "model_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -238,19 +242,12 @@ int64_t model_fwd_max_tokens(const struct model_fwd *f)
     return f->max_tokens;
 }
 
-/* ================================================================ forward */
-
-enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
-                             const int32_t *pos, int64_t n, const int64_t *out_rows, int64_t n_out,
-                             float *logits, struct kn_err *err)
+const struct model *model_fwd_model(const struct model_fwd *f)
 {
-    if (n <= 0 || n > f->max_tokens)
-        return kn_fail(err, KN_E_ARG, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
-                       (long long)f->max_tokens);
-    for (int64_t t = 0; t < n; t++)
-        f->kv_tok[t] = kv;
-    return model_forward_multi(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, err);
+    return f->m;
 }
+
+/* ================================================================ forward */
 
 /* Starts part p's pass: the RoPE tables (set rs) of this batch's positions first. */
 static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
@@ -311,11 +308,13 @@ static void attn_block(struct model_fwd *f, const struct fwd_part *P, const stru
         .kv_type = model_kv_qtype(kv_type),
         .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
         .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
-        .softcap = hp->attn_softcap,
+        .softcap = hp->attn_softcap, .sinks = d->attn_sinks,
     };
     op->kv_store(s, &batch);
     if (attend && batch.softcap > 0.0f)
         op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
+    else if (attend && batch.sinks)
+        op->attention_sinks(s, &batch);   /* likewise */
     else if (attend)
         op->attention(s, &batch);
 }
@@ -340,10 +339,12 @@ static void conv_block(struct model_fwd *f, const struct fwd_part *P, const stru
     s->ops->shortconv(s, &batch);
 }
 
-enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
-                                   const int32_t *tokens, const int32_t *pos, int64_t n,
-                                   const int64_t *out_rows, int64_t n_out, float *logits,
-                                   struct kn_err *err)
+/* The pass model_forward_multi and model_forward_hidden share: logits (n_out, n_vocab)
+ * when hidden is NULL, else the final-normed hidden states (n_out, E) into hidden. */
+static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
+                              const int32_t *tokens, const int32_t *pos, int64_t n,
+                              const int64_t *out_rows, int64_t n_out, float *logits,
+                              float *hidden, struct kn_err *err)
 {
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
@@ -477,15 +478,23 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             const struct model_moe *mo = L->moe;
             const struct kern_buf *router = mo->d_router;
             const int64_t X = hp->n_expert;
+            const struct kern_buf *const *eb = (const struct kern_buf *const *)mo->d_exp_b;
             const struct kern_moe_ffn ffn = {
                 .n_expert = (int32_t)X, .n_used = (int32_t)hp->n_expert_used,
-                .act = KERN_GLU_SWIGLU, .gate = (const struct kern_buf *const *)mo->d_exps,
+                .act = eb ? KERN_GLU_SWIGLU_OAI : KERN_GLU_SWIGLU,
+                .gate = (const struct kern_buf *const *)mo->d_exps,
                 .up = (const struct kern_buf *const *)mo->d_exps + X,
                 .down = (const struct kern_buf *const *)mo->d_exps + 2 * X,
+                .gate_b = eb, .up_b = eb ? eb + X : NULL, .down_b = eb ? eb + 2 * X : NULL,
             };
             op->matmul(s, 1, &router, hin, R, &P->router);
+            if (mo->d_router_b)
+                op->add_rows(s, P->router, mo->d_router_b, R, X);
             op->moe_route(s, &hp->moe_gate, P->router, mo->d_bias, R, P->moe_ids, P->moe_w);
-            op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
+            if (eb) /* gpt-oss: model_open placed the layer where the op exists */
+                op->moe_ffn_oai(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
+            else
+                op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
             op->add(s, xb, ob, R * E);
             continue;
         }
@@ -519,9 +528,14 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
             s->ops->gather(s, P->h, xb, out_rows, n_out, E);
             s->ops->rmsnorm(s, P->h, P->h, m->d_output_norm, n_out, E, hp->norm_eps);
         }
-        s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
+        if (hidden)
+            s->ops->to_host(s, P->h, 0, hidden, (size_t)(n_out * E) * sizeof(float));
+        else
+            s->ops->logits(s, m->d_output, m->d_output_b, P->h, n_out, logits);
     }
     enum kn_status st = s->ops->end(s, err);
+    if (hidden)
+        return st;
     /* On the host logits, whatever backend made them: granite's logits times
      * 1/logit_scale (one f32 division, then a product each), gemma2's final soft-cap. */
     if (st == KN_OK && hp->logit_scale != 1.0f && n_out > 0)
@@ -529,4 +543,40 @@ enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *
     if (st == KN_OK && hp->final_softcap > 0.0f && n_out > 0)
         kern_softcap(logits, logits, hp->final_softcap, n_out * hp->n_vocab);
     return st;
+}
+
+enum kn_status model_forward_multi(struct model_fwd *f, struct model_kv *const *kvs,
+                                   const int32_t *tokens, const int32_t *pos, int64_t n,
+                                   const int64_t *out_rows, int64_t n_out, float *logits,
+                                   struct kn_err *err)
+{
+    return fwd_run(f, kvs, tokens, pos, n, out_rows, n_out, logits, NULL, err);
+}
+
+/* One sequence's batch: every token reads and writes kv. */
+static enum kn_status fwd_one(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
+                              const int32_t *pos, int64_t n, const int64_t *out_rows,
+                              int64_t n_out, float *logits, float *hidden, struct kn_err *err)
+{
+    if (n <= 0 || n > f->max_tokens)
+        return kn_fail(err, KN_E_ARG, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
+                       (long long)f->max_tokens);
+    for (int64_t t = 0; t < n; t++)
+        f->kv_tok[t] = kv;
+    return fwd_run(f, f->kv_tok, tokens, pos, n, out_rows, n_out, logits, hidden, err);
+}
+
+enum kn_status model_forward(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
+                             const int32_t *pos, int64_t n, const int64_t *out_rows, int64_t n_out,
+                             float *logits, struct kn_err *err)
+{
+    return fwd_one(f, kv, tokens, pos, n, out_rows, n_out, logits, NULL, err);
+}
+
+enum kn_status model_forward_hidden(struct model_fwd *f, struct model_kv *kv,
+                                    const int32_t *tokens, const int32_t *pos, int64_t n,
+                                    const int64_t *out_rows, int64_t n_out, float *hidden,
+                                    struct kn_err *err)
+{
+    return fwd_one(f, kv, tokens, pos, n, out_rows, n_out, NULL, hidden, err);
 }

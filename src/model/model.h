@@ -1,5 +1,5 @@
 /* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
- * phi3, granite, smollm3, olmo2) loaded from GGUF,
+ * phi3, granite, smollm3, olmo2, gpt-oss) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -32,11 +32,12 @@ enum model_arch {
     MODEL_ARCH_GRANITE = 9,
     MODEL_ARCH_SMOLLM3 = 10,
     MODEL_ARCH_OLMO2 = 11,
+    MODEL_ARCH_GPTOSS = 12, /* general.architecture "gpt-oss" */
     MODEL_ARCH_COUNT,
 };
 
 /* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
- * "granite", "smollm3", "olmo2". */
+ * "granite", "smollm3", "olmo2", "gpt-oss". */
 const char *model_arch_name(enum model_arch a);
 
 /* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
@@ -55,6 +56,13 @@ enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR
                           MODEL_ROPE_SCALING_YARN = 2 };
 
 #define MODEL_MAX_LAYERS 512
+
+/* <arch>.pooling_type, llama.cpp's numbering (enum llama_pooling_type): how an embedding
+ * model turns its per-position hidden states into one vector (model_embed). */
+enum model_pooling { MODEL_POOLING_NONE = 0, MODEL_POOLING_MEAN = 1, MODEL_POOLING_CLS = 2,
+                     MODEL_POOLING_LAST = 3 };
+/* "none", "mean", "cls", "last". */
+const char *model_pooling_name(enum model_pooling p);
 
 struct model_hparams {
     enum model_arch arch;
@@ -114,6 +122,9 @@ struct model_hparams {
     int64_t n_ff_exp;          /* <arch>.expert_feed_forward_length */
     int64_t n_layer_dense_lead;/* <arch>.leading_dense_block_count (default 0) */
     struct kern_moe_gate moe_gate; /* the routing rule (gating, k, norm, scale) */
+
+    /* <arch>.pooling_type (default none: not an embedding model) */
+    enum model_pooling pooling;
 };
 
 /* True when layer il of a model with hyperparameters hp is a mixture of experts. */
@@ -129,8 +140,12 @@ struct model_moe {
     struct kern_weight router;       /* ffn_gate_inp: (n_expert, n_embd) */
     struct kern_weight *exps;        /* (3 n_expert): gate, up (n_ff_exp, n_embd); down (n_embd, n_ff_exp) */
     const float *bias;               /* exp_probs_b (n_expert): selection bias, or NULL */
-    struct kern_buf *d_router, *d_bias;
+    /* gpt-oss (else NULL): the router's bias (n_expert), added to its logits; the experts'
+     * biases, expert e's at gate_b + e F, up_b + e F (F = n_ff_exp), down_b + e E. */
+    const float *router_b, *gate_b, *up_b, *down_b;
+    struct kern_buf *d_router, *d_bias, *d_router_b;
     struct kern_buf **d_exps;        /* (3 n_expert) the experts on the layer's backend */
+    struct kern_buf **d_exp_b;       /* (3 n_expert) their biases (gate, up, down), or NULL */
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded
@@ -141,6 +156,7 @@ struct model_layer_bufs {
     struct kern_buf *post_attn_norm, *post_ffn_norm;
     struct kern_buf *bq, *bk, *bv, *bo;
     struct kern_buf *conv_in, *conv_out, *conv_w;
+    struct kern_buf *attn_sinks;
 };
 
 /* A weight vector (norm gain, bias) as f32, owned by the model. */
@@ -157,6 +173,7 @@ struct model_layer {
      * conv_w (n_embd, n_conv_l) the taps, oldest position first; out_proj (n_embd, n_embd). */
     struct kern_weight conv_in, conv_out;
     const float *conv_w;
+    const float *attn_sinks;                    /* gpt-oss: (n_head) sink logits, else NULL */
     struct kern_backend *be;                    /* the backend that runs the layer */
     struct model_layer_bufs d;                  /* the tensors on be */
 };
@@ -194,6 +211,8 @@ struct model_load_opts {
      * more than n_layer means all); NULL or 0 layers: the CPU runs everything. */
     struct kern_backend *device;
     int64_t device_layers;
+    /* The threads that build the repacked copies (NULL: the caller's thread alone). */
+    struct kern_pool *pool;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */
@@ -289,5 +308,30 @@ KN_MUST_USE enum kn_status model_forward_multi(struct model_fwd *f, struct model
                                                const int32_t *tokens, const int32_t *pos,
                                                int64_t n, const int64_t *out_rows, int64_t n_out,
                                                float *logits, struct kn_err *err);
+/* model_forward's twin for embeddings: the same pass, but writes the output rows'
+ * final-normed hidden states (n_out, n_embd) (rmsnorm(x) * output_norm, the rows the
+ * output head would multiply) to hidden instead of logits. The logits path is untouched:
+ * both share every step up to that norm. */
+KN_MUST_USE enum kn_status model_forward_hidden(struct model_fwd *f, struct model_kv *kv,
+                                                const int32_t *tokens, const int32_t *pos,
+                                                int64_t n, const int64_t *out_rows, int64_t n_out,
+                                                float *hidden, struct kn_err *err);
+
+/* ---------------------------------------------------------------- embeddings (embed.c) */
+
+/* The embedding of tokens[0..n-1] (one sequence, positions 0..n-1, evaluated into kv
+ * from slot 0 in chunks of the forward's batch size, which changes no bit): the hidden
+ * states pooled by m->hp.pooling (mean: the f32 sum in position order divided by n; cls:
+ * position 0; last: position n-1), truncated to the first dims values (1..n_embd;
+ * Matryoshka), then L2-normalised (docs/numerics.md "Embeddings"); out: (dims). A model
+ * with pooling none is refused (KN_E_UNSUPPORTED), as is dims outside 1..n_embd
+ * (KN_E_ARG). Allocates one chunk of hidden states per call. */
+/* Whether the architecture's embedding models are trained for Matryoshka truncation
+ * (a prefix of the vector is itself an embedding), so dims below n_embd is meaningful:
+ * qwen3 (Qwen3-Embedding). The GGUF says nothing about it; this table does. */
+bool model_embed_matryoshka(const struct model_hparams *hp);
+KN_MUST_USE enum kn_status model_embed(struct model_fwd *f, struct model_kv *kv,
+                                       const int32_t *tokens, int64_t n, int64_t dims,
+                                       float *out, struct kn_err *err);
 
 #endif

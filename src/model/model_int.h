@@ -11,4 +11,7 @@
 KN_MUST_USE enum kn_status model_lfm2_hparams(const struct gguf_file *g, const char *arch,
                                               struct model_hparams *hp, struct kn_err *err);
 
+/* forward.c: the model a forward context runs. */
+const struct model *model_fwd_model(const struct model_fwd *f);
+
 #endif

@@ -1237,6 +1237,16 @@ char *api_usage_chunk(struct srv *s, const struct srv_request *r, struct srv_job
     return finish_json(root, ok);
 }
 
+void api_json_set(struct json_value *o, const char *k, struct json_value *v, bool *ok)
+{
+    set(o, k, v, ok);
+}
+
+char *api_json_finish(struct json_value *root, bool ok)
+{
+    return finish_json(root, ok);
+}
+
 char *api_error_json(const struct srv_error *e)
 {
     bool ok = true;

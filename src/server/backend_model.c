@@ -23,6 +23,14 @@ struct mb {
     int n_slots;
     size_t cache_max;
     char name[256];
+    /* POST /v1/embeddings: its own thread pool, forward pass and f32 KV cache, made at
+     * the first request and used by one request at a time (emu), so embeddings never
+     * share a pass with the slots (the scheduler thread owns the session's pool). */
+    pthread_mutex_t emu;
+    struct kern_pool *epool;
+    struct model_fwd *efwd;
+    struct model_kv ekv;
+    bool ekv_ok;
 };
 
 static enum kn_status mb_tokenize(void *ctx, const char *text, size_t len, bool add_special,
@@ -135,11 +143,42 @@ static void mb_cache_stats(void *ctx, struct srv_cache_stats *out)
                                     ps.evictions, ps.records, ps.bytes, b->cache_max};
 }
 
+static enum kn_status mb_embed(void *ctx, const int32_t *ids, size_t n, int64_t dims, float *out,
+                               struct kn_err *err)
+{
+    struct mb *b = ctx;
+    const struct model *m = b->s.m;
+    pthread_mutex_lock(&b->emu);
+    enum kn_status st = KN_OK;
+    if (!b->efwd) {
+        st = kern_pool_create(kern_pool_threads(b->s.pool), &b->epool, err);
+        if (st == KN_OK)
+            st = model_fwd_create(&b->efwd, m, b->s.n_batch, b->epool, err);
+        if (st == KN_OK && (st = model_kv_init(&b->ekv, m, b->s.n_ctx, MODEL_KV_F32, err)) == KN_OK)
+            b->ekv_ok = true;
+        if (st != KN_OK) {
+            model_fwd_free(b->efwd);
+            b->efwd = NULL;
+            kern_pool_free(b->epool);
+            b->epool = NULL;
+        }
+    }
+    if (st == KN_OK)
+        st = model_embed(b->efwd, &b->ekv, ids, (int64_t)n, dims, out, err);
+    pthread_mutex_unlock(&b->emu);
+    return st;
+}
+
 static void mb_free(void *ctx)
 {
     struct mb *b = ctx;
     if (!b)
         return;
+    if (b->ekv_ok)
+        model_kv_free(&b->ekv);
+    model_fwd_free(b->efwd);
+    kern_pool_free(b->epool);
+    pthread_mutex_destroy(&b->emu);
     engine_lm_model_close(&b->lm);
     if (b->s_ok)
         session_close(&b->s);
@@ -154,6 +193,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     if (!b)
         return KN_E_NOMEM;
     b->n_slots = o->n_slots;
+    pthread_mutex_init(&b->emu, NULL);
     /* The model, tokenizer and template, context, threads and KV type: the session's
      * defaults, the same as kinetic run's; the slots hold their own caches. */
     struct session_opts so = o->session;
@@ -215,6 +255,12 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->sample_pctx = b->s.tk;
     out->grammar_vocab = mb_grammar_vocab;
     mb_find_think(b, out);
+    const struct model_hparams *hp = &b->s.m->hp;
+    out->pooling = model_pooling_name(hp->pooling);
+    out->n_embd = hp->n_embd;
+    out->embd_matryoshka = model_embed_matryoshka(hp);
+    if (hp->pooling != MODEL_POOLING_NONE)
+        out->embed = mb_embed;
     out->lm = b->lm;
     out->free = mb_free;
     if (b->cache_max)

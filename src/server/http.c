@@ -29,10 +29,10 @@
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
                 EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS,
-                EP_UI, EP_VERIFY };
+                EP_UI, EP_VERIFY, EP_EMBEDDINGS };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt"};
+    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt", "embeddings"};
 static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 431, 500, 503, 0};
 
 struct route {
@@ -60,6 +60,8 @@ static const struct route routes[] = {
     {"/slots", "GET", EP_SLOTS, false},
     {"/", "GET", EP_UI, true},
     {"/verify-receipt", "POST", EP_VERIFY, false},
+    {"/v1/embeddings", "POST", EP_EMBEDDINGS, false},
+    {"/embeddings", "POST", EP_EMBEDDINGS, false},
 };
 
 /* Per-request state, from the first call of the access handler to the completion notice. */
@@ -875,16 +877,13 @@ static enum MHD_Result handle_slots(struct srv *s, struct MHD_Connection *conn)
         SET(o, "params", params);
         if (!ok)
             break;
-        SET(params, "seed", json_new_int((int64_t)sp->seed));
-        SET(params, "temperature", json_new_float(sp->temperature));
-        SET(params, "top_k", json_new_int(sp->top_k));
-        SET(params, "top_p", json_new_float(sp->top_p));
-        SET(params, "min_p", json_new_float(sp->min_p));
-        SET(params, "repeat_last_n", json_new_int(sp->repeat_last_n));
-        SET(params, "repeat_penalty", json_new_float(sp->repeat_penalty));
-        SET(params, "presence_penalty", json_new_float(sp->presence_penalty));
-        SET(params, "frequency_penalty", json_new_float(sp->frequency_penalty));
-        SET(params, "max_tokens", json_new_int(in->max_tokens));
+        /* The sampling settings as the settings table writes them (the receipt's rows and
+         * the secondary ones that are on), max_tokens the job's own limit; then
+         * llama-server's other fields. */
+        struct sample_params shown = *sp;
+        shown.n_predict = in->max_tokens;
+        ok = ok && sample_params_json_write(&shown, params, SAMPLE_JSON_BASE | SAMPLE_JSON_EXTRA,
+                                            NULL) == KN_OK;
         SET(params, "n_predict", json_new_int(in->max_tokens));
         SET(params, "ignore_eos", json_new_bool(in->ignore_eos));
         SET(params, "n_probs", json_new_int(in->n_top));
@@ -1098,6 +1097,17 @@ static enum MHD_Result handle_apply_template(struct srv *s, struct MHD_Connectio
     return send_json(s, conn, EP_APPLY_TEMPLATE, 200, out);
 }
 
+/* POST /v1/embeddings (embeddings.c). */
+static enum MHD_Result handle_embeddings(struct srv *s, struct MHD_Connection *conn,
+                                         const struct json_value *body)
+{
+    struct srv_error e = {0};
+    char *out = NULL;
+    if (api_embeddings(s, body, &out, &e))
+        return send_error(s, conn, EP_EMBEDDINGS, &e);
+    return send_json(s, conn, EP_EMBEDDINGS, 200, out);
+}
+
 /* ---------------------------------------------------------------- speed features */
 
 /* POST /prefill (Zero Wait): a chat completions or completions body ("messages" or
@@ -1244,9 +1254,12 @@ static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn,
         return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_rate",
                     "one verification per %d seconds; retry in %.1f s", SRV_VERIFY_INTERVAL_S, wait);
     }
-    char path[] = "/tmp/kinetic-verify-XXXXXX";
-    int fd = mkstemp(path);
+    char path[4096];
+    struct kn_err terr = {0};
+    int fd = kn_temp_file("kinetic-verify-", path, sizeof path, &terr);
     bool wrote = fd >= 0 && write(fd, body, len) == (ssize_t)len;
+    if (fd >= 0 && !wrote)
+        kn_fail(&terr, KN_E_IO, "cannot write the receipt to %s: %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);
     char *report = NULL;
@@ -1264,8 +1277,8 @@ static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn,
     pthread_mutex_unlock(&s->vmu);
     if (rc < 0) {
         free(report);
-        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "cannot write the receipt to a "
-                    "temporary file");
+        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "%s",
+                    terr.msg[0] ? terr.msg : "out of memory starting the verification");
     }
     struct json_value *root = json_new_object();
     bool ok = root && json_object_set(root, "verified", json_new_bool(rc == 0), NULL) == KN_OK &&
@@ -1333,6 +1346,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
         res = handle_prefill(s, conn, body);
     else if (ep == EP_APPLY_TEMPLATE)
         res = handle_apply_template(s, conn, body);
+    else if (ep == EP_EMBEDDINGS)
+        res = handle_embeddings(s, conn, body);
     else
         res = handle_completion(s, conn, ep, body);
     json_free(body);
@@ -1367,7 +1382,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /health, /metrics, /slots, /tokenize, /detokenize, "
+                        "/v1/completions, /v1/embeddings, /health, /metrics, /slots, /tokenize, /detokenize, "
                         "/prefill, /stats, /apply-template, /verify-receipt, /",
                         method, url);
         if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {

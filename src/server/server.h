@@ -108,6 +108,17 @@ struct srv_backend {
                                             bool add_generation_prompt, int64_t *now,
                                             int32_t **ids, size_t *n, char **text,
                                             struct kn_err *err);
+    /* Optional (NULL: POST /v1/embeddings answers that the model gives none). The
+     * L2-normalised embedding of ids[0..n-1] (model_embed: pooled as pooling says,
+     * truncated to dims values) into out (dims). Thread-safe: calls run one at a time on
+     * the backend's own forward pass and KV cache, outside the slots, so an embedding's
+     * bits never depend on what the slots or other requests are doing. KN_E_ARG and
+     * KN_E_LIMIT are the request's fault. */
+    KN_MUST_USE enum kn_status (*embed)(void *ctx, const int32_t *ids, size_t n, int64_t dims,
+                                        float *out, struct kn_err *err);
+    const char *pooling;       /* the model's pooling ("mean", "cls", "last", "none") */
+    int64_t n_embd;            /* the embedding's full length */
+    bool embd_matryoshka;      /* "dimensions" below n_embd allowed (model_embed_matryoshka) */
     /* The chat renderer chat_json uses (for receipts' template record), or NULL. *now
      * above receives the clock its template's strftime_now read (chat_prompt.now). */
     const struct chat_renderer *renderer;

