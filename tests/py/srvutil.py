@@ -14,6 +14,15 @@ KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "../../../shared"))
 
 
+def sanitizer_build():
+    """Whether KN_BUILD is the -O0 ASan + UBSan build (slow: tests trim their grids)."""
+    try:
+        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
+            return "KN_SANITIZE:BOOL=ON" in f.read()
+    except OSError:
+        return False
+
+
 class Server:
     """A running `kinetic serve`; use as a context manager (stops it, checks the exit)."""
 
