@@ -21,18 +21,9 @@ import time
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server
+from srvutil import KINETIC, SHARED, Server, sanitizer_build
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-
-
-def sanitizer_build():
-    """The -O0 ASan build is many times slower: its run keeps the checks but fewer rounds."""
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 SANITIZE = sanitizer_build()

