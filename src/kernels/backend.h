@@ -241,6 +241,15 @@ struct kern_backend_ops {
      * and kern_backend_check leaves it out. */
     /* As attention, for a batch with softcap > 0 (attention is called with softcap 0). */
     void (*attention_softcap)(struct kern_stream *s, const struct kern_attn_batch *b);
+
+    /* ---- the BERT family's blocks (model/bert.c). A device may leave them NULL: model_open
+     * then keeps a bert or nomic-bert layer off it. */
+    /* y (rows, n) = kern_layernorm of x with gain w and bias b; in place allowed. */
+    void (*layernorm)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                      const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
+                      int64_t n, float eps);
+    /* x (n) = gelu(x) (kern_gelu: BERT's feed-forward activation, ungated). */
+    void (*gelu)(struct kern_stream *s, struct kern_buf *x, int64_t n);
 };
 
 struct kern_backend {
@@ -283,6 +292,12 @@ const char *kern_backend_missing_op(const struct kern_backend *be);
 static inline bool kern_backend_has_softcap(const struct kern_backend *be)
 {
     return be->ops->attention_softcap != NULL;
+}
+
+/* Whether be runs the BERT family's layers (layernorm and gelu). */
+static inline bool kern_backend_has_bert(const struct kern_backend *be)
+{
+    return be->ops->layernorm && be->ops->gelu;
 }
 
 /* Frees b through its backend; NULL is allowed. */

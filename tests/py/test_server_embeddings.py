@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from srvutil import KINETIC, Server, busy_clients, sanitizer_build
+from srvutil import KINETIC, SHARED, Server, busy_clients, sanitizer_build
 
 sys.path.insert(0, os.path.dirname(__file__))
 from model_ref import RefModel  # noqa: E402
@@ -30,11 +30,15 @@ SANITIZE = sanitizer_build()
 TEXTS = ["the stars at night", "a quiet river", "the stars at noon"]
 
 
-def synth(d, name, pooling, arch="qwen3"):
+BGE_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-bert-bge.gguf")
+
+
+def synth(d, name, pooling, arch="qwen3", vocab=None):
     path = d / f"{name}.gguf"
     dims = ["--dims", f"pooling={pooling}"] if pooling else []
-    subprocess.run([KINETIC, "synth", "--arch", arch, "--preset", "tiny", *dims, "-o", str(path)],
-                   check=True, capture_output=True, timeout=120)
+    more = ["--vocab", vocab] if vocab else []
+    subprocess.run([KINETIC, "synth", "--arch", arch, "--preset", "tiny", *dims, *more, "-o",
+                    str(path)], check=True, capture_output=True, timeout=120)
     return path
 
 
@@ -44,6 +48,11 @@ def models(tmp_path_factory):
     out = {p: synth(d, p, n) for p, n in POOLING.items()}
     out["none"] = synth(d, "none", 0)
     out["llama-mean"] = synth(d, "llama_mean", 1, arch="llama")
+    # the BERT family: bge's shape with its WordPiece vocabulary (cls pooling, the synth
+    # default for bert), nomic-bert (mean) with the built-in one
+    out["bert"] = synth(d, "bert", 0, arch="bert",
+                        vocab=BGE_VOCAB if os.path.exists(BGE_VOCAB) else None)
+    out["nomic-bert"] = synth(d, "nomic", 0, arch="nomic-bert")
     return out
 
 
@@ -128,6 +137,40 @@ def test_pooling_against_float64_reference(models, pooling):
             h = ref.hidden(ids[0])
             one = h[0] if pooling == "cls" else h[-1]
             assert cos(r.data[0].embedding, one) > 0.9999
+
+
+@pytest.mark.parametrize("arch,pooling", [("bert", "cls"), ("nomic-bert", "mean")])
+def test_bert_family_against_float64_reference(models, arch, pooling):
+    """bert (bge: absolute positions, GELU, biases) and nomic-bert (rotary, SwiGLU): every
+    token attends to the whole sequence, post-norm LayerNorms; the reference is
+    model_ref.py's llm_build_bert."""
+    ref = RefModel(str(models[arch]))
+    with Server(models[arch], "--threads", "2") as s:
+        c = client(s)
+        texts = TEXTS + ["Hello, World! " * 20]
+        ids = [tokens(s, t) for t in texts]
+        if arch == "bert" and os.path.exists(BGE_VOCAB):
+            assert ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] ... [SEP]
+        r = c.embeddings.create(model="m", input=texts, encoding_format="float")
+        for d, tk in zip(r.data, ids):
+            want = ref.embedding(tk, pooling)
+            assert cos(d.embedding, want) > 0.9999, (arch, cos(d.embedding, want))
+        if pooling == "cls":  # not causal: token 0's state depends on the tokens after it
+            two = c.embeddings.create(model="m", input=[ids[0], ids[0][:2]],
+                                      encoding_format="float")
+            assert cos(two.data[0].embedding, two.data[1].embedding) < 0.999
+        if arch == "nomic-bert":  # Matryoshka (nomic-embed v1.5)
+            short = c.embeddings.create(model="m", input=texts[0], dimensions=64,
+                                        encoding_format="float")
+            assert cos(short.data[0].embedding, ref.embedding(ids[0], pooling, dims=64)) > 0.9999
+        else:
+            with pytest.raises(openai.BadRequestError):
+                c.embeddings.create(model="m", input="x", dimensions=64)
+        # an encoder generates nothing: a clear error, and the server goes on
+        st, _, js = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
+        assert st >= 400 and "encoder" in js["error"]["message"], js
+        st, _, js = s.post("/v1/embeddings", {"input": [5] * 513})
+        assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
 
 
 def test_dimensions(models, mean_srv):
@@ -229,10 +272,13 @@ def test_cli_matches_server_across_isa_threads_batches(models, mean_srv):
     for line, d in zip(lines, srv.data):
         assert f32(json.loads(line)).tobytes() == f32(d.embedding).tobytes()
     grid = (("2", "5"),) if SANITIZE else (("1", "1"), ("2", "5"), ("2", "512"))
+    bert_want = {a: cli_embed(models[a], *TEXTS) for a in ("bert", "nomic-bert")}
     for isa in isa_levels()[-1:] if SANITIZE else isa_levels():
         for t, b in grid:
             got = cli_embed(models["mean"], *TEXTS, "-t", t, "-b", b, env={"KINETIC_ISA": isa})
             assert got == want, (isa, t, b)
+            for a, w in bert_want.items():  # one pass per sequence: -b does not apply
+                assert cli_embed(models[a], *TEXTS, "-t", t, env={"KINETIC_ISA": isa}) == w, a
     r = subprocess.run([KINETIC, "embed", str(models["none"]), "x"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "pooling_type is none" in r.stderr
@@ -245,7 +291,7 @@ def free_port():
         return sk.getsockname()[1]
 
 
-@pytest.mark.parametrize("pooling", ["mean", "last"])
+@pytest.mark.parametrize("pooling", ["mean", "last", "bert", "nomic-bert"])
 def test_llama_server_agrees(models, pooling):
     """llama.cpp's llama-server --embeddings on the same file (LLAMA_BIN: the folder of its
     binaries; skipped without): the same vectors to within its f16 KV cache and kernels."""
