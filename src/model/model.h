@@ -1,5 +1,5 @@
 /* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
- * phi3, granite, smollm3, olmo2) loaded from GGUF,
+ * phi3, granite, smollm3, olmo2; the encoders bert and nomic-bert, bert.c) loaded from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -39,7 +39,7 @@ enum model_arch {
 };
 
 /* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
- * "granite", "smollm3", "olmo2". */
+ * "granite", "smollm3", "olmo2", "bert", "nomic-bert". */
 const char *model_arch_name(enum model_arch a);
 
 /* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
