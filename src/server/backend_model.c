@@ -260,6 +260,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->pooling = model_pooling_name(hp->pooling);
     out->n_embd = hp->n_embd;
     out->embd_matryoshka = model_embed_matryoshka(hp);
+    out->encoder_only = model_arch_is_bert(hp->arch);
     if (hp->pooling != MODEL_POOLING_NONE)
         out->embed = mb_embed;
     out->lm = b->lm;

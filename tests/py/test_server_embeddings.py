@@ -167,8 +167,10 @@ def test_bert_family_against_float64_reference(models, arch, pooling):
             with pytest.raises(openai.BadRequestError):
                 c.embeddings.create(model="m", input="x", dimensions=64)
         # an encoder generates nothing: a clear error, and the server goes on
-        st, _, js = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
-        assert st >= 400 and "encoder" in js["error"]["message"], js
+        for path, body in (("/v1/completions", {"prompt": "a", "max_tokens": 2}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}]})):
+            st, _, js = s.post(path, body)
+            assert st == 400 and js["error"]["code"] == "model_not_generative", js
         st, _, js = s.post("/v1/embeddings", {"input": [5] * 513})
         assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
 
@@ -324,3 +326,29 @@ def test_llama_server_agrees(models, pooling):
         ours = client(s).embeddings.create(model="m", input=TEXTS, encoding_format="float")
     for a, b in zip(ours.data, theirs["data"]):
         assert cos(a.embedding, b["embedding"]) > 0.999, cos(a.embedding, b["embedding"])
+
+
+def test_synth_presets(tmp_path):
+    """The embedding presets' real shapes and pooling keys (one layer, small vocabulary)."""
+    if SANITIZE:
+        pytest.skip("sanitizer build: the tiny models above cover the code paths")
+    gguf = pytest.importorskip("gguf")
+    want = {"qwen3-embedding-0.6b": ("qwen3", 1024, 3), "bge-small": ("bert", 384, 2),
+            "nomic-embed-v1.5": ("nomic-bert", 768, 1)}
+    for preset, (arch, dim, pooling) in want.items():
+        out = tmp_path / f"{preset}.gguf"
+        subprocess.run([KINETIC, "synth", "--preset", preset, "--dims", "layers=1,vocab=512",
+                        "-o", str(out)], check=True, capture_output=True, timeout=120)
+        r = gguf.GGUFReader(str(out))
+        kv = {f.name: f.contents() for f in r.fields.values()}
+        assert kv["general.architecture"] == arch
+        assert kv[f"{arch}.embedding_length"] == dim and kv[f"{arch}.pooling_type"] == pooling
+        names = {t.name for t in r.tensors}
+        if arch == "bert":
+            assert {"position_embd.weight", "token_types.weight", "blk.0.ffn_up.bias",
+                    "blk.0.layer_output_norm.bias"} <= names and "output.weight" not in names
+        if arch == "nomic-bert":
+            assert "blk.0.attn_qkv.weight" in names and "position_embd.weight" not in names
+        r = subprocess.run([KINETIC, "embed", str(out), "hello"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and len(r.stdout.split(",")) == dim, r.stderr
