@@ -254,6 +254,19 @@ class RefModel:
         v = v[:dims] if dims else v
         return v / np.linalg.norm(v)
 
+    def qkv(self, p, h):
+        """Layer p's q (T, H, DK), k (T, HKV, DK), v (T, HKV, DV) of the block input h
+        (phi3, nomic-bert: rows of one attn_qkv matrix)."""
+        T, H, HKV, DK, DV = h.shape[0], self.n_head, self.n_head_kv, self.head_k, self.head_v
+        if self.has(p + "attn_qkv.weight"):
+            qkv = self.mm(p + "attn_qkv.weight", h)
+            return (qkv[:, :H * DK].reshape(T, H, DK),
+                    qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK),
+                    qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV))
+        return (self.mm(p + "attn_q.weight", h).reshape(T, H, DK),
+                self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK),
+                self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV))
+
     def layer_norm(self, x, w, b):
         d = x - x.mean(axis=-1, keepdims=True)
         return d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + self.eps) * w + b
@@ -273,15 +286,7 @@ class RefModel:
         pos = list(range(T))
         for il in range(self.n_layer):
             p = f"blk.{il}."
-            if self.has(p + "attn_qkv.weight"):
-                qkv = self.mm(p + "attn_qkv.weight", x)
-                q = qkv[:, :H * D].reshape(T, H, D)
-                k = qkv[:, H * D:(H + HKV) * D].reshape(T, HKV, D)
-                v = qkv[:, (H + HKV) * D:].reshape(T, HKV, D)
-            else:
-                q = self.mm(p + "attn_q.weight", x).reshape(T, H, D)
-                k = self.mm(p + "attn_k.weight", x).reshape(T, HKV, D)
-                v = self.mm(p + "attn_v.weight", x).reshape(T, HKV, D)
+            q, k, v = self.qkv(p, x)
             if self.arch == "nomic-bert":
                 q = self.rope(q, pos, self.freq_base, 1.0)
                 k = self.rope(k, pos, self.freq_base, 1.0)
@@ -326,15 +331,7 @@ class RefModel:
                 x = x + self.short_conv(p, h, pos)
                 x = self.ffn(p, x)
                 continue
-            if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
-                qkv = self.mm(p + "attn_qkv.weight", h)
-                q = qkv[:, :H * DK].reshape(T, H, DK)
-                k = qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK)
-                v = qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV)
-            else:
-                q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
-                k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
-                v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
+            q, k, v = self.qkv(p, h)
             if self.arch == "olmo2":  # over the whole q and k rows
                 q = self.rms_norm(q.reshape(T, H * DK), self.w(p + "attn_q_norm.weight")).reshape(T, H, DK)
                 k = self.rms_norm(k.reshape(T, HKV * DK), self.w(p + "attn_k_norm.weight")).reshape(T, HKV, DK)
