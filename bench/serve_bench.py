@@ -5,10 +5,11 @@ e.g. ik_llama.cpp's) on the same model, or against servers already running.
 
   python bench/serve_bench.py --model M.gguf --kinetic build/kinetic --threads 2 \\
       [--llama-server /path/llama-server] [--peer-server ik_llama.cpp=/path/llama-server] \\
-      [--url name=http://host:port] [--parallel 4] [--tokens 128] [--rounds 2]
+      [--url name=http://host:port] [--parallel 1,4,8,16] [--tokens 128] [--rounds 2]
 
 Each started server gets --parallel P and the same threads; a --url server is used as
-it runs (start it with the same settings). After a warm-up request, every round sends
+it runs (start it with the same settings). With a list of P, the servers are started
+afresh for each P in turn and a table of aggregate tokens/s per P ends the output. After a warm-up request, every round sends
 P completions at once (different prompts, temperature 0.8, fixed seeds) and measures the
 wall time until the last one ends. Throughput = generated tokens (from `usage`) / wall
 time, summed over rounds. All servers start first; then each round runs on one server
@@ -115,13 +116,41 @@ def main():
     ap.add_argument("--url", action="append", default=[], metavar="NAME=URL",
                     help="a server already running at URL (repeatable)")
     ap.add_argument("--threads", type=int, default=0, help="threads for started servers (0: their default)")
-    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--parallel", default="4", help="streams, or a list of them: 1,4,8,16")
     ap.add_argument("--tokens", type=int, default=128, help="tokens per stream per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ctx-size", type=int, default=1024, help="context per slot")
     args = ap.parse_args()
     if (args.kinetic or args.llama_server or args.peer_server) and not args.model:
         sys.exit("serve_bench: --model is needed to start servers")
+    try:
+        ns = [int(x) for x in args.parallel.split(",")]
+    except ValueError:
+        ns = []
+    if not ns or min(ns) < 1:
+        sys.exit(f"serve_bench: --parallel wants stream counts like 4 or 1,4,8,16, not {args.parallel!r}")
+    table = []
+    for n in ns:
+        args.parallel = n
+        tps = measure(args)
+        if tps is None:
+            return 1
+        table.append((n, tps))
+    if len(ns) > 1:
+        names = [name for name, _ in table[0][1]]
+        print("\n| streams | " + " | ".join(f"{n} t/s" for n in names) +
+              "".join(f" | {names[0]} / {n}" for n in names[1:]) + " |")
+        print("|---:|" + "---:|" * (2 * len(names) - 1))
+        for n, tps in table:
+            v = [t for _, t in tps]
+            print(f"| {n} | " + " | ".join(f"{t:.1f}" for t in v) +
+                  "".join(f" | {v[0] / t:.2f}x" for t in v[1:]) + " |")
+    return 0
+
+
+def measure(args):
+    """Starts the servers with args.parallel slots, runs the rounds, stops them; returns
+    [(name, aggregate tokens/s)], or None when a server did not start."""
     servers = []  # (name, command or None, url or None)
     if args.kinetic:
         th = ["--threads", str(args.threads)] if args.threads else []
@@ -146,7 +175,7 @@ def main():
         for name, cmd, url in servers:
             proc, base = start(name, cmd) if cmd else (None, url)
             if base is None:
-                return 1
+                return None
             procs.append(proc)
             bases.append(base)
             post(base, {"prompt": "warm up", "max_tokens": 8, "temperature": 0})
@@ -168,7 +197,7 @@ def main():
         print(f"{name}: {args.parallel} streams: {n} tokens in {dt:.2f} s = {n / dt:.1f} tokens/s aggregate")
     for i in range(1, len(servers)):
         print(f"{servers[0][0]} / {servers[i][0]}: {tps[0] / tps[i]:.2f}x")
-    return 0
+    return [(name, t) for (name, _, _), t in zip(servers, tps)]
 
 
 if __name__ == "__main__":

@@ -18,7 +18,10 @@ for a in "$@"; do
     arch="$a"; want_arch=0; continue
   fi
   case "$a" in
-    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+    # The sanitizer build leaves the CUDA kernels out (the PTX is not instrumented, and
+    # nvcc's seconds are spent once, in the plain build): its tests are those of a build
+    # without nvcc.
+    --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DKN_CUDA=OFF) ;;
     --arch) want_arch=1 ;;
     --arch=*) arch="${a#--arch=}" ;;
     *) args+=("$a") ;;
@@ -36,10 +39,21 @@ case "$arch" in
     fi
     dir=build-aarch64
     # The Vulkan backend is left out of the cross build (it would need the arm64 Vulkan
-    # loader; the ARM part is the CPU kernels).
-    args+=(-DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DKN_VULKAN=OFF) ;;
+    # loader; the ARM part is the CPU kernels), and so are the CUDA kernels: the cross
+    # build is then the one that runs the tests of a build without nvcc.
+    args+=(-DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DKN_VULKAN=OFF -DKN_CUDA=OFF) ;;
   *) echo "build.sh: unknown --arch '$arch' (this script cross-builds aarch64)" >&2; exit 2 ;;
 esac
 [ -n "${CI:-}" ] && args+=(-DKN_WERROR=ON)
 cmake -S . -B "$dir" -DKN_PYTHON="$PWD/.venv/bin/python" "${args[@]}" >/dev/null
+# Say whether the CUDA kernels are in (the configure output above is not shown).
+nvcc=$(sed -n 's/^KN_NVCC:FILEPATH=//p' "$dir/CMakeCache.txt")
+if grep -q '^KN_CUDA:BOOL=OFF' "$dir/CMakeCache.txt"; then
+  echo "build.sh: CUDA kernels off (-DKN_CUDA=OFF)"
+elif [ -z "$nvcc" ] || [ "${nvcc%NOTFOUND}" != "$nvcc" ]; then
+  echo "build.sh: no nvcc found: building without the CUDA kernels (--device cuda says so;" \
+       "install the CUDA toolkit or put its bin/ on PATH)"
+else
+  echo "build.sh: CUDA kernels: $nvcc"
+fi
 cmake --build "$dir" -j"$(nproc)"

@@ -96,6 +96,17 @@ else
 fi
 need_cmd glslc glslc
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
+# The CUDA backend's kernels (optional): nvcc from the CUDA toolkit, found on PATH or in
+# /usr/local/cuda/bin (CMakeLists.txt); NVIDIA's toolkit is not a Debian package this
+# script installs. Without it the build still works and --device cuda says so. The
+# driver (libcuda.so.1) is loaded at run time only where a GPU is.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
+   { [ -n "${CUDA_PATH:-}" ] && [ -x "$CUDA_PATH/bin/nvcc" ]; }; then
+  :
+else
+  echo "deps.sh: no nvcc (CUDA toolkit): the build leaves the CUDA kernels out (optional;" \
+       "install NVIDIA's toolkit to /usr/local/cuda to build them)" >&2
+fi
 if [ $want_test = 1 ] || [ $want_model = 1 ]; then
   need_cmd python3 python3
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)

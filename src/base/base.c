@@ -313,6 +313,27 @@ enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t s
     return KN_OK;
 }
 
+int kn_temp_file(const char *prefix, char *path, size_t cap, struct kn_err *err)
+{
+    const char *dir = getenv("TMPDIR");
+    const char *what = "TMPDIR ";
+    if (!dir || !*dir) {
+        dir = "/tmp";
+        what = "";
+    }
+    int k = snprintf(path, cap, "%s%s%sXXXXXX", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+                     prefix);
+    if (k < 0 || (size_t)k >= cap) {
+        kn_fail(err, KN_E_LIMIT, "the temporary folder %s%s has too long a name", what, dir);
+        return -1;
+    }
+    int fd = mkstemp(path);
+    if (fd < 0)
+        kn_fail(err, KN_E_IO, "cannot create a temporary file in %s%s: %s", what, dir,
+                strerror(errno));
+    return fd;
+}
+
 static enum kn_log_level log_level = KN_LOG_INFO;
 
 void kn_log_set_level(enum kn_log_level level)

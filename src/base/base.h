@@ -88,6 +88,11 @@ void kn_map_close(struct kn_map *map);
  * more is read. */
 KN_MUST_USE enum kn_status kn_read_file(const char *path, size_t max_size, char **out,
                                         size_t *out_size, struct kn_err *err);
+/* Creates a new, empty file <folder>/<prefix>XXXXXX (mkstemp) in the temporary folder:
+ * $TMPDIR when set and not empty, else /tmp. Writes its name to path (cap bytes) and
+ * returns its descriptor (read-write), or -1 with err naming the folder and the reason;
+ * the caller unlinks it. Every temporary file Kinetic makes goes through here. */
+int kn_temp_file(const char *prefix, char *path, size_t cap, struct kn_err *err);
 /* Writes data to path atomically: a temporary file in the same folder, then rename. */
 KN_MUST_USE enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t size,
                                                 struct kn_err *err);

@@ -4,6 +4,7 @@
 #include "chat.h"
 
 #include "../gguf/gguf.h"
+#include "../text/text.h"
 #include "../token/tok.h"
 
 #include <stdlib.h>
@@ -396,6 +397,12 @@ static const char *const think_markers[][2] = {
 
 bool chat_think_markers(const struct tok *tk, const char **open, const char **close)
 {
+    /* gpt-oss's harmony vocabulary: the split by message headers (text.h) */
+    if (tok_find(tk, "<|channel|>", 11) >= 0 && tok_find(tk, "<|message|>", 11) >= 0) {
+        *open = TEXT_HARMONY_OPEN;
+        *close = TEXT_HARMONY_CLOSE;
+        return true;
+    }
     for (size_t i = 0; i < sizeof think_markers / sizeof think_markers[0]; i++) {
         const char *o = think_markers[i][0], *c = think_markers[i][1];
         if (tok_find(tk, o, strlen(o)) >= 0 && tok_find(tk, c, strlen(c)) >= 0) {

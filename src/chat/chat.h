@@ -220,6 +220,8 @@ enum chat_tool_syntax {
                             * <|python_tag|>{...}; several separated by ';' */
     CHAT_TOOLS_MISTRAL,    /* [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] */
     CHAT_TOOLS_FUNCTIONARY,/* v3.2 >>>N\n{...} (>>>all\n: text); v3.1 <function=N>{...}</function> */
+    CHAT_TOOLS_HARMONY,    /* gpt-oss: a message header addressed to=functions.N (in the channel
+                            * part or the role part), <|message|>{arguments}, <|call|> */
     CHAT_TOOLS_COUNT,
 };
 #define CHAT_TOOLS_MAX_CALLS 32 /* calls kept from one answer */

@@ -12,6 +12,7 @@
 static const char *const syntax_names[CHAT_TOOLS_COUNT] = {
     [CHAT_TOOLS_HERMES] = "hermes", [CHAT_TOOLS_LLAMA3] = "llama3",
     [CHAT_TOOLS_MISTRAL] = "mistral", [CHAT_TOOLS_FUNCTIONARY] = "functionary",
+    [CHAT_TOOLS_HARMONY] = "harmony",
 };
 
 const char *chat_tool_syntax_name(enum chat_tool_syntax s)
@@ -23,6 +24,8 @@ enum chat_tool_syntax chat_tool_syntax_of(const struct chat_renderer *cr)
 {
     const char *src = cr && cr->engine == CHAT_ENGINE_JINJA ? cr->src : NULL;
     if (src) {
+        if (strstr(src, "to=functions") || strstr(src, "<|channel|>"))
+            return CHAT_TOOLS_HARMONY;
         if (strstr(src, "[TOOL_CALLS]"))
             return CHAT_TOOLS_MISTRAL;
         if (strstr(src, ">>>") || strstr(src, "<function="))
@@ -306,6 +309,38 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                 }
             }
             break;
+        case CHAT_TOOLS_HARMONY:
+            if ((p = find(t, i, len, "to=functions."))) {
+                /* the call starts at its header: the last <|start|> (else <|channel|>)
+                 * before the recipient and after the previous message's body */
+                size_t at = (size_t)(p - t), from = i;
+                for (const char *q = find(t, i, at, "<|message|>"); q; q = find(t, from, at, "<|message|>"))
+                    from = (size_t)(q - t) + 11;
+                start = at;
+                const char *h = NULL;
+                for (const char *q = find(t, from, at, "<|start|>"); q; q = find(t, (size_t)(q - t) + 1, at, "<|start|>"))
+                    h = q;
+                if (!h)
+                    for (const char *q = find(t, from, at, "<|channel|>"); q; q = find(t, (size_t)(q - t) + 1, at, "<|channel|>"))
+                        h = q;
+                if (h)
+                    start = (size_t)(h - t);
+                size_t name = at + 13, ne = name;
+                while (ne < len && t[ne] != ' ' && t[ne] != '<' && t[ne] != '\n')
+                    ne++;
+                const char *m = find(t, ne, len, "<|message|>");
+                if (m && ne > name) {
+                    body = skip_space(t, (size_t)(m - t) + 11, len);
+                    stop = body < len && t[body] == '{' ? json_end(t, body, len) : 0;
+                    if (stop) {
+                        next = stop;
+                        if (len - stop >= 8 && memcmp(t + stop, "<|call|>", 8) == 0)
+                            next = stop + 8;
+                        r = add_named_call(out, t + name, ne - name, t, body, stop);
+                    }
+                }
+            }
+            break;
         default:
             break;
         }
@@ -351,6 +386,7 @@ size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *t, size_t
         break;
     }
     case CHAT_TOOLS_FUNCTIONARY: marks[0] = ">>>"; marks[1] = "<function="; break;
+    case CHAT_TOOLS_HARMONY: marks[0] = "<|start|>"; marks[1] = "<|channel|>"; marks[2] = "to=functions."; break;
     default: break;
     }
     size_t end = len;
@@ -433,6 +469,7 @@ bool chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_
     memset(f, 0, sizeof *f);
     switch (syn) {
     case CHAT_TOOLS_FUNCTIONARY:
+    case CHAT_TOOLS_HARMONY:
         return false; /* the function's name stands outside the JSON: no schema frames it */
     case CHAT_TOOLS_MISTRAL:
         f->open = "[TOOL_CALLS][";

@@ -1,13 +1,20 @@
 /* cmd_bench.c: kinetic bench, llama-bench's measurements on Kinetic: prompt processing
- * (pp: N random tokens in one batch) and text generation (tg: N tokens one at a time from
- * an empty cache), after a warm-up, repeated, reported as mean ± standard deviation of
- * tokens per second. --json uses llama-bench's field names so the two compare directly. */
+ * (pp: N random tokens in one batch) and text generation (tg: N tokens one at a time),
+ * from an empty cache or after -d N tokens already in it (llama-bench's depth), after a
+ * warm-up, repeated, reported as mean ± standard deviation of tokens per second. --json
+ * uses llama-bench's field names so the two compare directly.
+ *
+ * Decode is a stream of the weights, so tg rows also say how many GB/s of weights they
+ * read (the bytes one decode token reads, from the model's tensors, times tokens per
+ * second) beside the machine's own streaming-read rate, measured in the same run with the
+ * same threads: how close decode is to the memory limit. */
 #include "cli.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -18,14 +25,17 @@
 #include "receipt/buildid.h"
 
 static const char *const bench_usage =
-    "MODEL.gguf [-p N[,N...]] [-n N[,N...]] [-t N[,N...]] [-r REPS] [-b N] [--json]\n"
+    "MODEL.gguf [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-t N[,N...]] [-r REPS] [-b N] [--json]\n"
     "\n"
     "Measures prompt processing (pp: -p random tokens evaluated as one prompt, in batches of\n"
-    "-b) and text generation (tg: -n tokens decoded one at a time from an empty cache) with\n"
-    "-t threads, after one warm-up run, -r times each; prints mean ± standard deviation of\n"
-    "tokens per second as a markdown table like llama-bench, or with --json a list of\n"
-    "results with llama-bench's field names (n_prompt, n_gen, n_threads, avg_ts, stddev_ts,\n"
-    "...). -p 0 or -n 0 skips that test.";
+    "-b) and text generation (tg: -n tokens decoded one at a time) with -t threads, after -d\n"
+    "tokens already in the cache (default 0), after one warm-up run, -r times each; prints\n"
+    "mean ± standard deviation of tokens per second as a markdown table like llama-bench, or\n"
+    "with --json a list of results with llama-bench's field names (n_prompt, n_gen, n_depth,\n"
+    "n_threads, avg_ts, stddev_ts, ...). -p 0 or -n 0 skips that test.\n"
+    "tg rows also give the GB/s of weights decode reads (the bytes of every weight one token\n"
+    "reads; MoE: the experts it uses) and the machine's streaming-read rate with the same\n"
+    "threads, measured in the same run (a plain read of --stream-mib MiB, best of 3).";
 
 /* Parses "512" or "128,256" into at most max positive integers (0 allowed). */
 static int parse_list(const char *flag, const char *s, int64_t *out, int max)
@@ -78,18 +88,19 @@ static void model_type(const struct model *m, uint64_t params, char *buf, size_t
 }
 
 struct bench_result {
-    int64_t n_prompt, n_gen, n_threads;
+    int64_t n_prompt, n_gen, n_depth, n_threads;
     double avg_ts, stddev_ts, avg_ns, stddev_ns;
     double samples_ts[64];
     int n_samples;
 };
 
 /* Times one test: pp (n_prompt tokens, one evaluation in batches) or tg (n_gen decode
- * steps). Returns seconds, or a negative value on failure (err set). */
-static double run_once(struct engine *e, const int32_t *toks, int64_t n_prompt, int64_t n_gen,
-                       struct kn_err *err)
+ * steps), after the n_depth positions already in e's cache (the rest is forgotten).
+ * Returns seconds, or a negative value on failure (err set). */
+static double run_once(struct engine *e, const int32_t *toks, int64_t n_depth, int64_t n_prompt,
+                       int64_t n_gen, struct kn_err *err)
 {
-    engine_reset(e);
+    engine_truncate(e, n_depth);
     double t0 = kn_now();
     if (n_prompt > 0 && engine_eval(e, toks, n_prompt, err) != KN_OK)
         return -1;
@@ -99,13 +110,13 @@ static double run_once(struct engine *e, const int32_t *toks, int64_t n_prompt, 
     return kn_now() - t0;
 }
 
-static int bench_one(const struct model *m, int threads, int64_t n_prompt, int64_t n_gen,
-                     int reps, int64_t batch, const int32_t *toks, struct bench_result *res,
-                     struct kn_err *err)
+static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_t n_prompt,
+                     int64_t n_gen, int reps, int64_t batch, const int32_t *toks,
+                     const int32_t *depth_toks, struct bench_result *res, struct kn_err *err)
 {
     struct kern_pool *pool = NULL;
     struct engine e;
-    int64_t n_ctx = n_prompt + n_gen + 1;
+    int64_t n_ctx = n_depth + n_prompt + n_gen + 1;
     struct engine_params ep = {.n_ctx = n_ctx, .n_batch = batch, .kv_type = MODEL_KV_F32};
     if (kern_pool_create(threads, &pool, err) != KN_OK)
         return -1;
@@ -117,13 +128,17 @@ static int bench_one(const struct model *m, int threads, int64_t n_prompt, int64
     memset(res, 0, sizeof *res);
     res->n_prompt = n_prompt;
     res->n_gen = n_gen;
+    res->n_depth = n_depth;
     res->n_threads = threads;
+    /* the depth, once (untimed): each run starts from these positions */
+    if (n_depth > 0 && engine_eval(&e, depth_toks, n_depth, err) != KN_OK)
+        rc = -1;
     /* warm-up: pages in the weights, settles the thread pool */
-    if (run_once(&e, toks, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
+    if (rc == 0 && run_once(&e, toks, n_depth, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
         rc = -1;
     double sum_ts = 0, sum_ns = 0;
     for (int r = 0; rc == 0 && r < reps; r++) {
-        double s = run_once(&e, toks, n_prompt, n_gen, err);
+        double s = run_once(&e, toks, n_depth, n_prompt, n_gen, err);
         if (s < 0) {
             rc = -1;
             break;
@@ -152,10 +167,108 @@ static int bench_one(const struct model *m, int threads, int64_t n_prompt, int64
     return rc;
 }
 
+/* ---------------------------------------------------------------- the memory limit */
+
+/* The bytes of weights one decode token reads: every weight tensor, except that the
+ * token embedding is one row (unless it is also the output matrix) and an expert tensor
+ * counts n_expert_used of its n_expert experts. */
+static uint64_t decode_weight_bytes(const struct model *m)
+{
+    uint64_t total = 0;
+    bool tied = true;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++)
+        if (strcmp(gguf_tensor_at(m->gguf, i)->name, "output.weight") == 0)
+            tied = false;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (strcmp(t->name, "token_embd.weight") == 0)
+            total += tied ? t->size : m->tok_embd_row_bytes;
+        else if (strstr(t->name, "_exps") && m->hp.n_expert > 0)
+            total += t->size / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
+        else
+            total += t->size;
+    }
+    return total;
+}
+
+struct stream_job {
+    const uint64_t *p;
+    int64_t n;          /* 64-bit words */
+    uint64_t sum[KERN_POOL_MAX_THREADS];
+};
+
+/* Sums this thread's contiguous share of the buffer: a plain read, four independent
+ * accumulators so that the adds never limit it. */
+static void stream_task(void *ctx, int ith, int nth)
+{
+    struct stream_job *j = ctx;
+    int64_t lo, hi;
+    kern_split(j->n, 8, ith, nth, &lo, &hi);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = lo; i + 8 <= hi; i += 8) {
+        a += j->p[i] ^ j->p[i + 4];
+        b += j->p[i + 1] ^ j->p[i + 5];
+        c += j->p[i + 2] ^ j->p[i + 6];
+        d += j->p[i + 3] ^ j->p[i + 7];
+    }
+    j->sum[ith] = a + b + c + d;
+}
+
+/* The machine's streaming-read rate in GB/s with threads threads: the best of 3 plain
+ * reads of mib MiB (allocated, written once, then read). The buffer gets transparent huge
+ * pages where the system allows, as the packed weights do (kernels/matmul.c), so both
+ * figures pay the same for their page tables. Returns 0 when mib is 0, < 0 on failure. */
+static double stream_read_gbps(int threads, int64_t mib, struct kn_err *err)
+{
+    if (mib <= 0)
+        return 0;
+    size_t bytes = (size_t)mib << 20, huge = (size_t)2 << 20;
+    void *buf = NULL;
+    if (posix_memalign(&buf, huge, bytes) != 0) {
+        kn_fail(err, KN_E_NOMEM, "out of memory for the %lld MiB streaming-read buffer (--stream-mib)",
+                (long long)mib);
+        return -1;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+    memset(buf, 1, bytes);
+    struct kern_pool *pool = NULL;
+    if (kern_pool_create(threads, &pool, err) != KN_OK) {
+        free(buf);
+        return -1;
+    }
+    struct stream_job *j = calloc(1, sizeof *j);
+    double best = 0;
+    if (j) {
+        j->p = buf;
+        j->n = (int64_t)(bytes / 8);
+        for (int r = 0; r < 3; r++) {
+            double t0 = kn_now();
+            kern_pool_run(pool, stream_task, j);
+            double s = kn_now() - t0;
+            uint64_t sink = 0;
+            for (int i = 0; i < threads; i++)
+                sink += j->sum[i];
+            if (sink == 1) /* keeps the sums alive; never true for a buffer of ones */
+                fputc(' ', stderr);
+            double gbps = (double)bytes / s / 1e9;
+            best = gbps > best ? gbps : best;
+        }
+    } else {
+        kn_fail(err, KN_E_NOMEM, "out of memory");
+        best = -1;
+    }
+    free(j);
+    kern_pool_free(pool);
+    free(buf);
+    return best;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *p_arg = "512", *n_arg = "128", *t_arg = NULL;
-    int64_t reps = 5, batch = 512;
+    const char *p_arg = "512", *n_arg = "128", *t_arg = NULL, *d_arg = "0";
+    int64_t reps = 5, batch = 512, stream_mib = 1024;
     bool json = false;
     const char *output = NULL;
     struct cli_device dv = CLI_DEVICE_INIT;
@@ -165,6 +278,8 @@ int cmd_bench(int argc, char **argv)
         {"n-gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", "the same as --gpu-layers (llama-bench's -ngl)", NULL},
         {"n-prompt", 'p', CLI_STR, &p_arg, "N", "prompt tokens for the pp test(s), e.g. 512 or 128,512 (default 512)", NULL},
         {"n-gen", 'n', CLI_STR, &n_arg, "N", "tokens for the tg test(s) (default 128)", NULL},
+        {"n-depth", 'd', CLI_STR, &d_arg, "N", "tokens already in the cache before each test, e.g. 0,4096 (default 0)", NULL},
+        {"stream-mib", 0, CLI_INT, &stream_mib, "N", "MiB of the streaming-read measurement (default 1024; 0: skip it)", NULL},
         {"threads", 't', CLI_STR, &t_arg, "N", "thread counts, e.g. 2 or 1,2 (default: CPUs online)", NULL},
         {"repetitions", 'r', CLI_INT, &reps, "N", "measured runs of each test (default 5)", NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512)", NULL},
@@ -199,9 +314,14 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "kinetic bench: -b must be in 1..65536\n");
         return 2;
     }
-    int64_t ps[16], ns[16], ts[16];
+    if (stream_mib < 0 || stream_mib > 65536) {
+        fprintf(stderr, "kinetic bench: --stream-mib must be in 0..65536\n");
+        return 2;
+    }
+    int64_t ps[16], ns[16], ts[16], ds[16];
     int np = parse_list("-p", p_arg, ps, 16), nn = parse_list("-n", n_arg, ns, 16), nt;
-    if (np < 0 || nn < 0)
+    int nd = parse_list("-d", d_arg, ds, 16);
+    if (np < 0 || nn < 0 || nd < 0)
         return 2;
     if (t_arg) {
         nt = parse_list("-t", t_arg, ts, 16);
@@ -245,12 +365,15 @@ int cmd_bench(int argc, char **argv)
         params += n;
         bytes += t->size;
     }
+    uint64_t tok_bytes = decode_weight_bytes(m);
     char type[128], pstr[32];
     model_type(m, params, type, sizeof type);
     fmt_params(params, pstr, sizeof pstr);
 
     /* The tokens: fixed pseudo-random ids (like llama-bench's random prompt). */
     int64_t max_tok = 1;
+    for (int i = 0; i < nd; i++)
+        max_tok = ds[i] > max_tok ? ds[i] : max_tok;
     for (int i = 0; i < np; i++)
         max_tok = ps[i] > max_tok ? ps[i] : max_tok;
     for (int i = 0; i < nn; i++)
@@ -268,33 +391,68 @@ int cmd_bench(int argc, char **argv)
         toks[i] = (int32_t)(x % (uint64_t)m->hp.n_vocab);
     }
 
+    /* the depth's tokens: another stream of the same generator */
+    int32_t *dtoks = malloc((size_t)max_tok * sizeof *dtoks);
+    if (!dtoks) {
+        free(toks);
+        model_close(m);
+        cli_device_close(&dv);
+        fprintf(stderr, "kinetic bench: out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < max_tok; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        dtoks[i] = (int32_t)(x % (uint64_t)m->hp.n_vocab);
+    }
+
     if (!json) {
-        printf("| model | size | params | backend | threads | test | t/s |\n");
-        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+        printf("| model | size | params | backend | threads | test | t/s | weights GB/s | stream GB/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
     } else {
         printf("[\n");
     }
     int status = 0, n_out = 0;
     for (int ti = 0; ti < nt && status == 0; ti++) {
-        for (int pass = 0; pass < 2 && status == 0; pass++) {
+        /* the memory limit with these threads, measured beside the tests */
+        bool have_tg = false;
+        for (int k = 0; k < nn; k++)
+            have_tg |= ns[k] > 0;
+        double stream = have_tg ? stream_read_gbps((int)ts[ti], stream_mib, &err) : 0;
+        if (stream < 0) {
+            fprintf(stderr, "kinetic bench: %s\n", err.msg);
+            status = 1;
+            break;
+        }
+        for (int dp = 0; dp < nd * 2 && status == 0; dp++) {
+            int di = dp / 2, pass = dp % 2; /* each depth: its pp tests, then its tg tests */
             int cnt = pass == 0 ? np : nn;
             for (int k = 0; k < cnt && status == 0; k++) {
                 int64_t n_prompt = pass == 0 ? ps[k] : 0, n_gen = pass == 0 ? 0 : ns[k];
                 if (n_prompt == 0 && n_gen == 0)
                     continue;
                 struct bench_result r;
-                if (bench_one(m, (int)ts[ti], n_prompt, n_gen, (int)reps, batch, toks, &r, &err) != 0) {
+                if (bench_one(m, (int)ts[ti], ds[di], n_prompt, n_gen, (int)reps, batch, toks,
+                              dtoks, &r, &err) != 0) {
                     fprintf(stderr, "kinetic bench: %s\n", err.msg);
                     status = 1;
                     break;
                 }
-                char test[32];
-                snprintf(test, sizeof test, n_prompt ? "pp%lld" : "tg%lld",
-                         (long long)(n_prompt ? n_prompt : n_gen));
+                char test[64];
+                int tl = snprintf(test, sizeof test, n_prompt ? "pp%lld" : "tg%lld",
+                                  (long long)(n_prompt ? n_prompt : n_gen));
+                if (ds[di] > 0)
+                    snprintf(test + tl, sizeof test - (size_t)tl, " @ d%lld", (long long)ds[di]);
+                /* decode reads every weight once per token */
+                double wgbps = n_gen > 0 ? (double)tok_bytes * r.avg_ts / 1e9 : 0;
                 if (!json) {
-                    printf("| %s | %.2f MiB | %s | %s | %lld | %s | %.2f ± %.2f |\n", type,
+                    char wcol[32] = "-", scol[32] = "-";
+                    if (n_gen > 0)
+                        snprintf(wcol, sizeof wcol, "%.1f", wgbps);
+                    if (n_gen > 0 && stream > 0)
+                        snprintf(scol, sizeof scol, "%.1f (%.0f%%)", stream, 100 * wgbps / stream);
+                    printf("| %s | %.2f MiB | %s | %s | %lld | %s | %.2f ± %.2f | %s | %s |\n", type,
                            (double)bytes / (1024.0 * 1024.0), pstr, backend, (long long)ts[ti],
-                           test, r.avg_ts, r.stddev_ts);
+                           test, r.avg_ts, r.stddev_ts, wcol, scol);
                     fflush(stdout);
                     continue;
                 }
@@ -322,6 +480,10 @@ int cmd_bench(int argc, char **argv)
                 printf("    \"type_k\": \"f32\",\n    \"type_v\": \"f32\",\n");
                 printf("    \"n_prompt\": %lld,\n", (long long)r.n_prompt);
                 printf("    \"n_gen\": %lld,\n", (long long)r.n_gen);
+                printf("    \"n_depth\": %lld,\n", (long long)r.n_depth);
+                printf("    \"weights_bytes_per_token\": %llu,\n", (unsigned long long)tok_bytes);
+                printf("    \"weights_gbps\": %.3f,\n", wgbps);
+                printf("    \"stream_gbps\": %.3f,\n", n_gen > 0 ? stream : 0.0);
                 printf("    \"avg_ns\": %.0f,\n", r.avg_ns);
                 printf("    \"stddev_ns\": %.0f,\n", r.stddev_ns);
                 printf("    \"avg_ts\": %.6f,\n", r.avg_ts);
@@ -337,6 +499,7 @@ int cmd_bench(int argc, char **argv)
     if (json)
         printf("\n]\n");
     free(toks);
+    free(dtoks);
     model_close(m);
     cli_device_close(&dv); /* after the model, whose buffers live on it */
     return status;

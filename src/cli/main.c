@@ -20,6 +20,7 @@ static const struct command commands[] = {
     {"devices", cmd_devices, "list the devices --device can name, and the numerics each meets"},
     {"embed", cmd_embed, "print the embedding of texts, like llama-embedding"},
     {"info", cmd_info, "describe a GGUF model file"},
+    {"perplexity", cmd_perplexity, "measure perplexity and KL divergence over a text, like llama-perplexity"},
     {"run", cmd_run, "generate text from a prompt"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with Convoy batching"},
     {"synth", cmd_synth, "write a random-weight model with real shapes"},

@@ -1,6 +1,7 @@
 /* device.c: the device registry (device.h). */
 #include "device.h"
 #include "../kernels/isa.h"
+#include "../cuda/cu_backend.h"
 #include "../vulkan/vk_backend.h"
 
 #include <stdlib.h>
@@ -33,17 +34,20 @@ void device_cpu_name(char *out, size_t cap)
 
 const char *device_backends_built(void)
 {
-    return vkr_built() ? "cpu vulkan" : "cpu";
+    if (vkr_built())
+        return cu_built() ? "cpu vulkan cuda" : "cpu vulkan";
+    return cu_built() ? "cpu cuda" : "cpu";
 }
 
-/* "vulkan" or "vulkan:N" -> N (0 for the bare name); -1 when spec is not one. */
-static int vulkan_index(const char *spec)
+/* "<kind>" or "<kind>:N" -> N (0 for the bare name); -1 when spec is not one. */
+static int spec_index(const char *spec, const char *kind)
 {
-    if (strcmp(spec, "vulkan") == 0)
+    size_t k = strlen(kind);
+    if (strcmp(spec, kind) == 0)
         return 0;
-    if (strncmp(spec, "vulkan:", 7) != 0)
+    if (strncmp(spec, kind, k) != 0 || spec[k] != ':')
         return -1;
-    const char *p = spec + 7;
+    const char *p = spec + k + 1;
     if (*p < '0' || *p > '9' || strlen(p) > 3)
         return -1;
     char *end;
@@ -53,7 +57,25 @@ static int vulkan_index(const char *spec)
 
 bool device_spec_valid(const char *spec)
 {
-    return strcmp(spec, "cpu") == 0 || vulkan_index(spec) >= 0;
+    return strcmp(spec, "cpu") == 0 || spec_index(spec, "vulkan") >= 0 ||
+           spec_index(spec, "cuda") >= 0;
+}
+
+/* A CUDA device: opened (its self-test runs at the first open) and described. */
+static enum kn_status open_cuda(int index, struct device *out, struct kn_err *err)
+{
+    struct kern_backend *be = cu_backend_open(index, err);
+    if (!be) {
+        kn_err_prefix(err, "--device cuda");
+        return err ? err->status : KN_E_UNSUPPORTED;
+    }
+    snprintf(out->spec, sizeof out->spec, "cuda:%d", index);
+    out->be = be;
+    snprintf(out->cls, sizeof out->cls, "%s", cu_backend_class(be));
+    snprintf(out->name, sizeof out->name, "%s", cu_backend_info(be)->name);
+    out->numerics = be->ops->numerics(be);
+    snprintf(out->report, sizeof out->report, "%s", cu_backend_selftest(be)->report);
+    return KN_OK;
 }
 
 enum kn_status device_open(const char *spec, struct device *out, struct kn_err *err)
@@ -66,13 +88,12 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
         out->numerics = KN_NUMERICS;
         return KN_OK;
     }
-    int vi = vulkan_index(spec);
-    if (vi < 0) {
-        if (strncmp(spec, "cuda", 4) == 0)
-            return kn_fail(err, KN_E_ARG, "--device %s: this build has no CUDA backend (the "
-                           "devices it has: %s)", spec, device_backends_built());
+    int ci = spec_index(spec, "cuda");
+    if (ci >= 0)
+        return open_cuda(ci, out, err);
+    int vi = spec_index(spec, "vulkan");
+    if (vi < 0)
         return kn_fail(err, KN_E_ARG, "unknown --device '%s' (%s)", spec, DEVICE_HELP);
-    }
     struct kern_backend *be = vk_backend_open(vi, err);
     if (!be) {
         kn_err_prefix(err, "--device vulkan");
@@ -96,6 +117,18 @@ bool device_find_class(const char *cls, char *spec, size_t cap)
             return true;
         }
     struct kn_err err = {0};
+    int nc = strncmp(cls, "cuda-", 5) == 0 ? cu_device_count(&err) : 0;
+    for (int i = 0; i < nc; i++) {
+        struct cu_info in;
+        char c[64];
+        if (cu_describe(i, &in, &err) != KN_OK)
+            continue;
+        cu_class_of(&in, c, sizeof c);
+        if (strcmp(c, cls) == 0) {
+            snprintf(spec, cap, "cuda:%d", i);
+            return true;
+        }
+    }
     int n = strncmp(cls, "vulkan-", 7) == 0 && vkr_built() ? vkr_device_count(&err) : 0;
     for (int i = 0; i < n; i++) {
         struct vkr_info in;
@@ -113,7 +146,9 @@ bool device_find_class(const char *cls, char *spec, size_t cap)
 
 void device_close(struct device *d)
 {
-    if (d->be)
+    if (cu_backend_is(d->be))
+        cu_backend_close(d->be);
+    else if (d->be)
         vk_backend_close(d->be);
     d->be = NULL;
 }
@@ -126,13 +161,54 @@ static void print_bytes(FILE *out, uint64_t b)
         fprintf(out, "%.0f MiB", (double)b / (1ull << 20));
 }
 
-int device_list(FILE *out, bool selftest)
+/* The CUDA devices of device_list. */
+static int list_cuda(FILE *out, bool selftest)
 {
-    char cpu[256];
-    device_cpu_name(cpu, sizeof cpu);
-    fprintf(out, "cpu        %s\n", cpu);
-    fprintf(out, "           class %s, numerics %s (the reference)\n",
-            kern_device_class(kern_isa_active()), KN_NUMERICS);
+    struct kn_err err = {0};
+    int n = cu_device_count(&err);
+    if (n == 0) {
+        fprintf(out, "cuda       %s\n", err.msg);
+        return 0;
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        struct cu_info in;
+        if (cu_describe(i, &in, &err) != KN_OK) {
+            fprintf(out, "cuda:%-5d %s\n", i, err.msg);
+            rc = 1;
+            continue;
+        }
+        char cls[64];
+        cu_class_of(&in, cls, sizeof cls);
+        fprintf(out, "cuda:%-5d %s (compute capability %d.%d, %d SMs)\n", i, in.name,
+                in.cc_major, in.cc_minor, in.sm_count);
+        fprintf(out, "           driver CUDA %d.%d; ", in.driver_version / 1000,
+                in.driver_version % 1000 / 10);
+        print_bytes(out, in.total_mem);
+        fprintf(out, "\n");
+        if (!selftest) {
+            fprintf(out, "           class %s\n", cls);
+            continue;
+        }
+        struct kern_backend *be = cu_backend_open(i, &err);
+        if (!be) {
+            fprintf(out, "           cannot open: %s\n", err.msg);
+            rc = 1;
+            continue;
+        }
+        const struct cu_selftest *t = cu_backend_selftest(be);
+        fprintf(out, "           class %s, numerics %s%s\n", cls, be->ops->numerics(be),
+                t->canonical ? " (self-test passed: a receipt made here verifies on a CPU)"
+                             : " (self-test failed: bits promised only for this driver)");
+        fprintf(out, "           self-test: %s\n", t->report);
+        cu_backend_close(be);
+    }
+    return rc;
+}
+
+/* The Vulkan devices of device_list. */
+static int list_vulkan(FILE *out, bool selftest)
+{
     if (!vkr_built()) {
         fprintf(out, "vulkan     not in this build (install libvulkan-dev and glslc, see "
                      "scripts/deps.sh)\n");
@@ -174,4 +250,15 @@ int device_list(FILE *out, bool selftest)
         vk_backend_close(be);
     }
     return rc;
+}
+
+int device_list(FILE *out, bool selftest)
+{
+    char cpu[256];
+    device_cpu_name(cpu, sizeof cpu);
+    fprintf(out, "cpu        %s\n", cpu);
+    fprintf(out, "           class %s, numerics %s (the reference)\n",
+            kern_device_class(kern_isa_active()), KN_NUMERICS);
+    int rc = list_vulkan(out, selftest);
+    return list_cuda(out, selftest) | rc;
 }

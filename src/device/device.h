@@ -1,5 +1,5 @@
 /* device.h: the device registry: the devices this build can run on, as the user names
- * them (--device cpu | vulkan[:N], later cuda[:N]), opened as backends of the device seam
+ * them (--device cpu | vulkan[:N] | cuda[:N]), opened as backends of the device seam
  * (kernels/backend.h) with what a receipt records of them. `kinetic devices` lists them,
  * `kinetic --version` names the backends built in. */
 #ifndef KN_DEVICE_DEVICE_H
@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 /* The --device values, for help texts. */
-#define DEVICE_HELP "cpu, vulkan or vulkan:N (kinetic devices lists them)"
+#define DEVICE_HELP "cpu, vulkan or vulkan:N, cuda or cuda:N (kinetic devices lists them)"
 
 /* An open device. */
 struct device {
@@ -20,7 +20,7 @@ struct device {
     char name[256];           /* the receipt's device.name: the CPU's or GPU's model name */
     const char *numerics;     /* the numerics class it computes: KN_NUMERICS, or the
                                  device's own (its self-test failed: see report) */
-    char report[1024];        /* the self-test's findings ("" for the CPU) */
+    char report[2048];        /* the self-test's findings ("" for the CPU) */
 };
 
 /* Whether spec is a device name the registry knows the form of (cpu, vulkan, vulkan:N). */

@@ -78,7 +78,10 @@ void engine_reset(struct engine *e)
     e->have_logits = false;
 }
 
-enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n, struct kn_err *err)
+/* engine_eval's loop; with out, also the logits of tokens first..n-1 into out, through
+ * rows (n_batch scratch indices). */
+static enum kn_status eval_chunks(struct engine *e, const int32_t *tokens, int64_t n, int64_t first,
+                                  float *out, int64_t *rows, struct kn_err *err)
 {
     if (n <= 0)
         return kn_fail(err, KN_E_ARG, "nothing to evaluate");
@@ -86,14 +89,25 @@ enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n, s
         return kn_fail(err, KN_E_LIMIT,
                        "%lld tokens do not fit: %lld of the context's %lld positions are used; use a larger --ctx-size",
                        (long long)n, (long long)e->n_past, (long long)e->n_ctx);
+    size_t nv = (size_t)e->m->hp.n_vocab;
     for (int64_t done = 0; done < n;) {
         int64_t c = n - done < e->n_batch ? n - done : e->n_batch;
         for (int64_t i = 0; i < c; i++)
             e->pos[i] = (int32_t)(e->n_past + i);
         bool last = done + c == n;
-        int64_t row = c - 1;
-        enum kn_status st = model_forward(e->fwd, &e->kv, tokens + done, e->pos, c, &row, last ? 1 : 0,
-                                          e->logits, err);
+        int64_t row = c - 1, n_rows = last ? 1 : 0, r0 = 0;
+        const int64_t *rp = &row;
+        float *dst = e->logits;
+        if (out) {
+            r0 = first > done ? first - done : 0;
+            n_rows = r0 < c ? c - r0 : 0;
+            for (int64_t i = 0; i < n_rows; i++)
+                rows[i] = r0 + i;
+            rp = rows;
+            dst = out + (size_t)(done + r0 - first) * nv;
+        }
+        enum kn_status st = model_forward(e->fwd, &e->kv, tokens + done, e->pos, c, rp, n_rows,
+                                          dst, err);
         if (st != KN_OK) {
             e->have_logits = false;
             return st;
@@ -102,6 +116,27 @@ enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n, s
         e->n_past += c;
         done += c;
     }
+    if (out) /* the last token's row is the one engine_eval leaves */
+        memcpy(e->logits, out + (size_t)(n - 1 - first) * nv, nv * sizeof(float));
     e->have_logits = true;
     return KN_OK;
+}
+
+enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n, struct kn_err *err)
+{
+    return eval_chunks(e, tokens, n, 0, NULL, NULL, err);
+}
+
+enum kn_status engine_eval_rows(struct engine *e, const int32_t *tokens, int64_t n, int64_t first,
+                                float *out, struct kn_err *err)
+{
+    if (first < 0 || first >= n)
+        return kn_fail(err, KN_E_ARG, "the first logits row %lld is outside the %lld tokens",
+                       (long long)first, (long long)n);
+    int64_t *rows = kn_malloc((size_t)e->n_batch * sizeof *rows, err);
+    if (!rows)
+        return KN_E_NOMEM;
+    enum kn_status st = eval_chunks(e, tokens, n, first, out, rows, err);
+    free(rows);
+    return st;
 }

@@ -112,6 +112,12 @@ void engine_reset(struct engine *e);
  * when the tokens do not fit in the context. */
 KN_MUST_USE enum kn_status engine_eval(struct engine *e, const int32_t *tokens, int64_t n,
                                        struct kn_err *err);
+/* As engine_eval, and writes the logits of tokens first..n-1 of this call into out
+ * ((n - first, n_vocab), in order; 0 <= first < n), as perplexity needs. A token's logits
+ * do not depend on which other rows are asked for (docs/numerics.md), so each row holds
+ * the bits engine_eval would leave after that token. */
+KN_MUST_USE enum kn_status engine_eval_rows(struct engine *e, const int32_t *tokens, int64_t n,
+                                            int64_t first, float *out, struct kn_err *err);
 
 /* ---------------------------------------------------------------- generation */
 
@@ -221,8 +227,10 @@ KN_MUST_USE enum kn_status pcache_create(struct pcache **out, const struct model
 void pcache_free(struct pcache *c);
 void pcache_clear(struct pcache *c);
 struct pcache_stats pcache_get_stats(struct pcache *c);
-/* Length of the longest cached prefix of tokens[0..n-1] (no copy). */
-int64_t pcache_lookup(struct pcache *c, const int32_t *tokens, int64_t n);
+/* Length of the longest cached prefix of tokens[0..n-1] a KV cache of n_ctx positions
+ * could restore (no copy): only records made under the RoPE choice such a cache makes
+ * count (phi3's LongRoPE: the long or short factors, by context; model_rope_long). */
+int64_t pcache_lookup(struct pcache *c, int64_t n_ctx, const int32_t *tokens, int64_t n);
 /* Makes e hold the longest known prefix of tokens[0..max_n-1] (max_n <= n): keeps what e
  * holds already (its common prefix with tokens), then copies further KV entries from c
  * (c may be NULL). Sets n_past (and the history) to that length and returns it; e has no
@@ -243,7 +251,7 @@ int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *
 KN_MUST_USE enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv,
                                            const int32_t *tokens, int64_t n, struct kn_err *err);
 /* The cache file (docs/speed.md): bound to the model's BLAKE3 (64 hex digits), the KV
- * type and shape and the numerics version; checksummed. pcache_load adds a file's records
+ * type and shape and the numerics version, each record's RoPE choice kept; checksummed. pcache_load adds a file's records
  * (evicting as needed) and fails with KN_E_FORMAT, leaving the cache empty, for anything
  * wrong: callers warn and carry on with an empty cache. pcache_save writes atomically. */
 KN_MUST_USE enum kn_status pcache_load(struct pcache *c, const char *path, const char *model_hex,

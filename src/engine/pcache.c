@@ -12,7 +12,13 @@
  * layer has its one row bx(p) of n_embd f32 instead). Storing a sequence that
  * extends a cached one replaces it; storing a prefix of a cached one only refreshes it.
  * Memory is bounded: the least recently used records go first. One mutex guards the
- * cache, so engines on several threads (server slots) can share one. */
+ * cache, so engines on several threads (server slots) can share one.
+ *
+ * The one thing besides the tokens that decides a KV entry's bits is phi3's LongRoPE
+ * choice: the long or the short factors, by the context of the cache that made it
+ * (model_rope_long). Each record holds its choice (rope), and a record restores only into
+ * a cache that makes the same one, so entries made under one set never mix with the
+ * other's; for every other model the choice is always 0. */
 #include "engine.h"
 
 #include "../crypto/blake3.h"
@@ -29,10 +35,12 @@ struct pcache_rec {
     uint8_t *kv;        /* (n, row_bytes) */
     int64_t n;
     uint64_t last_use;
+    uint32_t rope;      /* rope_choice of the cache it was made in */
 };
 
 struct pcache {
     pthread_mutex_t mu;
+    const struct model *m;          /* borrowed: outlives the cache */
     enum model_kv_type type;
     int64_t n_layer, n_vocab, n_head_kv;
     size_t k_head, v_head;          /* one head's row in the engine's cache */
@@ -54,6 +62,7 @@ enum kn_status pcache_create(struct pcache **out, const struct model *m, enum mo
     if (!c)
         return KN_E_NOMEM;
     const struct model_hparams *hp = &m->hp;
+    c->m = m;
     c->type = type;
     c->n_layer = hp->n_layer;
     c->n_vocab = hp->n_vocab;
@@ -138,12 +147,23 @@ int64_t engine_common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return i;
 }
 
-/* The record sharing the longest prefix with tokens (-1 if none shares a token). */
-static int64_t best_rec(const struct pcache *c, const int32_t *tokens, int64_t n, int64_t *len)
+/* The RoPE choice a KV cache of n_ctx positions makes: 1 for phi3's long LongRoPE
+ * factors, else 0. */
+static uint32_t rope_choice(const struct pcache *c, int64_t n_ctx)
+{
+    return model_rope_long(c->m, n_ctx) ? 1 : 0;
+}
+
+/* The record made under RoPE choice rope sharing the longest prefix with tokens (-1 if
+ * none shares a token). */
+static int64_t best_rec(const struct pcache *c, uint32_t rope, const int32_t *tokens, int64_t n,
+                        int64_t *len)
 {
     int64_t best = -1;
     *len = 0;
     for (size_t i = 0; i < c->n_recs; i++) {
+        if (c->recs[i].rope != rope)
+            continue;
         int64_t l = engine_common_prefix(c->recs[i].tokens, c->recs[i].n, tokens, n);
         if (l > *len) {
             *len = l;
@@ -293,11 +313,11 @@ static enum kn_status copy_range(const struct pcache *c, const struct model_kv *
     return st;
 }
 
-int64_t pcache_lookup(struct pcache *c, const int32_t *tokens, int64_t n)
+int64_t pcache_lookup(struct pcache *c, int64_t n_ctx, const int32_t *tokens, int64_t n)
 {
     pthread_mutex_lock(&c->mu);
     int64_t len;
-    best_rec(c, tokens, n, &len);
+    best_rec(c, rope_choice(c, n_ctx), tokens, n, &len);
     pthread_mutex_unlock(&c->mu);
     return len;
 }
@@ -311,7 +331,7 @@ int64_t pcache_restore_kv(struct pcache *c, struct model_kv *kv, const int32_t *
         return keep;
     pthread_mutex_lock(&c->mu);
     int64_t len;
-    int64_t bi = best_rec(c, tokens, max_n, &len);
+    int64_t bi = best_rec(c, rope_choice(c, kv->n_ctx), tokens, max_n, &len);
     if (bi < 0 || len <= keep) {
         c->stats.misses++;
         pthread_mutex_unlock(&c->mu);
@@ -370,7 +390,7 @@ static void make_room(struct pcache *c, size_t need)
 
 /* Adds a record that takes ownership of tokens and kv (both freed on failure). */
 static enum kn_status add_rec(struct pcache *c, int32_t *tokens, uint8_t *kv, int64_t n,
-                              struct kn_err *err)
+                              uint32_t rope, struct kn_err *err)
 {
     if (c->n_recs == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 8;
@@ -383,7 +403,7 @@ static enum kn_status add_rec(struct pcache *c, int32_t *tokens, uint8_t *kv, in
         c->recs = t;
         c->cap = cap;
     }
-    c->recs[c->n_recs++] = (struct pcache_rec){tokens, kv, n, ++c->clock};
+    c->recs[c->n_recs++] = (struct pcache_rec){tokens, kv, n, ++c->clock, rope};
     c->bytes += rec_bytes(c, n);
     return KN_OK;
 }
@@ -401,12 +421,17 @@ enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv, cons
         n = fit;
     if (n <= 0)
         return KN_OK;
+    const uint32_t rope = rope_choice(c, kv->n_ctx);
     pthread_mutex_lock(&c->mu);
     enum kn_status st = KN_OK;
-    /* Already held (a prefix of a record): refresh it. Records that are prefixes of the
-     * new sequence become redundant. */
+    /* Already held (a prefix of a record made under the same RoPE choice): refresh it.
+     * Such records that are prefixes of the new sequence become redundant. */
     for (size_t i = 0; i < c->n_recs;) {
         struct pcache_rec *r = &c->recs[i];
+        if (r->rope != rope) {
+            i++;
+            continue;
+        }
         int64_t l = engine_common_prefix(r->tokens, r->n, tokens, n);
         if (l == n) {
             r->last_use = ++c->clock;
@@ -435,7 +460,7 @@ enum kn_status pcache_store_kv(struct pcache *c, const struct model_kv *kv, cons
         free(rows);
         goto done;
     }
-    st = add_rec(c, toks, rows, n, err);
+    st = add_rec(c, toks, rows, n, rope, err);
     if (st == KN_OK)
         c->stats.stores++;
 done:
@@ -458,10 +483,13 @@ enum kn_status pcache_store(struct pcache *c, const struct engine *e, int64_t n,
  *   header (128 bytes): magic "KNPCACHE", u32 version, u32 kv type, char numerics[16],
  *     char model_blake3[64] (hex), u32 n_layer, u32 n_vocab, u64 k_row_bytes,
  *     u64 v_row_bytes, u64 n_records
- *   records, least recently used first: u64 n, i32 tokens[n], KV rows (n * row_bytes)
- *   trailer: BLAKE3 (32 bytes) of everything before it. */
+ *   records, least recently used first: u64 n, u32 rope (the record's RoPE choice),
+ *     i32 tokens[n], KV rows (n * row_bytes)
+ *   trailer: BLAKE3 (32 bytes) of everything before it.
+ * Version 2 added rope; version 1 files are refused (remade), as they cannot say which
+ * LongRoPE factors made their entries. */
 #define PCACHE_MAGIC "KNPCACHE"
-enum { PCACHE_VERSION = 1, PCACHE_HEADER = 128, PCACHE_TRAILER = 32 };
+enum { PCACHE_VERSION = 2, PCACHE_HEADER = 128, PCACHE_TRAILER = 32 };
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -558,10 +586,11 @@ enum kn_status pcache_save(struct pcache *c, const char *path, const char *model
     ok = ok && fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     for (size_t i = 0; ok && i < c->n_recs; i++) {
         const struct pcache_rec *r = &c->recs[order[i]];
-        uint8_t nb[8];
+        uint8_t nb[12];
         put_u64(nb, (uint64_t)r->n);
-        blake3_hasher_update(&h, nb, 8);
-        ok = fwrite(nb, 1, 8, f) == 8 && write_tokens(f, &h, r->tokens, r->n);
+        put_u32(nb + 8, r->rope);
+        blake3_hasher_update(&h, nb, 12);
+        ok = fwrite(nb, 1, 12, f) == 12 && write_tokens(f, &h, r->tokens, r->n);
         size_t kvb = (size_t)r->n * c->row_bytes;
         blake3_hasher_update(&h, r->kv, kvb);
         ok = ok && fwrite(r->kv, 1, kvb, f) == kvb;
@@ -626,12 +655,19 @@ enum kn_status pcache_load(struct pcache *c, const char *path, const char *model
     const size_t per_tok = c->row_bytes + sizeof(int32_t);
     pthread_mutex_lock(&c->mu);
     for (uint64_t i = 0; i < n_recs; i++) {
-        if (end - off < 8) {
+        if (end - off < 12) {
             kn_fail(err, st, "%s: record %llu is truncated", path, (unsigned long long)i);
             break;
         }
         uint64_t n = get_u64(d + off);
-        off += 8;
+        uint32_t rope = get_u32(d + off + 8);
+        off += 12;
+        if (rope > (c->m->rope_long ? 1u : 0u)) {
+            kn_fail(err, st, "%s: record %llu claims RoPE choice %u; this model has %s", path,
+                    (unsigned long long)i, rope,
+                    c->m->rope_long ? "0 (short factors) and 1 (long)" : "only 0");
+            break;
+        }
         if (n == 0 || n > INT32_MAX || n > (end - off) / per_tok) {
             kn_fail(err, st, "%s: record %llu claims %llu tokens, more than the file holds", path,
                     (unsigned long long)i, (unsigned long long)n);
@@ -669,7 +705,7 @@ enum kn_status pcache_load(struct pcache *c, const char *path, const char *model
             continue;
         }
         make_room(c, rec_bytes(c, (int64_t)n));
-        if (add_rec(c, toks, kv, (int64_t)n, err) != KN_OK) {
+        if (add_rec(c, toks, kv, (int64_t)n, rope, err) != KN_OK) {
             st = KN_E_NOMEM;
             break;
         }

@@ -150,9 +150,12 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
             goto fail;
         s->gguf = s->gguf_own;
     } else {
+        /* The pool first: model_open repacks the weights on its threads. */
+        if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
+            goto fail;
         struct model_load_opts lo = {
             .repack = true, .device = o->device,
-            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers};
+            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers, .pool = s->pool};
         if ((st = model_open(&s->m, o->model_path, &lo, err)) != KN_OK)
             goto fail;
         s->gguf = s->m->gguf;
@@ -181,8 +184,6 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     if (s->n_ctx > s->m->hp.n_ctx_train && s->o.name)
         fprintf(stderr, "%s: warning: --ctx-size %lld exceeds the %lld tokens the model was trained on\n",
                 s->o.name, (long long)s->n_ctx, (long long)s->m->hp.n_ctx_train);
-    if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
-        goto fail;
     if (o->level == SESSION_MODEL)
         return KN_OK;
 
@@ -195,22 +196,15 @@ fail:
     return st;
 }
 
-enum kn_status session_start_engine(struct session *s, const struct session_opts *o,
-                                    struct kn_err *err)
+enum kn_status session_start_engine(struct session *s, struct kn_err *err)
 {
     if (!s->m || s->engine_ok)
         return kn_fail(err, KN_E_INTERNAL, "session_start_engine needs a SESSION_MODEL session");
-    enum kn_status st = sample_params_check(&o->sp, err);
+    enum kn_status st = sample_params_check(&s->o.sp, err);
     if (st != KN_OK)
         return st;
     s->o.level = SESSION_ENGINE;
-    s->o.sp = o->sp;
-    s->o.no_draft = o->no_draft;
-    s->o.draft_max = o->draft_max;
-    s->o.grammar = o->grammar;
-    s->o.gbnf = o->gbnf;
-    s->o.response_format = o->response_format;
-    return open_engine(s, o->stop, o->n_stop, err);
+    return open_engine(s, NULL, 0, err);
 }
 
 void session_close(struct session *s)
@@ -241,12 +235,20 @@ enum kn_status session_prompt(const struct session *s, const struct session_inpu
     memset(out, 0, sizeof *out);
     if (!s->cr_ok)
         return kn_fail(err, KN_E_INTERNAL, "session_prompt: the session has no template");
-    bool add = !in->no_generation_prompt && !s->o.raw;
+    return session_prompt_with(s, &s->cr, in, !in->no_generation_prompt && !s->o.raw, want_ids,
+                               out, err);
+}
+
+enum kn_status session_prompt_with(const struct session *s, const struct chat_renderer *cr,
+                                   const struct session_input *in, bool add, bool want_ids,
+                                   struct session_prompt *out, struct kn_err *err)
+{
+    memset(out, 0, sizeof *out);
     enum kn_status st;
     if (in->msgs)
-        st = chat_renderer_render(&s->cr, in->msgs, in->n_msgs, add, &out->cp, err);
+        st = chat_renderer_render(cr, in->msgs, in->n_msgs, add, &out->cp, err);
     else
-        st = chat_renderer_render_json(&s->cr, in->messages, in->tools, in->kwargs, add, &out->cp,
+        st = chat_renderer_render_json(cr, in->messages, in->tools, in->kwargs, add, &out->cp,
                                        err);
     if (st != KN_OK)
         return st;

@@ -132,11 +132,11 @@ struct session {
 KN_MUST_USE enum kn_status session_open(struct session *s, const struct session_opts *o,
                                         struct kn_err *err);
 void session_close(struct session *s);
-/* Raises a SESSION_MODEL session to SESSION_ENGINE with o's sampling settings, drafting
- * switches, grammar and stop strings (the rest of o is not read): verify-receipt checks a
- * receipt against the model's vocabulary before it starts the rerun. */
-KN_MUST_USE enum kn_status session_start_engine(struct session *s, const struct session_opts *o,
-                                                struct kn_err *err);
+/* Raises a SESSION_MODEL session to SESSION_ENGINE with the options it was opened with
+ * (the one struct: sampling settings, drafting switches, grammar; no stop strings yet,
+ * session_set_stop adds them), checking the sampling settings then: verify-receipt checks
+ * a receipt against the model's vocabulary before it starts the rerun. */
+KN_MUST_USE enum kn_status session_start_engine(struct session *s, struct kn_err *err);
 
 /* Sets the stop strings of the following generations (copied; at most TEXT_MAX_STOPS,
  * each non-empty); on failure the old ones stay. */
@@ -169,6 +169,14 @@ struct session_prompt {
 KN_MUST_USE enum kn_status session_prompt(const struct session *s, const struct session_input *in,
                                           bool want_ids, struct session_prompt *out,
                                           struct kn_err *err);
+/* session_prompt with a renderer of the caller's instead of the session's, add saying
+ * whether the generation prompt is added: verify-receipt renders a receipt's input with
+ * the receipt's template, through the same rendering and tokenization. */
+KN_MUST_USE enum kn_status session_prompt_with(const struct session *s,
+                                               const struct chat_renderer *cr,
+                                               const struct session_input *in, bool add,
+                                               bool want_ids, struct session_prompt *out,
+                                               struct kn_err *err);
 void session_prompt_free(struct session_prompt *p);
 
 /* ---------------------------------------------------------------- generation */

@@ -2,52 +2,12 @@
  * quantization"). Every step is a fixed IEEE operation: no libm, no rounding-mode
  * dependence beyond the default round-to-nearest-even. */
 #include "kern_internal.h"
+#include "kern_hd.h"
 
-/* |x| by clearing the sign bit. */
-static inline float abs_f(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u &= 0x7fffffffu;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-/* The largest |x[i]|; NaNs are skipped (a comparison with NaN is false). */
-static float block_amax(const float *x, int n)
-{
-    float amax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        float a = abs_f(x[i]);
-        if (a > amax)
-            amax = a;
-    }
-    return amax;
-}
-
-/* Rounds v to the nearest integer, ties to even, clamped to [-127, 127]; NaN -> 0.
- * Adding and subtracting 1.5 * 2^23 rounds exactly for |v| < 2^22. */
-static inline int round_q(float v)
-{
-    if (v != v)
-        return 0;
-    if (v > 127.0f)
-        v = 127.0f;
-    if (v < -127.0f)
-        v = -127.0f;
-    float r = (v + 12582912.0f) - 12582912.0f;
-    return (int)r;
-}
-
-/* Quantizes n values with one scale: d = amax / 127, q = round(x * (127 / amax)). */
+/* One block: kern_hd.h's rule, shared with the CUDA kernels. */
 static float quantize_block(const float *x, int n, int8_t *q)
 {
-    float amax = block_amax(x, n);
-    float d = amax / 127.0f;
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < n; i++)
-        q[i] = (int8_t)round_q(x[i] * id);
-    return d;
+    return kn_hd_quantize_block(x, n, q);
 }
 
 void kern_quantize_row_q8f_ref(const float *x, int64_t K, struct kern_block_q8f *dst)

@@ -13,7 +13,9 @@
  * merged into the running state (m, l, o), which starts as (-inf, 0, 0):
  *   m' = max(m, m_t), a = kern_expf(m - m'), b = kern_expf(m_t - m')
  *   l  = fmaf(l_t, b, l * a),  o[d] = fmaf(o_t[d], b, o[d] * a),  m = m'
- * and finally out[d] = o[d] / l. F16 keys and values are widened exactly first; a Q8_0
+ * then, with attention sinks (gpt-oss), the head's sink merged as a tile whose (m_t, l_t,
+ * o_t) is (sink, 1, 0) (kn_attn_sink: m' = max(m, sink), a = kern_expf(m - m'),
+ * l = l * a + kern_expf(sink - m'), o[d] = o[d] * a), and finally out[d] = o[d] / l. F16 keys and values are widened exactly first; a Q8_0
  * element is (float)q * d with d its block's f16 scale widened (one rounding, the same at
  * every ISA level). */
 #include "kernels.h"
@@ -41,6 +43,9 @@ enum kn_status kern_attn_check(const struct kern_attn_args *a, struct kn_err *er
     if (!(a->softcap >= 0.0f) || a->softcap == INFINITY)
         return kn_fail(err, KN_E_ARG, "attention: soft-cap %g must be 0 (none) or positive",
                        (double)a->softcap);
+    for (int32_t h = 0; a->sinks && h < a->n_head; h++)
+        if (!isfinite(a->sinks[h]))
+            return kn_fail(err, KN_E_ARG, "attention: the sink of head %d is not finite", (int)h);
     if (a->window < 0)
         return kn_fail(err, KN_E_ARG, "attention: sliding window %d is negative", (int)a->window);
     if (a->n_q < 0 || a->n_kv < 0)
@@ -125,6 +130,11 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
             for (int64_t d = 0; d < D; d++)
                 o[d] = fmaf(ot[d], sb, o[d] * sa);
             m = mn;
+        }
+        if (a->sinks) { /* gpt-oss: the head's sink joins the denominator */
+            float sa = kn_attn_sink(a->sinks[h], &m, &l);
+            for (int64_t d = 0; d < D; d++)
+                o[d] = o[d] * sa;
         }
         float *out = a->out + t * a->out_stride + h * D;
         for (int64_t d = 0; d < D; d++)

@@ -226,6 +226,11 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
             default: vsum(8, 1, v, type, vs, vb, D, j0, j1, t0, e, o, sa, sb); break;
             }
         }
+        for (int64_t i = 0; a->sinks && i < nh; i++) { /* gpt-oss: as the reference */
+            float sa_i = kn_attn_sink(a->sinks[h0 + i], &m[i], &l[i]);
+            for (int64_t d = 0; d < D; d++)
+                o[i][d] = o[i][d] * sa_i;
+        }
         for (int64_t i = 0; i < nh; i++) {
             float *out = a->out + t * a->out_stride + (h0 + i) * D;
             __m512 vl = _mm512_set1_ps(l[i]);

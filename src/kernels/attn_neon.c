@@ -86,6 +86,11 @@ void kern_attn_neon(const struct kern_attn_args *a, int64_t begin, int64_t end)
                 o[d] = fmaf(ot[d], sb, o[d] * sa);
             m = mn;
         }
+        if (a->sinks) { /* gpt-oss: as the reference */
+            float sa = kn_attn_sink(a->sinks[h], &m, &l);
+            for (int64_t d = 0; d < D; d++)
+                o[d] = o[d] * sa;
+        }
         float *out = a->out + t * a->out_stride + h * D;
         float32x4_t vl = vdupq_n_f32(l);
         int64_t d = 0;

@@ -48,8 +48,8 @@
  * layers (--gpu-layers) without changing a bit; results never depend on the batch size,
  * a row's place in the batch, the chunking of a prompt or the thread count.
  *
- * What a backend implements: every member of struct kern_backend_ops (none is optional,
- * except where said: shortconv, and the mixture-of-experts ops a device may not have yet; see there).
+ * What a backend implements: every member of struct kern_backend_ops except the optional
+ * ones, which the op table at the end (KERN_BACKEND_OPS) names.
  * Shapes: T tokens of the batch, n elements of a row, H query heads, Hkv key/value heads,
  * D head dimension; buffers hold f32 rows with stride n (row t at element t * n) unless
  * stated. Outputs may alias inputs only where "in place" is said. */
@@ -88,7 +88,8 @@ struct kern_stream_shape {
 };
 
 /* The products' gated activations: y = act(g) * u. */
-enum kern_glu { KERN_GLU_SWIGLU = 0, KERN_GLU_GEGLU = 1 };
+enum kern_glu { KERN_GLU_SWIGLU = 0, KERN_GLU_GEGLU = 1,
+                KERN_GLU_SWIGLU_OAI = 2 /* gpt-oss's clamped SwiGLU, kern_swiglu_oai */ };
 
 /* One run of batch tokens sharing a KV cache (one sequence), for one layer. */
 struct kern_kv_run {
@@ -108,12 +109,14 @@ struct kern_attn_batch {
     int64_t n_tok;                  /* T */
     const struct kern_kv_run *runs; /* host, in batch order, covering 0..T-1 */
     int64_t n_runs;
-    uint32_t kv_type;               /* QT_F32 or QT_F16 */
+    uint32_t kv_type;               /* QT_F32, QT_F16 or QT_Q8_0 */
     int32_t n_head, n_head_kv, head_dim;
     float scale;                    /* score = canonical_dot(q, k) * scale */
     int32_t window;                 /* 0: causal; w > 0: sliding window of w positions */
     float softcap;                  /* 0 for attention; c > 0 (attention_softcap only):
                                      * score = kern_softcapf(score, c) */
+    const struct kern_buf *sinks;   /* NULL for attention; (H) f32 (attention_sinks only):
+                                     * gpt-oss's per-head sink logits (ops.h kern_attn_args) */
 };
 
 /* lfm2's short convolution over a batch (ops.h kern_shortconv; docs/numerics.md "Short
@@ -134,10 +137,14 @@ struct kern_conv_batch {
  * gate and up (F, E), down (E, F). */
 struct kern_moe_ffn {
     int32_t n_expert, n_used;             /* k of n */
-    enum kern_glu act;                    /* y = act(gate x) * up x */
+    enum kern_glu act;                    /* y = act(gate x) * up x; KERN_GLU_SWIGLU_OAI only
+                                           * through moe_ffn_oai */
     const struct kern_buf *const *gate;   /* (n_expert) */
     const struct kern_buf *const *up;     /* (n_expert) */
     const struct kern_buf *const *down;   /* (n_expert) */
+    /* gpt-oss (moe_ffn_oai only; NULL otherwise): per-expert biases added to each product's
+     * output rows, gate and up (F) before the activation, down (E) before the weighting. */
+    const struct kern_buf *const *gate_b, *const *up_b, *const *down_b; /* (n_expert) each */
 };
 
 struct kern_backend_ops {
@@ -242,6 +249,17 @@ struct kern_backend_ops {
     /* As attention, for a batch with softcap > 0 (attention is called with softcap 0). */
     void (*attention_softcap)(struct kern_stream *s, const struct kern_attn_batch *b);
 
+    /* ---- gpt-oss (docs/numerics.md "gpt-oss"). A device may leave these NULL: model_open
+     * then refuses to place a gpt-oss layer on it, naming the op, and kern_backend_check
+     * leaves them out. */
+    /* As attention, for a batch with sinks (attention is called with sinks NULL). */
+    void (*attention_sinks)(struct kern_stream *s, const struct kern_attn_batch *b);
+    /* As moe_ffn, with act KERN_GLU_SWIGLU_OAI (gate and up first plus their biases) and
+     * the expert biases of f (any of them may be NULL). */
+    void (*moe_ffn_oai)(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
+                        const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
+                        struct kern_buf *y);
+
     /* ---- the BERT family's blocks (model/bert.c). A device may leave them NULL: model_open
      * then keeps a bert or nomic-bert layer off it. */
     /* y (rows, n) = kern_layernorm of x with gain w and bias b; in place allowed. */
@@ -263,7 +281,7 @@ struct kern_backend *kern_backend_cpu(void);
 /* Conformance to canonical-1, op by op (backend_check.c): runs every op of be and of the
  * CPU backend on the same crafted inputs (seeded values with negative zeros, denormals
  * and large magnitudes mixed in; every weight type; embedding tables; both RoPE modes with
- * YaRN; f32 and f16 caches; causal and windowed attention over two sequences and across
+ * YaRN; f32, f16 and q8_0 caches; causal and windowed attention over two sequences and across
  * two passes) and compares every output byte. KN_OK: be gave the CPU's bits on all of
  * them; KN_E_MISMATCH with err naming the first op and byte that differ. A device's
  * start-up self-test (numerics()) runs this after its own probes of fused fma, denormals,
@@ -271,33 +289,84 @@ struct kern_backend *kern_backend_cpu(void);
 KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *pool,
                                               struct kn_err *err);
 
-/* The ops a device backend may still lack (NULL in its table): the MoE pair, lfm2's
- * short convolution and gemma2's soft-capped attention (kern_backend_has_softcap below).
- * A layer that needs one is refused on that device by model_open, naming the op;
- * kern_backend_check then leaves them out. Every other member is required. */
+/* ================================================================ the op table
+ * Every member of struct kern_backend_ops, in member order, once: its name and whether a
+ * device may lack it. This one list drives model_open's refusals (kern_backend_missing_op,
+ * the kern_backend_has_* predicates), kern_backend_check (an optional op the backend
+ * lacks is left out), the tests' op lists and a device self-test's report. Adding an op:
+ * its member above and one line here (REQ(name) or OPT(name, "what needs it"));
+ * backend_ops.c asserts at compile time that the list and the struct agree.
+ *   REQ(name)          every backend has it
+ *   OPT(name, needs)   a device may leave it NULL; needs says which layers then stay off
+ *                      the device (model_open refuses to place them there, naming the op) */
+#define KERN_BACKEND_OPS(REQ, OPT)                                                              \
+    REQ(numerics) REQ(alloc) REQ(upload) REQ(upload_weight) REQ(upload_rows) REQ(free)          \
+    REQ(stream_create) REQ(stream_free) REQ(begin) REQ(end)                                     \
+    REQ(embed) REQ(rope_table) REQ(rope) REQ(rmsnorm) REQ(matmul) REQ(add_rows) REQ(add)        \
+    REQ(scale) REQ(glu) REQ(gather) REQ(kv_store) REQ(attention) REQ(logits)                    \
+    OPT(shortconv, "lfm2's short-convolution layers")                                           \
+    REQ(to_host) REQ(from_host)                                                                 \
+    OPT(moe_route, "mixture-of-experts layers")                                                 \
+    OPT(moe_ffn, "mixture-of-experts layers")                                                   \
+    OPT(attention_softcap, "gemma2's soft-capped attention layers")                             \
+    OPT(attention_sinks, "gpt-oss's attention layers")                                          \
+    OPT(moe_ffn_oai, "gpt-oss's expert layers")                                                \
+    OPT(layernorm, "bert's and nomic-bert's layers")                                            \
+    OPT(gelu, "bert's and nomic-bert's layers")
+
+/* KERN_OP_<name>: an op's index in the table (and its slot in struct kern_backend_ops). */
+#define KERN_OP_ENUM_REQ_(name) KERN_OP_##name,
+#define KERN_OP_ENUM_OPT_(name, needs) KERN_OP_##name,
+enum kern_op { KERN_BACKEND_OPS(KERN_OP_ENUM_REQ_, KERN_OP_ENUM_OPT_) KERN_OP_COUNT };
+
+struct kern_op_desc {
+    const char *name;   /* the member's name: "attention_softcap" */
+    size_t offset;      /* offsetof(struct kern_backend_ops, name) */
+    bool optional;      /* a device may lack it */
+    const char *needs;  /* optional ops: the layers that need it; else NULL */
+};
+/* The table, indexed by enum kern_op (backend_ops.c). */
+extern const struct kern_op_desc kern_backend_op_table[KERN_OP_COUNT];
+
+/* Whether be's table has op (its member is not NULL). */
+bool kern_backend_has_op(const struct kern_backend *be, enum kern_op op);
+/* The name of the first required op of be's table that is NULL ("attention"), or NULL
+ * when be has every required op: model_open refuses to place a layer on a device that
+ * lacks one, naming it. */
+const char *kern_backend_missing_op(const struct kern_backend *be);
+/* Writes to out the optional ops be lacks with what needs each ("moe_route, moe_ffn
+ * (mixture-of-experts layers); ..."), or "" when it has them all; returns the count. */
+int kern_backend_missing_optional(const struct kern_backend *be, char *out, size_t cap);
+
+/* The optional ops a layer asks for, by what needs them (model_open, kern_backend_check). */
 static inline bool kern_backend_has_moe(const struct kern_backend *be)
 {
-    return be->ops->moe_route && be->ops->moe_ffn;
+    return kern_backend_has_op(be, KERN_OP_moe_route) && kern_backend_has_op(be, KERN_OP_moe_ffn);
 }
 static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
 {
-    return be->ops->shortconv != NULL;
+    return kern_backend_has_op(be, KERN_OP_shortconv);
 }
-/* The name of the first required op of be's table that is NULL ("attention"), or NULL
- * when be has every op but the optional ones above: model_open refuses to place a
- * layer on a device that lacks one, naming it. */
-const char *kern_backend_missing_op(const struct kern_backend *be);
-
-/* Whether be computes Gemma 2's soft-capped attention (attention_softcap). */
 static inline bool kern_backend_has_softcap(const struct kern_backend *be)
 {
-    return be->ops->attention_softcap != NULL;
+    return kern_backend_has_op(be, KERN_OP_attention_softcap);
+}
+
+/* gpt-oss's pair: attention sinks and its expert FFN (clamped SwiGLU with expert biases).
+ * The name of the first of them be lacks, or NULL when it has both. */
+static inline const char *kern_backend_missing_gptoss_op(const struct kern_backend *be)
+{
+    static const enum kern_op pair[2] = {KERN_OP_attention_sinks, KERN_OP_moe_ffn_oai};
+    for (int i = 0; i < 2; i++)
+        if (!kern_backend_has_op(be, pair[i]))
+            return kern_backend_op_table[pair[i]].name;
+    return NULL;
 }
 
 /* Whether be runs the BERT family's layers (layernorm and gelu). */
 static inline bool kern_backend_has_bert(const struct kern_backend *be)
 {
-    return be->ops->layernorm && be->ops->gelu;
+    return kern_backend_has_op(be, KERN_OP_layernorm) && kern_backend_has_op(be, KERN_OP_gelu);
 }
 
 /* Frees b through its backend; NULL is allowed. */

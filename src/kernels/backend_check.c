@@ -17,7 +17,7 @@ enum {
     CK_H = 4, CK_HKV = 2, CK_D = 64,
     CK_CTX = 80,    /* cache positions: more than two attention tiles */
     CK_VOCAB = 8,   /* rows of an embedding table */
-    CK_MAX_RECS = 96,
+    CK_MAX_RECS = 128,
     CK_X = 8, CK_K = 3, /* experts, and experts per token */
 };
 
@@ -199,7 +199,7 @@ struct ck_ctx {
     struct kern_stream *s;
     const struct kern_backend_ops *op;
     struct ck_out *out;
-    struct kern_buf *bufs[128]; /* every buffer of the run, freed at its end */
+    struct kern_buf *bufs[192]; /* every buffer of the run, freed at its end */
     int n_bufs;
     struct kn_err *err;
     bool failed;
@@ -328,19 +328,26 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
     op->logits(s, wb[QT_Q5_1], bias, x, CK_TS, logits + CK_TS * CK_N);
 }
 
-/* kv_store and attention: two sequences in one batch (caches of f32 and f16, causal and
- * windowed), then one more token each in a second pass that reads the first's cache. */
+/* kv_store and attention: two sequences in one batch (caches of f32, f16 and q8_0, causal
+ * and windowed), then one more token each in a second pass that reads the first's cache. */
 static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_type, int32_t window,
-                         float softcap)
+                         float softcap, bool sinks)
 {
-    const size_t elt = kv_type == QT_F16 ? 2 : 4, QD = CK_H * CK_D, KD = CK_HKV * CK_D;
-    const size_t cache = (size_t)CK_CTX * KD * elt;
+    const size_t QD = CK_H * CK_D, KD = CK_HKV * CK_D;
+    uint64_t rb = 0; /* bytes of one head's row in the cache */
+    if (!quant_row_size(kv_type, CK_D, &rb)) {
+        c->failed = true;
+        return;
+    }
+    const size_t cache = (size_t)CK_CTX * CK_HKV * (size_t)rb;
     struct kern_buf *q = ck_alloc(c, CK_T * QD * sizeof(float));
     struct kern_buf *k = ck_alloc(c, CK_T * KD * sizeof(float));
     struct kern_buf *v = ck_alloc(c, CK_T * KD * sizeof(float));
     struct kern_buf *o = ck_alloc(c, CK_T * QD * sizeof(float));
     struct kern_buf *ka = ck_alloc(c, cache), *va = ck_alloc(c, cache);
     struct kern_buf *kb = ck_alloc(c, cache), *vb = ck_alloc(c, cache);
+    /* gpt-oss's sinks: one logit per head, some above every score, some below */
+    struct kern_buf *sk = sinks ? ck_upload(c, in->bias, CK_H) : NULL;
     if (c->failed)
         return;
     const struct kern_backend_ops *op = c->op;
@@ -356,24 +363,25 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     struct kern_attn_batch b = {
         .q = q, .k_new = k, .v_new = v, .out = o, .pos = pos, .n_tok = CK_T, .runs = runs,
         .n_runs = 2, .kv_type = kv_type, .n_head = CK_H, .n_head_kv = CK_HKV, .head_dim = CK_D,
-        .scale = 0.125f, .window = window, .softcap = softcap,
+        .scale = 0.125f, .window = window, .softcap = softcap, .sinks = sk,
     };
     char name[80];
+    const char *kind = softcap > 0 ? ", soft-capped" : sinks ? ", sinks" : "";
     snprintf(name, sizeof name, "attention (%s cache, window %d%s)", quant_type_name(kv_type),
-             (int)window, softcap > 0 ? ", soft-capped" : "");
+             (int)window, kind);
     op->begin(s);
     ck_set(c, q, in->qkv, CK_T * QD);
     ck_set(c, k, in->qkv + CK_T * QD, CK_T * KD);
     ck_set(c, v, in->qkv + CK_T * (QD + KD), CK_T * KD);
     void (*attend)(struct kern_stream *, const struct kern_attn_batch *) =
-        softcap > 0 ? op->attention_softcap : op->attention;
+        softcap > 0 ? op->attention_softcap : sinks ? op->attention_sinks : op->attention;
     op->kv_store(s, &b);
     attend(s, &b);
     ck_record(c, name, o, 0, CK_T * QD * sizeof(float));
     for (int g = 0; g < CK_HKV; g++) {
-        size_t head = (size_t)g * CK_CTX * CK_D * elt;
-        ck_record(c, "kv_store (keys)", ka, head, 40 * CK_D * elt);
-        ck_record(c, "kv_store (values)", vb, head, 8 * CK_D * elt);
+        size_t head = (size_t)g * CK_CTX * (size_t)rb;
+        ck_record(c, "kv_store (keys)", ka, head, 40 * (size_t)rb);
+        ck_record(c, "kv_store (values)", vb, head, 8 * (size_t)rb);
     }
     if (op->end(s, c->err) != KN_OK) {
         c->failed = true;
@@ -393,7 +401,7 @@ static void ck_attention(struct ck_ctx *c, const struct ck_in *in, uint32_t kv_t
     op->kv_store(s, &b);
     attend(s, &b);
     snprintf(name, sizeof name, "attention, next pass (%s cache, window %d%s)",
-             quant_type_name(kv_type), (int)window, softcap > 0 ? ", soft-capped" : "");
+             quant_type_name(kv_type), (int)window, kind);
     ck_record(c, name, o, 0, 2 * QD * sizeof(float));
     if (op->end(s, c->err) != KN_OK)
         c->failed = true;
@@ -444,7 +452,7 @@ static void ck_shortconv(struct ck_ctx *c, const struct ck_in *in)
 
 /* Routing (softmax with normalised weights; sigmoid with a bias and a scale) and the
  * expert products of a batch whose tokens share some experts and not others (pass 4). */
-static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
+static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool oai)
 {
     const struct kern_backend_ops *op = c->op;
     struct kern_buf *logits = ck_alloc(c, sizeof in->router), *bias = ck_upload(c, in->moe_bias, CK_X);
@@ -479,17 +487,44 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in)
     ck_record(c, "moe_ffn (48 tokens)", y, 0, CK_T * CK_E * sizeof(float));
     op->moe_ffn(s, &f, x, ids, w, 1, y);
     ck_record(c, "moe_ffn (one token)", y, 0, CK_E * sizeof(float));
+    if (oai && !c->failed) {
+        /* gpt-oss: softmax over the chosen logits, the clamped SwiGLU and expert biases
+         * (x2's rows times 16, so that gate and up outputs cross the clamps at +-7) */
+        const struct kern_moe_gate sw = {.gating = KERN_MOE_SOFTMAX_WEIGHT, .n_expert = CK_X,
+                                         .n_used = CK_K, .norm = false, .scale = 1.0f};
+        op->moe_route(s, &sw, logits, NULL, CK_T, ids, w);
+        ck_record(c, "moe_route (softmax of the chosen): experts", ids, 0, CK_T * CK_K * sizeof(int32_t));
+        ck_record(c, "moe_route (softmax of the chosen): weights", w, 0, CK_T * CK_K * sizeof(float));
+        static float big[CK_T * CK_E]; /* read during the pass (the CPU refers to it) */
+        for (int i = 0; i < CK_T * CK_E; i++)
+            big[i] = in->x2[i] * 16.0f;
+        struct kern_buf *bb[3 * CK_X];
+        for (int i = 0; i < 3 * CK_X; i++)
+            bb[i] = ck_upload(c, big + (i % CK_T) * CK_E, CK_E);
+        if (c->failed)
+            return;
+        struct kern_moe_ffn fo = f;
+        fo.act = KERN_GLU_SWIGLU_OAI;
+        fo.gate_b = (const struct kern_buf *const *)bb;
+        fo.up_b = (const struct kern_buf *const *)bb + CK_X;
+        fo.down_b = (const struct kern_buf *const *)bb + 2 * CK_X;
+        op->moe_ffn_oai(s, &fo, x, ids, w, CK_T, y);
+        ck_record(c, "moe_ffn_oai (48 tokens)", y, 0, CK_T * CK_E * sizeof(float));
+        op->moe_ffn_oai(s, &fo, x, ids, w, 1, y);
+        ck_record(c, "moe_ffn_oai (one token)", y, 0, CK_E * sizeof(float));
+    }
     if (op->end(s, c->err) != KN_OK)
         c->failed = true;
 }
 
-/* with_moe, conv, with_softcap: also check the MoE ops, the short convolution and
- * soft-capped attention (only when the device under test has them, so the CPU's
- * reference run records the same outputs). */
-static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, const struct ck_in *in,
-                             bool with_moe, bool conv, bool with_softcap, struct ck_out *out,
+/* The optional ops (backend.h KERN_BACKEND_OPS) are checked only when the backend under
+ * test, subject, has them, so that the CPU's reference run records the same outputs. */
+static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend *subject,
+                             struct kern_pool *pool, const struct ck_in *in, struct ck_out *out,
                              struct kn_err *err)
 {
+    const bool with_softcap = kern_backend_has_softcap(subject);
+    const bool with_gptoss = kern_backend_has_moe(subject) && !kern_backend_missing_gptoss_op(subject);
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
     out->bytes = kn_malloc(out->cap, err);
@@ -518,18 +553,21 @@ static enum kn_status ck_run(struct kern_backend *be, struct kern_pool *pool, co
                 out->n += r->bytes;
             }
         }
-        const uint32_t kv_types[2] = {QT_F32, QT_F16};
+        const uint32_t kv_types[3] = {QT_F32, QT_F16, QT_Q8_0};
         const int32_t windows[2] = {0, 37};
-        for (int i = 0; i < 4 && !c.failed; i++)
-            ck_attention(&c, in, kv_types[i % 2], windows[i / 2], 0.0f);
+        for (int i = 0; i < 6 && !c.failed; i++)
+            ck_attention(&c, in, kv_types[i % 3], windows[i / 3], 0.0f, false);
         /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach), when the
          * device under test has the op */
         for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
-            ck_attention(&c, in, kv_types[i], windows[i], 0.5f);
-        if (conv && !c.failed)
+            ck_attention(&c, in, kv_types[i], windows[i], 0.5f, false);
+        /* gpt-oss's sinks, when the device under test has them */
+        for (int i = 0; i < 2 && !c.failed && with_gptoss; i++)
+            ck_attention(&c, in, kv_types[i], windows[1 - i], 0.0f, true);
+        if (kern_backend_has_shortconv(subject) && !c.failed)
             ck_shortconv(&c, in);
-        if (!c.failed && with_moe)
-            ck_moe(&c, in);
+        if (!c.failed && kern_backend_has_moe(subject))
+            ck_moe(&c, in, with_gptoss);
     }
     for (int i = 0; i < c.n_bufs; i++)
         kern_buf_free(c.bufs[i]);
@@ -548,13 +586,11 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     struct ck_out ref = {0}, got = {0};
     /* An optional op the backend lacks is not checked (model_open keeps its layers off,
      * naming the op). */
-    const bool moe = kern_backend_has_moe(be), conv = kern_backend_has_shortconv(be);
-    const bool softcap = kern_backend_has_softcap(be);
     enum kn_status st = in_make(&in, err);
     if (st == KN_OK)
-        st = ck_run(kern_backend_cpu(), pool, in, moe, conv, softcap, &ref, err);
+        st = ck_run(kern_backend_cpu(), be, pool, in, &ref, err);
     if (st == KN_OK) {
-        st = ck_run(be, pool, in, moe, conv, softcap, &got, err);
+        st = ck_run(be, be, pool, in, &got, err);
         if (st != KN_OK)
             kn_err_prefix(err, be->name);
     }
@@ -575,16 +611,4 @@ enum kn_status kern_backend_check(struct kern_backend *be, struct kern_pool *poo
     free(got.bytes);
     in_free(in);
     return st;
-}
-
-const char *kern_backend_missing_op(const struct kern_backend *be)
-{
-    const struct kern_backend_ops *o = be->ops;
-#define OP(x) if (!o->x) return #x;
-    OP(numerics) OP(alloc) OP(upload) OP(upload_weight) OP(upload_rows) OP(free)
-    OP(stream_create) OP(stream_free) OP(begin) OP(end)
-    OP(embed) OP(rope_table) OP(rope) OP(rmsnorm) OP(matmul) OP(add_rows) OP(add) OP(scale)
-    OP(glu) OP(gather) OP(kv_store) OP(attention) OP(logits) OP(to_host) OP(from_host)
-#undef OP
-    return NULL;
 }

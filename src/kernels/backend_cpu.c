@@ -463,6 +463,7 @@ static void cpu_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .kv_type = b->kv_type, .n_kv = run->n_kv,
             .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
             .scale = b->scale, .softcap = b->softcap, .window = b->window,
+            .sinks = b->sinks ? F(b->sinks) : NULL,
             .out = F(b->out) + run->t0 * QD, .out_stride = QD,
         };
         c->run_first[r + 1] = c->run_first[r] + run->n * H;
@@ -608,14 +609,27 @@ static void cpu_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, con
     t.a[0] = moe_prepare(c, f->gate[0]->w, m->xg, R, E, acts, ready);
     t.a[1] = moe_prepare(c, f->up[0]->w, m->xg, R, E, acts, ready);
     kern_pool_run_shares(c->pool, moe_task_fn, &t, mm_shares(c->pool));
+    if (f->gate_b || f->up_b) /* gpt-oss: each grouped row plus its expert's biases */
+        for (int64_t e = 0; e < f->n_expert; e++)
+            for (int64_t j = m->off[e]; j < m->off[e + 1]; j++) {
+                if (f->gate_b)
+                    kern_add(m->g + j * FF, m->g + j * FF, F(f->gate_b[e]), FF);
+                if (f->up_b)
+                    kern_add(m->u + j * FF, m->u + j * FF, F(f->up_b[e]), FF);
+            }
     if (f->act == KERN_GLU_GEGLU)
         kern_geglu(m->g, m->g, m->u, R * FF);
+    else if (f->act == KERN_GLU_SWIGLU_OAI)
+        kern_swiglu_oai(m->g, m->g, m->u, R * FF);
     else
         kern_swiglu(m->g, m->g, m->u, R * FF);
     bool ready2[3] = {false, false, false};
     t = (struct moe_task){.m = m, .n = 1, .w = {f->down}, .y = {m->yg}};
     t.a[0] = moe_prepare(c, f->down[0]->w, m->g, R, FF, acts, ready2);
     kern_pool_run_shares(c->pool, moe_task_fn, &t, mm_shares(c->pool));
+    for (int64_t e = 0; f->down_b && e < f->n_expert; e++)
+        for (int64_t j = m->off[e]; j < m->off[e + 1]; j++)
+            kern_add(m->yg + j * E, m->yg + j * E, F(f->down_b[e]), E);
 
     /* Each token's weighted outputs summed in rank order: y = w0 e0, then y += w_r e_r. */
     for (int64_t tk = 0; tk < T; tk++) {
@@ -653,12 +667,14 @@ static const struct kern_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .attention_softcap = cpu_attention, /* kern_attn caps when the batch's softcap > 0 */
+    .attention_sinks = cpu_attention,   /* and merges the sinks when the batch has them */
     .logits = cpu_logits,
     .shortconv = cpu_shortconv,
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,
     .moe_route = cpu_moe_route,
     .moe_ffn = cpu_moe_ffn,
+    .moe_ffn_oai = cpu_moe_ffn, /* the activation and the biases as f says */
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,
 };

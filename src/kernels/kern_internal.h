@@ -60,7 +60,7 @@ static inline float kern_f16(const kn_f16 *p)
 static inline void kern_kv_q8_0_row(const struct block_q8_0 *b, int64_t d, float *out)
 {
     for (int64_t i = 0; i < d; i++)
-        out[i] = (float)b[i / QK8_0].qs[i % QK8_0] * quant_f16_to_f32(b[i / QK8_0].d);
+        out[i] = kn_hd_q8_0_elem((const uint8_t *)b, i); /* quant_hd.h, shared with CUDA */
 }
 
 #endif

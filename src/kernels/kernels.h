@@ -135,6 +135,12 @@ KN_MUST_USE enum kn_status kern_weight_init(struct kern_weight *w, enum quant_ty
                                             int64_t N, int64_t K, const void *data,
                                             size_t data_bytes, bool repack,
                                             struct kn_err *err);
+/* Builds the repacked copy kern_weight_init(..., repack = true) would of each of the n
+ * weights that has none yet (initialised with repack = false), splitting the work over
+ * pool (NULL: this thread). Same bits as one at a time; model_open uses it so a cold
+ * start repacks on every thread. On failure no weight keeps a partial copy. */
+KN_MUST_USE enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *const *ws,
+                                              size_t n, struct kn_err *err);
 /* Frees the repacked copy; the struct may be initialised again. */
 void kern_weight_free(struct kern_weight *w);
 

@@ -15,38 +15,26 @@ _Static_assert((-3 >> 1) == -2, "arithmetic right shift of negative ints");
  *    the second rounds once, also into the subnormal range). */
 float kern_expf(float x)
 {
-    if (x != x)
-        return x;
-    float xc = x < KN_EXP_LO ? KN_EXP_LO : x;
-    xc = xc > KN_EXP_HI ? KN_EXP_HI : xc;
-    float t = xc * KN_EXP_LOG2E + KN_EXP_MAGIC;
-    float kf = t - KN_EXP_MAGIC;
-    float r = fmaf(-kf, KN_EXP_LN2_HI, xc);
-    r = fmaf(-kf, KN_EXP_LN2_LO, r);
-    float p = KN_EXP_C7;
-    p = fmaf(p, r, KN_EXP_C6);
-    p = fmaf(p, r, KN_EXP_C5);
-    p = fmaf(p, r, KN_EXP_C4);
-    p = fmaf(p, r, KN_EXP_C3);
-    p = fmaf(p, r, KN_EXP_C2);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    int32_t k = (int32_t)kf;
-    int32_t k1 = k >> 1, k2 = k - k1;
-    float s1 = kn_bits_f32((uint32_t)(k1 + 127) << 23);
-    float s2 = kn_bits_f32((uint32_t)(k2 + 127) << 23);
-    return (p * s1) * s2;
+    return kn_hd_expf(x); /* kern_hd.h: the one statement of the rule, shared with CUDA */
 }
 
 float kern_siluf(float x)
 {
-    return x / (1.0f + kern_expf(-x));
+    return kn_hd_siluf(x);
+}
+
+float kern_swiglu_oaif(float g, float u)
+{
+    float x = KERN_OAI_LIMIT < g ? KERN_OAI_LIMIT : g;
+    float y = KERN_OAI_LIMIT < u ? KERN_OAI_LIMIT : u;
+    y = -KERN_OAI_LIMIT > y ? -KERN_OAI_LIMIT : y;
+    float sig = x / (1.0f + kern_expf(-(KERN_OAI_ALPHA * x)));
+    return sig * (y + 1.0f);
 }
 
 float kern_geluf(float x)
 {
-    float z2 = x * fmaf(x * x, KN_GELU_C1, KN_GELU_C0);
-    return x / (1.0f + kern_expf(-z2));
+    return kn_hd_geluf(x);
 }
 
 /* ================================================================ double helpers */
@@ -65,44 +53,14 @@ static uint64_t f64_bits(double d)
     return u;
 }
 
-#define LN2_D_HI 0x1.62e42fefa39efp-1
-#define LN2_D_LO 0x1.abc9e3b39803fp-56
+#define LN2_D_HI KN_LN2_D_HI
+#define LN2_D_LO KN_LN2_D_LO
 #define MAGIC_D KN_MAGIC_D
 
-/* 2^k for -1022 <= k <= 1023. */
-static double pow2i(int64_t k)
-{
-    return bits_f64((uint64_t)(k + 1023) << 52);
-}
-
-/* e^x: k = round(x / ln2), r = x - k ln2 (two fma steps), Taylor to degree 13 (|r| <=
- * 0.35: truncation < 1e-17), scaled by 2^k in two exact-or-once-rounded steps. */
+/* e^x: kern_hd.h's kn_hd_exp_f64 (Taylor to degree 13 around k ln2). */
 double kern_exp_f64(double x)
 {
-    if (x != x)
-        return x;
-    if (x > 710.0)
-        return bits_f64(0x7ff0000000000000ull);
-    if (x < -746.0)
-        return 0.0;
-    double kd = (x * (1.0 / LN2_D_HI) + MAGIC_D) - MAGIC_D;
-    double r = fma(-kd, LN2_D_HI, x);
-    r = fma(-kd, LN2_D_LO, r);
-    /* 1/n! for n = 13 down to 2; 1/n! is computed exactly enough in double by the
-     * compiler's constant folding of correctly rounded divisions of exact integers. */
-    static const double c[12] = {
-        1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,
-        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,
-    };
-    double p = c[0];
-    for (int i = 1; i < 12; i++)
-        p = fma(p, r, c[i]);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
-    int64_t k = (int64_t)kd;
-    int64_t k1 = k / 2, k2 = k - k1;
-    return (p * pow2i(k1)) * pow2i(k2);
+    return kn_hd_exp_f64(x);
 }
 
 /* log x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1),
@@ -150,28 +108,15 @@ float kern_logf(float x)
     return (float)kern_log_f64((double)x);
 }
 
-/* tanh x = (e^2x - 1) / (e^2x + 1) in double, for |x| >= 2^-12; below that tanh x
- * rounds to x in float (the next term, x^3/3, is under 2^-25 x). Saturates at |x| > 20. */
+/* tanh x = (e^2x - 1) / (e^2x + 1) in double (kern_hd.h's kn_hd_tanhf). */
 float kern_tanhf(float x)
 {
-    if (x != x)
-        return x;
-    double ax = x < 0 ? -(double)x : (double)x;
-    double t;
-    if (ax < 0x1p-12)
-        return x;
-    if (ax > 20.0) {
-        t = 1.0;
-    } else {
-        double e = kern_exp_f64(2.0 * ax);
-        t = (e - 1.0) / (e + 1.0);
-    }
-    return (float)(x < 0 ? -t : t);
+    return kn_hd_tanhf(x);
 }
 
 float kern_softcapf(float x, float c)
 {
-    return kern_tanhf(x * (1.0f / c)) * c;
+    return kn_hd_softcapf(x, c);
 }
 
 void kern_softcap(float *y, const float *x, float c, int64_t n)

@@ -47,6 +47,18 @@ static inline __m256 kn_silu8(__m256 x)
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), kn_exp8(kn_neg8(x))));
 }
 
+/* kern_swiglu_oaif: min_ps(a, b) is a < b ? a : b and max_ps(a, b) a > b ? a : b, the
+ * reference's selections (a NaN g or u passes through as there). */
+static inline __m256 kn_swiglu_oai8(__m256 g, __m256 u)
+{
+    __m256 lim = _mm256_set1_ps(KERN_OAI_LIMIT);
+    __m256 x = _mm256_min_ps(lim, g);
+    __m256 y = _mm256_max_ps(_mm256_set1_ps(-KERN_OAI_LIMIT), _mm256_min_ps(lim, u));
+    __m256 sig = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                                kn_exp8(kn_neg8(_mm256_mul_ps(_mm256_set1_ps(KERN_OAI_ALPHA), x)))));
+    return _mm256_mul_ps(sig, _mm256_add_ps(y, _mm256_set1_ps(1.0f)));
+}
+
 /* x / (1 + exp(-(x * fmaf(x * x, C1, C0)))) */
 static inline __m256 kn_gelu8(__m256 x)
 {

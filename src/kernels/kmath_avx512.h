@@ -46,6 +46,17 @@ static inline __m512 kn_silu16(__m512 x)
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), kn_exp16(kn_neg16(x))));
 }
 
+/* kern_swiglu_oaif, as kn_swiglu_oai8 (kmath_avx2.h). */
+static inline __m512 kn_swiglu_oai16(__m512 g, __m512 u)
+{
+    __m512 lim = _mm512_set1_ps(KERN_OAI_LIMIT);
+    __m512 x = _mm512_min_ps(lim, g);
+    __m512 y = _mm512_max_ps(_mm512_set1_ps(-KERN_OAI_LIMIT), _mm512_min_ps(lim, u));
+    __m512 sig = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f),
+                                                kn_exp16(kn_neg16(_mm512_mul_ps(_mm512_set1_ps(KERN_OAI_ALPHA), x)))));
+    return _mm512_mul_ps(sig, _mm512_add_ps(y, _mm512_set1_ps(1.0f)));
+}
+
 static inline __m512 kn_gelu16(__m512 x)
 {
     __m512 z2 = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(KN_GELU_C1),

@@ -43,6 +43,19 @@ static inline float32x4_t kn_silu4(float32x4_t x)
     return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), kn_exp4(vnegq_f32(x))));
 }
 
+/* kern_swiglu_oaif; the clamps are compare-and-select (vminq/vmaxq would turn a NaN
+ * operand into another NaN than the reference passes through). */
+static inline float32x4_t kn_swiglu_oai4(float32x4_t g, float32x4_t u)
+{
+    float32x4_t lim = vdupq_n_f32(KERN_OAI_LIMIT), nlim = vdupq_n_f32(-KERN_OAI_LIMIT);
+    float32x4_t x = vbslq_f32(vcltq_f32(lim, g), lim, g);
+    float32x4_t y = vbslq_f32(vcltq_f32(lim, u), lim, u);
+    y = vbslq_f32(vcgtq_f32(nlim, y), nlim, y);
+    float32x4_t sig = vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f),
+                                             kn_exp4(vnegq_f32(vmulq_f32(vdupq_n_f32(KERN_OAI_ALPHA), x)))));
+    return vmulq_f32(sig, vaddq_f32(y, vdupq_n_f32(1.0f)));
+}
+
 /* x / (1 + exp(-(x * fmaf(x * x, C1, C0)))) */
 static inline float32x4_t kn_gelu4(float32x4_t x)
 {

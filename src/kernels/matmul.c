@@ -1,11 +1,13 @@
 /* matmul.c: y = x . w^T for every weight type: the portable reference (the
  * specification, docs/numerics.md "Matrix products"), weight set-up, and dispatch. */
 #include "kern_internal.h"
+#include "kern_hd.h"
+
+#include <stddef.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 bool kern_type_supported(enum quant_type t)
 {
@@ -30,28 +32,6 @@ enum kern_act_kind kern_act_kind_for(enum quant_type t)
 }
 
 /* ---------------------------------------------------------------- weight set-up */
-
-/* Huge pages for the packed copy: decode streams every weight once per token, and with
- * 4 KiB pages the hardware prefetchers stop at each page boundary and every page costs
- * a TLB miss (a two-level walk under a hypervisor). Copies of 2 MiB or more start on a
- * 2 MiB boundary and ask the kernel for transparent huge pages (advice only: where THP
- * is off this is an ordinary allocation). Freed with free(). */
-#define KERN_HUGE_BYTES ((size_t)2 << 20)
-
-static void *packed_alloc(size_t bytes, struct kn_err *err)
-{
-    if (bytes < KERN_HUGE_BYTES)
-        return kn_aligned_alloc(bytes, err);
-    void *p = NULL;
-    if (posix_memalign(&p, KERN_HUGE_BYTES, bytes) != 0) {
-        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes of packed weights", bytes);
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes & ~(KERN_HUGE_BYTES - 1), MADV_HUGEPAGE);
-#endif
-    return p;
-}
 
 enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int64_t N,
                                 int64_t K, const void *data, size_t data_bytes, bool repack,
@@ -91,17 +71,9 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
     w->K = K;
     w->data = data;
     w->row_bytes = (size_t)rb;
-    /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
-     * the file's layout alone and saves the memory. */
-    if (repack && kern_isa_active() != KERN_ISA_SCALAR) {
-        size_t pb = kern_repack_bytes(type, N, K);
-        if (pb) {
-            w->packed = packed_alloc(pb, err);
-            if (!w->packed)
-                return KN_E_NOMEM;
-            w->packed_bytes = pb;
-            kern_repack(w, w->packed);
-        }
+    if (repack) {
+        struct kern_weight *one = w;
+        return kern_weight_repack(NULL, &one, 1, err);
     }
     return KN_OK;
 }
@@ -134,264 +106,35 @@ static float dot_bf16_ref(const float *x, const kn_bf16 *w, int64_t K)
     return kern_dot_tree16(acc);
 }
 
-/* ---------------------------------------------------------------- reference: 32-blocks */
+/* ---------------------------------------------------------------- reference: blocks */
 
-/* Each returns sum over blocks b ascending of the documented fmaf steps; the int
- * sums are exact. */
+/* Each weight block's step is kern_hd.h's kn_hd_blk_<type> (the exact integer sums, then
+ * the documented fmaf steps), the same function the CUDA kernels call; the row is the
+ * blocks in ascending order from acc = +0. */
+typedef float (*blk_fn)(const uint8_t *w, const uint8_t *x, float acc);
 
-static float dot_q8_0_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
+static float dot_blocks_ref(blk_fn f, const uint8_t *w, size_t wbytes, const uint8_t *x,
+                            size_t xbytes, int64_t nb)
 {
-    const struct block_q8_0 *w = wr;
     float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int i = 0; i < 32; i++)
-            isum += (int32_t)w[b].qs[i] * x[b].qs[i];
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
+    for (int64_t b = 0; b < nb; b++)
+        acc = f(w + (size_t)b * wbytes, x + (size_t)b * xbytes, acc);
     return acc;
 }
 
-static float dot_q4_0_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_q4_0 *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            isum += ((w[b].qs[j] & 0xF) - 8) * x[b].qs[j];
-            isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-static float dot_q4_1_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_q4_1 *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            isum += (w[b].qs[j] & 0xF) * x[b].qs[j];
-            isum += (w[b].qs[j] >> 4) * x[b].qs[j + 16];
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-        acc = fmaf(kern_f16(&w[b].m) * x[b].d, (float)x[b].s, acc);
-    }
-    return acc;
-}
-
-static inline uint32_t load_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static float dot_q5_0_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_q5_0 *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        uint32_t qh = load_u32(w[b].qh);
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (w[b].qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
-            int hi = (w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            isum += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + 16];
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-static float dot_q5_1_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_q5_1 *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        uint32_t qh = load_u32(w[b].qh);
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (w[b].qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
-            int hi = (w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            isum += lo * x[b].qs[j] + hi * x[b].qs[j + 16];
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-        acc = fmaf(kern_f16(&w[b].m) * x[b].d, (float)x[b].s, acc);
-    }
-    return acc;
-}
-
-static float dot_iq4_nl_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_iq4_nl *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            isum += quant_iq4nl_levels[w[b].qs[j] & 0xF] * x[b].qs[j];
-            isum += quant_iq4nl_levels[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-static float dot_mxfp4_ref(const void *wr, const struct kern_block_q8f *x, int64_t nb)
-{
-    const struct block_mxfp4 *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int j = 0; j < 16; j++) {
-            isum += quant_mxfp4_values[w[b].qs[j] & 0xF] * x[b].qs[j];
-            isum += quant_mxfp4_values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        }
-        acc = fmaf(quant_e8m0_half(w[b].e) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-/* ---------------------------------------------------------------- reference: K-quants */
-
-static float dot_q2_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_q2_K *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0, imin = 0;
-        for (int i = 0; i < 16; i++) {
-            int32_t s = 0;
-            for (int e = 16 * i; e < 16 * i + 16; e++) {
-                int h = e / 128, t = (e % 128) / 32, l = e % 32;
-                s += ((w[b].qs[32 * h + l] >> (2 * t)) & 3) * x[b].qs[e];
-            }
-            isum += (w[b].scales[i] & 0xF) * s;
-            imin += (w[b].scales[i] >> 4) * x[b].bsums[i];
-        }
-        float dx = x[b].d;
-        acc = fmaf(kern_f16(&w[b].d) * dx, (float)isum, acc);
-        acc = fmaf(-(kern_f16(&w[b].dmin) * dx), (float)imin, acc);
-    }
-    return acc;
-}
-
-static float dot_q3_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_q3_K *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int sc[16];
-        quant_q3k_scales(w[b].scales, sc);
-        int32_t isum = 0;
-        for (int i = 0; i < 16; i++) {
-            int32_t s = 0;
-            for (int e = 16 * i; e < 16 * i + 16; e++) {
-                int h = e / 128, t = (e % 128) / 32, l = e % 32;
-                int q = ((w[b].qs[32 * h + l] >> (2 * t)) & 3) |
-                        ((w[b].hmask[l] >> (4 * h + t)) & 1) << 2;
-                s += (q - 4) * x[b].qs[e];
-            }
-            isum += sc[i] * s;
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-static float dot_iq4_xs_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_iq4_xs *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        uint16_t sh;
-        memcpy(&sh, &w[b].scales_h, 2);
-        int32_t isum = 0;
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *q = w[b].qs + 16 * j;
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) {
-                s += quant_iq4nl_levels[q[l] & 0xF] * x[b].qs[32 * j + l];
-                s += quant_iq4nl_levels[q[l] >> 4] * x[b].qs[32 * j + 16 + l];
-            }
-            isum += quant_iq4xs_scale(sh, w[b].scales_l, j) * s;
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
-
-static float dot_q4_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_q4_K *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0, imin = 0;
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            quant_k4_scale_min(w[b].scales, j, &sc, &m);
-            const uint8_t *q = w[b].qs + 32 * (j / 2);
-            int shift = (j & 1) * 4;
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++)
-                s += ((q[l] >> shift) & 0xF) * x[b].qs[32 * j + l];
-            isum += sc * s;
-            imin += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        float dx = x[b].d;
-        acc = fmaf(kern_f16(&w[b].d) * dx, (float)isum, acc);
-        acc = fmaf(-(kern_f16(&w[b].dmin) * dx), (float)imin, acc);
-    }
-    return acc;
-}
-
-static float dot_q5_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_q5_K *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0, imin = 0;
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            quant_k4_scale_min(w[b].scales, j, &sc, &m);
-            const uint8_t *q = w[b].qs + 32 * (j / 2);
-            int shift = (j & 1) * 4;
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> shift) & 0xF) | ((w[b].qh[l] >> j) & 1) << 4;
-                s += v * x[b].qs[32 * j + l];
-            }
-            isum += sc * s;
-            imin += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        float dx = x[b].d;
-        acc = fmaf(kern_f16(&w[b].d) * dx, (float)isum, acc);
-        acc = fmaf(-(kern_f16(&w[b].dmin) * dx), (float)imin, acc);
-    }
-    return acc;
-}
-
-static float dot_q6_K_ref(const void *wr, const struct block_q8_K *x, int64_t nb)
-{
-    const struct block_q6_K *w = wr;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t isum = 0;
-        for (int i = 0; i < 16; i++) {
-            int32_t s = 0;
-            for (int e = 16 * i; e < 16 * i + 16; e++) {
-                int h = e / 128, t = (e % 128) / 32, l = e % 32;
-                int lo = (w[b].ql[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0xF;
-                int hi = (w[b].qh[32 * h + l] >> (2 * t)) & 3;
-                s += ((lo | hi << 4) - 32) * x[b].qs[e];
-            }
-            isum += w[b].scales[i] * s;
-        }
-        acc = fmaf(kern_f16(&w[b].d) * x[b].d, (float)isum, acc);
-    }
-    return acc;
-}
+/* The layouts kern_hd.h reads by offset are those of quant.h and kernels.h. */
+static_assert(sizeof(struct kern_block_q8f) == KN_Q8F_BYTES && offsetof(struct kern_block_q8f, s) == KN_Q8F_S &&
+              offsetof(struct kern_block_q8f, qs) == KN_Q8F_QS, "kern_block_q8f layout");
+static_assert(sizeof(struct block_q8_K) == KN_Q8K_BYTES && offsetof(struct block_q8_K, qs) == KN_Q8K_QS &&
+              offsetof(struct block_q8_K, bsums) == KN_Q8K_BSUMS, "block_q8_K layout");
+static_assert(offsetof(struct block_q4_1, qs) == 4 && offsetof(struct block_q5_0, qs) == 6 &&
+              offsetof(struct block_q5_1, qs) == 8 && offsetof(struct block_mxfp4, qs) == 1,
+              "32-block layouts");
+static_assert(offsetof(struct block_q4_K, qs) == 16 && offsetof(struct block_q5_K, qh) == 16 &&
+              offsetof(struct block_q5_K, qs) == 48 && offsetof(struct block_q6_K, scales) == 192 &&
+              offsetof(struct block_q6_K, d) == 208 && offsetof(struct block_q2_K, d) == 80 &&
+              offsetof(struct block_q3_K, scales) == 96 && offsetof(struct block_q3_K, d) == 108 &&
+              offsetof(struct block_iq4_xs, qs) == 8, "256-block layouts");
 
 /* ---------------------------------------------------------------- reference product */
 
@@ -404,25 +147,25 @@ void kern_matmul_rows_ref(const struct kern_weight *w, const struct kern_act *a,
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)n * w->row_bytes;
         for (int64_t m = 0; m < a->M; m++) {
             const float *xf = a->x + m * K;
-            const void *xq = (const uint8_t *)a->q + (size_t)m * a->row_bytes;
+            const uint8_t *xq = (const uint8_t *)a->q + (size_t)m * a->row_bytes;
             float r;
             switch (w->type) {
             case QT_F32: r = kern_dot_f32_ref(xf, (const float *)wr, K); break;
             case QT_F16: r = dot_f16_ref(xf, (const kn_f16 *)wr, K); break;
             case QT_BF16: r = dot_bf16_ref(xf, (const kn_bf16 *)wr, K); break;
-            case QT_Q8_0: r = dot_q8_0_ref(wr, xq, K / 32); break;
-            case QT_Q4_0: r = dot_q4_0_ref(wr, xq, K / 32); break;
-            case QT_Q4_1: r = dot_q4_1_ref(wr, xq, K / 32); break;
-            case QT_Q5_0: r = dot_q5_0_ref(wr, xq, K / 32); break;
-            case QT_Q5_1: r = dot_q5_1_ref(wr, xq, K / 32); break;
-            case QT_Q4_K: r = dot_q4_K_ref(wr, xq, K / QK_K); break;
-            case QT_Q5_K: r = dot_q5_K_ref(wr, xq, K / QK_K); break;
-            case QT_Q6_K: r = dot_q6_K_ref(wr, xq, K / QK_K); break;
-            case QT_IQ4_NL: r = dot_iq4_nl_ref(wr, xq, K / 32); break;
-            case QT_MXFP4: r = dot_mxfp4_ref(wr, xq, K / 32); break;
-            case QT_Q2_K: r = dot_q2_K_ref(wr, xq, K / QK_K); break;
-            case QT_Q3_K: r = dot_q3_K_ref(wr, xq, K / QK_K); break;
-            case QT_IQ4_XS: r = dot_iq4_xs_ref(wr, xq, K / QK_K); break;
+            case QT_Q8_0: r = dot_blocks_ref(kn_hd_blk_q8_0, wr, sizeof(struct block_q8_0), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q4_0: r = dot_blocks_ref(kn_hd_blk_q4_0, wr, sizeof(struct block_q4_0), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q4_1: r = dot_blocks_ref(kn_hd_blk_q4_1, wr, sizeof(struct block_q4_1), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q5_0: r = dot_blocks_ref(kn_hd_blk_q5_0, wr, sizeof(struct block_q5_0), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q5_1: r = dot_blocks_ref(kn_hd_blk_q5_1, wr, sizeof(struct block_q5_1), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q4_K: r = dot_blocks_ref(kn_hd_blk_q4_k, wr, sizeof(struct block_q4_K), xq, KN_Q8K_BYTES, K / QK_K); break;
+            case QT_Q5_K: r = dot_blocks_ref(kn_hd_blk_q5_k, wr, sizeof(struct block_q5_K), xq, KN_Q8K_BYTES, K / QK_K); break;
+            case QT_Q6_K: r = dot_blocks_ref(kn_hd_blk_q6_k, wr, sizeof(struct block_q6_K), xq, KN_Q8K_BYTES, K / QK_K); break;
+            case QT_IQ4_NL: r = dot_blocks_ref(kn_hd_blk_iq4_nl, wr, sizeof(struct block_iq4_nl), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_MXFP4: r = dot_blocks_ref(kn_hd_blk_mxfp4, wr, sizeof(struct block_mxfp4), xq, KN_Q8F_BYTES, K / 32); break;
+            case QT_Q2_K: r = dot_blocks_ref(kn_hd_blk_q2_k, wr, sizeof(struct block_q2_K), xq, KN_Q8K_BYTES, K / QK_K); break;
+            case QT_Q3_K: r = dot_blocks_ref(kn_hd_blk_q3_k, wr, sizeof(struct block_q3_K), xq, KN_Q8K_BYTES, K / QK_K); break;
+            case QT_IQ4_XS: r = dot_blocks_ref(kn_hd_blk_iq4_xs, wr, sizeof(struct block_iq4_xs), xq, KN_Q8K_BYTES, K / QK_K); break;
             default: assert(!"unsupported weight type"); r = 0.0f;
             }
             y[m * ldy + n] = r;

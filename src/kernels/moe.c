@@ -3,6 +3,8 @@
  * per-row matrix products (backend_cpu.c groups the rows by expert). */
 #include "ops.h"
 
+#include <string.h>
+
 void kern_moe_route(const struct kern_moe_gate *g, const float *logits, const float *bias,
                     int64_t T, int32_t *ids, float *w)
 {
@@ -15,6 +17,8 @@ void kern_moe_route(const struct kern_moe_gate *g, const float *logits, const fl
         float *wt = w + t * k;
         if (g->gating == KERN_MOE_SOFTMAX)
             kern_softmax(p, l, n);
+        else if (g->gating == KERN_MOE_SOFTMAX_WEIGHT)
+            memcpy(p, l, (size_t)n * sizeof *p);
         else
             for (int32_t i = 0; i < n; i++)
                 p[i] = 1.0f / (1.0f + kern_expf(-l[i]));
@@ -33,6 +37,8 @@ void kern_moe_route(const struct kern_moe_gate *g, const float *logits, const fl
             id[r] = best;
             wt[r] = p[best];
         }
+        if (g->gating == KERN_MOE_SOFTMAX_WEIGHT) /* gpt-oss: over the chosen logits */
+            kern_softmax(wt, wt, k);
         if (g->norm) {
             float sum = wt[0];
             for (int32_t r = 1; r < k; r++)

@@ -36,6 +36,12 @@ static void silu_scalar(float *y, const float *x, int64_t n)
         y[i] = kern_siluf(x[i]);
 }
 
+static void swiglu_oai_scalar(float *y, const float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = kern_swiglu_oaif(g[i], u[i]);
+}
+
 static void swiglu_scalar(float *y, const float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -306,6 +312,7 @@ const struct kern_ops kern_ops_scalar = {
     .swiglu = swiglu_scalar,
     .gelu = gelu_scalar,
     .geglu = geglu_scalar,
+    .swiglu_oai = swiglu_oai_scalar,
     .softmax = softmax_scalar,
     .log_softmax = log_softmax_scalar,
     .rmsnorm = rmsnorm_scalar,
@@ -343,6 +350,7 @@ void kern_silu(float *y, const float *x, int64_t n) { kern_ops_active()->silu(y,
 void kern_swiglu(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->swiglu(y, g, u, n); }
 void kern_gelu(float *y, const float *x, int64_t n) { kern_ops_active()->gelu(y, x, n); }
 void kern_geglu(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->geglu(y, g, u, n); }
+void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->swiglu_oai(y, g, u, n); }
 void kern_softmax(float *y, const float *x, int64_t n) { kern_ops_active()->softmax(y, x, n); }
 void kern_log_softmax(float *y, const float *x, int64_t n) { kern_ops_active()->log_softmax(y, x, n); }
 

@@ -39,6 +39,14 @@ float kern_softcapf(float x, float c);
 void kern_softcap(float *y, const float *x, float c, int64_t n);
 /* SiLU x / (1 + e^-x), with kern_expf. */
 float kern_siluf(float x);
+/* gpt-oss's clamped SwiGLU (llama.cpp's ggml_swiglu_oai), with its constants:
+ *   x = KERN_OAI_LIMIT < g ? KERN_OAI_LIMIT : g          (clamped above; NaN stays)
+ *   y = KERN_OAI_LIMIT < u ? KERN_OAI_LIMIT : u;  y = -KERN_OAI_LIMIT > y ? -KERN_OAI_LIMIT : y
+ *   out = (x / (1 + kern_expf(-(KERN_OAI_ALPHA * x)))) * (y + 1)
+ * each step one f32 operation (docs/numerics.md "gpt-oss"). */
+#define KERN_OAI_ALPHA 1.702f
+#define KERN_OAI_LIMIT 7.0f
+float kern_swiglu_oaif(float g, float u);
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated through the
  * identity 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)) as x / (1 + kern_expf(-x * (C0 + C1 x^2))). */
 float kern_geluf(float x);
@@ -62,6 +70,7 @@ void kern_silu(float *y, const float *x, int64_t n);                    /* y = s
 void kern_swiglu(float *y, const float *g, const float *u, int64_t n);  /* y = silu(g) * u */
 void kern_gelu(float *y, const float *x, int64_t n);                    /* y = gelu(x) */
 void kern_geglu(float *y, const float *g, const float *u, int64_t n);   /* y = gelu(g) * u */
+void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n); /* kern_swiglu_oaif */
 
 /* Softmax of one row: m = max x, e = exp(x - m), s = canonical sum of e, y = e / s.
  * At least one x must be finite (> -inf). In place allowed. */
@@ -94,8 +103,11 @@ void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride
  * normal f16 so that a row of zero weights does not divide by zero). */
 #define KERN_MOE_NORM_MIN 6.103515625e-5f
 
-/* p = softmax(logits) or sigmoid(logits) = 1 / (1 + kern_expf(-logit)). */
-enum kern_moe_gating { KERN_MOE_SOFTMAX = 0, KERN_MOE_SIGMOID = 1 };
+/* p = softmax(logits) or sigmoid(logits) = 1 / (1 + kern_expf(-logit)); SOFTMAX_WEIGHT
+ * (gpt-oss, llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT): p = the logits
+ * themselves for the choice, the chosen k weights then kern_softmax of their logits in
+ * rank order. */
+enum kern_moe_gating { KERN_MOE_SOFTMAX = 0, KERN_MOE_SIGMOID = 1, KERN_MOE_SOFTMAX_WEIGHT = 2 };
 
 /* How a token's experts are chosen. */
 struct kern_moe_gate {
@@ -109,7 +121,7 @@ struct kern_moe_gate {
 /* logits: (T, n_expert) router outputs; bias: (n_expert) added to p for the choice only,
  * or NULL -> ids: (T, k) experts by rank, w: (T, k) their weights. Per token:
  * p = gating(logits); s = p + bias; rank r takes the largest s not taken yet, ties to the
- * lower expert index; w_r = p[id_r]; if norm: sum = ((w_0 + w_1) + ...) in rank order,
+ * lower expert index; w_r = p[id_r] (SOFTMAX_WEIGHT: w = kern_softmax(w) over the k ranks); if norm: sum = ((w_0 + w_1) + ...) in rank order,
  * clamped below at KERN_MOE_NORM_MIN, w_r = w_r / sum; then w_r *= scale. */
 void kern_moe_route(const struct kern_moe_gate *g, const float *logits, const float *bias,
                     int64_t T, int32_t *ids, float *w);
@@ -226,6 +238,11 @@ struct kern_attn_args {
     int32_t head_dim;      /* D, 1..KERN_ATTN_MAX_HEAD_DIM */
     float scale;           /* score = canonical_dot(q, k) * scale */
     float softcap;         /* 0: none; c > 0: score = kern_softcapf(score, c) (Gemma 2) */
+    /* gpt-oss's attention sinks: NULL, or one logit per query head (H floats, finite) that
+     * joins the softmax's denominator and not its numerator: after the last tile,
+     *   m' = max(m, sink), a = kern_expf(m - m'), b = kern_expf(sink - m'),
+     *   l = l * a + b, o[d] = o[d] * a   (then out = o / l as always). */
+    const float *sinks;
     int32_t window;        /* 0: full causal; w > 0: a query at p sees keys k with
                             * p - w < k <= p (llama.cpp's SWA "standard": masked when
                             * p - k >= w) */
@@ -259,6 +276,7 @@ struct kern_ops {
     void (*swiglu)(float *y, const float *g, const float *u, int64_t n);
     void (*gelu)(float *y, const float *x, int64_t n);
     void (*geglu)(float *y, const float *g, const float *u, int64_t n);
+    void (*swiglu_oai)(float *y, const float *g, const float *u, int64_t n);
     void (*softmax)(float *y, const float *x, int64_t n);
     void (*log_softmax)(float *y, const float *x, int64_t n);
     void (*rmsnorm)(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,

@@ -59,6 +59,15 @@ static void swiglu_avx2(float *y, const float *g, const float *u, int64_t n)
         y[i] = kern_siluf(g[i]) * u[i];
 }
 
+static void swiglu_oai_avx2(float *y, const float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, kn_swiglu_oai8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    for (; i < n; i++)
+        y[i] = kern_swiglu_oaif(g[i], u[i]);
+}
+
 static void gelu_avx2(float *y, const float *x, int64_t n)
 {
     int64_t i = 0;
@@ -259,6 +268,7 @@ const struct kern_ops kern_ops_avx2 = {
     .scale = scale_avx2,
     .silu = silu_avx2,
     .swiglu = swiglu_avx2,
+    .swiglu_oai = swiglu_oai_avx2,
     .gelu = gelu_avx2,
     .geglu = geglu_avx2,
     .softmax = softmax_avx2,

@@ -44,6 +44,7 @@ KN_MAP2(add_avx512, _mm512_add_ps(va, vb))
 KN_MAP2(mul_avx512, _mm512_mul_ps(va, vb))
 KN_MAP2(swiglu_avx512, _mm512_mul_ps(kn_silu16(va), vb))
 KN_MAP2(geglu_avx512, _mm512_mul_ps(kn_gelu16(va), vb))
+KN_MAP2(swiglu_oai_avx512, kn_swiglu_oai16(va, vb))
 
 static void scale_avx512(float *y, const float *x, float s, int64_t n)
 {
@@ -218,6 +219,7 @@ const struct kern_ops kern_ops_avx512 = {
     .scale = scale_avx512,
     .silu = silu_avx512,
     .swiglu = swiglu_avx512,
+    .swiglu_oai = swiglu_oai_avx512,
     .gelu = gelu_avx512,
     .geglu = geglu_avx512,
     .softmax = softmax_avx512,

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kern_hd.h"
 #include "ops.h"
 
 /* The canonical tree: 16 accumulators, element k goes to acc[k % 16], then
@@ -39,6 +40,17 @@ static inline float kn_sum_ref(const float *a, int64_t n)
     return kn_tree16(acc);
 }
 
+/* The attention sink's merge (ops.h kern_attn_args.sinks) into the running (m, l) of a
+ * (query, head) pair; returns the factor a the caller multiplies every o[d] by. */
+static inline float kn_attn_sink(float sink, float *m, float *l)
+{
+    float mn = sink > *m ? sink : *m;
+    float a = kern_expf(*m - mn), b = kern_expf(sink - mn);
+    *l = *l * a + b;
+    *m = mn;
+    return a;
+}
+
 static inline float kn_bits_f32(uint32_t u)
 {
     float f;
@@ -53,30 +65,12 @@ static inline uint32_t kn_f32_bits(float f)
     return u;
 }
 
-/* ---- kern_expf's constants (kmath.c states the algorithm; SIMD files repeat it). */
-#define KN_EXP_LO (-104.0f)                 /* exp below this rounds to 0 */
-#define KN_EXP_HI 89.0f                     /* exp above this is +inf */
-#define KN_EXP_LOG2E 0x1.715476p+0f         /* nearest float to 1/ln 2 */
-#define KN_EXP_MAGIC 12582912.0f            /* 1.5 * 2^23: adding it rounds to an integer */
-#define KN_EXP_LN2_HI 0x1.62e430p-1f        /* nearest float to ln 2 */
-#define KN_EXP_LN2_LO (-0x1.05c610p-29f)    /* nearest float to ln 2 - KN_EXP_LN2_HI */
-/* Taylor coefficients 1/k!, k = 7 down to 2, each rounded to nearest float. */
-#define KN_EXP_C7 0x1.a01a02p-13f
-#define KN_EXP_C6 0x1.6c16c2p-10f
-#define KN_EXP_C5 0x1.111112p-7f
-#define KN_EXP_C4 0x1.555556p-5f
-#define KN_EXP_C3 0x1.555556p-3f
-#define KN_EXP_C2 0x1.000000p-1f
-
-/* ---- kern_geluf: 2z = x * (C0 + C1 * x^2), C0 = 2 sqrt(2/pi), C1 = C0 * 0.044715. */
-#define KN_GELU_C0 0x1.988454p+0f
-#define KN_GELU_C1 0x1.2444f2p-4f
+/* ---- kern_expf's and kern_geluf's constants: kern_hd.h (shared with the CUDA kernels). */
 
 /* ---- kern_sincos_f64's constants (kmath.c states the algorithm; SIMD files repeat it). */
 #define KN_PIO2_HI 0x1.921fb54442d18p+0     /* pi/2 = KN_PIO2_HI + KN_PIO2_MID to 107 bits */
 #define KN_PIO2_MID 0x1.1a62633145c07p-54
 #define KN_TWO_OVER_PI 0x1.45f306dc9c883p-1
-#define KN_MAGIC_D 6755399441055744.0       /* 1.5 * 2^52: adding it rounds to an integer */
 /* (-1)^n / (2n+1)! for n = 8 down to 1 (sin), (-1)^n / (2n)! for n = 8 down to 1 (cos),
  * as correctly rounded double divisions of exact integers. */
 #define KN_SIN_COEFFS                                                                       \

@@ -59,6 +59,15 @@ static void swiglu_neon(float *y, const float *g, const float *u, int64_t n)
         y[i] = kern_siluf(g[i]) * u[i];
 }
 
+static void swiglu_oai_neon(float *y, const float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, kn_swiglu_oai4(vld1q_f32(g + i), vld1q_f32(u + i)));
+    for (; i < n; i++)
+        y[i] = kern_swiglu_oaif(g[i], u[i]);
+}
+
 static void gelu_neon(float *y, const float *x, int64_t n)
 {
     int64_t i = 0;
@@ -263,6 +272,7 @@ const struct kern_ops kern_ops_neon = {
     .scale = scale_neon,
     .silu = silu_neon,
     .swiglu = swiglu_neon,
+    .swiglu_oai = swiglu_oai_neon,
     .gelu = gelu_neon,
     .geglu = geglu_neon,
     .softmax = softmax_neon,

@@ -39,6 +39,10 @@
  */
 #include "kern_internal.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
 /* Bytes of one group-block of type t, 0 if t has no packed layout. */
 static size_t group_block_bytes(enum quant_type t)
 {
@@ -256,13 +260,14 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
             put_chunk(o + 64 * (8 * c + tt), blk, qsoff + 32 * c + 4 * tt, 0);
 }
 
-void kern_repack(const struct kern_weight *w, void *dst)
+/* Groups [g0, g1) of w into dst (the whole layout's start). */
+static void repack_groups(const struct kern_weight *w, uint8_t *dst, int64_t g0, int64_t g1)
 {
     const struct quant_type_info *ti = quant_type_info(w->type);
     size_t gbb = group_block_bytes(w->type);
-    int64_t nb = w->K / ti->block_size, groups = (w->N + 15) / 16;
-    uint8_t *o = dst;
-    for (int64_t g = 0; g < groups; g++) {
+    int64_t nb = w->K / ti->block_size;
+    uint8_t *o = dst + (size_t)g0 * (size_t)nb * gbb;
+    for (int64_t g = g0; g < g1; g++) {
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk[16];
             for (int r = 0; r < 16; r++) {
@@ -278,4 +283,109 @@ void kern_repack(const struct kern_weight *w, void *dst)
             o += gbb;
         }
     }
+}
+
+void kern_repack(const struct kern_weight *w, void *dst)
+{
+    repack_groups(w, dst, 0, (w->N + 15) / 16);
+}
+
+/* ---------------------------------------------------------------- building the copies */
+
+/* Huge pages for the packed copy: decode streams every weight once per token, and with
+ * 4 KiB pages the hardware prefetchers stop at each page boundary and every page costs
+ * a TLB miss (a two-level walk under a hypervisor). Copies of 2 MiB or more start on a
+ * 2 MiB boundary and ask the kernel for transparent huge pages (advice only: where THP
+ * is off this is an ordinary allocation). Freed with free(). */
+#define KERN_HUGE_BYTES ((size_t)2 << 20)
+
+static void *packed_alloc(size_t bytes, struct kn_err *err)
+{
+    if (bytes < KERN_HUGE_BYTES)
+        return kn_aligned_alloc(bytes, err);
+    void *p = NULL;
+    if (posix_memalign(&p, KERN_HUGE_BYTES, bytes) != 0) {
+        kn_fail(err, KN_E_NOMEM, "out of memory allocating %zu bytes of packed weights", bytes);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes & ~(KERN_HUGE_BYTES - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* A share of the parallel repack: groups [g0, g1) of one weight, about REPACK_SHARE_BYTES
+ * of output (small enough that two threads on a busy machine stay balanced, large
+ * enough that the share counter costs nothing). */
+#define REPACK_SHARE_BYTES ((size_t)1 << 20)
+
+struct repack_share {
+    const struct kern_weight *w;
+    int64_t g0, g1;
+};
+
+struct repack_job {
+    const struct repack_share *sh;
+};
+
+static void repack_task(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    const struct repack_job *j = ctx;
+    const struct repack_share *s = &j->sh[ith];
+    repack_groups(s->w, s->w->packed, s->g0, s->g1);
+}
+
+/* Groups of w per share (w needs a copy of pb bytes). */
+static int64_t share_groups(const struct kern_weight *w, size_t pb)
+{
+    const size_t gb = pb / (size_t)((w->N + 15) / 16);
+    return gb >= REPACK_SHARE_BYTES ? 1 : (int64_t)(REPACK_SHARE_BYTES / gb);
+}
+
+enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *const *ws, size_t n,
+                                  struct kn_err *err)
+{
+    /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
+     * the file's layout alone and saves the memory. */
+    if (kern_isa_active() == KERN_ISA_SCALAR)
+        return KN_OK;
+    size_t n_shares = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct kern_weight *w = ws[i];
+        size_t pb = w->packed ? 0 : kern_repack_bytes(w->type, w->N, w->K);
+        if (pb)
+            n_shares += (size_t)(((w->N + 15) / 16 + share_groups(w, pb) - 1) / share_groups(w, pb));
+    }
+    if (!n_shares)
+        return KN_OK;
+    if (n_shares > INT_MAX)
+        return kn_fail(err, KN_E_LIMIT, "too many weights to repack (%zu parts)", n_shares);
+    struct repack_share *sh = kn_malloc(n_shares * sizeof *sh, err);
+    if (!sh)
+        return KN_E_NOMEM;
+    size_t k = 0, i;
+    for (i = 0; i < n; i++) {
+        struct kern_weight *w = ws[i];
+        size_t pb = w->packed ? 0 : kern_repack_bytes(w->type, w->N, w->K);
+        if (!pb)
+            continue;
+        if (!(w->packed = packed_alloc(pb, err)))
+            break;
+        w->packed_bytes = pb;
+        const int64_t groups = (w->N + 15) / 16, per = share_groups(w, pb);
+        for (int64_t g = 0; g < groups; g += per)
+            sh[k++] = (struct repack_share){w, g, g + per < groups ? g + per : groups};
+    }
+    if (i < n) { /* out of memory: no weight keeps an unfilled copy */
+        for (size_t s = 0; s < k; s++)
+            if (sh[s].g0 == 0)
+                kern_weight_free((struct kern_weight *)sh[s].w);
+        free(sh);
+        return KN_E_NOMEM;
+    }
+    struct repack_job j = {sh};
+    kern_pool_run_shares(pool, repack_task, &j, (int)k);
+    free(sh);
+    return KN_OK;
 }

@@ -22,6 +22,10 @@
  *     qwen3moe: f = sum over the token's k experts e, in rank order, of
  *       w_e (act(h Wgate_e^T) * (h Wup_e^T)) Wdown_e^T,  e and w_e routed from h Wrouter^T
  *       (docs/numerics.md "Mixture of experts")
+ *     gpt-oss: attention with q/k/v/o biases and per-head sinks in the softmax's
+ *       denominator, the router's logits plus its bias, w = softmax of the k chosen
+ *       logits, each expert's products plus its biases and the clamped SwiGLU
+ *       (kern_swiglu_oai); its ffn_norm is the file's post_attention_norm
  *     f = rmsnorm(f) * post_ffn_norm (gemma2, gemma3);  f *= residual_scale (granite)
  *     x += f
  *   logits = (rmsnorm(x) * output_norm) Wout^T (+ output bias, qwen2)
@@ -271,11 +275,13 @@ static void attn_block(struct model_fwd *f, const struct fwd_part *P, const stru
         .kv_type = model_kv_qtype(kv_type),
         .n_head = (int32_t)H, .n_head_kv = (int32_t)Hkv, .head_dim = (int32_t)D,
         .scale = hp->kq_scale, .window = swa ? (int32_t)hp->n_swa : 0,
-        .softcap = hp->attn_softcap,
+        .softcap = hp->attn_softcap, .sinks = d->attn_sinks,
     };
     op->kv_store(s, &batch);
     if (attend && batch.softcap > 0.0f)
         op->attention_softcap(s, &batch); /* model_open placed the layer where it exists */
+    else if (attend && batch.sinks)
+        op->attention_sinks(s, &batch);   /* likewise */
     else if (attend)
         op->attention(s, &batch);
 }
@@ -447,15 +453,23 @@ static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
             const struct model_moe *mo = L->moe;
             const struct kern_buf *router = mo->d_router;
             const int64_t X = hp->n_expert;
+            const struct kern_buf *const *eb = (const struct kern_buf *const *)mo->d_exp_b;
             const struct kern_moe_ffn ffn = {
                 .n_expert = (int32_t)X, .n_used = (int32_t)hp->n_expert_used,
-                .act = KERN_GLU_SWIGLU, .gate = (const struct kern_buf *const *)mo->d_exps,
+                .act = eb ? KERN_GLU_SWIGLU_OAI : KERN_GLU_SWIGLU,
+                .gate = (const struct kern_buf *const *)mo->d_exps,
                 .up = (const struct kern_buf *const *)mo->d_exps + X,
                 .down = (const struct kern_buf *const *)mo->d_exps + 2 * X,
+                .gate_b = eb, .up_b = eb ? eb + X : NULL, .down_b = eb ? eb + 2 * X : NULL,
             };
             op->matmul(s, 1, &router, hin, R, &P->router);
+            if (mo->d_router_b)
+                op->add_rows(s, P->router, mo->d_router_b, R, X);
             op->moe_route(s, &hp->moe_gate, P->router, mo->d_bias, R, P->moe_ids, P->moe_w);
-            op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
+            if (eb) /* gpt-oss: model_open placed the layer where the op exists */
+                op->moe_ffn_oai(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
+            else
+                op->moe_ffn(s, &ffn, hin, P->moe_ids, P->moe_w, R, ob);
             op->add(s, xb, ob, R * E);
             continue;
         }

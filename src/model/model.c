@@ -19,8 +19,7 @@ const char *model_pooling_name(enum model_pooling p)
 
 static const char *const arch_names[MODEL_ARCH_COUNT] = {
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
-    "granite", "smollm3", "olmo2", [MODEL_ARCH_BERT] = "bert",
-    [MODEL_ARCH_NOMIC_BERT] = "nomic-bert"};
+    "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -204,7 +203,7 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
-                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, bert, nomic-bert)",
+                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, gpt-oss, bert, nomic-bert)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -383,6 +382,19 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
             hp->swa_layer[il] = hp->n_swa > 0 && il % 4 < 3;
         hp->rope_freq_scale_swa = 1.0f;
     }
+    if (hp->arch == MODEL_ARCH_GPTOSS) {
+        /* llama.cpp (LLM_ARCH_OPENAI_MOE, set_swa_pattern(2)): even layers attend to a
+         * sliding window (128 in the real models), odd ones to everything, one RoPE (YaRN
+         * as the file gives it) for both; scores times 1/sqrt(head size). */
+        TRY(get_int(g, arch, "attention.sliding_window", &hp->n_swa, NULL, err));
+        if (hp->n_swa <= 0 || hp->n_swa > INT32_MAX)
+            return kn_fail(err, KN_E_FORMAT, "gpt-oss.attention.sliding_window %lld must be positive",
+                           (long long)hp->n_swa);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->swa_layer[il] = il % 2 == 0;
+        if (hp->n_expert == 0)
+            return kn_fail(err, KN_E_FORMAT, "gpt-oss.expert_count is missing or 0; gpt-oss needs experts");
+    }
     if (hp->arch == MODEL_ARCH_PHI3) {
         /* llama.cpp (llm_build_phi3): q times 1/sqrt(head size) after RoPE, scores not
          * scaled again. A sliding window, where the file has one, applies to every layer
@@ -449,6 +461,7 @@ enum {
     LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM,
     LT_CONV_IN, LT_CONV, LT_CONV_OUT,
     LT_QKV,       /* phi3, nomic-bert: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
+    LT_SINKS,     /* gpt-oss: attn_sinks (n_head) */
     LT_POST_ATTN_NORM_B, LT_POST_FFN_NORM_B, LT_UP_B, LT_DOWN_B, /* bert's biases */
     LT_COUNT
 };
@@ -472,7 +485,8 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
     /* olmo2: no pre-norms; q and k normed over their whole rows; post norms */
     const bool olmo2 = hp->arch == MODEL_ARCH_OLMO2;
     const bool gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
-    const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2;
+    const bool gptoss = hp->arch == MODEL_ARCH_GPTOSS;
+    const bool qkv_bias_required = hp->arch == MODEL_ARCH_QWEN2 || gptoss;
     const bool bias_optional = hp->arch == MODEL_ARCH_LLAMA || hp->arch == MODEL_ARCH_GRANITE;
     const bool phi3 = hp->arch == MODEL_ARCH_PHI3;
     char n[128];
@@ -546,8 +560,10 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_BK, "attn_k.bias", k_out, 0, qkv_bias_required);
         T(LT_BV, "attn_v.bias", v_out, 0, qkv_bias_required);
     }
-    if (bias_optional)
-        T(LT_BO, "attn_output.bias", E, 0, false);
+    if (bias_optional || gptoss)
+        T(LT_BO, "attn_output.bias", E, 0, gptoss);
+    if (gptoss)
+        T(LT_SINKS, "attn_sinks.weight", hp->n_head, 0, true);
     if (qk_norm) {
         T(LT_Q_NORM, "attn_q_norm.weight", hp->head_dim_k, 0, true);
         T(LT_K_NORM, "attn_k_norm.weight", hp->head_dim_k, 0, true);
@@ -561,7 +577,9 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         T(LT_POST_FFN_NORM, "post_ffw_norm.weight", E, 0, true);
     }
 ffn:
-    if (!olmo2)
+    if (gptoss) /* llama.cpp's attn_post_norm: the norm before the experts */
+        T(LT_FFN_NORM, "post_attention_norm.weight", E, 0, true);
+    else if (!olmo2)
         T(LT_FFN_NORM, "ffn_norm.weight", E, 0, true);
     if (model_layer_is_moe(hp, il))
         return model_moe_plan(g, hp, il, lp->moe, err);
@@ -625,6 +643,37 @@ static enum kn_status init_weight_rows(struct kern_weight *w, const struct gguf_
     return st;
 }
 
+/* Builds the CPU's repacked copies (only where the CPU runs the layer) of every weight
+ * at once, on the pool's threads: at load time this is most of a cold start. */
+static enum kn_status repack_weights(struct model *m, struct kern_pool *pool, struct kn_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    size_t n = 0, cap = 1;
+    for (int64_t il = m->n_dev_layers; il < hp->n_layer; il++)
+        cap += 9 + (m->layers[il].moe ? 1 + 3 * (size_t)hp->n_expert : 0);
+    struct kern_weight **ws = kn_malloc(cap * sizeof *ws, err);
+    if (!ws)
+        return KN_E_NOMEM;
+    for (int64_t il = m->n_dev_layers; il < hp->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        struct kern_weight *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate,
+                                      &L->ffn_up, &L->ffn_down, &L->conv_in, &L->conv_out};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (mats[i]->N) /* absent matrices are all zero */
+                ws[n++] = mats[i];
+        if (L->moe) {
+            ws[n++] = &L->moe->router;
+            for (int64_t e = 0; e < 3 * hp->n_expert; e++)
+                ws[n++] = &L->moe->exps[e];
+        }
+    }
+    if (m->n_dev_layers < hp->n_layer)
+        ws[n++] = &m->output;
+    enum kn_status st = kern_weight_repack(pool, ws, n, err);
+    free(ws);
+    return st;
+}
+
 /* ---------------------------------------------------------------- placement */
 
 /* One tensor of a layer as a backend buffer: a weight matrix or a vector of n floats. */
@@ -635,7 +684,7 @@ struct layer_tensor {
     int64_t n;
 };
 
-enum { LAYER_TENSORS = 24 }; /* the members of struct model_layer_bufs */
+enum { LAYER_TENSORS = 25 }; /* the members of struct model_layer_bufs */
 static_assert(sizeof(struct model_layer_bufs) == LAYER_TENSORS * sizeof(struct kern_buf *),
               "layer_tensors lists every buffer of a layer");
 
@@ -661,6 +710,7 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->bo, NULL, L->bo, E},
         {&d->conv_in, &L->conv_in, NULL, 0}, {&d->conv_out, &L->conv_out, NULL, 0},
         {&d->conv_w, NULL, L->conv_w, E * hp->n_conv_l},
+        {&d->attn_sinks, NULL, L->attn_sinks, hp->n_head},
         {&d->post_attn_norm_b, NULL, L->post_attn_norm_b, E},
         {&d->post_ffn_norm_b, NULL, L->post_ffn_norm_b, E},
         {&d->ffn_up_b, NULL, L->ffn_up_b, hp->n_ff}, {&d->ffn_down_b, NULL, L->ffn_down_b, E},
@@ -691,6 +741,12 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
                            "gemma2's soft-capped attention needs the attention_softcap op, which "
                            "%s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
                            L->be->name, (long long)il);
+        const char *gptoss_op = hp->arch == MODEL_ARCH_GPTOSS ? kern_backend_missing_gptoss_op(L->be) : NULL;
+        if (gptoss_op)
+            return kn_fail(err, KN_E_UNSUPPORTED,
+                           "gpt-oss's attention sinks and expert FFN need the %s op, which %s lacks; "
+                           "run layer %lld on the CPU (fewer --gpu-layers)",
+                           gptoss_op, L->be->name, (long long)il);
         if (model_arch_is_bert(hp->arch) && !kern_backend_has_bert(L->be))
             return kn_fail(err, KN_E_UNSUPPORTED,
                            "%s's layers need the layernorm and gelu ops, which %s lacks; run "
@@ -888,8 +944,9 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
             if (t && (t->ne[1] == 1 || k == LT_CONV))
                 n_vec += (size_t)(t->ne[0] * t->ne[1]);
         }
-        if (plan[il].moe[MOE_BIAS])
-            n_vec += (size_t)hp.n_expert;
+        for (int k = MOE_FIRST_VEC; k < MOE_TENSORS; k++)
+            if (plan[il].moe[k])
+                n_vec += (size_t)(plan[il].moe[k]->ne[0] * plan[il].moe[k]->ne[1]);
     }
     /* The embedding rows are read with quant_dequantize_row: check it knows the type. */
     {
@@ -962,6 +1019,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         VEC(L->bv, t[LT_BV]);
         VEC(L->bo, t[LT_BO]);
         VEC(L->conv_w, t[LT_CONV]);
+        VEC(L->attn_sinks, t[LT_SINKS]);
         VEC(L->post_attn_norm_b, t[LT_POST_ATTN_NORM_B]);
         VEC(L->post_ffn_norm_b, t[LT_POST_FFN_NORM_B]);
         VEC(L->ffn_up_b, t[LT_UP_B]);
@@ -973,12 +1031,12 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
                     {&L->wo, LT_WO},         {&L->ffn_gate, LT_GATE}, {&L->ffn_up, LT_UP},
                     {&L->ffn_down, LT_DOWN}, {&L->conv_in, LT_CONV_IN},
                     {&L->conv_out, LT_CONV_OUT}};
-        /* The CPU's repacked copy only where the CPU runs the layer. */
-        const bool rp = repack && il >= m->n_dev_layers;
+        /* No repacked copies yet: repack_weights builds them all at once, below. */
         if (model_layer_is_moe(&hp, il)) {
-            const float *bias = NULL;
-            VEC(bias, plan[il].moe[MOE_BIAS]);
-            st = model_moe_init(L, &hp, plan[il].moe, bias, rp, &m->weight_bytes, err);
+            const float *vec[MOE_TENSORS] = {NULL};
+            for (int k = MOE_FIRST_VEC; k < MOE_TENSORS; k++)
+                VEC(vec[k], plan[il].moe[k]);
+            st = model_moe_init(L, &hp, plan[il].moe, vec, false, &m->weight_bytes, err);
             if (st != KN_OK)
                 goto fail;
         }
@@ -989,7 +1047,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
              * A fused matrix's parts are views, below */
             if (!tm || (plan[il].fused_up && (mats[i].slot == LT_GATE || mats[i].slot == LT_UP)))
                 continue;
-            st = init_weight(mats[i].w, tm, rp, err);
+            st = init_weight(mats[i].w, tm, false, err);
             if (st != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)tm->size;
@@ -997,22 +1055,24 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         if (t[LT_QKV]) {
             const int64_t QO = hp.n_head * hp.head_dim_k, KO = hp.n_head_kv * hp.head_dim_k;
             const int64_t VO = hp.n_head_kv * hp.head_dim_v;
-            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, rp, err)) != KN_OK)
+            if ((st = init_weight_rows(&L->wq, t[LT_QKV], 0, QO, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wk, t[LT_QKV], QO, KO, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->wv, t[LT_QKV], QO + KO, VO, false, err)) != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)t[LT_QKV]->size;
         }
         if (plan[il].fused_up) {
-            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, rp, err)) != KN_OK ||
-                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, rp, err)) != KN_OK)
+            if ((st = init_weight_rows(&L->ffn_gate, t[LT_UP], 0, hp.n_ff, false, err)) != KN_OK ||
+                (st = init_weight_rows(&L->ffn_up, t[LT_UP], hp.n_ff, hp.n_ff, false, err)) != KN_OK)
                 goto fail;
             m->weight_bytes += (size_t)t[LT_UP]->size;
         }
     }
 #undef VEC
     m->output_tied = t_out == NULL;
-    st = init_weight(&m->output, t_out ? t_out : t_embd, repack && m->n_dev_layers < hp.n_layer, err);
+    st = init_weight(&m->output, t_out ? t_out : t_embd, false, err);
+    if (st == KN_OK && repack)
+        st = repack_weights(m, opts ? opts->pool : NULL, err);
     if (st != KN_OK)
         goto fail;
     m->weight_bytes += (size_t)t_embd->size + (t_out ? (size_t)t_out->size : 0);

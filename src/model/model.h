@@ -1,5 +1,6 @@
 /* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
- * phi3, granite, smollm3, olmo2; the encoders bert and nomic-bert, bert.c) loaded from GGUF,
+ * phi3, granite, smollm3, olmo2, gpt-oss; the encoders bert and nomic-bert, bert.c) loaded
+ * from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -32,14 +33,14 @@ enum model_arch {
     MODEL_ARCH_GRANITE = 9,
     MODEL_ARCH_SMOLLM3 = 10,
     MODEL_ARCH_OLMO2 = 11,
-    /* 12 is gpt-oss's (reserved) */
+    MODEL_ARCH_GPTOSS = 12, /* general.architecture "gpt-oss" */
     MODEL_ARCH_BERT = 13,       /* bert.c: encoders (bge), non-causal, post-norm LayerNorm */
     MODEL_ARCH_NOMIC_BERT = 14, /* bert.c: nomic-embed, rotary, SwiGLU */
     MODEL_ARCH_COUNT,
 };
 
 /* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
- * "granite", "smollm3", "olmo2", "bert", "nomic-bert". */
+ * "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert". */
 const char *model_arch_name(enum model_arch a);
 
 /* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
@@ -150,8 +151,12 @@ struct model_moe {
     struct kern_weight router;       /* ffn_gate_inp: (n_expert, n_embd) */
     struct kern_weight *exps;        /* (3 n_expert): gate, up (n_ff_exp, n_embd); down (n_embd, n_ff_exp) */
     const float *bias;               /* exp_probs_b (n_expert): selection bias, or NULL */
-    struct kern_buf *d_router, *d_bias;
+    /* gpt-oss (else NULL): the router's bias (n_expert), added to its logits; the experts'
+     * biases, expert e's at gate_b + e F, up_b + e F (F = n_ff_exp), down_b + e E. */
+    const float *router_b, *gate_b, *up_b, *down_b;
+    struct kern_buf *d_router, *d_bias, *d_router_b;
     struct kern_buf **d_exps;        /* (3 n_expert) the experts on the layer's backend */
+    struct kern_buf **d_exp_b;       /* (3 n_expert) their biases (gate, up, down), or NULL */
 };
 
 /* A layer's tensors as the backend that runs it holds them (kernels/backend.h): uploaded
@@ -162,6 +167,7 @@ struct model_layer_bufs {
     struct kern_buf *post_attn_norm, *post_ffn_norm;
     struct kern_buf *bq, *bk, *bv, *bo;
     struct kern_buf *conv_in, *conv_out, *conv_w;
+    struct kern_buf *attn_sinks;
     struct kern_buf *post_attn_norm_b, *post_ffn_norm_b, *ffn_up_b, *ffn_down_b;
 };
 
@@ -179,6 +185,7 @@ struct model_layer {
      * conv_w (n_embd, n_conv_l) the taps, oldest position first; out_proj (n_embd, n_embd). */
     struct kern_weight conv_in, conv_out;
     const float *conv_w;
+    const float *attn_sinks;                    /* gpt-oss: (n_head) sink logits, else NULL */
     /* bert (post-norm): post_attn_norm, post_ffn_norm are attn_output_norm and
      * layer_output_norm, whose LayerNorm biases these are; the FFN's biases (or NULL) */
     const float *post_attn_norm_b, *post_ffn_norm_b, *ffn_up_b, *ffn_down_b;
@@ -225,6 +232,8 @@ struct model_load_opts {
      * more than n_layer means all); NULL or 0 layers: the CPU runs everything. */
     struct kern_backend *device;
     int64_t device_layers;
+    /* The threads that build the repacked copies (NULL: the caller's thread alone). */
+    struct kern_pool *pool;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */

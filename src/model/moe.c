@@ -1,4 +1,5 @@
-/* moe.c: mixture-of-experts layers (qwen3moe; the routing options lfm2moe needs):
+/* moe.c: mixture-of-experts layers (qwen3moe; the routing options lfm2moe needs; gpt-oss's
+ * router and expert biases):
  * hyperparameters, the 3-D expert tensors as one weight per expert, their upload.
  * The graph (router product, routing, expert products) is in forward.c; the rule is in
  * docs/numerics.md "Mixture of experts". */
@@ -32,16 +33,18 @@ enum kn_status model_moe_read_hparams(const struct gguf_file *g, const char *arc
     bool bad = false;
     int64_t n = 0;
     if (!key_int(g, arch, "expert_count", &n, &bad) || (n == 0 && !bad)) {
-        if (hp->arch == MODEL_ARCH_QWEN3MOE || hp->arch == MODEL_ARCH_LFM2MOE)
+        if (hp->arch == MODEL_ARCH_QWEN3MOE || hp->arch == MODEL_ARCH_LFM2MOE ||
+            hp->arch == MODEL_ARCH_GPTOSS)
             return kn_fail(err, KN_E_FORMAT, "%s.expert_count is missing or 0; a %s model needs experts",
                            arch, arch);
         return KN_OK;
     }
     if (bad)
         return kn_fail(err, KN_E_FORMAT, "%s.expert_count is not a non-negative integer", arch);
-    if (hp->arch != MODEL_ARCH_QWEN3MOE && hp->arch != MODEL_ARCH_LFM2MOE)
+    if (hp->arch != MODEL_ARCH_QWEN3MOE && hp->arch != MODEL_ARCH_LFM2MOE &&
+        hp->arch != MODEL_ARCH_GPTOSS)
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "mixture-of-experts %s models (%s.expert_count = %lld) are not supported (supported: qwen3moe, lfm2moe)",
+                       "mixture-of-experts %s models (%s.expert_count = %lld) are not supported (supported: qwen3moe, lfm2moe, gpt-oss)",
                        arch, arch, (long long)n);
     hp->n_expert = n;
     if (!key_int(g, arch, "expert_used_count", &hp->n_expert_used, &bad) || bad)
@@ -67,6 +70,14 @@ enum kn_status model_moe_read_hparams(const struct gguf_file *g, const char *arc
     hp->moe_gate = (struct kern_moe_gate){.gating = KERN_MOE_SOFTMAX, .n_expert = (int32_t)n,
                                           .n_used = (int32_t)hp->n_expert_used, .norm = true,
                                           .scale = 1.0f};
+    if (hp->arch == MODEL_ARCH_GPTOSS) {
+        /* llama.cpp's llm_build_openai_moe_iswa: the k largest router logits (plus the
+         * router's bias), their weights the softmax of those k logits; no normalisation,
+         * no scale, no gating key read. */
+        hp->moe_gate.gating = KERN_MOE_SOFTMAX_WEIGHT;
+        hp->moe_gate.norm = false;
+        return KN_OK;
+    }
     int64_t gating = GATING_SOFTMAX;
     if (key_int(g, arch, "expert_gating_func", &gating, &bad)) {
         if (bad || (gating != GATING_SOFTMAX && gating != GATING_SIGMOID && gating != GATING_NONE))
@@ -132,6 +143,20 @@ enum kn_status model_moe_plan(const struct gguf_file *g, const struct model_hpar
         (st = find(g, il, "ffn_down_exps.weight", F, E, X, true, &t[MOE_DOWN], err)) != KN_OK ||
         (st = find(g, il, "exp_probs_b.bias", X, 1, 1, false, &t[MOE_BIAS], err)) != KN_OK)
         return st;
+    if (hp->arch == MODEL_ARCH_GPTOSS) {
+        /* the router's and the experts' biases, all required (llama.cpp's loader); f32
+         * tables of one row per expert */
+        if ((st = find(g, il, "ffn_gate_inp.bias", X, 1, 1, true, &t[MOE_ROUTER_B], err)) != KN_OK ||
+            (st = find(g, il, "ffn_gate_exps.bias", F, X, 1, true, &t[MOE_GATE_B], err)) != KN_OK ||
+            (st = find(g, il, "ffn_up_exps.bias", F, X, 1, true, &t[MOE_UP_B], err)) != KN_OK ||
+            (st = find(g, il, "ffn_down_exps.bias", E, X, 1, true, &t[MOE_DOWN_B], err)) != KN_OK)
+            return st;
+        for (int i = MOE_GATE_B; i <= MOE_DOWN_B; i++)
+            if (t[i]->type != QT_F32 && t[i]->type != QT_F16 && t[i]->type != QT_BF16)
+                return kn_fail(err, KN_E_UNSUPPORTED, "tensor %s has type %s; expected f32, f16 or bf16",
+                               t[i]->name, quant_type_name(t[i]->type));
+        return KN_OK;
+    }
     /* Tensors this graph does not have: refuse rather than ignore. */
     static const char *const extra[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight",
                                         "ffn_down_shexp.weight", "ffn_gate_inp.bias",
@@ -148,18 +173,24 @@ enum kn_status model_moe_plan(const struct gguf_file *g, const struct model_hpar
 }
 
 enum kn_status model_moe_init(struct model_layer *L, const struct model_hparams *hp,
-                              const struct gguf_tensor *const t[MOE_TENSORS], const float *bias,
-                              bool repack, size_t *bytes, struct kn_err *err)
+                              const struct gguf_tensor *const t[MOE_TENSORS],
+                              const float *const vec[MOE_TENSORS], bool repack, size_t *bytes,
+                              struct kn_err *err)
 {
     const int64_t X = hp->n_expert;
     struct model_moe *m = kn_calloc(1, sizeof *m, err);
     if (!m)
         return KN_E_NOMEM;
     L->moe = m;
-    m->bias = bias;
+    m->bias = vec[MOE_BIAS];
+    m->router_b = vec[MOE_ROUTER_B];
+    m->gate_b = vec[MOE_GATE_B];
+    m->up_b = vec[MOE_UP_B];
+    m->down_b = vec[MOE_DOWN_B];
     m->exps = kn_calloc((size_t)(3 * X), sizeof *m->exps, err);
     m->d_exps = kn_calloc((size_t)(3 * X), sizeof *m->d_exps, err);
-    if (!m->exps || !m->d_exps)
+    m->d_exp_b = m->gate_b ? kn_calloc((size_t)(3 * X), sizeof *m->d_exp_b, err) : NULL;
+    if (!m->exps || !m->d_exps || (m->gate_b && !m->d_exp_b))
         return KN_E_NOMEM;
     const struct gguf_tensor *r = t[MOE_ROUTER];
     enum kn_status st = kern_weight_init(&m->router, (enum quant_type)r->type, r->ne[1], r->ne[0],
@@ -197,11 +228,23 @@ enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparam
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "a mixture-of-experts layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
                        be->ops->moe_route ? "moe_ffn" : "moe_route", be->name, (long long)il);
+    const char *missing = m->gate_b ? kern_backend_missing_gptoss_op(be) : NULL;
+    if (missing)
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "a gpt-oss expert layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
+                       missing, be->name, (long long)il);
     if (!(m->d_router = be->ops->upload_weight(be, &m->router, err)) ||
-        (m->bias && !(m->d_bias = be->ops->upload(be, m->bias, hp->n_expert, err))))
+        (m->bias && !(m->d_bias = be->ops->upload(be, m->bias, hp->n_expert, err))) ||
+        (m->router_b && !(m->d_router_b = be->ops->upload(be, m->router_b, hp->n_expert, err))))
         return err ? err->status : KN_E_NOMEM;
     for (int64_t i = 0; i < 3 * hp->n_expert; i++)
         if (!(m->d_exps[i] = be->ops->upload_weight(be, &m->exps[i], err)))
+            return err ? err->status : KN_E_NOMEM;
+    const int64_t X = hp->n_expert, F = hp->n_ff_exp, E = hp->n_embd;
+    for (int64_t e = 0; m->d_exp_b && e < X; e++)
+        if (!(m->d_exp_b[e] = be->ops->upload(be, m->gate_b + e * F, F, err)) ||
+            !(m->d_exp_b[X + e] = be->ops->upload(be, m->up_b + e * F, F, err)) ||
+            !(m->d_exp_b[2 * X + e] = be->ops->upload(be, m->down_b + e * E, E, err)))
             return err ? err->status : KN_E_NOMEM;
     return KN_OK;
 }
@@ -213,10 +256,15 @@ void model_moe_free(struct model_layer *L, const struct model_hparams *hp, bool 
         return;
     kern_buf_free(m->d_router);
     kern_buf_free(m->d_bias);
-    m->d_router = m->d_bias = NULL;
+    kern_buf_free(m->d_router_b);
+    m->d_router = m->d_bias = m->d_router_b = NULL;
     for (int64_t i = 0; m->d_exps && i < 3 * hp->n_expert; i++) {
         kern_buf_free(m->d_exps[i]);
         m->d_exps[i] = NULL;
+    }
+    for (int64_t i = 0; m->d_exp_b && i < 3 * hp->n_expert; i++) {
+        kern_buf_free(m->d_exp_b[i]);
+        m->d_exp_b[i] = NULL;
     }
     if (bufs_only)
         return;
@@ -225,6 +273,7 @@ void model_moe_free(struct model_layer *L, const struct model_hparams *hp, bool 
         kern_weight_free(&m->exps[i]);
     free(m->exps);
     free(m->d_exps);
+    free(m->d_exp_b);
     free(m);
     L->moe = NULL;
 }

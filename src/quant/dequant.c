@@ -10,9 +10,8 @@
 
 #include <string.h>
 
-const int8_t quant_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                       1,    13,   25,  38,  53,  69,  89,  113};
-const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t quant_iq4nl_levels[16] = KN_IQ4NL_LEVELS;
+const int8_t quant_mxfp4_values[16] = KN_MXFP4_VALUES;
 
 static void deq_f32(const uint8_t *src, float *y, int64_t n)
 {

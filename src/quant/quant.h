@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "quant_hd.h"
+
 /* GGML type ids as stored in GGUF files. Gaps are ids that llama.cpp retired. */
 enum quant_type {
     QT_F32 = 0,
@@ -138,10 +140,7 @@ extern const int8_t quant_mxfp4_values[16];
  * as ggml's ggml_e8m0_to_fp32_half. e = 255 (NaN in the OCP format) gives 2^127. */
 static inline float quant_e8m0_half(uint8_t e)
 {
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return kn_hd_e8m0_half(e);
 }
 
 /* Dequantizes n elements (a multiple of the block size) of type t from src to dst.
@@ -166,13 +165,7 @@ bool quant_can_quantize(uint32_t t);
  * from the top of bytes 0..7. Inline: the kernels call it per sub-block. */
 static inline void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m)
 {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+    kn_hd_k4_scale_min(s, j, sc, m);
 }
 
 /* The sixteen signed sub-block scales (6 bits, offset 32: -32..31) of a Q3_K block from
@@ -180,11 +173,8 @@ static inline void quant_k4_scale_min(const uint8_t s[K_SCALE_SIZE], int j, int 
  * for s >= 8), the two high bits from byte 8 + s % 4 at bit 2 * (s / 4). */
 static inline void quant_q3k_scales(const uint8_t sc[12], int out[16])
 {
-    for (int s = 0; s < 16; s++) {
-        int lo = s < 8 ? (sc[s] & 0x0f) : (sc[s - 8] >> 4);
-        int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-        out[s] = (lo | hi << 4) - 32;
-    }
+    for (int s = 0; s < 16; s++)
+        out[s] = kn_hd_q3k_scale(sc, s);
 }
 
 /* The signed scale (6 bits, offset 32: -32..31) of sub-block s (0..7, 32 values) of an
@@ -192,7 +182,7 @@ static inline void quant_q3k_scales(const uint8_t sc[12], int out[16])
  * scales_h at bit 2 * s. */
 static inline int quant_iq4xs_scale(uint16_t scales_h, const uint8_t scales_l[4], int s)
 {
-    return (((scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+    return kn_hd_iq4xs_scale(scales_h, scales_l, s);
 }
 
 #endif

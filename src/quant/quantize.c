@@ -65,41 +65,14 @@ static inline float absf(float x)
     return u2f(f2u(x) & 0x7fffffffu);
 }
 
-/* Rounds half away from zero, like C's roundf, for |x| < 2^22. a - r is exact because
- * r is an integer within 1 of a; the sign is put back by copying the sign bit. */
-static inline float round_away(float x)
-{
-    float a = absf(x);
-    float r = round_even(a);
-    r = r + (a - r == 0.5f ? 1.0f : 0.0f);
-    return u2f(f2u(r) | (f2u(x) & 0x80000000u));
-}
-
 /* ---------------------------------------------------------------- llama.cpp-compatible */
 
-/* Q8_0: d = max|x| / 127, q = round-half-away(x / d) (as x * (1/d)). */
+/* Q8_0: d = max|x| / 127, q = round-half-away(x / d) (as x * (1/d)): quant_hd.h's rule,
+ * which the CUDA KV cache store shares. */
 static void qz_q8_0(const float *x, uint8_t *dst, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
-        struct block_q8_0 b;
-        float amax = 0;
-        for (int j = 0; j < QK8_0; j++) {
-            float a = absf(x[j]);
-            amax = a > amax ? a : amax;
-        }
-        float d = amax / 127.0f;
-        float id = d != 0 ? 1.0f / d : 0.0f;
-        b.d = quant_f32_to_f16(d);
-        for (int j = 0; j < QK8_0; j++) {
-            float v = x[j] * id;
-            /* The clamps only matter for inf/NaN input, which must not reach a cast. */
-            v = v == v ? v : 0.0f;
-            v = v < 127.0f ? v : 127.0f;
-            v = v > -127.0f ? v : -127.0f;
-            b.qs[j] = (int8_t)(int)round_away(v);
-        }
-        memcpy(dst + i * (int64_t)sizeof b, &b, sizeof b);
-    }
+    for (int64_t i = 0; i < nb; i++)
+        kn_hd_quantize_q8_0(x + i * QK8_0, dst + i * (int64_t)sizeof(struct block_q8_0));
 }
 
 /* The value of largest magnitude (the first one on ties), with its sign. */

@@ -74,78 +74,27 @@ bool quant_row_size(uint32_t t, uint64_t n, uint64_t *bytes)
 
 /* ---------------------------------------------------------------- half floats */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Exact conversion by bit manipulation (every f16 is representable in f32). */
+/* Exact conversion by bit manipulation (every f16 is representable in f32); the rule is
+ * quant_hd.h's, which the CUDA kernels share. */
 float quant_f16_to_f32(kn_f16 h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    if (exp == 0x1f)
-        return bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        if (man == 0)
-            return bits_f32(sign);
-        /* subnormal: normalise */
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400));
-        man &= 0x3ff;
-        return bits_f32(sign | ((uint32_t)(112 - e) << 23) | (man << 13));
-    }
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    return kn_hd_f16_to_f32(h);
 }
 
 /* Round to nearest even, overflow to infinity, NaN stays NaN (as vcvtps2ph does). */
 kn_f16 quant_f32_to_f16(float f)
 {
-    uint32_t x = f32_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t absx = x & 0x7fffffffu;
-    if (absx > 0x7f800000u) /* NaN: keep it quiet, keep top payload bits */
-        return (kn_f16)(sign | 0x7e00 | ((absx >> 13) & 0x3ff));
-    if (absx >= 0x477ff000u) /* rounds to >= 65520: infinity */
-        return (kn_f16)(sign | 0x7c00);
-    if (absx < 0x38800000u) { /* below the smallest normal f16: subnormal or zero */
-        if (absx < 0x33000000u) /* < 2^-25: rounds to zero */
-            return (kn_f16)sign;
-        uint32_t exp = absx >> 23;
-        uint32_t man = (absx & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - exp; /* 14..24 */
-        uint32_t half = 1u << (shift - 1);
-        uint32_t rest = man & ((1u << shift) - 1);
-        uint32_t q = man >> shift;
-        if (rest > half || (rest == half && (q & 1)))
-            q++;
-        return (kn_f16)(sign | q);
-    }
-    uint32_t r = absx + 0xfff + ((absx >> 13) & 1) - (112u << 23);
-    return (kn_f16)(sign | (r >> 13));
+    return kn_hd_f32_to_f16(f);
 }
 
 float quant_bf16_to_f32(kn_bf16 h)
 {
-    return bits_f32((uint32_t)h << 16);
+    return kn_hd_bf16_to_f32(h);
 }
 
 kn_bf16 quant_f32_to_bf16(float f)
 {
-    uint32_t u = f32_bits(f);
+    uint32_t u = kn_hd_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (kn_bf16)((u >> 16) | 64); /* quiet NaN */
     return (kn_bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);

@@ -470,13 +470,16 @@ static int prove_input_legacy(const struct receipt *r, const struct gguf_file *g
 }
 
 /* Renders the receipt's input again as run, chat and serve rendered it, and tokenizes it
- * the same way: one call (chat_renderer_init + chat_renderer_render_json +
- * chat_prompt_tokenize) from the template record to prompt tokens; a receipt without one
- * goes the legacy ways (prove_input_legacy, which fills lp for prove_text). Returns an
- * exit code, or -1 when the input gives the recorded tokens. */
-static int prove_input(const struct receipt *r, const struct gguf_file *g, const struct tok *tk,
-                       FILE *out, struct legacy_prompt *lp)
+ * the same way: the template record gives the renderer (chat_renderer_init), and
+ * session_prompt_with, the function under run's, chat's and serve's session_prompt, renders
+ * and tokenizes; a receipt without one goes the legacy ways (prove_input_legacy, which
+ * fills lp for prove_text). Returns an exit code, or -1 when the input gives the recorded
+ * tokens. */
+static int prove_input(const struct receipt *r, const struct session *s, FILE *out,
+                       struct legacy_prompt *lp)
 {
+    const struct gguf_file *g = s->gguf;
+    const struct tok *tk = s->tk;
     const struct receipt_template *t = &r->tmpl;
     if (input_has_nul(r->input)) {
         fprintf(out, "input: MISMATCH: the input holds a NUL byte, where the rendered prompt "
@@ -491,7 +494,7 @@ static int prove_input(const struct receipt *r, const struct gguf_file *g, const
     int rc = RECEIPT_EXIT_ERROR;
     struct chat_renderer cr = {0};
     bool cr_ok = false;
-    struct chat_prompt cp = {0};
+    struct session_prompt sp = {0};
     struct json_value *msgs = NULL;
     const char *what = "input";
     if (strcmp(t->engine, "ids") == 0) {
@@ -573,15 +576,20 @@ static int prove_input(const struct receipt *r, const struct gguf_file *g, const
             }
             m = msgs;
         }
-        if (chat_renderer_render_json(&cr, m, t->tools, t->kwargs, t->add_generation_prompt, &cp,
-                                      &err) != KN_OK) {
+        struct session_input in = {.messages = m, .tools = t->tools, .kwargs = t->kwargs};
+        enum kn_status st = session_prompt_with(s, &cr, &in, t->add_generation_prompt, true, &sp,
+                                                &err);
+        if (st == KN_E_NOMEM)
+            goto fail;
+        if (st != KN_OK) {
             fprintf(out, "input: MISMATCH: the input cannot be rendered with the receipt's "
                          "template: %s\n", err.msg);
             rc = RECEIPT_EXIT_TEXT;
             goto done;
         }
-        if (chat_prompt_tokenize(&cp, tk, &ids, &n, &err) != KN_OK)
-            goto fail;
+        ids = sp.ids; /* ours now; session_prompt_free frees the rest */
+        n = (size_t)sp.n;
+        sp.ids = NULL;
     }
     if ((int64_t)n != r->n_prompt || memcmp(ids, r->prompt_ids, n * sizeof *ids) != 0) {
         report_tokens(out, tk, what, ids, (int64_t)n, r->prompt_ids, r->n_prompt);
@@ -597,7 +605,7 @@ fail:
     rc = RECEIPT_EXIT_ERROR;
 done:
     json_free(msgs);
-    chat_prompt_free(&cp);
+    session_prompt_free(&sp);
     if (cr_ok)
         chat_renderer_free(&cr);
     free(ids);
@@ -975,6 +983,14 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     so.ctx_size = r.ctx_size;
     so.threads = o->threads > 0 ? o->threads : 0;
     so.kv_type = r.cache_type;
+    /* The rerun's engine (session_start_engine, after the input is proven): the recorded
+     * settings, every speed feature off. */
+    so.no_draft = true;
+    so.sp = r.sampling;
+    so.sp.n_predict = r.max_tokens;
+    so.grammar = gram;
+    so.gbnf = r.grammar;
+    so.response_format = r.response_format;
     if (device_is_gpu(&dev)) { /* the receipt's --gpu-layers unless told otherwise */
         so.device = dev.be;
         so.gpu_layers = o->gpu_layers >= 0 ? o->gpu_layers : r.gpu_layers > 0 ? r.gpu_layers : -1;
@@ -1007,7 +1023,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
 
     /* 5. what a person reads: the input and the output text */
     struct legacy_prompt lp = {0};
-    int prc = prove_input(&r, m->gguf, tk, out, &lp);
+    int prc = prove_input(&r, &s, out, &lp);
     if (prc < 0)
         prc = prove_text(&r, tk, &lp, out);
     if (prc >= 0) {
@@ -1016,14 +1032,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     }
 
     /* 6. the rerun: one sequence, recorded settings, every speed feature off */
-    /* The session's engine with the recorded settings, every speed feature off. */
-    so.no_draft = true;
-    so.sp = r.sampling;
-    so.sp.n_predict = r.max_tokens;
-    so.grammar = gram;
-    so.gbnf = r.grammar;
-    so.response_format = r.response_format;
-    if (session_start_engine(&s, &so, &err) != KN_OK) {
+    if (session_start_engine(&s, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }

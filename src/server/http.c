@@ -877,16 +877,13 @@ static enum MHD_Result handle_slots(struct srv *s, struct MHD_Connection *conn)
         SET(o, "params", params);
         if (!ok)
             break;
-        SET(params, "seed", json_new_int((int64_t)sp->seed));
-        SET(params, "temperature", json_new_float(sp->temperature));
-        SET(params, "top_k", json_new_int(sp->top_k));
-        SET(params, "top_p", json_new_float(sp->top_p));
-        SET(params, "min_p", json_new_float(sp->min_p));
-        SET(params, "repeat_last_n", json_new_int(sp->repeat_last_n));
-        SET(params, "repeat_penalty", json_new_float(sp->repeat_penalty));
-        SET(params, "presence_penalty", json_new_float(sp->presence_penalty));
-        SET(params, "frequency_penalty", json_new_float(sp->frequency_penalty));
-        SET(params, "max_tokens", json_new_int(in->max_tokens));
+        /* The sampling settings as the settings table writes them (the receipt's rows and
+         * the secondary ones that are on), max_tokens the job's own limit; then
+         * llama-server's other fields. */
+        struct sample_params shown = *sp;
+        shown.n_predict = in->max_tokens;
+        ok = ok && sample_params_json_write(&shown, params, SAMPLE_JSON_BASE | SAMPLE_JSON_EXTRA,
+                                            NULL) == KN_OK;
         SET(params, "n_predict", json_new_int(in->max_tokens));
         SET(params, "ignore_eos", json_new_bool(in->ignore_eos));
         SET(params, "n_probs", json_new_int(in->n_top));
@@ -1257,9 +1254,12 @@ static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn,
         return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_rate",
                     "one verification per %d seconds; retry in %.1f s", SRV_VERIFY_INTERVAL_S, wait);
     }
-    char path[] = "/tmp/kinetic-verify-XXXXXX";
-    int fd = mkstemp(path);
+    char path[4096];
+    struct kn_err terr = {0};
+    int fd = kn_temp_file("kinetic-verify-", path, sizeof path, &terr);
     bool wrote = fd >= 0 && write(fd, body, len) == (ssize_t)len;
+    if (fd >= 0 && !wrote)
+        kn_fail(&terr, KN_E_IO, "cannot write the receipt to %s: %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);
     char *report = NULL;
@@ -1277,8 +1277,8 @@ static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn,
     pthread_mutex_unlock(&s->vmu);
     if (rc < 0) {
         free(report);
-        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "cannot write the receipt to a "
-                    "temporary file");
+        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "%s",
+                    terr.msg[0] ? terr.msg : "out of memory starting the verification");
     }
     struct json_value *root = json_new_object();
     bool ok = root && json_object_set(root, "verified", json_new_bool(rc == 0), NULL) == KN_OK &&

@@ -23,7 +23,7 @@
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
                                                          "qwen3moe", "lfm2", "lfm2moe", "gemma2",
                                                          "phi3", "granite", "smollm3", "olmo2",
-                                                         "bert", "nomic-bert"};
+                                                         "gpt-oss", "bert", "nomic-bert"};
 
 /* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
  * importance matrix): which tensors get other types than the mix's default. */
@@ -151,7 +151,12 @@ static const struct preset presets[] = {
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true}},
     /* LFM2 (Liquid AI's config.json; feed_forward_length as convert_hf_to_gguf.py derives
-     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. */
+     * it from block_ff_dim): 10 conv + 6 attention layers, 2.6B 22 + 8. The attention
+     * layers are config.json's full_attn_idxs (later configs: the "full_attention" entries
+     * of layer_types): [2, 5, 8, 10, 12, 14] in LiquidAI/LFM2-350M's and LFM2-1.2B's
+     * (checked in issue 17 against copies of both configs in public repositories; 700M has
+     * the same 16-block layout, Hugging Face's LFM2 model page); 2.6B's 22 + 8 split is its
+     * model card's, the positions below were not found in a reachable copy of its config. */
     {"lfm2-350m", SYNTH_LFM2,
      {.n_embd = 1024, .n_layer = 16, .n_head = 16, .n_head_kv = 8, .head_dim = 64, .n_ff = 4608,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
@@ -169,7 +174,8 @@ static const struct preset presets[] = {
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
       .attn_layers = {2, 6, 10, 14, 18, 21, 24, 27}, .n_attn_layers = 8, .conv_l = 3}},
     /* LFM2-8B-A1B: 24 layers, the first two dense, 32 experts of 1792, 4 per token;
-     * 6 attention layers (LFM2's 1:3 ratio). */
+     * 6 attention layers, [2, 6, 10, 14, 18, 21] (its config.json's layer_types, checked
+     * in issue 17 against a public copy). */
     {"lfm2-8b-a1b", SYNTH_LFM2MOE,
      {.n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_ff = 7168,
       .n_vocab = 65536, .n_ctx = 128000, .rope_base = 1000000.0f, .norm_eps = 1e-5f, .tied = true,
@@ -241,6 +247,17 @@ static const struct preset presets[] = {
     {"olmo2-7b", SYNTH_OLMO2,
      {.n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .head_dim = 128, .n_ff = 11008,
       .n_vocab = 100352, .n_ctx = 4096, .rope_base = 500000.0f, .norm_eps = 1e-6f, .tied = false}},
+    /* gpt-oss 20B and 120B (OpenAI's config.json): 24 / 36 layers alternating a window of
+     * 128 and full attention, 64 query heads of 64 over 8 KV heads (q is wider than the
+     * model), 32 / 128 experts of 2880, 4 per token, YaRN x32 over 4096 positions. */
+    {"gpt-oss-20b", SYNTH_GPTOSS,
+     {.n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880,
+      .n_vocab = 201088, .n_ctx = 131072, .n_swa = 128, .rope_base = 150000.0f, .norm_eps = 1e-5f,
+      .tied = false, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880, .rope_orig_ctx = 4096}},
+    {"gpt-oss-120b", SYNTH_GPTOSS,
+     {.n_embd = 2880, .n_layer = 36, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880,
+      .n_vocab = 201088, .n_ctx = 131072, .n_swa = 128, .rope_base = 150000.0f, .norm_eps = 1e-5f,
+      .tied = false, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880, .rope_orig_ctx = 4096}},
 };
 
 /* tiny's experts for qwen3moe: 16 of width 256, 4 per token (more than 8 experts, so
@@ -259,7 +276,7 @@ const char *synth_preset_list(void)
            "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
            "granite-3-2b, granite-3-8b (granite), smollm3-3b (smollm3), olmo2-1b, olmo2-7b "
-           "(olmo2)";
+           "(olmo2), gpt-oss-20b, gpt-oss-120b (gpt-oss)";
 }
 
 enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synth_dims *out,
@@ -300,6 +317,16 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
             out->n_expert_used = TINY_EXPERTS_USED;
             out->n_ff_exp = TINY_EXPERT_FFN;
             out->norm_eps = 1e-6f;
+        }
+        if (*arch == SYNTH_GPTOSS && p->arch == SYNTH_ARCH_COUNT) {
+            /* 16 experts of 256, 4 per token; a window of 32 (tests' prompts cross it);
+             * YaRN x32 over 256 positions (the real models' factor) */
+            out->n_expert = TINY_EXPERTS;
+            out->n_expert_used = TINY_EXPERTS_USED;
+            out->n_ff_exp = TINY_EXPERT_FFN;
+            out->n_swa = 32;
+            out->n_ctx = 8192;
+            out->rope_orig_ctx = 256;
         }
         if ((*arch == SYNTH_LFM2 || *arch == SYNTH_LFM2MOE) && p->arch == SYNTH_ARCH_COUNT) {
             out->n_layer = 4; /* conv, conv, attention, conv: a conv layer first and last */
@@ -538,10 +565,12 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG,
                        "rot (%u) must be even and at most head_dim (%u); only phi3 rotates part "
                        "of a head", d->n_rot, d->head_dim);
-    if (d->rope_orig_ctx && (arch != SYNTH_PHI3 || d->rope_orig_ctx >= d->n_ctx))
+    if (d->rope_orig_ctx && ((arch != SYNTH_PHI3 && arch != SYNTH_GPTOSS) || d->rope_orig_ctx >= d->n_ctx))
         return kn_fail(err, KN_E_ARG,
-                       "rope_orig_ctx (%u) is phi3's LongRoPE original context: it must be below "
-                       "ctx (%u)", d->rope_orig_ctx, d->n_ctx);
+                       "rope_orig_ctx (%u) is phi3's LongRoPE or gpt-oss's YaRN original context: it "
+                       "must be below ctx (%u)", d->rope_orig_ctx, d->n_ctx);
+    if (arch == SYNTH_GPTOSS && !d->n_swa)
+        d->n_swa = 128;
     if (arch == SYNTH_OLMO2 && (d->tied || d->head_dim * d->n_head != d->n_embd))
         return kn_fail(err, KN_E_ARG,
                        "olmo2 needs heads * head_dim = dim (%u * %u, dim %u) and an output.weight "
@@ -551,7 +580,7 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
         return kn_fail(err, KN_E_ARG,
                        "gemma2 ties its output to the embedding (tied=1): llama.cpp's gemma2 "
                        "loader refuses a file with output.weight");
-    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE || arch == SYNTH_GPTOSS) {
         if (!d->n_expert || !d->n_expert_used || !d->n_ff_exp)
             return kn_fail(err, KN_E_ARG, "%s needs experts, experts_used and expert_ffn (all > 0)",
                            arch_names[arch]);
@@ -564,7 +593,7 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
                            "experts (%u) must be at most 512, experts_used (%u) at most experts and 64, "
                            "expert_ffn at most 262144", d->n_expert, d->n_expert_used);
     } else if (d->n_expert) {
-        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe and lfm2moe only");
+        return kn_fail(err, KN_E_ARG, "experts are for --arch qwen3moe, lfm2moe and gpt-oss only");
     }
     if (arch == SYNTH_QWEN2 && d->head_dim * d->n_head != d->n_embd)
         return kn_fail(err, KN_E_ARG,
@@ -646,9 +675,12 @@ static uint32_t mix_type(enum mix mix, uint32_t t, const char *name, int il, int
 uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
                            int64_t ne0, uint32_t n_dims, bool tied, int n_gqa)
 {
+    /* llama.cpp's quantizer leaves biases (gpt-oss's 2-D expert biases too) as they are,
+     * and BERT's position and token type rows */
     if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT || ends_with(name, "ffn_gate_inp.weight") ||
-        strcmp(name, "position_embd.weight") == 0 || strcmp(name, "token_types.weight") == 0)
-        return QT_F32; /* llama.cpp's quantizer leaves BERT's position and type rows too */
+        ends_with(name, ".bias") || strcmp(name, "position_embd.weight") == 0 ||
+        strcmp(name, "token_types.weight") == 0)
+        return QT_F32;
     uint32_t t = ftypes[ftype].type;
     if (ftypes[ftype].mix == MIX_MXFP4_MOE) {
         /* expert tensors (3-D: one matrix per expert) MXFP4, everything else Q8_0 */
@@ -850,7 +882,11 @@ static enum kn_status copy_vocab(struct gguf_writer *w, const struct gguf_file *
  * conv taps, noise of a trained conv's scale (about 0.3) so that the conv matters in tests.
  * FILL_ROPE_*: phi3's LongRoPE factors, ramps over the pairs (short 1 to 2, long 1 to 40:
  * the real models' ranges), the same for every seed. */
-enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV, FILL_ROPE_SHORT, FILL_ROPE_LONG };
+/* FILL_SINK: gpt-oss's attention sinks, noise of SINK_STD (a sink then weighs about as much
+ * as one key); FILL_EXP_BIAS: its gate and up expert biases, noise of EXP_BIAS_STD, so
+ * that some products cross the clamped SwiGLU's limits (+-7). */
+enum fill { FILL_NOISE, FILL_ONES, FILL_ROUTER, FILL_CONV, FILL_ROPE_SHORT, FILL_ROPE_LONG,
+            FILL_SINK, FILL_EXP_BIAS };
 
 struct tensor_spec {
     char name[64];
@@ -861,7 +897,7 @@ struct tensor_spec {
     uint32_t type; /* GGML type in the file */
 };
 
-#define MAX_PER_LAYER 16
+#define MAX_PER_LAYER 24
 
 static void add_spec(struct tensor_spec *s, int *n, const char *name, int layer, uint32_t n_dims,
                      int64_t ne0, int64_t ne1, enum fill fill)
@@ -947,16 +983,36 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
             add_spec(s, &n, "shortconv.out_proj.weight", il, 2, E, E, FILL_NOISE);
             goto ffn;
         }
+        const bool qkv_b = arch == SYNTH_QWEN2 || arch == SYNTH_GPTOSS;
         add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
-        if (arch == SYNTH_QWEN2)
+        if (qkv_b)
             add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
         add_spec(s, &n, "attn_k.weight", il, 2, E, KV, FILL_NOISE);
-        if (arch == SYNTH_QWEN2)
+        if (qkv_b)
             add_spec(s, &n, "attn_k.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_v.weight", il, 2, E, KV, FILL_NOISE);
-        if (arch == SYNTH_QWEN2)
+        if (qkv_b)
             add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
         add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
+        if (arch == SYNTH_GPTOSS) {
+            const int64_t X = d->n_expert, F = d->n_ff_exp;
+            add_spec(s, &n, "attn_output.bias", il, 1, E, 1, FILL_NOISE);
+            add_spec(s, &n, "attn_sinks.weight", il, 1, d->n_head, 1, FILL_SINK);
+            /* llama.cpp's attn_post_norm: the norm before the experts */
+            add_spec(s, &n, "post_attention_norm.weight", il, 1, E, 1, FILL_ONES);
+            add_spec(s, &n, "ffn_gate_inp.weight", il, 2, E, X, FILL_ROUTER);
+            add_spec(s, &n, "ffn_gate_inp.bias", il, 1, X, 1, FILL_ROUTER);
+            add_spec(s, &n, "ffn_gate_exps.weight", il, 3, E, F, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            add_spec(s, &n, "ffn_gate_exps.bias", il, 2, F, X, FILL_EXP_BIAS);
+            add_spec(s, &n, "ffn_up_exps.weight", il, 3, E, F, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            add_spec(s, &n, "ffn_up_exps.bias", il, 2, F, X, FILL_EXP_BIAS);
+            add_spec(s, &n, "ffn_down_exps.weight", il, 3, F, E, FILL_NOISE);
+            s[n - 1].ne[2] = X;
+            add_spec(s, &n, "ffn_down_exps.bias", il, 2, E, X, FILL_NOISE);
+            continue;
+        }
         if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || arch == SYNTH_GEMMA3 ||
             synth_arch_is_lfm2(arch)) {
             add_spec(s, &n, "attn_q_norm.weight", il, 1, d->head_dim, 1, FILL_ONES);
@@ -1005,6 +1061,8 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
  * that any rounding flips. 0.25 gives router logits of about unit spread. */
 #define ROUTER_STD 0.25f
 #define CONV_STD 0.3f
+#define SINK_STD 1.0f
+#define EXP_BIAS_STD 3.0f
 
 struct fill_job {
     const struct tensor_spec *t;
@@ -1030,9 +1088,11 @@ static void *fill_rows(void *arg)
             x[c] = t->fill == FILL_ONES         ? 1.0f
                    : t->fill == FILL_ROPE_SHORT ? 1.0f + ramp
                    : t->fill == FILL_ROPE_LONG  ? 1.0f + 39.0f * ramp
-                   : (t->fill == FILL_ROUTER ? ROUTER_STD
-                      : t->fill == FILL_CONV ? CONV_STD
-                                             : WEIGHT_STD) *
+                   : (t->fill == FILL_ROUTER     ? ROUTER_STD
+                      : t->fill == FILL_CONV       ? CONV_STD
+                      : t->fill == FILL_SINK       ? SINK_STD
+                      : t->fill == FILL_EXP_BIAS   ? EXP_BIAS_STD
+                                                   : WEIGHT_STD) *
                          synth_noise(j->key, (uint64_t)(r * ne0 + c));
         }
         if (!quant_quantize_row(j->type, x, j->out + (uint64_t)r * j->row_bytes, ne0))
@@ -1145,7 +1205,15 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
     if (arch == SYNTH_GEMMA3 || arch == SYNTH_GEMMA2)
         gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
-    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE) {
+    if (arch == SYNTH_GPTOSS) {
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), d->n_swa);
+        if (d->rope_orig_ctx) { /* as the real models' files: YaRN over the original context */
+            gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+            gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)d->n_ctx / (float)d->rope_orig_ctx);
+            gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), d->rope_orig_ctx);
+        }
+    }
+    if (arch == SYNTH_QWEN3MOE || arch == SYNTH_LFM2MOE || arch == SYNTH_GPTOSS) {
         gguf_writer_set_u32(w, KEY("expert_count"), d->n_expert);
         gguf_writer_set_u32(w, KEY("expert_used_count"), d->n_expert_used);
         gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), d->n_ff_exp);

@@ -13,7 +13,7 @@
 
 enum synth_arch {
     SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_LFM2MOE,
-    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2, SYNTH_BERT,
+    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2, SYNTH_GPTOSS, SYNTH_BERT,
     SYNTH_NOMIC_BERT,
     SYNTH_ARCH_COUNT
 };
@@ -64,15 +64,16 @@ struct synth_dims {
     float final_softcap; /* gemma2: final_logit_softcapping (0: the model's 30) */
     uint32_t n_rot;      /* rotated dims per head (0: head_dim; phi3 may rotate fewer) */
     uint32_t rope_orig_ctx; /* phi3 LongRoPE: the original context (0: none); writes the
-                             * long and short factor tensors and their attn_factor */
+                             * long and short factor tensors and their attn_factor.
+                             * gpt-oss: YaRN's original context (factor ctx / it) */
     /* granite's four scales (0: Granite 3.3 2B's 12, 0.22, 1/64 and 8) */
     float embd_scale, residual_scale, attn_scale, logit_scale;
     float rope_base;
     float norm_eps;
     bool tied;           /* no output.weight: the embedding is the output matrix too */
-    uint32_t n_expert;      /* qwen3moe: experts per layer */
-    uint32_t n_expert_used; /* qwen3moe: experts per token */
-    uint32_t n_ff_exp;      /* qwen3moe: width of an expert */
+    uint32_t n_expert;      /* qwen3moe, lfm2moe, gpt-oss: experts per layer */
+    uint32_t n_expert_used; /* experts per token */
+    uint32_t n_ff_exp;      /* width of an expert */
     /* lfm2: the attention layers (the rest are short-convolution layers), ascending; none
      * given: every third layer from layer 2 (2, 5, 8, ...). conv_l: the conv length (3). */
     uint16_t attn_layers[SYNTH_MAX_ATTN_LAYERS];
@@ -96,7 +97,7 @@ struct synth_params {
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
 #define SYNTH_ARCH_LIST \
     "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, " \
-    "bert, nomic-bert"
+    "gpt-oss, bert, nomic-bert"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);

@@ -52,13 +52,23 @@ char *text_stop_unescape(const char *s, const char *what, struct kn_err *err);
  * a tail that could be the start of the marker it is waiting for. start_inside: the
  * output starts inside the reasoning (templates that put the opening marker in the
  * prompt). */
-#define TEXT_MAX_MARKER 63
+#define TEXT_MAX_MARKER 127
+/* gpt-oss's harmony format: open = TEXT_HARMONY_OPEN (close = TEXT_HARMONY_CLOSE) selects
+ * a split by message headers instead of two markers. A header is "<|start|>ROLE" or
+ * "<|channel|>" up to "<|message|>" (at most TEXT_MAX_MARKER bytes; a longer one is
+ * content). The body after a header on the analysis channel is reasoning; after any other
+ * header (final, commentary) it is content, and a header that addresses a tool
+ * ("to=functions.NAME") is kept in the content, where the tool-call parser finds it;
+ * other headers go to neither. */
+#define TEXT_HARMONY_OPEN "<|channel|>analysis<|message|>"
+#define TEXT_HARMONY_CLOSE "<|start|>"
 struct text_think {
     char open[TEXT_MAX_MARKER + 1], close[TEXT_MAX_MARKER + 1];
     size_t open_len, close_len;
     bool inside;
     char held[TEXT_MAX_MARKER + 1];
     size_t n_held;
+    bool harmony, in_header; /* harmony: n_held bytes of held are a header while in_header */
 };
 /* open and close: non-empty, at most TEXT_MAX_MARKER bytes. */
 KN_MUST_USE enum kn_status text_think_init(struct text_think *t, const char *open,

@@ -301,7 +301,15 @@ static void add_eog(struct tok *t, int32_t id)
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
     "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|return|>", "<|call|>", /* gpt-oss's harmony format: the final answer, a tool call */
 };
+
+/* gpt-oss's harmony format (o200k_harmony): the header tokens are printed (the reasoning
+ * split and the tool-call parser read them), as llama.cpp does ("always render these
+ * tokens"), and <|end|>, which closes each message of a turn, is not the end of
+ * generation (<|return|> and <|call|> are). */
+static const char *const harmony_shown[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                            "<|constrain|>"};
 
 static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_err *err)
 {
@@ -469,6 +477,22 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
         if (id != TOK_NULL) {
             add_eog(t, id);
             t->types[id] = TOK_T_CONTROL;
+        }
+    }
+
+    if (find_cstr(t, "<|return|>") != TOK_NULL && find_cstr(t, "<|call|>") != TOK_NULL) {
+        int32_t end = find_cstr(t, "<|end|>");
+        for (int i = 0; i < t->n_eog; i++)
+            if (t->eog[i] == end) {
+                t->eog[i] = t->eog[--t->n_eog];
+                break;
+            }
+        if (sp->eot == end)
+            sp->eot = TOK_NULL;
+        for (size_t i = 0; i < sizeof harmony_shown / sizeof harmony_shown[0]; i++) {
+            int32_t id = find_cstr(t, harmony_shown[i]);
+            if (id != TOK_NULL)
+                t->types[id] = TOK_T_USER_DEFINED;
         }
     }
 

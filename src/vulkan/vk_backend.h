@@ -12,11 +12,13 @@ struct vk_selftest {
     bool canonical;        /* everything below holds: the device computes canonical-1 */
     bool fma_fused;        /* the driver's fma() is fused (else the shaders work around it) */
     bool div_rounded, sqrt_rounded; /* the driver's / and sqrt are correctly rounded */
+    bool div_soft, sqrt_soft; /* else the shaders use kn_common.glsl's integer builds */
+    bool divsqrt_ok;       /* the shaders' division and sqrt (either way) are correctly rounded */
     bool arith_ok;         /* add and multiply are IEEE */
     bool denormals_kept;   /* subnormal inputs and results are not flushed */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
     double seconds;
-    char report[1024];     /* each finding, and the failed check named */
+    char report[2048];     /* each finding, and the failed check named */
 };
 
 /* Opens Vulkan device index as a backend (name "vulkan:<index>"). A device is opened once

@@ -19,7 +19,7 @@ bool vkk_matmul_type(enum quant_type t)
     case QT_F32: case QT_F16: case QT_BF16:
     case QT_Q8_0: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1:
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
-    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS:
+    case QT_Q2_K: case QT_Q3_K: case QT_IQ4_NL: case QT_IQ4_XS: case QT_MXFP4:
         return true;
     default:
         return false;
@@ -33,52 +33,77 @@ bool vkk_rows_type(enum quant_type t)
 
 /* ================================================================ fma mode */
 
-/* The mode of each open device (a handful at most). */
+/* The modes of each open device (a handful at most): how its shaders compute fmaf, and
+ * division and sqrt; each probed on first use unless set. */
 #define VKK_MAX_DEVICES 16
-static struct {
+struct vkk_modes {
     struct vkr *rt;
-    enum vkk_fma mode;
-} fma_modes[VKK_MAX_DEVICES];
+    bool fma_known, ds_known;
+    enum vkk_fma fma;
+    struct vkk_divsqrt ds;
+};
+static struct vkk_modes modes[VKK_MAX_DEVICES];
 static pthread_mutex_t fma_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Sets rt's fma mode (fma non-NULL) and/or division mode (ds non-NULL). */
+static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_divsqrt *ds)
+{
+    pthread_mutex_lock(&fma_lock);
+    int slot = -1;
+    for (int i = 0; i < VKK_MAX_DEVICES && slot < 0; i++)
+        if (modes[i].rt == rt)
+            slot = i;
+    for (int i = 0; i < VKK_MAX_DEVICES && slot < 0; i++)
+        if (!modes[i].rt) {
+            slot = i;
+            modes[i] = (struct vkk_modes){.rt = rt};
+        }
+    if (slot >= 0 && fma)
+        modes[slot].fma = *fma, modes[slot].fma_known = true;
+    if (slot >= 0 && ds)
+        modes[slot].ds = *ds, modes[slot].ds_known = true;
+    pthread_mutex_unlock(&fma_lock);
+}
+
+/* rt's modes where known (each output NULL or filled only if known); true if all asked are. */
+static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds)
+{
+    bool ok = false;
+    pthread_mutex_lock(&fma_lock);
+    for (int i = 0; i < VKK_MAX_DEVICES; i++)
+        if (modes[i].rt == rt) {
+            ok = (!fma || modes[i].fma_known) && (!ds || modes[i].ds_known);
+            if (ok && fma)
+                *fma = modes[i].fma;
+            if (ok && ds)
+                *ds = modes[i].ds;
+        }
+    pthread_mutex_unlock(&fma_lock);
+    return ok;
+}
 
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode)
 {
-    pthread_mutex_lock(&fma_lock);
-    int free_slot = -1;
-    for (int i = 0; i < VKK_MAX_DEVICES; i++) {
-        if (fma_modes[i].rt == rt) {
-            fma_modes[i].mode = mode;
-            pthread_mutex_unlock(&fma_lock);
-            return;
-        }
-        if (!fma_modes[i].rt && free_slot < 0)
-            free_slot = i;
-    }
-    if (free_slot >= 0)
-        fma_modes[free_slot].rt = rt, fma_modes[free_slot].mode = mode;
-    pthread_mutex_unlock(&fma_lock);
+    mode_put(rt, &mode, NULL);
+}
+
+void vkk_divsqrt_set(struct vkr *rt, struct vkk_divsqrt mode)
+{
+    mode_put(rt, NULL, &mode);
 }
 
 void vkk_fma_forget(struct vkr *rt)
 {
     pthread_mutex_lock(&fma_lock);
     for (int i = 0; i < VKK_MAX_DEVICES; i++)
-        if (fma_modes[i].rt == rt)
-            fma_modes[i].rt = NULL;
+        if (modes[i].rt == rt)
+            modes[i].rt = NULL;
     pthread_mutex_unlock(&fma_lock);
 }
 
 static bool fma_lookup(struct vkr *rt, enum vkk_fma *mode)
 {
-    bool found = false;
-    pthread_mutex_lock(&fma_lock);
-    for (int i = 0; i < VKK_MAX_DEVICES && !found; i++)
-        if (fma_modes[i].rt == rt) {
-            *mode = fma_modes[i].mode;
-            found = true;
-        }
-    pthread_mutex_unlock(&fma_lock);
-    return found;
+    return mode_get(rt, mode, NULL);
 }
 
 /* Crafted triples: random magnitudes over a wide range, products whose low half decides
@@ -188,6 +213,176 @@ enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *
     return KN_OK;
 }
 
+/* ================================================================ division and sqrt */
+
+static uint64_t ds_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+
+int vkk_divsqrt_cases(float *a, float *b, int n)
+{
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    int k = 0;
+    static const float fixed[][2] = {
+        {1.0f, 3.0f}, {2.0f, 3.0f}, {-1.0f, 3.0f}, {0x1p-149f, 3.0f}, {0x1p-149f, 2.0f},
+        {0x3p-149f, 2.0f}, {0x1p-126f, 0x1.000002p+0f}, {0x1.fffffep+127f, 0x1p-1f},
+        {0x1.fffffep+127f, 0x1.fffffep-1f}, {0x1p-100f, 0x1p+100f}, {0x1p-20f, 0x1p+110f},
+        {0.0f, 1.0f}, {-0.0f, 1.0f}, {1.0f, 0.0f}, {1.0f, -0.0f}, {0.0f, 0.0f},
+        {INFINITY, 2.0f}, {2.0f, INFINITY}, {INFINITY, INFINITY}, {-INFINITY, 0.0f},
+        {NAN, 1.0f}, {1.0f, NAN}, {-2.0f, 1.0f}, {0x1.fffffep-127f, 0x1p-23f},
+        {0x1p-149f, 0x1p-149f}, {0x1.8p-149f, 0x1.fffffep+127f},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && k < n; i++, k++)
+        a[k] = fixed[i][0], b[k] = fixed[i][1];
+    /* quotients within 2^-44 (relative) of a tie: A 2^25 = X B + d for an odd 25-bit X (a
+     * midpoint between 24-bit mantissas) and a small odd d, so a / b = (X + d / B) 2^-25 */
+    for (int i = 0; k < n / 2 && i < 4 * n; i++) {
+        uint32_t B = (uint32_t)(ds_next(&s) & 0x7fffff) | 0x800001u; /* odd, 24 bits */
+        uint32_t inv = B; /* B^-1 mod 2^32 by Newton's iteration */
+        for (int j = 0; j < 5; j++)
+            inv *= 2u - B * inv;
+        int32_t d = (int32_t)(ds_next(&s) % 7) * 2 - 7; /* -7, -5, .., 5 */
+        uint32_t X = (uint32_t)(-(int64_t)d * (int64_t)inv) & 0x1ffffffu;
+        if (X < 0x1000000u)
+            continue;
+        uint64_t num = (uint64_t)X * B + (uint64_t)(int64_t)d;
+        if (num % (1u << 25))
+            continue;
+        uint32_t A = (uint32_t)(num >> 25);
+        /* exponents: normal results, subnormal ones and near overflow */
+        int ea = (int)(ds_next(&s) % 200) - 100, eb = (int)(ds_next(&s) % 200) - 100;
+        if (i % 5 == 1)
+            ea = -120 - (int)(ds_next(&s) % 10), eb = (int)(ds_next(&s) % 20); /* subnormal */
+        if (i % 5 == 2)
+            ea = 100 + (int)(ds_next(&s) % 4), eb = -(int)(ds_next(&s) % 30) - 2; /* huge */
+        a[k] = ldexpf((float)A, ea) * ((ds_next(&s) & 1) ? -1.0f : 1.0f);
+        b[k] = ldexpf((float)B, eb - 23);
+        k++;
+    }
+    /* roots within 2^-44 (relative) of a tie: A 2^27 + r = x^2 for an odd 25-bit x and a
+     * small r = 1 mod 8 (x from the 2-adic root of r), so sqrt(A 2^27) is just by x */
+    for (int i = 0; k < n - n / 8 && i < 4 * n; i++) {
+        static const int32_t rs[7] = {1, 9, 17, 25, -7, -15, -23};
+        int32_t r = rs[ds_next(&s) % 7];
+        uint32_t x = 1; /* x^2 = r mod 2^k, lifted one bit at a time */
+        for (int j = 3; j < 27; j++)
+            if ((((uint64_t)x * x - (uint64_t)(int64_t)r) >> j) & 1)
+                x += 1u << (j - 1);
+        uint32_t cand[2] = {x & 0x3ffffffu, (0x4000000u - x) & 0x3ffffffu};
+        for (int c = 0; c < 2 && k < n - n / 8; c++) {
+            uint32_t y = cand[c];
+            if (y < 0x1000000u || y >= 0x2000000u)
+                continue;
+            uint64_t sq = (uint64_t)y * y - (uint64_t)(int64_t)r;
+            uint32_t A = (uint32_t)(sq >> 27);
+            int e2 = 2 * ((int)(ds_next(&s) % 60) - 30) + (i % 3 == 0 ? -96 : 0);
+            a[k] = ldexpf((float)A, 27 + e2 - 50);
+            b[k] = 1.0f + (float)(ds_next(&s) & 0xffff) * 0x1p-16f;
+            k++;
+        }
+    }
+    /* random finite pairs over the whole range, subnormals included */
+    for (; k < n; k++) {
+        a[k] = vkk_f32((uint32_t)ds_next(&s) & 0xff7fffffu);
+        b[k] = vkk_f32((uint32_t)ds_next(&s) & 0xff7fffffu);
+    }
+    return k;
+}
+
+enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode, const float *a,
+                               const float *b, int n, float *q, float *r, struct kn_err *err)
+{
+    enum kn_status st = KN_E_NOMEM;
+    struct vkr_cmd *c = vkr_cmd_create(rt, err);
+    struct vkr_buf *bo = vkr_buf_alloc(rt, (size_t)n * 8, VKR_MEM_DEVICE, false, err);
+    float *in = malloc((size_t)n * 8), *out = malloc((size_t)n * 8);
+    if (!c || !bo || !in || !out)
+        goto done;
+    const uint32_t spec[2] = {mode.soft_div, mode.soft_sqrt};
+    const struct vkr_pipe *p = vkr_pipe_get(rt, &(struct vkr_pipe_desc){
+        .shader = "divsqrt_probe", .n_bufs = 2, .push_bytes = 4, .spec = spec, .n_spec = 2}, err);
+    if (!p) {
+        st = err ? err->status : KN_E_UNSUPPORTED;
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        in[2 * i] = a[i], in[2 * i + 1] = b[i];
+    uint32_t n32 = (uint32_t)n;
+    vkr_cmd_begin(c);
+    struct vkr_bind bind[2] = {vkr_cmd_stage(c, in, (size_t)n * 8), {.buf = bo, .write = true}};
+    vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
+    vkr_cmd_read(c, bo, 0, out, (size_t)n * 8);
+    st = vkr_cmd_submit(c, err);
+    for (int i = 0; i < n && st == KN_OK; i++)
+        q[i] = out[2 * i], r[i] = out[2 * i + 1];
+done:
+    free(in);
+    free(out);
+    vkr_buf_free(rt, bo);
+    vkr_cmd_free(c);
+    return st;
+}
+
+/* Whether got is the correctly rounded want (any NaN for a NaN: its bits are free). */
+static bool ds_same(float got, float want)
+{
+    return vkk_u32(got) == vkk_u32(want) || (isnan(got) && isnan(want));
+}
+
+enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode, int *bad_div,
+                                 int *bad_sqrt, struct kn_err *err)
+{
+    enum { N = 2048 };
+    float *a = malloc(4 * N * sizeof(float));
+    if (!a)
+        return kn_fail(err, KN_E_NOMEM, "Vulkan division probe: out of memory");
+    float *b = a + N, *q = b + N, *r = q + N;
+    int n = vkk_divsqrt_cases(a, b, N);
+    struct vkk_divsqrt drv = {false, false}, soft = {true, true};
+    int bd = 0, bs = 0, sd = 0, ss = 0;
+    enum kn_status st = vkk_divsqrt_run(rt, drv, a, b, n, q, r, err);
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        bd += !ds_same(q[i], a[i] / b[i]);
+        bs += !ds_same(r[i], sqrtf(a[i]));
+    }
+    if (st == KN_OK && (bd || bs)) { /* the integer builds must then be exact here */
+        st = vkk_divsqrt_run(rt, soft, a, b, n, q, r, err);
+        for (int i = 0; i < n && st == KN_OK; i++) {
+            sd += !ds_same(q[i], a[i] / b[i]);
+            ss += !ds_same(r[i], sqrtf(a[i]));
+        }
+        if (st == KN_OK && ((bd && sd) || (bs && ss)))
+            st = kn_fail(err, KN_E_MISMATCH, "division and sqrt: the driver's differ on %d and "
+                         "%d of %d hard cases and the integer builds on %d and %d", bd, bs, n,
+                         sd, ss);
+    }
+    free(a);
+    if (bad_div)
+        *bad_div = bd;
+    if (bad_sqrt)
+        *bad_sqrt = bs;
+    if (st == KN_OK)
+        *mode = (struct vkk_divsqrt){.soft_div = bd > 0, .soft_sqrt = bs > 0};
+    return st;
+}
+
+/* c's device's division mode, probed on first use. */
+static bool ds_mode(struct vkr_cmd *c, struct vkk_divsqrt *mode)
+{
+    struct vkr *rt = vkr_cmd_rt(c);
+    if (mode_get(rt, NULL, mode))
+        return true;
+    struct kn_err err = {0};
+    if (vkk_divsqrt_probe(rt, mode, NULL, NULL, &err) != KN_OK) {
+        vkr_cmd_fail(c, KN_E_MISMATCH, "Vulkan: %s", err.msg);
+        return false;
+    }
+    vkk_divsqrt_set(rt, *mode);
+    return true;
+}
+
 /* The mode for c's device, probed on first use. */
 static bool fma_mode(struct vkr_cmd *c, enum vkk_fma *mode)
 {
@@ -209,11 +404,15 @@ static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool
 {
     char name[64];
     enum vkk_fma mode = VKK_FMA_NATIVE;
-    if (fused && !fma_mode(c, &mode))
+    struct vkk_divsqrt ds;
+    if ((fused && !fma_mode(c, &mode)) || !ds_mode(c, &ds))
         return NULL;
     snprintf(name, sizeof name, "%s%s", shader, mode == VKK_FMA_F64 ? "_f64" : "");
+    /* kn_common.glsl's KN_SOFT_DIV, KN_SOFT_SQRT */
+    const uint32_t spec[2] = {ds.soft_div, ds.soft_sqrt};
     return vkr_cmd_pipe(c, &(struct vkr_pipe_desc){.shader = name, .n_bufs = n_bufs,
-                                                   .push_bytes = push_bytes});
+                                                   .push_bytes = push_bytes, .spec = spec,
+                                                   .n_spec = 2});
 }
 
 /* A shader without fma. */
@@ -428,11 +627,12 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
 /* ================================================================ products */
 
 struct mm_f_pc {
-    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base;
+    uint32_t type, N, K, M, row_bytes, x_off, y_off, ldy, row0, w_base, expert, sel_off;
 };
 struct mm_q_pc {
-    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base;
+    uint32_t N, K, M, row_bytes, x_off, x_row, y_off, ldy, row0, w_base, expert, sel_off;
 };
+#define MM_ALL_ROWS 0xffffffffu /* mm_*.glsl KN_ALL_ROWS */
 
 static const char *mm_shader(enum quant_type t)
 {
@@ -448,6 +648,7 @@ static const char *mm_shader(enum quant_type t)
     case QT_Q2_K: return "mm_q2_k";
     case QT_Q3_K: return "mm_q3_k";
     case QT_IQ4_NL: return "mm_iq4_nl";
+    case QT_MXFP4: return "mm_mxfp4";
     case QT_IQ4_XS: return "mm_iq4_xs";
     default: return "mm_f";
     }
@@ -460,7 +661,18 @@ static const char *mm_shader(enum quant_type t)
 void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
                 struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy)
 {
+    vkk_matmul_expert(c, w, wbuf, x, q, M, y, ldy, NULL, 0, -1, M);
+}
+
+void vkk_matmul_expert(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                       struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y,
+                       int64_t ldy, const struct vkr_buf *groups, int32_t n_expert,
+                       int32_t expert, int64_t max_rows)
+{
     if (M <= 0 || vkr_cmd_failed(c))
+        return;
+    struct vkk_ref sel = vkk_at(groups, 0);
+    if (expert >= 0 && !span(c, "matmul", sel, n_expert + (int64_t)n_expert * M))
         return;
     if (!vkk_matmul_type(w->type)) {
         vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan matmul: no shader for weight type %u",
@@ -472,20 +684,24 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         vkr_groups(M, MM_TOKENS) > VKK_MAX_GROUPS)
         return;
     const struct vkr_pipe *p;
-    struct vkr_bind b[3] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf)};
+    /* without a row selection the weights stand in for the unread sel binding */
+    struct vkr_bind b[4] = {ro(wbuf), ro(kind == KERN_ACT_F32 ? x.buf : q.buf), rw(y.buf),
+                            ro(expert >= 0 ? sel.buf : wbuf)};
+    const uint32_t ex = expert >= 0 ? (uint32_t)expert : MM_ALL_ROWS;
+    const uint32_t so = expert >= 0 ? (uint32_t)(n_expert + (int64_t)expert * M) : 0;
     struct mm_f_pc pf = {(uint32_t)w->type, (uint32_t)w->N, (uint32_t)w->K, (uint32_t)M,
-                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0};
+                         (uint32_t)w->row_bytes, x.off, y.off, (uint32_t)ldy, 0, 0, ex, so};
     struct mm_q_pc pq = {(uint32_t)w->N, (uint32_t)w->K, (uint32_t)M, (uint32_t)w->row_bytes,
                          q.off, (uint32_t)(kern_act_row_bytes(kind, w->K) / 4), y.off,
-                         (uint32_t)ldy, 0, 0};
+                         (uint32_t)ldy, 0, 0, ex, so};
     if (kind == KERN_ACT_F32) {
         if (!span(c, "matmul", x, M * w->K))
             return;
-        p = pipe_f(c, "mm_f", 3, sizeof pf);
+        p = pipe_f(c, "mm_f", 4, sizeof pf);
     } else {
         if (!span(c, "matmul", q, M * (int64_t)pq.x_row))
             return;
-        p = pipe_f(c, mm_shader(w->type), 3, sizeof pq);
+        p = pipe_f(c, mm_shader(w->type), 4, sizeof pq);
     }
     /* More row groups than one dispatch takes, or more rows than one binding holds:
      * consecutive dispatches from row0, each binding its part of the weights. */
@@ -497,8 +713,10 @@ void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr
         pf.N = pq.N = (uint32_t)rp.r1; /* the shaders' row bound: no row past the binding */
         pf.w_base = pq.w_base = rp.base;
         b[0] = rp.bind;
+        if (expert < 0)
+            b[3] = rp.bind; /* within the binding limit, unlike the whole weights */
         vkr_cmd_dispatch(c, p, b, kind == KERN_ACT_F32 ? (const void *)&pf : (const void *)&pq,
-                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(M, MM_TOKENS), 1);
+                         vkr_groups(rp.r1 - r0, MM_ROWS), vkr_groups(max_rows, MM_TOKENS), 1);
     }
 }
 
@@ -551,8 +769,24 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
 /* ================================================================ KV cache */
 
 struct kv_pc {
-    uint32_t f16, D, Hkv, n_ctx, t0, n, pos_off;
+    uint32_t type, D, Hkv, n_ctx, t0, n, pos_off;
 };
+
+/* The shaders' code of a KV cache type (kv_store.comp, attn.glsl): 0 f32, 1 f16, 2 q8_0
+ * (whole blocks of 32 per head row, as kern_attn_check requires); -1: not one. */
+static int kv_code(uint32_t type, int64_t D)
+{
+    return type == QT_F32 ? 0 : type == QT_F16 ? 1 : type == QT_Q8_0 && D % QK8_0 == 0 ? 2 : -1;
+}
+
+/* The words of a cache of rows head rows of D elements of type (a valid kv_code). */
+static int64_t kv_words(uint32_t type, int64_t rows, int64_t D)
+{
+    uint64_t rb = 0;
+    if (!quant_row_size((enum quant_type)type, D, &rb))
+        return INT64_MAX;
+    return (rows * (int64_t)rb + 3) / 4;
+}
 
 void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
                   const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
@@ -560,20 +794,22 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 {
     if (n <= 0 || vkr_cmd_failed(c))
         return;
-    if (kv_type != QT_F32 && kv_type != QT_F16) {
-        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan kv_store: cache type %u (f32 or f16 only)",
-                     (unsigned)kv_type);
+    int code = kv_code(kv_type, D);
+    if (code < 0) {
+        vkr_cmd_fail(c, KN_E_UNSUPPORTED, "Vulkan kv_store: cache type %s with head dim %lld "
+                     "(f32, f16, or q8_0 with a multiple of 32)", quant_type_name(kv_type),
+                     (long long)D);
         return;
     }
     if (k_new.off || v_new.off) { /* the shader indexes rows from element 0 */
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan kv_store: new rows must start their buffers");
         return;
     }
-    size_t elt = kv_type == QT_F16 ? 2 : 4;
+    int64_t words = kv_words(kv_type, Hkv * n_ctx, D);
     if (!span(c, "kv_store", k_new, (t0 + n) * Hkv * D) ||
         !span(c, "kv_store", v_new, (t0 + n) * Hkv * D) ||
-        !span(c, "kv_store", vkk_at(k_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
-        !span(c, "kv_store", vkk_at(v_cache, 0), (Hkv * n_ctx * D * (int64_t)elt + 3) / 4) ||
+        !span(c, "kv_store", vkk_at(k_cache, 0), words) ||
+        !span(c, "kv_store", vkk_at(v_cache, 0), words) ||
         n > VKK_MAX_GROUPS || Hkv > VKK_MAX_GROUPS)
         return;
     for (int64_t t = t0; t < t0 + n; t++)
@@ -585,11 +821,131 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
     struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
     if (!pb.buf)
         return;
-    struct kv_pc pc = {kv_type == QT_F16, (uint32_t)D, (uint32_t)Hkv, (uint32_t)n_ctx,
+    struct kv_pc pc = {(uint32_t)code, (uint32_t)D, (uint32_t)Hkv, (uint32_t)n_ctx,
                        (uint32_t)t0, (uint32_t)n, 0};
     struct vkr_bind b[5] = {ro(k_new.buf), ro(v_new.buf), rw(k_cache), rw(v_cache), pb};
     vkr_cmd_dispatch(c, pipe(c, "kv_store", 5, sizeof pc), b, &pc,
                      vkr_groups((D + 1) / 2, 64), (uint32_t)Hkv, (uint32_t)n);
+}
+
+/* ================================================================ short convolution */
+
+struct conv_pc {
+    uint32_t op, E, L, t0, n, n_ctx;
+};
+
+void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct vkr_buf *rows,
+                   struct vkk_ref w, struct vkk_ref out, const int32_t *pos, int64_t t0, int64_t n,
+                   int64_t E, int64_t L, int64_t n_ctx)
+{
+    if (n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (bcx.off || out.off || w.off) { /* the shader indexes rows from element 0 */
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: rows must start their buffers");
+        return;
+    }
+    if (L < 1 || L > KERN_CONV_MAX_L) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: %lld taps (1..%d)", (long long)L,
+                     KERN_CONV_MAX_L);
+        return;
+    }
+    if (!span(c, "shortconv", bcx, (t0 + n) * 3 * E) || !span(c, "shortconv", w, E * L) ||
+        !span(c, "shortconv", out, (t0 + n) * E) ||
+        !span(c, "shortconv", vkk_at(rows, 0), n_ctx * E) || n > VKK_MAX_GROUPS)
+        return;
+    for (int64_t t = t0; t < t0 + n; t++)
+        if (pos[t] < 0 || pos[t] >= n_ctx) {
+            vkr_cmd_fail(c, KN_E_ARG, "Vulkan shortconv: token %lld at position %d is outside "
+                         "the cache (%lld slots)", (long long)t, (int)pos[t], (long long)n_ctx);
+            return;
+        }
+    struct vkr_bind pb = vkr_cmd_stage(c, pos, (size_t)(t0 + n) * sizeof *pos);
+    if (!pb.buf)
+        return;
+    struct conv_pc pc = {(uint32_t)op, (uint32_t)E, (uint32_t)L, (uint32_t)t0, (uint32_t)n,
+                         (uint32_t)n_ctx};
+    struct vkr_bind b[5] = {ro(bcx.buf), op == 0 ? rw(rows) : ro(rows), ro(w.buf),
+                            op == 1 ? rw(out.buf) : ro(out.buf), pb};
+    uint32_t gx = vkr_groups(E, 64);
+    vkr_cmd_dispatch(c, pipe_f(c, "conv", 5, sizeof pc), b, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)n, 1);
+}
+
+/* ================================================================ mixture of experts */
+
+struct moe_route_pc {
+    uint32_t T, n, k, sigmoid, has_bias, norm;
+    float scale;
+};
+struct moe_sum_pc {
+    uint32_t T, E, k;
+};
+
+void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_ref logits,
+                   struct vkk_ref bias, int64_t T, struct vkk_ref ids, struct vkk_ref w)
+{
+    if (T <= 0 || vkr_cmd_failed(c))
+        return;
+    if (g->n_expert < 1 || g->n_expert > KERN_MOE_MAX_EXPERTS || g->n_used < 1 ||
+        g->n_used > g->n_expert || g->n_used > KERN_MOE_MAX_USED) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_route: %d of %d experts (at most %d of %d)",
+                     (int)g->n_used, (int)g->n_expert, KERN_MOE_MAX_USED, KERN_MOE_MAX_EXPERTS);
+        return;
+    }
+    if (logits.off || ids.off || w.off || (bias.buf && bias.off)) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_route: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_route", logits, T * g->n_expert) || !span(c, "moe_route", ids, T * g->n_used) ||
+        !span(c, "moe_route", w, T * g->n_used) ||
+        (bias.buf && !span(c, "moe_route", bias, g->n_expert)) ||
+        vkr_groups(T, 64) > VKK_MAX_GROUPS)
+        return;
+    struct moe_route_pc pc = {(uint32_t)T, (uint32_t)g->n_expert, (uint32_t)g->n_used,
+                              g->gating == KERN_MOE_SIGMOID, bias.buf != NULL, g->norm, g->scale};
+    struct vkr_bind b[4] = {ro(logits.buf), ro(bias.buf ? bias.buf : logits.buf), rw(ids.buf),
+                            rw(w.buf)};
+    vkr_cmd_dispatch(c, pipe_f(c, "moe_route", 4, sizeof pc), b, &pc, vkr_groups(T, 64), 1, 1);
+}
+
+struct moe_group_pc {
+    uint32_t R, n_expert;
+};
+
+void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
+                   const struct vkr_buf *groups)
+{
+    if (R <= 0 || vkr_cmd_failed(c))
+        return;
+    if (ids.off) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_ffn", ids, R) ||
+        !span(c, "moe_ffn", vkk_at(groups, 0), n_expert + (int64_t)n_expert * R))
+        return;
+    struct moe_group_pc pc = {(uint32_t)R, (uint32_t)n_expert};
+    struct vkr_bind b[2] = {ro(ids.buf), rw(groups)};
+    vkr_cmd_dispatch(c, pipe(c, "moe_group", 2, sizeof pc), b, &pc, vkr_groups(n_expert, 64), 1, 1);
+}
+
+void vkk_moe_sum(struct vkr_cmd *c, struct vkk_ref yg, struct vkk_ref w, int64_t T, int64_t k,
+                 int64_t E, struct vkk_ref y)
+{
+    if (T <= 0 || vkr_cmd_failed(c))
+        return;
+    if (yg.off || w.off || y.off) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn: buffers must start at element 0");
+        return;
+    }
+    if (!span(c, "moe_ffn", yg, T * k * E) || !span(c, "moe_ffn", w, T * k) ||
+        !span(c, "moe_ffn", y, T * E) || T > VKK_MAX_GROUPS)
+        return;
+    struct moe_sum_pc pc = {(uint32_t)T, (uint32_t)E, (uint32_t)k};
+    struct vkr_bind b[3] = {ro(yg.buf), ro(w.buf), rw(y.buf)};
+    uint32_t gx = vkr_groups(E, 64);
+    vkr_cmd_dispatch(c, pipe(c, "moe_sum", 3, sizeof pc), b, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)T, 1);
 }
 
 /* ================================================================ attention */
@@ -626,8 +982,7 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     if (a->n_q <= 0 || vkr_cmd_failed(c))
         return;
     if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM || a->n_head_kv < 1 ||
-        a->n_head % a->n_head_kv != 0 || a->window < 0 ||
-        (a->kv_type != QT_F32 && a->kv_type != QT_F16)) {
+        a->n_head % a->n_head_kv != 0 || a->window < 0 || kv_code(a->kv_type, a->head_dim) < 0) {
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: unsupported shape (heads %d/%d, head dim "
                      "%d, window %d, cache type %u)", (int)a->n_head, (int)a->n_head_kv,
                      (int)a->head_dim, (int)a->window, (unsigned)a->kv_type);
@@ -641,18 +996,18 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
             return;
         }
     int64_t QD = (int64_t)a->n_head * a->head_dim;
-    int64_t kv_words = ((int64_t)a->n_ctx * a->n_head_kv * a->head_dim *
-                        (a->kv_type == QT_F16 ? 2 : 4) + 3) / 4;
+    int64_t words = kv_words(a->kv_type, (int64_t)a->n_ctx * a->n_head_kv, a->head_dim);
     if (!span(c, "attention", a->q, a->n_q * QD) || !span(c, "attention", a->out, a->n_q * QD) ||
-        !span(c, "attention", vkk_at(a->k, 0), kv_words) ||
-        !span(c, "attention", vkk_at(a->v, 0), kv_words) ||
+        !span(c, "attention", vkk_at(a->k, 0), words) ||
+        !span(c, "attention", vkk_at(a->v, 0), words) ||
         a->n_q > VKK_MAX_GROUPS || a->n_head > (int32_t)VKK_MAX_GROUPS)
         return;
     struct vkr_bind pb = vkr_cmd_stage(c, a->pos, (size_t)a->n_q * sizeof *a->pos);
     if (!pb.buf)
         return;
     struct attn_pc pc = {a->q.off, a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->n_head_kv,
-                         (uint32_t)a->head_dim, (uint32_t)a->n_ctx, a->kv_type == QT_F16,
+                         (uint32_t)a->head_dim, (uint32_t)a->n_ctx,
+                         (uint32_t)kv_code(a->kv_type, a->head_dim),
                          (uint32_t)a->window, a->scale, 0};
     if (!a->part) {
         struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};

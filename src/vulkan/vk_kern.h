@@ -14,6 +14,23 @@
 #include "../kernels/kernels.h"
 #include "vk_rt.h"
 
+#include <string.h>
+
+/* A float's bits and back (exact; for the probes' comparisons and crafted inputs). */
+static inline uint32_t vkk_u32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float vkk_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* A part of a buffer: buf from element off (floats, or words for packed data). */
 struct vkk_ref {
     const struct vkr_buf *buf;
@@ -38,10 +55,32 @@ enum vkk_fma { VKK_FMA_NATIVE = 0, VKK_FMA_F64 = 1 };
  * device cannot compute canonical-1). */
 KN_MUST_USE enum kn_status vkk_fma_probe(struct vkr *rt, enum vkk_fma *mode, struct kn_err *err);
 /* The mode the recording functions use on rt: set by vkk_fma_set, else probed once on
- * first use (a failed probe records the pass's error). vkk_fma_forget drops rt's entry
- * (call before vkr_close). */
+ * first use (a failed probe records the pass's error). vkk_fma_forget drops rt's modes
+ * (this one and the division mode below; call before vkr_close). */
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode);
 void vkk_fma_forget(struct vkr *rt);
+
+/* How the shaders divide and take square roots (kn_common.glsl kn_div, kn_sqrt): the
+ * driver's / and sqrt, or (soft_*) exact integer builds, correctly rounded on any device.
+ * vkk_divsqrt_probe runs the driver's on vkk_divsqrt_cases against the CPU's a / b and
+ * sqrtf: *mode has soft_div / soft_sqrt set for the one that differs (the counts in
+ * *bad_div, *bad_sqrt, either may be NULL), after checking the integer builds on the same
+ * cases; KN_E_MISMATCH when those differ too. The recording functions probe on first use
+ * unless vkk_divsqrt_set set the mode (vkk_fma_forget drops it too). */
+struct vkk_divsqrt {
+    bool soft_div, soft_sqrt;
+};
+KN_MUST_USE enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode,
+                                             int *bad_div, int *bad_sqrt, struct kn_err *err);
+void vkk_divsqrt_set(struct vkr *rt, struct vkk_divsqrt mode);
+/* Fills up to n pairs (a, b): quotients and (of a) roots within 2^-44 of a rounding tie
+ * at normal, subnormal and huge magnitudes, the special values, random pairs; returns
+ * how many. */
+int vkk_divsqrt_cases(float *a, float *b, int n);
+/* q[i] = a[i] / b[i] and r[i] = sqrt(a[i]) on rt with mode's builds (the probe's shader). */
+KN_MUST_USE enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode,
+                                           const float *a, const float *b, int n, float *q,
+                                           float *r, struct kn_err *err);
 
 /* Tensors larger than the device's largest storage binding (maxStorageBufferRange:
  * 128 MiB on lavapipe, less than Gemma 3's embedding) are bound in parts of whole rows,
@@ -51,7 +90,7 @@ void vkk_limit_bindings(uint64_t bytes);
 uint64_t vkk_binding_bytes(struct vkr *rt);
 
 /* The weight types vkk_matmul and vkk_embed read: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
- * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (a product also needs the CPU's
+ * q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 (a product also needs the CPU's
  * reference for the type: kern_type_supported). */
 bool vkk_matmul_type(enum quant_type t);
 bool vkk_rows_type(enum quant_type t);
@@ -80,6 +119,15 @@ void vkk_act_quant(struct vkr_cmd *c, enum kern_act_kind kind, struct vkk_ref x,
  * beforehand by vkk_act_quant with kern_act_kind_for(w->type). */
 void vkk_matmul(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
                 struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y, int64_t ldy);
+/* vkk_matmul over the rows of x and y that the grouping of M (token, rank) rows made by
+ * vkk_moe_group gives expert (>= 0): its count of rows, each row in order; the other rows
+ * of y are not written. One dispatch of ceil(max_rows / 4) row groups (max_rows: the
+ * most rows an expert can have, the batch's tokens), those past the count returning at
+ * once. */
+void vkk_matmul_expert(struct vkr_cmd *c, const struct kern_weight *w, const struct vkr_buf *wbuf,
+                       struct vkk_ref x, struct vkk_ref q, int64_t M, struct vkk_ref y,
+                       int64_t ldy, const struct vkr_buf *groups, int32_t n_expert,
+                       int32_t expert, int64_t max_rows);
 
 /* The elementwise ops of eltwise.comp. */
 enum vkk_elt {
@@ -94,11 +142,33 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
                  const int64_t *rows_idx, int64_t rows, int64_t n, float v);
 
 /* Stores rows t0..t0+n-1 of k_new, v_new (T, Hkv*D) at slots pos[t] of the head-major
- * caches (Hkv, n_ctx, D) of kv_type QT_F32 or QT_F16 (kern_kv_store). pos is the whole
+ * caches (Hkv, n_ctx, D) of kv_type QT_F32, QT_F16 or QT_Q8_0 (kern_kv_store). pos is the whole
  * batch's (host, at least t0 + n entries). */
 void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
                   const struct vkr_buf *k_cache, const struct vkr_buf *v_cache, uint32_t kv_type,
                   int64_t D, int64_t Hkv, int64_t n_ctx, const int32_t *pos, int64_t t0, int64_t n);
+
+/* lfm2's short convolution of tokens t0..t0+n-1 of bcx (T, 3E: B, C, x) over one run's
+ * rows (n_ctx, E) f32 (cpu_shortconv): op 0 stores B * x at slot pos[t] of rows, op 1
+ * writes out (T, E) row t = kern_shortconv of C over the slots pos[t]-L+1..pos[t] (those
+ * >= 0) with the taps w (E, L). Every run's op 0 goes before any op 1. pos is the whole
+ * batch's (host, at least t0 + n entries). */
+void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct vkr_buf *rows,
+                   struct vkk_ref w, struct vkk_ref out, const int32_t *pos, int64_t t0, int64_t n,
+                   int64_t E, int64_t L, int64_t n_ctx);
+
+/* ids (T, k) int32 and w (T, k) f32 = kern_moe_route of logits (T, n_expert) with the
+ * selection bias (n_expert; bias.buf NULL: none). */
+void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_ref logits,
+                   struct vkk_ref bias, int64_t T, struct vkk_ref ids, struct vkk_ref w);
+/* groups (n_expert + n_expert R int32) = the R rows of ids (int32 experts) grouped by
+ * expert in order (moe_group.comp): counts first, then each expert's list of R slots. */
+void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
+                   const struct vkr_buf *groups);
+/* y (T, E) row t = yg row t k times w[t k], then + yg row t k + r times w[t k + r] for
+ * r = 1 .. k-1 (cpu_moe_ffn's weighted sum in rank order). */
+void vkk_moe_sum(struct vkr_cmd *c, struct vkk_ref yg, struct vkk_ref w, int64_t T, int64_t k,
+                 int64_t E, struct vkk_ref y);
 
 /* Attention of queries q (n_q, H*D) at positions pos[0..n_q-1] (host) over one run's
  * caches, into out (n_q, H*D) (kern_attn). With part set (at least
@@ -108,7 +178,7 @@ void vkk_kv_store(struct vkr_cmd *c, struct vkk_ref k_new, struct vkk_ref v_new,
 struct vkk_attn {
     struct vkk_ref q, out;
     const struct vkr_buf *k, *v;   /* head-major (Hkv, n_ctx, D) */
-    uint32_t kv_type;              /* QT_F32 or QT_F16 */
+    uint32_t kv_type;              /* QT_F32, QT_F16 or QT_Q8_0 (D a multiple of 32) */
     const int32_t *pos;
     int64_t n_q, n_ctx;
     int32_t n_head, n_head_kv, head_dim, window;

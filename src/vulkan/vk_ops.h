@@ -34,8 +34,21 @@ struct vk_backend {
     int refs;                     /* vk_backend_open / vk_backend_close pairs */
 };
 
+/* The scratch slots of a stream (vk_stream_scratch), one per use: the quantized
+ * activations of a product (one slot per kind), the logits before they are read back,
+ * the tiles of a split attention, and the mixture-of-experts rows. */
+enum vk_slot {
+    VK_SLOT_ACT_Q8_32, VK_SLOT_ACT_Q8_K, VK_SLOT_LOGITS, VK_SLOT_ATTN_PART,
+    VK_SLOT_MOE_X, VK_SLOT_MOE_G, VK_SLOT_MOE_U, VK_SLOT_MOE_Y, VK_SLOT_MOE_GROUPS,
+    VK_SCRATCH_SLOTS
+};
+
+/* x (M, K) quantized for kind into its scratch slot, recorded in s's pass (vk_ops_core.c);
+ * NULL for KERN_ACT_F32 or on failure (recorded in the pass). */
+const struct vkr_buf *vk_act_prepare(struct kern_stream *s, enum kern_act_kind kind,
+                                     const struct vkr_buf *x, uint32_t off, int64_t M, int64_t K);
+
 /* A forward context: one command buffer per pass and the op's scratch buffers. */
-#define VK_SCRATCH_SLOTS 8
 struct vk_stream {
     struct kern_stream base;
     struct vk_backend *vb;

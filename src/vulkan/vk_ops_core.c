@@ -2,16 +2,12 @@
  * signature), made of the recording functions of vk_kern.h on the stream's pass. Every op
  * gives the CPU backend's bits (tests/unit/test_vk_ops.c runs kern_backend_check on it).
  *
- * Scratch (vk_stream_scratch): the quantized activations of a product, one slot per
- * activation kind, the logits before they are read back, and the tiles of a split
- * attention. */
+ * Scratch: the slots of vk_ops.h enum vk_slot. */
 #include "vk_ops_core.h"
 
 #include "vk_kern.h"
 
 #include <stdlib.h>
-
-enum { SLOT_ACT_Q8_32 = 0, SLOT_ACT_Q8_K = 1, SLOT_LOGITS = 2, SLOT_ATTN_PART = 3 };
 
 /* Attention runs its tiles in workgroups of their own (vkk_attn.part) when the batch
  * gives fewer (head, query) pairs than this and a query reads at least ATTN_SPLIT_TILES
@@ -63,18 +59,24 @@ void vk_op_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct kern_
     vkk_rmsnorm(vk_stream_cmd(s), at(y, 0), at(x, 0), at(w, 0), rows, n, eps);
 }
 
-/* x quantized for kind into its scratch slot (NULL for f32 or on failure). */
-static const struct vkr_buf *act_prepare(struct kern_stream *s, enum kern_act_kind kind,
-                                         const struct kern_buf *x, int64_t M, int64_t K)
+const struct vkr_buf *vk_act_prepare(struct kern_stream *s, enum kern_act_kind kind,
+                                     const struct vkr_buf *x, uint32_t off, int64_t M, int64_t K)
 {
     if (kind == KERN_ACT_F32)
         return NULL;
     size_t bytes = kern_act_bytes(kind, M, K);
-    struct vkr_buf *q = vk_stream_scratch(s, kind == KERN_ACT_Q8_K ? SLOT_ACT_Q8_K : SLOT_ACT_Q8_32,
-                                          bytes);
+    struct vkr_buf *q = vk_stream_scratch(s, kind == KERN_ACT_Q8_K ? VK_SLOT_ACT_Q8_K
+                                                                   : VK_SLOT_ACT_Q8_32, bytes);
     if (q)
-        vkk_act_quant(vk_stream_cmd(s), kind, at(x, 0), M, K, vkk_at(q, 0));
+        vkk_act_quant(vk_stream_cmd(s), kind, vkk_at(x, off), M, K, vkk_at(q, 0));
     return q;
+}
+
+/* x quantized for kind (vk_act_prepare of a whole kern_buf). */
+static const struct vkr_buf *act_prepare(struct kern_stream *s, enum kern_act_kind kind,
+                                         const struct kern_buf *x, int64_t M, int64_t K)
+{
+    return vk_act_prepare(s, kind, vk_buf(x), 0, M, K);
 }
 
 void vk_op_matmul(struct kern_stream *s, int n, const struct kern_buf *const *w,
@@ -154,12 +156,25 @@ void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
             .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
             .window = b->window, .scale = b->scale};
         if (run->n * b->n_head < ATTN_SPLIT_PAIRS && vkk_attention_tiles(&a) >= ATTN_SPLIT_TILES) {
-            a.part = vk_stream_scratch(s, SLOT_ATTN_PART, vkk_attention_part_bytes(&a));
+            a.part = vk_stream_scratch(s, VK_SLOT_ATTN_PART, vkk_attention_part_bytes(&a));
             if (!a.part)
                 return;
         }
         vkk_attention(c, &a);
     }
+}
+
+/* Every run's stores, then every run's convolutions (a token reads the rows of the tokens
+ * before it, stored in this pass or an earlier one). */
+void vk_op_shortconv(struct kern_stream *s, const struct kern_conv_batch *b)
+{
+    struct vkr_cmd *c = vk_stream_cmd(s);
+    for (int op = 0; op < 2; op++)
+        for (int64_t r = 0; r < b->n_runs; r++) {
+            const struct kern_kv_run *run = &b->runs[r];
+            vkk_shortconv(c, op, at(b->bcx, 0), vk_buf(run->k), at(b->w, 0), at(b->out, 0),
+                          b->pos, run->t0, run->n, b->n_embd, b->n_taps, run->n_ctx);
+        }
 }
 
 /* The product into the logits scratch, the bias on every row, and the read into host
@@ -182,7 +197,7 @@ void vk_op_logits(struct kern_stream *s, const struct kern_buf *w, const struct 
                      "largest storage binding", (long long)wt->N);
         return;
     }
-    struct vkr_buf *y = vk_stream_scratch(s, SLOT_LOGITS, (size_t)per * row);
+    struct vkr_buf *y = vk_stream_scratch(s, VK_SLOT_LOGITS, (size_t)per * row);
     if (!y)
         return;
     size_t q_row = kern_act_row_bytes(kind, wt->K) / 4;

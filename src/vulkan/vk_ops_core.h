@@ -26,6 +26,7 @@ void vk_op_gather(struct kern_stream *s, struct kern_buf *dst, const struct kern
                   const int64_t *rows, int64_t n_rows, int64_t n);
 void vk_op_kv_store(struct kern_stream *s, const struct kern_attn_batch *b);
 void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b);
+void vk_op_shortconv(struct kern_stream *s, const struct kern_conv_batch *b);
 void vk_op_logits(struct kern_stream *s, const struct kern_buf *w, const struct kern_buf *b,
                   const struct kern_buf *x, int64_t M, float *logits);
 

@@ -2,6 +2,7 @@
  * shader and host function exist, `ops-><op> = vk_op_<op>;`; an op left out stays NULL
  * and model_open refuses to put a layer that needs it on a Vulkan device. */
 #include "vk_ops_core.h"
+#include "vk_ops_moe.h"
 
 void vk_ops_fill(struct kern_backend_ops *ops)
 {
@@ -18,4 +19,7 @@ void vk_ops_fill(struct kern_backend_ops *ops)
     ops->kv_store = vk_op_kv_store;
     ops->attention = vk_op_attention;
     ops->logits = vk_op_logits;
+    ops->shortconv = vk_op_shortconv;
+    ops->moe_route = vk_op_moe_route;
+    ops->moe_ffn = vk_op_moe_ffn;
 }

@@ -1,6 +1,6 @@
 """model_ref.py: an independent float64 reference forward pass for the architectures
 Kinetic runs (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite,
-smollm3, olmo2), used as an oracle by the tests.
+smollm3, olmo2, gpt-oss), used as an oracle by the tests.
 
 It reads the GGUF with the `gguf` package (gguf-py, written by the llama.cpp project but
 independent of Kinetic), dequantizes every weight with gguf.quants, and computes the
@@ -41,7 +41,7 @@ class RefModel:
         self.arch = _field(r, "general.architecture")
         a = self.arch
         if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2",
-                     "phi3", "granite", "smollm3", "olmo2", "bert", "nomic-bert"):
+                     "phi3", "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -74,7 +74,7 @@ class RefModel:
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
         self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
-                          "olmo2", "nomic-bert")
+                          "olmo2", "gpt-oss", "nomic-bert")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -126,6 +126,15 @@ class RefModel:
         if a == "olmo2":
             self.n_swa = _field(r, f"{a}.attention.sliding_window", 0) or 0
             self.swa_layers = [self.n_swa > 0 and il % 4 < 3 for il in range(self.n_layer)]
+        # gpt-oss (llama.cpp's llm_build_openai_moe_iswa): even layers slide, odd ones see
+        # everything; a per-head sink logit joins each softmax's denominator; the router's
+        # k largest logits (with its bias) weighted by their softmax; experts with biases
+        # and the clamped SwiGLU; the file's post_attention_norm is the norm before the
+        # experts (there is no ffn_norm).
+        self.gptoss = a == "gpt-oss"
+        if self.gptoss:
+            self.n_swa = _field(r, f"{a}.attention.sliding_window")
+            self.swa_layers = [il % 2 == 0 for il in range(self.n_layer)]
         self._cache = {}
 
     # ------------------------------------------------------------ weights
@@ -212,8 +221,31 @@ class RefModel:
     def silu(x):
         return x / (1.0 + np.exp(-x))
 
+    @staticmethod
+    def swiglu_oai(g, u, alpha=1.702, limit=7.0):
+        x = np.minimum(g, limit)
+        y = np.clip(u, -limit, limit)
+        return x / (1.0 + np.exp(-alpha * x)) * (y + 1.0)
+
+    def moe_gptoss(self, p, h):
+        logits = self.mm(p + "ffn_gate_inp.weight", h)  # plus ffn_gate_inp.bias
+        gate, up, down = (self.w(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        gb, ub, db = (self.w(p + f"ffn_{n}_exps.bias") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        k = self.n_expert_used
+        for t in range(h.shape[0]):
+            chosen = sorted(range(self.n_expert), key=lambda e: (-logits[t][e], e))[:k]
+            z = np.exp(logits[t][chosen] - logits[t][chosen].max())
+            for e, wt in zip(chosen, z / z.sum()):
+                g = gate[e].astype(np.float64) @ h[t] + gb[e]
+                u = up[e].astype(np.float64) @ h[t] + ub[e]
+                out[t] += wt * (down[e].astype(np.float64) @ self.swiglu_oai(g, u) + db[e])
+        return out
+
     def moe(self, p, h):
         """h: (T, n_embd) normed inputs of MoE layer p -> (T, n_embd), token by token."""
+        if self.gptoss:
+            return self.moe_gptoss(p, h)
         logits = h @ self.w(p + "ffn_gate_inp.weight").astype(np.float64).T
         gate, up, down = (self.w(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
         out = np.zeros_like(h)
@@ -363,11 +395,17 @@ class RefModel:
                     s = np.array([q[t, hh] @ k[j, kh] for j in keys]) * kq_scale
                     if self.attn_softcap:
                         s = self.attn_softcap * np.tanh(s / self.attn_softcap)
-                    s = np.exp(s - s.max())
-                    s /= s.sum()
+                    if self.gptoss:  # the head's sink: in the denominator only
+                        sink = self.w(p + "attn_sinks.weight")[hh]
+                        mx = max(s.max(), sink)
+                        s = np.exp(s - mx)
+                        s /= s.sum() + math.exp(sink - mx)
+                    else:
+                        s = np.exp(s - s.max())
+                        s /= s.sum()
                     att[t, hh] = s @ v[keys, kh]
             o = self.mm(p + "attn_output.weight", att.reshape(T, H * DV))
-            if self.has(p + "post_attention_norm.weight"):
+            if self.has(p + "post_attention_norm.weight") and not self.gptoss:
                 o = self.rms_norm(o, self.w(p + "post_attention_norm.weight"))
             x = x + o * self.residual_scale
             x = self.ffn(p, x)
@@ -378,7 +416,8 @@ class RefModel:
         return self.rms_norm(x, self.w(norm))
 
     def ffn(self, p, x):
-        h = self.rms_norm(x, self.w(p + "ffn_norm.weight")) if self.has(p + "ffn_norm.weight") else x
+        norm = p + ("post_attention_norm.weight" if self.gptoss else "ffn_norm.weight")
+        h = self.rms_norm(x, self.w(norm)) if self.has(norm) else x
         if self.has(p + "ffn_gate_inp.weight"):
             return x + self.moe(p, h)
         if self.has(p + "ffn_gate.weight"):

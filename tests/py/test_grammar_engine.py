@@ -14,6 +14,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from srvutil import sanitizer_build
+
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 BUILD = Path(os.environ.get("KN_BUILD", "build"))
 TOOL = BUILD / "tests" / "grammar_engine_gen"
@@ -64,13 +66,6 @@ SCHEMAS = {
 }
 
 
-
-def sanitizer_build():
-    try:
-        with open(BUILD / "CMakeCache.txt") as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 # The plain build samples 2,700 outputs; the -O0 sanitizer build a fifth of them (the same

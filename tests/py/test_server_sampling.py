@@ -26,6 +26,9 @@ from srvutil import KINETIC, SHARED, Server, sanitizer_build
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 
 
+# Sanitizer builds: the ASan build is many times slower: its run keeps the checks but
+# fewer rounds.
+
 SANITIZE = sanitizer_build()
 PROMPT = "Once upon a time there was a little girl. The little girl"
 

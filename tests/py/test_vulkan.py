@@ -1,9 +1,12 @@
 """The Vulkan backend end to end through the kinetic binary (issue 18's acceptance list), on
 the first Vulkan device (Mesa's lavapipe in CI):
 - `kinetic devices` shows the device and its self-test; `--version` lists the backends;
-- `run --device vulkan` gives the CPU's tokens and logits bit for bit on aidreams260K and
-  on a tiny synth model of each architecture (f32 and f16 caches), wholly and with
-  --gpu-layers splitting the layers;
+- `run --device vulkan` gives the CPU's tokens and logits bit for bit on aidreams260K
+  (wholly and with --gpu-layers splitting the layers) and on a tiny synth model of every
+  architecture (f32, f16 and q8_0 caches; Q4_K_M, Q8_0 and MXFP4 weights), whose receipts
+  made on Vulkan verify identical on the CPU (and, for the architectures of the newer
+  shaders, CPU receipts on Vulkan; gemma2, whose soft-capped
+  attention has no shader yet, is refused on the device naming the op);
 - receipts made on Vulkan verify identical on the CPU and the other way round, and record
   the device class, name and --gpu-layers;
 - Warm Start (--prompt-cache) on Vulkan restores the device's cache and changes no token;
@@ -61,7 +64,7 @@ def vk():
 
 def test_version_and_devices_list_the_backends():
     v = kn("--version").stdout
-    assert re.search(r"^backends: cpu( vulkan)?$", v, re.M), v
+    assert re.search(r"^backends: cpu( vulkan)?( cuda)?$", v, re.M), v
     out = devices()
     assert out.startswith("cpu "), out
     assert "numerics canonical-1 (the reference)" in out
@@ -113,28 +116,58 @@ def test_run_matches_the_cpu_bit_for_bit(vk, tmp_path):
         assert got[1] == base[1], f"{name}: the logits differ from the CPU's"
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"])
+# Every architecture synth makes, each with a KV cache type of its own (f32, f16, q8_0 in
+# turn) and a weight mix; gemma2's soft-capped attention has no Vulkan shader yet.
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+         "granite", "smollm3", "olmo2"]
+NO_VULKAN_OP = {"gemma2": "attention_softcap"}
+# CPU receipts rerun on Vulkan for the architectures of the newer shaders (the rest, and
+# aidreams260K below, prove that direction for the common ops)
+VERIFY_ON_VULKAN = {"qwen3", "lfm2", "lfm2moe", "qwen3moe"}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_synth_models_match_the_cpu(vk, tmp_path, arch):
+    i = ARCHS.index(arch)
+    kv = ("f32", "f16", "q8_0")[i % 3]
+    ftype = ("q4_k_m", "q8_0", "mxfp4")[i % 3]
     model = tmp_path / f"{arch}.gguf"
-    kn("synth", "--arch", arch, "--preset", "tiny", "--type", "q4_k_m", "--vocab", AIDREAMS,
+    kn("synth", "--arch", arch, "--preset", "tiny", "--type", ftype, "--vocab", AIDREAMS,
        "--seed", 2, "-o", model)
     prompt = ["--prompt-ids", "1,400,300,290,450,260,270"]
-    probe = kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, check=False)
-    if arch == "qwen3moe" and "layer needs the moe_" in probe.stderr:
-        # the device lacks the expert ops: model_open refuses the layer, naming the op,
-        # and the same model runs with its layers on the CPU
+    r_vk, r_cpu = tmp_path / "vk.json", tmp_path / "cpu.json"
+    args = [*prompt, "--kv-type", kv, "--temp", 0.9]
+    if arch in NO_VULKAN_OP:
+        # model_open refuses the layer on the device, naming the op; the CPU runs it
+        probe = kn("run", model, *args, "-n", 1, "--device", vk, check=False)
         assert probe.returncode == 1
-        assert re.search(r"a mixture-of-experts layer needs the moe_(route|ffn) op, which "
-                         r"vulkan:0 lacks", probe.stderr), probe.stderr
-        kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, "--gpu-layers", 0)
+        assert f"needs the {NO_VULKAN_OP[arch]} op, which vulkan:0 lacks" in probe.stderr, \
+            probe.stderr
         return
-    assert probe.returncode == 0, probe.stderr
-    for kv in ("f32", "f16"):
-        cpu = run_ids(model, prompt, tmp_path, f"cpu-{kv}", "--kv-type", kv, "--temp", 0.9)
-        gpu = run_ids(model, prompt, tmp_path, f"vk-{kv}", "--kv-type", kv, "--temp", 0.9,
-                      "--device", vk)
-        assert gpu[0] == cpu[0], kv
-        assert gpu[1] == cpu[1], f"{arch} {kv}: the logits differ from the CPU's"
+    cpu = run_ids(model, args, tmp_path, "cpu", "--receipt", r_cpu)
+    gpu = run_ids(model, args, tmp_path, "vk", "--device", vk, "--receipt", r_vk)
+    assert gpu[0] == cpu[0], f"{arch} {ftype} {kv}: the tokens differ from the CPU's"
+    assert gpu[1] == cpu[1], f"{arch} {ftype} {kv}: the logits differ from the CPU's"
+    # receipts cross-verify: made on Vulkan, identical on the CPU, and the other way round
+    v = kn("verify-receipt", r_vk, "--device", "cpu")
+    assert re.search(r"^rerun: identical, \d+ of \d+ output tokens on cpu-", v.stdout, re.M), \
+        v.stdout
+    if arch in VERIFY_ON_VULKAN:  # (each Vulkan start runs the self-test: CI time)
+        v = kn("verify-receipt", r_cpu, "--device", "vulkan:0")
+        assert re.search(r"^rerun: identical, \d+ of \d+ output tokens on vulkan-", v.stdout,
+                         re.M), v.stdout
+
+
+def test_gptoss_refused_by_name(vk, tmp_path):
+    """The Vulkan backend has no attention_sinks / moe_ffn_oai yet: a gpt-oss layer is
+    refused on it, naming the op, and the model runs with its layers on the CPU."""
+    model = tmp_path / "gpt-oss.gguf"
+    kn("synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4_moe", "--seed", 2, "-o", model)
+    prompt = ["--prompt-ids", "1,400,300,290"]
+    probe = kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, check=False)
+    assert probe.returncode == 1
+    assert re.search(r"need the (attention_sinks|moe_ffn_oai) op, which vulkan:0 lacks", probe.stderr), probe.stderr
+    kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, "--gpu-layers", 0)
 
 
 def test_receipts_cross_verify(vk, tmp_path):

@@ -17,6 +17,7 @@ struct problem {
     bool head_major;  /* cache (Hkv, P + 16, D) instead of (P + 16, Hkv, D) */
     float scale;      /* 1/sqrt(D) unless a test sharpens it */
     float softcap;    /* 0: none (Gemma 2 caps scores) */
+    const float *sinks; /* NULL, or H sink logits (gpt-oss) */
     int64_t q_stride, kv_stride;
     float *q;         /* (P, H, D) at q_stride */
     void *k, *v;      /* (P + 16, Hkv, D) at kv_stride */
@@ -106,7 +107,7 @@ static void run(const struct kern_ops *ops, const struct problem *pr, const int3
         .v_head_stride = pr->head_major ? (int64_t)(pr->P + 16) * pr->D : 0,
         .kv_type = pr->kv_type, .n_kv = n_kv, .n_head = pr->H, .n_head_kv = pr->Hkv,
         .head_dim = pr->D, .scale = pr->scale, .softcap = pr->softcap, .window = pr->window,
-        .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
+        .sinks = pr->sinks, .out = out, .out_stride = (int64_t)pr->H * pr->D + 1,
     };
     struct kn_err err = {0};
     CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
@@ -127,11 +128,13 @@ static bool rows_equal(const float *a, const float *b, int64_t row, int64_t stri
 
 /* Invariance: prefill vs decode vs chunked (every split) vs verification, on one ISA. */
 static void check_invariance_capped(const struct kern_ops *ops, int P, int H, int Hkv, int D,
-                                    int window, uint32_t kv_type, bool every_split, float softcap)
+                                    int window, uint32_t kv_type, bool every_split, float softcap,
+                                    const float *sinks)
 {
     struct problem pr;
     problem_init(&pr, P, H, Hkv, D, window, kv_type);
     pr.softcap = softcap;
+    pr.sinks = sinks;
     int64_t orow = (int64_t)H * D, ostride = orow + 1;
     float *full = calloc((size_t)(P * ostride), sizeof(float));
     float *part = calloc((size_t)(P * ostride), sizeof(float));
@@ -182,18 +185,19 @@ static void check_invariance_capped(const struct kern_ops *ops, int P, int H, in
 static void check_invariance(const struct kern_ops *ops, int P, int H, int Hkv, int D, int window,
                              uint32_t kv_type, bool every_split)
 {
-    check_invariance_capped(ops, P, H, Hkv, D, window, kv_type, every_split, 0.0f);
+    check_invariance_capped(ops, P, H, Hkv, D, window, kv_type, every_split, 0.0f, NULL);
 }
 
 /* Float64 softmax attention of every query against the reference output; softcap > 0
  * caps the scores as cap * tanh(s / cap) (Gemma 2). */
 static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t kv_type,
-                              float sharpen, float softcap)
+                              float sharpen, float softcap, const float *sinks)
 {
     struct problem pr;
     problem_init(&pr, P, H, Hkv, D, window, kv_type);
     pr.scale *= sharpen;
     pr.softcap = softcap;
+    pr.sinks = sinks;
     int64_t ostride = (int64_t)H * D + 1;
     float *out = calloc((size_t)(P * ostride), sizeof(float));
     int32_t pos[200];
@@ -217,10 +221,14 @@ static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t
                     w[j] = softcap * tanh(w[j] / softcap);
                 m = fmax(m, w[j]);
             }
+            if (sinks) /* gpt-oss: the sink joins the denominator only */
+                m = fmax(m, sinks[h]);
             for (int j = lo; j <= p; j++) {
                 w[j] = exp(w[j] - m);
                 s += w[j];
             }
+            if (sinks)
+                s += exp(sinks[h] - m);
             for (int i = 0; i < D; i++) {
                 double o = 0;
                 for (int j = lo; j <= p; j++)
@@ -237,8 +245,13 @@ static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t
 
 static double accuracy(int P, int H, int Hkv, int D, int window, uint32_t kv_type, float sharpen)
 {
-    return accuracy_capped(P, H, Hkv, D, window, kv_type, sharpen, 0.0f);
+    return accuracy_capped(P, H, Hkv, D, window, kv_type, sharpen, 0.0f, NULL);
 }
+
+/* Sink logits for up to 16 heads: from far below the scores (no effect) to far above
+ * (the sink takes nearly all the weight), as gpt-oss's trained sinks range. */
+static const float g_sinks[16] = {-3.0f, 0.5f, 2.5f, -0.25f, 8.0f, 1.0f, -20.0f, 0.0f,
+                                  3.5f, -1.5f, 0.75f, 5.0f, -0.5f, 1.75f, 12.0f, -8.0f};
 
 static void test_isa_equality(void)
 {
@@ -254,7 +267,7 @@ static void test_isa_equality(void)
     };
     for (int l = 0; l < nl; l++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            for (int ti = 0; ti < 6; ti++) {
+            for (int ti = 0; ti < 9; ti++) {
                 const int *s = shapes[si];
                 const uint32_t types[3] = {QT_F32, QT_F16, QT_Q8_0};
                 uint32_t type = types[ti % 3];
@@ -263,7 +276,9 @@ static void test_isa_equality(void)
                 struct problem pr;
                 problem_init(&pr, s[0], s[1], s[2], s[3], s[4], type);
                 /* ti >= 3: soft-capped scores (Gemma 2), a cap the scores reach */
-                pr.softcap = ti >= 3 ? 1.5f : 0.0f;
+                pr.softcap = ti >= 3 && ti < 6 ? 1.5f : 0.0f;
+                /* ti >= 6: gpt-oss's sinks, some above the scores, some below */
+                pr.sinks = ti >= 6 ? g_sinks : NULL;
                 int64_t ostride = (int64_t)s[1] * s[3] + 1;
                 float *a = calloc((size_t)(s[0] * ostride), sizeof(float));
                 float *b = calloc((size_t)(s[0] * ostride), sizeof(float));
@@ -273,8 +288,9 @@ static void test_isa_equality(void)
                 run(ref, &pr, pos, s[0], s[0], a, -1);
                 run(lv[l], &pr, pos, s[0], s[0], b, -1);
                 CHECKF(rows_equal(a, b, (int64_t)s[1] * s[3], ostride, s[0]),
-                       "isa %d attention != reference: P=%d H=%d/%d D=%d window=%d type=%u softcap=%g",
-                       (int)lv[l]->isa, s[0], s[1], s[2], s[3], s[4], type, (double)pr.softcap);
+                       "isa %d attention != reference: P=%d H=%d/%d D=%d window=%d type=%u softcap=%g sinks=%d",
+                       (int)lv[l]->isa, s[0], s[1], s[2], s[3], s[4], type, (double)pr.softcap,
+                       pr.sinks != NULL);
                 free(a);
                 free(b);
                 problem_free(&pr);
@@ -335,6 +351,20 @@ static void test_known(void)
     a.window = 1; /* only the key at the query's own position */
     kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
     CHECK(out[0] == 5 && out[1] == 7);
+    /* a sink equal to the one score takes half the weight: V / 2 exactly, on every level */
+    float sink = 1.0f; /* q.k * scale = 2 * 0.5 */
+    a.sinks = &sink;
+    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    int nl = simd_levels(lv);
+    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
+    for (int l = 0; l < nl; l++) {
+        lv[l]->attn(&a, 0, 1);
+        CHECK(out[0] == 2.5f && out[1] == 3.5f);
+    }
+    struct kn_err err = {0};
+    CHECK(kern_attn_check(&a, &err) == KN_OK);
+    sink = NAN;
+    CHECK(kern_attn_check(&a, &err) == KN_E_ARG && strstr(err.msg, "sink of head 0"));
 }
 
 /* kern_attn_run on pools of 1 to 4 threads gives the single-call bits. */
@@ -397,7 +427,9 @@ int main(void)
         check_invariance(lv[l], 70, 2, 1, 64, 24, QT_F16, true);
         check_invariance(lv[l], 100, 2, 2, 128, 0, QT_F16, false);
         check_invariance(lv[l], 80, 2, 1, 256, 40, QT_F32, false);
-        check_invariance_capped(lv[l], 70, 4, 2, 64, 24, QT_F32, true, 1.5f);
+        check_invariance_capped(lv[l], 70, 4, 2, 64, 24, QT_F32, true, 1.5f, NULL);
+        check_invariance_capped(lv[l], 70, 4, 2, 64, 24, QT_F16, true, 0.0f, g_sinks);
+        check_invariance_capped(lv[l], 100, 8, 1, 64, 0, QT_Q8_0, false, 0.0f, g_sinks);
         check_invariance(lv[l], 70, 4, 2, 64, 24, QT_Q8_0, true);
         check_invariance(lv[l], 100, 2, 1, 128, 0, QT_Q8_0, false);
     }
@@ -417,9 +449,14 @@ int main(void)
     CHECKF(e4 < 2e-5, "sharp attention error %.3g", e4);
     /* soft-capped (Gemma 2's attn_logit_softcapping, scaled to these scores): sharpened
      * scores squashed into (-2, 2) by 2 tanh(s / 2) */
-    double e6 = accuracy_capped(100, 2, 1, 64, 20, QT_F32, 30.0f, 2.0f);
+    double e6 = accuracy_capped(100, 2, 1, 64, 20, QT_F32, 30.0f, 2.0f, NULL);
     printf("attention with soft-capped scores (cap 2, scale x30): max abs error %.3g\n", e6);
     CHECKF(e6 < 2e-6, "soft-capped attention error %.3g", e6);
+    /* gpt-oss: sinks in the denominator, on windowed (the real window) and full layers */
+    double e7 = accuracy_capped(150, 8, 2, 64, 128, QT_F32, 1.0f, 0.0f, g_sinks);
+    double e8 = accuracy_capped(100, 8, 1, 64, 0, QT_F32, 1.0f, 0.0f, g_sinks + 8);
+    printf("attention with sinks: max abs error %.3g (window 128), %.3g (full)\n", e7, e8);
+    CHECKF(e7 < 2e-6 && e8 < 2e-6, "attention with sinks error %.3g %.3g", e7, e8);
     printf("attention: max abs error against float64 %.3g (D=64), %.3g (D=128, window 30, "
            "f16 cache), %.3g (D=256); values in [-1, 1]\n", e1, e2, e3);
     CHECKF(e1 < 2e-6 && e2 < 2e-6 && e3 < 2e-6, "attention error %.3g %.3g %.3g", e1, e2, e3);

@@ -13,6 +13,8 @@
 #include "model/model.h"
 #include "synth/synth.h"
 
+#include "model_script.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +292,7 @@ static void ref_attention(struct kern_stream *s, const struct kern_attn_batch *b
             .kv_type = b->kv_type, .n_kv = run->n_kv, .n_head = b->n_head,
             .n_head_kv = b->n_head_kv, .head_dim = b->head_dim, .scale = b->scale,
             .softcap = b->softcap, .window = b->window, .out = D(b->out) + run->t0 * QD, .out_stride = QD,
+            .sinks = b->sinks ? D(b->sinks) : NULL,
         };
         struct kn_err err = {0};
         CHECKF(kern_attn_check(&a, &err) == KN_OK, "%s", err.msg);
@@ -373,11 +376,19 @@ static void ref_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, con
             int32_t ex = id[t * k + r];
             ref_product(f->gate[ex]->w, D(x) + t * E, 1, g);
             ref_product(f->up[ex]->w, D(x) + t * E, 1, u);
+            if (f->gate_b) /* gpt-oss's expert biases */
+                SC()->add(g, g, D(f->gate_b[ex]), F);
+            if (f->up_b)
+                SC()->add(u, u, D(f->up_b[ex]), F);
             if (f->act == KERN_GLU_GEGLU)
                 SC()->geglu(g, g, u, F);
+            else if (f->act == KERN_GLU_SWIGLU_OAI)
+                SC()->swiglu_oai(g, g, u, F);
             else
                 SC()->swiglu(g, g, u, F);
             ref_product(f->down[ex]->w, g, 1, e);
+            if (f->down_b)
+                SC()->add(e, e, D(f->down_b[ex]), E);
             SC()->scale(r == 0 ? yt : e, e, D(w)[t * k + r], E);
             if (r > 0)
                 SC()->add(yt, yt, e, E);
@@ -418,101 +429,13 @@ static const struct kern_backend_ops ref_ops = {
     .from_host = ref_from_host,
     .moe_route = ref_moe_route,
     .moe_ffn = ref_moe_ffn,
+    .attention_sinks = ref_attention,
+    .moe_ffn_oai = ref_moe_ffn,
 };
 
 static struct ref_backend g_ref = {.base = {.ops = &ref_ops, .name = "ref"}};
 
 /* ================================================================ the checks */
-
-struct runner {
-    struct model *m;
-    struct model_kv kv[2];
-    struct model_fwd *f;
-};
-
-static bool runner_open(struct runner *r, const char *path, int64_t dev_layers,
-                        enum model_kv_type kt, struct kern_pool *pool)
-{
-    struct kn_err err = {0};
-    memset(r, 0, sizeof *r);
-    struct model_load_opts lo = {.repack = true, .device = dev_layers ? &g_ref.base : NULL,
-                                 .device_layers = dev_layers};
-    CHECKF(model_open(&r->m, path, &lo, &err) == KN_OK, "%s", err.msg);
-    if (!r->m)
-        return false;
-    for (int i = 0; i < 2; i++)
-        CHECKF(model_kv_init(&r->kv[i], r->m, 64, kt, &err) == KN_OK, "%s", err.msg);
-    CHECKF(model_fwd_create(&r->f, r->m, 16, pool, &err) == KN_OK, "%s", err.msg);
-    return r->f != NULL;
-}
-
-static void runner_close(struct runner *r)
-{
-    model_fwd_free(r->f);
-    for (int i = 0; i < 2; i++)
-        model_kv_free(&r->kv[i]);
-    model_close(r->m);
-}
-
-/* The logits of a fixed script of calls, all written to out (steps * 16 * n_vocab):
- * a prompt in two chunks with every row out, rows out of order, a chunk with no output,
- * greedy decode, and two sequences in one model_forward_multi batch. */
-enum { STEPS = 12, ROWS = 16 };
-
-static int32_t argmax(const float *x, int64_t n)
-{
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = (int32_t)i;
-    return best;
-}
-
-static void run_script(struct runner *r, const int32_t *prompt, int n_prompt, float *out)
-{
-    struct kn_err err = {0};
-    const int64_t V = r->m->hp.n_vocab;
-    int32_t pos[ROWS];
-    int64_t rows[ROWS];
-    for (int i = 0; i < ROWS; i++)
-        pos[i] = i;
-    /* chunk 1: 5 tokens, every row in order */
-    for (int i = 0; i < ROWS; i++)
-        rows[i] = i;
-    CHECKF(model_forward(r->f, &r->kv[0], prompt, pos, 5, rows, 5, out, &err) == KN_OK, "%s", err.msg);
-    /* chunk 2: the rest, rows reversed (not compacted) */
-    int n2 = n_prompt - 5;
-    for (int i = 0; i < n2; i++)
-        rows[i] = n2 - 1 - i;
-    CHECKF(model_forward(r->f, &r->kv[0], prompt + 5, pos + 5, n2, rows, n2, out + 1 * ROWS * V, &err) == KN_OK,
-           "%s", err.msg);
-    /* the same prompt into cache 1 with no output, then its last row alone (compacted) */
-    CHECKF(model_forward(r->f, &r->kv[1], prompt, pos, n_prompt - 1, rows, 0, NULL, &err) == KN_OK, "%s",
-           err.msg);
-    int64_t last = 0;
-    CHECKF(model_forward(r->f, &r->kv[1], prompt + n_prompt - 1, pos + n_prompt - 1, 1, &last, 1,
-                         out + 2 * ROWS * V, &err) == KN_OK, "%s", err.msg);
-    /* greedy decode on cache 0, and a two-sequence batch (cache 1 gets two tokens) */
-    int32_t tok = argmax(out + 1 * ROWS * V, V), p = n_prompt, p1 = n_prompt;
-    for (int step = 3; step < STEPS; step++) {
-        if (step % 3 == 0) {
-            struct model_kv *kvs[3] = {&r->kv[0], &r->kv[1], &r->kv[1]};
-            int32_t toks[3] = {tok, (tok + 7) % (int32_t)V, (tok + 11) % (int32_t)V};
-            int32_t ps[3] = {p, p1, p1 + 1};
-            int64_t rs[2] = {2, 0};
-            CHECKF(model_forward_multi(r->f, kvs, toks, ps, 3, rs, 2, out + step * ROWS * V, &err) == KN_OK,
-                   "%s", err.msg);
-            tok = argmax(out + step * ROWS * V + V, V);
-            p++;
-            p1 += 2;
-        } else {
-            CHECKF(model_forward(r->f, &r->kv[0], &tok, &p, 1, &last, 1, out + step * ROWS * V, &err) == KN_OK,
-                   "%s", err.msg);
-            tok = argmax(out + step * ROWS * V, V);
-            p++;
-        }
-    }
-}
 
 /* Runs the script on the CPU, wholly on ref, and split (ref runs the first `split`
  * layers), and compares every logit's bits. */
@@ -521,7 +444,7 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
 {
     static const int32_t prompt[] = {1, 303, 433, 360, 281, 269, 435, 447, 300, 12};
     struct runner cpu, all, part;
-    if (!runner_open(&cpu, path, 0, kt, pool))
+    if (!runner_open(&cpu, path, &g_ref.base, 0, kt, pool))
         return;
     const int64_t V = cpu.m->hp.n_vocab, L = cpu.m->hp.n_layer;
     CHECK(cpu.m->layers[0].be == kern_backend_cpu() && cpu.m->dev == NULL);
@@ -532,7 +455,7 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
         pr[i] = prompt[i] % (int32_t)V;
     run_script(&cpu, pr, 10, a);
     int live0 = g_ref.live_bufs;
-    if (runner_open(&all, path, L + 3, kt, pool)) {
+    if (runner_open(&all, path, &g_ref.base, L + 3, kt, pool)) {
         CHECK(all.m->n_dev_layers == L && all.m->layers[L - 1].be == &g_ref.base);
         CHECK(all.kv[0].k[0] == NULL && all.kv[0].kb[0]->host == NULL); /* device-only cache */
         int passes = g_ref.passes;
@@ -543,7 +466,7 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
         CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "%s: ref backend logits differ from the CPU's", what);
         runner_close(&all);
     }
-    if (runner_open(&part, path, split, kt, pool)) {
+    if (runner_open(&part, path, &g_ref.base, split, kt, pool)) {
         CHECK(part.m->layers[split - 1].be == &g_ref.base && part.m->layers[split].be == kern_backend_cpu());
         CHECK(part.kv[0].k[split - 1] == NULL && part.kv[0].k[split] != NULL);
         run_script(&part, pr, 10, c);
@@ -581,6 +504,8 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_GRANITE, SYNTH_Q6_K, MODEL_KV_F32},
         {SYNTH_SMOLLM3, SYNTH_Q4_0, MODEL_KV_F16},
         {SYNTH_OLMO2, SYNTH_Q8_0, MODEL_KV_F32},
+        {SYNTH_GPTOSS, SYNTH_MXFP4_MOE, MODEL_KV_F16},
+        {SYNTH_GPTOSS, SYNTH_Q4_K_M, MODEL_KV_F32},
     };
     char path[] = "/tmp/kn_seam_XXXXXX";
     int fd = mkstemp(path);
@@ -643,6 +568,25 @@ static void test_synth(struct kern_pool *pool)
             CHECKF(strstr(err.msg, "needs the attention_softcap op, which nocap lacks; run layer 0 on the CPU") != NULL,
                    "%s", err.msg);
             CHECK_EQ_INT(nocap.live_bufs, 0);
+        }
+        if (arch == SYNTH_GPTOSS) {
+            /* A device without gpt-oss's sinks, or without its expert FFN: refused, named. */
+            for (int which = 0; which < 2; which++) {
+                struct kern_backend_ops ops = ref_ops;
+                if (which == 0)
+                    ops.attention_sinks = NULL;
+                else
+                    ops.moe_ffn_oai = NULL;
+                struct ref_backend dev = {.base = {.ops = &ops, .name = "nooai"}};
+                struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 1};
+                struct model *m = NULL;
+                CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
+                CHECKF(strstr(err.msg, which == 0 ? "need the attention_sinks op, which nooai lacks"
+                                                  : "need the moe_ffn_oai op, which nooai lacks") != NULL,
+                       "%s", err.msg);
+                CHECK_EQ_INT(dev.live_bufs, 0);
+                CHECKF(kern_backend_check(&dev.base, pool, &err) == KN_OK, "%s", err.msg);
+            }
         }
     }
     unlink(path);
@@ -803,6 +747,54 @@ static void test_check(struct kern_pool *pool)
     }
 }
 
+/* The op table (backend.h KERN_BACKEND_OPS) drives the predicates: with any one op taken
+ * out of a full table, a required one is named by kern_backend_missing_op, an optional one
+ * only by kern_backend_missing_optional (with what needs it) and its has_* predicate. */
+static void test_op_table(void)
+{
+    struct kern_backend *cpu = kern_backend_cpu();
+    CHECK(kern_backend_missing_op(cpu) == NULL);
+    char lack[256];
+    CHECK_EQ_INT(kern_backend_missing_optional(cpu, lack, sizeof lack), 0);
+    CHECK_STR(lack, "");
+    CHECK(kern_backend_has_moe(cpu) && kern_backend_has_shortconv(cpu) && kern_backend_has_softcap(cpu));
+    int n_opt = 0;
+    for (int i = 0; i < KERN_OP_COUNT; i++) {
+        const struct kern_op_desc *d = &kern_backend_op_table[i];
+        struct kern_backend_ops ops = *cpu->ops;
+        void (*none)(void) = NULL;
+        memcpy((char *)&ops + d->offset, &none, sizeof none);
+        struct kern_backend be = {.ops = &ops, .name = "holey"};
+        CHECKF(!kern_backend_has_op(&be, (enum kern_op)i), "%s", d->name);
+        for (int j = 0; j < KERN_OP_COUNT; j++)
+            CHECK(j == i || kern_backend_has_op(&be, (enum kern_op)j));
+        int n = kern_backend_missing_optional(&be, lack, sizeof lack);
+        if (d->optional) {
+            n_opt++;
+            CHECK(kern_backend_missing_op(&be) == NULL);
+            CHECK_EQ_INT(n, 1);
+            char want[256];
+            snprintf(want, sizeof want, "%s (%s)", d->name, d->needs);
+            CHECK_STR(lack, want);
+        } else {
+            CHECK(d->needs == NULL);
+            CHECK_STR(kern_backend_missing_op(&be), d->name);
+            CHECK_EQ_INT(n, 0);
+        }
+    }
+    CHECK(n_opt >= 4);
+    /* ops that the same layers need are listed together */
+    struct kern_backend_ops ops = *cpu->ops;
+    ops.moe_route = NULL;
+    ops.moe_ffn = NULL;
+    ops.attention_softcap = NULL;
+    struct kern_backend be = {.ops = &ops, .name = "holey"};
+    CHECK(!kern_backend_has_moe(&be) && !kern_backend_has_softcap(&be) && kern_backend_has_shortconv(&be));
+    CHECK_EQ_INT(kern_backend_missing_optional(&be, lack, sizeof lack), 3);
+    CHECK_STR(lack, "moe_route, moe_ffn (mixture-of-experts layers); attention_softcap "
+                    "(gemma2's soft-capped attention layers)");
+}
+
 int main(void)
 {
     char aidreams[1024];
@@ -810,6 +802,7 @@ int main(void)
     struct kn_err err = {0};
     struct kern_pool *pool = NULL;
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
+    test_op_table();
     test_errors(aidreams);
     test_check(pool);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);

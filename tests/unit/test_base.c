@@ -82,6 +82,45 @@ static void test_regular_only(void)
 }
 
 /* Every f16 converts to f32 and back unchanged; f32 -> f16 rounds to nearest even. */
+/* Temporary files go to $TMPDIR when it is set and not empty, else /tmp; a folder that
+ * cannot take one is named in the error. */
+static void test_temp_file(void)
+{
+    struct kn_err err = {0};
+    char dir[] = "/tmp/kn_test_tmpdir_XXXXXX", path[512];
+    CHECK(mkdtemp(dir) != NULL);
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TMPDIR", dir, 1);
+    int fd = kn_temp_file("kn-x-", path, sizeof path, &err);
+    CHECKF(fd >= 0, "%s", err.msg);
+    CHECK(strncmp(path, dir, strlen(dir)) == 0 && strstr(path, "/kn-x-") != NULL);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0);
+    close(fd);
+    unlink(path);
+    char gone[600];
+    snprintf(gone, sizeof gone, "%s/missing", dir);
+    setenv("TMPDIR", gone, 1);
+    CHECK(kn_temp_file("kn-x-", path, sizeof path, &err) == -1);
+    CHECK(err.status == KN_E_IO && strstr(err.msg, gone) != NULL && strstr(err.msg, "TMPDIR"));
+    char small[8];
+    CHECK(kn_temp_file("kn-x-", small, sizeof small, &err) == -1 && err.status == KN_E_LIMIT);
+    setenv("TMPDIR", "", 1);
+    fd = kn_temp_file("kn-x-", path, sizeof path, &err);
+    CHECK(fd >= 0 && strncmp(path, "/tmp/kn-x-", 10) == 0);
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    rmdir(dir);
+}
+
 static void test_half(void)
 {
     int bad = 0;
@@ -113,6 +152,7 @@ int main(void)
     test_sizes();
     test_files();
     test_regular_only();
+    test_temp_file();
     test_half();
     CHECK_DONE();
 }

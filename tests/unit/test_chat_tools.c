@@ -55,6 +55,19 @@ int main(void)
     /* functionary v3.2 and v3.1 */
     expect(CHAT_TOOLS_FUNCTIONARY, ">>>all\nSure.>>>f\n{\"x\": true}", 1, "f", "{\"x\":true}", "Sure.");
     expect(CHAT_TOOLS_FUNCTIONARY, "<function=g>{\"y\": null}</function>", 1, "g", "{\"y\":null}", NULL);
+    /* gpt-oss's harmony: the recipient in the channel part (as the model writes it) or in
+     * the role part (as the template renders history); the header is no content */
+    expect(CHAT_TOOLS_HARMONY, "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+           "<|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>", 1, "get_weather",
+           "{\"city\":\"Oslo\"}", NULL);
+    expect(CHAT_TOOLS_HARMONY, "Let me look.<|start|>assistant to=functions.f<|channel|>commentary json"
+           "<|message|>{}", 1, "f", "{}", "Let me look.");
+    expect(CHAT_TOOLS_HARMONY, "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{\"x\": [1]}"
+           "<|start|>assistant<|channel|>commentary to=functions.b <|constrain|>json<|message|>{}", 2, "a",
+           "{\"x\":[1]}", NULL);
+    expect(CHAT_TOOLS_HARMONY, "The weather is fine.", 0, NULL, NULL, "The weather is fine.");
+    expect(CHAT_TOOLS_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":", 0,
+           NULL, NULL, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":"); /* cut short */
 
     /* a stream holds back from the marker and from a tail that may become one */
     const char *t = "Hello <tool_call>\n{";
@@ -81,6 +94,11 @@ int main(void)
     CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_LLAMA3);
     cr.src = func;
     CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_FUNCTIONARY);
+    char harmony[] = "{{- \"<|start|>assistant to=\" }}{{- \"functions.\" + tool_call.name + \"<|channel|>commentary \" }}";
+    cr.src = harmony;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_HARMONY);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HARMONY, "Sure.<|start|>assistant", 23), 5);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HARMONY, "Sure.<|cha", 10), 5);
 
     /* the call schema: one alternative per tool, or the named one */
     const char *tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
@@ -104,5 +122,6 @@ int main(void)
     CHECK(chat_tool_call_frame(CHAT_TOOLS_MISTRAL, true, &fr) && strcmp(fr.sep, ",") == 0);
     CHECK(chat_tool_call_frame(CHAT_TOOLS_HERMES, false, &fr) && fr.sep == NULL);
     CHECK(!chat_tool_call_frame(CHAT_TOOLS_FUNCTIONARY, true, &fr));
+    CHECK(!chat_tool_call_frame(CHAT_TOOLS_HARMONY, false, &fr));
     CHECK_DONE();
 }

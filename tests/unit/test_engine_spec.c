@@ -373,7 +373,7 @@ static void test_cache_split_points(void)
     int64_t reused = -1;
     CHECK(engine_eval_prompt(&warm, pc, s, 40, &reused, &err) == KN_OK);
     CHECK_EQ_INT(reused, 0);
-    CHECK_EQ_INT(pcache_lookup(pc, s, 40), 40);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, s, 40), 40);
     int fails = 0;
     for (int k = 0; k <= 40; k++) {
         for (int tail = 0; tail < 2; tail++) {
@@ -434,9 +434,9 @@ static void test_cache_lru(void)
     CHECK_EQ_INT(pcache_restore(pc, &e, a, 20, 19), 19);
     engine_reset(&e);
     CHECK(engine_eval_prompt(&e, pc, c, 20, NULL, &err) == KN_OK);
-    CHECK_EQ_INT(pcache_lookup(pc, a, 20), 20);
-    CHECK_EQ_INT(pcache_lookup(pc, b, 20), 0);
-    CHECK_EQ_INT(pcache_lookup(pc, c, 20), 20);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, a, 20), 20);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, b, 20), 0);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, c, 20), 20);
     struct pcache_stats st = pcache_get_stats(pc);
     CHECK_EQ_INT(st.records, 2);
     CHECK_EQ_INT(st.evictions, 1);
@@ -455,7 +455,7 @@ static void test_cache_lru(void)
     engine_reset(&e);
     CHECK(engine_eval(&e, big, 60, &err) == KN_OK);
     CHECK(pcache_store(pc, &e, 60, &err) == KN_OK);
-    CHECK_EQ_INT(pcache_lookup(pc, big, 60), 50);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, big, 60), 50);
     st = pcache_get_stats(pc);
     CHECK_EQ_INT(st.records, 1);
     CHECK(st.bytes <= per_tok * 50);
@@ -837,6 +837,82 @@ static void test_slots_many(void)
 }
 
 /* Every test above on the model at path. */
+/* phi3's LongRoPE: a KV entry's bits depend on the factors (long or short), which the
+ * cache's context decides, so a record made under one choice never restores into an
+ * engine of the other, in memory or through the file; under the same choice it does.
+ * g_m is a phi3 model with rope.scaling.original_context_length 64: 128 positions run the
+ * long factors, 48 the short. */
+static void test_cache_longrope(void)
+{
+    struct kn_err err = {0};
+    CHECK(g_m->rope_long != NULL);
+    CHECK(model_rope_long(g_m, 128) && !model_rope_long(g_m, 48));
+    struct engine lng, shrt, cold;
+    if (!engine_open(&lng, 128, false, 0) || !engine_open(&shrt, 48, false, 0) ||
+        !engine_open(&cold, 48, false, 0))
+        return;
+    struct pcache *pc = NULL, *pc2 = NULL;
+    CHECK(pcache_create(&pc, g_m, MODEL_KV_F32, 16u << 20, &err) == KN_OK);
+    CHECK(pcache_create(&pc2, g_m, MODEL_KV_F32, 16u << 20, &err) == KN_OK);
+    if (!pc || !pc2)
+        return;
+    int32_t p[30];
+    p[0] = 1;
+    for (int i = 1; i < 30; i++)
+        p[i] = rnd_tok();
+    int64_t reused = -1;
+    CHECK(engine_eval_prompt(&lng, pc, p, 30, &reused, &err) == KN_OK);
+    CHECK_EQ_INT(pcache_lookup(pc, 128, p, 30), 30);
+    CHECK_EQ_INT(pcache_lookup(pc, 48, p, 30), 0);
+    /* The short engine finds nothing to reuse and computes what a cold one does, which is
+     * not what the long one computed (the choice matters for these entries). */
+    CHECK(engine_eval_prompt(&shrt, pc, p, 30, &reused, &err) == KN_OK);
+    CHECK_EQ_INT(reused, 0);
+    CHECK(engine_eval(&cold, p, 30, &err) == KN_OK);
+    CHECK(memcmp(shrt.logits, cold.logits, (size_t)V * sizeof(float)) == 0);
+    CHECK(memcmp(shrt.logits, lng.logits, (size_t)V * sizeof(float)) != 0);
+    CHECK_EQ_INT(pcache_get_stats(pc).records, 2); /* one record per choice */
+    /* Through the file: each record keeps its choice. */
+    char path[1024];
+    int fd = kn_temp_file("kn_test_pcache_rope_", path, sizeof path, &err);
+    CHECKF(fd >= 0, "%s", err.msg);
+    if (fd < 0)
+        return;
+    close(fd);
+    const char *hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    CHECK(pcache_save(pc, path, hex, &err) == KN_OK);
+    CHECK(pcache_load(pc2, path, hex, &err) == KN_OK);
+    unlink(path);
+    CHECK_EQ_INT(pcache_lookup(pc2, 48, p, 30), 30);
+    CHECK_EQ_INT(pcache_lookup(pc2, 128, p, 30), 30);
+    pcache_free(pc);
+    pc = NULL;
+    CHECK(pcache_create(&pc, g_m, MODEL_KV_F32, 16u << 20, &err) == KN_OK);
+    engine_reset(&lng);
+    CHECK(engine_eval_prompt(&lng, pc, p, 30, &reused, &err) == KN_OK); /* long only */
+    CHECK(pcache_save(pc, path, hex, &err) == KN_OK);
+    pcache_clear(pc2);
+    CHECK(pcache_load(pc2, path, hex, &err) == KN_OK);
+    unlink(path);
+    engine_reset(&shrt);
+    CHECK(engine_eval_prompt(&shrt, pc2, p, 30, &reused, &err) == KN_OK);
+    CHECK_EQ_INT(reused, 0);
+    CHECK(memcmp(shrt.logits, cold.logits, (size_t)V * sizeof(float)) == 0);
+    /* The same choice restores: a second long engine reuses 29 positions, bit for bit. */
+    struct engine lng2;
+    if (engine_open(&lng2, 128, false, 0)) {
+        CHECK(engine_eval_prompt(&lng2, pc2, p, 30, &reused, &err) == KN_OK);
+        CHECK_EQ_INT(reused, 29);
+        CHECK(memcmp(lng2.logits, lng.logits, (size_t)V * sizeof(float)) == 0);
+        engine_free(&lng2);
+    }
+    pcache_free(pc);
+    pcache_free(pc2);
+    engine_free(&lng);
+    engine_free(&shrt);
+    engine_free(&cold);
+}
+
 static bool run_all(const char *path)
 {
     struct kn_err err = {0};
@@ -864,6 +940,27 @@ static bool run_all(const char *path)
     return true;
 }
 
+/* Writes the tiny synth model of arch (rope_orig_ctx: phi3's LongRoPE original context, 0
+ * none) to a new temporary file, its name in path. */
+static bool write_tiny(enum synth_arch arch, enum synth_ftype ft, uint64_t seed,
+                       uint32_t rope_orig_ctx, char *path, size_t cap)
+{
+    struct kn_err err = {0};
+    int fd = kn_temp_file("kn_spec_", path, cap, &err);
+    CHECKF(fd >= 0, "%s", err.msg);
+    if (fd < 0)
+        return false;
+    close(fd);
+    struct synth_params p = {.arch = arch, .ftype = ft, .seed = seed, .threads = 1, .name = "spec"};
+    bool ok = synth_preset("tiny", &arch, &p.dims, &err) == KN_OK;
+    p.dims.rope_orig_ctx = rope_orig_ctx;
+    ok = ok && synth_write(&p, path, &err) == KN_OK;
+    CHECKF(ok, "%s", err.msg);
+    if (!ok)
+        unlink(path);
+    return ok;
+}
+
 int main(void)
 {
     char path[1024];
@@ -873,36 +970,54 @@ int main(void)
     /* A mixture of experts (qwen3moe): drafts verified and prompts restored in batches
      * whose tokens are grouped by expert. Its vocabulary has aidreams' size; its seed is
      * one whose random text repeats enough for the slots' drafts to be accepted (most do). */
-    char moe[] = "/tmp/kn_spec_moe_XXXXXX";
-    int fd = mkstemp(moe);
-    CHECK(fd >= 0);
-    close(fd);
-    struct kn_err err = {0};
-    struct synth_params p = {.arch = SYNTH_QWEN3MOE, .ftype = SYNTH_Q4_K_M, .seed = 4, .threads = 1,
-                             .name = "spec"};
-    enum synth_arch arch = SYNTH_QWEN3MOE;
-    CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-    CHECKF(synth_write(&p, moe, &err) == KN_OK, "%s", err.msg);
-    bool ok = run_all(moe);
-    unlink(moe);
+    if (!write_tiny(SYNTH_QWEN3MOE, SYNTH_Q4_K_M, 4, 0, path, sizeof path))
+        return 1;
+    bool ok = run_all(path);
+    unlink(path);
     if (!ok)
         return 1;
     /* lfm2 (tiny synth: conv, conv, attention, conv layers): its conv rows go through
      * drafting's rollback, the prompt cache and its file, Zero Wait and the slots. Random
      * weights rarely repeat themselves; seed 19 is one whose sampled text does often
      * enough for the draft checks above (the file is the same on every machine). */
-    char lfm2[] = "/tmp/kn_spec_lfm2_XXXXXX";
-    fd = mkstemp(lfm2);
-    CHECK(fd >= 0);
-    close(fd);
-    p = (struct synth_params){.arch = SYNTH_LFM2, .ftype = SYNTH_Q8_0, .seed = 19, .threads = 1,
-                              .name = "spec"};
-    arch = SYNTH_LFM2;
-    CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-    CHECKF(synth_write(&p, lfm2, &err) == KN_OK, "%s", err.msg);
-    ok = run_all(lfm2);
-    unlink(lfm2);
+    if (!write_tiny(SYNTH_LFM2, SYNTH_Q8_0, 19, 0, path, sizeof path))
+        return 1;
+    ok = run_all(path);
+    unlink(path);
     if (!ok)
         return 1;
+    /* gpt-oss (tiny synth, MXFP4 experts): attention sinks and windowed layers under
+     * drafting's rollback, the prompt cache and the slots. */
+    {
+        struct kn_err e = {0};
+        int fd = kn_temp_file("kn_spec_gptoss_", path, sizeof path, &e);
+        CHECKF(fd >= 0, "%s", e.msg);
+        if (fd < 0)
+            return 1;
+        close(fd);
+        struct synth_params p = {.arch = SYNTH_GPTOSS, .ftype = SYNTH_MXFP4_MOE, .seed = 4,
+                                 .threads = 1, .name = "spec"};
+        enum synth_arch arch = SYNTH_GPTOSS;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &e) == KN_OK);
+        p.dims.n_swa = 8; /* the window slides within the checks' sequences */
+        CHECKF(synth_write(&p, path, &e) == KN_OK, "%s", e.msg);
+        ok = run_all(path);
+        unlink(path);
+        if (!ok)
+            return 1;
+    }
+    /* phi3 with LongRoPE over an original context of 64 (the prompt cache's RoPE choice). */
+    if (!write_tiny(SYNTH_PHI3, SYNTH_Q8_0, 3, 64, path, sizeof path))
+        return 1;
+    struct kn_err err = {0};
+    ok = model_open(&g_m, path, NULL, &err) == KN_OK && kern_pool_create(1, &g_pool, &err) == KN_OK;
+    CHECKF(ok, "%s", err.msg);
+    unlink(path);
+    if (!ok)
+        return 1;
+    V = g_m->hp.n_vocab;
+    test_cache_longrope();
+    kern_pool_free(g_pool);
+    model_close(g_m);
     CHECK_DONE();
 }

@@ -220,12 +220,70 @@ static void test_init_errors(void)
     CHECK(kern_act_kind_for(QT_BF16) == KERN_ACT_F32);
 }
 
+/* kern_weight_repack (model_open's parallel repack) builds the copies kern_weight_init
+ * builds one at a time, bit for bit, at every thread count; shapes with partial row
+ * groups, and one weight large enough to span several shares. */
+static void test_parallel_repack(void)
+{
+    struct kn_err err;
+    enum { NW = 8 };
+    static const struct {
+        enum quant_type t;
+        int64_t N, K;
+    } shapes[NW] = {{QT_Q8_0, 2000, 1024}, {QT_Q4_K, 37, 768},  {QT_Q6_K, 70, 512},
+                    {QT_F16, 16, 64},      {QT_Q4_0, 3, 96},    {QT_IQ4_XS, 20, 256},
+                    {QT_Q5_K, 33, 256},    {QT_MXFP4, 17, 64}};
+    void *data[NW];
+    struct kern_weight ref[NW];
+    for (int i = 0; i < NW; i++) {
+        uint64_t rb = 0;
+        CHECK(quant_row_size(shapes[i].t, (uint64_t)shapes[i].K, &rb));
+        size_t bytes = (size_t)shapes[i].N * (size_t)rb;
+        data[i] = malloc(bytes);
+        tu_random_weights(shapes[i].t, shapes[i].N, shapes[i].K, data[i]);
+        CHECK(kern_weight_init(&ref[i], shapes[i].t, shapes[i].N, shapes[i].K, data[i], bytes,
+                               true, &err) == KN_OK);
+    }
+    for (int th = 1; th <= MAX_THREADS; th++) {
+        struct kern_weight w[NW], *ws[NW];
+        for (int i = 0; i < NW; i++) {
+            CHECK(kern_weight_init(&w[i], shapes[i].t, shapes[i].N, shapes[i].K, data[i],
+                                   (size_t)shapes[i].N * ref[i].row_bytes, false, &err) == KN_OK);
+            CHECK(w[i].packed == NULL);
+            ws[i] = &w[i];
+        }
+        /* One weight already packed keeps its copy (the call packs the others only). */
+        CHECK(kern_weight_repack(pools[th], ws + 2, 1, &err) == KN_OK);
+        void *before = w[2].packed;
+        CHECK(kern_weight_repack(pools[th], ws, NW, &err) == KN_OK);
+        CHECK(w[2].packed == before);
+        for (int i = 0; i < NW; i++) {
+            CHECKF(w[i].packed_bytes == ref[i].packed_bytes && (w[i].packed == NULL) == (ref[i].packed == NULL),
+                   "%s (%lld x %lld): packed %zu bytes, one at a time %zu", quant_type_name(shapes[i].t),
+                   (long long)shapes[i].N, (long long)shapes[i].K, w[i].packed_bytes, ref[i].packed_bytes);
+            if (w[i].packed && ref[i].packed && w[i].packed_bytes == ref[i].packed_bytes)
+                CHECKF(memcmp(w[i].packed, ref[i].packed, ref[i].packed_bytes) == 0,
+                       "%s (%lld x %lld) on %d threads: the parallel repack differs",
+                       quant_type_name(shapes[i].t), (long long)shapes[i].N,
+                       (long long)shapes[i].K, th);
+            kern_weight_free(&w[i]);
+        }
+    }
+    if (kern_isa_best() != KERN_ISA_SCALAR)
+        CHECK(ref[0].packed != NULL && ref[3].packed == NULL); /* q8_0 packs, f16 does not */
+    for (int i = 0; i < NW; i++) {
+        kern_weight_free(&ref[i]);
+        free(data[i]);
+    }
+}
+
 int main(void)
 {
     struct kn_err err;
     for (int th = 1; th <= MAX_THREADS; th++)
         CHECK(kern_pool_create(th, &pools[th], &err) == KN_OK);
     test_init_errors();
+    test_parallel_repack();
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum quant_type t = all_types[ti];
         uint32_t bs = quant_type_info(t)->block_size;

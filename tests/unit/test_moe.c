@@ -1,4 +1,4 @@
-/* test_moe.c: mixture-of-experts models (qwen3moe) on tiny synth files.
+/* test_moe.c: mixture-of-experts models (qwen3moe, gpt-oss) on tiny synth files.
  *   - loading: the experts' hyperparameters and routing rule, one weight per expert;
  *   - routing invariance, directly: a token's experts, weights and expert output bits are
  *     the same alone and inside a batch whose other tokens pick some of the same experts
@@ -21,13 +21,14 @@ enum { N_TOK = 40, BATCH_T = 24 };
 
 static int32_t toks[N_TOK];
 
-static void make_model(char *path, enum synth_ftype ftype)
+static void make_model(char *path, enum synth_arch arch, enum synth_ftype ftype)
 {
     struct kn_err err = {0};
-    struct synth_params p = {.arch = SYNTH_QWEN3MOE, .ftype = ftype, .seed = 11, .threads = 1,
+    struct synth_params p = {.arch = arch, .ftype = ftype, .seed = 11, .threads = 1,
                              .name = "moe-test"};
-    enum synth_arch arch = SYNTH_QWEN3MOE;
     CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+    if (arch == SYNTH_GPTOSS)
+        p.dims.n_swa = 8; /* the window slides within the test's 40 positions */
     CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
 }
 
@@ -50,6 +51,26 @@ static void test_hparams(struct model *m)
         CHECK((const uint8_t *)mo->exps[1].data ==
               (const uint8_t *)mo->exps[0].data + 256 * mo->exps[0].row_bytes);
         CHECK(m->layers[il].ffn_gate.data == NULL); /* no dense FFN */
+    }
+}
+
+/* gpt-oss: routing, biases and sinks as loaded. */
+static void test_hparams_gptoss(struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    CHECK(hp->arch == MODEL_ARCH_GPTOSS);
+    CHECK_STR(model_arch_name(hp->arch), "gpt-oss");
+    CHECK(hp->n_expert == 16 && hp->n_expert_used == 4 && hp->n_ff_exp == 256);
+    CHECK(hp->moe_gate.gating == KERN_MOE_SOFTMAX_WEIGHT && !hp->moe_gate.norm &&
+          hp->moe_gate.scale == 1.0f);
+    CHECK(hp->n_swa == 8 && hp->swa_layer[0] && !hp->swa_layer[1]);
+    CHECK(hp->rope_scaling == MODEL_ROPE_SCALING_YARN && hp->rope_freq_scale == 1.0f / 32.0f &&
+          hp->n_ctx_orig_yarn == 256 && hp->rope_mode == MODEL_ROPE_NEOX);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        CHECK(L->attn_sinks && L->bq && L->bk && L->bv && L->bo && L->ffn_norm && !L->post_attn_norm);
+        CHECK(L->moe && L->moe->router_b && L->moe->gate_b && L->moe->up_b && L->moe->down_b &&
+              L->moe->d_exp_b && L->moe->d_router_b);
     }
 }
 
@@ -105,6 +126,17 @@ static void test_route_rule(void)
     sg = (struct kern_moe_gate){.gating = KERN_MOE_SIGMOID, .n_expert = 3, .n_used = 2, .scale = 1.0f};
     kern_moe_route(&sg, nan_l, NULL, 1, id, w);
     CHECK(id[0] == 2 && id[1] == 1);
+    /* gpt-oss: the k largest logits (ties to the lower index), then the softmax of those
+     * k logits in rank order. */
+    const float ol[6] = {1.0f, 4.0f, -2.0f, 4.0f, 0.5f, 3.0f};
+    struct kern_moe_gate og = {.gating = KERN_MOE_SOFTMAX_WEIGHT, .n_expert = 6, .n_used = 3,
+                               .norm = false, .scale = 1.0f};
+    kern_moe_route(&og, ol, NULL, 1, id, w);
+    CHECK(id[0] == 1 && id[1] == 3 && id[2] == 5);
+    const float chosen[3] = {4.0f, 4.0f, 3.0f};
+    float sw[3];
+    kern_softmax(sw, chosen, 3);
+    CHECK(w[0] == sw[0] && w[1] == sw[1] && w[2] == sw[2] && w[0] == w[1] && w[0] > w[2]);
 }
 
 /* ---------------------------------------------------------------- routing invariance */
@@ -327,24 +359,33 @@ int main(void)
         toks[i] = i == 0 ? 1 : (int32_t)(3 + (s >> 33) % 509);
     }
     test_route_rule();
-    static const enum synth_ftype types[] = {SYNTH_Q4_K_M, SYNTH_F32};
+    /* gpt-oss last, as its files come: MXFP4 experts, Q8_0 elsewhere (its f32 formulas are
+     * test_model_ref.py's; one file keeps this test's time under qemu in CI) */
+    static const enum synth_ftype types[] = {SYNTH_Q4_K_M, SYNTH_F32, SYNTH_MXFP4_MOE};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const bool gptoss = i == 2;
         char path[] = "/tmp/kn_moe_XXXXXX";
         int fd = mkstemp(path);
         CHECK(fd >= 0);
         if (fd < 0)
             break;
         close(fd);
-        make_model(path, types[i]);
+        make_model(path, gptoss ? SYNTH_GPTOSS : SYNTH_QWEN3MOE, types[i]);
         struct kn_err err = {0};
         struct model *m = NULL;
         CHECKF(model_open(&m, path, NULL, &err) == KN_OK, "%s", err.msg);
         if (m) {
             struct kern_pool *pool = NULL;
             CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
-            test_hparams(m);
-            test_routing_alone_vs_batch(m, pool);
-            test_invariance(m, synth_ftype_name(types[i]));
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", gptoss ? "gpt-oss" : "qwen3moe", synth_ftype_name(types[i]));
+            if (gptoss) {
+                test_hparams_gptoss(m);
+            } else {
+                test_hparams(m);
+                test_routing_alone_vs_batch(m, pool);
+            }
+            test_invariance(m, what);
             kern_pool_free(pool);
             model_close(m);
         }

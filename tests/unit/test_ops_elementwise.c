@@ -76,6 +76,13 @@ static void test_isa_equality(void)
                 ref->geglu(ya, xa, xb, n);
                 o->geglu(yb, xa, xb, n);
                 CHECKF(same_bits(ya, yb, n), "%s geglu n=%lld", name, (long long)n);
+                /* gpt-oss: spans 30 and 120 cross both clamps (+-7) */
+                ref->swiglu_oai(ya, xa, xb, n);
+                o->swiglu_oai(yb, xa, xb, n);
+                CHECKF(same_bits(ya, yb, n), "%s swiglu_oai n=%lld", name, (long long)n);
+                memcpy(yc, xa, (size_t)n * sizeof(float));
+                o->swiglu_oai(yc, yc, xb, n);
+                CHECKF(same_bits(ya, yc, n), "%s swiglu_oai in place n=%lld", name, (long long)n);
                 /* softmax: finite logits, and logits with -inf (masked tokens) */
                 fill(xa, n, -span, span);
                 if (rep == 2)
@@ -154,6 +161,31 @@ static void test_rmsnorm(void)
     }
     printf("rmsnorm: max relative error %.3g against float64\n", worst);
     CHECKF(worst < 1e-6, "rmsnorm error %.3g", worst);
+}
+
+/* gpt-oss's clamped SwiGLU against float64 (min(g, 7) sigmoid(1.702 min(g, 7)) *
+ * (clamp(u, -7, 7) + 1), llama.cpp's ggml_swiglu_oai), and its clamps exactly. */
+static void test_swiglu_oai(void)
+{
+    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    int64_t n = 4000;
+    fill(xa, n, -12, 12);
+    fill(xb, n, -12, 12);
+    ref->swiglu_oai(ya, xa, xb, n);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = fmin((double)xa[i], 7.0), u = fmax(fmin((double)xb[i], 7.0), -7.0);
+        double t = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);
+        worst = fmax(worst, fabs(ya[i] - t) / fmax(fabs(t), 1e-3));
+    }
+    printf("swiglu_oai: max relative error %.3g against float64 (|x| <= 12)\n", worst);
+    CHECKF(worst < 2e-6, "swiglu_oai error %.3g", worst);
+    /* above the limit the gate is 7 and the up 7 or -7: the same value whatever the excess */
+    CHECK(kern_swiglu_oaif(9.0f, 100.0f) == kern_swiglu_oaif(7.0f, 7.0f));
+    CHECK(kern_swiglu_oaif(1e30f, -1e30f) == kern_swiglu_oaif(7.0f, -7.0f));
+    CHECK(kern_swiglu_oaif(7.0f, -7.0f) < 0.0f && kern_swiglu_oaif(2.0f, -1.0f) == 0.0f);
+    /* the gate is not clamped below: -20 gives about -20 sigmoid(-34), near 0 */
+    CHECK(fabsf(kern_swiglu_oaif(-20.0f, 3.0f)) < 1e-12f);
 }
 
 /* LayerNorm (BERT): the same bits at every ISA level (its sums are the scalar lanes and
@@ -319,6 +351,7 @@ int main(void)
 {
     test_isa_equality();
     test_rmsnorm();
+    test_swiglu_oai();
     test_layernorm();
     test_softmax_accuracy();
     test_dispatch();

@@ -618,6 +618,27 @@ static void test_think(void)
     CHECK_STR(c, "a <this> b");
     CHECK_STR(r, "");
     CHECK(text_think_init(&t, "", "</think>", false, &err) == KN_E_ARG);
+    /* gpt-oss's harmony format (<|end|> and <|return|> are not printed): the analysis
+     * channel is reasoning, final is content, headers go to neither, pieces cut anywhere */
+    CHECK(text_think_init(&t, TEXT_HARMONY_OPEN, TEXT_HARMONY_CLOSE, false, &err) == KN_OK);
+    const char *h1[] = {"<|chan", "nel|>analysis<|mess", "age|>Think <b>.", "<|start|>assis",
+                        "tant<|channel|>final<|message|>The <|answer", " is 4."};
+    think_run(&t, h1, 6, c, r);
+    CHECK_STR(r, "Think <b>.");
+    CHECK_STR(c, "The <|answer is 4.");
+    /* a tool call after the analysis: its header stays in the content for the parser */
+    CHECK(text_think_init(&t, TEXT_HARMONY_OPEN, TEXT_HARMONY_CLOSE, false, &err) == KN_OK);
+    const char *h2[] = {"<|channel|>analysis<|message|>Need weather.<|start|>assistant<|channel|>commentary",
+                        " to=functions.get <|constrain|>json<|message|>{\"c\": 1}"};
+    think_run(&t, h2, 2, c, r);
+    CHECK_STR(r, "Need weather.");
+    CHECK_STR(c, "<|start|>assistant<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"c\": 1}");
+    /* no analysis at all: a final answer straight away; an unfinished header is content */
+    CHECK(text_think_init(&t, TEXT_HARMONY_OPEN, TEXT_HARMONY_CLOSE, false, &err) == KN_OK);
+    const char *h3[] = {"<|channel|>final<|message|>Hi", "<|start|>assist"};
+    think_run(&t, h3, 2, c, r);
+    CHECK_STR(c, "Hi<|start|>assist");
+    CHECK_STR(r, "");
 }
 
 static void test_json(void)

@@ -1,7 +1,7 @@
 /* test_server_multiseq.c: model_forward_multi, the forward pass Convoy runs over several
  * sequences at once, gives every token the bits model_forward gives it alone: three
  * sequences fed one by one, then mixed in batches of decode tokens and prompt chunks, leave
- * the same logits bit for bit. Runs on aidreams260K, on tiny qwen3moe (the batch's tokens
+ * the same logits bit for bit. Runs on aidreams260K, on tiny qwen3moe and gpt-oss (the batch's tokens
  * grouped by expert) and lfm2 (conv layers: one conv state per sequence) synth models and,
  * when present, Gemma 3 270M (sliding-window layers). */
 #include "check.h"
@@ -128,8 +128,11 @@ int main(void)
         CHECK(fd >= 0);
         close(fd);
         struct kn_err err = {0};
-        for (int a = 0; a < 2; a++) { /* lfm2, then lfm2moe (its MoE layers too) */
-            struct synth_params p = {.arch = a ? SYNTH_LFM2MOE : SYNTH_LFM2, .ftype = SYNTH_Q4_K_M,
+        /* lfm2, then lfm2moe (its MoE layers too), then gpt-oss (sinks, windowed layers,
+         * MXFP4 experts with biases) */
+        static const enum synth_arch more[3] = {SYNTH_LFM2, SYNTH_LFM2MOE, SYNTH_GPTOSS};
+        for (int a = 0; a < 3; a++) {
+            struct synth_params p = {.arch = more[a], .ftype = a == 2 ? SYNTH_MXFP4_MOE : SYNTH_Q4_K_M,
                                      .seed = 2, .threads = 1, .name = "multiseq"};
             enum synth_arch arch = p.arch;
             CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);

@@ -169,22 +169,25 @@ static void test_generate(void)
     session_prompt_free(&p);
     session_close(&s);
 
-    /* verify-receipt's way: the model first (SESSION_MODEL), then the engine with the
-     * settings to rerun: the same tokens. */
+    /* verify-receipt's way: the model first (SESSION_MODEL), with the settings to rerun
+     * in the same options, then the engine from them: the same tokens. Settings out of
+     * range are refused when the engine starts (SESSION_MODEL does not check them). */
     session_opts_default(&o);
     o.level = SESSION_MODEL;
+    o.sp.seed = 42;
+    o.sp.n_predict = 24;
+    o.sp.top_p = 2;
+    o.no_draft = true;
     CHECKF(open_aid(&s, &o, &err), "%s", err.msg);
     if (!s.m)
         return;
     CHECK(!s.engine_ok);
-    struct session_opts eo;
-    session_opts_default(&eo);
-    eo.sp.seed = 42;
-    eo.sp.n_predict = 24;
-    eo.no_draft = true;
-    CHECKF(session_start_engine(&s, &eo, &err) == KN_OK, "%s", err.msg);
+    CHECK(session_start_engine(&s, &err) == KN_E_ARG);
+    CHECK(strstr(err.msg, "top_p") != NULL);
+    s.o.sp.top_p = o.sp.top_p = 0.95f;
+    CHECKF(session_start_engine(&s, &err) == KN_OK, "%s", err.msg);
     CHECK(s.engine_ok && !s.e.draft);
-    CHECK(session_start_engine(&s, &eo, &err) == KN_E_INTERNAL); /* once */
+    CHECK(session_start_engine(&s, &err) == KN_E_INTERNAL); /* once */
     struct session_input in2 = {.msgs = &m, .n_msgs = 1};
     CHECKF(session_prompt(&s, &in2, true, &p, &err) == KN_OK, "%s", err.msg);
     CHECK(session_generate(&s, &s.o.sp, p.ids, p.n, NULL, NULL, &g, &err) == KN_OK);

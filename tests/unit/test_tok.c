@@ -421,6 +421,48 @@ static void test_bpe_merge_order(void)
     }
 }
 
+/* gpt-oss's o200k_harmony vocabulary (pre-tokenizer gpt-4o): the header tokens are
+ * printed, <|return|> and <|call|> end generation and <|end|> does not (llama.cpp). */
+static void test_harmony(void)
+{
+    static const char *const texts[] = {"a", "b", "<|start|>", "<|channel|>", "<|message|>",
+                                        "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"};
+    static const int32_t types[] = {1, 1, 3, 3, 3, 3, 3, 3, 3};
+    struct kn_err err = {0};
+    enum kn_status st;
+    struct gguf_writer *w = vocab_writer("gpt2", texts, 9, NULL, types);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-4o");
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 6);
+    set_merges(w, NULL, 0);
+    struct tok *t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (!t)
+        return;
+    CHECK_STR(tok_pre_name(t), "gpt-4o");
+    CHECK(tok_is_eog(t, 6) && tok_is_eog(t, 7) && !tok_is_eog(t, 5));
+    for (int32_t id = 2; id <= 8; id++) {
+        size_t pl;
+        const char *p = tok_piece(t, id, false, &pl);
+        bool shown = id == 2 || id == 3 || id == 4 || id == 8;
+        CHECKF(shown ? pl == strlen(texts[id]) && memcmp(p, texts[id], pl) == 0 : pl == 0,
+               "token %s printed as %zu bytes", texts[id], pl);
+    }
+    tok_free(t);
+    /* without <|return|> and <|call|> (not harmony) <|end|> ends generation as before */
+    w = vocab_writer("gpt2", texts, 6, NULL, types);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-4o");
+    set_merges(w, NULL, 0);
+    t = load_writer(w, &st, &err);
+    CHECKF(st == KN_OK, "%s", err.msg);
+    if (t) {
+        size_t pl;
+        CHECK(tok_is_eog(t, 5));
+        tok_piece(t, 3, false, &pl);
+        CHECK(pl == 0);
+        tok_free(t);
+    }
+}
+
 static void expect_error(struct gguf_writer *w, enum kn_status want, const char *needle)
 {
     struct kn_err err = {0};
@@ -621,6 +663,7 @@ int main(void)
     test_gpt2();
     test_spm_merge_order();
     test_bpe_merge_order();
+    test_harmony();
     test_bad_files();
     test_odd_vocabularies();
     test_duplicate_texts();

@@ -94,7 +94,8 @@ static void random_weights(enum quant_type t, int64_t N, int64_t K, void *buf)
  * (kern_type_supported), the rows those it dequantizes. */
 static const enum quant_type all_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0,  QT_Q4_0,
                                             QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,  QT_Q5_K,
-                                            QT_Q6_K, QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS};
+                                            QT_Q6_K, QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS,
+                                            QT_MXFP4};
 #define MAX_M 17
 
 /* x: (MAX_M, K) rows of different magnitudes, one all zero, one with a spike, a NaN-free
@@ -576,6 +577,97 @@ static void test_denormals(void)
     vkr_buf_free(rt, b);
 }
 
+/* ---------------------------------------------------------------- division and sqrt */
+
+/* The integer builds of kn_div and kn_sqrt (kn_common.glsl, used where the driver's are not
+ * correctly rounded) give the CPU's a / b and sqrtf on the probe's hard cases (quotients
+ * and roots within 2^-44 of a rounding tie, subnormal and overflowing results, the special
+ * values) and on random bit patterns over the whole range; the probe's verdict on the
+ * driver's own agrees with a count of its mismatches. */
+static int ds_bad(const float *got, const float *want, int n, const char *what,
+                  const float *a, const float *b)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t g, w;
+        memcpy(&g, &got[i], 4);
+        memcpy(&w, &want[i], 4);
+        if (g == w || (isnan(got[i]) && isnan(want[i])))
+            continue;
+        if (bad++ < 4)
+            fprintf(stderr, "%s(%a, %a): %a, the CPU %a\n", what, (double)a[i],
+                    b ? (double)b[i] : 0.0, (double)got[i], (double)want[i]);
+    }
+    return bad;
+}
+
+/* Whether x (a double of a quotient or root of floats, within 2^-53 of it) is within
+ * 2^-44 x of a tie between two floats: a hard case of the rounding. */
+static bool near_tie(double x)
+{
+    if (!(fabs(x) >= 0x1p-126 && fabs(x) <= 0x1p127))
+        return false;
+    float c = (float)x;
+    double up = (double)nextafterf(c, INFINITY), dn = (double)nextafterf(c, -INFINITY);
+    double d = fmin(fabs(x - ((double)c + up) / 2), fabs(x - ((double)c + dn) / 2));
+    return d < ldexp(fabs(x), -44);
+}
+
+static void test_divsqrt(void)
+{
+    enum { N = 2048, R = 1 << 15 };
+    struct kn_err err = {0};
+    float *a = malloc(R * sizeof(float)), *b = malloc(R * sizeof(float));
+    float *q = malloc(R * sizeof(float)), *r = malloc(R * sizeof(float));
+    float *wq = malloc(R * sizeof(float)), *wr = malloc(R * sizeof(float));
+    int n = vkk_divsqrt_cases(a, b, N);
+    CHECK_EQ_INT(n, N);
+    int hard_q = 0, hard_r = 0;
+    for (int i = 0; i < n; i++) {
+        hard_q += near_tie((double)a[i] / (double)b[i]);
+        hard_r += a[i] > 0 && near_tie(sqrt((double)a[i]));
+    }
+    printf("division and sqrt: %d quotients and %d roots of %d cases within 2^-44 of a tie\n",
+           hard_q, hard_r, n);
+    CHECK(hard_q >= N / 8 && hard_r >= N / 8);
+    const struct vkk_divsqrt soft = {true, true}, drv = {false, false};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* random bit patterns: every exponent, subnormals, signs */
+            n = R;
+            for (int i = 0; i < n; i++) {
+                uint32_t u = (uint32_t)tu_next() & 0xff7fffffu, v = (uint32_t)tu_next() & 0xff7fffffu;
+                memcpy(&a[i], &u, 4);
+                memcpy(&b[i], &v, 4);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            wq[i] = a[i] / b[i], wr[i] = sqrtf(a[i]);
+        CHECKF(vkk_divsqrt_run(rt, soft, a, b, n, q, r, &err) == KN_OK, "%s", err.msg);
+        CHECK_EQ_INT(ds_bad(q, wq, n, "integer division", a, b), 0);
+        CHECK_EQ_INT(ds_bad(r, wr, n, "integer sqrt", a, NULL), 0);
+        if (pass == 0) { /* the driver's, and the probe's verdict on them */
+            CHECKF(vkk_divsqrt_run(rt, drv, a, b, n, q, r, &err) == KN_OK, "%s", err.msg);
+            int bd = ds_bad(q, wq, n, "driver division", a, b);
+            int bs = ds_bad(r, wr, n, "driver sqrt", a, NULL);
+            struct vkk_divsqrt mode;
+            int pd = -1, ps = -1;
+            CHECKF(vkk_divsqrt_probe(rt, &mode, &pd, &ps, &err) == KN_OK, "%s", err.msg);
+            CHECK_EQ_INT(pd, bd);
+            CHECK_EQ_INT(ps, bs);
+            CHECK(mode.soft_div == (bd > 0) && mode.soft_sqrt == (bs > 0));
+            printf("division and sqrt: the driver's differ on %d and %d of %d hard cases: %s\n",
+                   bd, bs, n, mode.soft_div || mode.soft_sqrt ? "the integer builds are used"
+                                                               : "the driver's are used");
+        }
+    }
+    free(a);
+    free(b);
+    free(q);
+    free(r);
+    free(wq);
+    free(wr);
+}
+
 int main(void)
 {
     struct kn_err err = {0};
@@ -595,6 +687,7 @@ int main(void)
     printf("fma: %s\n", mode == VKK_FMA_NATIVE ? "the driver's (fused)"
                                                 : "exact in double (the driver's is not fused)");
     test_denormals();
+    test_divsqrt();
     test_eltwise();
     test_rmsnorm();
     test_rope();

@@ -9,7 +9,7 @@
  *   m' = max(m, m_t), a = exp(m - m'), b = exp(m_t - m'),
  *   l = kn_fma(l_t, b, l * a), o[d] = kn_fma(o_t[d], b, o[d] * a)
  * and out[d] = o[d] / l. The caches are head-major (Hkv, n_ctx, D), f32 or f16 (widened
- * exactly). Grid: (H, n_q).
+ * exactly) or q8_0 (f16 = 2). Grid: (H, n_q).
  *
  * Built with KN_ATTN_PART (attn_part.comp) a workgroup computes one tile only, (head,
  * query, tile z of the query's tiles), and writes its (m_t, l_t, o_t) to the part buffer;
@@ -30,7 +30,7 @@ layout(std430, set = 0, binding = 5) writeonly buffer Part { float part_out[]; }
 layout(push_constant) uniform P {
     uint q_off, out_off, pos_off;  /* the run's first query row, output row, position */
     uint H, Hkv, D, n_ctx;
-    uint f16;
+    uint f16;      /* the cache type: 0 f32, 1 f16, 2 q8_0 */
     uint window;
     float scale;
     uint n_tiles;  /* KN_ATTN_PART: tiles per (query, head) in the part buffer */
@@ -47,9 +47,24 @@ shared float part[TILE][16];
 shared float s_sh[TILE], e_sh[TILE];
 shared float mt_sh, lt_sh, sa_sh, sb_sh, l_sh;
 
+uint kv_word(bool is_k, uint i)
+{
+    return is_k ? kc[i] : vc[i];
+}
+
+/* Element e of a cache: f32, f16 (widened exactly) or q8_0 (kern_kv_q8_0_row: the int8
+ * times the block's f16 scale, one exact product; blocks of 34 bytes, the scale at an
+ * even byte). */
 float kv(bool is_k, uint e)
 {
-    uint w = is_k ? kc[pc.f16 != 0u ? e >> 1 : e] : vc[pc.f16 != 0u ? e >> 1 : e];
+    if (pc.f16 == 2u) {
+        uint b0 = (e >> 5) * 34u, qa = b0 + 2u + (e & 31u);
+        uint dw = kv_word(is_k, b0 >> 2) >> ((b0 & 2u) * 8u);
+        int q = bitfieldExtract(int(kv_word(is_k, qa >> 2)), int((qa & 3u) * 8u), 8);
+        precise float x = float(q) * kn_f16(dw & 0xffffu);
+        return x;
+    }
+    uint w = kv_word(is_k, pc.f16 != 0u ? e >> 1 : e);
     if (pc.f16 == 0u)
         return uintBitsToFloat(w);
     return kn_f16((e & 1u) != 0u ? w >> 16 : w & 0xffffu);

@@ -5,9 +5,9 @@
  * Numerics (docs/numerics.md, canonical-1). Every float result is declared `precise`, so
  * no compiler may contract a * b + c into a fused operation the C reference does not
  * have (the CPU builds with -ffp-contract=off); kn_fma() is written only where the
- * reference calls fmaf. Division and sqrt go through kn_div / kn_sqrt, the driver's
- * operations: the runtime's start-up self-test proves them correctly rounded (or the
- * device gets its own numerics class). exp is kern_expf's polynomial, never exp().
+ * reference calls fmaf. Division and sqrt go through kn_div / kn_sqrt: the driver's
+ * operations where the runtime's probe finds them correctly rounded, else exact integer
+ * builds (below). exp is kern_expf's polynomial, never exp().
  * NaN tests are bit tests, which no optimiser can assume away. */
 
 #extension GL_EXT_control_flow_attributes : enable
@@ -115,14 +115,142 @@ float kn_fma(float a, float b, float c)
 }
 #endif
 
+/* Division and square root. The driver's / and sqrt where the runtime's probe
+ * (vkk_divsqrt_probe: hard cases within 2^-44 of a rounding tie, subnormals, overflow,
+ * the special values) finds them correctly rounded; else, with the specialization
+ * constants set, the integer builds below: the quotient's or root's mantissa by exact
+ * integer long division / digit-by-digit square root, 2 bits beyond the 24 and a sticky
+ * bit, rounded to nearest even once at the right place (subnormal results included).
+ * Integer steps are exact on every device, so these need neither a fused fma nor
+ * doubles. NaN results are the x86 ones (an input NaN quieted, a's first; else the
+ * default NaN 0xffc00000). */
+layout(constant_id = 0) const bool KN_SOFT_DIV = false;
+layout(constant_id = 1) const bool KN_SOFT_SQRT = false;
+
+const uint KN_NAN = 0xffc00000u;
+
+/* The mantissa of a finite non-zero |x| (bits ux) with its leading one at bit 23, and
+ * the biased exponent that goes with it (below 1 for subnormals). */
+void kn_unpack(uint ux, out uint m, out int e)
+{
+    uint f = ux & 0x7fffffu, be = (ux >> 23) & 0xffu;
+    if (be == 0u) {
+        int sh = 23 - findMSB(f);
+        m = f << uint(sh);
+        e = 1 - sh;
+    } else {
+        m = f | 0x800000u;
+        e = int(be);
+    }
+}
+
+/* sign | the float of mantissa bits q (q >> drop is the kept part with the leading one
+ * at bit 23 for normal results) times 2^(e - 127), drop bits dropped, sticky: whether
+ * anything below them is non-zero. Rounds to nearest even; handles subnormal results
+ * (drop grown by 1 - e) and overflow to infinity. */
+uint kn_round_pack(uint sign, uint q, int drop, bool sticky, int e)
+{
+    if (e < 1) {
+        drop += 1 - e;
+        e = 0;
+    }
+    if (drop > 31)
+        return sign; /* under half the smallest subnormal */
+    uint keep = q >> uint(drop), rest = q & ((1u << uint(drop)) - 1u), half_ = 1u << uint(drop - 1);
+    if (rest > half_ || (rest == half_ && (sticky || (keep & 1u) != 0u)))
+        keep += 1u;
+    if (e == 0)
+        return sign | keep; /* a subnormal, or the smallest normal after the carry */
+    if (e >= 255)
+        return sign | 0x7f800000u;
+    uint r = (uint(e - 1) << 23) + keep; /* a carry out of the mantissa bumps e */
+    return sign | min(r, 0x7f800000u);
+}
+
+float kn_div_soft(float a, float b)
+{
+    uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
+    uint sign = (ua ^ ub) & 0x80000000u, aa = ua & 0x7fffffffu, ab = ub & 0x7fffffffu;
+    if (aa > 0x7f800000u)
+        return uintBitsToFloat(ua | 0x400000u);
+    if (ab > 0x7f800000u)
+        return uintBitsToFloat(ub | 0x400000u);
+    if (aa == 0x7f800000u)
+        return uintBitsToFloat(ab == 0x7f800000u ? KN_NAN : sign | 0x7f800000u);
+    if (ab == 0x7f800000u)
+        return uintBitsToFloat(sign);
+    if (ab == 0u)
+        return uintBitsToFloat(aa == 0u ? KN_NAN : sign | 0x7f800000u);
+    if (aa == 0u)
+        return uintBitsToFloat(sign);
+    uint ma, mb;
+    int ea, eb;
+    kn_unpack(aa, ma, ea);
+    kn_unpack(ab, mb, eb);
+    int e = ea - eb + 127;
+    if (ma < mb) { /* the quotient's leading one one place lower */
+        ma <<= 1;
+        e -= 1;
+    }
+    /* 26 quotient bits of ma / mb in [1, 2): 1 . 23 bits, 2 more */
+    uint rem = ma, q = 0u;
+    for (int i = 0; i < 26; i++) {
+        q <<= 1;
+        if (rem >= mb) {
+            rem -= mb;
+            q |= 1u;
+        }
+        rem <<= 1;
+    }
+    return uintBitsToFloat(kn_round_pack(sign, q, 2, rem != 0u, e));
+}
+
+float kn_sqrt_soft(float a)
+{
+    uint ua = floatBitsToUint(a);
+    if ((ua & 0x7fffffffu) > 0x7f800000u)
+        return uintBitsToFloat(ua | 0x400000u);
+    if ((ua & 0x7fffffffu) == 0u || ua == 0x7f800000u)
+        return a; /* +-0, +inf */
+    if ((ua & 0x80000000u) != 0u)
+        return uintBitsToFloat(KN_NAN);
+    uint m;
+    int e;
+    kn_unpack(ua, m, e);
+    int E = e - 127; /* a = m 2^(E - 23) */
+    if ((E & 1) != 0) {
+        m <<= 1;
+        E -= 1;
+    }
+    /* the root of m 2^25 (bits 25 .. 49 of the radicand are m): 25 bits, 2 at a time */
+    uint res = 0u, rem = 0u;
+    for (int i = 24; i >= 0; i--) {
+        int j = 2 * i + 1 - 25; /* radicand bits 2i+1, 2i are m's bits j, j - 1 */
+        uint two = (j >= 1 ? (m >> uint(j - 1)) & 3u : j == 0 ? (m & 1u) << 1 : 0u);
+        rem = (rem << 2) | two;
+        uint trial = (res << 2) | 1u;
+        res <<= 1;
+        if (rem >= trial) {
+            rem -= trial;
+            res |= 1u;
+        }
+    }
+    /* sqrt(a) = res 2^(E/2 - 24): the leading one of res is bit 24 */
+    return uintBitsToFloat(kn_round_pack(0u, res, 1, rem != 0u, E / 2 + 127));
+}
+
 float kn_div(float a, float b)
 {
+    if (KN_SOFT_DIV)
+        return kn_div_soft(a, b);
     precise float q = a / b;
     return q;
 }
 
 float kn_sqrt(float a)
 {
+    if (KN_SOFT_SQRT)
+        return kn_sqrt_soft(a);
     precise float r = sqrt(a);
     return r;
 }
@@ -229,8 +357,8 @@ int kn_u8(uint w, uint i)
 }
 
 /* Sum of the four products of the bytes of a (unsigned, each < 128) and b (signed). An
- * exact integer whatever the order; a device with int8 dot products may compute it in
- * one instruction (GL_EXT_integer_dot_product, not yet in this glslc). */
+ * exact integer whatever the order, so an int8 dot product instruction would give the
+ * same bits; this glslc has no GL_EXT_integer_dot_product (docs/numerics.md "Devices"). */
 int kn_dot4_us(uint a, uint b)
 {
     return kn_u8(a, 0u) * kn_s8(b, 0u) + kn_u8(a, 1u) * kn_s8(b, 1u) +

@@ -17,10 +17,20 @@
 #define QT_IQ4_NL 20u
 #define QT_IQ4_XS 23u
 #define QT_BF16 30u
+#define QT_MXFP4 39u
 
 /* IQ4_NL / IQ4_XS's 16 levels (quant_iq4nl_levels). */
 const int KN_IQ4_LEVELS[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53,
                                       69, 89, 113);
+
+/* MXFP4's 16 E2M1 values doubled (quant_mxfp4_values). */
+const int KN_MXFP4_VALUES[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+
+/* Half the E8M0 scale, 2^(e - 128) exactly (quant_e8m0_half; subnormal for e < 2). */
+float kn_e8m0_half(uint e)
+{
+    return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+}
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block whose 12 scale
  * bytes start at byte address s (quant_k4_scale_min). */
@@ -131,6 +141,12 @@ float kn_dequant(uint t, uint row, uint i)
         uint b = row + (i / 32u) * 18u, l = i % 32u;
         uint q = (kn_ld8(b + 2u + l % 16u) >> (l < 16u ? 0u : 4u)) & 0x0fu;
         precise float y = kn_f16(kn_ld16(b)) * float(KN_IQ4_LEVELS[q]);
+        return y;
+    }
+    if (t == QT_MXFP4) {
+        uint b = row + (i / 32u) * 17u, l = i % 32u;
+        uint q = (kn_ld8(b + 1u + l % 16u) >> (l < 16u ? 0u : 4u)) & 0x0fu;
+        precise float y = float(KN_MXFP4_VALUES[q]) * kn_e8m0_half(kn_ld8(b));
         return y;
     }
     if (t == QT_IQ4_XS) {

@@ -10,6 +10,10 @@ layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer W { uint wq[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+/* Mixture of experts (moe_group.comp): with pc.expert != KN_ALL_ROWS the product is over
+ * sel[pc.expert] rows, row m being row sel[pc.sel_off + m] of x and of y (one expert's
+ * rows of a (token, rank) batch, in order); the other rows of y are not written. */
+layout(std430, set = 0, binding = 3) readonly buffer Sel { int sel[]; };
 
 layout(push_constant) uniform P {
     uint type;
@@ -18,7 +22,19 @@ layout(push_constant) uniform P {
     uint x_off, y_off, ldy;
     uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
     uint w_base;     /* byte of the weights where the binding starts (large tensors) */
+    uint expert;     /* KN_ALL_ROWS, or where sel holds the row count of this dispatch */
+    uint sel_off;    /* where sel holds its row list */
 } pc;
+
+#define KN_ALL_ROWS 0xffffffffu
+uint n_rows()
+{
+    return pc.expert == KN_ALL_ROWS ? pc.M : uint(sel[pc.expert]);
+}
+uint row_of(uint m)
+{
+    return pc.expert == KN_ALL_ROWS ? m : uint(sel[pc.sel_off + m]);
+}
 
 #define KN_WORDS(i) wq[i]
 #include "kn_common.glsl"
@@ -31,7 +47,10 @@ void main()
 {
     uint tid = gl_LocalInvocationID.x, r = tid / 16u, lane = tid % 16u;
     uint n = (pc.row0 + gl_WorkGroupID.x * 4u) + r, m0 = gl_WorkGroupID.y * TM;
-    uint tm = min(TM, pc.M - m0);
+    uint M = n_rows();
+    if (m0 >= M)
+        return; /* the whole workgroup: past this expert's rows */
+    uint tm = min(TM, M - m0);
     precise float acc[TM];
     [[unroll]] for (uint i = 0u; i < TM; i++)
         acc[i] = 0.0;
@@ -47,7 +66,7 @@ void main()
                 wk = kn_bf16(kn_ld16(row + 2u * k));
             [[unroll]] for (uint i = 0u; i < TM; i++)
                 if (i < tm)
-                    acc[i] = kn_fma(x[pc.x_off + (m0 + i) * pc.K + k], wk, acc[i]);
+                    acc[i] = kn_fma(x[pc.x_off + row_of(m0 + i) * pc.K + k], wk, acc[i]);
         }
     }
     [[unroll]] for (uint i = 0u; i < TM; i++)
@@ -63,6 +82,6 @@ void main()
         [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
             [[unroll]] for (int l = 0; l < wd; l++)
                 a[l] = a[l] + a[l + wd];
-        y[pc.y_off + (m0 + ii) * pc.ldy + nn] = a[0];
+        y[pc.y_off + row_of(m0 + ii) * pc.ldy + nn] = a[0];
     }
 }

@@ -21,6 +21,10 @@ layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer W { uint wq[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xq[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+/* Mixture of experts (moe_group.comp): with pc.expert != KN_ALL_ROWS the product is over
+ * sel[pc.expert] rows, row m being row sel[pc.sel_off + m] of x and of y (one expert's
+ * rows of a (token, rank) batch, in order); the other rows of y are not written. */
+layout(std430, set = 0, binding = 3) readonly buffer Sel { int sel[]; };
 
 layout(push_constant) uniform P {
     uint N, K, M;
@@ -30,7 +34,19 @@ layout(push_constant) uniform P {
     uint y_off, ldy;
     uint row0;       /* first weight row of this dispatch (grids over 65535 groups) */
     uint w_base;     /* byte of the weights where the binding starts (large tensors) */
+    uint expert;     /* KN_ALL_ROWS, or where sel holds the row count of this dispatch */
+    uint sel_off;    /* where sel holds its row list */
 } pc;
+
+#define KN_ALL_ROWS 0xffffffffu
+uint n_rows()
+{
+    return pc.expert == KN_ALL_ROWS ? pc.M : uint(sel[pc.expert]);
+}
+uint row_of(uint m)
+{
+    return pc.expert == KN_ALL_ROWS ? m : uint(sel[pc.sel_off + m]);
+}
 
 /* GGML ids of the types, for the preprocessor */
 #define T_Q8_0 8
@@ -45,6 +61,7 @@ layout(push_constant) uniform P {
 #define T_Q3_K 11
 #define T_IQ4_NL 20
 #define T_IQ4_XS 23
+#define T_MXFP4 39
 
 #define KN_WORDS(i) wq[i]
 #include "kn_common.glsl"
@@ -87,6 +104,8 @@ layout(push_constant) uniform P {
 #define WBS 18u
 #elif KN_QT == T_IQ4_XS
 #define WBS 136u
+#elif KN_QT == T_MXFP4
+#define WBS 17u
 #else
 #define WBS 210u
 #endif
@@ -115,6 +134,15 @@ uint iq4_levels(uint raw)
     return r;
 }
 
+/* The four nibbles at bits 0..3 of each byte of raw as their MXFP4 values (doubled). */
+uint mxfp4_values(uint raw)
+{
+    uint r = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++)
+        r |= (uint(KN_MXFP4_VALUES[(raw >> (8u * i)) & 0x0fu]) & 0xffu) << (8u * i);
+    return r;
+}
+
 /* The exact integer sums of one item: weight block at byte wb, activation block at word
  * xa, part p. */
 void item(uint wb, uint xa, uint p, out int isum, out int imin)
@@ -129,6 +157,12 @@ void item(uint wb, uint xa, uint p, out int isum, out int imin)
         uint raw = kn_ld32(wb + 2u + 4u * w);
         isum += kn_dot4_ss(iq4_levels(raw), xq[xa + 2u + w]) +
                 kn_dot4_ss(iq4_levels(raw >> 4), xq[xa + 6u + w]);
+    }
+#elif KN_QT == T_MXFP4
+    [[unroll]] for (uint w = 0u; w < 4u; w++) {
+        uint raw = kn_ld32(wb + 1u + 4u * w);
+        isum += kn_dot4_ss(mxfp4_values(raw), xq[xa + 2u + w]) +
+                kn_dot4_ss(mxfp4_values(raw >> 4), xq[xa + 6u + w]);
     }
 #elif KN_QT == T_IQ4_XS
     uint qs = wb + 8u + 16u * p;
@@ -226,7 +260,10 @@ void main()
 {
     uint tid = gl_LocalInvocationID.x;
     uint n0 = (pc.row0 + gl_WorkGroupID.x * R), m0 = gl_WorkGroupID.y * TM;
-    uint tm = min(TM, pc.M - m0);
+    uint M = n_rows();
+    if (m0 >= M)
+        return; /* the whole workgroup: past this expert's rows */
+    uint tm = min(TM, M - m0);
     uint nb = pc.K / QB;
     /* the chain of (row cr, token ci) */
     uint cr = tid / TM, ci = tid % TM;
@@ -241,7 +278,7 @@ void main()
                 continue;
             uint b = b0 + bb;
             uint wb = (n0 + r) * pc.row_bytes - pc.w_base + b * WBS;
-            uint xa = pc.x_off + (m0 + i) * pc.x_row + b * XBW;
+            uint xa = pc.x_off + row_of(m0 + i) * pc.x_row + b * XBW;
             int is, im;
             item(wb, xa, p, is, im);
             si[it] = is;
@@ -254,7 +291,7 @@ void main()
             for (uint bb = 0u; bb < cb; bb++) {
                 uint b = b0 + bb;
                 uint wb = (n0 + cr) * pc.row_bytes - pc.w_base + b * WBS;
-                uint xa = pc.x_off + (m0 + ci) * pc.x_row + b * XBW;
+                uint xa = pc.x_off + row_of(m0 + ci) * pc.x_row + b * XBW;
                 uint first = ((cr * TM + ci) * CB + bb) * PARTS;
                 int isum = 0;
                 [[unroll]] for (uint p = 0u; p < PARTS; p++)
@@ -266,6 +303,8 @@ void main()
                 float dw = kn_f16(kn_ld16(wb + 80u));
 #elif KN_QT == T_Q3_K
                 float dw = kn_f16(kn_ld16(wb + 108u));
+#elif KN_QT == T_MXFP4
+                float dw = kn_e8m0_half(kn_ld8(wb));
 #else
                 float dw = kn_f16(kn_ld16(wb));
 #endif
@@ -286,5 +325,5 @@ void main()
         barrier();
     }
     if (chain)
-        y[pc.y_off + (m0 + ci) * pc.ldy + n0 + cr] = acc;
+        y[pc.y_off + row_of(m0 + ci) * pc.ldy + n0 + cr] = acc;
 }

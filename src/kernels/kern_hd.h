@@ -1,0 +1,492 @@
+/* kern_hd.h: the per-element and per-block rules of canonical-1 (docs/numerics.md) that
+ * the CPU reference and the CUDA kernels share, as inline functions that compile both as
+ * C17 and as CUDA (KN_HD from quant_hd.h: __host__ __device__ under nvcc). Each rule is
+ * written once here: kmath.c's kern_expf / kern_exp_f64 / kern_tanhf, actq.c's rounding
+ * and matmul.c's reference products call these functions, and so do the kernels of
+ * src/cuda/kernels, so a GPU computes the reference's operations by construction.
+ *
+ * Arithmetic is spelled with KN_FMA / KN_MUL / KN_ADD / KN_DIV (and the double KN_D*):
+ * plain fmaf, *, +, / in C (compiled with -ffp-contract=off), and __fmaf_rn, __fmul_rn,
+ * __fadd_rn, __fdiv_rn in device code, which nvcc never fuses or reorders. Blocks are
+ * read as bytes (any alignment) through the offsets below; the activation blocks'
+ * floats and ints are 4-byte aligned (their sizes and the scratch are multiples of 4). */
+#ifndef KN_KERNELS_KERN_HD_H
+#define KN_KERNELS_KERN_HD_H
+
+#include "../quant/quant_hd.h"
+
+#if defined(__CUDA_ARCH__)
+#define KN_FMA(a, b, c) __fmaf_rn((a), (b), (c))
+#define KN_MUL(a, b) __fmul_rn((a), (b))
+#define KN_ADD(a, b) __fadd_rn((a), (b))
+#define KN_SUB(a, b) __fsub_rn((a), (b))
+#define KN_DIV(a, b) __fdiv_rn((a), (b))
+#define KN_SQRT(a) __fsqrt_rn(a)
+#define KN_DFMA(a, b, c) __fma_rn((a), (b), (c))
+#define KN_DMUL(a, b) __dmul_rn((a), (b))
+#define KN_DADD(a, b) __dadd_rn((a), (b))
+#define KN_DSUB(a, b) __dsub_rn((a), (b))
+#define KN_DDIV(a, b) __ddiv_rn((a), (b))
+#else
+#include <math.h>
+#define KN_FMA(a, b, c) fmaf((a), (b), (c))
+#define KN_MUL(a, b) ((a) * (b))
+#define KN_ADD(a, b) ((a) + (b))
+#define KN_SUB(a, b) ((a) - (b))
+#define KN_DIV(a, b) ((a) / (b))
+#define KN_SQRT(a) sqrtf(a)
+#define KN_DFMA(a, b, c) fma((a), (b), (c))
+#define KN_DMUL(a, b) ((a) * (b))
+#define KN_DADD(a, b) ((a) + (b))
+#define KN_DSUB(a, b) ((a) - (b))
+#define KN_DDIV(a, b) ((a) / (b))
+#endif
+
+/* ================================================================ kern_expf's constants */
+#define KN_EXP_LO (-104.0f)                 /* exp below this rounds to 0 */
+#define KN_EXP_HI 89.0f                     /* exp above this is +inf */
+#define KN_EXP_LOG2E 0x1.715476p+0f         /* nearest float to 1/ln 2 */
+#define KN_EXP_MAGIC 12582912.0f            /* 1.5 * 2^23: adding it rounds to an integer */
+#define KN_EXP_LN2_HI 0x1.62e430p-1f        /* nearest float to ln 2 */
+#define KN_EXP_LN2_LO (-0x1.05c610p-29f)    /* nearest float to ln 2 - KN_EXP_LN2_HI */
+/* Taylor coefficients 1/k!, k = 7 down to 2, each rounded to nearest float. */
+#define KN_EXP_C7 0x1.a01a02p-13f
+#define KN_EXP_C6 0x1.6c16c2p-10f
+#define KN_EXP_C5 0x1.111112p-7f
+#define KN_EXP_C4 0x1.555556p-5f
+#define KN_EXP_C3 0x1.555556p-3f
+#define KN_EXP_C2 0x1.000000p-1f
+
+/* kern_geluf: 2z = x * (C0 + C1 * x^2), C0 = 2 sqrt(2/pi), C1 = C0 * 0.044715. */
+#define KN_GELU_C0 0x1.988454p+0f
+#define KN_GELU_C1 0x1.2444f2p-4f
+
+/* ================================================================ float math */
+
+/* kern_expf (docs/numerics.md "kern_expf"): clamp, k = round(x / ln2) by the magic
+ * constant, r = x - k ln2 in two fma steps, degree-7 Taylor by Horner, 2^k in two steps. */
+KN_HD float kn_hd_expf(float x)
+{
+    if (x != x)
+        return x;
+    float xc = x < KN_EXP_LO ? KN_EXP_LO : x;
+    xc = xc > KN_EXP_HI ? KN_EXP_HI : xc;
+    float t = KN_ADD(KN_MUL(xc, KN_EXP_LOG2E), KN_EXP_MAGIC);
+    float kf = KN_SUB(t, KN_EXP_MAGIC);
+    float r = KN_FMA(-kf, KN_EXP_LN2_HI, xc);
+    r = KN_FMA(-kf, KN_EXP_LN2_LO, r);
+    float p = KN_EXP_C7;
+    p = KN_FMA(p, r, KN_EXP_C6);
+    p = KN_FMA(p, r, KN_EXP_C5);
+    p = KN_FMA(p, r, KN_EXP_C4);
+    p = KN_FMA(p, r, KN_EXP_C3);
+    p = KN_FMA(p, r, KN_EXP_C2);
+    p = KN_FMA(p, r, 1.0f);
+    p = KN_FMA(p, r, 1.0f);
+    int32_t k = (int32_t)kf;
+    int32_t k1 = k >> 1, k2 = k - k1;
+    float s1 = kn_hd_bits_f32((uint32_t)(k1 + 127) << 23);
+    float s2 = kn_hd_bits_f32((uint32_t)(k2 + 127) << 23);
+    return KN_MUL(KN_MUL(p, s1), s2);
+}
+
+KN_HD float kn_hd_siluf(float x)
+{
+    return KN_DIV(x, KN_ADD(1.0f, kn_hd_expf(-x)));
+}
+
+KN_HD float kn_hd_geluf(float x)
+{
+    float z2 = KN_MUL(x, KN_FMA(KN_MUL(x, x), KN_GELU_C1, KN_GELU_C0));
+    return KN_DIV(x, KN_ADD(1.0f, kn_hd_expf(-z2)));
+}
+
+/* ================================================================ double math */
+
+#define KN_LN2_D_HI 0x1.62e42fefa39efp-1
+#define KN_LN2_D_LO 0x1.abc9e3b39803fp-56
+#define KN_MAGIC_D 6755399441055744.0       /* 1.5 * 2^52: adding it rounds to an integer */
+
+KN_HD double kn_hd_bits_f64(uint64_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double((long long)u);
+#else
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+#endif
+}
+
+/* kern_exp_f64: k = round(x / ln2), r = x - k ln2 (two fma steps), Taylor to degree 13
+ * (coefficients 1/n! as correctly rounded divisions, folded by the compiler), scaled by
+ * 2^(k/2) then 2^(k - k/2). */
+KN_HD double kn_hd_exp_f64(double x)
+{
+    if (x != x)
+        return x;
+    if (x > 710.0)
+        return kn_hd_bits_f64(0x7ff0000000000000ull);
+    if (x < -746.0)
+        return 0.0;
+    double kd = KN_DSUB(KN_DADD(KN_DMUL(x, 1.0 / KN_LN2_D_HI), KN_MAGIC_D), KN_MAGIC_D);
+    double r = KN_DFMA(-kd, KN_LN2_D_HI, x);
+    r = KN_DFMA(-kd, KN_LN2_D_LO, r);
+    const double c[12] = {
+        1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,
+        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,
+    };
+    double p = c[0];
+    for (int i = 1; i < 12; i++)
+        p = KN_DFMA(p, r, c[i]);
+    p = KN_DFMA(p, r, 1.0);
+    p = KN_DFMA(p, r, 1.0);
+    int64_t k = (int64_t)kd;
+    int64_t k1 = k / 2, k2 = k - k1;
+    return KN_DMUL(KN_DMUL(p, kn_hd_bits_f64((uint64_t)(k1 + 1023) << 52)),
+                   kn_hd_bits_f64((uint64_t)(k2 + 1023) << 52));
+}
+
+/* kern_tanhf: x below 2^-12, +-1 above 20, else (e^2|x| - 1) / (e^2|x| + 1) in double,
+ * sign restored, rounded to float once. */
+KN_HD float kn_hd_tanhf(float x)
+{
+    if (x != x)
+        return x;
+    double ax = x < 0 ? -(double)x : (double)x;
+    double t;
+    if (ax < 0x1p-12)
+        return x;
+    if (ax > 20.0) {
+        t = 1.0;
+    } else {
+        double e = kn_hd_exp_f64(KN_DMUL(2.0, ax));
+        t = KN_DDIV(KN_DSUB(e, 1.0), KN_DADD(e, 1.0));
+    }
+    return (float)(x < 0 ? -t : t);
+}
+
+/* kern_softcapf: c * tanh(x * (1 / c)). */
+KN_HD float kn_hd_softcapf(float x, float c)
+{
+    return KN_MUL(kn_hd_tanhf(KN_MUL(x, KN_DIV(1.0f, c))), c);
+}
+
+/* The canonical tree over 16 lanes: for w = 8, 4, 2, 1: acc[i] = acc[i] + acc[i + w]. */
+KN_HD float kn_hd_tree16(float *acc)
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            acc[i] = KN_ADD(acc[i], acc[i + w]);
+    return acc[0];
+}
+
+/* ================================================================ activation quantization */
+
+/* |x| by clearing the sign bit. */
+KN_HD float kn_hd_absf(float x)
+{
+    return kn_hd_bits_f32(kn_hd_f32_bits(x) & 0x7fffffffu);
+}
+
+/* v rounded to the nearest integer, ties to even, clamped to [-127, 127]; NaN -> 0. */
+KN_HD int kn_hd_round_q(float v)
+{
+    if (v != v)
+        return 0;
+    if (v > 127.0f)
+        v = 127.0f;
+    if (v < -127.0f)
+        v = -127.0f;
+    float r = KN_SUB(KN_ADD(v, 12582912.0f), 12582912.0f);
+    return (int)r;
+}
+
+/* Quantizes n values with one scale (docs/numerics.md "Activation quantization"): amax
+ * over the bits of |x| (NaN never compares greater), d = amax / 127, q = round(x * (127 /
+ * amax)). Returns d. */
+KN_HD float kn_hd_quantize_block(const float *x, int n, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = kn_hd_absf(x[i]);
+        if (a > amax)
+            amax = a;
+    }
+    float d = KN_DIV(amax, 127.0f);
+    float id = amax > 0.0f ? KN_DIV(127.0f, amax) : 0.0f;
+    for (int i = 0; i < n; i++)
+        q[i] = (int8_t)kn_hd_round_q(KN_MUL(x[i], id));
+    return d;
+}
+
+/* The two activation block layouts (kernels.h struct kern_block_q8f, quant.h block_q8_K). */
+#define KN_Q8F_BYTES 40   /* float d; int32 s; int8 qs[32] */
+#define KN_Q8F_S 4
+#define KN_Q8F_QS 8
+#define KN_Q8K_BYTES 292  /* float d; int8 qs[256]; int16 bsums[16] */
+#define KN_Q8K_QS 4
+#define KN_Q8K_BSUMS 260
+
+KN_HD float kn_hd_ld_f32(const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    return *(const float *)p;
+#else
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+#endif
+}
+KN_HD int32_t kn_hd_ld_i32(const uint8_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    return *(const int32_t *)p;
+#else
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#endif
+}
+KN_HD int32_t kn_hd_bsum(const uint8_t *xb, int i)
+{
+    return (int16_t)kn_hd_u16(xb + KN_Q8K_BSUMS + 2 * i);
+}
+
+/* ================================================================ exact integer sums */
+
+/* sum_i a[i] * b[i] over n signed bytes (n a multiple of 4; a and b 4-byte aligned): a
+ * plain loop on the host (the compiler vectorizes it), __dp4a on words on the GPU. The
+ * sum is exact either way. */
+KN_HD int32_t kn_hd_dot_i8(const int8_t *a, const int8_t *b, int n)
+{
+    int32_t s = 0;
+#if defined(__CUDA_ARCH__)
+    for (int j = 0; j < n / 4; j++)
+        s = __dp4a(((const int *)a)[j], ((const int *)b)[j], s);
+#else
+    for (int i = 0; i < n; i++)
+        s += (int32_t)a[i] * b[i];
+#endif
+    return s;
+}
+
+/* A block's weight values, unpacked, 4-byte aligned for kn_hd_dot_i8. */
+typedef union {
+    uint32_t w[8];
+    int8_t v[32];
+} kn_hd_v32;
+
+/* ================================================================ one weight block
+ * Each kn_hd_blk_<type>(w, x, acc) is the reference's step for one weight block at w
+ * (the file's layout, any alignment) against its activation block at x (Q8_32 or Q8_K,
+ * 4-byte aligned): the weights unpacked to integers, the exact integer sums, then the
+ * documented fmaf steps in order (docs/numerics.md "Quantized weights"). */
+
+/* The 32-blocks' float steps: acc = fma(dw * dx, isum, acc) (dw the block's scale), and
+ * for Q4_1 / Q5_1 (f16 d and m at w) then acc = fma(m * dx, (float)x.s, acc). */
+KN_HD float kn_hd_step_d(float dw, const uint8_t *x, int32_t isum, float acc)
+{
+    return KN_FMA(KN_MUL(dw, kn_hd_ld_f32(x)), (float)isum, acc);
+}
+KN_HD float kn_hd_step_dm(const uint8_t *w, const uint8_t *x, int32_t isum, float acc)
+{
+    float dx = kn_hd_ld_f32(x);
+    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
+    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
+                  (float)kn_hd_ld_i32(x + KN_Q8F_S), acc);
+}
+
+/* Nibbles of 16 bytes: v[i] = low nibble of qs[i], v[i + 16] = high nibble (plus bit
+ * i / i + 16 of qh as bit 4 for the 5-bit formats), minus off. */
+KN_HD void kn_hd_nib32(kn_hd_v32 *u, const uint8_t *qs, uint32_t qh, int off)
+{
+    for (int i = 0; i < 16; i++) {
+        u->v[i] = (int8_t)((int)((qs[i] & 15) | ((qh >> i) & 1) << 4) - off);
+        u->v[i + 16] = (int8_t)((int)((qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4) - off);
+    }
+}
+
+KN_HD float kn_hd_blk_q8_0(const uint8_t *w, const uint8_t *x, float acc)
+{
+    kn_hd_v32 u;
+    for (int i = 0; i < 32; i++)
+        u.v[i] = (int8_t)w[2 + i];
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+KN_HD float kn_hd_blk_q4_0(const uint8_t *w, const uint8_t *x, float acc)
+{
+    kn_hd_v32 u;
+    kn_hd_nib32(&u, w + 2, 0, 8);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+KN_HD float kn_hd_blk_q4_1(const uint8_t *w, const uint8_t *x, float acc)
+{
+    kn_hd_v32 u;
+    kn_hd_nib32(&u, w + 4, 0, 0);
+    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+KN_HD float kn_hd_blk_q5_0(const uint8_t *w, const uint8_t *x, float acc)
+{
+    kn_hd_v32 u;
+    kn_hd_nib32(&u, w + 6, kn_hd_u32(w + 2), 16);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+KN_HD float kn_hd_blk_q5_1(const uint8_t *w, const uint8_t *x, float acc)
+{
+    kn_hd_v32 u;
+    kn_hd_nib32(&u, w + 8, kn_hd_u32(w + 4), 0);
+    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+/* 32 nibbles of 16 bytes through a level table (IQ4_NL, MXFP4, IQ4_XS): low nibbles
+ * first, then the high ones. */
+KN_HD void kn_hd_lut32(kn_hd_v32 *u, const int8_t *lut, const uint8_t *qs)
+{
+    for (int i = 0; i < 16; i++) {
+        u->v[i] = lut[qs[i] & 15];
+        u->v[i + 16] = lut[qs[i] >> 4];
+    }
+}
+
+KN_HD float kn_hd_blk_iq4_nl(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const int8_t lut[16] = KN_IQ4NL_LEVELS;
+    kn_hd_v32 u;
+    kn_hd_lut32(&u, lut, w + 2);
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+KN_HD float kn_hd_blk_mxfp4(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const int8_t lut[16] = KN_MXFP4_VALUES;
+    kn_hd_v32 u;
+    kn_hd_lut32(&u, lut, w + 1);
+    return kn_hd_step_d(kn_hd_e8m0_half(w[0]), x,
+                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+}
+
+/* ---- K-quants: 256-blocks against Q8_K; x's qs of sub-block i at x + KN_Q8K_QS + 16i */
+
+/* Q4_K / Q5_K: d, dmin @0, scales[12] @4, (Q5_K: qh[32] @16), qs[128] @16 or @48;
+ * sub-block j (32 values) is nibble j % 2 of qs[32 (j / 2) + l] (+ bit j of qh[l]). */
+KN_HD float kn_hd_blk_k45(const uint8_t *w, const uint8_t *x, float acc, int q5)
+{
+    const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (q5 ? 48 : 16);
+    const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        kn_hd_k4_scale_min(sc, j, &s, &m);
+        const uint8_t *q = qs + 32 * (j / 2);
+        int shift = (j & 1) * 4;
+        kn_hd_v32 u;
+        for (int l = 0; l < 32; l++)
+            u.v[l] = (int8_t)(((q[l] >> shift) & 15) | (q5 ? ((qh[l] >> j) & 1) << 4 : 0));
+        isum += s * kn_hd_dot_i8(u.v, xq + 32 * j, 32);
+        imin += m * (kn_hd_bsum(x, 2 * j) + kn_hd_bsum(x, 2 * j + 1));
+    }
+    float dx = kn_hd_ld_f32(x);
+    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
+    return KN_FMA(-KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx), (float)imin, acc);
+}
+
+KN_HD float kn_hd_blk_q4_k(const uint8_t *w, const uint8_t *x, float acc)
+{
+    return kn_hd_blk_k45(w, x, acc, 0);
+}
+
+KN_HD float kn_hd_blk_q5_k(const uint8_t *w, const uint8_t *x, float acc)
+{
+    return kn_hd_blk_k45(w, x, acc, 1);
+}
+
+/* Q6_K: ql[128] @0, qh[64] @128, scales[16] (int8) @192, d @208. Element e = 128h + 32t
+ * + l: ((ql[64h + 32(t & 1) + l] >> 4(t >> 1)) & 15) | ((qh[32h + l] >> 2t) & 3) << 4,
+ * minus 32; sub-block i = e / 16. */
+KN_HD float kn_hd_blk_q6_k(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const uint8_t *ql = w, *qh = w + 128;
+    const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
+    int32_t isum = 0;
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 4; t++) {
+            kn_hd_v32 u;
+            for (int l = 0; l < 32; l++)
+                u.v[l] = (int8_t)((int)(((ql[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 15) |
+                                        ((qh[32 * h + l] >> (2 * t)) & 3) << 4) - 32);
+            int i = 8 * h + 2 * t; /* sub-blocks i and i + 1 */
+            isum += (int8_t)w[192 + i] * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
+            isum += (int8_t)w[193 + i] * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
+        }
+    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 208)), kn_hd_ld_f32(x)), (float)isum, acc);
+}
+
+/* Q2_K: scales[16] @0, qs[64] @16, d @80, dmin @82; element e = 128h + 32t + l is
+ * (qs[32h + l] >> 2t) & 3. */
+KN_HD float kn_hd_blk_q2_k(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const uint8_t *qs = w + 16;
+    const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
+    int32_t isum = 0, imin = 0;
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 4; t++) {
+            kn_hd_v32 u;
+            for (int l = 0; l < 32; l++)
+                u.v[l] = (int8_t)((qs[32 * h + l] >> (2 * t)) & 3);
+            int i = 8 * h + 2 * t;
+            isum += (w[i] & 15) * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
+            isum += (w[i + 1] & 15) * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
+        }
+    for (int i = 0; i < 16; i++)
+        imin += (w[i] >> 4) * kn_hd_bsum(x, i);
+    float dx = kn_hd_ld_f32(x);
+    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 80)), dx), (float)isum, acc);
+    return KN_FMA(-KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 82)), dx), (float)imin, acc);
+}
+
+/* Q3_K: hmask[32] @0, qs[64] @32, scales[12] @96, d @108; element e = 128h + 32t + l is
+ * ((qs[32h + l] >> 2t) & 3) | ((hmask[l] >> (4h + t)) & 1) << 2, minus 4. */
+KN_HD float kn_hd_blk_q3_k(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const uint8_t *hm = w, *qs = w + 32, *sc = w + 96;
+    const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
+    int32_t isum = 0;
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 4; t++) {
+            kn_hd_v32 u;
+            for (int l = 0; l < 32; l++)
+                u.v[l] = (int8_t)((int)(((qs[32 * h + l] >> (2 * t)) & 3) |
+                                        ((hm[l] >> (4 * h + t)) & 1) << 2) - 4);
+            int i = 8 * h + 2 * t;
+            isum += kn_hd_q3k_scale(sc, i) * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
+            isum += kn_hd_q3k_scale(sc, i + 1) * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
+        }
+    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 108)), kn_hd_ld_f32(x)), (float)isum, acc);
+}
+
+/* IQ4_XS: d @0, scales_h @2, scales_l[4] @4, qs[128] @8; sub-block j is 16 bytes of qs. */
+KN_HD float kn_hd_blk_iq4_xs(const uint8_t *w, const uint8_t *x, float acc)
+{
+    const int8_t lut[16] = KN_IQ4NL_LEVELS;
+    uint32_t sh = kn_hd_u16(w + 2);
+    const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
+    int32_t isum = 0;
+    for (int j = 0; j < 8; j++) {
+        kn_hd_v32 u;
+        kn_hd_lut32(&u, lut, w + 8 + 16 * j);
+        isum += kn_hd_iq4xs_scale(sh, w + 4, j) * kn_hd_dot_i8(u.v, xq + 32 * j, 32);
+    }
+    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+}
+
+#endif
