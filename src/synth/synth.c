@@ -1300,6 +1300,10 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
         if (st != KN_OK)
             goto out;
     }
+    /* BERT's two token types (token_types.weight), as llama.cpp's loader reads them */
+    if ((p->arch == SYNTH_BERT || p->arch == SYNTH_NOMIC_BERT) &&
+        !(vf && gguf_find_kv(vf, "tokenizer.ggml.token_type_count")))
+        gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2);
     set_arch_kv(w, p->arch, &d);
 
     specs = kn_calloc((size_t)d.n_layer * MAX_PER_LAYER + 8, sizeof *specs, err);
