@@ -91,7 +91,8 @@ int cmd_embed(int argc, char **argv)
     struct model_kv kv;
     bool kv_ok = false;
     float *vec = rc ? NULL : kn_malloc((size_t)E * sizeof *vec, &err);
-    if (!rc && (!vec || model_fwd_create(&f, s.m, s.n_batch, s.pool, &err) != KN_OK ||
+    if (!rc && (!vec || model_fwd_create(&f, s.m, model_embed_batch(&s.m->hp, s.n_batch, s.n_ctx),
+                                                   s.pool, &err) != KN_OK ||
                 model_kv_init(&kv, s.m, s.n_ctx, MODEL_KV_F32, &err) != KN_OK)) {
         fprintf(stderr, "kinetic embed: %s\n", err.msg);
         rc = 1;

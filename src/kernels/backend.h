@@ -259,6 +259,15 @@ struct kern_backend_ops {
     void (*moe_ffn_oai)(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
                         const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
                         struct kern_buf *y);
+
+    /* ---- the BERT family's blocks (model/bert.c). A device may leave them NULL: model_open
+     * then keeps a bert or nomic-bert layer off it. */
+    /* y (rows, n) = kern_layernorm of x with gain w and bias b; in place allowed. */
+    void (*layernorm)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                      const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
+                      int64_t n, float eps);
+    /* x (n) = gelu(x) (kern_gelu: BERT's feed-forward activation, ungated). */
+    void (*gelu)(struct kern_stream *s, struct kern_buf *x, int64_t n);
 };
 
 struct kern_backend {
@@ -301,7 +310,9 @@ KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct ke
     OPT(moe_ffn, "mixture-of-experts layers")                                                   \
     OPT(attention_softcap, "gemma2's soft-capped attention layers")                             \
     OPT(attention_sinks, "gpt-oss's attention layers")                                          \
-    OPT(moe_ffn_oai, "gpt-oss's expert layers")
+    OPT(moe_ffn_oai, "gpt-oss's expert layers")                                                \
+    OPT(layernorm, "bert's and nomic-bert's layers")                                            \
+    OPT(gelu, "bert's and nomic-bert's layers")
 
 /* KERN_OP_<name>: an op's index in the table (and its slot in struct kern_backend_ops). */
 #define KERN_OP_ENUM_REQ_(name) KERN_OP_##name,
@@ -350,6 +361,12 @@ static inline const char *kern_backend_missing_gptoss_op(const struct kern_backe
         if (!kern_backend_has_op(be, pair[i]))
             return kern_backend_op_table[pair[i]].name;
     return NULL;
+}
+
+/* Whether be runs the BERT family's layers (layernorm and gelu). */
+static inline bool kern_backend_has_bert(const struct kern_backend *be)
+{
+    return kern_backend_has_op(be, KERN_OP_layernorm) && kern_backend_has_op(be, KERN_OP_gelu);
 }
 
 /* Frees b through its backend; NULL is allowed. */

@@ -295,6 +295,20 @@ static void cpu_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct 
     kern_rmsnorm(F(y), n, F(x), n, w ? F(w) : NULL, rows, n, eps);
 }
 
+static void cpu_layernorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                          const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
+                          int64_t n, float eps)
+{
+    (void)s;
+    kern_layernorm(F(y), n, F(x), n, w ? F(w) : NULL, b ? F(b) : NULL, rows, n, eps);
+}
+
+static void cpu_gelu(struct kern_stream *s, struct kern_buf *x, int64_t n)
+{
+    (void)s;
+    kern_gelu(F(x), F(x), n);
+}
+
 /* Up to four products sharing one input x: (M, K), each prepared once per activation
  * kind, computed in one pool job where every thread takes its rows of every product. */
 struct mm_job {
@@ -661,6 +675,8 @@ static const struct kern_backend_ops cpu_ops = {
     .moe_route = cpu_moe_route,
     .moe_ffn = cpu_moe_ffn,
     .moe_ffn_oai = cpu_moe_ffn, /* the activation and the biases as f says */
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
 };
 
 static struct kern_backend cpu_backend = {.ops = &cpu_ops, .name = "cpu"};

@@ -2,6 +2,7 @@
  * RoPE, the RoPE frequency tables, row conversion, and the dispatch of kernels by ISA.
  * docs/numerics.md states each operation's order; the code here is that order, literally. */
 #include "ops_internal.h"
+#include "kernels.h"
 
 /* ================================================================ elementwise */
 
@@ -357,6 +358,31 @@ void kern_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, 
                   int64_t n_rows, int64_t n, float eps)
 {
     kern_ops_active()->rmsnorm(y, y_stride, x, x_stride, w, n_rows, n, eps);
+}
+
+void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
+                    const float *b, int64_t n_rows, int64_t n, float eps)
+{
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * x_stride;
+        float *yr = y + r * y_stride;
+        float acc[KERN_DOT_LANES] = {0};
+        for (int64_t k = 0; k < n; k++)
+            acc[k % KERN_DOT_LANES] += xr[k];
+        const float mean = kern_dot_tree16(acc) / (float)n;
+        for (int64_t k = 0; k < n; k++)
+            yr[k] = xr[k] - mean;
+        const float var = kern_dot_f32(yr, yr, n) / (float)n;
+        const float rs = 1.0f / sqrtf(var + eps);
+        for (int64_t k = 0; k < n; k++) {
+            float v = yr[k] * rs;
+            if (w)
+                v = v * w[k];
+            if (b)
+                v = v + b[k];
+            yr[k] = v;
+        }
+    }
 }
 
 void kern_rope(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,

@@ -84,6 +84,14 @@ void kern_log_softmax(float *y, const float *x, int64_t n);
 void kern_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
                   int64_t n_rows, int64_t n, float eps);
 
+/* LayerNorm of n_rows rows of n (BERT; docs/numerics.md "LayerNorm"): s = sum of x in
+ * the canonical reduction's 16 lanes and tree, mean = s / n; d = x - mean;
+ * var = canonical dot of d with itself / n; r = 1 / sqrt(var + eps);
+ * y = (d * r) * w + b (w, b NULL: none). Scalar sums, then the dispatched dot: one result
+ * on every ISA. Rows as kern_rmsnorm's; in place allowed. */
+void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
+                    const float *b, int64_t n_rows, int64_t n, float eps);
+
 /* ---------------------------------------------------------------- mixture of experts
  * Routing (docs/numerics.md "Mixture of experts"): scalar on every ISA except the
  * softmax, whose bits every level shares. A token's experts and weights are a function of

@@ -17,7 +17,12 @@
 
 bool model_embed_matryoshka(const struct model_hparams *hp)
 {
-    return hp->arch == MODEL_ARCH_QWEN3;
+    return hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_NOMIC_BERT;
+}
+
+int64_t model_embed_batch(const struct model_hparams *hp, int64_t n_batch, int64_t n_ctx)
+{
+    return model_arch_is_bert(hp->arch) ? n_ctx : n_batch;
 }
 
 enum kn_status model_embed(struct model_fwd *f, struct model_kv *kv, const int32_t *tokens,
@@ -38,6 +43,9 @@ enum kn_status model_embed(struct model_fwd *f, struct model_kv *kv, const int32
     if (n > kv->n_ctx)
         return kn_fail(err, KN_E_LIMIT, "the input has %lld tokens; the context takes at most %lld",
                        (long long)n, (long long)kv->n_ctx);
+    if (model_arch_is_bert(hp->arch) && n > B)
+        return kn_fail(err, KN_E_LIMIT, "the input has %lld tokens; %s embeds a sequence in one "
+                       "pass of at most %lld", (long long)n, model_arch_name(hp->arch), (long long)B);
     const bool mean = hp->pooling == MODEL_POOLING_MEAN;
     float *h = kn_malloc((size_t)B * (size_t)E * sizeof(float), err);
     int32_t *pos = kn_malloc((size_t)B * sizeof *pos, err);

@@ -51,41 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The activations on one backend. */
-struct fwd_part {
-    struct kern_backend *be;
-    struct kern_stream *s;
-    struct kern_buf *x;    /* (T, E) residual stream */
-    struct kern_buf *h;    /* (T, E) normed input of a block; later the output rows */
-    struct kern_buf *o;    /* (T, E) block output */
-    struct kern_buf *q;    /* (T, H*D) */
-    struct kern_buf *k;    /* (T, Hkv*D) */
-    struct kern_buf *v;    /* (T, Hkv*D) */
-    struct kern_buf *a;    /* (T, H*D) attention output */
-    struct kern_buf *g;    /* (T, F) gate, then the activation; lfm2: (T, 3E) B, C, x first */
-    struct kern_buf *u;    /* (T, F) up */
-    struct kern_buf *tab_global, *tab_swa; /* (T, n_rot) RoPE tables */
-    struct kern_buf *router; /* (T, n_expert) router logits (MoE models) */
-    struct kern_buf *moe_ids, *moe_w; /* (T, k) each token's experts (int32) and weights */
-};
-
-struct model_fwd {
-    const struct model *m;
-    int64_t max_tokens;
-    /* RoPE of global and sliding-window layers; set 1 only for phi3's LongRoPE (the long
-     * factors, used when the batch's caches exceed the original context). */
-    struct kern_rope rope_global[2], rope_swa[2];
-    int n_rope_sets;
-    bool any_swa;
-    struct fwd_part part[2];     /* part[0] runs layers 0..split-1, part[1] the rest */
-    int n_parts;
-    int64_t split;
-    float *handover;             /* (T, E) the residual stream between parts, or NULL */
-    struct model_kv **kv_tok;    /* (T) each token's cache (model_forward: all the same) */
-    struct kern_kv_run *runs;    /* (T) runs of same-cache tokens */
-    struct model_kv **run_kv;    /* (T) the cache of each run */
-};
-
 /* ================================================================ setup */
 
 static enum kn_status rope_for(struct kern_rope *r, const struct model *m, bool swa,
@@ -213,7 +178,8 @@ enum kn_status model_fwd_create(struct model_fwd **out, const struct model *m, i
         f->kv_tok = kn_malloc(T * sizeof *f->kv_tok, err);
         f->runs = kn_malloc(T * sizeof *f->runs, err);
         f->run_kv = kn_malloc(T * sizeof *f->run_kv, err);
-        if (!f->kv_tok || !f->runs || !f->run_kv)
+        f->pos_all = kn_malloc(T * sizeof *f->pos_all, err);
+        if (!f->kv_tok || !f->runs || !f->run_kv || !f->pos_all)
             st = KN_E_NOMEM;
     }
     if (st != KN_OK) {
@@ -234,6 +200,7 @@ void model_fwd_free(struct model_fwd *f)
     free(f->kv_tok);
     free(f->runs);
     free(f->run_kv);
+    free(f->pos_all);
     free(f);
 }
 
@@ -250,8 +217,8 @@ const struct model *model_fwd_model(const struct model_fwd *f)
 /* ================================================================ forward */
 
 /* Starts part p's pass: the RoPE tables (set rs) of this batch's positions first. */
-static void part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
-                       int64_t T, int rs)
+void model_fwd_part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
+                          int64_t T, int rs)
 {
     struct kern_stream *s = p->s;
     s->ops->begin(s);
@@ -405,9 +372,17 @@ static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
         t0 = t1;
     }
 
+    if (model_arch_is_bert(hp->arch)) {
+        for (int64_t t = 1; t < T; t++)
+            if (kvs[t] != kvs[0])
+                return kn_fail(err, KN_E_ARG, "%s embeds one sequence per forward call",
+                               model_arch_name(hp->arch));
+        return model_bert_pass(f, kvs[0], tokens, pos, T, out_rows, n_out, hidden, err);
+    }
+
     /* ---- embeddings, on the first layer's backend. */
     const struct fwd_part *P = &f->part[0];
-    part_begin(f, P, pos, T, rs);
+    model_fwd_part_begin(f, P, pos, T, rs);
     P->s->ops->embed(P->s, P->x, m->d_tok_embd, tokens, T, hp->embd_scale);
 
     struct kern_buf *xb = P->x, *ab = P->a, *ob = P->o; /* the last layer swaps them */
@@ -422,7 +397,7 @@ static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
             if (st != KN_OK)
                 return st;
             P = &f->part[1];
-            part_begin(f, P, pos, T, rs);
+            model_fwd_part_begin(f, P, pos, T, rs);
             P->s->ops->from_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
             xb = P->x, ab = P->a, ob = P->o;
         }

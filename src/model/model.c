@@ -17,14 +17,13 @@ const char *model_pooling_name(enum model_pooling p)
     return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "unknown";
 }
 
-static const char *const arch_names[MODEL_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
-                                                         "qwen3moe", "lfm2", "lfm2moe", "gemma2",
-                                                         "phi3", "granite", "smollm3", "olmo2",
-                                                         "gpt-oss"};
+static const char *const arch_names[MODEL_ARCH_COUNT] = {
+    "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
+    "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert"};
 
 const char *model_arch_name(enum model_arch a)
 {
-    return (unsigned)a < MODEL_ARCH_COUNT ? arch_names[a] : "unknown";
+    return (unsigned)a < MODEL_ARCH_COUNT && arch_names[a] ? arch_names[a] : "unknown";
 }
 
 static const struct {
@@ -199,12 +198,12 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     arch[s.len] = 0;
     int a = -1;
     for (int i = 0; i < MODEL_ARCH_COUNT; i++)
-        if (strcmp(arch, arch_names[i]) == 0)
+        if (arch_names[i] && strcmp(arch, arch_names[i]) == 0)
             a = i;
     if (a < 0)
         return kn_fail(err, KN_E_UNSUPPORTED,
                        "architecture '%s' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
-                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, gpt-oss)",
+                       "lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, gpt-oss, bert, nomic-bert)",
                        arch);
     hp->arch = (enum model_arch)a;
 
@@ -270,9 +269,11 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
     if (hp->arch != MODEL_ARCH_GEMMA3 && hp->head_dim_k != hp->head_dim_v)
         return kn_fail(err, KN_E_UNSUPPORTED, "key_length %lld differs from value_length %lld",
                        (long long)hp->head_dim_k, (long long)hp->head_dim_v);
-    TRY(get_float(g, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, NULL, err));
+    TRY(get_float(g, arch, model_arch_is_bert(hp->arch) ? "attention.layer_norm_epsilon"
+                                                         : "attention.layer_norm_rms_epsilon",
+                  &hp->norm_eps, NULL, err));
     if (!(hp->norm_eps >= 0.0f))
-        return kn_fail(err, KN_E_FORMAT, "layer_norm_rms_epsilon is negative");
+        return kn_fail(err, KN_E_FORMAT, "the norm epsilon is negative");
 
     /* Vocabulary size: <arch>.vocab_size, else the tokenizer's token list. */
     int64_t n_vocab = 0;
@@ -408,6 +409,9 @@ enum kn_status model_read_hparams(const struct gguf_file *g, struct model_hparam
         for (int64_t il = 0; il < hp->n_layer; il++)
             hp->swa_layer[il] = hp->n_swa > 0;
     }
+    if (hp->arch == MODEL_ARCH_BERT) /* absolute position embeddings instead of RoPE */
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            hp->no_rope_layer[il] = true;
     return KN_OK;
 }
 
@@ -456,8 +460,9 @@ enum {
     LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_BO, LT_Q_NORM, LT_K_NORM,
     LT_POST_ATTN_NORM, LT_FFN_NORM, LT_GATE, LT_UP, LT_DOWN, LT_POST_FFN_NORM,
     LT_CONV_IN, LT_CONV, LT_CONV_OUT,
-    LT_QKV,       /* phi3: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
+    LT_QKV,       /* phi3, nomic-bert: q, k and v in one matrix (LT_WQ/WK/WV are then NULL) */
     LT_SINKS,     /* gpt-oss: attn_sinks (n_head) */
+    LT_POST_ATTN_NORM_B, LT_POST_FFN_NORM_B, LT_UP_B, LT_DOWN_B, /* bert's biases */
     LT_COUNT
 };
 
@@ -491,6 +496,36 @@ static enum kn_status plan_layer(const struct gguf_file *g, const struct model_h
         TRY(find_tensor(g, n, ne0, ne1, req, &lp->t[slot], err));                                  \
     } while (0)
     memset(lp, 0, sizeof *lp);
+    if (model_arch_is_bert(hp->arch)) {
+        /* llama.cpp's llm_build_bert: post-norm LayerNorms with biases after attention
+         * (attn_output_norm) and after the FFN (layer_output_norm); bert: separate q, k, v
+         * and every product with a bias, GELU FFN; nomic-bert: one qkv matrix, no biases,
+         * SwiGLU FFN. */
+        const bool nomic = hp->arch == MODEL_ARCH_NOMIC_BERT;
+        if (nomic) {
+            T(LT_QKV, "attn_qkv.weight", E, q_out + k_out + v_out, true);
+        } else {
+            T(LT_WQ, "attn_q.weight", E, q_out, true);
+            T(LT_WK, "attn_k.weight", E, k_out, true);
+            T(LT_WV, "attn_v.weight", E, v_out, true);
+            T(LT_BQ, "attn_q.bias", q_out, 0, true);
+            T(LT_BK, "attn_k.bias", k_out, 0, true);
+            T(LT_BV, "attn_v.bias", v_out, 0, true);
+            T(LT_BO, "attn_output.bias", E, 0, true);
+            T(LT_UP_B, "ffn_up.bias", F, 0, true);
+            T(LT_DOWN_B, "ffn_down.bias", E, 0, true);
+        }
+        T(LT_WO, "attn_output.weight", o_in, E, true);
+        T(LT_POST_ATTN_NORM, "attn_output_norm.weight", E, 0, true);
+        T(LT_POST_ATTN_NORM_B, "attn_output_norm.bias", E, 0, true);
+        if (nomic)
+            T(LT_GATE, "ffn_gate.weight", E, F, true);
+        T(LT_UP, "ffn_up.weight", E, F, true);
+        T(LT_DOWN, "ffn_down.weight", F, E, true);
+        T(LT_POST_FFN_NORM, "layer_output_norm.weight", E, 0, true);
+        T(LT_POST_FFN_NORM_B, "layer_output_norm.bias", E, 0, true);
+        return KN_OK;
+    }
     if (!olmo2)
         T(LT_ATTN_NORM, "attn_norm.weight", E, 0, true);
     if (hp->conv_layer[il]) {
@@ -649,7 +684,7 @@ struct layer_tensor {
     int64_t n;
 };
 
-enum { LAYER_TENSORS = 21 }; /* the members of struct model_layer_bufs */
+enum { LAYER_TENSORS = 25 }; /* the members of struct model_layer_bufs */
 static_assert(sizeof(struct model_layer_bufs) == LAYER_TENSORS * sizeof(struct kern_buf *),
               "layer_tensors lists every buffer of a layer");
 
@@ -676,6 +711,9 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
         {&d->conv_in, &L->conv_in, NULL, 0}, {&d->conv_out, &L->conv_out, NULL, 0},
         {&d->conv_w, NULL, L->conv_w, E * hp->n_conv_l},
         {&d->attn_sinks, NULL, L->attn_sinks, hp->n_head},
+        {&d->post_attn_norm_b, NULL, L->post_attn_norm_b, E},
+        {&d->post_ffn_norm_b, NULL, L->post_ffn_norm_b, E},
+        {&d->ffn_up_b, NULL, L->ffn_up_b, hp->n_ff}, {&d->ffn_down_b, NULL, L->ffn_down_b, E},
     };
     memcpy(out, t, sizeof t);
     return LAYER_TENSORS;
@@ -709,6 +747,11 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
                            "gpt-oss's attention sinks and expert FFN need the %s op, which %s lacks; "
                            "run layer %lld on the CPU (fewer --gpu-layers)",
                            gptoss_op, L->be->name, (long long)il);
+        if (model_arch_is_bert(hp->arch) && !kern_backend_has_bert(L->be))
+            return kn_fail(err, KN_E_UNSUPPORTED,
+                           "%s's layers need the layernorm and gelu ops, which %s lacks; run "
+                           "them on the CPU (--gpu-layers 0)", model_arch_name(hp->arch),
+                           L->be->name);
         struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
@@ -735,9 +778,15 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
         .type = (enum quant_type)m->tok_embd_type, .N = hp->n_vocab, .K = hp->n_embd,
         .data = m->tok_embd, .row_bytes = m->tok_embd_row_bytes,
     };
+    const int64_t E = hp->n_embd;
     if (!(m->d_tok_embd = first->ops->upload_rows(first, &m->tok_embd_rows, err)) ||
         !(m->d_output = last->ops->upload_weight(last, &m->output, err)) ||
-        !(m->d_output_norm = last->ops->upload(last, m->output_norm, hp->n_embd, err)) ||
+        (m->output_norm && !(m->d_output_norm = last->ops->upload(last, m->output_norm, E, err))) ||
+        (m->type_embd0 && !(m->d_type_embd0 = first->ops->upload(first, m->type_embd0, E, err))) ||
+        (m->embd_norm && !(m->d_embd_norm = first->ops->upload(first, m->embd_norm, E, err))) ||
+        (m->embd_norm_b && !(m->d_embd_norm_b = first->ops->upload(first, m->embd_norm_b, E, err))) ||
+        (m->pos_embd_rows.data &&
+         !(m->d_pos_embd = first->ops->upload_rows(first, &m->pos_embd_rows, err))) ||
         (m->output_b && !(m->d_output_b = last->ops->upload(last, m->output_b, hp->n_vocab, err)))) {
         kn_err_prefix(err, "embedding or output head");
         return err ? err->status : KN_E_NOMEM;
@@ -761,6 +810,10 @@ static void free_tensors(struct model *m)
     kern_buf_free(m->d_output);
     kern_buf_free(m->d_output_norm);
     kern_buf_free(m->d_output_b);
+    kern_buf_free(m->d_type_embd0);
+    kern_buf_free(m->d_embd_norm);
+    kern_buf_free(m->d_embd_norm_b);
+    kern_buf_free(m->d_pos_embd);
 }
 
 void model_close(struct model *m)
@@ -821,11 +874,33 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     st = find_tensor(g, "token_embd.weight", hp.n_embd, hp.n_vocab, true, &t_embd, err);
     if (st != KN_OK)
         goto fail;
-    /* lfm2's final norm is token_embd_norm (llama.cpp: tok_norm); it has no output_norm. */
-    st = find_tensor(g, model_arch_is_lfm2(hp.arch) ? "token_embd_norm.weight" : "output_norm.weight",
-                     hp.n_embd, 0, true, &t_out_norm, err);
+    /* lfm2's final norm is token_embd_norm (llama.cpp: tok_norm); it has no output_norm.
+     * bert and nomic-bert have none (their last LayerNorm ends the layers). */
+    const bool bert = model_arch_is_bert(hp.arch);
+    t_out_norm = NULL;
+    if (!bert)
+        st = find_tensor(g, model_arch_is_lfm2(hp.arch) ? "token_embd_norm.weight" : "output_norm.weight",
+                         hp.n_embd, 0, true, &t_out_norm, err);
     if (st != KN_OK)
         goto fail;
+    const struct gguf_tensor *t_types = NULL, *t_pos = NULL, *t_enorm = NULL, *t_enorm_b = NULL;
+    if (bert) {
+        /* token type 0's row is added to every token (llama.cpp: "Sentence A") */
+        t_types = gguf_find_tensor(g, "token_types.weight");
+        if (t_types && (t_types->ne[0] != hp.n_embd || t_types->ne[2] != 1 || t_types->ne[3] != 1 ||
+                        (t_types->type != QT_F32 && t_types->type != QT_F16))) {
+            st = kn_fail(err, KN_E_FORMAT, "tensor token_types.weight must be f32 or f16 rows of %lld",
+                         (long long)hp.n_embd);
+            goto fail;
+        }
+        st = find_tensor(g, "token_embd_norm.weight", hp.n_embd, 0, true, &t_enorm, err);
+        if (st == KN_OK)
+            st = find_tensor(g, "token_embd_norm.bias", hp.n_embd, 0, true, &t_enorm_b, err);
+        if (st == KN_OK && hp.arch == MODEL_ARCH_BERT)
+            st = find_tensor(g, "position_embd.weight", hp.n_embd, hp.n_ctx_train, true, &t_pos, err);
+        if (st != KN_OK)
+            goto fail;
+    }
     st = find_tensor(g, "output.weight", hp.n_embd, hp.n_vocab, false, &t_out, err);
     if (st != KN_OK)
         goto fail;
@@ -858,6 +933,8 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     size_t n_vec = 0; /* floats of every vector, one allocation */
     n_vec += (size_t)hp.n_embd + (t_out_b ? (size_t)hp.n_vocab : 0) + (t_rope ? (size_t)hp.n_rot / 2 : 0);
     n_vec += t_rope_long ? (size_t)hp.n_rot : 0; /* long and short */
+    n_vec += t_types ? (size_t)(t_types->ne[0] * t_types->ne[1]) : 0;
+    n_vec += bert ? 2 * (size_t)hp.n_embd : 0;
     for (int64_t il = 0; il < hp.n_layer; il++) {
         st = plan_layer(g, &hp, il, &plan[il], err);
         if (st != KN_OK)
@@ -917,6 +994,13 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     VEC(m->rope_freqs, t_rope);
     VEC(m->rope_long, t_rope_long);
     VEC(m->rope_short, t_rope_short);
+    VEC(m->type_embd0, t_types);
+    VEC(m->embd_norm, t_enorm);
+    VEC(m->embd_norm_b, t_enorm_b);
+    if (t_pos)
+        m->pos_embd_rows = (struct kern_weight){
+            .type = (enum quant_type)t_pos->type, .N = hp.n_ctx_train, .K = hp.n_embd,
+            .data = t_pos->data, .row_bytes = (size_t)(t_pos->size / (uint64_t)hp.n_ctx_train)};
     m->tok_embd_type = t_embd->type;
     m->tok_embd = t_embd->data;
     m->tok_embd_row_bytes = (size_t)(t_embd->size / (uint64_t)hp.n_vocab);
@@ -936,6 +1020,10 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
         VEC(L->bo, t[LT_BO]);
         VEC(L->conv_w, t[LT_CONV]);
         VEC(L->attn_sinks, t[LT_SINKS]);
+        VEC(L->post_attn_norm_b, t[LT_POST_ATTN_NORM_B]);
+        VEC(L->post_ffn_norm_b, t[LT_POST_FFN_NORM_B]);
+        VEC(L->ffn_up_b, t[LT_UP_B]);
+        VEC(L->ffn_down_b, t[LT_DOWN_B]);
         struct {
             struct kern_weight *w;
             int slot;

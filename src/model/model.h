@@ -1,5 +1,6 @@
 /* model.h: transformer architectures (llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, gemma2,
- * phi3, granite, smollm3, olmo2, gpt-oss) loaded from GGUF,
+ * phi3, granite, smollm3, olmo2, gpt-oss; the encoders bert and nomic-bert, bert.c) loaded
+ * from GGUF,
  * and their forward pass over a batch of tokens at given positions.
  *
  * Loading is two-phase: model_open reads every hyperparameter from the `<arch>.*` keys
@@ -33,11 +34,13 @@ enum model_arch {
     MODEL_ARCH_SMOLLM3 = 10,
     MODEL_ARCH_OLMO2 = 11,
     MODEL_ARCH_GPTOSS = 12, /* general.architecture "gpt-oss" */
+    MODEL_ARCH_BERT = 13,       /* bert.c: encoders (bge), non-causal, post-norm LayerNorm */
+    MODEL_ARCH_NOMIC_BERT = 14, /* bert.c: nomic-embed, rotary, SwiGLU */
     MODEL_ARCH_COUNT,
 };
 
 /* "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
- * "granite", "smollm3", "olmo2", "gpt-oss". */
+ * "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert". */
 const char *model_arch_name(enum model_arch a);
 
 /* lfm2 and lfm2moe (its dense layers first, then mixture-of-experts ones): the same
@@ -45,6 +48,13 @@ const char *model_arch_name(enum model_arch a);
 static inline bool model_arch_is_lfm2(enum model_arch a)
 {
     return a == MODEL_ARCH_LFM2 || a == MODEL_ARCH_LFM2MOE;
+}
+
+/* bert and nomic-bert (bert.c): encoders whose tokens attend to the whole sequence, so a
+ * sequence is one forward call (model_embed) and there is nothing to generate. */
+static inline bool model_arch_is_bert(enum model_arch a)
+{
+    return a == MODEL_ARCH_BERT || a == MODEL_ARCH_NOMIC_BERT;
 }
 
 /* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama), NEOX rotates
@@ -76,7 +86,8 @@ struct model_hparams {
     int64_t head_dim_k;    /* <arch>.attention.key_length (default n_embd / n_head) */
     int64_t head_dim_v;    /* <arch>.attention.value_length (default n_embd / n_head) */
     int64_t n_rot;         /* <arch>.rope.dimension_count (default head_dim_k) */
-    float norm_eps;        /* <arch>.attention.layer_norm_rms_epsilon */
+    float norm_eps;        /* <arch>.attention.layer_norm_rms_epsilon (bert, nomic-bert:
+                            * layer_norm_epsilon, the LayerNorms') */
 
     enum model_rope_mode rope_mode;
     enum model_rope_scaling rope_scaling;
@@ -157,6 +168,7 @@ struct model_layer_bufs {
     struct kern_buf *bq, *bk, *bv, *bo;
     struct kern_buf *conv_in, *conv_out, *conv_w;
     struct kern_buf *attn_sinks;
+    struct kern_buf *post_attn_norm_b, *post_ffn_norm_b, *ffn_up_b, *ffn_down_b;
 };
 
 /* A weight vector (norm gain, bias) as f32, owned by the model. */
@@ -174,6 +186,9 @@ struct model_layer {
     struct kern_weight conv_in, conv_out;
     const float *conv_w;
     const float *attn_sinks;                    /* gpt-oss: (n_head) sink logits, else NULL */
+    /* bert (post-norm): post_attn_norm, post_ffn_norm are attn_output_norm and
+     * layer_output_norm, whose LayerNorm biases these are; the FFN's biases (or NULL) */
+    const float *post_attn_norm_b, *post_ffn_norm_b, *ffn_up_b, *ffn_down_b;
     struct kern_backend *be;                    /* the backend that runs the layer */
     struct model_layer_bufs d;                  /* the tensors on be */
 };
@@ -203,6 +218,12 @@ struct model {
     int64_t n_dev_layers;
     struct kern_weight tok_embd_rows; /* token_embd described for upload_rows */
     struct kern_buf *d_tok_embd, *d_output, *d_output_norm, *d_output_b; /* on their backends */
+    /* bert, nomic-bert (bert.c): token type 0's row of token_types (n_embd); the embedding
+     * LayerNorm (token_embd_norm weight and bias, n_embd); bert's absolute positions
+     * position_embd (n_ctx_train rows of n_embd, read by rows). No output head. */
+    const float *type_embd0, *embd_norm, *embd_norm_b;
+    struct kern_weight pos_embd_rows;
+    struct kern_buf *d_type_embd0, *d_embd_norm, *d_embd_norm_b, *d_pos_embd;
 };
 
 struct model_load_opts {
@@ -328,8 +349,12 @@ KN_MUST_USE enum kn_status model_forward_hidden(struct model_fwd *f, struct mode
  * (KN_E_ARG). Allocates one chunk of hidden states per call. */
 /* Whether the architecture's embedding models are trained for Matryoshka truncation
  * (a prefix of the vector is itself an embedding), so dims below n_embd is meaningful:
- * qwen3 (Qwen3-Embedding). The GGUF says nothing about it; this table does. */
+ * qwen3 (Qwen3-Embedding), nomic-bert (nomic-embed-text v1.5). The GGUF says nothing
+ * about it; this table does. */
 bool model_embed_matryoshka(const struct model_hparams *hp);
+/* The batch size of the forward context model_embed needs: n_batch (prompt chunks), or
+ * for an encoder (bert, nomic-bert: a sequence is one pass) the context n_ctx. */
+int64_t model_embed_batch(const struct model_hparams *hp, int64_t n_batch, int64_t n_ctx);
 KN_MUST_USE enum kn_status model_embed(struct model_fwd *f, struct model_kv *kv,
                                        const int32_t *tokens, int64_t n, int64_t dims,
                                        float *out, struct kn_err *err);

@@ -642,6 +642,10 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
     sample_params_default(&r->sampling);
     if (!json_is(body, JSON_OBJECT))
         return BAD(e, NULL, "the request body must be a JSON object");
+    if (s->b->encoder_only)
+        return srv_error_set(e, 400, "invalid_request_error", "model_not_generative", NULL,
+                             "the model %s is an encoder (embeddings only): use "
+                             "/v1/embeddings", s->model_id);
 
     int st;
     int64_t n = 1;

@@ -153,7 +153,8 @@ static enum kn_status mb_embed(void *ctx, const int32_t *ids, size_t n, int64_t 
     if (!b->efwd) {
         st = kern_pool_create(kern_pool_threads(b->s.pool), &b->epool, err);
         if (st == KN_OK)
-            st = model_fwd_create(&b->efwd, m, b->s.n_batch, b->epool, err);
+            st = model_fwd_create(&b->efwd, m, model_embed_batch(&m->hp, b->s.n_batch, b->s.n_ctx),
+                                  b->epool, err);
         if (st == KN_OK && (st = model_kv_init(&b->ekv, m, b->s.n_ctx, MODEL_KV_F32, err)) == KN_OK)
             b->ekv_ok = true;
         if (st != KN_OK) {
@@ -259,6 +260,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->pooling = model_pooling_name(hp->pooling);
     out->n_embd = hp->n_embd;
     out->embd_matryoshka = model_embed_matryoshka(hp);
+    out->encoder_only = model_arch_is_bert(hp->arch);
     if (hp->pooling != MODEL_POOLING_NONE)
         out->embed = mb_embed;
     out->lm = b->lm;

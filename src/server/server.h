@@ -119,6 +119,7 @@ struct srv_backend {
     const char *pooling;       /* the model's pooling ("mean", "cls", "last", "none") */
     int64_t n_embd;            /* the embedding's full length */
     bool embd_matryoshka;      /* "dimensions" below n_embd allowed (model_embed_matryoshka) */
+    bool encoder_only;         /* bert, nomic-bert: completions are refused (400) */
     /* The chat renderer chat_json uses (for receipts' template record), or NULL. *now
      * above receives the clock its template's strftime_now read (chat_prompt.now). */
     const struct chat_renderer *renderer;

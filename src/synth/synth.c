@@ -23,7 +23,7 @@
 static const char *const arch_names[SYNTH_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3",
                                                          "qwen3moe", "lfm2", "lfm2moe", "gemma2",
                                                          "phi3", "granite", "smollm3", "olmo2",
-                                                         "gpt-oss"};
+                                                         "gpt-oss", "bert", "nomic-bert"};
 
 /* llama.cpp's mixes (llama_tensor_get_type in src/llama-quant.cpp, dense models, no
  * importance matrix): which tensors get other types than the mix's default. */
@@ -138,6 +138,14 @@ static const struct preset presets[] = {
      {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
       .n_vocab = 151669, .n_ctx = 32768, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
       .tied = true, .pooling = 3}},
+    /* bge-small-en-v1.5 (BAAI's config.json): 12 layers of 384, cls pooling */
+    {"bge-small", SYNTH_BERT,
+     {.n_embd = 384, .n_layer = 12, .n_head = 12, .n_head_kv = 12, .head_dim = 32, .n_ff = 1536,
+      .n_vocab = 30522, .n_ctx = 512, .rope_base = 10000.0f, .norm_eps = 1e-12f, .pooling = 2}},
+    /* nomic-embed-text-v1.5: 12 layers of 768, rotary base 1000, SwiGLU, mean pooling */
+    {"nomic-embed-v1.5", SYNTH_NOMIC_BERT,
+     {.n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12, .head_dim = 64, .n_ff = 3072,
+      .n_vocab = 30522, .n_ctx = 2048, .rope_base = 1000.0f, .norm_eps = 1e-12f, .pooling = 1}},
     {"qwen3-0.6b", SYNTH_QWEN3,
      {.n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
       .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .norm_eps = 1e-6f,
@@ -262,7 +270,8 @@ const char *synth_preset_list(void)
 {
     return "tiny (any architecture: dim 256, 2 layers, 6 for gemma3, 4 for lfm2 and smollm3), "
            "tinyllama-1.1b (llama), "
-           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b, qwen3-embedding-0.6b (qwen3), gemma3-270m (gemma3), "
+           "llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b, qwen3-embedding-0.6b (qwen3), bge-small (bert), nomic-embed-v1.5 "
+           "(nomic-bert), gemma3-270m (gemma3), "
            "moe-3b-a800m (qwen3moe: Granite 3.1 3B-A800M's shape), qwen3-30b-a3b (qwen3moe), "
            "lfm2-350m, lfm2-700m, lfm2-1.2b, lfm2-2.6b (lfm2), lfm2-8b-a1b (lfm2moe), "
            "gemma2-2b, gemma2-9b, gemma2-27b (gemma2), phi3-mini-4k, phi3.5-mini, phi4-mini (phi3), "
@@ -290,6 +299,10 @@ enum kn_status synth_preset(const char *name, enum synth_arch *arch, struct synt
         if (*arch == SYNTH_GEMMA2 && p->arch == SYNTH_ARCH_COUNT) {
             out->norm_eps = 1e-6f;
             out->tied = true; /* see synth_check_dims */
+        }
+        if ((*arch == SYNTH_BERT || *arch == SYNTH_NOMIC_BERT) && p->arch == SYNTH_ARCH_COUNT) {
+            out->n_ctx = 512;         /* bert's position rows */
+            out->n_head_kv = out->n_head; /* encoders' plain multi-head attention */
         }
         if (*arch == SYNTH_SMOLLM3 && p->arch == SYNTH_ARCH_COUNT)
             out->n_layer = 4; /* layer 3 is the first without RoPE */
@@ -530,6 +543,12 @@ enum kn_status synth_check_dims(enum synth_arch arch, struct synth_dims *d, stru
     }
     if (d->pooling > 3)
         return kn_fail(err, KN_E_ARG, "pooling=%u: 0 none, 1 mean, 2 cls or 3 last", d->pooling);
+    if (arch == SYNTH_BERT && !d->pooling)
+        d->pooling = 2; /* bge's cls */
+    if (arch == SYNTH_NOMIC_BERT && !d->pooling)
+        d->pooling = 1; /* nomic-embed's mean */
+    if ((arch == SYNTH_BERT || arch == SYNTH_NOMIC_BERT) && d->tied)
+        return kn_fail(err, KN_E_ARG, "tied: %s has no output head", arch_names[arch]);
     if (arch == SYNTH_GRANITE) {
         if (!(d->embd_scale > 0))
             d->embd_scale = 12.0f;
@@ -656,9 +675,11 @@ static uint32_t mix_type(enum mix mix, uint32_t t, const char *name, int il, int
 uint32_t synth_tensor_type(enum synth_ftype ftype, const char *name, int il, int n_layer,
                            int64_t ne0, uint32_t n_dims, bool tied, int n_gqa)
 {
-    /* llama.cpp's quantizer leaves biases (gpt-oss's 2-D expert biases too) as they are */
+    /* llama.cpp's quantizer leaves biases (gpt-oss's 2-D expert biases too) as they are,
+     * and BERT's position and token type rows */
     if (n_dims < 2 || ftype >= SYNTH_FTYPE_COUNT || ends_with(name, "ffn_gate_inp.weight") ||
-        ends_with(name, ".bias"))
+        ends_with(name, ".bias") || strcmp(name, "position_embd.weight") == 0 ||
+        strcmp(name, "token_types.weight") == 0)
         return QT_F32;
     uint32_t t = ftypes[ftype].type;
     if (ftypes[ftype].mix == MIX_MXFP4_MOE) {
@@ -901,6 +922,45 @@ static int list_tensors(enum synth_arch arch, const struct synth_dims *d, struct
     int n = 0;
     int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
     add_spec(s, &n, "token_embd.weight", -1, 2, E, d->n_vocab, FILL_NOISE);
+    if (arch == SYNTH_BERT || arch == SYNTH_NOMIC_BERT) {
+        /* llama.cpp's LLM_ARCH_BERT / NOMIC_BERT tensors: two token types, bert's absolute
+         * positions, the embedding LayerNorm; post-norm layers; no output head */
+        const int64_t F = d->n_ff;
+        const bool nomic = arch == SYNTH_NOMIC_BERT;
+        add_spec(s, &n, "token_types.weight", -1, 2, E, 2, FILL_NOISE);
+        if (!nomic)
+            add_spec(s, &n, "position_embd.weight", -1, 2, E, d->n_ctx, FILL_NOISE);
+        add_spec(s, &n, "token_embd_norm.weight", -1, 1, E, 1, FILL_ONES);
+        add_spec(s, &n, "token_embd_norm.bias", -1, 1, E, 1, FILL_NOISE);
+        for (int il = 0; il < (int)d->n_layer; il++) {
+            if (nomic) {
+                add_spec(s, &n, "attn_qkv.weight", il, 2, E, Q + 2 * KV, FILL_NOISE);
+            } else {
+                add_spec(s, &n, "attn_q.weight", il, 2, E, Q, FILL_NOISE);
+                add_spec(s, &n, "attn_q.bias", il, 1, Q, 1, FILL_NOISE);
+                add_spec(s, &n, "attn_k.weight", il, 2, E, KV, FILL_NOISE);
+                add_spec(s, &n, "attn_k.bias", il, 1, KV, 1, FILL_NOISE);
+                add_spec(s, &n, "attn_v.weight", il, 2, E, KV, FILL_NOISE);
+                add_spec(s, &n, "attn_v.bias", il, 1, KV, 1, FILL_NOISE);
+            }
+            add_spec(s, &n, "attn_output.weight", il, 2, Q, E, FILL_NOISE);
+            if (!nomic)
+                add_spec(s, &n, "attn_output.bias", il, 1, E, 1, FILL_NOISE);
+            add_spec(s, &n, "attn_output_norm.weight", il, 1, E, 1, FILL_ONES);
+            add_spec(s, &n, "attn_output_norm.bias", il, 1, E, 1, FILL_NOISE);
+            if (nomic)
+                add_spec(s, &n, "ffn_gate.weight", il, 2, E, F, FILL_NOISE);
+            add_spec(s, &n, "ffn_up.weight", il, 2, E, F, FILL_NOISE);
+            if (!nomic)
+                add_spec(s, &n, "ffn_up.bias", il, 1, F, 1, FILL_NOISE);
+            add_spec(s, &n, "ffn_down.weight", il, 2, F, E, FILL_NOISE);
+            if (!nomic)
+                add_spec(s, &n, "ffn_down.bias", il, 1, E, 1, FILL_NOISE);
+            add_spec(s, &n, "layer_output_norm.weight", il, 1, E, 1, FILL_ONES);
+            add_spec(s, &n, "layer_output_norm.bias", il, 1, E, 1, FILL_NOISE);
+        }
+        return n;
+    }
     if (arch == SYNTH_PHI3 && d->rope_orig_ctx) {
         add_spec(s, &n, "rope_factors_long.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_LONG);
         add_spec(s, &n, "rope_factors_short.weight", -1, 1, d->n_rot / 2, 1, FILL_ROPE_SHORT);
@@ -1134,7 +1194,12 @@ static void set_arch_kv(struct gguf_writer *w, enum synth_arch arch, const struc
     }
     gguf_writer_set_u32(w, KEY("attention.key_length"), d->head_dim);
     gguf_writer_set_u32(w, KEY("attention.value_length"), d->head_dim);
-    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
+    if (arch == SYNTH_BERT || arch == SYNTH_NOMIC_BERT) {
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), d->norm_eps);
+        gguf_writer_set_bool(w, KEY("attention.causal"), false);
+    } else {
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), d->norm_eps);
+    }
     gguf_writer_set_f32(w, KEY("rope.freq_base"), d->rope_base);
     gguf_writer_set_u32(w, KEY("rope.dimension_count"), d->n_rot ? d->n_rot : d->head_dim);
     gguf_writer_set_u32(w, KEY("vocab_size"), d->n_vocab);
@@ -1235,9 +1300,13 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
         if (st != KN_OK)
             goto out;
     }
+    /* BERT's two token types (token_types.weight), as llama.cpp's loader reads them */
+    if ((p->arch == SYNTH_BERT || p->arch == SYNTH_NOMIC_BERT) &&
+        !(vf && gguf_find_kv(vf, "tokenizer.ggml.token_type_count")))
+        gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2);
     set_arch_kv(w, p->arch, &d);
 
-    specs = kn_calloc((size_t)d.n_layer * MAX_PER_LAYER + 4, sizeof *specs, err);
+    specs = kn_calloc((size_t)d.n_layer * MAX_PER_LAYER + 8, sizeof *specs, err);
     if (!specs) {
         st = KN_E_NOMEM;
         goto out;

@@ -13,7 +13,8 @@
 
 enum synth_arch {
     SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_LFM2MOE,
-    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2, SYNTH_GPTOSS,
+    SYNTH_GEMMA2, SYNTH_PHI3, SYNTH_GRANITE, SYNTH_SMOLLM3, SYNTH_OLMO2, SYNTH_GPTOSS, SYNTH_BERT,
+    SYNTH_NOMIC_BERT,
     SYNTH_ARCH_COUNT
 };
 
@@ -96,7 +97,7 @@ struct synth_params {
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */
 #define SYNTH_ARCH_LIST \
     "llama, qwen2, qwen3, gemma3, qwen3moe, lfm2, lfm2moe, gemma2, phi3, granite, smollm3, olmo2, " \
-    "gpt-oss"
+    "gpt-oss, bert, nomic-bert"
 
 const char *synth_arch_name(enum synth_arch a);
 const char *synth_ftype_name(enum synth_ftype t);

@@ -41,7 +41,7 @@ class RefModel:
         self.arch = _field(r, "general.architecture")
         a = self.arch
         if a not in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2",
-                     "phi3", "granite", "smollm3", "olmo2", "gpt-oss"):
+                     "phi3", "granite", "smollm3", "olmo2", "gpt-oss", "bert", "nomic-bert"):
             raise ValueError(f"unsupported architecture {a}")
         self.n_embd = _field(r, f"{a}.embedding_length")
         self.n_layer = _field(r, f"{a}.block_count")
@@ -56,7 +56,9 @@ class RefModel:
         self.head_k = _field(r, f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.head_v = _field(r, f"{a}.attention.value_length", self.n_embd // self.n_head)
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_k)
-        self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
+        self.bert = a in ("bert", "nomic-bert")
+        self.eps = _field(r, f"{a}.attention.layer_norm_epsilon" if self.bert
+                          else f"{a}.attention.layer_norm_rms_epsilon")
         self.freq_base = _field(r, f"{a}.rope.freq_base", 10000.0)
         scale_type = _field(r, f"{a}.rope.scaling.type", "linear")
         factor = _field(r, f"{a}.rope.scaling.factor", 0.0) or 0.0
@@ -72,7 +74,7 @@ class RefModel:
         self.beta_fast = _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0)
         self.beta_slow = _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0)
         self.neox = a in ("qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
-                          "olmo2", "gpt-oss")
+                          "olmo2", "gpt-oss", "nomic-bert")
         self.n_swa = 0
         self.swa_layers = [False] * self.n_layer
         if a == "gemma3":
@@ -284,9 +286,67 @@ class RefModel:
         v = v[:dims] if dims else v
         return v / np.linalg.norm(v)
 
+    def qkv(self, p, h):
+        """Layer p's q (T, H, DK), k (T, HKV, DK), v (T, HKV, DV) of the block input h
+        (phi3, nomic-bert: rows of one attn_qkv matrix)."""
+        T, H, HKV, DK, DV = h.shape[0], self.n_head, self.n_head_kv, self.head_k, self.head_v
+        if self.has(p + "attn_qkv.weight"):
+            qkv = self.mm(p + "attn_qkv.weight", h)
+            return (qkv[:, :H * DK].reshape(T, H, DK),
+                    qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK),
+                    qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV))
+        return (self.mm(p + "attn_q.weight", h).reshape(T, H, DK),
+                self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK),
+                self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV))
+
+    def layer_norm(self, x, w, b):
+        d = x - x.mean(axis=-1, keepdims=True)
+        return d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + self.eps) * w + b
+
+    def bert_hidden(self, tokens):
+        """bert and nomic-bert (llama.cpp's llm_build_bert): token + type 0 (+ position)
+        embeddings, LayerNorm, then post-norm layers whose tokens see the whole sequence."""
+        T = len(tokens)
+        x = self.w("token_embd.weight")[np.asarray(tokens)].astype(np.float64)
+        if self.has("token_types.weight"):
+            x = x + self.w("token_types.weight")[0]
+        if self.has("position_embd.weight"):
+            x = x + self.w("position_embd.weight")[:T]
+        x = self.layer_norm(x, self.w("token_embd_norm.weight"), self.w("token_embd_norm.bias"))
+        H, D = self.n_head, self.head_k
+        HKV = self.n_head_kv
+        pos = list(range(T))
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            q, k, v = self.qkv(p, x)
+            if self.arch == "nomic-bert":
+                q = self.rope(q, pos, self.freq_base, 1.0)
+                k = self.rope(k, pos, self.freq_base, 1.0)
+            group = H // HKV
+            att = np.empty((T, H, D))
+            for hh in range(H):
+                s = q[:, hh] @ k[:, hh // group].T / math.sqrt(D)
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                att[:, hh] = s @ v[:, hh // group]
+            o = self.mm(p + "attn_output.weight", att.reshape(T, H * D))
+            x = self.layer_norm(o + x, self.w(p + "attn_output_norm.weight"),
+                                self.w(p + "attn_output_norm.bias"))
+            if self.has(p + "ffn_gate.weight"):
+                f = self.silu(self.mm(p + "ffn_gate.weight", x)) * self.mm(p + "ffn_up.weight", x)
+            else:
+                f = self.gelu_tanh(self.mm(p + "ffn_up.weight", x))
+            f = self.mm(p + "ffn_down.weight", f)
+            x = self.layer_norm(f + x, self.w(p + "layer_output_norm.weight"),
+                                self.w(p + "layer_output_norm.bias"))
+        return x
+
     def hidden(self, tokens, positions=None, rows=None):
         """The final-normed hidden states (len(rows), n_embd): the rows the output head
-        multiplies."""
+        multiplies (bert, nomic-bert: the last layer's output)."""
+        if self.bert:
+            x = self.bert_hidden(tokens)
+            return x if rows is None else x[list(rows)]
         T = len(tokens)
         pos = list(range(T)) if positions is None else list(positions)
         emb = self.w("token_embd.weight")
@@ -303,15 +363,7 @@ class RefModel:
                 x = x + self.short_conv(p, h, pos)
                 x = self.ffn(p, x)
                 continue
-            if self.has(p + "attn_qkv.weight"):  # phi3: q, k, v rows in one matrix
-                qkv = self.mm(p + "attn_qkv.weight", h)
-                q = qkv[:, :H * DK].reshape(T, H, DK)
-                k = qkv[:, H * DK:(H + HKV) * DK].reshape(T, HKV, DK)
-                v = qkv[:, (H + HKV) * DK:].reshape(T, HKV, DV)
-            else:
-                q = self.mm(p + "attn_q.weight", h).reshape(T, H, DK)
-                k = self.mm(p + "attn_k.weight", h).reshape(T, HKV, DK)
-                v = self.mm(p + "attn_v.weight", h).reshape(T, HKV, DV)
+            q, k, v = self.qkv(p, h)
             if self.arch == "olmo2":  # over the whole q and k rows
                 q = self.rms_norm(q.reshape(T, H * DK), self.w(p + "attn_q_norm.weight")).reshape(T, H, DK)
                 k = self.rms_norm(k.reshape(T, HKV * DK), self.w(p + "attn_k_norm.weight")).reshape(T, HKV, DK)

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from srvutil import KINETIC, Server, busy_clients
+from srvutil import KINETIC, SHARED, Server, busy_clients, sanitizer_build
 
 sys.path.insert(0, os.path.dirname(__file__))
 from model_ref import RefModel  # noqa: E402
@@ -22,14 +22,23 @@ from model_ref import RefModel  # noqa: E402
 openai = pytest.importorskip("openai")
 
 POOLING = {"mean": 1, "cls": 2, "last": 3}
+
+
+# The -O0 ASan build checks the code paths once; the ISA x threads x batch grid is a
+# property of the plain build's bits (and would cost CI minutes there).
+SANITIZE = sanitizer_build()
 TEXTS = ["the stars at night", "a quiet river", "the stars at noon"]
 
 
-def synth(d, name, pooling, arch="qwen3"):
+BGE_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-bert-bge.gguf")
+
+
+def synth(d, name, pooling, arch="qwen3", vocab=None):
     path = d / f"{name}.gguf"
     dims = ["--dims", f"pooling={pooling}"] if pooling else []
-    subprocess.run([KINETIC, "synth", "--arch", arch, "--preset", "tiny", *dims, "-o", str(path)],
-                   check=True, capture_output=True, timeout=120)
+    more = ["--vocab", vocab] if vocab else []
+    subprocess.run([KINETIC, "synth", "--arch", arch, "--preset", "tiny", *dims, *more, "-o",
+                    str(path)], check=True, capture_output=True, timeout=120)
     return path
 
 
@@ -39,6 +48,11 @@ def models(tmp_path_factory):
     out = {p: synth(d, p, n) for p, n in POOLING.items()}
     out["none"] = synth(d, "none", 0)
     out["llama-mean"] = synth(d, "llama_mean", 1, arch="llama")
+    # the BERT family: bge's shape with its WordPiece vocabulary (cls pooling, the synth
+    # default for bert), nomic-bert (mean) with the built-in one
+    out["bert"] = synth(d, "bert", 0, arch="bert",
+                        vocab=BGE_VOCAB if os.path.exists(BGE_VOCAB) else None)
+    out["nomic-bert"] = synth(d, "nomic", 0, arch="nomic-bert")
     return out
 
 
@@ -104,6 +118,8 @@ def test_input_shapes(mean_srv):
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 def test_pooling_against_float64_reference(models, pooling):
+    if SANITIZE and pooling != "last":
+        pytest.skip("sanitizer build: one pooling runs the code path; the plain build checks all")
     ref = RefModel(str(models[pooling]))
     with Server(models[pooling], "--threads", "1") as s:
         c = client(s)
@@ -125,6 +141,42 @@ def test_pooling_against_float64_reference(models, pooling):
             assert cos(r.data[0].embedding, one) > 0.9999
 
 
+@pytest.mark.parametrize("arch,pooling", [("bert", "cls"), ("nomic-bert", "mean")])
+def test_bert_family_against_float64_reference(models, arch, pooling):
+    """bert (bge: absolute positions, GELU, biases) and nomic-bert (rotary, SwiGLU): every
+    token attends to the whole sequence, post-norm LayerNorms; the reference is
+    model_ref.py's llm_build_bert."""
+    ref = RefModel(str(models[arch]))
+    with Server(models[arch], "--threads", "2") as s:
+        c = client(s)
+        texts = TEXTS + ["Hello, World! " * 20]
+        ids = [tokens(s, t) for t in texts]
+        if arch == "bert" and os.path.exists(BGE_VOCAB):
+            assert ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] ... [SEP]
+        r = c.embeddings.create(model="m", input=texts, encoding_format="float")
+        for d, tk in zip(r.data, ids):
+            want = ref.embedding(tk, pooling)
+            assert cos(d.embedding, want) > 0.9999, (arch, cos(d.embedding, want))
+        if pooling == "cls":  # not causal: token 0's state depends on the tokens after it
+            two = c.embeddings.create(model="m", input=[ids[0], ids[0][:2]],
+                                      encoding_format="float")
+            assert cos(two.data[0].embedding, two.data[1].embedding) < 0.999
+        if arch == "nomic-bert":  # Matryoshka (nomic-embed v1.5)
+            short = c.embeddings.create(model="m", input=texts[0], dimensions=64,
+                                        encoding_format="float")
+            assert cos(short.data[0].embedding, ref.embedding(ids[0], pooling, dims=64)) > 0.9999
+        else:
+            with pytest.raises(openai.BadRequestError):
+                c.embeddings.create(model="m", input="x", dimensions=64)
+        # an encoder generates nothing: a clear error, and the server goes on
+        for path, body in (("/v1/completions", {"prompt": "a", "max_tokens": 2}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}]})):
+            st, _, js = s.post(path, body)
+            assert st == 400 and js["error"]["code"] == "model_not_generative", js
+        st, _, js = s.post("/v1/embeddings", {"input": [5] * 513})
+        assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
+
+
 def test_dimensions(models, mean_srv):
     c = client(mean_srv)
     full = c.embeddings.create(model="m", input=TEXTS[1], encoding_format="float")
@@ -144,6 +196,8 @@ def test_dimensions(models, mean_srv):
 
 
 def test_dimensions_refused_without_matryoshka(models):
+    if SANITIZE:
+        pytest.skip("sanitizer build: request validation only, checked by the plain build")
     with Server(models["llama-mean"], "--threads", "1") as s:
         c = client(s)
         r = c.embeddings.create(model="m", input="x", encoding_format="float")
@@ -223,10 +277,82 @@ def test_cli_matches_server_across_isa_threads_batches(models, mean_srv):
     srv = client(mean_srv).embeddings.create(model="m", input=TEXTS, encoding_format="float")
     for line, d in zip(lines, srv.data):
         assert f32(json.loads(line)).tobytes() == f32(d.embedding).tobytes()
-    for isa in isa_levels():
-        for t, b in (("1", "1"), ("2", "5"), ("2", "512")):
+    grid = (("2", "5"),) if SANITIZE else (("1", "1"), ("2", "5"), ("2", "512"))
+    bert_want = {a: cli_embed(models[a], *TEXTS) for a in ("bert", "nomic-bert")}
+    for isa in isa_levels()[-1:] if SANITIZE else isa_levels():
+        for t, b in grid:
             got = cli_embed(models["mean"], *TEXTS, "-t", t, "-b", b, env={"KINETIC_ISA": isa})
             assert got == want, (isa, t, b)
+            for a, w in bert_want.items():  # one pass per sequence: -b does not apply
+                assert cli_embed(models[a], *TEXTS, "-t", t, env={"KINETIC_ISA": isa}) == w, a
     r = subprocess.run([KINETIC, "embed", str(models["none"]), "x"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and "pooling_type is none" in r.stderr
+
+
+def free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "bert", "nomic-bert"])
+def test_llama_server_agrees(models, pooling):
+    """llama.cpp's llama-server --embeddings on the same file (LLAMA_BIN: the folder of its
+    binaries; skipped without): the same vectors to within its f16 KV cache and kernels."""
+    import json
+    import time
+    import urllib.request
+    exe = os.path.join(os.environ.get("LLAMA_BIN", ""), "llama-server")
+    if not os.environ.get("LLAMA_BIN") or not os.access(exe, os.X_OK):
+        pytest.skip("LLAMA_BIN (llama.cpp's build/bin with llama-server) not given")
+    port = free_port()
+    p = subprocess.Popen([exe, "-m", str(models[pooling]), "--embeddings", "--port", str(port),
+                          "-t", "1", "-c", "512"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        body = json.dumps({"input": TEXTS}).encode()
+        for _ in range(300):
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/embeddings", body,
+                                             {"Content-Type": "application/json"})
+                theirs = json.loads(urllib.request.urlopen(req, timeout=30).read())
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("llama-server did not answer")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    with Server(models[pooling], "--threads", "1") as s:
+        ours = client(s).embeddings.create(model="m", input=TEXTS, encoding_format="float")
+    for a, b in zip(ours.data, theirs["data"]):
+        assert cos(a.embedding, b["embedding"]) > 0.999, cos(a.embedding, b["embedding"])
+
+
+def test_synth_presets(tmp_path):
+    """The embedding presets' real shapes and pooling keys (one layer, small vocabulary)."""
+    if SANITIZE:
+        pytest.skip("sanitizer build: the tiny models above cover the code paths")
+    gguf = pytest.importorskip("gguf")
+    want = {"qwen3-embedding-0.6b": ("qwen3", 1024, 3), "bge-small": ("bert", 384, 2),
+            "nomic-embed-v1.5": ("nomic-bert", 768, 1)}
+    for preset, (arch, dim, pooling) in want.items():
+        out = tmp_path / f"{preset}.gguf"
+        subprocess.run([KINETIC, "synth", "--preset", preset, "--dims", "layers=1,vocab=512",
+                        "-o", str(out)], check=True, capture_output=True, timeout=120)
+        r = gguf.GGUFReader(str(out))
+        kv = {f.name: f.contents() for f in r.fields.values()}
+        assert kv["general.architecture"] == arch
+        assert kv[f"{arch}.embedding_length"] == dim and kv[f"{arch}.pooling_type"] == pooling
+        names = {t.name for t in r.tensors}
+        if arch == "bert":
+            assert {"position_embd.weight", "token_types.weight", "blk.0.ffn_up.bias",
+                    "blk.0.layer_output_norm.bias"} <= names and "output.weight" not in names
+        if arch == "nomic-bert":
+            assert "blk.0.attn_qkv.weight" in names and "position_embd.weight" not in names
+        r = subprocess.run([KINETIC, "embed", str(out), "hello"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and len(r.stdout.split(",")) == dim, r.stderr

@@ -188,6 +188,59 @@ static void test_swiglu_oai(void)
     CHECK(fabsf(kern_swiglu_oaif(-20.0f, 3.0f)) < 1e-12f);
 }
 
+/* LayerNorm (BERT): the same bits at every ISA level (its sums are the scalar lanes and
+ * the dispatched canonical dot), each row alone as in a batch, in place, and accurate
+ * against float64 (inputs with a large mean, where a one-pass variance would lose it). */
+static void test_layernorm(void)
+{
+    static float x[7 * 1103], w[1100], b[1100], y1[7 * 1103], y2[7 * 1103], one[1100];
+    const int64_t ns[] = {1, 5, 16, 17, 64, 100, 255, 256, 384, 768, 1099};
+    struct kn_err err = {0};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        int64_t n = ns[ni], stride = n + 3, rows = 7;
+        fill(x, rows * stride, -4, 4);
+        for (int64_t i = 0; i < rows * stride; i += 3)
+            x[i] += 50.0f;
+        fill(w, n, -2, 2);
+        fill(b, n, -1, 1);
+        CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
+        kern_layernorm(y1, stride, x, stride, w, b, rows, n, 1e-12f);
+        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+            if (!kern_isa_supported((enum kern_isa)isa))
+                continue;
+            CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+            kern_layernorm(y2, stride, x, stride, w, b, rows, n, 1e-12f);
+            bool eq = true;
+            for (int64_t r = 0; r < rows; r++)
+                eq = eq && same_bits(y1 + r * stride, y2 + r * stride, n);
+            CHECKF(eq, "%s layernorm n=%lld", kern_isa_name((enum kern_isa)isa), (long long)n);
+            kern_layernorm(one, n, x + 4 * stride, n, w, b, 1, n, 1e-12f);
+            CHECKF(same_bits(one, y1 + 4 * stride, n), "layernorm row alone n=%lld", (long long)n);
+            memcpy(y2, x, (size_t)(rows * stride) * sizeof(float));
+            kern_layernorm(y2, stride, y2, stride, w, b, rows, n, 1e-12f);
+            CHECKF(same_bits(y2 + 4 * stride, y1 + 4 * stride, n), "layernorm in place n=%lld",
+                   (long long)n);
+        }
+        double worst = 0;
+        for (int64_t r = 0; r < rows && n > 1; r++) {
+            const float *xr = x + r * stride;
+            double mean = 0, var = 0;
+            for (int64_t i = 0; i < n; i++)
+                mean += xr[i];
+            mean /= (double)n;
+            for (int64_t i = 0; i < n; i++)
+                var += (xr[i] - mean) * (xr[i] - mean);
+            const double rs = 1.0 / sqrt(var / (double)n + 1e-12);
+            for (int64_t i = 0; i < n; i++) {
+                double t = (xr[i] - mean) * rs * w[i] + b[i];
+                worst = fmax(worst, fabs(y1[r * stride + i] - t));
+            }
+        }
+        CHECKF(worst < 2e-5, "layernorm n=%lld: error %.3g against float64", (long long)n, worst);
+    }
+    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+}
+
 static void test_softmax_accuracy(void)
 {
     const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
@@ -299,6 +352,7 @@ int main(void)
     test_isa_equality();
     test_rmsnorm();
     test_swiglu_oai();
+    test_layernorm();
     test_softmax_accuracy();
     test_dispatch();
     test_rows();
