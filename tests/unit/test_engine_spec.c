@@ -943,7 +943,7 @@ static bool run_all(const char *path)
 /* Writes the tiny synth model of arch (rope_orig_ctx: phi3's LongRoPE original context, 0
  * none) to a new temporary file, its name in path. */
 static bool write_tiny(enum synth_arch arch, enum synth_ftype ft, uint64_t seed,
-                       uint32_t rope_orig_ctx, char *path, size_t cap)
+                       uint32_t rope_orig_ctx, uint32_t n_swa, char *path, size_t cap)
 {
     struct kn_err err = {0};
     int fd = kn_temp_file("kn_spec_", path, cap, &err);
@@ -954,6 +954,8 @@ static bool write_tiny(enum synth_arch arch, enum synth_ftype ft, uint64_t seed,
     struct synth_params p = {.arch = arch, .ftype = ft, .seed = seed, .threads = 1, .name = "spec"};
     bool ok = synth_preset("tiny", &arch, &p.dims, &err) == KN_OK;
     p.dims.rope_orig_ctx = rope_orig_ctx;
+    if (n_swa) /* 0: the preset's window */
+        p.dims.n_swa = n_swa;
     ok = ok && synth_write(&p, path, &err) == KN_OK;
     CHECKF(ok, "%s", err.msg);
     if (!ok)
@@ -970,7 +972,7 @@ int main(void)
     /* A mixture of experts (qwen3moe): drafts verified and prompts restored in batches
      * whose tokens are grouped by expert. Its vocabulary has aidreams' size; its seed is
      * one whose random text repeats enough for the slots' drafts to be accepted (most do). */
-    if (!write_tiny(SYNTH_QWEN3MOE, SYNTH_Q4_K_M, 4, 0, path, sizeof path))
+    if (!write_tiny(SYNTH_QWEN3MOE, SYNTH_Q4_K_M, 4, 0, 0, path, sizeof path))
         return 1;
     bool ok = run_all(path);
     unlink(path);
@@ -980,34 +982,23 @@ int main(void)
      * drafting's rollback, the prompt cache and its file, Zero Wait and the slots. Random
      * weights rarely repeat themselves; seed 19 is one whose sampled text does often
      * enough for the draft checks above (the file is the same on every machine). */
-    if (!write_tiny(SYNTH_LFM2, SYNTH_Q8_0, 19, 0, path, sizeof path))
+    if (!write_tiny(SYNTH_LFM2, SYNTH_Q8_0, 19, 0, 0, path, sizeof path))
         return 1;
     ok = run_all(path);
     unlink(path);
     if (!ok)
         return 1;
     /* gpt-oss (tiny synth, MXFP4 experts): attention sinks and windowed layers under
-     * drafting's rollback, the prompt cache and the slots. */
-    {
-        struct kn_err e = {0};
-        int fd = kn_temp_file("kn_spec_gptoss_", path, sizeof path, &e);
-        CHECKF(fd >= 0, "%s", e.msg);
-        if (fd < 0)
-            return 1;
-        close(fd);
-        struct synth_params p = {.arch = SYNTH_GPTOSS, .ftype = SYNTH_MXFP4_MOE, .seed = 4,
-                                 .threads = 1, .name = "spec"};
-        enum synth_arch arch = SYNTH_GPTOSS;
-        CHECK(synth_preset("tiny", &arch, &p.dims, &e) == KN_OK);
-        p.dims.n_swa = 8; /* the window slides within the checks' sequences */
-        CHECKF(synth_write(&p, path, &e) == KN_OK, "%s", e.msg);
-        ok = run_all(path);
-        unlink(path);
-        if (!ok)
-            return 1;
-    }
+     * drafting's rollback, the prompt cache and the slots; a window of 8 slides within
+     * the checks' sequences. */
+    if (!write_tiny(SYNTH_GPTOSS, SYNTH_MXFP4_MOE, 4, 0, 8, path, sizeof path))
+        return 1;
+    ok = run_all(path);
+    unlink(path);
+    if (!ok)
+        return 1;
     /* phi3 with LongRoPE over an original context of 64 (the prompt cache's RoPE choice). */
-    if (!write_tiny(SYNTH_PHI3, SYNTH_Q8_0, 3, 64, path, sizeof path))
+    if (!write_tiny(SYNTH_PHI3, SYNTH_Q8_0, 3, 64, 0, path, sizeof path))
         return 1;
     struct kn_err err = {0};
     ok = model_open(&g_m, path, NULL, &err) == KN_OK && kern_pool_create(1, &g_pool, &err) == KN_OK;
