@@ -499,6 +499,48 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
     free(c);
 }
 
+/* The BERT family's layers ask for layernorm, and bert's for gelu too (nomic-bert's
+ * feed-forward is a SwiGLU): a device without them is refused, naming the op and layer 0;
+ * one without gelu takes nomic-bert whole. */
+static void test_bert_refusals(const char *path)
+{
+    static const struct {
+        enum synth_arch arch;
+        size_t off; /* the op taken out */
+        const char *want; /* NULL: the model opens */
+    } cases[] = {
+        {SYNTH_BERT, offsetof(struct kern_backend_ops, gelu),
+         "layer 0 needs the gelu op, which holey lacks (used by bert's feed-forward layers)"},
+        {SYNTH_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
+        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
+        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, gelu), NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct kn_err err = {0};
+        struct synth_params p = {.arch = cases[i].arch, .ftype = SYNTH_Q8_0, .seed = 3, .threads = 1,
+                                 .name = "seam"};
+        enum synth_arch arch = cases[i].arch;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+        CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
+        CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
+        struct kern_backend_ops ops = ref_ops;
+        void (*none)(void) = NULL;
+        memcpy((char *)&ops + cases[i].off, &none, sizeof none);
+        struct ref_backend dev = {.base = {.ops = &ops, .name = "holey"}};
+        struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 99};
+        struct model *m = NULL;
+        enum kn_status st = model_open(&m, path, &lo, &err);
+        if (cases[i].want) {
+            CHECKF(st == KN_E_UNSUPPORTED && m == NULL, "%s: %s", synth_arch_name(arch), err.msg);
+            CHECKF(strstr(err.msg, cases[i].want) != NULL, "%s", err.msg);
+        } else {
+            CHECKF(st == KN_OK && m != NULL, "%s: %s", synth_arch_name(arch), err.msg);
+            model_close(m);
+        }
+        CHECK_EQ_INT(dev.live_bufs, 0);
+    }
+}
+
 static void test_synth(struct kern_pool *pool)
 {
     static const struct {
@@ -608,55 +650,7 @@ static void test_synth(struct kern_pool *pool)
             }
         }
     }
-    unlink(path);
-}
-
-/* The BERT family's layers ask for layernorm, and bert's for gelu too (nomic-bert's
- * feed-forward is a SwiGLU): a device without them is refused, naming the op and layer 0;
- * one without gelu takes nomic-bert whole. */
-static void test_bert_refusals(void)
-{
-    char path[] = "/tmp/kn_seam_bert_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0)
-        return;
-    close(fd);
-    static const struct {
-        enum synth_arch arch;
-        size_t off; /* the op taken out */
-        const char *want; /* NULL: the model opens */
-    } cases[] = {
-        {SYNTH_BERT, offsetof(struct kern_backend_ops, gelu),
-         "layer 0 needs the gelu op, which holey lacks (used by bert's feed-forward layers)"},
-        {SYNTH_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
-        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
-        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, gelu), NULL},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct kn_err err = {0};
-        struct synth_params p = {.arch = cases[i].arch, .ftype = SYNTH_Q8_0, .seed = 3, .threads = 1,
-                                 .name = "seam"};
-        enum synth_arch arch = cases[i].arch;
-        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
-        CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
-        CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
-        struct kern_backend_ops ops = ref_ops;
-        void (*none)(void) = NULL;
-        memcpy((char *)&ops + cases[i].off, &none, sizeof none);
-        struct ref_backend dev = {.base = {.ops = &ops, .name = "holey"}};
-        struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 99};
-        struct model *m = NULL;
-        enum kn_status st = model_open(&m, path, &lo, &err);
-        if (cases[i].want) {
-            CHECKF(st == KN_E_UNSUPPORTED && m == NULL, "%s: %s", synth_arch_name(arch), err.msg);
-            CHECKF(strstr(err.msg, cases[i].want) != NULL, "%s", err.msg);
-        } else {
-            CHECKF(st == KN_OK && m != NULL, "%s: %s", synth_arch_name(arch), err.msg);
-            model_close(m);
-        }
-        CHECK_EQ_INT(dev.live_bufs, 0);
-    }
+    test_bert_refusals(path); /* in the same scratch file */
     unlink(path);
 }
 
@@ -887,7 +881,6 @@ int main(void)
     test_check(pool);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);
     test_synth(pool);
-    test_bert_refusals();
     kern_pool_free(pool);
     CHECK_DONE();
 }
