@@ -199,6 +199,10 @@ static bool plan_file(const struct rcache *rc, struct kern_weight *const *ws, si
     }
     if (p->data_bytes == 0)
         return false; /* nothing to repack (a scalar run): no file, no note */
+    if (p->data_bytes > SIZE_MAX - RCACHE_HEADER_BYTES) {
+        kn_fail(why, KN_E_LIMIT, "the repacked weights overflow a size");
+        return false;
+    }
     blake3_hasher_finalize(&lh, p->h.layout, sizeof p->h.layout);
     const char *build = kn_build_id();
     if (strlen(build) != KN_BUILD_ID_LEN) {
@@ -259,7 +263,7 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
         return LOAD_UNREADABLE;
     }
     struct stat st;
-    const size_t want = RCACHE_HEADER_BYTES + p->data_bytes;
+    const size_t want = RCACHE_HEADER_BYTES + p->data_bytes; /* plan_file checked the sum */
     bool ok = false;
     if (fstat(fd, &st) != 0)
         kn_fail(why, KN_E_IO, "cannot stat it: %s", strerror(errno));
@@ -294,7 +298,7 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
         struct blake3_hasher mh;
         blake3_hasher_init_keyed(&mh, p->key);
         blake3_hasher_update_mapped(&mh, (const uint8_t *)map + BLAKE3_OUT_LEN,
-                                    want - BLAKE3_OUT_LEN, kern_pool_threads(pool));
+                                    want - BLAKE3_OUT_LEN, pool ? kern_pool_threads(pool) : 1);
         uint8_t mac[BLAKE3_OUT_LEN];
         blake3_hasher_finalize(&mh, mac, sizeof mac);
         if (!(ok = blake3_equal(mac, h->mac)))

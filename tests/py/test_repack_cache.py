@@ -14,6 +14,8 @@ import tempfile
 
 import pytest
 
+from srvutil import Server
+
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 MAX_FILES = 16  # RCACHE_MAX_FILES in src/engine/rcache.c
 HEADER = 4096   # RCACHE_HEADER_BYTES
@@ -253,3 +255,24 @@ def test_eviction(work, ref):
     assert len(left) == MAX_FILES
     # The newest of the others are kept.
     assert set(left) - {path} == set(others[-(MAX_FILES - 1):])
+
+
+def test_server_env_var(work):
+    """The server takes the setting from KINETIC_REPACK_CACHE: the first start writes the
+    file, the second maps it, and both answer as a server with the cache off."""
+    folder = os.path.join(work, "c_server")
+    body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.8, "seed": 3}
+    answers = []
+    for setting in ("off", folder, folder):
+        with Server(model(work), "--parallel", "1", "-t", "2",
+                    env={"KINETIC_REPACK_CACHE": setting}) as srv:
+            st, _, js = srv.post("/v1/completions", body)
+            assert st == 200, js
+            answers.append(js["choices"][0]["text"])
+        if setting != "off":
+            [path] = krp(folder)
+            if len(answers) == 2:
+                ino = os.stat(path).st_ino
+            else:
+                assert os.stat(path).st_ino == ino
+    assert answers[0] == answers[1] == answers[2]
