@@ -171,7 +171,7 @@ def test_gptoss_refused_by_name(vk, tmp_path):
     prompt = ["--prompt-ids", "1,400,300,290"]
     probe = kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, check=False)
     assert probe.returncode == 1
-    assert re.search(r"need the (attention_sinks|moe_ffn_oai) op, which vulkan:0 lacks", probe.stderr), probe.stderr
+    assert re.search(r"needs the (attention_sinks|moe_ffn_oai) op, which vulkan:0 lacks", probe.stderr), probe.stderr
     kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, "--gpu-layers", 0)
 
 
