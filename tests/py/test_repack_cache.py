@@ -110,14 +110,15 @@ def test_env_var_and_off(work, ref):
     out, err = gen(work, None, "env", env={"KINETIC_REPACK_CACHE": folder})
     assert out == ref and len(krp(folder)) == 1, err
     off = os.path.join(work, "c_off")
-    out, _ = gen(work, None, "envoff", env={"KINETIC_REPACK_CACHE": "off"})
-    assert out == ref and not os.path.exists(off)
+    xoff = os.path.join(work, "xdg_off")  # where the default would write
+    out, _ = gen(work, None, "envoff", env={"KINETIC_REPACK_CACHE": "off", "XDG_CACHE_HOME": xoff})
+    assert out == ref and not os.path.exists(os.path.join(xoff, "kinetic", "repack"))
     # The flag goes over the variable.
     out, _ = gen(work, "off", "flagoff", env={"KINETIC_REPACK_CACHE": off})
     assert out == ref and not os.path.exists(off)
     # The default folder: $XDG_CACHE_HOME/kinetic/repack.
     xdg = os.path.join(work, "xdg_default")
-    out, _ = gen(work, None, "xdg", env={"XDG_CACHE_HOME": xdg})
+    out, _ = gen(work, None, "xdg", env={"XDG_CACHE_HOME": xdg, "KINETIC_REPACK_CACHE": ""})
     assert out == ref and len(krp(os.path.join(xdg, "kinetic", "repack"))) == 1
     # A scalar run repacks nothing: no file.
     scal = os.path.join(work, "c_scalar")
