@@ -387,7 +387,8 @@ static void evict(const struct rcache *rc, const char *keep)
         }
     }
     closedir(d);
-    qsort(list, n, sizeof *list, by_use_newest_first);
+    if (n) /* qsort's array must not be NULL, even when empty */
+        qsort(list, n, sizeof *list, by_use_newest_first);
     for (size_t i = 0; i < n; i++) {
         if (i >= RCACHE_MAX_FILES - 1)
             (void)unlink(list[i].path);
