@@ -103,6 +103,12 @@ def test_same_bits_off_first_second(work, ref):
     assert os.stat(files[0]).st_ino == st.st_ino  # mapped, not rewritten
     assert first == ref and second == ref
     assert not [n for n in os.listdir(folder) if ".tmp." in n]
+    # Every SIMD level reads the same layout: one file serves them all.
+    line = kn("--version").stdout.split("isa:")[1].splitlines()[0]
+    for isa in [i for i in line.split("(")[0].split() if i != "scalar"]:
+        out, err = gen(work, folder, f"isa_{isa}", env={"KINETIC_ISA": isa})
+        assert out[:2] == ref[:2] and "note" not in err, (isa, err)  # the receipt names the ISA
+    assert krp(folder) == files and os.stat(files[0]).st_ino == st.st_ino
 
 
 def test_env_var_and_off(work, ref):
