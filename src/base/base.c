@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,34 +271,43 @@ done:
 enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t size,
                                     struct kn_err *err)
 {
-    size_t n = strlen(path) + 32;
-    char *tmp = kn_malloc(n, err);
+    struct kn_part part = {data, size};
+    return kn_write_parts_atomic(path, &part, 1, true, err);
+}
+
+enum kn_status kn_write_parts_atomic(const char *path, const struct kn_part *parts, size_t n,
+                                     bool sync, struct kn_err *err)
+{
+    size_t len = strlen(path) + 32;
+    char *tmp = kn_malloc(len, err);
     if (!tmp)
         return KN_E_NOMEM;
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         enum kn_status st = kn_fail(err, KN_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         free(tmp);
         return st;
     }
-    const uint8_t *p = data;
-    size_t left = size;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            return kn_fail(err, KN_E_IO, "%s: write failed: %s", path, strerror(e));
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = parts[i].data;
+        size_t left = parts[i].size;
+        while (left) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                int e = errno;
+                close(fd);
+                unlink(tmp);
+                free(tmp);
+                return kn_fail(err, KN_E_IO, "%s: write failed: %s", path, strerror(e));
+            }
+            p += w;
+            left -= (size_t)w;
         }
-        p += w;
-        left -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
+    if ((sync && fsync(fd) != 0) || close(fd) != 0) {
         int e = errno;
         unlink(tmp);
         free(tmp);
@@ -311,6 +321,43 @@ enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t s
     }
     free(tmp);
     return KN_OK;
+}
+
+enum kn_status kn_cache_dir(char *out, size_t size, struct kn_err *err)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    int n;
+    /* The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored. */
+    if (xdg && xdg[0] == '/') {
+        n = snprintf(out, size, "%s/kinetic", xdg);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || home[0] != '/')
+            return kn_fail(err, KN_E_ARG, "no cache folder: set XDG_CACHE_HOME or HOME to an "
+                           "absolute path");
+        n = snprintf(out, size, "%s/.cache/kinetic", home);
+    }
+    if (n < 0 || (size_t)n >= size)
+        return kn_fail(err, KN_E_ARG, "the cache path is longer than %zu bytes", size - 1);
+    return KN_OK;
+}
+
+bool kn_make_parent_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return false;
+        *p = '/';
+    }
+    return true;
 }
 
 int kn_temp_file(const char *prefix, char *path, size_t cap, struct kn_err *err)

@@ -96,6 +96,24 @@ int kn_temp_file(const char *prefix, char *path, size_t cap, struct kn_err *err)
 /* Writes data to path atomically: a temporary file in the same folder, then rename. */
 KN_MUST_USE enum kn_status kn_write_file_atomic(const char *path, const void *data, size_t size,
                                                 struct kn_err *err);
+/* One piece of a file written by kn_write_parts_atomic. */
+struct kn_part {
+    const void *data;
+    size_t size;
+};
+/* Writes the n parts one after another to path atomically (a temporary file
+ * <path>.tmp.<pid> in the same folder, then rename: readers see the old file or the whole
+ * new one). sync: fsync before the rename (a file whose contents are checked on reading,
+ * such as a MAC'd cache, can skip it). On failure the temporary file is removed. */
+KN_MUST_USE enum kn_status kn_write_parts_atomic(const char *path, const struct kn_part *parts,
+                                                 size_t n, bool sync, struct kn_err *err);
+/* Kinetic's cache folder into out: $XDG_CACHE_HOME/kinetic, else $HOME/.cache/kinetic (a
+ * relative XDG_CACHE_HOME is ignored, as the XDG spec says). KN_E_ARG when neither gives
+ * an absolute folder. The model-hash cache and the repack cache live under it. */
+KN_MUST_USE enum kn_status kn_cache_dir(char *out, size_t size, struct kn_err *err);
+/* Creates every missing folder on the way to the file at path (mode 0700); false with
+ * errno set when one cannot be made. */
+KN_MUST_USE bool kn_make_parent_dirs(const char *path);
 
 enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
 void kn_log_set_level(enum kn_log_level level);

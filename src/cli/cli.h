@@ -62,6 +62,7 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
 #define CLI_HELP_THREADS "threads (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) ")"
 #define CLI_HELP_BATCH "prompt tokens per forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) "); never changes the output"
 #define CLI_HELP_CTX "context size in tokens (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))"
+#define CLI_HELP_REPACK_CACHE "keep the repacked weights in DIR and map them at the next start, or off (default: $" RCACHE_ENV ", else ~/.cache/kinetic/repack; never changes the output)"
 #define CLI_HELP_KV "KV cache type: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")"
 int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_t batch,
                       const char *kv_type, bool zero_is_default);

@@ -22,7 +22,7 @@
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "receipt/buildid.h"
+#include "crypto/buildid.h"
 
 static const char *const bench_usage =
     "MODEL.gguf [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-t N[,N...]] [-r REPS] [-b N] [--json]\n"

@@ -108,7 +108,7 @@ int cmd_chat(int argc, char **argv)
     int64_t ctx_size = 0, threads = session_default_threads(), batch = SESSION_BATCH_DEFAULT;
     bool no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = SESSION_KV_TYPE_DEFAULT, *chat_format = NULL;
-    const char *chat_template = NULL, *chat_template_kwargs = NULL;
+    const char *chat_template = NULL, *chat_template_kwargs = NULL, *repack_cache = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     struct cli_strs stop = {0};
@@ -120,6 +120,7 @@ int cmd_chat(int argc, char **argv)
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL},
+        {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
         {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
@@ -176,7 +177,7 @@ int cmd_chat(int argc, char **argv)
     struct repl_opts ro = {
         .model_path = pos[0], .system = system, .chat_format = chat_format, .sign_key = sign_key,
         .chat_template = chat_template, .chat_template_kwargs = chat_template_kwargs,
-        .kv_type = kv_type,
+        .kv_type = kv_type, .repack_cache = repack_cache,
         .sp = sp,
         .n_predict = sp.n_predict, .ctx_size = ctx_size, .batch = batch, .threads = (int)threads,
         .zero_wait = !no_zero_wait && interactive, .no_draft = no_draft, .interrupt = &chat_interrupt,

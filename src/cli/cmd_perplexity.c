@@ -477,6 +477,7 @@ done:
 int cmd_perplexity(int argc, char **argv)
 {
     const char *file = NULL, *kld_base = NULL, *kv_type = SESSION_KV_TYPE_DEFAULT;
+    const char *repack_cache = NULL;
     int64_t ctx = 0, chunks = -1, batch = SESSION_BATCH_DEFAULT, threads = 0;
     bool kld = false;
     const struct cli_opt opts[] = {
@@ -486,6 +487,7 @@ int cmd_perplexity(int argc, char **argv)
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL},
+        {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
         {"kl-divergence-base", 0, CLI_STR, &kld_base, "FILE",
          "save the scored log-probabilities to FILE (with --kl-divergence: read them from it)", NULL},
         {"kl-divergence", 0, CLI_FLAG, &kld, NULL,
@@ -533,6 +535,7 @@ int cmd_perplexity(int argc, char **argv)
     so.raw = true;
     so.threads = (int)threads;
     so.kv_type = kv_type;
+    so.repack_cache = repack_cache;
     so.batch = batch;
     so.ctx_size = ctx ? ctx : 512; /* warns past the trained context; the engine is below */
     if (session_open(&r.s, &so, &err) != KN_OK) {

@@ -7,7 +7,7 @@
 #include "chat/chat.h"
 #include "engine/session.h"
 #include "grammar/grammar.h"
-#include "receipt/hashcache.h"
+#include "crypto/hashcache.h"
 #include "receipt/receipt.h"
 #include "sample/sample.h"
 #include "text/text.h"
@@ -176,7 +176,7 @@ struct run_opts {
     bool raw, json, print_prompt;
     bool no_draft, no_warm_start;
     int64_t draft_max, cache_ram;
-    const char *prompt_cache;
+    const char *prompt_cache, *repack_cache;
     const char *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
     const char *chat_template, *chat_template_kwargs, *messages;
@@ -418,6 +418,7 @@ int cmd_run(int argc, char **argv)
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
         {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"kv-type", 0, CLI_STR, &o.kv_type, "T", CLI_HELP_KV, NULL},
+        {"repack-cache", 0, CLI_STR, &o.repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
         {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
         {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
@@ -551,6 +552,7 @@ int cmd_run(int argc, char **argv)
     so.threads = (int)o.threads;
     so.kv_type = o.kv_type;
     so.no_draft = o.no_draft;
+    so.repack_cache = o.repack_cache;
     so.draft_max = (int32_t)o.draft_max;
     so.stop = (const char *const *)stops;
     so.n_stop = o.stop.n;

@@ -5,8 +5,8 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "engine/session.h"
-#include "receipt/buildid.h"
-#include "receipt/hashcache.h"
+#include "crypto/buildid.h"
+#include "crypto/hashcache.h"
 #include "sample/sample.h"
 #include "server/server.h"
 
@@ -95,6 +95,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
+    const char *repack_cache = NULL;
     const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL, *replica = getenv("KINETIC_REPLICA");
     struct cli_device dv = CLI_DEVICE_INIT;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
@@ -113,6 +114,7 @@ int cmd_serve(int argc, char **argv)
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")", NULL},
+        {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
         {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"cors", 0, CLI_STR, &cors, "ORIGIN", "let browser pages from ORIGIN (or *) call the API: Access-Control-Allow-Origin on every answer, preflights answered", NULL},
@@ -295,6 +297,7 @@ int cmd_serve(int argc, char **argv)
         mo.session.batch = batch;
         mo.session.threads = (int)threads;
         mo.session.kv_type = kv_type;
+        mo.session.repack_cache = repack_cache;
         mo.session.device = dv.dev.be;
         mo.session.gpu_layers = dv.gpu_layers;
         mo.session.device_class = dv.dev.cls;

@@ -3,7 +3,7 @@
 #include "base/base.h"
 #include "device/device.h"
 #include "kernels/isa.h"
-#include "receipt/buildid.h"
+#include "crypto/buildid.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -550,6 +550,20 @@ void blake3_hasher_update_threads(struct blake3_hasher *h, const void *input, si
     update_threads(h, input, len, threads, false);
 }
 
+void blake3_hasher_update_mapped(struct blake3_hasher *h, const void *input, size_t len,
+                                  int threads)
+{
+    update_threads(h, input, len, threads, true);
+}
+
+bool blake3_equal(const uint8_t a[BLAKE3_OUT_LEN], const uint8_t b[BLAKE3_OUT_LEN])
+{
+    unsigned diff = 0;
+    for (int i = 0; i < BLAKE3_OUT_LEN; i++)
+        diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
 enum kn_status blake3_hash_file(const char *path, uint8_t out[BLAKE3_OUT_LEN], int threads,
                                 struct kn_err *err)
 {

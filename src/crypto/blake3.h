@@ -51,6 +51,13 @@ void blake3_hasher_update(struct blake3_hasher *h, const void *input, size_t len
  * (<= 0: one per online CPU). Same result as the single-threaded update. */
 void blake3_hasher_update_threads(struct blake3_hasher *h, const void *input, size_t len,
                                   int threads);
+/* blake3_hasher_update_threads for input that is a file mapping: each thread also faults
+ * in its pieces' pages first (MADV_POPULATE_READ), so the page-table work is split too and
+ * the pages stay mapped for whoever reads them next. */
+void blake3_hasher_update_mapped(struct blake3_hasher *h, const void *input, size_t len,
+                                 int threads);
+/* Compares two hashes in constant time (MACs). */
+bool blake3_equal(const uint8_t a[BLAKE3_OUT_LEN], const uint8_t b[BLAKE3_OUT_LEN]);
 /* Writes out_len bytes of output (any length: the first 32 are the hash). The hasher is
  * unchanged, so more input may follow. */
 void blake3_hasher_finalize(const struct blake3_hasher *h, uint8_t *out, size_t out_len);

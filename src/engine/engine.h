@@ -457,4 +457,25 @@ KN_MUST_USE enum kn_status engine_lm_model_wrap(struct engine_lm *out, const str
                                                 int n_seq, int64_t max_batch, struct kn_err *err);
 void engine_lm_model_bind(struct engine_lm *lm, struct model_kv *kvs, const struct tok *tk);
 
+/* ---------------------------------------------------------------- the repack cache */
+
+/* The repack cache (rcache.c): the CPU's repacked weights kept in a file and mapped at
+ * the next start instead of rebuilt; the same bits either way. The session opens one
+ * for its model (session_opts.repack_cache) and hands rcache_repack to model_open. */
+#define RCACHE_ENV "KINETIC_REPACK_CACHE" /* the setting when no flag gives one */
+struct rcache;
+/* setting: a folder, "off", or NULL / "" for $KINETIC_REPACK_CACHE, else
+ * kn_cache_dir()/repack. *out is NULL when off. A folder that cannot be named only costs a
+ * note on stderr (prefixed with who, NULL: "kinetic"); errors are out of memory. */
+KN_MUST_USE enum kn_status rcache_open(struct rcache **out, const char *setting,
+                                       const char *model_path, const char *who,
+                                       struct kn_err *err);
+/* The model_load_opts.repack_fn of a cache (ctx: the struct rcache, NULL: off): maps a
+ * valid file for these weights, else repacks in memory (kern_weight_repack) and writes
+ * the file. The weights borrow from the mapping: close the model before the cache. */
+KN_MUST_USE enum kn_status rcache_repack(void *ctx, struct kern_pool *pool,
+                                         struct kern_weight *const *ws, size_t n,
+                                         struct kn_err *err);
+void rcache_close(struct rcache *rc);
+
 #endif

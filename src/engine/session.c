@@ -153,9 +153,12 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
         /* The pool first: model_open repacks the weights on its threads. */
         if ((st = kern_pool_create(s->o.threads, &s->pool, err)) != KN_OK)
             goto fail;
+        if ((st = rcache_open(&s->rc, o->repack_cache, o->model_path, o->name, err)) != KN_OK)
+            goto fail;
         struct model_load_opts lo = {
             .repack = true, .device = o->device,
-            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers, .pool = s->pool};
+            .device_layers = o->gpu_layers < 0 ? INT64_MAX : o->gpu_layers, .pool = s->pool,
+            .repack_fn = rcache_repack, .repack_ctx = s->rc};
         if ((st = model_open(&s->m, o->model_path, &lo, err)) != KN_OK)
             goto fail;
         s->gguf = s->m->gguf;
@@ -223,6 +226,7 @@ void session_close(struct session *s)
         chat_renderer_free(&s->cr);
     tok_free(s->tk);
     model_close(s->m);
+    rcache_close(s->rc); /* after the model: its weights may borrow from the mapping */
     gguf_close(s->gguf_own);
     memset(s, 0, sizeof *s);
 }

@@ -70,6 +70,9 @@ struct session_opts {
     struct kern_backend *device;
     int64_t gpu_layers;
     const char *device_class, *device_name;
+    /* The repack cache (engine.h, rcache_open): a folder, "off", or NULL for
+     * $KINETIC_REPACK_CACHE, else the user's cache folder (--repack-cache). */
+    const char *repack_cache;
     bool no_draft;
     int32_t draft_max;         /* 0: the engine's default */
     /* Sampling (SESSION_ENGINE), n_predict included: checked, logit-bias ids against the
@@ -108,6 +111,7 @@ struct session {
     const char *think_open, *think_close; /* the reasoning markers (chat_think_markers) */
     bool think_native;         /* the vocabulary has them as tokens */
     struct kern_pool *pool;
+    struct rcache *rc;         /* the repack cache the weights may borrow from, or NULL */
     /* SESSION_ENGINE */
     struct engine e;
     bool engine_ok;

@@ -120,6 +120,8 @@ struct kern_weight {
     void *packed;          /* owned repacked copy, or NULL (float types read data;
                               quantized types then run the portable reference) */
     size_t packed_bytes;
+    bool packed_borrowed;  /* packed belongs to the caller (e.g. a mapped repack cache,
+                              which must outlive w): kern_weight_free leaves it */
 };
 
 /* True if kern_matmul handles weights of type t. */
@@ -141,7 +143,12 @@ KN_MUST_USE enum kn_status kern_weight_init(struct kern_weight *w, enum quant_ty
  * start repacks on every thread. On failure no weight keeps a partial copy. */
 KN_MUST_USE enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *const *ws,
                                               size_t n, struct kn_err *err);
-/* Frees the repacked copy; the struct may be initialised again. */
+/* Bytes of the repacked copy kern_weight_repack would build for w: 0 when it builds none
+ * (w has a copy, the type has no packed layout, or the active ISA is scalar). A caller
+ * that keeps copies elsewhere (the repack cache) sizes them with this, treats the bytes
+ * as opaque, and points w->packed at them with packed_borrowed set. */
+size_t kern_weight_packed_bytes(const struct kern_weight *w);
+/* Frees the repacked copy (unless borrowed); the struct may be initialised again. */
 void kern_weight_free(struct kern_weight *w);
 
 /* ================================================================ matrix products */

@@ -80,9 +80,11 @@ enum kn_status kern_weight_init(struct kern_weight *w, enum quant_type type, int
 
 void kern_weight_free(struct kern_weight *w)
 {
-    free(w->packed);
+    if (!w->packed_borrowed)
+        free(w->packed);
     w->packed = NULL;
     w->packed_bytes = 0;
+    w->packed_borrowed = false;
 }
 
 /* ---------------------------------------------------------------- reference: float */

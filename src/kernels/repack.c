@@ -362,17 +362,22 @@ static int64_t share_groups(const struct kern_weight *w, size_t pb)
     return gb >= REPACK_SHARE_BYTES ? 1 : (int64_t)(REPACK_SHARE_BYTES / gb);
 }
 
-enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *const *ws, size_t n,
-                                  struct kn_err *err)
+size_t kern_weight_packed_bytes(const struct kern_weight *w)
 {
     /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
      * the file's layout alone and saves the memory. */
-    if (kern_isa_active() == KERN_ISA_SCALAR)
-        return KN_OK;
+    if (w->packed || kern_isa_active() == KERN_ISA_SCALAR)
+        return 0;
+    return kern_repack_bytes(w->type, w->N, w->K);
+}
+
+enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *const *ws, size_t n,
+                                  struct kn_err *err)
+{
     size_t n_shares = 0;
     for (size_t i = 0; i < n; i++) {
         const struct kern_weight *w = ws[i];
-        size_t pb = w->packed ? 0 : kern_repack_bytes(w->type, w->N, w->K);
+        size_t pb = kern_weight_packed_bytes(w);
         if (pb)
             n_shares += (size_t)(((w->N + 15) / 16 + share_groups(w, pb) - 1) / share_groups(w, pb));
     }
@@ -386,7 +391,7 @@ enum kn_status kern_weight_repack(struct kern_pool *pool, struct kern_weight *co
     size_t k = 0, i;
     for (i = 0; i < n; i++) {
         struct kern_weight *w = ws[i];
-        size_t pb = w->packed ? 0 : kern_repack_bytes(w->type, w->N, w->K);
+        size_t pb = kern_weight_packed_bytes(w);
         if (!pb)
             continue;
         if (!(w->packed = packed_alloc(pb, err)))

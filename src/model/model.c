@@ -645,8 +645,10 @@ static enum kn_status init_weight_rows(struct kern_weight *w, const struct gguf_
 
 /* Builds the CPU's repacked copies (only where the CPU runs the layer) of every weight
  * at once, on the pool's threads: at load time this is most of a cold start. */
-static enum kn_status repack_weights(struct model *m, struct kern_pool *pool, struct kn_err *err)
+static enum kn_status repack_weights(struct model *m, const struct model_load_opts *opts,
+                                     struct kn_err *err)
 {
+    struct kern_pool *pool = opts ? opts->pool : NULL;
     const struct model_hparams *hp = &m->hp;
     size_t n = 0, cap = 1;
     for (int64_t il = m->n_dev_layers; il < hp->n_layer; il++)
@@ -669,7 +671,8 @@ static enum kn_status repack_weights(struct model *m, struct kern_pool *pool, st
     }
     if (m->n_dev_layers < hp->n_layer)
         ws[n++] = &m->output;
-    enum kn_status st = kern_weight_repack(pool, ws, n, err);
+    enum kn_status st = opts && opts->repack_fn ? opts->repack_fn(opts->repack_ctx, pool, ws, n, err)
+                                             : kern_weight_repack(pool, ws, n, err);
     free(ws);
     return st;
 }
@@ -1092,7 +1095,7 @@ enum kn_status model_open_gguf(struct model **out, struct gguf_file *g, const ch
     m->output_tied = t_out == NULL;
     st = init_weight(&m->output, t_out ? t_out : t_embd, false, err);
     if (st == KN_OK && repack)
-        st = repack_weights(m, opts ? opts->pool : NULL, err);
+        st = repack_weights(m, opts, err);
     if (st != KN_OK)
         goto fail;
     m->weight_bytes += (size_t)t_embd->size + (t_out ? (size_t)t_out->size : 0);

@@ -234,6 +234,13 @@ struct model_load_opts {
     int64_t device_layers;
     /* The threads that build the repacked copies (NULL: the caller's thread alone). */
     struct kern_pool *pool;
+    /* Gives the n weights the CPU runs their repacked copies in place of
+     * kern_weight_repack (NULL: that), e.g. the engine's repack cache, which maps them from
+     * disk. Called once, with the weights in a fixed order (layers in order, each layer's
+     * matrices, then the output head); on failure no weight may keep a partial copy. */
+    enum kn_status (*repack_fn)(void *ctx, struct kern_pool *pool, struct kern_weight *const *ws,
+                                size_t n, struct kn_err *err);
+    void *repack_ctx;
 };
 
 /* Opens path, validates hyperparameters and tensors, maps the weights. */

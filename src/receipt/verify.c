@@ -17,9 +17,9 @@
 #include "../model/model.h"
 #include "../text/text.h"
 #include "../token/tok.h"
-#include "buildid.h"
+#include "../crypto/buildid.h"
 #include "../device/device.h"
-#include "hashcache.h"
+#include "../crypto/hashcache.h"
 
 /* The CPU's model name (the device registry's reading of it), owned by the caller. */
 static char *cpu_name(void)

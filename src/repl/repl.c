@@ -330,6 +330,7 @@ enum kn_status repl_open(struct repl **out, const struct repl_opts *o, struct kn
     so.device_class = o->device_class;
     so.device_name = o->device_name;
     so.no_draft = o->no_draft;
+    so.repack_cache = o->repack_cache;
     so.sp = r->o.sp;
     so.grammar = o->grammar;
     so.gbnf = o->gbnf;

@@ -56,6 +56,7 @@ struct repl_opts {
     struct kern_backend *device;
     int64_t gpu_layers;
     const char *device_class, *device_name;
+    const char *repack_cache; /* session_opts.repack_cache */
 };
 
 /* Opens the session of `kinetic run` (session_open: model, tokenizer, template, engine,

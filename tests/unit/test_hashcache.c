@@ -7,7 +7,7 @@
 #include "check.h"
 #include "base/json.h"
 #include "crypto/blake3.h"
-#include "receipt/hashcache.h"
+#include "crypto/hashcache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
 /* buildid.h: the build id recorded in receipts and printed by `kinetic --version`: the
  * first 16 hex digits of the BLAKE3 of the running executable. It pins every kernel
  * compiled into the binary, so two builds with the same id compute the same bits. */
-#ifndef KN_RECEIPT_BUILDID_H
-#define KN_RECEIPT_BUILDID_H
+#ifndef KN_CRYPTO_BUILDID_H
+#define KN_CRYPTO_BUILDID_H
 
 #include "../base/base.h"
 

@@ -6,7 +6,7 @@
  * by other processes meanwhile are kept. */
 #include "hashcache.h"
 #include "../base/json.h"
-#include "../crypto/blake3.h"
+#include "blake3.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,37 +37,14 @@ struct hashcache_stats hashcache_stats(void)
 
 enum kn_status hashcache_path(char *out, size_t size, struct kn_err *err)
 {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    int n;
-    /* The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored. */
-    if (xdg && xdg[0] == '/') {
-        n = snprintf(out, size, "%s/kinetic/hashes.json", xdg);
-    } else {
-        const char *home = getenv("HOME");
-        if (!home || home[0] != '/')
-            return kn_fail(err, KN_E_ARG, "no cache folder: set XDG_CACHE_HOME or HOME to an "
-                           "absolute path");
-        n = snprintf(out, size, "%s/.cache/kinetic/hashes.json", home);
-    }
+    char dir[PATH_MAX];
+    enum kn_status st = kn_cache_dir(dir, sizeof dir, err);
+    if (st != KN_OK)
+        return st;
+    int n = snprintf(out, size, "%s/hashes.json", dir);
     if (n < 0 || (size_t)n >= size)
         return kn_fail(err, KN_E_ARG, "the cache path is longer than %zu bytes", size - 1);
     return KN_OK;
-}
-
-/* Creates every missing folder on the way to the file at path. */
-static bool make_parent_dirs(const char *path)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return false;
-        *p = '/';
-    }
-    return true;
 }
 
 static bool is_hex64(const char *s)
@@ -156,7 +133,7 @@ static void store(const char *cache_path, const char *key, int64_t size, int64_t
     struct kn_err err;
     char lock_path[PATH_MAX + 8];
     snprintf(lock_path, sizeof lock_path, "%s.lock", cache_path);
-    if (!make_parent_dirs(cache_path)) {
+    if (!kn_make_parent_dirs(cache_path)) {
         kn_log(KN_LOG_WARN, "%s: cannot create the cache folder: %s", cache_path, strerror(errno));
         return;
     }

@@ -1,6 +1,6 @@
 /* buildid.c: the build id, BLAKE3 of the running executable. */
 #include "buildid.h"
-#include "../crypto/blake3.h"
+#include "blake3.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * model takes seconds, so the hash is kept in $XDG_CACHE_HOME/kinetic/hashes.json
  * (default ~/.cache/kinetic/hashes.json), keyed by absolute path, size and modification
  * time in nanoseconds. Format and locking: docs/receipts.md ("Model-hash cache"). */
-#ifndef KN_RECEIPT_HASHCACHE_H
-#define KN_RECEIPT_HASHCACHE_H
+#ifndef KN_CRYPTO_HASHCACHE_H
+#define KN_CRYPTO_HASHCACHE_H
 
 #include "../base/base.h"
 

@@ -1,0 +1,465 @@
+/* rcache.c: the repack cache. The CPU's repacked weights (kernels/repack.c) of a model,
+ * kept in one file and mapped at the next start instead of being rebuilt: no zeroing of
+ * fresh memory, no repack. docs/performance.md ("Cold start") gives the figures.
+ *
+ * A file is named by what its bytes depend on: the model file's BLAKE3 (the stat-keyed
+ * model-hash cache, crypto/hashcache.h), the build id (the repack code is in the binary)
+ * and the layout (type and shape of each weight copied, in model_open's order: a
+ * different --gpu-layers repacks other weights):
+ *
+ *     <dir>/<model blake3, 64 hex>-<build id, 16 hex>-<layout, 16 hex>.krp
+ *
+ * and is, in little-endian order:
+ *
+ *     struct rcache_header (4096 bytes): the MAC, then magic, version, counts and the three
+ *         keys in full
+ *     each weight's repacked bytes in the order given, each padded with zeros to 64 bytes
+ *
+ * The MAC is BLAKE3 keyed with a key derived from the three keys, over every byte of the
+ * file after the MAC itself; it is checked before any weight is used, hashed on the pool's
+ * thread count through the mapping (which also maps the pages the first forward reads).
+ * A truncated, altered or foreign file fails it and is rebuilt. The bytes are opaque here:
+ * what a copy holds is repack.c's business, its size is kern_weight_packed_bytes.
+ *
+ * Writers repack in memory as without the cache, then write a temporary file and rename
+ * it into place (kn_write_parts_atomic), so a concurrent reader sees the old file or the
+ * whole new one, and two first runs both write a complete file (the second rename wins);
+ * a file is never changed in place, so a mapping stays valid while others replace it.
+ * No fsync: a file the crash left half written fails the MAC.
+ *
+ * Any failure of the cache itself (no cache folder, read-only, permission, disk full)
+ * costs one line on stderr and falls back to the in-memory repack, never an error. */
+#include "engine.h"
+
+#include "../crypto/blake3.h"
+#include "../crypto/buildid.h"
+#include "../crypto/hashcache.h"
+#include "../kernels/kernels.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RCACHE_MAGIC "KNREPACK"
+#define RCACHE_VERSION 1u
+#define RCACHE_HEADER_BYTES 4096
+#define RCACHE_ALIGN 64
+#define RCACHE_SUFFIX ".krp"
+/* Files kept in the folder: the newest (by last use) are kept, older ones removed when a
+ * new one is written. A rebuild (new build id) replaces the model's older builds' files. */
+#define RCACHE_MAX_FILES 16
+/* A temporary file older than this is left from a writer that died: removed. */
+#define RCACHE_STALE_TMP_S 3600
+/* The key derivation's context string (BLAKE3 derive_key: fixed, application-unique). */
+#define RCACHE_KDF_CONTEXT "kinetic 2026-12-01 repack cache MAC key v1"
+
+struct rcache_header {
+    uint8_t mac[BLAKE3_OUT_LEN];   /* keyed BLAKE3 of every later byte of the file */
+    char magic[8];                 /* RCACHE_MAGIC, no NUL */
+    uint32_t version;              /* RCACHE_VERSION */
+    uint32_t n_weights;
+    uint64_t data_bytes;           /* bytes after the header */
+    uint8_t model[BLAKE3_OUT_LEN]; /* the model file's BLAKE3 */
+    char build[KN_BUILD_ID_LEN];   /* the build id's hex digits, no NUL */
+    uint8_t layout[BLAKE3_OUT_LEN];
+    uint8_t zero[RCACHE_HEADER_BYTES - 3 * BLAKE3_OUT_LEN - 8 - 8 - 8 - KN_BUILD_ID_LEN];
+};
+static_assert(sizeof(struct rcache_header) == RCACHE_HEADER_BYTES, "rcache_header is 4096 bytes");
+
+struct rcache {
+    char *dir;          /* the folder, or NULL: off */
+    char *model_path;
+    const char *who;    /* prefix of the notes ("kinetic run"), or NULL */
+    void *map;          /* the mapped file the weights borrow from, or NULL */
+    size_t map_bytes;
+};
+
+/* ---------------------------------------------------------------- set-up */
+
+/* One line on stderr: the cache is not used or not written, and why. */
+KN_PRINTF(2, 3) static void note(const struct rcache *rc, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: note: repack cache %s\n", rc->who ? rc->who : "kinetic", buf);
+}
+
+enum kn_status rcache_open(struct rcache **out, const char *setting, const char *model_path,
+                           const char *who, struct kn_err *err)
+{
+    *out = NULL;
+    if (!setting)
+        setting = getenv(RCACHE_ENV);
+    if (setting && !*setting)
+        setting = NULL;
+    if (setting && strcmp(setting, "off") == 0)
+        return KN_OK;
+    struct rcache *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    rc->who = who;
+    char dir[PATH_MAX];
+    struct kn_err derr = {0};
+    bool ok = true;
+    if (setting) {
+        ok = snprintf(dir, sizeof dir, "%s", setting) < (int)sizeof dir;
+        if (!ok)
+            kn_fail(&derr, KN_E_ARG, "the folder name is longer than %zu bytes", sizeof dir - 1);
+    } else if ((ok = kn_cache_dir(dir, sizeof dir, &derr) == KN_OK)) {
+        size_t len = strlen(dir);
+        ok = snprintf(dir + len, sizeof dir - len, "/repack") < (int)(sizeof dir - len);
+        if (!ok)
+            kn_fail(&derr, KN_E_ARG, "the cache path is longer than %zu bytes", sizeof dir - 1);
+    }
+    if (!ok) {
+        note(rc, "off (%s); the weights are repacked in memory", derr.msg);
+        *out = rc;
+        return KN_OK;
+    }
+    rc->dir = strdup(dir);
+    rc->model_path = strdup(model_path);
+    if (!rc->dir || !rc->model_path) {
+        rcache_close(rc);
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    }
+    *out = rc;
+    return KN_OK;
+}
+
+void rcache_close(struct rcache *rc)
+{
+    if (!rc)
+        return;
+    if (rc->map)
+        munmap(rc->map, rc->map_bytes);
+    free(rc->dir);
+    free(rc->model_path);
+    free(rc);
+}
+
+/* ---------------------------------------------------------------- keys */
+
+static size_t align_up(size_t n)
+{
+    return (n + RCACHE_ALIGN - 1) & ~(size_t)(RCACHE_ALIGN - 1);
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* What a cache file for ws is: its header (MAC zero), the sizes of the copies, the MAC
+ * key and the file's path. False when there is nothing to repack (why empty), or the
+ * model cannot be hashed or the build id is unknown (why says which). */
+struct rcache_plan {
+    struct rcache_header h;
+    size_t *bytes;      /* (n) each weight's packed bytes (0: none) */
+    size_t data_bytes;
+    uint8_t key[BLAKE3_KEY_LEN];
+    char path[PATH_MAX];
+};
+
+static bool plan_file(const struct rcache *rc, struct kern_weight *const *ws, size_t n,
+                      struct rcache_plan *p, struct kn_err *why)
+{
+    memset(&p->h, 0, sizeof p->h);
+    if (n > UINT32_MAX) {
+        kn_fail(why, KN_E_LIMIT, "%zu weights are too many", n);
+        return false;
+    }
+    p->data_bytes = 0;
+    struct blake3_hasher lh;
+    blake3_hasher_init(&lh);
+    for (size_t i = 0; i < n; i++) {
+        p->bytes[i] = kern_weight_packed_bytes(ws[i]);
+        uint8_t d[32];
+        put_u64(d, (uint64_t)ws[i]->type);
+        put_u64(d + 8, (uint64_t)ws[i]->N);
+        put_u64(d + 16, (uint64_t)ws[i]->K);
+        put_u64(d + 24, (uint64_t)p->bytes[i]);
+        blake3_hasher_update(&lh, d, sizeof d);
+        if (!kn_add_size(p->data_bytes, align_up(p->bytes[i]), &p->data_bytes)) {
+            kn_fail(why, KN_E_LIMIT, "the repacked weights overflow a size");
+            return false;
+        }
+    }
+    if (p->data_bytes == 0)
+        return false; /* nothing to repack (a scalar run): no file, no note */
+    if (p->data_bytes > SIZE_MAX - RCACHE_HEADER_BYTES) {
+        kn_fail(why, KN_E_LIMIT, "the repacked weights overflow a size");
+        return false;
+    }
+    blake3_hasher_finalize(&lh, p->h.layout, sizeof p->h.layout);
+    const char *build = kn_build_id();
+    if (strlen(build) != KN_BUILD_ID_LEN) {
+        kn_fail(why, KN_E_IO, "the build id is unknown");
+        return false;
+    }
+    char model_hex[65];
+    if (hashcache_model_blake3(rc->model_path, model_hex, why) != KN_OK)
+        return false;
+    for (int i = 0; i < BLAKE3_OUT_LEN; i++) {
+        unsigned v;
+        sscanf(model_hex + 2 * i, "%2x", &v);
+        p->h.model[i] = (uint8_t)v;
+    }
+    memcpy(p->h.magic, RCACHE_MAGIC, sizeof p->h.magic);
+    p->h.version = RCACHE_VERSION;
+    p->h.n_weights = (uint32_t)n;
+    p->h.data_bytes = p->data_bytes;
+    memcpy(p->h.build, build, KN_BUILD_ID_LEN);
+    /* The MAC key: every key of the file, so a file of another model, build or layout
+     * fails the MAC even if its name and header were changed to match. */
+    struct blake3_hasher kh;
+    blake3_hasher_init_derive_key(&kh, RCACHE_KDF_CONTEXT);
+    blake3_hasher_update(&kh, p->h.model, sizeof p->h.model);
+    blake3_hasher_update(&kh, p->h.build, sizeof p->h.build);
+    blake3_hasher_update(&kh, p->h.layout, sizeof p->h.layout);
+    blake3_hasher_finalize(&kh, p->key, sizeof p->key);
+    char layout_hex[17];
+    blake3_hex(p->h.layout, 8, layout_hex);
+    if (snprintf(p->path, sizeof p->path, "%s/%s-%s-%s" RCACHE_SUFFIX, rc->dir, model_hex, build,
+                 layout_hex) >= (int)sizeof p->path) {
+        kn_fail(why, KN_E_LIMIT, "the folder name %s is too long", rc->dir);
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+enum load_result {
+    LOAD_HIT,        /* the weights borrow from the mapping */
+    LOAD_MISS,       /* no file (or no folder): write one */
+    LOAD_BAD,        /* a file that fails a check (why says which): write a new one */
+    LOAD_UNREADABLE, /* a file that cannot be read (why): leave it */
+};
+
+/* Maps the file and checks it against the plan; on a hit the weights borrow their copies
+ * from the mapping, which rc keeps. */
+static enum load_result load(struct rcache *rc, struct kern_pool *pool,
+                             struct kern_weight *const *ws, size_t n,
+                             const struct rcache_plan *p, struct kn_err *why)
+{
+    int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return LOAD_MISS;
+        kn_fail(why, KN_E_IO, "cannot open it: %s", strerror(errno));
+        return LOAD_UNREADABLE;
+    }
+    struct stat st;
+    const size_t want = RCACHE_HEADER_BYTES + p->data_bytes; /* plan_file checked the sum */
+    bool ok = false;
+    if (fstat(fd, &st) != 0)
+        kn_fail(why, KN_E_IO, "cannot stat it: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        kn_fail(why, KN_E_IO, "not a regular file");
+    else if ((uint64_t)st.st_size != (uint64_t)want)
+        kn_fail(why, KN_E_FORMAT, "%lld bytes, expected %zu (truncated or foreign)",
+                (long long)st.st_size, want);
+    else
+        ok = true;
+    void *map = MAP_FAILED;
+    if (ok && (map = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+        kn_fail(why, KN_E_IO, "cannot map it: %s", strerror(errno));
+        close(fd);
+        return LOAD_UNREADABLE;
+    }
+    close(fd);
+    if (!ok)
+        return LOAD_BAD;
+    const struct rcache_header *h = map;
+    /* The header's fields first (cheap, and they say what is wrong); the MAC decides. */
+    if (memcmp(h->magic, p->h.magic, sizeof h->magic) != 0 || h->version != p->h.version) {
+        kn_fail(why, KN_E_FORMAT, "not a version %u repack cache file", RCACHE_VERSION);
+        ok = false;
+    } else if (h->n_weights != p->h.n_weights || h->data_bytes != p->h.data_bytes ||
+               memcmp(h->model, p->h.model, sizeof h->model) != 0 ||
+               memcmp(h->build, p->h.build, sizeof h->build) != 0 ||
+               memcmp(h->layout, p->h.layout, sizeof h->layout) != 0) {
+        kn_fail(why, KN_E_FORMAT, "made for another model, build or layout");
+        ok = false;
+    } else {
+        struct blake3_hasher mh;
+        blake3_hasher_init_keyed(&mh, p->key);
+        blake3_hasher_update_mapped(&mh, (const uint8_t *)map + BLAKE3_OUT_LEN,
+                                    want - BLAKE3_OUT_LEN, pool ? kern_pool_threads(pool) : 1);
+        uint8_t mac[BLAKE3_OUT_LEN];
+        blake3_hasher_finalize(&mh, mac, sizeof mac);
+        if (!(ok = blake3_equal(mac, h->mac)))
+            kn_fail(why, KN_E_FORMAT, "its MAC does not match (damaged)");
+    }
+    if (!ok) {
+        munmap(map, want);
+        return LOAD_BAD;
+    }
+    size_t off = RCACHE_HEADER_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        if (p->bytes[i]) {
+            ws[i]->packed = (uint8_t *)map + off;
+            ws[i]->packed_bytes = p->bytes[i];
+            ws[i]->packed_borrowed = true;
+        }
+        off += align_up(p->bytes[i]);
+    }
+    rc->map = map;
+    rc->map_bytes = want;
+    /* The last use, for the eviction order (best effort). */
+    (void)utimensat(AT_FDCWD, p->path, NULL, 0);
+    return LOAD_HIT;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+struct rcache_entry {
+    char *path;
+    time_t used;
+};
+
+static int by_use_newest_first(const void *a, const void *b)
+{
+    const struct rcache_entry *x = a, *y = b;
+    return (x->used < y->used) - (x->used > y->used);
+}
+
+/* Removes the model's files of other builds, temporary files of dead writers, and the
+ * least recently used files beyond RCACHE_MAX_FILES (never `keep`, the file just
+ * written). Best effort: another process may be removing the same files. */
+static void evict(const struct rcache *rc, const char *keep)
+{
+    DIR *d = opendir(rc->dir);
+    if (!d)
+        return;
+    const char *base = strrchr(keep, '/') + 1;
+    const size_t model_len = 2 * BLAKE3_OUT_LEN + 1; /* "<model hex>-" */
+    struct rcache_entry *list = NULL;
+    size_t n = 0, cap = 0;
+    const time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[PATH_MAX];
+        struct stat st;
+        if (e->d_name[0] == '.' || strcmp(e->d_name, base) == 0 ||
+            snprintf(path, sizeof path, "%s/%s", rc->dir, e->d_name) >= (int)sizeof path ||
+            lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (strstr(e->d_name, RCACHE_SUFFIX ".tmp.")) {
+            if (now - st.st_mtime > RCACHE_STALE_TMP_S)
+                (void)unlink(path);
+        } else if (!ends_with(e->d_name, RCACHE_SUFFIX)) {
+            continue;
+        } else if (strncmp(e->d_name, base, model_len) == 0 &&
+                   strncmp(e->d_name, base, model_len + KN_BUILD_ID_LEN) != 0) {
+            (void)unlink(path); /* the same model from another build: this one replaces it */
+        } else {
+            if (n == cap) {
+                size_t nc = cap ? 2 * cap : 32;
+                struct rcache_entry *nl = realloc(list, nc * sizeof *nl);
+                if (!nl)
+                    break;
+                list = nl;
+                cap = nc;
+            }
+            if (!(list[n].path = strdup(path)))
+                break;
+            list[n++].used = st.st_mtime;
+        }
+    }
+    closedir(d);
+    if (n) /* qsort's array must not be NULL, even when empty */
+        qsort(list, n, sizeof *list, by_use_newest_first);
+    for (size_t i = 0; i < n; i++) {
+        if (i >= RCACHE_MAX_FILES - 1)
+            (void)unlink(list[i].path);
+        free(list[i].path);
+    }
+    free(list);
+}
+
+/* Writes the weights' copies (just built in memory) to the plan's file. */
+static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t n,
+                  struct rcache_plan *p)
+{
+    static const uint8_t zeros[RCACHE_ALIGN];
+    struct kn_err err = {0};
+    if (!kn_make_parent_dirs(p->path)) {
+        note(rc, "not written: cannot create %s: %s", rc->dir, strerror(errno));
+        return;
+    }
+    struct kn_part *parts = kn_malloc((2 * n + 1) * sizeof *parts, &err);
+    if (!parts)
+        return;
+    size_t k = 0;
+    parts[k++] = (struct kn_part){&p->h, sizeof p->h};
+    for (size_t i = 0; i < n; i++) {
+        if (!p->bytes[i])
+            continue;
+        parts[k++] = (struct kn_part){ws[i]->packed, p->bytes[i]};
+        if (align_up(p->bytes[i]) != p->bytes[i])
+            parts[k++] = (struct kn_part){zeros, align_up(p->bytes[i]) - p->bytes[i]};
+    }
+    struct blake3_hasher mh;
+    blake3_hasher_init_keyed(&mh, p->key);
+    blake3_hasher_update(&mh, (const uint8_t *)&p->h + BLAKE3_OUT_LEN,
+                         sizeof p->h - BLAKE3_OUT_LEN);
+    for (size_t i = 1; i < k; i++)
+        blake3_hasher_update(&mh, parts[i].data, parts[i].size);
+    blake3_hasher_finalize(&mh, p->h.mac, sizeof p->h.mac);
+    if (kn_write_parts_atomic(p->path, parts, k, false, &err) != KN_OK)
+        note(rc, "not written: %s", err.msg);
+    else
+        evict(rc, p->path);
+    free(parts);
+}
+
+/* ---------------------------------------------------------------- the model's hook */
+
+enum kn_status rcache_repack(void *ctx, struct kern_pool *pool, struct kern_weight *const *ws,
+                             size_t n, struct kn_err *err)
+{
+    struct rcache *rc = ctx;
+    if (!rc || !rc->dir || rc->map)
+        return kern_weight_repack(pool, ws, n, err);
+    struct rcache_plan p;
+    if (!(p.bytes = kn_malloc((n ? n : 1) * sizeof *p.bytes, err)))
+        return KN_E_NOMEM;
+    struct kn_err why = {0};
+    enum load_result lr = LOAD_UNREADABLE;
+    if (!plan_file(rc, ws, n, &p, &why)) {
+        if (why.msg[0])
+            note(rc, "not used: %s; the weights are repacked in memory", why.msg);
+    } else if ((lr = load(rc, pool, ws, n, &p, &why)) == LOAD_HIT) {
+        kn_log(KN_LOG_DEBUG, "repack cache: mapped %s", p.path);
+    } else if (lr == LOAD_BAD) {
+        note(rc, "%s: %s; rebuilding it", p.path, why.msg);
+    } else if (lr == LOAD_UNREADABLE) {
+        note(rc, "%s: %s; the weights are repacked in memory", p.path, why.msg);
+    }
+    enum kn_status st = KN_OK;
+    if (lr != LOAD_HIT && (st = kern_weight_repack(pool, ws, n, err)) == KN_OK &&
+        (lr == LOAD_MISS || lr == LOAD_BAD))
+        store(rc, ws, n, &p);
+    free(p.bytes);
+    return st;
+}
