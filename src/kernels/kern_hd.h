@@ -377,6 +377,24 @@ KN_HD uint32_t kn_hd_ld32(const uint8_t *p)
     return u;
 #endif
 }
+/* Stores the 4-byte word u at p, 4-byte aligned (one store on the GPU). */
+KN_HD void kn_hd_st32(uint8_t *p, uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint32_t *)p = u;
+#else
+    memcpy(p, &u, sizeof u);
+#endif
+}
+/* Stores the 2-byte u at p, 2-byte aligned (a Q8_K block's bsums). */
+KN_HD void kn_hd_st16(uint8_t *p, uint16_t u)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint16_t *)p = u;
+#else
+    memcpy(p, &u, sizeof u);
+#endif
+}
 KN_HD float kn_hd_ld_f32(const uint8_t *p)
 {
     return kn_hd_bits_f32(kn_hd_ld32(p));
