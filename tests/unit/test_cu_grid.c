@@ -134,7 +134,13 @@ static mm_body mm_body_of(int k)
     }
 }
 
-/* Attention: block (t, h) of 32 lanes, the phases of cuk.cu's cuk_attn in order. */
+/* A phase of cuk_hd.h's lists over the block's threads, one after the other. */
+#define HOST_PHASE(call)                                                                    \
+    for (int tid = 0; tid < nth; tid++) {                                                   \
+        call;                                                                               \
+    }
+
+/* Attention: block (t, h) of 32 lanes, cuk_hd.h's CUK_ATTN_PHASES. */
 static void run_attn(unsigned gx, unsigned gy, void **params)
 {
     const struct cuk_attn_args a = {PP(0, const float), PP(1, float), PP(2, const uint8_t),
@@ -144,66 +150,32 @@ static void run_attn(unsigned gx, unsigned gy, void **params)
                                     PP(13, const float)};
     static struct cuk_attn_sh sh;
     static struct cuk_attn_lane st[32];
-    for (unsigned t = 0; t < gx; t++)
-        for (unsigned h = 0; h < gy; h++) {
+    const int nth = 32;
+    for (int64_t t = 0; t < gx; t++)
+        for (int h = 0; h < (int)gy; h++) {
             const int64_t p = a.pos[t], lo = cuk_attn_lo(&a, t);
-            for (int l = 0; l < 32; l++)
-                cuk_b_attn_begin(l, t, (int)h, &a, &sh, &st[l]);
-            for (int64_t t0 = lo / CUK_TILE * CUK_TILE; t0 <= p; t0 += CUK_TILE) {
-                for (int l = 0; l < 32; l++)
-                    cuk_b_attn_score(l, t, (int)h, t0, &a, &sh);
-                for (int l = 0; l < 32; l++)
-                    cuk_b_attn_max(l, t, t0, &a, &sh);
-                for (int l = 0; l < 32; l++)
-                    cuk_b_attn_exp(l, t, t0, &a, &sh);
-                for (int l = 0; l < 32; l++)
-                    cuk_b_attn_sum(l, t, t0, &a, &sh);
-                for (int l = 0; l < 32; l++)
-                    cuk_b_attn_merge(l, t, (int)h, t0, &a, &sh, &st[l]);
-            }
-            for (int l = 0; l < 32; l++)
-                cuk_b_attn_end(l, t, (int)h, &a, &st[l]);
+            CUK_ATTN_PHASES(HOST_PHASE, &st[tid])
         }
 }
 
-/* RMSNorm and LayerNorm: a block per row, the phases of cuk.cu's wrappers in order. */
+/* RMSNorm and LayerNorm: a block per row, cuk_hd.h's phase lists. */
 static void run_norm(int k, unsigned gx, unsigned bx, void **params)
 {
     struct cuk_norm_sh sh;
     const int nth = (int)bx;
+    float *y = PP(0, float);
+    const float *x = PP(1, const float), *w = PP(2, const float);
+    const float *b = k == CUK_layernorm ? PP(3, const float) : NULL;
+    const int64_t n = k == CUK_layernorm ? PV(4, int64_t) : PV(3, int64_t);
+    const float eps = k == CUK_layernorm ? PV(5, float) : PV(4, float);
     for (unsigned row = 0; row < gx; row++) {
-        float *y = PP(0, float);
-        const float *x = PP(1, const float), *w = PP(2, const float);
-        if (k == CUK_rmsnorm) {
-            int64_t n = PV(3, int64_t);
-            float eps = PV(4, float);
-            const float *xr = x + row * n;
-            float *yr = y + row * n;
-            for (int t = 0; t < nth; t++)
-                cuk_b_norm_sq(t, &sh, xr, n);
-            for (int t = 0; t < nth; t++)
-                cuk_b_norm_rs(t, &sh, n, eps);
-            for (int t = 0; t < nth; t++)
-                cuk_b_rms_out(t, nth, &sh, yr, xr, w, n);
-            continue;
-        }
-        const float *b = PP(3, const float);
-        int64_t n = PV(4, int64_t);
-        float eps = PV(5, float);
         const float *xr = x + row * n;
         float *yr = y + row * n;
-        for (int t = 0; t < nth; t++)
-            cuk_b_norm_sum(t, &sh, xr, n);
-        for (int t = 0; t < nth; t++)
-            cuk_b_norm_mean(t, &sh, n);
-        for (int t = 0; t < nth; t++)
-            cuk_b_ln_center(t, nth, &sh, yr, xr, n);
-        for (int t = 0; t < nth; t++)
-            cuk_b_norm_sq(t, &sh, yr, n);
-        for (int t = 0; t < nth; t++)
-            cuk_b_norm_rs(t, &sh, n, eps);
-        for (int t = 0; t < nth; t++)
-            cuk_b_ln_out(t, nth, &sh, yr, w, b, n);
+        if (k == CUK_rmsnorm) {
+            CUK_RMSNORM_PHASES(HOST_PHASE)
+        } else {
+            CUK_LAYERNORM_PHASES(HOST_PHASE)
+        }
     }
 }
 

@@ -84,6 +84,9 @@ extern "C" __global__ void cuk_mm_float(const uint8_t *w, const uint64_t *wptr, 
 
 /* ================================================================ norms, RoPE, elementwise */
 
+/* A phase of cuk_hd.h's lists, then the block's barrier. */
+#define CUK_PHASE(call) call; __syncthreads();
+
 /* One block (CUK_NORM_THREADS) per row: cuk_hd.h's phases. */
 extern "C" __global__ void cuk_rmsnorm(float *y, const float *x, const float *w, i64 n, float eps)
 {
@@ -91,11 +94,7 @@ extern "C" __global__ void cuk_rmsnorm(float *y, const float *x, const float *w,
     const float *xr = x + (i64)blockIdx.x * n;
     float *yr = y + (i64)blockIdx.x * n;
     const int tid = threadIdx.x, nth = blockDim.x;
-    cuk_b_norm_sq(tid, &sh, xr, n);
-    __syncthreads();
-    cuk_b_norm_rs(tid, &sh, n, eps);
-    __syncthreads();
-    cuk_b_rms_out(tid, nth, &sh, yr, xr, w, n);
+    CUK_RMSNORM_PHASES(CUK_PHASE)
 }
 
 extern "C" __global__ void cuk_layernorm(float *y, const float *x, const float *w, const float *b,
@@ -105,17 +104,7 @@ extern "C" __global__ void cuk_layernorm(float *y, const float *x, const float *
     const float *xr = x + (i64)blockIdx.x * n;
     float *yr = y + (i64)blockIdx.x * n;
     const int tid = threadIdx.x, nth = blockDim.x;
-    cuk_b_norm_sum(tid, &sh, xr, n);
-    __syncthreads();
-    cuk_b_norm_mean(tid, &sh, n);
-    __syncthreads();
-    cuk_b_ln_center(tid, nth, &sh, yr, xr, n);
-    __syncthreads();
-    cuk_b_norm_sq(tid, &sh, yr, n);
-    __syncthreads();
-    cuk_b_norm_rs(tid, &sh, n, eps);
-    __syncthreads();
-    cuk_b_ln_out(tid, nth, &sh, yr, w, b, n);
+    CUK_LAYERNORM_PHASES(CUK_PHASE)
 }
 
 extern "C" __global__ void cuk_rope(float *x, const float *tab, int neox, int n_rot, i64 T, i64 H,
@@ -192,24 +181,10 @@ extern "C" __global__ void cuk_attn(const float *q, float *out, const uint8_t *k
     __shared__ struct cuk_attn_sh sh;
     const struct cuk_attn_args a = {q, out, kc, vc, kvt, pos, n_ctx, H, Hkv, D, window, scale,
                                     softcap, sinks};
-    const int lane = threadIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, h = blockIdx.y;
     const i64 t = blockIdx.x, p = pos[t], lo = cuk_attn_lo(&a, t);
     struct cuk_attn_lane st;
-    cuk_b_attn_begin(lane, t, h, &a, &sh, &st);
-    __syncthreads();
-    for (i64 t0 = lo / CUK_TILE * CUK_TILE; t0 <= p; t0 += CUK_TILE) {
-        cuk_b_attn_score(lane, t, h, t0, &a, &sh);
-        __syncthreads();
-        cuk_b_attn_max(lane, t, t0, &a, &sh);
-        __syncthreads();
-        cuk_b_attn_exp(lane, t, t0, &a, &sh);
-        __syncthreads();
-        cuk_b_attn_sum(lane, t, t0, &a, &sh);
-        __syncthreads();
-        cuk_b_attn_merge(lane, t, h, t0, &a, &sh, &st);
-        __syncthreads(); /* s and e are rewritten by the next tile */
-    }
-    cuk_b_attn_end(lane, t, h, &a, &st);
+    CUK_ATTN_PHASES(CUK_PHASE, &st)
 }
 
 /* ================================================================ lfm2's short convolution */

@@ -18,6 +18,13 @@
 
 #include "../../kernels/kern_hd.h"
 
+/* The phases of a kernel with barriers are listed once, as X-macros: CUK_<KERNEL>_PHASES
+ * (PHASE, ...) writes PHASE(call) for each phase in order. cuk.cu's wrapper makes PHASE
+ * "call; __syncthreads();" on every thread of the block; the host test makes it "for each
+ * thread of the block: call", so both run the same sequence. The calls name the
+ * wrapper's locals: tid (the thread), nth (the block's threads), sh (the shared struct)
+ * and the kernel's own. */
+
 /* An address in a table of device addresses. */
 KN_HD const uint8_t *cuk_addr(uint64_t a)
 {
@@ -225,6 +232,19 @@ KN_HD void cuk_b_norm_rs(int tid, struct cuk_norm_sh *sh, int64_t n, float eps)
     if (tid == 0)
         sh->rs = KN_DIV(1.0f, KN_SQRT(KN_ADD(cuk_norm_tree_mean(sh, n), eps)));
 }
+
+#define CUK_RMSNORM_PHASES(PHASE)                                                            \
+    PHASE(cuk_b_norm_sq(tid, &sh, xr, n))                                                    \
+    PHASE(cuk_b_norm_rs(tid, &sh, n, eps))                                                   \
+    PHASE(cuk_b_rms_out(tid, nth, &sh, yr, xr, w, n))
+
+#define CUK_LAYERNORM_PHASES(PHASE)                                                          \
+    PHASE(cuk_b_norm_sum(tid, &sh, xr, n))                                                   \
+    PHASE(cuk_b_norm_mean(tid, &sh, n))                                                      \
+    PHASE(cuk_b_ln_center(tid, nth, &sh, yr, xr, n))                                         \
+    PHASE(cuk_b_norm_sq(tid, &sh, yr, n))                                                    \
+    PHASE(cuk_b_norm_rs(tid, &sh, n, eps))                                                   \
+    PHASE(cuk_b_ln_out(tid, nth, &sh, yr, w, b, n))
 
 /* y = (x * rs) * w (w NULL: x * rs). */
 KN_HD void cuk_b_rms_out(int tid, int nth, const struct cuk_norm_sh *sh, float *yr,
@@ -531,6 +551,20 @@ KN_HD void cuk_b_attn_end(int lane, int64_t t, int h, const struct cuk_attn_args
             ov[d] = KN_DIV(st->o[r], st->l);
     }
 }
+
+/* Block (t, h): begin, per tile (t0 from the tile of lo to p) score, max, exp, sum and
+ * merge, then end; LANE is the thread's struct cuk_attn_lane (its registers). Locals: a,
+ * t, h, p = pos[t], lo = cuk_attn_lo(&a, t). */
+#define CUK_ATTN_PHASES(PHASE, LANE)                                                         \
+    PHASE(cuk_b_attn_begin(tid, t, h, &a, &sh, LANE))                                        \
+    for (int64_t t0 = lo / CUK_TILE * CUK_TILE; t0 <= p; t0 += CUK_TILE) {                   \
+        PHASE(cuk_b_attn_score(tid, t, h, t0, &a, &sh))                                      \
+        PHASE(cuk_b_attn_max(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_exp(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_sum(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_merge(tid, t, h, t0, &a, &sh, LANE)) /* s, e rewritten next */      \
+    }                                                                                        \
+    PHASE(cuk_b_attn_end(tid, t, h, &a, LANE))
 
 /* ================================================================ lfm2's short convolution */
 
