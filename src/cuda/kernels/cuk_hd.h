@@ -472,13 +472,22 @@ KN_HD void cuk_b_attn_score(int lane, int64_t t, int h, int64_t t0,
     sh->s[lane] = sc;
 }
 
+/* Lane 0's phases (the tile's maximum and sum): whether this is lane 0, and the tile. */
+KN_HD int cuk_attn_lane0(int lane, const struct cuk_attn_args *a, int64_t t, int64_t t0,
+                         int64_t *j0, int64_t *j1)
+{
+    if (lane != 0)
+        return 0;
+    cuk_attn_tile(a, t, t0, j0, j1);
+    return 1;
+}
+
 KN_HD void cuk_b_attn_max(int lane, int64_t t, int64_t t0, const struct cuk_attn_args *a,
                           struct cuk_attn_sh *sh)
 {
-    if (lane != 0)
-        return;
     int64_t j0, j1;
-    cuk_attn_tile(a, t, t0, &j0, &j1);
+    if (!cuk_attn_lane0(lane, a, t, t0, &j0, &j1))
+        return;
     float mt = -kn_hd_bits_f32(0x7f800000u);
     for (int64_t jj = j0; jj <= j1; jj++)
         mt = sh->s[jj - t0] > mt ? sh->s[jj - t0] : mt;
@@ -497,10 +506,9 @@ KN_HD void cuk_b_attn_exp(int lane, int64_t t, int64_t t0, const struct cuk_attn
 KN_HD void cuk_b_attn_sum(int lane, int64_t t, int64_t t0, const struct cuk_attn_args *a,
                           struct cuk_attn_sh *sh)
 {
-    if (lane != 0)
-        return;
     int64_t j0, j1;
-    cuk_attn_tile(a, t, t0, &j0, &j1);
+    if (!cuk_attn_lane0(lane, a, t, t0, &j0, &j1))
+        return;
     float acc[16];
     for (int r = 0; r < 16; r++)
         acc[r] = 0.0f;
