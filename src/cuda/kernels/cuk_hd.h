@@ -111,9 +111,9 @@ CUK_MM_TYPES(CUK_MM_BODY)
  * over K (acc[k % 16] = fma(x[k], w[k], ...)), then the tree. */
 KN_HD float cuk_wf(const uint8_t *wr, int64_t k, int type)
 {
-    if (type == 0)
-        return kn_hd_ld_f32(wr + 4 * k);
-    uint32_t h = kn_hd_u16(wr + 2 * k);
+    if (type == 0) /* rows of f32 and f16 / bf16 are 4- and 2-byte aligned: one load */
+        return ((const float *)wr)[k];
+    uint32_t h = ((const uint16_t *)wr)[k];
     return type == 1 ? kn_hd_f16_to_f32(h) : kn_hd_bf16_to_f32(h);
 }
 
