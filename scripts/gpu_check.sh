@@ -10,13 +10,16 @@
 # Steps (each prints PASS/FAIL or SKIP with the reason; the last line is the summary):
 #   1. scripts/build.sh (nvcc found, the kernels compiled to PTX, warnings as errors)
 #   2. kinetic devices: the GPU, its class cuda-smXY and the self-test's findings
-#   3. test_cu_host, test_cu_ops (self-test, kern_backend_check, the product and RMSNorm
-#      sweeps), test_vk_model on the GPU (KN_TEST_DEVICE: aidreams260K and tiny synth
+#   3. test_cu_host, test_cu_grid (the kernel bodies over their grids on the host: the
+#      arithmetic and indexing without the GPU), test_cu_ops (self-test, kern_backend_check
+#      with the MoE, gpt-oss and BERT ops, the product and RMSNorm sweeps), test_vk_model
+#      on the GPU (KN_TEST_DEVICE: aidreams260K and tiny synth
 #      models of 4 architectures, wholly and split by --gpu-layers, logits bit for bit;
 #      Gemma 3 270M too when the model is there)
 #   4. whole-model greedy tokens, GPU = CPU: aidreams260K, Gemma 3 270M, tiny synth
-#      llama / qwen3 / gemma3 / gemma2 / lfm2 models, and Gemma with --gpu-layers 9 and
-#      with a q8_0 KV cache
+#      llama / qwen3 / gemma3 / gemma2 / lfm2 / qwen3moe / lfm2moe / gpt-oss (q4_k_m and
+#      its MXFP4 experts) models, and Gemma with --gpu-layers 9 and with a q8_0 KV cache;
+#      BERT and nomic-bert synth models' embeddings (serve /v1/embeddings), GPU = CPU
 #   5. receipts: made on the GPU, verified on the CPU (identical), and the other way round
 #   6. Warm Start (--prompt-cache) on the GPU; serve --parallel 4 under load (Convoy:
 #      scripts/same_answer_demo.py): one distinct answer in ten, its receipt identical
@@ -63,7 +66,7 @@ if [ "${cls#* }" = canonical-1 ]; then ok "self-test: ${cls% *} computes canonic
 else bad "self-test did not find canonical-1 ($cls)" selftest; fi
 
 echo "== 3. the CUDA test suite"
-for t in test_cu_host test_cu_ops; do
+for t in test_cu_host test_cu_grid test_cu_ops; do
   if KN_TEST_DEVICE="$DEVICE" KN_SHARED="$SHARED" build/tests/$t > "$WORK/$t.log" 2>&1; then
     ok "$t ($(tail -1 "$WORK/$t.log"))"
   else
@@ -82,7 +85,7 @@ fi
 echo "== 4. tokens: GPU = CPU"
 models=("aidreams260K:$AID")
 [ -r "$GEMMA" ] && models+=("gemma-3-270m:$GEMMA") || skp "Gemma 3 270M: no model at $GEMMA (KN_GEMMA=...)"
-for arch in llama qwen3 gemma3 gemma2 lfm2; do
+for arch in llama qwen3 gemma3 gemma2 lfm2 qwen3moe lfm2moe gpt-oss; do
   if $K synth --arch "$arch" --preset tiny --type q4_k_m -o "$WORK/$arch.gguf" --vocab "$AID" >/dev/null 2>&1 ||
      $K synth --arch "$arch" --preset tiny -o "$WORK/$arch.gguf" --vocab "$AID" >/dev/null 2>&1; then
     models+=("synth-$arch:$WORK/$arch.gguf")
@@ -90,6 +93,11 @@ for arch in llama qwen3 gemma3 gemma2 lfm2; do
     bad "kinetic synth --arch $arch" "synth_$arch"
   fi
 done
+if $K synth --arch gpt-oss --preset tiny --type mxfp4_moe -o "$WORK/gpt-oss-mxfp4.gguf" --vocab "$AID" >/dev/null 2>&1; then
+  models+=("synth-gpt-oss-mxfp4:$WORK/gpt-oss-mxfp4.gguf")
+else
+  bad "kinetic synth --arch gpt-oss --type mxfp4_moe" synth_gptoss_mxfp4
+fi
 tok() { $K run "$1" "Once upon a time" -n 32 --temp 0 --json "${@:2}" 2>/dev/null |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])' 2>/dev/null; }
 for m in "${models[@]}"; do
@@ -97,6 +105,26 @@ for m in "${models[@]}"; do
   cpu=$(tok "$path" --device cpu); gpu=$(tok "$path" --device "$DEVICE")
   if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then ok "$name: 32 greedy tokens equal"
   else bad "$name: cpu $cpu vs $DEVICE $gpu" "tokens_$name"; fi
+done
+# encoders (layernorm, gelu): the embeddings of a server on the GPU and one on the CPU
+emb() { KINETIC=$K python3 - "$@" <<'PY'
+import json, sys, urllib.request
+sys.path.insert(0, "tests/py")
+from srvutil import Server
+model, dev = sys.argv[1], sys.argv[2:]
+with Server(model, *dev) as s:
+    body = json.dumps({"input": ["Once upon a time", "In my dream I saw a garden"]}).encode()
+    req = urllib.request.Request(s.base + "/v1/embeddings", body, {"Content-Type": "application/json"})
+    print(json.dumps([d["embedding"] for d in json.load(urllib.request.urlopen(req))["data"]]))
+PY
+}
+for arch in bert nomic-bert; do
+  if ! $K synth --arch "$arch" --preset tiny --type q4_k_m -o "$WORK/$arch.gguf" --vocab "$AID" >/dev/null 2>&1; then
+    bad "kinetic synth --arch $arch" "synth_$arch"; continue
+  fi
+  cpu=$(emb "$WORK/$arch.gguf" 2>/dev/null); gpu=$(emb "$WORK/$arch.gguf" --device "$DEVICE" 2>/dev/null)
+  if [ -n "$cpu" ] && [ "$cpu" = "$gpu" ]; then ok "synth-$arch: embeddings equal bit for bit"
+  else bad "synth-$arch: embeddings on $DEVICE differ from the CPU's (or failed)" "embed_$arch"; fi
 done
 if [ -r "$GEMMA" ]; then
   cpu=$(tok "$GEMMA" --device cpu); gpu=$(tok "$GEMMA" --device "$DEVICE" --gpu-layers 9)

@@ -385,6 +385,25 @@ static const char *cu_numerics(const struct kern_backend *be)
     return cu_be(be)->numerics;
 }
 
+void cu_backend_ops_fill(struct kern_backend_ops *ops)
+{
+    *ops = (struct kern_backend_ops){
+        .numerics = cu_numerics,
+        .alloc = cu_alloc,
+        .upload = cu_upload,
+        .upload_weight = cu_upload_weight,
+        .upload_rows = cu_upload_rows,
+        .free = cu_free,
+        .stream_create = cu_stream_create,
+        .stream_free = cu_stream_free,
+        .begin = cu_begin,
+        .end = cu_end,
+        .to_host = cu_to_host,
+        .from_host = cu_from_host,
+    };
+    cu_ops_fill(ops);
+}
+
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 #define CU_MAX_DEVICES 16
 static struct cu_backend *opened[CU_MAX_DEVICES];
@@ -466,21 +485,7 @@ struct kern_backend *cu_backend_open(int index, struct kn_err *err)
         pthread_mutex_unlock(&open_lock);
         return NULL;
     }
-    cb->ops = (struct kern_backend_ops){
-        .numerics = cu_numerics,
-        .alloc = cu_alloc,
-        .upload = cu_upload,
-        .upload_weight = cu_upload_weight,
-        .upload_rows = cu_upload_rows,
-        .free = cu_free,
-        .stream_create = cu_stream_create,
-        .stream_free = cu_stream_free,
-        .begin = cu_begin,
-        .end = cu_end,
-        .to_host = cu_to_host,
-        .from_host = cu_from_host,
-    };
-    cu_ops_fill(&cb->ops);
+    cu_backend_ops_fill(&cb->ops);
     cb->base = (struct kern_backend){.ops = &cb->ops, .name = cb->name};
     /* The self-test decides the numerics: canonical-1, or bits promised only for this
      * GPU and driver. */

@@ -16,13 +16,15 @@
 
 #include "cu_backend.h"
 #include "cu_drv.h"
+#include "kernels/cuk_hd.h"
 
 /* The kernels of cuk.cu, by name. */
 #define CUK_KERNELS(X)                                                                    \
     X(probe) X(actq_q8f) X(actq_q8k) X(mm_q8_0) X(mm_q4_0) X(mm_q4_1) X(mm_q5_0)          \
     X(mm_q5_1) X(mm_iq4_nl) X(mm_mxfp4) X(mm_q2_k) X(mm_q3_k) X(mm_q4_k) X(mm_q5_k)        \
     X(mm_q6_k) X(mm_iq4_xs) X(mm_float) X(rmsnorm) X(rope) X(eltwise) X(gather)           \
-    X(kv_store) X(attn) X(conv_store) X(conv)
+    X(kv_store) X(attn) X(conv_store) X(conv) X(layernorm) X(moe_route) X(moe_group)        \
+    X(moe_gather) X(moe_bias) X(moe_sum)
 #define CUK_ENUM(n) CUK_##n,
 enum cuk_kernel { CUK_KERNELS(CUK_ENUM) CUK_COUNT };
 #undef CUK_ENUM
@@ -33,8 +35,8 @@ const char *cu_kernel_name(enum cuk_kernel k);
 extern const unsigned char cuk_ptx[];
 extern const size_t cuk_ptx_len;
 
-/* The most dims of a head the attention kernel takes (CUK_MAXD in cuk.cu). */
-#define CU_ATTN_MAX_D 512
+/* The most dims of a head the attention kernel takes (cuk_hd.h). */
+#define CU_ATTN_MAX_D CUK_MAXD
 
 struct cu_backend {
     struct kern_backend base;
@@ -59,7 +61,14 @@ struct cu_mem {
 };
 
 /* Per-stream device scratch, grown when needed (the stream is drained first). */
-enum cu_slot { CU_SLOT_ACT = 0, CU_SLOT_ACT_K = 1, CU_SLOT_IDX = 2, CU_SLOT_OUT = 3, CU_SLOTS = 4 };
+enum cu_slot {
+    CU_SLOT_ACT = 0, CU_SLOT_ACT_K = 1, CU_SLOT_IDX = 2, CU_SLOT_OUT = 3,
+    /* moe_ffn: the experts' address tables; off, row_of and slot (kn_hd_moe_group); the
+     * grouped inputs; gate and up outputs; the grouped down outputs */
+    CU_SLOT_MOE_TAB = 4, CU_SLOT_MOE_IDX = 5, CU_SLOT_MOE_X = 6, CU_SLOT_MOE_GU = 7,
+    CU_SLOT_MOE_Y = 8,
+    CU_SLOTS = 9
+};
 
 struct cu_stream {
     struct kern_stream base;
@@ -105,6 +114,10 @@ bool cu_ctx(struct cu_backend *cb, struct kn_err *err);
 
 /* Sets the op entries (cu_ops.c). */
 void cu_ops_fill(struct kern_backend_ops *ops);
+/* Sets every entry of the backend's table: memory, streams and passes (cu_backend.c),
+ * then cu_ops_fill. They reach the GPU only through cb->d and cb->fn, so a test can run
+ * them over a host stand-in for the driver (tests/unit/test_cu_grid.c). */
+void cu_backend_ops_fill(struct kern_backend_ops *ops);
 /* Runs the start-up self-test (cu_selftest.c). */
 void cu_selftest_run(struct cu_backend *cb, struct cu_selftest *t);
 

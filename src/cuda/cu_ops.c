@@ -3,6 +3,7 @@
  * pass with a message naming them (never a wrong result). */
 #include "cu_internal.h"
 #include "../quant/quant.h"
+#include "kernels/cuk_hd.h"
 
 #include <string.h>
 
@@ -69,8 +70,18 @@ static void cu_rmsnorm(struct kern_stream *ks, struct kern_buf *y, const struct 
 {
     struct cu_stream *s = cu_st(ks);
     CUdeviceptr py = cu_ptr(y), px = cu_ptr(x), pw = cu_ptr(w);
-    cu_launch(s, CUK_rmsnorm, (uint64_t)(rows > 0 ? rows : 0), 1, 64, 1,
+    cu_launch(s, CUK_rmsnorm, (uint64_t)(rows > 0 ? rows : 0), 1, CUK_NORM_THREADS, 1,
               ARGS(&py, &px, &pw, &n, &eps));
+}
+
+static void cu_layernorm(struct kern_stream *ks, struct kern_buf *y, const struct kern_buf *x,
+                         const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
+                         int64_t n, float eps)
+{
+    struct cu_stream *s = cu_st(ks);
+    CUdeviceptr py = cu_ptr(y), px = cu_ptr(x), pw = cu_ptr(w), pb = cu_ptr(b);
+    cu_launch(s, CUK_layernorm, (uint64_t)(rows > 0 ? rows : 0), 1, CUK_NORM_THREADS, 1,
+              ARGS(&py, &px, &pw, &pb, &n, &eps));
 }
 
 /* The kernel of a quantized weight type; CUK_COUNT for none. */
@@ -108,12 +119,23 @@ static CUdeviceptr act_quant(struct cu_stream *s, enum kern_act_kind kind, CUdev
     return q;
 }
 
-/* y (M, ldy) columns 0..w->N-1 = x (M, K) . w^T; q[kind]: x quantized (0: not yet). */
+/* A mixture-of-experts layer's grouped rows (cuk_hd.h cuk_wrow): row m is against expert
+ * ids[row_of[m]]'s weight, whose address is tab[e]. All zero: a plain product. */
+struct cu_experts {
+    CUdeviceptr tab, ids, row_of;
+};
+
+/* y (M, ldy) columns 0..w->N-1 = x (M, K) . w^T; q[kind]: x quantized (0: not yet). With
+ * ex, wb is expert 0's weight (every expert's has its type and shape). */
 static void product(struct cu_stream *s, const struct kern_buf *wb, CUdeviceptr x, int64_t M,
-                    CUdeviceptr y, CUdeviceptr q[3])
+                    CUdeviceptr y, CUdeviceptr q[3], const struct cu_experts *ex)
 {
     const struct kern_weight *w = wb->w;
     CUdeviceptr pw = cu_ptr(wb);
+    const struct cu_experts none = {0, 0, 0};
+    if (!ex)
+        ex = &none;
+    CUdeviceptr tab = ex->tab, ids = ex->ids, row_of = ex->row_of;
     int64_t N = w->N, K = w->K, ldy = w->N;
     size_t rb = w->row_bytes;
     unsigned ty = M >= 4 ? 4 : (unsigned)M;
@@ -128,7 +150,7 @@ static void product(struct cu_stream *s, const struct kern_buf *wb, CUdeviceptr 
             return;
         }
         cu_launch(s, CUK_mm_float, groups(N, 32), groups(M, ty), 32, ty,
-                  ARGS(&pw, &N, &K, &rb, &type, &x, &M, &y, &ldy));
+                  ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &type, &x, &M, &y, &ldy));
         return;
     }
     enum cuk_kernel k = mm_kernel(w->type);
@@ -142,7 +164,7 @@ static void product(struct cu_stream *s, const struct kern_buf *wb, CUdeviceptr 
     CUdeviceptr xq = q[kind];
     size_t xrb = kern_act_row_bytes(kind, K);
     cu_launch(s, k, groups(N, 32), groups(M, ty), 32, ty,
-              ARGS(&pw, &N, &K, &rb, &xq, &xrb, &M, &y, &ldy));
+              ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &xq, &xrb, &M, &y, &ldy));
 }
 
 static void cu_matmul(struct kern_stream *ks, int n, const struct kern_buf *const *w,
@@ -151,37 +173,57 @@ static void cu_matmul(struct kern_stream *ks, int n, const struct kern_buf *cons
     struct cu_stream *s = cu_st(ks);
     CUdeviceptr q[3] = {0, 0, 0};
     for (int i = 0; i < n; i++)
-        product(s, w[i], cu_ptr(x), M, cu_ptr(y[i]), q);
+        product(s, w[i], cu_ptr(x), M, cu_ptr(y[i]), q, NULL);
 }
 
-/* The elementwise ops of cuk_eltwise (op numbers as there). */
-static void eltwise(struct cu_stream *s, int op, struct kern_buf *y, CUdeviceptr a, int64_t total,
-                    int64_t n, float v)
+/* The elementwise ops of cuk_eltwise (enum cuk_elt) on y. */
+static void eltwise_at(struct cu_stream *s, enum cuk_elt elt, CUdeviceptr py, CUdeviceptr a,
+                       int64_t total, int64_t n, float v)
 {
-    CUdeviceptr py = cu_ptr(y);
+    int op = (int)elt;
     cu_launch(s, CUK_eltwise, groups(total, 256), 1, 256, 1, ARGS(&op, &py, &a, &total, &n, &v));
+}
+
+static void eltwise(struct cu_stream *s, enum cuk_elt elt, struct kern_buf *y, CUdeviceptr a,
+                    int64_t total, int64_t n, float v)
+{
+    eltwise_at(s, elt, cu_ptr(y), a, total, n, v);
 }
 
 static void cu_add_rows(struct kern_stream *ks, struct kern_buf *y, const struct kern_buf *b,
                         int64_t M, int64_t n)
 {
-    eltwise(cu_st(ks), 1, y, cu_ptr(b), M * n, n, 0.0f);
+    eltwise(cu_st(ks), CUK_ELT_ADD_ROWS, y, cu_ptr(b), M * n, n, 0.0f);
 }
 
 static void cu_add(struct kern_stream *ks, struct kern_buf *y, const struct kern_buf *a, int64_t n)
 {
-    eltwise(cu_st(ks), 0, y, cu_ptr(a), n, n, 0.0f);
+    eltwise(cu_st(ks), CUK_ELT_ADD, y, cu_ptr(a), n, n, 0.0f);
 }
 
 static void cu_scale(struct kern_stream *ks, struct kern_buf *y, float v, int64_t n)
 {
-    eltwise(cu_st(ks), 2, y, 0, n, n, v);
+    eltwise(cu_st(ks), CUK_ELT_SCALE, y, 0, n, n, v);
+}
+
+/* The cuk_eltwise op of a gated activation. */
+static enum cuk_elt glu_elt(enum kern_glu kind)
+{
+    return kind == KERN_GLU_GEGLU ? CUK_ELT_GEGLU
+         : kind == KERN_GLU_SWIGLU_OAI ? CUK_ELT_SWIGLU_OAI : CUK_ELT_SWIGLU;
 }
 
 static void cu_glu(struct kern_stream *ks, enum kern_glu kind, struct kern_buf *g,
                    const struct kern_buf *u, int64_t n)
 {
-    eltwise(cu_st(ks), kind == KERN_GLU_GEGLU ? 4 : 3, g, cu_ptr(u), n, n, 0.0f);
+    /* as the CPU's glu: gpt-oss's SwiGLU only inside moe_ffn_oai (backend.h) */
+    eltwise(cu_st(ks), kind == KERN_GLU_GEGLU ? CUK_ELT_GEGLU : CUK_ELT_SWIGLU, g, cu_ptr(u), n,
+            n, 0.0f);
+}
+
+static void cu_gelu(struct kern_stream *ks, struct kern_buf *x, int64_t n)
+{
+    eltwise(cu_st(ks), CUK_ELT_GELU, x, 0, n, n, 0.0f);
 }
 
 static void cu_gather(struct kern_stream *ks, struct kern_buf *dst, const struct kern_buf *src,
@@ -239,6 +281,7 @@ static void attention(struct cu_stream *s, const struct kern_attn_batch *b)
     }
     CUdeviceptr pos = cu_stage(s, CU_SLOT_IDX, b->pos, (size_t)b->n_tok * sizeof *b->pos);
     float scale = b->scale, softcap = b->softcap;
+    CUdeviceptr sinks = cu_ptr(b->sinks);
     size_t row = (size_t)H * (size_t)D * sizeof(float);
     for (int64_t r = 0; r < b->n_runs && pos; r++) {
         const struct kern_kv_run *run = &b->runs[r];
@@ -249,16 +292,26 @@ static void attention(struct cu_stream *s, const struct kern_attn_batch *b)
         int64_t n_ctx = run->n_ctx;
         cu_launch(s, CUK_attn, (uint64_t)run->n, (uint64_t)H, 32, 1,
                   ARGS(&q, &out, &kc, &vc, &kvt, &rp, &n_ctx, &H, &Hkv, &D, &window, &scale,
-                       &softcap));
+                       &softcap, &sinks));
     }
 }
 
 static void cu_attention(struct kern_stream *ks, const struct kern_attn_batch *b)
 {
     struct cu_stream *s = cu_st(ks);
-    if (b->softcap != 0.0f) {
-        cu_fail(s, KN_E_INTERNAL, "attention: called with soft-cap %g (attention_softcap's)",
-                (double)b->softcap);
+    if (b->softcap != 0.0f || b->sinks) {
+        cu_fail(s, KN_E_INTERNAL, "attention: called with %s (attention_%s's)",
+                b->sinks ? "sinks" : "a soft-cap", b->sinks ? "sinks" : "softcap");
+        return;
+    }
+    attention(s, b);
+}
+
+static void cu_attention_sinks(struct kern_stream *ks, const struct kern_attn_batch *b)
+{
+    struct cu_stream *s = cu_st(ks);
+    if (!b->sinks) {
+        cu_fail(s, KN_E_ARG, "attention_sinks: the batch has no sinks");
         return;
     }
     attention(s, b);
@@ -286,14 +339,9 @@ static void cu_logits(struct kern_stream *ks, const struct kern_buf *w, const st
     if (!y)
         return;
     CUdeviceptr q[3] = {0, 0, 0};
-    product(s, w, cu_ptr(x), M, y, q);
-    if (b) {
-        int op = 1;
-        int64_t total = M * N;
-        CUdeviceptr pb = cu_ptr(b);
-        float v = 0.0f;
-        cu_launch(s, CUK_eltwise, groups(total, 256), 1, 256, 1, ARGS(&op, &y, &pb, &total, &N, &v));
-    }
+    product(s, w, cu_ptr(x), M, y, q, NULL);
+    if (b)
+        eltwise_at(s, CUK_ELT_ADD_ROWS, y, cu_ptr(b), M * N, N, 0.0f);
     if (s->err.status == KN_OK && bytes)
         cu_check(s, s->cb->d->MemcpyDtoHAsync(logits, y, bytes, s->st), "cuMemcpyDtoHAsync");
 }
@@ -323,6 +371,115 @@ static void cu_shortconv(struct kern_stream *ks, const struct kern_conv_batch *b
     }
 }
 
+/* ================================================================ mixture of experts */
+
+static void cu_moe_route(struct kern_stream *ks, const struct kern_moe_gate *g,
+                         const struct kern_buf *logits, const struct kern_buf *bias, int64_t T,
+                         struct kern_buf *ids, struct kern_buf *w)
+{
+    struct cu_stream *s = cu_st(ks);
+    int gating = (int)g->gating, n = g->n_expert, k = g->n_used, norm = g->norm;
+    if (gating < KERN_MOE_SOFTMAX || gating > KERN_MOE_SOFTMAX_WEIGHT || n < 1 ||
+        n > KERN_MOE_MAX_EXPERTS || k < 1 || k > n || k > KERN_MOE_MAX_USED) {
+        cu_fail(s, KN_E_ARG, "moe_route: gating %d with %d of %d experts (1..%d experts, "
+                "1..%d used)", gating, k, n, KERN_MOE_MAX_EXPERTS, KERN_MOE_MAX_USED);
+        return;
+    }
+    float scale = g->scale;
+    CUdeviceptr pl = cu_ptr(logits), pb = cu_ptr(bias), pi = cu_ptr(ids), pw = cu_ptr(w);
+    cu_launch(s, CUK_moe_route, groups(T, 64), 1, 64, 1,
+              ARGS(&T, &gating, &n, &k, &norm, &scale, &pl, &pb, &pi, &pw));
+}
+
+/* Whether every expert's weight in ws (n) has the type and shape of expert 0's (the
+ * grouped products launch one kernel for them all); fails the pass naming the first that
+ * differs. */
+static bool experts_alike(struct cu_stream *s, const struct kern_buf *const *ws, int n,
+                          const char *what)
+{
+    const struct kern_weight *w0 = ws[0]->w;
+    for (int e = 1; e < n; e++) {
+        const struct kern_weight *w = ws[e]->w;
+        if (w->type != w0->type || w->N != w0->N || w->K != w0->K || w->row_bytes != w0->row_bytes) {
+            cu_fail(s, KN_E_UNSUPPORTED, "moe_ffn: expert %d's %s weight (%s, %lld x %lld) differs "
+                    "from expert 0's (%s, %lld x %lld); the CUDA backend needs experts alike", e,
+                    what, quant_type_name(w->type), (long long)w->N, (long long)w->K,
+                    quant_type_name(w0->type), (long long)w0->N, (long long)w0->K);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* moe_ffn and moe_ffn_oai (the activation and the biases as f says): group the T * k
+ * (token, rank) pairs by expert on the device, the grouped products against each row's
+ * expert, then each token's weighted sum in rank order (cuk.cu "mixture of experts";
+ * the CPU's steps, backend_cpu.c, row for row). */
+static void cu_moe_ffn(struct kern_stream *ks, const struct kern_moe_ffn *f,
+                       const struct kern_buf *x, const struct kern_buf *ids,
+                       const struct kern_buf *w, int64_t T, struct kern_buf *y)
+{
+    struct cu_stream *s = cu_st(ks);
+    const int X = f->n_expert;
+    if (T <= 0)
+        return;
+    if (X < 1 || X > KERN_MOE_MAX_EXPERTS || f->n_used < 1 || f->n_used > X) {
+        cu_fail(s, KN_E_ARG, "moe_ffn: %d of %d experts (1..%d experts)", f->n_used, X,
+                KERN_MOE_MAX_EXPERTS);
+        return;
+    }
+    const struct kern_weight *g0 = f->gate[0]->w, *d0 = f->down[0]->w;
+    int64_t k = f->n_used, E = g0->K, FF = g0->N, R = T * k, X1 = X; /* kernel arguments */
+    if (!experts_alike(s, f->gate, X, "gate") || !experts_alike(s, f->up, X, "up") ||
+        !experts_alike(s, f->down, X, "down"))
+        return;
+    if (f->up[0]->w->N != FF || f->up[0]->w->K != E || d0->N != E || d0->K != FF) {
+        cu_fail(s, KN_E_ARG, "moe_ffn: gate %lld x %lld, up %lld x %lld and down %lld x %lld "
+                "do not chain", (long long)FF, (long long)E, (long long)f->up[0]->w->N,
+                (long long)f->up[0]->w->K, (long long)d0->N, (long long)d0->K);
+        return;
+    }
+    /* the experts' addresses: gate, up, down, then the biases of gate, up and down */
+    const struct kern_buf *const *lists[6] = {f->gate, f->up, f->down, f->gate_b, f->up_b, f->down_b};
+    uint64_t tab[6 * KERN_MOE_MAX_EXPERTS];
+    for (int l = 0; l < 6; l++)
+        for (int e = 0; e < X; e++)
+            tab[l * X + e] = lists[l] ? cu_ptr(lists[l][e]) : 0;
+    CUdeviceptr pt = cu_stage(s, CU_SLOT_MOE_TAB, tab, (size_t)(6 * X) * sizeof *tab);
+    CUdeviceptr idx = cu_scratch(s, CU_SLOT_MOE_IDX, (size_t)(X1 + 1 + 2 * R) * sizeof(int64_t));
+    CUdeviceptr xg = cu_scratch(s, CU_SLOT_MOE_X, (size_t)(R * E) * sizeof(float));
+    CUdeviceptr gu = cu_scratch(s, CU_SLOT_MOE_GU, (size_t)(2 * R * FF) * sizeof(float));
+    CUdeviceptr yg = cu_scratch(s, CU_SLOT_MOE_Y, (size_t)(R * E) * sizeof(float));
+    if (!pt || !idx || !xg || !gu || !yg)
+        return;
+    CUdeviceptr off = idx, row_of = idx + (size_t)(X1 + 1) * sizeof(int64_t);
+    CUdeviceptr slot = row_of + (size_t)R * sizeof(int64_t);
+    CUdeviceptr pi = cu_ptr(ids), px = cu_ptr(x), pw = cu_ptr(w), py = cu_ptr(y);
+    CUdeviceptr g = gu, u = gu + (size_t)(R * FF) * sizeof(float);
+    cu_launch(s, CUK_moe_group, 1, 1, 1, 1, ARGS(&pi, &R, &X1, &off, &row_of, &slot));
+    cu_launch(s, CUK_moe_gather, groups(R * E, 256), 1, 256, 1,
+              ARGS(&R, &k, &E, &row_of, &px, &xg));
+    const size_t tsz = (size_t)X * sizeof(uint64_t);
+    struct cu_experts eg = {pt, pi, row_of}, eu = {pt + tsz, pi, row_of}, ed = {pt + 2 * tsz, pi, row_of};
+    CUdeviceptr q[3] = {0, 0, 0};
+    product(s, f->gate[0], xg, R, g, q, &eg);
+    product(s, f->up[0], xg, R, u, q, &eu);
+    CUdeviceptr bt[3] = {pt + 3 * tsz, pt + 4 * tsz, pt + 5 * tsz}, bo[3] = {g, u, yg};
+    int64_t bn[3] = {FF, FF, E};
+    for (int l = 0; l < 2; l++) /* gpt-oss: each grouped row plus its expert's biases */
+        if (lists[3 + l])
+            cu_launch(s, CUK_moe_bias, groups(R * bn[l], 256), 1, 256, 1,
+                      ARGS(&R, &bn[l], &row_of, &pi, &bt[l], &bo[l]));
+    eltwise_at(s, glu_elt(f->act), g, u, R * FF, R * FF, 0.0f);
+    CUdeviceptr q2[3] = {0, 0, 0};
+    product(s, f->down[0], g, R, yg, q2, &ed);
+    if (lists[5])
+        cu_launch(s, CUK_moe_bias, groups(R * E, 256), 1, 256, 1,
+                  ARGS(&R, &bn[2], &row_of, &pi, &bt[2], &bo[2]));
+    cu_launch(s, CUK_moe_sum, groups(T * E, 256), 1, 256, 1,
+              ARGS(&T, &k, &E, &slot, &yg, &pw, &py));
+}
+
 void cu_ops_fill(struct kern_backend_ops *ops)
 {
     ops->embed = cu_embed;
@@ -340,5 +497,10 @@ void cu_ops_fill(struct kern_backend_ops *ops)
     ops->attention_softcap = cu_attention_softcap;
     ops->logits = cu_logits;
     ops->shortconv = cu_shortconv;
-    /* moe_route and moe_ffn: not yet (model_open keeps MoE layers on the CPU) */
+    ops->moe_route = cu_moe_route;
+    ops->moe_ffn = cu_moe_ffn;
+    ops->attention_sinks = cu_attention_sinks;
+    ops->moe_ffn_oai = cu_moe_ffn; /* the activation and the biases as f says (as the CPU) */
+    ops->layernorm = cu_layernorm;
+    ops->gelu = cu_gelu;
 }

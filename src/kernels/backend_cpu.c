@@ -585,20 +585,8 @@ static void cpu_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, con
     const int64_t k = f->n_used, E = m->E, FF = m->F, R = T * k;
     const int32_t *id = ids->host;
     const float *wt = F(w);
-    /* Group the (token, rank) pairs by expert, tokens in order (a counting sort). */
-    memset(m->off, 0, (size_t)(f->n_expert + 1) * sizeof *m->off);
-    for (int64_t i = 0; i < R; i++)
-        m->off[id[i] + 1]++;
-    for (int64_t e = 0; e < f->n_expert; e++)
-        m->off[e + 1] += m->off[e];
-    for (int64_t i = 0; i < R; i++) {
-        int64_t j = m->off[id[i]]++;
-        m->row_of[j] = i;
-        m->slot[i] = j;
-    }
-    for (int64_t e = f->n_expert; e > 0; e--)
-        m->off[e] = m->off[e - 1];
-    m->off[0] = 0;
+    /* Group the (token, rank) pairs by expert, tokens in order (kern_hd.h, as on CUDA). */
+    kn_hd_moe_group(id, R, f->n_expert, m->off, m->row_of, m->slot);
     for (int64_t j = 0; j < R; j++)
         memcpy(m->xg + j * E, F(x) + (m->row_of[j] / k) * E, (size_t)E * sizeof(float));
 

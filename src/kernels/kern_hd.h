@@ -101,6 +101,20 @@ KN_HD float kn_hd_geluf(float x)
     return KN_DIV(x, KN_ADD(1.0f, kn_hd_expf(-z2)));
 }
 
+/* gpt-oss's clamped SwiGLU (ops.h kern_swiglu_oaif states the rule; these are its
+ * constants, KERN_OAI_ALPHA and KERN_OAI_LIMIT there). */
+#define KN_OAI_ALPHA 1.702f
+#define KN_OAI_LIMIT 7.0f
+
+KN_HD float kn_hd_swiglu_oaif(float g, float u)
+{
+    float x = KN_OAI_LIMIT < g ? KN_OAI_LIMIT : g;
+    float y = KN_OAI_LIMIT < u ? KN_OAI_LIMIT : u;
+    y = -KN_OAI_LIMIT > y ? -KN_OAI_LIMIT : y;
+    float sig = KN_DIV(x, KN_ADD(1.0f, kn_hd_expf(-KN_MUL(KN_OAI_ALPHA, x))));
+    return KN_MUL(sig, KN_ADD(y, 1.0f));
+}
+
 /* ================================================================ double math */
 
 #define KN_LN2_D_HI 0x1.62e42fefa39efp-1
@@ -182,6 +196,127 @@ KN_HD float kn_hd_tree16(float *acc)
     return acc[0];
 }
 
+/* ================================================================ softmax, attention sinks */
+
+/* The largest x (NaN skipped), with a zero made +0 so that no order of comparisons can
+ * change a bit of what follows. */
+KN_HD float kn_hd_softmax_max(const float *x, int64_t n)
+{
+    float m = -kn_hd_bits_f32(0x7f800000u);
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return KN_ADD(m, 0.0f);
+}
+
+/* The max, then e[i] = exp(x[i] - max) stored in y, and their canonical sum (lane i % 16,
+ * then the tree). In place allowed. */
+KN_HD float kn_hd_softmax_exp_sum(float *y, const float *x, int64_t n)
+{
+    float m = kn_hd_softmax_max(x, n);
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = kn_hd_expf(KN_SUB(x[i], m));
+        acc[i % 16] = KN_ADD(acc[i % 16], y[i]);
+    }
+    return kn_hd_tree16(acc);
+}
+
+/* kern_softmax: y = e / s. In place allowed. */
+KN_HD void kn_hd_softmax(float *y, const float *x, int64_t n)
+{
+    float s = kn_hd_softmax_exp_sum(y, x, n);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = KN_DIV(y[i], s);
+}
+
+/* The attention sink's merge (ops.h kern_attn_args.sinks) into the running (m, l) of a
+ * (query, head) pair: m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m');
+ * returns a, which the caller multiplies every o[d] by. */
+KN_HD float kn_hd_attn_sink(float sink, float *m, float *l)
+{
+    float mn = sink > *m ? sink : *m;
+    float a = kn_hd_expf(KN_SUB(*m, mn)), b = kn_hd_expf(KN_SUB(sink, mn));
+    *l = KN_ADD(KN_MUL(*l, a), b);
+    *m = mn;
+    return a;
+}
+
+/* ================================================================ mixture-of-experts routing
+ * (ops.h kern_moe_route states the rule; these are its limits and gating codes, which
+ * ops.h's KERN_MOE_* names are). */
+#define KN_MOE_MAX_EXPERTS 512
+#define KN_MOE_NORM_MIN 6.103515625e-5f
+#define KN_MOE_SOFTMAX 0
+#define KN_MOE_SIGMOID 1
+#define KN_MOE_SOFTMAX_WEIGHT 2
+
+/* One token's routing: l (n) router logits, bias (n) or NULL -> id (k), wt (k). */
+KN_HD void kn_hd_moe_route_row(int gating, int32_t n, int32_t k, int norm, float scale,
+                               const float *l, const float *bias, int32_t *id, float *wt)
+{
+    float p[KN_MOE_MAX_EXPERTS], sel[KN_MOE_MAX_EXPERTS];
+    unsigned char taken[KN_MOE_MAX_EXPERTS];
+    if (gating == KN_MOE_SOFTMAX)
+        kn_hd_softmax(p, l, n);
+    else if (gating == KN_MOE_SOFTMAX_WEIGHT)
+        for (int32_t i = 0; i < n; i++)
+            p[i] = l[i];
+    else
+        for (int32_t i = 0; i < n; i++)
+            p[i] = KN_DIV(1.0f, KN_ADD(1.0f, kn_hd_expf(-l[i])));
+    for (int32_t i = 0; i < n; i++) {
+        sel[i] = bias ? KN_ADD(p[i], bias[i]) : p[i];
+        taken[i] = 0;
+    }
+    for (int32_t r = 0; r < k; r++) {
+        int32_t best = -1;
+        /* strictly greater: an equal score later in the scan keeps the lower index; a NaN
+         * score is never chosen over a number */
+        for (int32_t i = 0; i < n; i++)
+            if (!taken[i] && (best < 0 || sel[i] > sel[best] || (sel[best] != sel[best] && sel[i] == sel[i])))
+                best = i;
+        taken[best] = 1;
+        id[r] = best;
+        wt[r] = p[best];
+    }
+    if (gating == KN_MOE_SOFTMAX_WEIGHT) /* gpt-oss: over the chosen logits */
+        kn_hd_softmax(wt, wt, k);
+    if (norm) {
+        float sum = wt[0];
+        for (int32_t r = 1; r < k; r++)
+            sum = KN_ADD(sum, wt[r]);
+        if (!(sum >= KN_MOE_NORM_MIN))
+            sum = KN_MOE_NORM_MIN;
+        for (int32_t r = 0; r < k; r++)
+            wt[r] = KN_DIV(wt[r], sum);
+    }
+    if (scale != 1.0f)
+        for (int32_t r = 0; r < k; r++)
+            wt[r] = KN_MUL(wt[r], scale);
+}
+
+/* Groups the R = T * k (token, rank) pairs of ids (R) by expert, tokens in order (a
+ * counting sort): expert e's grouped rows are off[e] .. off[e + 1] - 1 (off: n_expert + 1),
+ * grouped row j holds pair row_of[j] (= t * k + r), pair i sits at grouped row slot[i]. */
+KN_HD void kn_hd_moe_group(const int32_t *ids, int64_t R, int64_t n_expert, int64_t *off,
+                           int64_t *row_of, int64_t *slot)
+{
+    for (int64_t e = 0; e <= n_expert; e++)
+        off[e] = 0;
+    for (int64_t i = 0; i < R; i++)
+        off[ids[i] + 1]++;
+    for (int64_t e = 0; e < n_expert; e++)
+        off[e + 1] += off[e];
+    for (int64_t i = 0; i < R; i++) {
+        int64_t j = off[ids[i]]++;
+        row_of[j] = i;
+        slot[i] = j;
+    }
+    for (int64_t e = n_expert; e > 0; e--)
+        off[e] = off[e - 1];
+    off[0] = 0;
+}
+
 /* ================================================================ activation quantization */
 
 /* |x| by clearing the sign bit. */
@@ -240,6 +375,24 @@ KN_HD uint32_t kn_hd_ld32(const uint8_t *p)
     uint32_t u;
     memcpy(&u, p, sizeof u);
     return u;
+#endif
+}
+/* Stores the 4-byte word u at p, 4-byte aligned (one store on the GPU). */
+KN_HD void kn_hd_st32(uint8_t *p, uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint32_t *)p = u;
+#else
+    memcpy(p, &u, sizeof u);
+#endif
+}
+/* Stores the 2-byte u at p, 2-byte aligned (a Q8_K block's bsums). */
+KN_HD void kn_hd_st16(uint8_t *p, uint16_t u)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint16_t *)p = u;
+#else
+    memcpy(p, &u, sizeof u);
 #endif
 }
 KN_HD float kn_hd_ld_f32(const uint8_t *p)

@@ -25,11 +25,7 @@ float kern_siluf(float x)
 
 float kern_swiglu_oaif(float g, float u)
 {
-    float x = KERN_OAI_LIMIT < g ? KERN_OAI_LIMIT : g;
-    float y = KERN_OAI_LIMIT < u ? KERN_OAI_LIMIT : u;
-    y = -KERN_OAI_LIMIT > y ? -KERN_OAI_LIMIT : y;
-    float sig = x / (1.0f + kern_expf(-(KERN_OAI_ALPHA * x)));
-    return sig * (y + 1.0f);
+    return kn_hd_swiglu_oaif(g, u); /* kern_hd.h, shared with CUDA */
 }
 
 float kern_geluf(float x)

@@ -62,38 +62,15 @@ static void geglu_scalar(float *y, const float *g, const float *u, int64_t n)
 
 /* ================================================================ softmax */
 
-/* The largest x (NaN skipped), with a zero made +0 so that no order of comparisons can
- * change a bit of what follows. */
-static float softmax_max(const float *x, int64_t n)
-{
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    return m + 0.0f;
-}
-
-/* The max, then e[i] = exp(x[i] - max) stored in y, and their canonical sum. */
-static float softmax_exp_sum(float *y, const float *x, int64_t n)
-{
-    float m = softmax_max(x, n);
-    float acc[KN_LANES] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        y[i] = kern_expf(x[i] - m);
-        acc[i % KN_LANES] += y[i];
-    }
-    return kn_tree16(acc);
-}
-
+/* The max, exp(x - max) into y, the canonical sum, y / sum: kern_hd.h's rule. */
 static void softmax_scalar(float *y, const float *x, int64_t n)
 {
-    float s = softmax_exp_sum(y, x, n);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] / s;
+    kn_hd_softmax(y, x, n);
 }
 
 static void log_softmax_scalar(float *y, const float *x, int64_t n)
 {
-    float m = softmax_max(x, n);
+    float m = kn_hd_softmax_max(x, n);
     float acc[KN_LANES] = {0};
     for (int64_t i = 0; i < n; i++)
         acc[i % KN_LANES] += kern_expf(x[i] - m);

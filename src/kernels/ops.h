@@ -17,6 +17,7 @@
 #include "../base/base.h"
 #include "../quant/quant.h"
 #include "isa.h"
+#include "kern_hd.h"
 
 /* ---------------------------------------------------------------- Kinetic's own math
  * Built from +, -, *, fma, exactly rounded / and sqrt only (no libm), so no library or
@@ -44,8 +45,8 @@ float kern_siluf(float x);
  *   y = KERN_OAI_LIMIT < u ? KERN_OAI_LIMIT : u;  y = -KERN_OAI_LIMIT > y ? -KERN_OAI_LIMIT : y
  *   out = (x / (1 + kern_expf(-(KERN_OAI_ALPHA * x)))) * (y + 1)
  * each step one f32 operation (docs/numerics.md "gpt-oss"). */
-#define KERN_OAI_ALPHA 1.702f
-#define KERN_OAI_LIMIT 7.0f
+#define KERN_OAI_ALPHA KN_OAI_ALPHA /* 1.702f (kern_hd.h: shared with CUDA) */
+#define KERN_OAI_LIMIT KN_OAI_LIMIT /* 7.0f */
 float kern_swiglu_oaif(float g, float u);
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated through the
  * identity 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)) as x / (1 + kern_expf(-x * (C0 + C1 x^2))). */
@@ -97,17 +98,18 @@ void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride
  * softmax, whose bits every level shares. A token's experts and weights are a function of
  * its own router logits only. */
 
-#define KERN_MOE_MAX_EXPERTS 512   /* n_expert of a layer (llama.cpp: LLAMA_MAX_EXPERTS) */
+#define KERN_MOE_MAX_EXPERTS KN_MOE_MAX_EXPERTS /* 512 */  /* n_expert of a layer (llama.cpp: LLAMA_MAX_EXPERTS) */
 #define KERN_MOE_MAX_USED 64       /* experts per token */
 /* The smallest sum the chosen weights are divided by (llama.cpp clamps to the smallest
  * normal f16 so that a row of zero weights does not divide by zero). */
-#define KERN_MOE_NORM_MIN 6.103515625e-5f
+#define KERN_MOE_NORM_MIN KN_MOE_NORM_MIN /* 6.103515625e-5f (kern_hd.h) */
 
 /* p = softmax(logits) or sigmoid(logits) = 1 / (1 + kern_expf(-logit)); SOFTMAX_WEIGHT
  * (gpt-oss, llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT): p = the logits
  * themselves for the choice, the chosen k weights then kern_softmax of their logits in
  * rank order. */
-enum kern_moe_gating { KERN_MOE_SOFTMAX = 0, KERN_MOE_SIGMOID = 1, KERN_MOE_SOFTMAX_WEIGHT = 2 };
+enum kern_moe_gating { KERN_MOE_SOFTMAX = KN_MOE_SOFTMAX, KERN_MOE_SIGMOID = KN_MOE_SIGMOID,
+                       KERN_MOE_SOFTMAX_WEIGHT = KN_MOE_SOFTMAX_WEIGHT };
 
 /* How a token's experts are chosen. */
 struct kern_moe_gate {

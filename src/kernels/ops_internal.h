@@ -44,11 +44,7 @@ static inline float kn_sum_ref(const float *a, int64_t n)
  * (query, head) pair; returns the factor a the caller multiplies every o[d] by. */
 static inline float kn_attn_sink(float sink, float *m, float *l)
 {
-    float mn = sink > *m ? sink : *m;
-    float a = kern_expf(*m - mn), b = kern_expf(sink - mn);
-    *l = *l * a + b;
-    *m = mn;
-    return a;
+    return kn_hd_attn_sink(sink, m, l); /* kern_hd.h, shared with CUDA */
 }
 
 static inline float kn_bits_f32(uint32_t u)

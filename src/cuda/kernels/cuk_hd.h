@@ -1,0 +1,606 @@
+/* cuk_hd.h: the bodies of the CUDA kernels of cuk.cu, as KN_HD functions of their
+ * thread's indices: each __global__ wrapper in cuk.cu computes its block and thread
+ * indices and calls the body; a kernel with barriers is split into phase functions that
+ * the wrapper calls in order with __syncthreads() between them, over the shared-memory
+ * struct the phases share. The same functions compile as C17, so a host test
+ * (tests/unit/test_cu_grid.c) runs every body over the whole grid on the CPU, phases in
+ * order, and compares with the CPU reference bit for bit. That proves the arithmetic and
+ * the indexing (and cu_ops.c's grids and arguments, which the test drives through a
+ * host stand-in for the driver); it does not prove the driver, launch limits or the
+ * memory model, which only a run on a GPU does (scripts/gpu_check.sh).
+ *
+ * Every float operation is KN_FMA / KN_MUL / KN_ADD / ... (kern_hd.h), in the reference's
+ * order (docs/numerics.md); the per-element rules are kern_hd.h's, which the CPU
+ * reference calls too. Device addresses held in tables (an expert's weights) are
+ * uint64_t. */
+#ifndef KN_CUDA_CUK_HD_H
+#define KN_CUDA_CUK_HD_H
+
+#include "../../kernels/kern_hd.h"
+
+/* The phases of a kernel with barriers are listed once, as X-macros: CUK_<KERNEL>_PHASES
+ * (PHASE, ...) writes PHASE(call) for each phase in order. cuk.cu's wrapper makes PHASE
+ * "call; __syncthreads();" on every thread of the block; the host test makes it "for each
+ * thread of the block: call", so both run the same sequence. The calls name the
+ * wrapper's locals: tid (the thread), nth (the block's threads), sh (the shared struct)
+ * and the kernel's own. */
+
+/* An address in a table of device addresses. */
+KN_HD const uint8_t *cuk_addr(uint64_t a)
+{
+    return (const uint8_t *)(uintptr_t)a;
+}
+
+/* ================================================================ activation quantization */
+
+/* Thread i: block i of x (M, K), n = 32 (Q8_32: d, s, qs) or 256 (Q8_K: d, qs, bsums):
+ * kern_quantize_row_q8f / kern_quantize_row_q8k's bytes. */
+KN_HD void cuk_b_actq(int64_t i, const float *x, int64_t M, int64_t K, uint8_t *q, int n)
+{
+    int64_t nb = K / n;
+    if (i >= M * nb)
+        return;
+    int64_t m = i / nb, b = i % nb;
+    uint8_t *o = q + (size_t)i * (n == 32 ? KN_Q8F_BYTES : KN_Q8K_BYTES);
+    int8_t *qs = (int8_t *)(o + (n == 32 ? KN_Q8F_QS : KN_Q8K_QS));
+    kn_hd_st32(o, kn_hd_f32_bits(kn_hd_quantize_block(x + m * K + b * n, n, qs)));
+    if (n == 32) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++)
+            s += qs[k];
+        kn_hd_st32(o + KN_Q8F_S, (uint32_t)s);
+        return;
+    }
+    for (int j = 0; j < 16; j++) {
+        int s = 0;
+        for (int k = 0; k < 16; k++)
+            s += qs[16 * j + k];
+        kn_hd_st16(o + KN_Q8K_BSUMS + 2 * j, (uint16_t)(int16_t)s);
+    }
+}
+
+/* ================================================================ matrix products
+ * Thread (n, m): y[m * ldy + n] = row m of the activations . weight row n, the
+ * reference's chain over the blocks in ascending order. The weight is w, or with an
+ * expert table (mixture of experts: wptr non-NULL) expert ids[row_of[m]]'s, wptr[e]
+ * its address: row m is a grouped (token, rank) row (kn_hd_moe_group). */
+KN_HD const uint8_t *cuk_wrow(const uint8_t *w, const uint64_t *wptr, const int32_t *ids,
+                              const int64_t *row_of, int64_t m, int64_t n, size_t row_bytes)
+{
+    const uint8_t *base = wptr ? cuk_addr(wptr[ids[row_of[m]]]) : w;
+    return base + (size_t)n * row_bytes;
+}
+
+#define CUK_MM_BODY(name, fn, wblock, xblock, bsize)                                          \
+    KN_HD void cuk_b_mm_##name(int64_t n, int64_t m, const uint8_t *w, const uint64_t *wptr,  \
+                               const int32_t *ids, const int64_t *row_of, int64_t N, int64_t K,\
+                               size_t row_bytes, const uint8_t *xq, size_t x_row_bytes,       \
+                               int64_t M, float *y, int64_t ldy)                              \
+    {                                                                                         \
+        if (n >= N || m >= M)                                                                 \
+            return;                                                                           \
+        const uint8_t *wr = cuk_wrow(w, wptr, ids, row_of, m, n, row_bytes);                  \
+        const uint8_t *xr = xq + (size_t)m * x_row_bytes;                                     \
+        int64_t nb = K / (bsize);                                                             \
+        float acc = 0.0f;                                                                     \
+        for (int64_t b = 0; b < nb; b++)                                                      \
+            acc = fn(wr + (size_t)b * (wblock), xr + (size_t)b * (xblock), acc);              \
+        y[m * ldy + n] = acc;                                                                 \
+    }
+
+/* The quantized types with a kernel: X(name, block rule, weight block bytes, activation
+ * block bytes, values per block). */
+#define CUK_MM_TYPES(X)                                                                       \
+    X(q8_0, kn_hd_blk_q8_0, 34, KN_Q8F_BYTES, 32)                                             \
+    X(q4_0, kn_hd_blk_q4_0, 18, KN_Q8F_BYTES, 32)                                             \
+    X(q4_1, kn_hd_blk_q4_1, 20, KN_Q8F_BYTES, 32)                                             \
+    X(q5_0, kn_hd_blk_q5_0, 22, KN_Q8F_BYTES, 32)                                             \
+    X(q5_1, kn_hd_blk_q5_1, 24, KN_Q8F_BYTES, 32)                                             \
+    X(iq4_nl, kn_hd_blk_iq4_nl, 18, KN_Q8F_BYTES, 32)                                         \
+    X(mxfp4, kn_hd_blk_mxfp4, 17, KN_Q8F_BYTES, 32)                                           \
+    X(q2_k, kn_hd_blk_q2_k, 84, KN_Q8K_BYTES, 256)                                            \
+    X(q3_k, kn_hd_blk_q3_k, 110, KN_Q8K_BYTES, 256)                                           \
+    X(q4_k, kn_hd_blk_q4_k, 144, KN_Q8K_BYTES, 256)                                           \
+    X(q5_k, kn_hd_blk_q5_k, 176, KN_Q8K_BYTES, 256)                                           \
+    X(q6_k, kn_hd_blk_q6_k, 210, KN_Q8K_BYTES, 256)                                           \
+    X(iq4_xs, kn_hd_blk_iq4_xs, 136, KN_Q8K_BYTES, 256)
+
+CUK_MM_TYPES(CUK_MM_BODY)
+
+/* Float weights (type 0 f32, 1 f16, 2 bf16, widened exactly): the canonical 16-lane chain
+ * over K (acc[k % 16] = fma(x[k], w[k], ...)), then the tree. */
+KN_HD float cuk_wf(const uint8_t *wr, int64_t k, int type)
+{
+    if (type == 0) /* rows of f32 and f16 / bf16 are 4- and 2-byte aligned: one load */
+        return ((const float *)wr)[k];
+    uint32_t h = ((const uint16_t *)wr)[k];
+    return type == 1 ? kn_hd_f16_to_f32(h) : kn_hd_bf16_to_f32(h);
+}
+
+KN_HD void cuk_b_mm_float(int64_t n, int64_t m, const uint8_t *w, const uint64_t *wptr,
+                          const int32_t *ids, const int64_t *row_of, int64_t N, int64_t K,
+                          size_t row_bytes, int type, const float *x, int64_t M, float *y,
+                          int64_t ldy)
+{
+    if (n >= N || m >= M)
+        return;
+    const uint8_t *wr = cuk_wrow(w, wptr, ids, row_of, m, n, row_bytes);
+    const float *xr = x + m * K;
+    float acc[16];
+    for (int l = 0; l < 16; l++)
+        acc[l] = 0.0f;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] = KN_FMA(xr[k + l], cuk_wf(wr, k + l, type), acc[l]);
+    for (int l = 0; k + l < K; l++)
+        acc[l] = KN_FMA(xr[k + l], cuk_wf(wr, k + l, type), acc[l]);
+    y[m * ldy + n] = kn_hd_tree16(acc);
+}
+
+/* ================================================================ elementwise */
+
+/* The ops of cuk_eltwise. */
+enum cuk_elt {
+    CUK_ELT_ADD = 0,        /* y += a */
+    CUK_ELT_ADD_ROWS = 1,   /* y (rows, n) += a (n) on every row */
+    CUK_ELT_SCALE = 2,      /* y *= v */
+    CUK_ELT_SWIGLU = 3,     /* y = silu(y) * a */
+    CUK_ELT_GEGLU = 4,      /* y = gelu(y) * a */
+    CUK_ELT_SWIGLU_OAI = 5, /* y = kern_swiglu_oaif(y, a) */
+    CUK_ELT_GELU = 6,       /* y = gelu(y) */
+};
+
+/* Thread i of total = the elements of y. */
+KN_HD void cuk_b_eltwise(int64_t i, int op, float *y, const float *a, int64_t total, int64_t n,
+                         float v)
+{
+    if (i >= total)
+        return;
+    switch (op) {
+    case CUK_ELT_ADD: y[i] = KN_ADD(y[i], a[i]); break;
+    case CUK_ELT_ADD_ROWS: y[i] = KN_ADD(y[i], a[i % n]); break;
+    case CUK_ELT_SCALE: y[i] = KN_MUL(y[i], v); break;
+    case CUK_ELT_SWIGLU: y[i] = KN_MUL(kn_hd_siluf(y[i]), a[i]); break;
+    case CUK_ELT_GEGLU: y[i] = KN_MUL(kn_hd_geluf(y[i]), a[i]); break;
+    case CUK_ELT_SWIGLU_OAI: y[i] = kn_hd_swiglu_oaif(y[i], a[i]); break;
+    default: y[i] = kn_hd_geluf(y[i]); break;
+    }
+}
+
+/* Thread i: dst row j (n) = src row rows[j]. */
+KN_HD void cuk_b_gather(int64_t i, float *dst, const float *src, const int64_t *rows,
+                        int64_t n_rows, int64_t n)
+{
+    if (i < n_rows * n)
+        dst[i] = src[rows[i / n] * n + i % n];
+}
+
+/* ================================================================ RMSNorm and LayerNorm
+ * One block per row, CUK_NORM_THREADS threads. The phases (barriers between them):
+ *   RMSNorm:   sq(x), rs, rms_out
+ *   LayerNorm: sum(x), mean, center (y = x - mean), sq(y), rs, ln_out
+ * sq and sum run the canonical 16 lanes (threads 0..15), mean and rs the tree on thread 0,
+ * the others every thread over its elements (k = tid, tid + threads, ...). */
+#define CUK_NORM_THREADS 64
+
+struct cuk_norm_sh {
+    float lanes[16];
+    float mean, rs;
+};
+
+/* Lane tid < 16: the chain of x[k] * x[k] (fma) over k = tid mod 16. */
+KN_HD void cuk_b_norm_sq(int tid, struct cuk_norm_sh *sh, const float *xr, int64_t n)
+{
+    if (tid >= 16)
+        return;
+    float acc = 0.0f;
+    for (int64_t k = tid; k < n; k += 16)
+        acc = KN_FMA(xr[k], xr[k], acc);
+    sh->lanes[tid] = acc;
+}
+
+/* Lane tid < 16: the chain of x[k] (add) over k = tid mod 16. */
+KN_HD void cuk_b_norm_sum(int tid, struct cuk_norm_sh *sh, const float *xr, int64_t n)
+{
+    if (tid >= 16)
+        return;
+    float acc = 0.0f;
+    for (int64_t k = tid; k < n; k += 16)
+        acc = KN_ADD(acc, xr[k]);
+    sh->lanes[tid] = acc;
+}
+
+/* Thread 0: the tree of the lanes over n. */
+KN_HD float cuk_norm_tree_mean(struct cuk_norm_sh *sh, int64_t n)
+{
+    float acc[16];
+    for (int l = 0; l < 16; l++)
+        acc[l] = sh->lanes[l];
+    return KN_DIV(kn_hd_tree16(acc), (float)n);
+}
+
+KN_HD void cuk_b_norm_mean(int tid, struct cuk_norm_sh *sh, int64_t n)
+{
+    if (tid == 0)
+        sh->mean = cuk_norm_tree_mean(sh, n);
+}
+
+/* Thread 0: rs = 1 / sqrt(tree / n + eps). */
+KN_HD void cuk_b_norm_rs(int tid, struct cuk_norm_sh *sh, int64_t n, float eps)
+{
+    if (tid == 0)
+        sh->rs = KN_DIV(1.0f, KN_SQRT(KN_ADD(cuk_norm_tree_mean(sh, n), eps)));
+}
+
+#define CUK_RMSNORM_PHASES(PHASE)                                                            \
+    PHASE(cuk_b_norm_sq(tid, &sh, xr, n))                                                    \
+    PHASE(cuk_b_norm_rs(tid, &sh, n, eps))                                                   \
+    PHASE(cuk_b_rms_out(tid, nth, &sh, yr, xr, w, n))
+
+#define CUK_LAYERNORM_PHASES(PHASE)                                                          \
+    PHASE(cuk_b_norm_sum(tid, &sh, xr, n))                                                   \
+    PHASE(cuk_b_norm_mean(tid, &sh, n))                                                      \
+    PHASE(cuk_b_ln_center(tid, nth, &sh, yr, xr, n))                                         \
+    PHASE(cuk_b_norm_sq(tid, &sh, yr, n))                                                    \
+    PHASE(cuk_b_norm_rs(tid, &sh, n, eps))                                                   \
+    PHASE(cuk_b_ln_out(tid, nth, &sh, yr, w, b, n))
+
+/* y = (x * rs) * w (w NULL: x * rs). */
+KN_HD void cuk_b_rms_out(int tid, int nth, const struct cuk_norm_sh *sh, float *yr,
+                         const float *xr, const float *w, int64_t n)
+{
+    float r = sh->rs;
+    for (int64_t k = tid; k < n; k += nth)
+        yr[k] = w ? KN_MUL(KN_MUL(xr[k], r), w[k]) : KN_MUL(xr[k], r);
+}
+
+/* y = x - mean (in place allowed: each thread reads and writes its own elements). */
+KN_HD void cuk_b_ln_center(int tid, int nth, const struct cuk_norm_sh *sh, float *yr,
+                           const float *xr, int64_t n)
+{
+    for (int64_t k = tid; k < n; k += nth)
+        yr[k] = KN_SUB(xr[k], sh->mean);
+}
+
+/* y = (y * rs) * w + b (w, b NULL: none). */
+KN_HD void cuk_b_ln_out(int tid, int nth, const struct cuk_norm_sh *sh, float *yr,
+                        const float *w, const float *b, int64_t n)
+{
+    for (int64_t k = tid; k < n; k += nth) {
+        float v = KN_MUL(yr[k], sh->rs);
+        if (w)
+            v = KN_MUL(v, w[k]);
+        if (b)
+            v = KN_ADD(v, b[k]);
+        yr[k] = v;
+    }
+}
+
+/* ================================================================ mixture of experts */
+
+/* Thread t: token t's routing (kern_moe_route) of logits (T, n) into ids, w (T, k). */
+KN_HD void cuk_b_moe_route(int64_t t, int64_t T, int gating, int32_t n, int32_t k, int norm,
+                           float scale, const float *logits, const float *bias, int32_t *ids,
+                           float *w)
+{
+    if (t < T)
+        kn_hd_moe_route_row(gating, n, k, norm, scale, logits + t * n, bias, ids + t * k,
+                            w + t * k);
+}
+
+/* Thread i of R * E: grouped row j = i / E is token row_of[j] / k's input. */
+KN_HD void cuk_b_moe_gather(int64_t i, int64_t R, int64_t k, int64_t E, const int64_t *row_of,
+                            const float *x, float *xg)
+{
+    if (i < R * E)
+        xg[i] = x[(row_of[i / E] / k) * E + i % E];
+}
+
+/* Thread i of R * N: grouped row j = i / N plus its expert's bias (bptr: the experts'
+ * bias addresses, each N floats). */
+KN_HD void cuk_b_moe_bias(int64_t i, int64_t R, int64_t N, const int64_t *row_of,
+                          const int32_t *ids, const uint64_t *bptr, float *y)
+{
+    if (i >= R * N)
+        return;
+    const float *b = (const float *)cuk_addr(bptr[ids[row_of[i / N]]]);
+    y[i] = KN_ADD(y[i], b[i % N]);
+}
+
+/* Thread i of T * E: y[t] = w[t,0] e_0, then y += w[t,r] e_r in rank order, e_r the grouped
+ * down output of pair t * k + r (row slot[t * k + r] of yg (R, E)). */
+KN_HD void cuk_b_moe_sum(int64_t i, int64_t T, int64_t k, int64_t E, const int64_t *slot,
+                         const float *yg, const float *w, float *y)
+{
+    if (i >= T * E)
+        return;
+    int64_t t = i / E, c = i % E;
+    float acc = KN_MUL(yg[slot[t * k] * E + c], w[t * k]);
+    for (int64_t r = 1; r < k; r++)
+        acc = KN_ADD(acc, KN_MUL(yg[slot[t * k + r] * E + c], w[t * k + r]));
+    y[i] = acc;
+}
+
+/* ================================================================ RoPE */
+
+/* Thread idx of (token, head, pair): y0 = fma(x0, c, -(x1 s)), y1 = fma(x0, s, x1 c).
+ * neox: pairs (i, i + n_rot/2), else (2i, 2i + 1); tab row t holds cos then sin. */
+KN_HD void cuk_b_rope(int64_t idx, float *x, const float *tab, int neox, int n_rot, int64_t T,
+                      int64_t H, int64_t D)
+{
+    int64_t half = n_rot / 2;
+    if (idx >= T * H * half)
+        return;
+    int64_t i = idx % half, h = (idx / half) % H, t = idx / (half * H);
+    float *xh = x + t * H * D + h * D;
+    int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float c = tab[t * 2 * half + i], s = tab[t * 2 * half + half + i];
+    float x0 = xh[a], x1 = xh[b];
+    xh[a] = KN_FMA(x0, c, -KN_MUL(x1, s));
+    xh[b] = KN_FMA(x0, s, KN_MUL(x1, c));
+}
+
+/* ================================================================ KV cache and attention */
+
+/* Thread i: tokens t0 .. t0 + n - 1 of k_new, v_new (T, Hkv * D) into the head-major caches
+ * at slots pos[t] (pos: the whole batch's). kvt 0: f32 copied; 1: f16 rounded to nearest
+ * even; one thread per element. kvt 2: q8_0, one thread per block of 32 (D a multiple of
+ * 32), each block quantized alone by the Q8_0 reference rule. */
+KN_HD void cuk_b_kv_store(int64_t i, const float *k_new, const float *v_new, uint8_t *kc,
+                          uint8_t *vc, int kvt, int64_t D, int64_t Hkv, int64_t n_ctx,
+                          const int32_t *pos, int64_t t0, int64_t n)
+{
+    int64_t per = kvt == 2 ? D / 32 : D; /* threads per head row */
+    if (i >= n * Hkv * per)
+        return;
+    int64_t d = i % per, g = (i / per) % Hkv, t = t0 + i / (per * Hkv);
+    int64_t row = g * n_ctx + pos[t];
+    if (kvt == 2) {
+        int64_t src = t * Hkv * D + g * D + 32 * d;
+        size_t dst = ((size_t)row * (size_t)per + (size_t)d) * 34;
+        kn_hd_quantize_q8_0(k_new + src, kc + dst);
+        kn_hd_quantize_q8_0(v_new + src, vc + dst);
+        return;
+    }
+    int64_t src = t * Hkv * D + g * D + d, dst = row * D + d;
+    if (kvt == 1) {
+        ((uint16_t *)kc)[dst] = kn_hd_f32_to_f16(k_new[src]);
+        ((uint16_t *)vc)[dst] = kn_hd_f32_to_f16(v_new[src]);
+    } else {
+        ((float *)kc)[dst] = k_new[src];
+        ((float *)vc)[dst] = v_new[src];
+    }
+}
+
+/* Element i of a head-major cache of type kvt (as cuk_b_kv_store's): f16 widened exactly,
+ * a q8_0 element (float)q * d. */
+KN_HD float cuk_kv(const uint8_t *c, int64_t i, int kvt)
+{
+    if (kvt == 2)
+        return kn_hd_q8_0_elem(c, i);
+    return kvt ? kn_hd_f16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+}
+
+#if defined(__CUDACC__)
+#define CUK_UNROLL _Pragma("unroll")
+#else
+#define CUK_UNROLL
+#endif
+
+#define CUK_TILE 32
+#define CUK_MAXD 512 /* the most dims of a head (cu_internal.h CU_ATTN_MAX_D) */
+
+/* Attention of one run (docs/numerics.md "Attention"): block (32 lanes) per (query t of
+ * the run, head h). q, out: the run's first row, stride H * D; pos: the run's positions.
+ * Per 32-position tile in ascending order: lane j computes slot j's score (its canonical
+ * 16-lane chain over D, * scale, soft-capped when softcap > 0), lane 0 the tile maximum
+ * and the canonical sum of e_j = exp(s_j - m_t) over the slots in order, and each lane
+ * the value chains and the merge of dims d = lane, lane + 32, ...; with sinks (gpt-oss),
+ * every lane merges the head's sink (kn_hd_attn_sink) before out. */
+struct cuk_attn_args {
+    const float *q;
+    float *out;
+    const uint8_t *kc, *vc;
+    int kvt;
+    const int32_t *pos;
+    int64_t n_ctx;
+    int H, Hkv, D, window;
+    float scale, softcap;
+    const float *sinks;
+};
+
+struct cuk_attn_sh {
+    float qs[CUK_MAXD];
+    float s[CUK_TILE], e[CUK_TILE];
+    float mt, lt;
+};
+
+/* A lane's registers: its dims of o and the running (m, l). */
+struct cuk_attn_lane {
+    float o[CUK_MAXD / 32];
+    float m, l;
+};
+
+/* The first visible position of query t. */
+KN_HD int64_t cuk_attn_lo(const struct cuk_attn_args *a, int64_t t)
+{
+    int64_t p = a->pos[t];
+    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+}
+
+/* Tile t0's slots j0..j1 of query t. */
+KN_HD void cuk_attn_tile(const struct cuk_attn_args *a, int64_t t, int64_t t0, int64_t *j0,
+                         int64_t *j1)
+{
+    int64_t p = a->pos[t], lo = cuk_attn_lo(a, t);
+    *j0 = t0 > lo ? t0 : lo;
+    *j1 = t0 + CUK_TILE - 1 < p ? t0 + CUK_TILE - 1 : p;
+}
+
+KN_HD void cuk_b_attn_begin(int lane, int64_t t, int h, const struct cuk_attn_args *a,
+                            struct cuk_attn_sh *sh, struct cuk_attn_lane *st)
+{
+    const float *qv = a->q + t * (int64_t)a->H * a->D + (int64_t)h * a->D;
+    for (int d = lane; d < a->D; d += 32)
+        sh->qs[d] = qv[d];
+    CUK_UNROLL
+    for (int r = 0; r < CUK_MAXD / 32; r++)
+        st->o[r] = 0.0f;
+    st->m = -kn_hd_bits_f32(0x7f800000u);
+    st->l = 0.0f;
+}
+
+KN_HD void cuk_b_attn_score(int lane, int64_t t, int h, int64_t t0,
+                            const struct cuk_attn_args *a, struct cuk_attn_sh *sh)
+{
+    int64_t j0, j1, j = t0 + lane;
+    cuk_attn_tile(a, t, t0, &j0, &j1);
+    if (j < j0 || j > j1)
+        return;
+    const int g = h / (a->H / a->Hkv);
+    float acc[16];
+    CUK_UNROLL
+    for (int r = 0; r < 16; r++)
+        acc[r] = 0.0f;
+    const int64_t kr = (int64_t)g * a->n_ctx * a->D + j * a->D;
+    for (int d = 0; d < a->D; d++)
+        acc[d % 16] = KN_FMA(sh->qs[d], cuk_kv(a->kc, kr + d, a->kvt), acc[d % 16]);
+    float sc = KN_MUL(kn_hd_tree16(acc), a->scale);
+    if (a->softcap > 0.0f)
+        sc = kn_hd_softcapf(sc, a->softcap);
+    sh->s[lane] = sc;
+}
+
+/* Lane 0's phases (the tile's maximum and sum): whether this is lane 0, and the tile. */
+KN_HD int cuk_attn_lane0(int lane, const struct cuk_attn_args *a, int64_t t, int64_t t0,
+                         int64_t *j0, int64_t *j1)
+{
+    if (lane != 0)
+        return 0;
+    cuk_attn_tile(a, t, t0, j0, j1);
+    return 1;
+}
+
+KN_HD void cuk_b_attn_max(int lane, int64_t t, int64_t t0, const struct cuk_attn_args *a,
+                          struct cuk_attn_sh *sh)
+{
+    int64_t j0, j1;
+    if (!cuk_attn_lane0(lane, a, t, t0, &j0, &j1))
+        return;
+    float mt = -kn_hd_bits_f32(0x7f800000u);
+    for (int64_t jj = j0; jj <= j1; jj++)
+        mt = sh->s[jj - t0] > mt ? sh->s[jj - t0] : mt;
+    sh->mt = mt;
+}
+
+KN_HD void cuk_b_attn_exp(int lane, int64_t t, int64_t t0, const struct cuk_attn_args *a,
+                          struct cuk_attn_sh *sh)
+{
+    int64_t j0, j1, j = t0 + lane;
+    cuk_attn_tile(a, t, t0, &j0, &j1);
+    if (j >= j0 && j <= j1)
+        sh->e[lane] = kn_hd_expf(KN_SUB(sh->s[lane], sh->mt));
+}
+
+KN_HD void cuk_b_attn_sum(int lane, int64_t t, int64_t t0, const struct cuk_attn_args *a,
+                          struct cuk_attn_sh *sh)
+{
+    int64_t j0, j1;
+    if (!cuk_attn_lane0(lane, a, t, t0, &j0, &j1))
+        return;
+    float acc[16];
+    for (int r = 0; r < 16; r++)
+        acc[r] = 0.0f;
+    for (int64_t jj = j0; jj <= j1; jj++)
+        acc[(jj - t0) % 16] = KN_ADD(acc[(jj - t0) % 16], sh->e[jj - t0]);
+    sh->lt = kn_hd_tree16(acc);
+}
+
+KN_HD void cuk_b_attn_merge(int lane, int64_t t, int h, int64_t t0,
+                            const struct cuk_attn_args *a, const struct cuk_attn_sh *sh,
+                            struct cuk_attn_lane *st)
+{
+    int64_t j0, j1;
+    cuk_attn_tile(a, t, t0, &j0, &j1);
+    const int g = h / (a->H / a->Hkv);
+    const int64_t head = (int64_t)g * a->n_ctx * a->D;
+    const float mt = sh->mt, lt = sh->lt;
+    const float mn = mt > st->m ? mt : st->m;
+    const float sa = kn_hd_expf(KN_SUB(st->m, mn)), sb = kn_hd_expf(KN_SUB(mt, mn));
+    CUK_UNROLL
+    for (int r = 0; r < CUK_MAXD / 32; r++) {
+        int d = lane + 32 * r;
+        if (d < a->D) {
+            float ot = 0.0f;
+            for (int64_t jj = j0; jj <= j1; jj++)
+                ot = KN_FMA(sh->e[jj - t0], cuk_kv(a->vc, head + jj * a->D + d, a->kvt), ot);
+            st->o[r] = KN_FMA(ot, sb, KN_MUL(st->o[r], sa));
+        }
+    }
+    st->l = KN_FMA(lt, sb, KN_MUL(st->l, sa));
+    st->m = mn;
+}
+
+KN_HD void cuk_b_attn_end(int lane, int64_t t, int h, const struct cuk_attn_args *a,
+                          struct cuk_attn_lane *st)
+{
+    if (a->sinks) {
+        const float sa = kn_hd_attn_sink(a->sinks[h], &st->m, &st->l);
+        CUK_UNROLL
+        for (int r = 0; r < CUK_MAXD / 32; r++)
+            st->o[r] = KN_MUL(st->o[r], sa);
+    }
+    float *ov = a->out + t * (int64_t)a->H * a->D + (int64_t)h * a->D;
+    CUK_UNROLL
+    for (int r = 0; r < CUK_MAXD / 32; r++) {
+        int d = lane + 32 * r;
+        if (d < a->D)
+            ov[d] = KN_DIV(st->o[r], st->l);
+    }
+}
+
+/* Block (t, h): begin, per tile (t0 from the tile of lo to p) score, max, exp, sum and
+ * merge, then end; LANE is the thread's struct cuk_attn_lane (its registers). Locals: a,
+ * t, h, p = pos[t], lo = cuk_attn_lo(&a, t). */
+#define CUK_ATTN_PHASES(PHASE, LANE)                                                         \
+    PHASE(cuk_b_attn_begin(tid, t, h, &a, &sh, LANE))                                        \
+    for (int64_t t0 = lo / CUK_TILE * CUK_TILE; t0 <= p; t0 += CUK_TILE) {                   \
+        PHASE(cuk_b_attn_score(tid, t, h, t0, &a, &sh))                                      \
+        PHASE(cuk_b_attn_max(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_exp(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_sum(tid, t, t0, &a, &sh))                                           \
+        PHASE(cuk_b_attn_merge(tid, t, h, t0, &a, &sh, LANE)) /* s, e rewritten next */      \
+    }                                                                                        \
+    PHASE(cuk_b_attn_end(tid, t, h, &a, LANE))
+
+/* ================================================================ lfm2's short convolution */
+
+/* Thread i: tokens t0 .. t0 + n - 1: cache row pos[t] (E) = B * x (bcx rows hold B, C, x). */
+KN_HD void cuk_b_conv_store(int64_t i, const float *bcx, float *rows, const int32_t *pos,
+                            int64_t t0, int64_t n, int64_t E)
+{
+    if (i >= n * E)
+        return;
+    int64_t t = t0 + i / E, c = i % E;
+    rows[(int64_t)pos[t] * E + c] = KN_MUL(bcx[t * 3 * E + c], bcx[t * 3 * E + 2 * E + c]);
+}
+
+/* Thread i: out[t][c] = C[c] * (fma chain over the taps of the rows pos[t]-L+1 .. pos[t],
+ * those >= 0). */
+KN_HD void cuk_b_conv(int64_t i, const float *bcx, float *out, const float *w, const float *rows,
+                      const int32_t *pos, int64_t t0, int64_t n, int64_t E, int L)
+{
+    if (i >= n * E)
+        return;
+    int64_t t = t0 + i / E, c = i % E;
+    float acc = 0.0f;
+    for (int k = 0; k < L; k++) {
+        int64_t p = (int64_t)pos[t] - (L - 1) + k;
+        if (p >= 0)
+            acc = KN_FMA(rows[p * E + c], w[c * L + k], acc);
+    }
+    out[t * E + c] = KN_MUL(bcx[t * 3 * E + E + c], acc);
+}
+
+#endif
