@@ -22,4 +22,9 @@ void vk_ops_fill(struct kern_backend_ops *ops)
     ops->shortconv = vk_op_shortconv;
     ops->moe_route = vk_op_moe_route;
     ops->moe_ffn = vk_op_moe_ffn;
+    ops->attention_softcap = vk_op_attention; /* the batch's softcap > 0 */
+    ops->attention_sinks = vk_op_attention;   /* the batch's sinks */
+    ops->moe_ffn_oai = vk_op_moe_ffn;         /* f's act and expert biases */
+    ops->layernorm = vk_op_layernorm;
+    ops->gelu = vk_op_gelu;
 }

@@ -1,0 +1,80 @@
+/* layernorm.comp: y (rows, n) = kern_layernorm of x with gain w and bias b (either may be
+ * absent): mean = (the 16-slot sum of the row: slot k % 16 adds x[k] in order, then the
+ * tree) / n; d = x - mean; var = the canonical dot of d with itself (lane k % 16 runs its
+ * fma chain, then the tree) / n; r = 1 / sqrt(var + eps); y = ((d * r) * w) + b. One
+ * workgroup per row; in place allowed (every element is read by the invocation that
+ * writes it, after the barriers that end the other reads). */
+layout(local_size_x = 64) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 1) buffer Y { float y[]; };
+layout(std430, set = 0, binding = 2) readonly buffer W { float w[]; };
+layout(std430, set = 0, binding = 3) readonly buffer B { float bias[]; };
+
+layout(push_constant) uniform P {
+    uint x_off, y_off, w_off, b_off;
+    uint rows, n;
+    uint has_w, has_b;
+    float eps;
+} pc;
+
+#include "kn_common.glsl"
+
+shared float part[16];
+shared float mean_sh, r_sh;
+
+/* The canonical tree over part[0..15] (invocation 0). */
+float tree16()
+{
+    precise float a[16];
+    [[unroll]] for (int i = 0; i < 16; i++)
+        a[i] = part[i];
+    [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
+        [[unroll]] for (int i = 0; i < wd; i++)
+            a[i] = a[i] + a[i + wd];
+    return a[0];
+}
+
+void main()
+{
+    uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
+    if (row >= pc.rows)
+        return;
+    uint xb = pc.x_off + row * pc.n, yb = pc.y_off + row * pc.n;
+    if (tid < 16u) {
+        precise float acc = 0.0;
+        for (uint k = tid; k < pc.n; k += 16u)
+            acc = acc + x[xb + k];
+        part[tid] = acc;
+    }
+    barrier();
+    if (tid == 0u)
+        mean_sh = kn_div(tree16(), float(pc.n));
+    barrier();
+    float mean = mean_sh;
+    if (tid < 16u) {
+        precise float acc = 0.0;
+        for (uint k = tid; k < pc.n; k += 16u) {
+            precise float d = x[xb + k] - mean;
+            acc = kn_fma(d, d, acc);
+        }
+        part[tid] = acc;
+    }
+    barrier();
+    if (tid == 0u) {
+        precise float var = kn_div(tree16(), float(pc.n));
+        precise float ve = var + pc.eps;
+        r_sh = kn_div(1.0, kn_sqrt(ve));
+    }
+    barrier();
+    float r = r_sh;
+    for (uint k = tid; k < pc.n; k += 64u) {
+        precise float v = x[xb + k] - mean;
+        v = v * r;
+        if (pc.has_w != 0u)
+            v = v * w[pc.w_off + k];
+        if (pc.has_b != 0u)
+            v = v + bias[pc.b_off + k];
+        y[yb + k] = v;
+    }
+}
