@@ -14,6 +14,7 @@ struct vk_selftest {
     bool div_rounded, sqrt_rounded; /* the driver's / and sqrt are correctly rounded */
     bool div_soft, sqrt_soft; /* else the shaders use kn_common.glsl's integer builds */
     bool divsqrt_ok;       /* the shaders' division and sqrt (either way) are correctly rounded */
+    bool dfma_soft;        /* the driver's double fma is not fused: kern_tanhf's is the integer build */
     bool arith_ok;         /* add and multiply are IEEE */
     bool denormals_kept;   /* subnormal inputs and results are not flushed */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
