@@ -205,16 +205,8 @@ void main()
         barrier();
     }
     if (pc.sinks != 0u) { /* kn_attn_sink */
-        if (tid == 0u) {
-            float sk = sinks[h];
-            float mn = sk > m ? sk : m;
-            precise float da = m - mn, db = sk - mn;
-            float sa = kn_expf(da);
-            precise float la = l * sa;
-            l = la + kn_expf(db);
-            m = mn;
-            sa_sh = sa;
-        }
+        if (tid == 0u)
+            sa_sh = kn_attn_sink(sinks[h], m, l);
         barrier();
         float sa = sa_sh;
         [[unroll]] for (uint k = 0u; k < MAXD / NT; k++)

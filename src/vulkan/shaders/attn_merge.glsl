@@ -3,8 +3,9 @@
  * running state (-inf, 0, 0) exactly as the single pass does,
  *   m' = max(m, m_t), a = exp(m - m'), b = exp(m_t - m'),
  *   l = fma(l_t, b, l * a), o[d] = fma(o_t[d], b, o[d] * a),
- * then with sinks (pc.sinks) the head's sink merged as attn.glsl does, and out[d] = o[d] / l. Every invocation follows the scalars (the same operations on
- * the same values); invocation d keeps o[d]. Grid: (H, n_q). */
+ * then with sinks (pc.sinks) the head's sink merged as attn.glsl does (kn_attn_sink), and
+ * out[d] = o[d] / l. Every invocation follows the scalars (the same operations on the same
+ * values); invocation d keeps o[d]. Grid: (H, n_q). */
 layout(local_size_x = 64) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer Part { float part_in[]; };
@@ -55,13 +56,7 @@ void main()
         }
     }
     if (pc.sinks != 0u) { /* kn_attn_sink */
-        float sk = sinks[h];
-        float mn = sk > m ? sk : m;
-        precise float da = m - mn, db = sk - mn;
-        float sa = kn_expf(da);
-        precise float la = l * sa;
-        l = la + kn_expf(db);
-        m = mn;
+        float sa = kn_attn_sink(sinks[h], m, l);
         [[unroll]] for (uint k = 0u; k < MAXD / NT; k++)
             o[k] = o[k] * sa;
     }

@@ -298,6 +298,32 @@ float kn_expf(float x)
     return y;
 }
 
+/* The canonical tree over 16 lanes (kn_hd_tree16): for w = 8, 4, 2, 1: a[i] += a[i + w]. */
+float kn_tree16(float v[16])
+{
+    precise float a[16];
+    [[unroll]] for (int i = 0; i < 16; i++)
+        a[i] = v[i];
+    [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
+        [[unroll]] for (int i = 0; i < wd; i++)
+            a[i] = a[i] + a[i + wd];
+    return a[0];
+}
+
+/* gpt-oss's sink merged into a head's attention state (m, l) as a tile (sink, 1, 0)
+ * (kn_attn_sink): m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m'), m = m';
+ * returns a, by which the caller scales o. */
+float kn_attn_sink(float sink, inout float m, inout float l)
+{
+    float mn = sink > m ? sink : m;
+    precise float da = m - mn, db = sink - mn;
+    float a = kn_expf(da);
+    precise float la = l * a;
+    l = la + kn_expf(db);
+    m = mn;
+    return a;
+}
+
 /* silu(x) = x / (1 + exp(-x)) */
 float kn_silu(float x)
 {

@@ -23,18 +23,6 @@ layout(push_constant) uniform P {
 shared float part[16];
 shared float mean_sh, r_sh;
 
-/* The canonical tree over part[0..15] (invocation 0). */
-float tree16()
-{
-    precise float a[16];
-    [[unroll]] for (int i = 0; i < 16; i++)
-        a[i] = part[i];
-    [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
-        [[unroll]] for (int i = 0; i < wd; i++)
-            a[i] = a[i] + a[i + wd];
-    return a[0];
-}
-
 void main()
 {
     uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
@@ -49,7 +37,7 @@ void main()
     }
     barrier();
     if (tid == 0u)
-        mean_sh = kn_div(tree16(), float(pc.n));
+        mean_sh = kn_div(kn_tree16(part), float(pc.n));
     barrier();
     float mean = mean_sh;
     if (tid < 16u) {
@@ -62,7 +50,7 @@ void main()
     }
     barrier();
     if (tid == 0u) {
-        precise float var = kn_div(tree16(), float(pc.n));
+        precise float var = kn_div(kn_tree16(part), float(pc.n));
         precise float ve = var + pc.eps;
         r_sh = kn_div(1.0, kn_sqrt(ve));
     }

@@ -35,13 +35,7 @@ void main()
     }
     barrier();
     if (tid == 0u) {
-        precise float a[16];
-        [[unroll]] for (int i = 0; i < 16; i++)
-            a[i] = part[i];
-        [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
-            [[unroll]] for (int i = 0; i < wd; i++)
-                a[i] = a[i] + a[i + wd];
-        precise float mean = kn_div(a[0], float(pc.n));
+        precise float mean = kn_div(kn_tree16(part), float(pc.n));
         precise float me = mean + pc.eps;
         r_sh = kn_div(1.0, kn_sqrt(me));
     }
