@@ -1,5 +1,5 @@
 # vk_embed.cmake: writes the C table of the embedded shaders (no xxd needed).
-#   cmake "-DSPVS=a.spv;b.spv" -DOUT=vk_shaders_gen.c -P vk_embed.cmake
+#   cmake "-DIN=a.spv;b.spv" -DOUT=vk_shaders_gen.c -P vk_embed.cmake
 # Each SPIR-V file becomes a uint32_t array (SPIR-V is a stream of little-endian 32-bit
 # words, and vkCreateShaderModule wants them aligned), named after the file; the table
 # vkr_shaders[] (declared in src/vulkan/vk_rt.h) maps each name to its words, sorted by name.
@@ -7,8 +7,9 @@ cmake_minimum_required(VERSION 3.20)
 set(body "")
 set(table "")
 set(n 0)
-list(SORT SPVS)
-foreach(spv ${SPVS})
+set(spvs ${IN})
+list(SORT spvs)
+foreach(spv ${spvs})
   get_filename_component(name ${spv} NAME_WE)
   file(READ ${spv} hex HEX)
   string(LENGTH "${hex}" nhex)

@@ -6,6 +6,7 @@
 #define KN_CUDA_CU_BACKEND_H
 
 #include "../kernels/backend.h"
+#include "../kernels/fprobe.h"
 
 /* A CUDA device as the driver describes it. */
 struct cu_info {
@@ -20,7 +21,7 @@ struct cu_info {
 struct cu_selftest {
     bool canonical;        /* everything below holds: the device computes canonical-1 */
     bool probed;           /* the arithmetic probes ran */
-    bool fma_fused, div_rounded, sqrt_rounded, arith_ok, denormals_kept;
+    struct kern_fprobe probe; /* what they found (fprobe.h) */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
     double seconds;
     char report[1024];     /* each finding, and the failed check named */

@@ -52,15 +52,9 @@ void cu_selftest_run(struct cu_backend *cb, struct cu_selftest *t)
         if (!cu_ctx(cb, &err) || probe_run(cb, in, out, &err) != KN_OK) {
             snprintf(probes, sizeof probes, "probes did not run: %.300s", err.msg);
         } else {
-            struct kern_fprobe fp;
-            kern_fprobe_judge(in, out, &fp);
+            kern_fprobe_judge(in, out, &t->probe);
             t->probed = true;
-            t->fma_fused = fp.fma_fused;
-            t->div_rounded = fp.div_rounded;
-            t->sqrt_rounded = fp.sqrt_rounded;
-            t->arith_ok = fp.arith_ok;
-            t->denormals_kept = fp.denormals_kept;
-            snprintf(probes, sizeof probes, "%s", fp.report);
+            snprintf(probes, sizeof probes, "%s", t->probe.report);
         }
     }
     free(in);
@@ -68,8 +62,9 @@ void cu_selftest_run(struct cu_backend *cb, struct cu_selftest *t)
 
     char ops[512];
     t->ops_equal = kern_fprobe_ops(&cb->base, ops, sizeof ops);
-    t->canonical = t->probed && t->ops_equal && t->fma_fused && t->div_rounded &&
-                   t->sqrt_rounded && t->denormals_kept && t->arith_ok;
+    const struct kern_fprobe *fp = &t->probe;
+    t->canonical = t->probed && t->ops_equal && fp->fma_fused && fp->div_rounded &&
+                   fp->sqrt_rounded && fp->denormals_kept && fp->arith_ok;
     t->seconds = kn_now() - t0;
     snprintf(t->report, sizeof t->report, "%s; %s (%.2f s)", probes, ops, t->seconds);
 }

@@ -291,9 +291,10 @@ KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct ke
 
 /* ================================================================ the op table
  * Every member of struct kern_backend_ops, in member order, once: its name and whether a
- * device may lack it. This one list drives model_open's refusals (kern_backend_missing_op,
- * the kern_backend_has_* predicates), kern_backend_check (an optional op the backend
- * lacks is left out), the tests' op lists and a device self-test's report. Adding an op:
+ * device may lack it. This one list drives model_open's refusals (a layer says the set of
+ * ops it needs; kern_backend_first_missing names the first its backend lacks),
+ * kern_backend_check (a check whose ops the backend lacks is left out), the tests' op
+ * lists and a device self-test's report. Adding an op:
  * its member above and one line here (REQ(name) or OPT(name, "what needs it"));
  * backend_ops.c asserts at compile time that the list and the struct agree.
  *   REQ(name)          every backend has it
@@ -312,7 +313,7 @@ KN_MUST_USE enum kn_status kern_backend_check(struct kern_backend *be, struct ke
     OPT(attention_sinks, "gpt-oss's attention layers")                                          \
     OPT(moe_ffn_oai, "gpt-oss's expert layers")                                                \
     OPT(layernorm, "bert's and nomic-bert's layers")                                            \
-    OPT(gelu, "bert's and nomic-bert's layers")
+    OPT(gelu, "bert's feed-forward layers")
 
 /* KERN_OP_<name>: an op's index in the table (and its slot in struct kern_backend_ops). */
 #define KERN_OP_ENUM_REQ_(name) KERN_OP_##name,
@@ -328,8 +329,23 @@ struct kern_op_desc {
 /* The table, indexed by enum kern_op (backend_ops.c). */
 extern const struct kern_op_desc kern_backend_op_table[KERN_OP_COUNT];
 
+/* A set of ops: bit KERN_OP_<name> is set for each op in it. */
+typedef uint64_t kern_op_set;
+_Static_assert(KERN_OP_COUNT <= 64, "kern_op_set holds 64 ops");
+#define KERN_OP_BIT(name) ((kern_op_set)1 << KERN_OP_##name)
+/* The required ops (REQ lines): what every layer needs. */
+extern const kern_op_set kern_backend_required_ops;
+
 /* Whether be's table has op (its member is not NULL). */
 bool kern_backend_has_op(const struct kern_backend *be, enum kern_op op);
+/* The first op of need (in table order) that be lacks, or KERN_OP_COUNT when it has them
+ * all: the one loop behind every refusal and every skipped check. */
+enum kern_op kern_backend_first_missing(const struct kern_backend *be, kern_op_set need);
+/* Whether be has every op of need. */
+static inline bool kern_backend_has_ops(const struct kern_backend *be, kern_op_set need)
+{
+    return kern_backend_first_missing(be, need) == KERN_OP_COUNT;
+}
 /* The name of the first required op of be's table that is NULL ("attention"), or NULL
  * when be has every required op: model_open refuses to place a layer on a device that
  * lacks one, naming it. */
@@ -337,37 +353,6 @@ const char *kern_backend_missing_op(const struct kern_backend *be);
 /* Writes to out the optional ops be lacks with what needs each ("moe_route, moe_ffn
  * (mixture-of-experts layers); ..."), or "" when it has them all; returns the count. */
 int kern_backend_missing_optional(const struct kern_backend *be, char *out, size_t cap);
-
-/* The optional ops a layer asks for, by what needs them (model_open, kern_backend_check). */
-static inline bool kern_backend_has_moe(const struct kern_backend *be)
-{
-    return kern_backend_has_op(be, KERN_OP_moe_route) && kern_backend_has_op(be, KERN_OP_moe_ffn);
-}
-static inline bool kern_backend_has_shortconv(const struct kern_backend *be)
-{
-    return kern_backend_has_op(be, KERN_OP_shortconv);
-}
-static inline bool kern_backend_has_softcap(const struct kern_backend *be)
-{
-    return kern_backend_has_op(be, KERN_OP_attention_softcap);
-}
-
-/* gpt-oss's pair: attention sinks and its expert FFN (clamped SwiGLU with expert biases).
- * The name of the first of them be lacks, or NULL when it has both. */
-static inline const char *kern_backend_missing_gptoss_op(const struct kern_backend *be)
-{
-    static const enum kern_op pair[2] = {KERN_OP_attention_sinks, KERN_OP_moe_ffn_oai};
-    for (int i = 0; i < 2; i++)
-        if (!kern_backend_has_op(be, pair[i]))
-            return kern_backend_op_table[pair[i]].name;
-    return NULL;
-}
-
-/* Whether be runs the BERT family's layers (layernorm and gelu). */
-static inline bool kern_backend_has_bert(const struct kern_backend *be)
-{
-    return kern_backend_has_op(be, KERN_OP_layernorm) && kern_backend_has_op(be, KERN_OP_gelu);
-}
 
 /* Frees b through its backend; NULL is allowed. */
 static inline void kern_buf_free(struct kern_buf *b)

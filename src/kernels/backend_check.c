@@ -248,7 +248,8 @@ static void ck_set(struct ck_ctx *c, struct kern_buf *b, const float *x, size_t 
 }
 
 /* Every row-wise op, each product type, embeddings, logits (pass 1). */
-static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits, bool with_bert)
+static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits,
+                       const struct kern_backend *subject)
 {
     const size_t TE = (size_t)CK_TS * CK_E, B = TE * sizeof(float);
     struct kern_buf *x = ck_alloc(c, B), *x2 = ck_alloc(c, B), *y = ck_alloc(c, B);
@@ -293,7 +294,8 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits, 
         op->glu(s, k ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, y, x2, (int64_t)TE);
         ck_record(c, k ? "glu geglu" : "glu swiglu", y, 0, B);
     }
-    if (with_bert) { /* bert's and nomic-bert's blocks, when the device under test has them */
+    /* the BERT family's blocks, when the device under test has them */
+    if (kern_backend_has_ops(subject, KERN_OP_BIT(layernorm))) {
         op->layernorm(s, y, x, gain, bias, CK_TS, CK_E, 1e-12f);
         ck_record(c, "layernorm", y, 0, B);
         op->layernorm(s, y, x, NULL, NULL, CK_TS, CK_E, 1e-5f);
@@ -301,6 +303,8 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits, 
         ck_set(c, y, in->x, TE);
         op->layernorm(s, y, y, gain, bias, CK_TS, CK_E, 1e-12f);
         ck_record(c, "layernorm in place", y, 0, B);
+    }
+    if (kern_backend_has_ops(subject, KERN_OP_BIT(gelu))) {
         ck_set(c, y, in->x, TE);
         op->gelu(s, y, (int64_t)TE);
         ck_record(c, "gelu", y, 0, B);
@@ -464,7 +468,7 @@ static void ck_shortconv(struct ck_ctx *c, const struct ck_in *in)
 
 /* Routing (softmax with normalised weights; sigmoid with a bias and a scale) and the
  * expert products of a batch whose tokens share some experts and not others (pass 4). */
-static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool oai)
+static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool ffn, bool oai)
 {
     const struct kern_backend_ops *op = c->op;
     struct kern_buf *logits = ck_alloc(c, sizeof in->router), *bias = ck_upload(c, in->moe_bias, CK_X);
@@ -495,10 +499,12 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool oai)
                                    .gate = (const struct kern_buf *const *)ex,
                                    .up = (const struct kern_buf *const *)ex + CK_X,
                                    .down = (const struct kern_buf *const *)ex + 2 * CK_X};
-    op->moe_ffn(s, &f, x, ids, w, CK_T, y);
-    ck_record(c, "moe_ffn (48 tokens)", y, 0, CK_T * CK_E * sizeof(float));
-    op->moe_ffn(s, &f, x, ids, w, 1, y);
-    ck_record(c, "moe_ffn (one token)", y, 0, CK_E * sizeof(float));
+    if (ffn) {
+        op->moe_ffn(s, &f, x, ids, w, CK_T, y);
+        ck_record(c, "moe_ffn (48 tokens)", y, 0, CK_T * CK_E * sizeof(float));
+        op->moe_ffn(s, &f, x, ids, w, 1, y);
+        ck_record(c, "moe_ffn (one token)", y, 0, CK_E * sizeof(float));
+    }
     if (oai && !c->failed) {
         /* gpt-oss: softmax over the chosen logits, the clamped SwiGLU and expert biases
          * (x2's rows times 16, so that gate and up outputs cross the clamps at +-7) */
@@ -529,14 +535,18 @@ static void ck_moe(struct ck_ctx *c, const struct ck_in *in, bool oai)
         c->failed = true;
 }
 
-/* The optional ops (backend.h KERN_BACKEND_OPS) are checked only when the backend under
- * test, subject, has them, so that the CPU's reference run records the same outputs. */
+/* A check that calls optional ops (backend.h KERN_BACKEND_OPS) runs only when the backend
+ * under test, subject, has every op it calls, so that the CPU's reference run records the
+ * same outputs. */
 static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend *subject,
                              struct kern_pool *pool, const struct ck_in *in, struct ck_out *out,
                              struct kn_err *err)
 {
-    const bool with_softcap = kern_backend_has_softcap(subject);
-    const bool with_gptoss = kern_backend_has_moe(subject) && !kern_backend_missing_gptoss_op(subject);
+    const bool with_softcap = kern_backend_has_ops(subject, KERN_OP_BIT(attention_softcap));
+    const bool with_sinks = kern_backend_has_ops(subject, KERN_OP_BIT(attention_sinks));
+    const bool with_conv = kern_backend_has_ops(subject, KERN_OP_BIT(shortconv));
+    const bool with_moe = kern_backend_has_ops(subject, KERN_OP_BIT(moe_route) | KERN_OP_BIT(moe_ffn));
+    const bool with_oai = kern_backend_has_ops(subject, KERN_OP_BIT(moe_route) | KERN_OP_BIT(moe_ffn_oai));
     memset(out, 0, sizeof *out);
     out->cap = (size_t)1 << 22;
     out->bytes = kn_malloc(out->cap, err);
@@ -551,7 +561,7 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         return err ? err->status : KN_E_NOMEM;
     float logits[2 * CK_TS * CK_N];
     be->ops->begin(c.s);
-    ck_rowwise(&c, in, logits, kern_backend_has_bert(subject));
+    ck_rowwise(&c, in, logits, subject);
     enum kn_status st = be->ops->end(c.s, err);
     if (st == KN_OK && !c.failed) {
         /* logits land in host memory when the pass ends */
@@ -574,12 +584,12 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
             ck_attention(&c, in, kv_types[i], windows[i], 0.5f, false);
         /* gpt-oss's sinks, when the device under test has them */
-        for (int i = 0; i < 2 && !c.failed && with_gptoss; i++)
+        for (int i = 0; i < 2 && !c.failed && with_sinks; i++)
             ck_attention(&c, in, kv_types[i], windows[1 - i], 0.0f, true);
-        if (kern_backend_has_shortconv(subject) && !c.failed)
+        if (with_conv && !c.failed)
             ck_shortconv(&c, in);
-        if (!c.failed && kern_backend_has_moe(subject))
-            ck_moe(&c, in, with_gptoss);
+        if (!c.failed && (with_moe || with_oai))
+            ck_moe(&c, in, with_moe, with_oai);
     }
     for (int i = 0; i < c.n_bufs; i++)
         kern_buf_free(c.bufs[i]);

@@ -1,6 +1,6 @@
 /* backend_ops.c: the op table of the device seam (backend.h KERN_BACKEND_OPS) and what
- * reads it: which ops a backend has, the first required one it lacks, and the optional
- * ones it lacks with what needs them. */
+ * reads it: which ops a backend has, the first of a set it lacks, and the optional ones
+ * it lacks with what needs them. */
 #include "backend.h"
 
 #include <stddef.h>
@@ -24,6 +24,10 @@ _Static_assert(sizeof(struct kern_backend_ops) == KERN_OP_COUNT * sizeof(kern_op
 const struct kern_op_desc kern_backend_op_table[KERN_OP_COUNT] = {
     KERN_BACKEND_OPS(KERN_OP_DESC_REQ_, KERN_OP_DESC_OPT_)};
 
+#define KERN_OP_REQ_BIT_(name) KERN_OP_BIT(name) |
+#define KERN_OP_OPT_BIT_(name, needs)
+const kern_op_set kern_backend_required_ops = KERN_BACKEND_OPS(KERN_OP_REQ_BIT_, KERN_OP_OPT_BIT_) 0;
+
 bool kern_backend_has_op(const struct kern_backend *be, enum kern_op op)
 {
     kern_op_fn f;
@@ -31,12 +35,18 @@ bool kern_backend_has_op(const struct kern_backend *be, enum kern_op op)
     return f != NULL;
 }
 
-const char *kern_backend_missing_op(const struct kern_backend *be)
+enum kern_op kern_backend_first_missing(const struct kern_backend *be, kern_op_set need)
 {
     for (int i = 0; i < KERN_OP_COUNT; i++)
-        if (!kern_backend_op_table[i].optional && !kern_backend_has_op(be, (enum kern_op)i))
-            return kern_backend_op_table[i].name;
-    return NULL;
+        if ((need >> i & 1) && !kern_backend_has_op(be, (enum kern_op)i))
+            return (enum kern_op)i;
+    return KERN_OP_COUNT;
+}
+
+const char *kern_backend_missing_op(const struct kern_backend *be)
+{
+    enum kern_op op = kern_backend_first_missing(be, kern_backend_required_ops);
+    return op == KERN_OP_COUNT ? NULL : kern_backend_op_table[op].name;
 }
 
 int kern_backend_missing_optional(const struct kern_backend *be, char *out, size_t cap)

@@ -229,25 +229,22 @@ KN_HD float kn_hd_quantize_block(const float *x, int n, int8_t *q)
 #define KN_Q8K_QS 4
 #define KN_Q8K_BSUMS 260
 
-KN_HD float kn_hd_ld_f32(const uint8_t *p)
+/* The 4-byte word at p, 4-byte aligned (an activation block's float or int32): one load
+ * on the GPU, where quant_hd.h's kn_hd_u32 (any alignment) takes four; the float is its
+ * bits (kn_hd_bits_f32), the int32 its cast. */
+KN_HD uint32_t kn_hd_ld32(const uint8_t *p)
 {
 #if defined(__CUDA_ARCH__)
-    return *(const float *)p;
+    return *(const uint32_t *)p;
 #else
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return u;
 #endif
 }
-KN_HD int32_t kn_hd_ld_i32(const uint8_t *p)
+KN_HD float kn_hd_ld_f32(const uint8_t *p)
 {
-#if defined(__CUDA_ARCH__)
-    return *(const int32_t *)p;
-#else
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-#endif
+    return kn_hd_bits_f32(kn_hd_ld32(p));
 }
 KN_HD int32_t kn_hd_bsum(const uint8_t *xb, int i)
 {
@@ -295,7 +292,7 @@ KN_HD float kn_hd_step_dm(const uint8_t *w, const uint8_t *x, int32_t isum, floa
     float dx = kn_hd_ld_f32(x);
     acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
     return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
-                  (float)kn_hd_ld_i32(x + KN_Q8F_S), acc);
+                  (float)(int32_t)kn_hd_ld32(x + KN_Q8F_S), acc);
 }
 
 /* Nibbles of 16 bytes: v[i] = low nibble of qs[i], v[i + 16] = high nibble (plus bit

@@ -17,7 +17,7 @@
  * sequence's last position (f->pos_all). A token's row still depends only on the sequence,
  * never on the thread count or ISA; but it depends on the whole sequence, so a sequence
  * is one call (model_embed does so). Every op is a backend op (layernorm and gelu are the
- * BERT ones, kern_backend_has_bert). */
+ * BERT ones: model.c's layer_ops asks the layers' backend for them). */
 #include "model_int.h"
 
 #include <string.h>

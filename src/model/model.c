@@ -719,39 +719,59 @@ static int layer_tensors(const struct model_hparams *hp, struct model_layer *L,
     return LAYER_TENSORS;
 }
 
+/* The ops layer il needs, from the hyperparameters alone: every required op and the
+ * optional ones its blocks call (forward.c, bert.c). This is the one place a layer asks for
+ * an optional op: a new one gets its line here, and place_layers refuses a backend that
+ * lacks it, by name. */
+static kern_op_set layer_ops(const struct model_hparams *hp, int64_t il)
+{
+    kern_op_set need = kern_backend_required_ops;
+    const bool gptoss = hp->arch == MODEL_ARCH_GPTOSS;
+    if (model_arch_is_bert(hp->arch)) /* nomic-bert's feed-forward is a SwiGLU, not gelu */
+        return need | KERN_OP_BIT(layernorm) | (hp->arch == MODEL_ARCH_BERT ? KERN_OP_BIT(gelu) : 0);
+    if (hp->conv_layer[il])
+        need |= KERN_OP_BIT(shortconv);
+    else if (hp->attn_softcap > 0.0f) /* attn_block's order: soft cap, then sinks */
+        need |= KERN_OP_BIT(attention_softcap);
+    else if (gptoss)
+        need |= KERN_OP_BIT(attention_sinks);
+    if (model_layer_is_moe(hp, il))
+        need |= KERN_OP_BIT(moe_route) | (gptoss ? KERN_OP_BIT(moe_ffn_oai) : KERN_OP_BIT(moe_ffn));
+    return need;
+}
+
+/* Puts each layer on its backend (the first n_dev_layers on the device, the rest on the
+ * CPU), refusing before anything is uploaded a layer whose backend lacks an op it needs:
+ * the message names the layer, the op and what uses it. */
+static enum kn_status place_layers(struct model *m, struct kn_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
+        const enum kern_op op = kern_backend_first_missing(L->be, layer_ops(hp, il));
+        if (op == KERN_OP_COUNT)
+            continue;
+        const struct kern_op_desc *d = &kern_backend_op_table[op];
+        return kn_fail(err, KN_E_UNSUPPORTED,
+                       "layer %lld needs the %s op, which %s lacks (used by %s); give the device "
+                       "only the layers before it (--gpu-layers %lld) or use --device cpu",
+                       (long long)il, d->name, L->be->name, d->needs ? d->needs : "every layer",
+                       (long long)il);
+    }
+    return KN_OK;
+}
+
 /* Hands every tensor to the backend that runs it: weights are uploaded once, here. */
 static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     char name[64];
-    const char *missing = m->n_dev_layers > 0 ? kern_backend_missing_op(m->dev) : NULL;
-    if (missing)
-        return kn_fail(err, KN_E_UNSUPPORTED, "layer 0 cannot run on %s: its backend has no "
-                       "op '%s' yet (use --gpu-layers 0 or --device cpu)", m->dev->name, missing);
+    enum kn_status st = place_layers(m, err);
+    if (st != KN_OK)
+        return st;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
-        L->be = il < m->n_dev_layers ? m->dev : kern_backend_cpu();
-        if (hp->conv_layer[il] && !kern_backend_has_shortconv(L->be))
-            return kn_fail(err, KN_E_UNSUPPORTED,
-                           "layer %lld is a short-convolution layer and %s has no shortconv op; "
-                           "give it fewer layers (--gpu-layers %lld)",
-                           (long long)il, L->be->name, (long long)il);
-        if (hp->attn_softcap > 0.0f && !kern_backend_has_softcap(L->be))
-            return kn_fail(err, KN_E_UNSUPPORTED,
-                           "gemma2's soft-capped attention needs the attention_softcap op, which "
-                           "%s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
-                           L->be->name, (long long)il);
-        const char *gptoss_op = hp->arch == MODEL_ARCH_GPTOSS ? kern_backend_missing_gptoss_op(L->be) : NULL;
-        if (gptoss_op)
-            return kn_fail(err, KN_E_UNSUPPORTED,
-                           "gpt-oss's attention sinks and expert FFN need the %s op, which %s lacks; "
-                           "run layer %lld on the CPU (fewer --gpu-layers)",
-                           gptoss_op, L->be->name, (long long)il);
-        if (model_arch_is_bert(hp->arch) && !kern_backend_has_bert(L->be))
-            return kn_fail(err, KN_E_UNSUPPORTED,
-                           "%s's layers need the layernorm and gelu ops, which %s lacks; run "
-                           "them on the CPU (--gpu-layers 0)", model_arch_name(hp->arch),
-                           L->be->name);
         struct layer_tensor t[LAYER_TENSORS];
         int n = layer_tensors(hp, L, t);
         for (int i = 0; i < n; i++) {
@@ -767,7 +787,7 @@ static enum kn_status upload_tensors(struct model *m, struct kn_err *err)
                 return err ? err->status : KN_E_NOMEM;
             }
         }
-        if (L->moe && model_moe_upload(L, hp, il, err) != KN_OK) {
+        if (L->moe && model_moe_upload(L, hp, err) != KN_OK) {
             snprintf(name, sizeof name, "layer %lld on %s", (long long)il, L->be->name);
             kn_err_prefix(err, name);
             return err ? err->status : KN_E_NOMEM;

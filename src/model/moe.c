@@ -219,20 +219,11 @@ enum kn_status model_moe_init(struct model_layer *L, const struct model_hparams 
     return KN_OK;
 }
 
-enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparams *hp, int64_t il,
+enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparams *hp,
                                 struct kn_err *err)
 {
     struct model_moe *m = L->moe;
     struct kern_backend *be = L->be;
-    if (!kern_backend_has_moe(be))
-        return kn_fail(err, KN_E_UNSUPPORTED,
-                       "a mixture-of-experts layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
-                       be->ops->moe_route ? "moe_ffn" : "moe_route", be->name, (long long)il);
-    const char *missing = m->gate_b ? kern_backend_missing_gptoss_op(be) : NULL;
-    if (missing)
-        return kn_fail(err, KN_E_UNSUPPORTED,
-                       "a gpt-oss expert layer needs the %s op, which %s lacks; run layer %lld on the CPU (fewer --gpu-layers)",
-                       missing, be->name, (long long)il);
     if (!(m->d_router = be->ops->upload_weight(be, &m->router, err)) ||
         (m->bias && !(m->d_bias = be->ops->upload(be, m->bias, hp->n_expert, err))) ||
         (m->router_b && !(m->d_router_b = be->ops->upload(be, m->router_b, hp->n_expert, err))))

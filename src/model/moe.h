@@ -27,9 +27,9 @@ KN_MUST_USE enum kn_status model_moe_init(struct model_layer *L, const struct mo
                                           const struct gguf_tensor *const t[MOE_TENSORS],
                                           const float *const vec[MOE_TENSORS], bool repack,
                                           size_t *bytes, struct kn_err *err);
-/* Uploads L->moe to L->be; refuses a backend without the MoE ops, naming the op. */
+/* Uploads L->moe to L->be (model_open's place_layers has made sure L->be has the ops). */
 KN_MUST_USE enum kn_status model_moe_upload(struct model_layer *L, const struct model_hparams *hp,
-                                            int64_t il, struct kn_err *err);
+                                            struct kn_err *err);
 /* Frees L->moe's buffers (free_bufs) or everything (buffers, weights, L->moe). */
 void model_moe_free(struct model_layer *L, const struct model_hparams *hp, bool bufs_only);
 

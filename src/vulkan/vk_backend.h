@@ -5,18 +5,19 @@
 #define KN_VULKAN_VK_BACKEND_H
 
 #include "../kernels/backend.h"
+#include "../kernels/fprobe.h"
 #include "vk_rt.h"
 
 /* What the start-up self-test found (vk_selftest.c, docs/numerics.md "Devices"). */
 struct vk_selftest {
     bool canonical;        /* everything below holds: the device computes canonical-1 */
-    bool fma_fused;        /* the driver's fma() is fused (else the shaders work around it) */
-    bool div_rounded, sqrt_rounded; /* the driver's / and sqrt are correctly rounded */
+    /* The driver's arithmetic (fprobe.h); its / and sqrt count as correctly rounded only
+     * when the hard cases (vkk_divsqrt_probe) are too. A driver fma that is not fused the
+     * shaders work around. */
+    struct kern_fprobe probe;
     bool div_soft, sqrt_soft; /* else the shaders use kn_common.glsl's integer builds */
     bool divsqrt_ok;       /* the shaders' division and sqrt (either way) are correctly rounded */
     bool dfma_soft;        /* the driver's double fma is not fused: kern_tanhf's is the integer build */
-    bool arith_ok;         /* add and multiply are IEEE */
-    bool denormals_kept;   /* subnormal inputs and results are not flushed */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
     double seconds;
     char report[2048];     /* each finding, and the failed check named */

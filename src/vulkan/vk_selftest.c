@@ -54,6 +54,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     uint32_t *in = malloc(3 * ST_N * 4), *out = malloc(5 * ST_N * 4);
     char probes[800] = "";
     bool probed = false;
+    struct kern_fprobe *fp = &t->probe;
     if (!in || !out) {
         snprintf(probes, sizeof probes, "probes: out of memory");
     } else {
@@ -62,23 +63,17 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             snprintf(probes, sizeof probes, "probes did not run: %.300s", err.msg);
         } else {
             probed = true;
-            struct kern_fprobe fp;
-            kern_fprobe_judge(in, out, &fp);
-            t->fma_fused = fp.fma_fused;
-            t->div_rounded = fp.div_rounded;
-            t->sqrt_rounded = fp.sqrt_rounded;
-            t->denormals_kept = fp.denormals_kept;
-            t->arith_ok = fp.arith_ok;
+            kern_fprobe_judge(in, out, fp);
             /* division and sqrt on the hard cases too (within 2^-44 of a tie); where the
              * driver's differ anywhere, the shaders use the integer builds */
             struct vkk_divsqrt dsq = {0};
             int hd = 0, hs = 0;
             char dsr[128] = "";
             if (vkk_divsqrt_probe(vb->rt, &dsq, &hd, &hs, &err) == KN_OK) {
-                t->div_rounded = t->div_rounded && hd == 0;
-                t->sqrt_rounded = t->sqrt_rounded && hs == 0;
-                dsq.soft_div = !t->div_rounded;
-                dsq.soft_sqrt = !t->sqrt_rounded;
+                fp->div_rounded = fp->div_rounded && hd == 0;
+                fp->sqrt_rounded = fp->sqrt_rounded && hs == 0;
+                dsq.soft_div = !fp->div_rounded;
+                dsq.soft_sqrt = !fp->sqrt_rounded;
                 vkk_divsqrt_set(vb->rt, dsq);
                 t->div_soft = dsq.soft_div;
                 t->sqrt_soft = dsq.soft_sqrt;
@@ -107,7 +102,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
                     snprintf(dd, sizeof dd, "; double math not exact (%.100s)", err.msg);
                 }
             }
-            snprintf(probes, sizeof probes, "%s%s%s", fp.report, dsr, dd);
+            snprintf(probes, sizeof probes, "%s%s%s", fp->report, dsr, dd);
         }
     }
     free(in);
@@ -116,7 +111,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     /* The ops against the CPU: the check that decides. */
     char ops[1024];
     t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
-    t->canonical = probed && t->ops_equal && t->divsqrt_ok && t->denormals_kept && t->arith_ok;
+    t->canonical = probed && t->ops_equal && t->divsqrt_ok && fp->denormals_kept && fp->arith_ok;
     t->seconds = kn_now() - t0;
     snprintf(t->report, sizeof t->report, "%.780s; %.1000s (%.2f s)", probes, ops, t->seconds);
 }

@@ -191,6 +191,20 @@ static void ref_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct 
     SC()->rmsnorm(D(y), n, D(x), n, w ? D(w) : NULL, rows, n, eps);
 }
 
+static void ref_layernorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                          const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
+                          int64_t n, float eps)
+{
+    op_enter(s);
+    kern_layernorm(D(y), n, D(x), n, w ? D(w) : NULL, b ? D(b) : NULL, rows, n, eps);
+}
+
+static void ref_gelu(struct kern_stream *s, struct kern_buf *x, int64_t n)
+{
+    op_enter(s);
+    SC()->gelu(D(x), D(x), n);
+}
+
 /* y = x . w^T with the reference quantizer and the reference product. */
 static void ref_product(const struct kern_weight *w, const float *x, int64_t M, float *y)
 {
@@ -431,6 +445,8 @@ static const struct kern_backend_ops ref_ops = {
     .moe_ffn = ref_moe_ffn,
     .attention_sinks = ref_attention,
     .moe_ffn_oai = ref_moe_ffn,
+    .layernorm = ref_layernorm,
+    .gelu = ref_gelu,
 };
 
 static struct ref_backend g_ref = {.base = {.ops = &ref_ops, .name = "ref"}};
@@ -481,6 +497,48 @@ static void compare(const char *what, const char *path, int64_t split, enum mode
     free(a);
     free(b);
     free(c);
+}
+
+/* The BERT family's layers ask for layernorm, and bert's for gelu too (nomic-bert's
+ * feed-forward is a SwiGLU): a device without them is refused, naming the op and layer 0;
+ * one without gelu takes nomic-bert whole. */
+static void test_bert_refusals(const char *path)
+{
+    static const struct {
+        enum synth_arch arch;
+        size_t off; /* the op taken out */
+        const char *want; /* NULL: the model opens */
+    } cases[] = {
+        {SYNTH_BERT, offsetof(struct kern_backend_ops, gelu),
+         "layer 0 needs the gelu op, which holey lacks (used by bert's feed-forward layers)"},
+        {SYNTH_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
+        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, layernorm), "layer 0 needs the layernorm op"},
+        {SYNTH_NOMIC_BERT, offsetof(struct kern_backend_ops, gelu), NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct kn_err err = {0};
+        struct synth_params p = {.arch = cases[i].arch, .ftype = SYNTH_Q8_0, .seed = 3, .threads = 1,
+                                 .name = "seam"};
+        enum synth_arch arch = cases[i].arch;
+        CHECK(synth_preset("tiny", &arch, &p.dims, &err) == KN_OK);
+        CHECKF(synth_check_dims(arch, &p.dims, &err) == KN_OK, "%s", err.msg);
+        CHECKF(synth_write(&p, path, &err) == KN_OK, "%s", err.msg);
+        struct kern_backend_ops ops = ref_ops;
+        void (*none)(void) = NULL;
+        memcpy((char *)&ops + cases[i].off, &none, sizeof none);
+        struct ref_backend dev = {.base = {.ops = &ops, .name = "holey"}};
+        struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 99};
+        struct model *m = NULL;
+        enum kn_status st = model_open(&m, path, &lo, &err);
+        if (cases[i].want) {
+            CHECKF(st == KN_E_UNSUPPORTED && m == NULL, "%s: %s", synth_arch_name(arch), err.msg);
+            CHECKF(strstr(err.msg, cases[i].want) != NULL, "%s", err.msg);
+        } else {
+            CHECKF(st == KN_OK && m != NULL, "%s: %s", synth_arch_name(arch), err.msg);
+            model_close(m);
+        }
+        CHECK_EQ_INT(dev.live_bufs, 0);
+    }
 }
 
 static void test_synth(struct kern_pool *pool)
@@ -539,7 +597,9 @@ static void test_synth(struct kern_pool *pool)
             struct model_load_opts lo = {.repack = true, .device = &noconv.base, .device_layers = 1};
             struct model *m = NULL;
             CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
-            CHECKF(strstr(err.msg, "layer 0 is a short-convolution layer and noconv has no shortconv op"),
+            CHECKF(strstr(err.msg, "layer 0 needs the shortconv op, which noconv lacks (used by lfm2's "
+                                   "short-convolution layers); give the device only the layers "
+                                   "before it (--gpu-layers 0)"),
                    "%s", err.msg);
             CHECK_EQ_INT(noconv.live_bufs, 0);
             CHECKF(kern_backend_check(&noconv.base, pool, &err) == KN_OK, "%s", err.msg);
@@ -553,7 +613,8 @@ static void test_synth(struct kern_pool *pool)
             struct model_load_opts lo = {.repack = true, .device = &nomoe.base, .device_layers = 1};
             struct model *m = NULL;
             CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
-            CHECKF(strstr(err.msg, "layer 0 on nomoe: a mixture-of-experts layer needs the moe_ffn op") != NULL,
+            CHECKF(strstr(err.msg, "layer 0 needs the moe_ffn op, which nomoe lacks (used by "
+                                   "mixture-of-experts layers)") != NULL,
                    "%s", err.msg);
             CHECK_EQ_INT(nomoe.live_bufs, 0);
         }
@@ -565,7 +626,7 @@ static void test_synth(struct kern_pool *pool)
             struct model_load_opts lo = {.repack = true, .device = &nocap.base, .device_layers = 1};
             struct model *m = NULL;
             CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
-            CHECKF(strstr(err.msg, "needs the attention_softcap op, which nocap lacks; run layer 0 on the CPU") != NULL,
+            CHECKF(strstr(err.msg, "layer 0 needs the attention_softcap op, which nocap lacks") != NULL,
                    "%s", err.msg);
             CHECK_EQ_INT(nocap.live_bufs, 0);
         }
@@ -581,14 +642,15 @@ static void test_synth(struct kern_pool *pool)
                 struct model_load_opts lo = {.repack = true, .device = &dev.base, .device_layers = 1};
                 struct model *m = NULL;
                 CHECK(model_open(&m, path, &lo, &err) == KN_E_UNSUPPORTED && m == NULL);
-                CHECKF(strstr(err.msg, which == 0 ? "need the attention_sinks op, which nooai lacks"
-                                                  : "need the moe_ffn_oai op, which nooai lacks") != NULL,
+                CHECKF(strstr(err.msg, which == 0 ? "layer 0 needs the attention_sinks op, which nooai lacks"
+                                                  : "layer 0 needs the moe_ffn_oai op, which nooai lacks") != NULL,
                        "%s", err.msg);
                 CHECK_EQ_INT(dev.live_bufs, 0);
                 CHECKF(kern_backend_check(&dev.base, pool, &err) == KN_OK, "%s", err.msg);
             }
         }
     }
+    test_bert_refusals(path); /* in the same scratch file */
     unlink(path);
 }
 
@@ -749,7 +811,8 @@ static void test_check(struct kern_pool *pool)
 
 /* The op table (backend.h KERN_BACKEND_OPS) drives the predicates: with any one op taken
  * out of a full table, a required one is named by kern_backend_missing_op, an optional one
- * only by kern_backend_missing_optional (with what needs it) and its has_* predicate. */
+ * only by kern_backend_missing_optional (with what needs it); kern_backend_first_missing
+ * finds either in any set that holds it, and nothing in a set that does not. */
 static void test_op_table(void)
 {
     struct kern_backend *cpu = kern_backend_cpu();
@@ -757,7 +820,8 @@ static void test_op_table(void)
     char lack[256];
     CHECK_EQ_INT(kern_backend_missing_optional(cpu, lack, sizeof lack), 0);
     CHECK_STR(lack, "");
-    CHECK(kern_backend_has_moe(cpu) && kern_backend_has_shortconv(cpu) && kern_backend_has_softcap(cpu));
+    CHECK(kern_backend_has_ops(cpu, ~(kern_op_set)0));
+    CHECK(kern_backend_required_ops != 0 && kern_backend_has_ops(cpu, kern_backend_required_ops));
     int n_opt = 0;
     for (int i = 0; i < KERN_OP_COUNT; i++) {
         const struct kern_op_desc *d = &kern_backend_op_table[i];
@@ -766,6 +830,11 @@ static void test_op_table(void)
         memcpy((char *)&ops + d->offset, &none, sizeof none);
         struct kern_backend be = {.ops = &ops, .name = "holey"};
         CHECKF(!kern_backend_has_op(&be, (enum kern_op)i), "%s", d->name);
+        const kern_op_set bit = (kern_op_set)1 << i;
+        CHECK(kern_backend_first_missing(&be, ~(kern_op_set)0) == (enum kern_op)i);
+        CHECK(kern_backend_first_missing(&be, ~bit) == KERN_OP_COUNT);
+        CHECK(!kern_backend_has_ops(&be, bit) && kern_backend_has_ops(&be, 0));
+        CHECK(((kern_backend_required_ops & bit) != 0) == !d->optional);
         for (int j = 0; j < KERN_OP_COUNT; j++)
             CHECK(j == i || kern_backend_has_op(&be, (enum kern_op)j));
         int n = kern_backend_missing_optional(&be, lack, sizeof lack);
@@ -789,7 +858,12 @@ static void test_op_table(void)
     ops.moe_ffn = NULL;
     ops.attention_softcap = NULL;
     struct kern_backend be = {.ops = &ops, .name = "holey"};
-    CHECK(!kern_backend_has_moe(&be) && !kern_backend_has_softcap(&be) && kern_backend_has_shortconv(&be));
+    CHECK(kern_backend_has_ops(&be, KERN_OP_BIT(shortconv) | KERN_OP_BIT(moe_ffn_oai)));
+    /* the first of a set in table order, whatever order the set was written in */
+    CHECK(kern_backend_first_missing(&be, KERN_OP_BIT(attention_softcap) | KERN_OP_BIT(moe_ffn)) ==
+          KERN_OP_moe_ffn);
+    CHECK(kern_backend_first_missing(&be, KERN_OP_BIT(attention_softcap) | KERN_OP_BIT(gelu)) ==
+          KERN_OP_attention_softcap);
     CHECK_EQ_INT(kern_backend_missing_optional(&be, lack, sizeof lack), 3);
     CHECK_STR(lack, "moe_route, moe_ffn (mixture-of-experts layers); attention_softcap "
                     "(gemma2's soft-capped attention layers)");
