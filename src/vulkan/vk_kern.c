@@ -304,37 +304,48 @@ int vkk_divsqrt_cases(float *a, float *b, int n)
     return k;
 }
 
-enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode, const float *a,
-                               const float *b, int n, float *q, float *r, struct kn_err *err)
+/* Runs a probe shader (d: two bindings, n in its push constants) over n items: in
+ * (in_bytes, staged into the pass), its output (out_bytes) read into out. */
+static enum kn_status probe_dispatch(struct vkr *rt, const struct vkr_pipe_desc *d, const void *in,
+                                     size_t in_bytes, void *out, size_t out_bytes, int n,
+                                     struct kn_err *err)
 {
     enum kn_status st = KN_E_NOMEM;
     struct vkr_cmd *c = vkr_cmd_create(rt, err);
-    struct vkr_buf *bo = vkr_buf_alloc(rt, (size_t)n * 8, VKR_MEM_DEVICE, false, err);
-    float *in = malloc((size_t)n * 8), *out = malloc((size_t)n * 8);
-    if (!c || !bo || !in || !out)
-        goto done;
-    const uint32_t spec[2] = {mode.soft_div, mode.soft_sqrt};
-    const struct vkr_pipe *p = vkr_pipe_get(rt, &(struct vkr_pipe_desc){
-        .shader = "divsqrt_probe", .n_bufs = 2, .push_bytes = 4, .spec = spec, .n_spec = 2}, err);
-    if (!p) {
+    struct vkr_buf *bo = vkr_buf_alloc(rt, out_bytes, VKR_MEM_DEVICE, false, err);
+    const struct vkr_pipe *p = c && bo ? vkr_pipe_get(rt, d, err) : NULL;
+    if (c && bo && !p)
         st = err ? err->status : KN_E_UNSUPPORTED;
-        goto done;
+    if (p) {
+        uint32_t n32 = (uint32_t)n;
+        vkr_cmd_begin(c);
+        struct vkr_bind bind[2] = {vkr_cmd_stage(c, in, in_bytes), {.buf = bo, .write = true}};
+        vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
+        vkr_cmd_read(c, bo, 0, out, out_bytes);
+        st = vkr_cmd_submit(c, err);
     }
-    for (int i = 0; i < n; i++)
-        in[2 * i] = a[i], in[2 * i + 1] = b[i];
-    uint32_t n32 = (uint32_t)n;
-    vkr_cmd_begin(c);
-    struct vkr_bind bind[2] = {vkr_cmd_stage(c, in, (size_t)n * 8), {.buf = bo, .write = true}};
-    vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
-    vkr_cmd_read(c, bo, 0, out, (size_t)n * 8);
-    st = vkr_cmd_submit(c, err);
-    for (int i = 0; i < n && st == KN_OK; i++)
-        q[i] = out[2 * i], r[i] = out[2 * i + 1];
-done:
-    free(in);
-    free(out);
     vkr_buf_free(rt, bo);
     vkr_cmd_free(c);
+    return st;
+}
+
+enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode, const float *a,
+                               const float *b, int n, float *q, float *r, struct kn_err *err)
+{
+    float *in = malloc((size_t)n * 8), *out = malloc((size_t)n * 8);
+    enum kn_status st = in && out ? KN_OK : kn_fail(err, KN_E_NOMEM, "Vulkan division probe: "
+                                                    "out of memory");
+    const uint32_t spec[2] = {mode.soft_div, mode.soft_sqrt};
+    for (int i = 0; i < n && st == KN_OK; i++)
+        in[2 * i] = a[i], in[2 * i + 1] = b[i];
+    if (st == KN_OK)
+        st = probe_dispatch(rt, &(struct vkr_pipe_desc){.shader = "divsqrt_probe", .n_bufs = 2,
+                                                        .push_bytes = 4, .spec = spec, .n_spec = 2},
+                            in, (size_t)n * 8, out, (size_t)n * 8, n, err);
+    for (int i = 0; i < n && st == KN_OK; i++)
+        q[i] = out[2 * i], r[i] = out[2 * i + 1];
+    free(in);
+    free(out);
     return st;
 }
 
@@ -518,25 +529,14 @@ enum kn_status vkk_dfma_run(struct vkr *rt, bool soft, const double *t, int n, d
 {
     if (!vkr_device_info(rt)->float64)
         return kn_fail(err, KN_E_UNSUPPORTED, "the device has no shaderFloat64");
-    enum kn_status st = KN_E_NOMEM;
-    struct vkr_cmd *c = vkr_cmd_create(rt, err);
-    struct vkr_buf *bo = vkr_buf_alloc(rt, (size_t)n * 20, VKR_MEM_DEVICE, false, err);
     uint32_t *out = malloc((size_t)n * 20);
-    if (!c || !bo || !out)
-        goto done;
-    const uint32_t spec[3] = {0, 0, soft};
-    const struct vkr_pipe *p = vkr_pipe_get(rt, &(struct vkr_pipe_desc){
-        .shader = "dfma_probe", .n_bufs = 2, .push_bytes = 4, .spec = spec, .n_spec = 3}, err);
-    if (!p) {
-        st = err ? err->status : KN_E_UNSUPPORTED;
-        goto done;
-    }
-    uint32_t n32 = (uint32_t)n;
-    vkr_cmd_begin(c);
-    struct vkr_bind bind[2] = {vkr_cmd_stage(c, t, (size_t)n * 24), {.buf = bo, .write = true}};
-    vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
-    vkr_cmd_read(c, bo, 0, out, (size_t)n * 20);
-    st = vkr_cmd_submit(c, err);
+    if (!out)
+        return kn_fail(err, KN_E_NOMEM, "Vulkan double fma probe: out of memory");
+    const uint32_t spec[3] = {0, 0, soft}; /* kn_common.glsl's KN_SOFT_DFMA */
+    enum kn_status st = probe_dispatch(
+        rt, &(struct vkr_pipe_desc){.shader = "dfma_probe", .n_bufs = 2, .push_bytes = 4,
+                                    .spec = spec, .n_spec = 3},
+        t, (size_t)n * 24, out, (size_t)n * 20, n, err);
     for (int i = 0; i < n && st == KN_OK; i++) {
         if (fma)
             memcpy(&fma[i], &out[5 * i], 8);
@@ -545,10 +545,7 @@ enum kn_status vkk_dfma_run(struct vkr *rt, bool soft, const double *t, int n, d
         if (cvt)
             memcpy(&cvt[i], &out[5 * i + 4], 4);
     }
-done:
     free(out);
-    vkr_buf_free(rt, bo);
-    vkr_cmd_free(c);
     return st;
 }
 

@@ -310,6 +310,15 @@ float kn_tree16(float v[16])
     return a[0];
 }
 
+/* 1 / sqrt(tree / n + eps), tree the canonical tree over the 16 lanes of a row's sum of
+ * squares (rmsnorm_scalar, kern_layernorm). */
+float kn_rnorm(float lanes[16], uint n, float eps)
+{
+    precise float mean = kn_div(kn_tree16(lanes), float(n));
+    precise float me = mean + eps;
+    return kn_div(1.0, kn_sqrt(me));
+}
+
 /* gpt-oss's sink merged into a head's attention state (m, l) as a tile (sink, 1, 0)
  * (kn_attn_sink): m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m'), m = m';
  * returns a, by which the caller scales o. */

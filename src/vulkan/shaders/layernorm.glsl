@@ -49,11 +49,8 @@ void main()
         part[tid] = acc;
     }
     barrier();
-    if (tid == 0u) {
-        precise float var = kn_div(kn_tree16(part), float(pc.n));
-        precise float ve = var + pc.eps;
-        r_sh = kn_div(1.0, kn_sqrt(ve));
-    }
+    if (tid == 0u)
+        r_sh = kn_rnorm(part, pc.n, pc.eps);
     barrier();
     float r = r_sh;
     for (uint k = tid; k < pc.n; k += 64u) {

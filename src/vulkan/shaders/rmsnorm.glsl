@@ -34,11 +34,8 @@ void main()
         part[tid] = acc;
     }
     barrier();
-    if (tid == 0u) {
-        precise float mean = kn_div(kn_tree16(part), float(pc.n));
-        precise float me = mean + pc.eps;
-        r_sh = kn_div(1.0, kn_sqrt(me));
-    }
+    if (tid == 0u)
+        r_sh = kn_rnorm(part, pc.n, pc.eps);
     barrier();
     float r = r_sh;
     for (uint k = tid; k < pc.n; k += 64u) {
