@@ -820,9 +820,13 @@ void vkk_layernorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct
     if (rows <= 0 || n <= 0 || vkr_cmd_failed(c))
         return;
     if (!span(c, "layernorm", x, rows * n) || !span(c, "layernorm", y, rows * n) ||
-        (w.buf && !span(c, "layernorm", w, n)) || (b.buf && !span(c, "layernorm", b, n)) ||
-        rows > VKK_MAX_GROUPS || n >= (1 << 24)) /* (float)n exact */
+        (w.buf && !span(c, "layernorm", w, n)) || (b.buf && !span(c, "layernorm", b, n)))
         return;
+    if (rows > VKK_MAX_GROUPS || n >= (1 << 24)) { /* one workgroup a row; (float)n exact */
+        vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan layernorm: %lld rows of %lld (at most %u rows of "
+                     "under 2^24)", (long long)rows, (long long)n, VKK_MAX_GROUPS);
+        return;
+    }
     struct layernorm_pc pc = {x.off, y.off, w.off, b.off, (uint32_t)rows, (uint32_t)n,
                               w.buf != NULL, b.buf != NULL, eps};
     struct vkr_bind bd[4] = {ro(x.buf), rw(y.buf), ro(w.buf ? w.buf : x.buf),
@@ -1159,10 +1163,13 @@ void vkk_moe_bias(struct vkr_cmd *c, struct vkk_ref y, int64_t R, int64_t n, str
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn_oai: buffers must start at element 0");
         return;
     }
-    if (expert < 0 || expert >= n_expert || !span(c, "moe_ffn_oai", y, R * n) ||
-        !span(c, "moe_ffn_oai", b, n) ||
-        !span(c, "moe_ffn_oai", vkk_at(groups, 0), n_expert + (int64_t)n_expert * R) ||
-        max_rows > VKK_MAX_GROUPS)
+    if (expert < 0 || expert >= n_expert || max_rows > VKK_MAX_GROUPS) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn_oai: expert %d of %d, %lld rows (at most %u)",
+                     (int)expert, (int)n_expert, (long long)max_rows, VKK_MAX_GROUPS);
+        return;
+    }
+    if (!span(c, "moe_ffn_oai", y, R * n) || !span(c, "moe_ffn_oai", b, n) ||
+        !span(c, "moe_ffn_oai", vkk_at(groups, 0), n_expert + (int64_t)n_expert * R))
         return;
     struct moe_bias_pc pc = {(uint32_t)R, (uint32_t)n_expert, (uint32_t)expert, (uint32_t)n};
     struct vkr_bind bd[3] = {rw(y.buf), ro(b.buf), ro(groups)};
