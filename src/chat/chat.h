@@ -219,9 +219,11 @@ enum chat_tool_syntax {
     CHAT_TOOLS_LLAMA3,     /* Llama 3.x: the answer is {"name": N, "parameters": {...}}, or
                             * <|python_tag|>{...}; several separated by ';' */
     CHAT_TOOLS_MISTRAL,    /* [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] */
-    CHAT_TOOLS_FUNCTIONARY,/* v3.2 >>>N\n{...} (>>>all\n: text); v3.1 <function=N>{...}</function> */
+    CHAT_TOOLS_FUNCTIONARY,/* v3.2 >>>N\n{...} (>>>all\n: text); the generation prompt ends with
+                            * the first >>>. The parser also reads v3.1's form */
     CHAT_TOOLS_HARMONY,    /* gpt-oss: a message header addressed to=functions.N (in the channel
                             * part or the role part), <|message|>{arguments}, <|call|> */
+    CHAT_TOOLS_FUNCTIONARY_V31, /* v3.1 <function=N>{...}</function> (the parser also reads v3.2's) */
     CHAT_TOOLS_COUNT,
 };
 #define CHAT_TOOLS_MAX_CALLS 32 /* calls kept from one answer */
@@ -248,19 +250,21 @@ KN_MUST_USE enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, cons
                                                  struct kn_err *err);
 void chat_tool_calls_free(struct chat_tool_calls *c);
 /* How much of a growing answer a stream may send as content: up to the first call marker,
- * or a tail that may become one (Llama 3: nothing while the answer may be a bare call). */
+ * or a tail that may become one (Llama 3: nothing while the answer may be a bare call;
+ * functionary v3.2: nothing while it may open with a call's recipient line). */
 size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *text, size_t len);
-/* The JSON schema of one call's payload: anyOf over the tools (or only the one named
- * `only`): {"name": {"const": N}, "arguments" (Llama 3: "parameters"): the tool's
- * parameters schema}. *out: malloc'd text. KN_E_ARG: no such tool. */
-KN_MUST_USE enum kn_status chat_tool_call_schema(enum chat_tool_syntax syn,
-                                                 const struct json_value *tools, const char *only,
-                                                 char **out, struct kn_err *err);
-/* The text around forced calls: open CALL (sep CALL)* close, sep NULL for one call. False
- * when the syntax cannot be written as a frame around the JSON payload (functionary). */
+/* How forced calls are written (tool_choice "required" or a named function): open CALL
+ * (sep CALL)* close, sep NULL for one call; CALL = call_open NAME call_mid ARGUMENTS
+ * call_close, NAME a JSON string (name_json: a member of the call's JSON object) or the
+ * bare name, ARGUMENTS a value of the tool's parameters schema. The server makes the
+ * grammar from it, one alternative per tool. */
 struct chat_tool_frame {
     const char *open, *sep, *close;
+    const char *call_open, *call_mid, *call_close;
+    bool name_json;
 };
-bool chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f);
+void chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f);
+/* Whether name can be written in f's calls (a bare name: letters, digits, '_', '-', '.'). */
+bool chat_tool_name_ok(const struct chat_tool_frame *f, const char *name);
 
 #endif

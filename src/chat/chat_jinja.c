@@ -161,7 +161,9 @@ static enum kn_status keep_source(struct chat_renderer *cr, const char *src, siz
 }
 
 /* OpenAI messages as the template sees them: content parts joined into one string,
- * "developer" as "system" (most templates know only system), other members as sent. */
+ * "developer" as "system" (most templates know only system), an assistant turn that only
+ * calls tools (content null or absent, as the openai client replays it) with content "",
+ * as llama.cpp and most templates expect, other members as sent. */
 static enum kn_status normalise(const struct json_value *messages, struct json_value **out,
                                 struct kn_err *err)
 {
@@ -188,8 +190,15 @@ static enum kn_status normalise(const struct json_value *messages, struct json_v
             st = kn_fail(err, KN_E_NOMEM, "out of memory");
             break;
         }
+        const struct json_value *content = json_get(m, "content");
+        if (strcmp(role, "assistant") == 0 && json_get(m, "tool_calls") &&
+            (!content || json_is(content, JSON_NULL)))
+            st = json_object_set(nm, "content", json_new_string(""), err);
         for (size_t k = 0; st == KN_OK && k < m->u.object.len; k++) {
             const struct json_member *mem = &m->u.object.items[k];
+            if (strcmp(mem->key, "content") == 0 && json_is(mem->value, JSON_NULL) &&
+                json_get(nm, "content"))
+                continue; /* replaced by "" above */
             struct json_value *v = NULL;
             if (strcmp(mem->key, "role") == 0) {
                 v = json_new_string(strcmp(role, "developer") == 0 ? "system" : role);

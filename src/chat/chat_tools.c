@@ -1,7 +1,7 @@
 /* chat_tools.c: the tool-call syntaxes of the model families (docs/server.md "Tool
  * calls"): which one a template uses, how calls are found in a generated text, where a
- * stream must hold its text back (a call may be starting), and the JSON schema of one
- * call's payload, from which the server builds the grammar that forces a call. */
+ * stream must hold its text back (a call may be starting), and how a forced call is
+ * written, from which the server builds the grammar that forces one. */
 #include "chat.h"
 #include "../base/json.h"
 
@@ -12,7 +12,7 @@
 static const char *const syntax_names[CHAT_TOOLS_COUNT] = {
     [CHAT_TOOLS_HERMES] = "hermes", [CHAT_TOOLS_LLAMA3] = "llama3",
     [CHAT_TOOLS_MISTRAL] = "mistral", [CHAT_TOOLS_FUNCTIONARY] = "functionary",
-    [CHAT_TOOLS_HARMONY] = "harmony",
+    [CHAT_TOOLS_HARMONY] = "harmony", [CHAT_TOOLS_FUNCTIONARY_V31] = "functionary-v3.1",
 };
 
 const char *chat_tool_syntax_name(enum chat_tool_syntax s)
@@ -28,8 +28,10 @@ enum chat_tool_syntax chat_tool_syntax_of(const struct chat_renderer *cr)
             return CHAT_TOOLS_HARMONY;
         if (strstr(src, "[TOOL_CALLS]"))
             return CHAT_TOOLS_MISTRAL;
-        if (strstr(src, ">>>") || strstr(src, "<function="))
+        if (strstr(src, ">>>"))
             return CHAT_TOOLS_FUNCTIONARY;
+        if (strstr(src, "<function="))
+            return CHAT_TOOLS_FUNCTIONARY_V31;
         if (strstr(src, "<tool_call>"))
             return CHAT_TOOLS_HERMES;
         if (strstr(src, "<|python_tag|>") || strstr(src, "ipython"))
@@ -216,6 +218,24 @@ static int add_named_call(struct chat_tool_calls *c, const char *name, size_t nl
     return r;
 }
 
+/* Whether a tool name can be written bare: the parsers end a bare name at white space, '<',
+ * '>' or a newline, so names keep to OpenAI's letters, digits, '_' and '-' (and '.'). */
+static bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.';
+}
+
+/* Whether t starts with functionary v3.2's recipient line, "NAME\n" (or "all\n"), whole
+ * or still growing (no newline yet). */
+static bool recipient_line(const char *t, size_t len)
+{
+    size_t k = 0;
+    while (k < len && name_char(t[k]))
+        k++;
+    return k == len || (k > 0 && t[k] == '\n');
+}
+
 enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, size_t len,
                                      struct chat_tool_calls *out, struct kn_err *err)
 {
@@ -273,13 +293,22 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
             break;
         }
         case CHAT_TOOLS_FUNCTIONARY:
-            if ((p = find(t, i, len, ">>>"))) {
+        case CHAT_TOOLS_FUNCTIONARY_V31: {
+            /* v3.2's generation prompt ends with ">>>": its answer opens with a recipient */
+            size_t hl = 3;
+            if (syn == CHAT_TOOLS_FUNCTIONARY && i == 0 && recipient_line(t, len)) {
+                p = t;
+                hl = 0;
+            } else {
+                p = find(t, i, len, ">>>");
+            }
+            if (p) {
                 start = (size_t)(p - t);
-                const char *nlp = memchr(p + 3, '\n', len - (start + 3));
+                const char *nlp = memchr(p + hl, '\n', len - (start + hl));
                 if (nlp) {
-                    size_t name_len = (size_t)(nlp - (p + 3));
+                    size_t name_len = (size_t)(nlp - (p + hl));
                     body = skip_space(t, (size_t)(nlp - t) + 1, len);
-                    if (name_len == 3 && memcmp(p + 3, "all", 3) == 0) {
+                    if (name_len == 3 && memcmp(p + hl, "all", 3) == 0) {
                         /* >>>all\ntext: content up to the next >>> */
                         const char *q = find(t, body, len, ">>>");
                         size_t e = q ? (size_t)(q - t) : len;
@@ -291,7 +320,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                     stop = body < len && t[body] == '{' ? json_end(t, body, len) : 0;
                     if (stop) {
                         next = stop;
-                        r = add_named_call(out, p + 3, name_len, t, body, stop);
+                        r = add_named_call(out, p + hl, name_len, t, body, stop);
                     }
                 }
             } else if ((p = find(t, i, len, "<function="))) {
@@ -309,6 +338,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                 }
             }
             break;
+        }
         case CHAT_TOOLS_HARMONY:
             if ((p = find(t, i, len, "to=functions."))) {
                 /* the call starts at its header: the last <|start|> (else <|channel|>)
@@ -385,7 +415,11 @@ size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *t, size_t
             return 0; /* the answer may be a bare JSON call */
         break;
     }
-    case CHAT_TOOLS_FUNCTIONARY: marks[0] = ">>>"; marks[1] = "<function="; break;
+    case CHAT_TOOLS_FUNCTIONARY:
+        if (recipient_line(t, len) && !(len >= 4 && memcmp(t, "all\n", 4) == 0))
+            return 0; /* the answer may open with a call's recipient line */
+        /* fall through */
+    case CHAT_TOOLS_FUNCTIONARY_V31: marks[0] = ">>>"; marks[1] = "<function="; break;
     case CHAT_TOOLS_HARMONY: marks[0] = "<|start|>"; marks[1] = "<|channel|>"; marks[2] = "to=functions."; break;
     default: break;
     }
@@ -406,87 +440,38 @@ size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *t, size_t
     return end;
 }
 
-/* ---------------------------------------------------------------- the call's schema */
+/* ---------------------------------------------------------------- forced calls */
 
-static bool cat(char **buf, size_t *len, size_t *cap, const char *s)
+/* Each syntax's forced calls (chat_tool_call_frame): around the calls, then one call. */
+static const struct chat_tool_frame frames[CHAT_TOOLS_COUNT] = {
+    [CHAT_TOOLS_HERMES] = {"<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>",
+                           "{\"name\": ", ", \"arguments\": ", "}", true},
+    [CHAT_TOOLS_LLAMA3] = {"", ";", "", "{\"name\": ", ", \"parameters\": ", "}", true},
+    [CHAT_TOOLS_MISTRAL] = {"[TOOL_CALLS][", ",", "]", "{\"name\": ", ", \"arguments\": ", "}", true},
+    /* v3.2: the generation prompt wrote the first ">>>" */
+    [CHAT_TOOLS_FUNCTIONARY] = {"", ">>>", "", "", "\n", "", false},
+    [CHAT_TOOLS_FUNCTIONARY_V31] = {"", "", "", "<function=", ">", "</function>", false},
+    /* the generation prompt ends with <|start|>assistant; <|call|> (end of generation)
+     * ends the turn after one call, so there is no separator */
+    [CHAT_TOOLS_HARMONY] = {"", NULL, "", "<|channel|>commentary to=functions.",
+                            " <|constrain|>json<|message|>", "", false},
+};
+
+void chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f)
 {
-    return append(buf, len, cap, s, strlen(s));
+    *f = frames[(unsigned)syn < CHAT_TOOLS_COUNT ? syn : CHAT_TOOLS_HERMES];
+    if (!parallel)
+        f->sep = NULL;
 }
 
-enum kn_status chat_tool_call_schema(enum chat_tool_syntax syn, const struct json_value *tools,
-                                     const char *only, char **out, struct kn_err *err)
+bool chat_tool_name_ok(const struct chat_tool_frame *f, const char *name)
 {
-    *out = NULL;
-    const char *key = syn == CHAT_TOOLS_LLAMA3 ? "parameters" : "arguments";
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    bool ok = cat(&buf, &len, &cap, "{\"anyOf\":[");
-    int n = 0;
-    for (size_t i = 0; ok && tools && i < tools->u.array.len; i++) {
-        const struct json_value *f = json_get(tools->u.array.items[i], "function");
-        const struct json_value *name = json_get(f, "name");
-        if (!json_is(name, JSON_STRING) || (only && strcmp(name->u.string.s, only) != 0))
-            continue;
-        const struct json_value *params = json_get(f, "parameters");
-        char *ntext = NULL, *ptext = NULL;
-        if (json_write(name, JSON_COMPACT, &ntext, NULL, err) != KN_OK) {
-            free(buf);
-            return KN_E_NOMEM;
-        }
-        if (params && !json_is(params, JSON_NULL) &&
-            json_write(params, JSON_COMPACT, &ptext, NULL, err) != KN_OK) {
-            free(ntext);
-            free(buf);
-            return KN_E_NOMEM;
-        }
-        ok = (n == 0 || cat(&buf, &len, &cap, ",")) &&
-             cat(&buf, &len, &cap, "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":") &&
-             cat(&buf, &len, &cap, ntext) && cat(&buf, &len, &cap, "},\"") &&
-             cat(&buf, &len, &cap, key) && cat(&buf, &len, &cap, "\":") &&
-             cat(&buf, &len, &cap, ptext ? ptext : "{\"type\":\"object\"}") &&
-             cat(&buf, &len, &cap, "},\"required\":[\"name\",\"") && cat(&buf, &len, &cap, key) &&
-             cat(&buf, &len, &cap, "\"],\"additionalProperties\":false}");
-        free(ntext);
-        free(ptext);
-        n++;
-    }
-    ok = ok && cat(&buf, &len, &cap, "]}");
-    if (!ok) {
-        free(buf);
-        return kn_fail(err, KN_E_NOMEM, "out of memory");
-    }
-    if (n == 0) {
-        free(buf);
-        return kn_fail(err, KN_E_ARG, only ? "no tool is named '%s'" : "no tool to call",
-                       only ? only : "");
-    }
-    *out = buf;
-    return KN_OK;
-}
-
-bool chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f)
-{
-    memset(f, 0, sizeof *f);
-    switch (syn) {
-    case CHAT_TOOLS_FUNCTIONARY:
-    case CHAT_TOOLS_HARMONY:
-        return false; /* the function's name stands outside the JSON: no schema frames it */
-    case CHAT_TOOLS_MISTRAL:
-        f->open = "[TOOL_CALLS][";
-        f->sep = parallel ? "," : NULL;
-        f->close = "]";
-        break;
-    case CHAT_TOOLS_LLAMA3:
-        f->open = "";
-        f->sep = parallel ? ";" : NULL;
-        f->close = "";
-        break;
-    case CHAT_TOOLS_HERMES:
-    default:
-        f->open = "<tool_call>\n";
-        f->sep = parallel ? "\n</tool_call>\n<tool_call>\n" : NULL;
-        f->close = "\n</tool_call>";
-        break;
-    }
+    if (f->name_json)
+        return true;
+    if (!*name)
+        return false;
+    for (const char *c = name; *c; c++)
+        if (!name_char(*c))
+            return false;
     return true;
 }

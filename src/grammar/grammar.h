@@ -94,13 +94,20 @@ const char *grammar_json_object_gbnf(void);
  * output never silently misses the schema. */
 KN_MUST_USE enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,
                                                     struct kn_err *err);
+struct json_value;
+/* Converts n parsed schemas into one GBNF text (*out, free()) without a root: rule
+ * names[i] is a value of schemas[i] (nothing after it), so a caller's own rules can use
+ * several schemas (the tool-call grammar: one per tool). Same support and errors as above;
+ * each schema's $refs resolve in that schema. */
+KN_MUST_USE enum kn_status grammar_from_json_schemas(const struct json_value *const *schemas,
+                                                     const char *const *names, int n, char **out,
+                                                     struct kn_err *err);
 
 /* The GBNF an OpenAI response_format asks for, in a new buffer (*out, free()):
  * {"type": "text"} (or NULL / null): none (*out = NULL); {"type": "json_object"}: any JSON
  * object (grammar_json_object_gbnf), or with llama.cpp's "schema" member that schema;
  * {"type": "json_schema", "json_schema": {"schema": S, ...}}: S converted. Errors name the
  * member that is wrong. */
-struct json_value;
 KN_MUST_USE enum kn_status grammar_from_response_format(const struct json_value *rf, char **out,
                                                         struct kn_err *err);
 

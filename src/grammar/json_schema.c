@@ -577,24 +577,31 @@ out:
     return c->st != KN_OK ? -1 : result;
 }
 
-enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,
-                                        struct kn_err *err)
+/* Converts n schema documents into one GBNF text (*out): rule heads[i] is document i's
+ * value, e.g. "root ::= s3 ws". The JSON primitives and the rules of every document
+ * follow once; a document's $refs resolve in that document. */
+static enum kn_status convert(const struct json_value *const *docs, const char *const *heads,
+                              const char *const *tails, int n, char **out, struct kn_err *err)
 {
     *out = NULL;
-    struct json_value *doc = NULL;
-    struct kn_err jerr;
-    if (json_parse(schema, len, NULL, &doc, &jerr) != KN_OK)
-        return kn_fail(err, KN_E_FORMAT, "JSON schema: not valid JSON: %s", jerr.msg);
-    struct conv c = {.root = doc, .err = err, .st = KN_OK};
-    int top = gen(&c, doc, "");
+    struct conv c = {.err = err, .st = KN_OK};
     struct sb g = {0};
-    if (c.st == KN_OK) {
-        sb_add(&g, "root ::= ", 9);
+    for (int d = 0; d < n && c.st == KN_OK; d++) {
+        for (int i = 0; i < c.n_refs; i++)
+            free(c.refs[i].ref);
+        c.n_refs = 0;
+        c.root = docs[d];
+        int top = gen(&c, docs[d], "");
+        if (c.st != KN_OK)
+            break;
+        sb_printf(&g, "%s ::= ", heads[d]);
         if (top == -2)
             sb_add(&g, "jvalue", 6);
         else
             add_ref(&g, top);
-        sb_add(&g, " ws\n", 4);
+        sb_printf(&g, "%s\n", tails[d]);
+    }
+    if (c.st == KN_OK) {
         sb_add(&g, JSON_PRIMITIVES, strlen(JSON_PRIMITIVES));
         static const char dates[] =
             /* days per month without leap days, so every date is a real one */
@@ -615,11 +622,40 @@ enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **o
     for (int i = 0; i < c.n_refs; i++)
         free(c.refs[i].ref);
     free(c.rules.s);
-    json_free(doc);
     if (c.st != KN_OK) {
         free(g.s);
         return c.st;
     }
     *out = g.s;
     return KN_OK;
+}
+
+enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,
+                                        struct kn_err *err)
+{
+    *out = NULL;
+    struct json_value *doc = NULL;
+    struct kn_err jerr;
+    if (json_parse(schema, len, NULL, &doc, &jerr) != KN_OK)
+        return kn_fail(err, KN_E_FORMAT, "JSON schema: not valid JSON: %s", jerr.msg);
+    const struct json_value *docs[1] = {doc};
+    const char *heads[1] = {"root"}, *tails[1] = {" ws"};
+    enum kn_status st = convert(docs, heads, tails, 1, out, err);
+    json_free(doc);
+    return st;
+}
+
+enum kn_status grammar_from_json_schemas(const struct json_value *const *schemas,
+                                         const char *const *names, int n, char **out,
+                                         struct kn_err *err)
+{
+    *out = NULL;
+    const char **tails = calloc(n > 0 ? (size_t)n : 1, sizeof *tails);
+    if (!tails)
+        return kn_fail(err, KN_E_NOMEM, "JSON schema: out of memory");
+    for (int i = 0; i < n; i++)
+        tails[i] = "";
+    enum kn_status st = convert(schemas, names, tails, n, out, err);
+    free(tails);
+    return st;
 }

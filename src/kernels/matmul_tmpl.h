@@ -394,9 +394,10 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
 /* Chunk (h2, g) = qs[32 h2 + 4 g .. + 3] holds in bits 2t of byte i element
  * 128 h2 + 32 t + 4 g + i, in sub-block 8 h2 + 2 t + (g >= 4): the even (g < 4) or odd
  * member of scale pair 4 h2 + t. Each chunk is read once, in memory order; each token
- * keeps four partial sums (t = 0..3) per half. Q3_K adds the high bit from hmask chunk g
- * (bit 4 h2 + t) and its -4 offset as an exact term: isum = sum_i sc_i dp_i -
- * 4 sum_i sc_i bsum_i. Q2_K's mins go through the 16-element bsums, pair by pair. */
+ * keeps four partial sums (t = 0..3) per half. Q3_K adds the high bit (bit t of the
+ * nibble for (h2, g) in the hb chunk before the pair g & ~1, g | 1: repack.c) and its -4
+ * offset as an exact term: isum = sum_i sc_i dp_i - 4 sum_i sc_i bsum_i. Q2_K's mins go
+ * through the 16-element bsums, pair by pair. */
 KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                     int64_t row0, int64_t n0, int64_t n1)
@@ -413,8 +414,7 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     const VI m3 = vi_set1(0x03030303), m04 = vi_set1(0x04040404), mf = vi_set1(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
-        const uint8_t *scp = p + (two ? 64 : 32), *hm = scp + 256;
-        const uint8_t *qv = two ? scp + 256 : hm + 512;
+        const uint8_t *scp = p + (two ? 64 : 32), *qv = scp + 256;
         VI isum[KMAXT6], corr[KMAXT6];
         KUNROLL
         for (int i = 0; i < nt; i++)
@@ -431,12 +431,16 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 KUNROLL
                 for (int gg = 0; gg < 4; gg++) {
                     const int g = 4 * half + gg;
-                    VI raw = vi_chunk(qv + 64 * (8 * h2 + g), h);
+                    /* Q3_K: the triple (hb, qs g & ~1, qs g | 1) of (h2, g / 2) */
+                    const uint8_t *tri = qv + 192 * (4 * h2 + g / 2);
+                    VI raw = vi_chunk(two ? qv + 64 * (8 * h2 + g) : tri + 64 + 64 * (g & 1), h);
                     VI v0 = vi_and(raw, m3), v1 = vi_and(vi_srli16(raw, 2), m3);
                     VI v2 = vi_and(vi_srli16(raw, 4), m3), v3 = vi_and(vi_srli16(raw, 6), m3);
                     if (!two) {
                         /* bit t of each byte of hb: the high bit of value vt */
-                        VI hb = vi_srl16v(vi_chunk(hm + 64 * g, h), 4 * h2);
+                        VI hb = vi_chunk(tri, h);
+                        if (g & 1)
+                            hb = vi_srli16(hb, 4);
                         v0 = vi_or(v0, vi_and(vi_slli16(hb, 2), m04));
                         v1 = vi_or(v1, vi_and(vi_slli16(hb, 1), m04));
                         v2 = vi_or(v2, vi_and(hb, m04));

@@ -423,6 +423,121 @@ static int read_structured(struct srv *s, const struct json_value *body, struct 
     return shared_vocab(s, e);
 }
 
+/* A GBNF literal of s (a JSON string's escapes, which GBNF reads alike); NULL: no memory. */
+static char *gbnf_literal(const char *s)
+{
+    char *out = NULL;
+    struct json_value *v = json_new_string(s);
+    if (v && json_write(v, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(v);
+    return out;
+}
+
+/* Appends the NUL-terminated pieces (a NULL piece: out of memory before) to b. */
+static bool buf_cat(struct kn_buf *b, bool ok, const char *const *pieces, int n)
+{
+    for (int i = 0; ok && i < n; i++)
+        ok = pieces[i] && kn_buf_add(b, pieces[i], strlen(pieces[i]));
+    return ok;
+}
+#define BUF_CAT(b, ok, ...) \
+    buf_cat((b), (ok), (const char *const[]){__VA_ARGS__}, \
+            (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)))
+
+/* The grammar of forced calls (*text, malloc'd), from the syntax's frame fr:
+ *   root ::= OPEN kn-tool-call (SEP kn-tool-call)* CLOSE
+ *   kn-tool-call ::= kn-call-0 | kn-call-1 | ...        (one per tool, or the named one)
+ *   kn-call-K ::= CALL_OPEN NAME CALL_MID kn-args-K CALL_CLOSE
+ * kn-args-K the tool's parameters schema (any object without one). Returns 0 or the
+ * error's status. */
+static int tool_call_grammar(const struct srv_request *r, const struct chat_tool_frame *fr,
+                             char **text, struct srv_error *e)
+{
+    *text = NULL;
+    const struct json_value *tools = r->tools;
+    size_t n_tools = tools->u.array.len;
+    const struct json_value **schemas = calloc(n_tools + 1, sizeof *schemas);
+    char (*names)[32] = calloc(n_tools + 1, sizeof *names);
+    const char **name_ptrs = calloc(n_tools + 1, sizeof *name_ptrs);
+    struct json_value *any_object = NULL;
+    struct kn_buf g = {0}, calls = {0};
+    char *args = NULL;
+    char *open = gbnf_literal(fr->open), *sep = fr->sep ? gbnf_literal(fr->sep) : NULL,
+         *close = gbnf_literal(fr->close), *copen = gbnf_literal(fr->call_open),
+         *cmid = gbnf_literal(fr->call_mid), *cclose = gbnf_literal(fr->call_close);
+    int rc = 0, n = 0;
+    bool ok = schemas && names && name_ptrs && (!fr->sep || sep) &&
+              json_parse("{\"type\":\"object\"}", 17, NULL, &any_object, NULL) == KN_OK;
+    ok = BUF_CAT(&g, ok, "root ::= ", open, " kn-tool-call ");
+    if (fr->sep)
+        ok = BUF_CAT(&g, ok, "( ", sep, " kn-tool-call )* ");
+    ok = BUF_CAT(&g, ok, close, "\nkn-tool-call ::=");
+    for (size_t i = 0; ok && i < n_tools; i++) {
+        const struct json_value *f = json_get(tools->u.array.items[i], "function");
+        const char *name = json_str(json_get(f, "name"));
+        if (r->tool_name && strcmp(name, r->tool_name) != 0)
+            continue;
+        if (!chat_tool_name_ok(fr, name)) {
+            rc = srv_error_set(e, 400, "invalid_request_error", "invalid_value", "tools",
+                               "tools[%zu].function.name '%.100s' cannot be forced in the %s "
+                               "tool-call syntax, which writes the name bare: use letters, "
+                               "digits, '_', '-' and '.'", i, name,
+                               chat_tool_syntax_name(r->tool_syntax));
+            break;
+        }
+        const struct json_value *params = json_get(f, "parameters");
+        schemas[n] = params && !json_is(params, JSON_NULL) ? params : any_object;
+        snprintf(names[n], sizeof names[n], "kn-args-%d", n);
+        name_ptrs[n] = names[n];
+        char *jname = fr->name_json ? gbnf_literal(name) : NULL; /* the JSON string */
+        char *lit = fr->name_json ? (jname ? gbnf_literal(jname) : NULL) : gbnf_literal(name);
+        char call[48];
+        snprintf(call, sizeof call, "kn-call-%d", n);
+        ok = BUF_CAT(&g, ok, n ? " | " : " ", call);
+        ok = BUF_CAT(&calls, ok, call, " ::= ", copen, " ", lit, " ", cmid, " ", names[n], " ",
+                     cclose, "\n");
+        free(lit);
+        free(jname);
+        n++;
+    }
+    if (!rc && ok && n == 0)
+        rc = r->tool_name ? BAD(e, "tool_choice", "'tool_choice' names '%.200s', which is not "
+                                "among 'tools'", r->tool_name)
+                          : BAD(e, "tool_choice", "'tool_choice' \"required\" needs a tool to call");
+    if (!rc && ok) {
+        struct kn_err err = {0};
+        enum kn_status cs = grammar_from_json_schemas(schemas, name_ptrs, n, &args, &err);
+        if (cs != KN_OK && cs != KN_E_NOMEM)
+            rc = srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", "tools",
+                               "a tool's parameters cannot be enforced: %.450s", err.msg);
+        ok = cs != KN_E_NOMEM;
+    }
+    if (!rc) {
+        ok = BUF_CAT(&g, ok, "\n", calls.p, args);
+        if (!ok)
+            rc = OOM(e);
+    }
+    if (!rc) {
+        *text = g.p;
+        g.p = NULL;
+    }
+    free(g.p);
+    free(calls.p);
+    free(args);
+    free(open);
+    free(sep);
+    free(close);
+    free(copen);
+    free(cmid);
+    free(cclose);
+    json_free(any_object);
+    free(schemas);
+    free(names);
+    free(name_ptrs);
+    return rc;
+}
+
 /* "tool_choice" ("none", "auto" (the default with tools), "required", or
  * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default true).
  * With tools and any choice but "none" the answer is searched for calls in the template's
@@ -491,58 +606,12 @@ static int read_tool_choice(struct srv *s, const struct json_value *body, struct
                    "cannot be combined with 'grammar', 'json_schema' or 'response_format'",
                    r->tool_name ? "naming a function" : "\"required\"");
     struct chat_tool_frame fr;
-    if (!chat_tool_call_frame(r->tool_syntax, r->parallel_tools, &fr))
-        return srv_error_set(e, 400, "invalid_request_error", "unsupported_value", "tool_choice",
-                             "'tool_choice' %s needs a grammar, which the %s tool-call syntax "
-                             "of this template cannot have yet; use \"auto\"",
-                             r->tool_name ? "naming a function" : "\"required\"",
-                             chat_tool_syntax_name(r->tool_syntax));
-    struct kn_err err = {0};
-    char *schema = NULL, *call = NULL;
-    enum kn_status cs = chat_tool_call_schema(r->tool_syntax, r->tools, r->tool_name, &schema, &err);
-    if (cs == KN_E_ARG)
-        return BAD(e, "tool_choice", "'tool_choice' names %.200s among 'tools'", err.msg);
-    if (cs != KN_OK)
-        return OOM(e);
-    cs = grammar_from_json_schema(schema, strlen(schema), &call, &err);
-    free(schema);
-    if (cs == KN_E_NOMEM)
-        return OOM(e);
-    if (cs != KN_OK)
-        return srv_error_set(e, 400, "invalid_request_error", "invalid_json_schema", "tools",
-                             "a tool's parameters cannot be enforced: %.450s", err.msg);
-    /* The call's grammar is the schema's with its root renamed, framed by the markers. */
+    chat_tool_call_frame(r->tool_syntax, r->parallel_tools, &fr);
     char *text = NULL;
-    const char *root = strstr(call, "root ::=");
-    if (!root || (root != call && root[-1] != '\n')) {
-        free(call);
-        return srv_error_set(e, 500, "server_error", NULL, "tools", "the tool grammar has no root");
-    }
-    char *open = NULL, *sep = NULL, *close = NULL;
-    struct json_value *jo = json_new_string(fr.open), *js = json_new_string(fr.sep ? fr.sep : ""),
-                      *jc = json_new_string(fr.close);
-    bool ok = jo && js && jc && json_write(jo, JSON_COMPACT, &open, NULL, NULL) == KN_OK &&
-              json_write(js, JSON_COMPACT, &sep, NULL, NULL) == KN_OK &&
-              json_write(jc, JSON_COMPACT, &close, NULL, NULL) == KN_OK;
-    json_free(jo);
-    json_free(js);
-    json_free(jc);
-    int k = -1;
-    if (ok) {
-        size_t pre = (size_t)(root - call);
-        if (fr.sep)
-            k = asprintf(&text, "root ::= %s kn-tool-call (%s kn-tool-call)* %s\n%.*skn-tool-call ::=%s",
-                         open, sep, close, (int)pre, call, root + 8);
-        else
-            k = asprintf(&text, "root ::= %s kn-tool-call %s\n%.*skn-tool-call ::=%s", open, close,
-                         (int)pre, call, root + 8);
-    }
-    free(open);
-    free(sep);
-    free(close);
-    free(call);
-    if (k < 0)
-        return OOM(e);
+    int rc = tool_call_grammar(r, &fr, &text, e);
+    if (rc)
+        return rc;
+    struct kn_err err = {0};
     enum kn_status gs = grammar_parse(text, strlen(text), NULL, &r->grammar, &err);
     if (gs != KN_OK) {
         free(text);

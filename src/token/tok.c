@@ -460,6 +460,12 @@ static enum kn_status load(struct tok *t, const struct gguf_file *f, struct kn_e
         sp->add_bos = false;
     if (sp->add_eos && sp->eos == TOK_NULL)
         sp->add_eos = false;
+    /* BERT ends with [SEP] alone, whatever add_eos_token says: gguf's SpecialVocab reads
+     * the [SEP] closing tokenizer.json's TemplateProcessing as an eos to add (and eos =
+     * sep), and llama.cpp's WordPiece tokenizer ignores the flag; honouring it would
+     * write [SEP] twice. */
+    if (t->model == TOK_MODEL_WPM)
+        sp->add_eos = false;
 
     /* End of generation. Tokens found by text are made control tokens (their text must
      * not be produced from plain text, nor printed), as llama.cpp does. */

@@ -4,8 +4,8 @@
  * separates words, and each punctuation mark, ASCII symbol and CJK ideograph is a word of
  * its own; control characters are dropped. Each word, with U+2581 in front (the converter
  * writes word-initial pieces that way and continuation pieces bare), is cut greedily into
- * the longest tokens from the left; a word that cannot be cut completely is the unknown
- * token. */
+ * the longest tokens from the left; a word that cannot be cut completely, or longer than
+ * 100 characters, is the unknown token. */
 #include "tok_internal.h"
 
 #include <stdlib.h>
@@ -51,10 +51,19 @@ static bool buf_add(struct buf *b, const void *p, size_t n)
     return true;
 }
 
+/* Hugging Face's WordPiece max_input_chars_per_word (BERT's value; the GGUF does not carry
+ * it): a longer word is the unknown token whole. llama.cpp cuts such words into pieces;
+ * Kinetic follows the tokenizer the model was trained with. */
+#define WPM_MAX_WORD_CHARS 100
+
 /* Cuts one word (U+2581 + word, in w[0..n)) into tokens, or the unknown token. */
 static bool wpm_word(const struct tok *t, const char *w, size_t n, struct tok_ids *out)
 {
-    size_t start = out->n;
+    size_t start = out->n, chars = 0;
+    for (size_t i = 3; i < n; i++)
+        chars += ((unsigned char)w[i] & 0xC0) != 0x80; /* code points: lead bytes */
+    if (chars > WPM_MAX_WORD_CHARS)
+        n = 0; /* the loop below makes nothing: the unknown token */
     for (size_t i = 0; i < n;) {
         size_t j = n - i > t->max_text_len ? i + t->max_text_len : n;
         int32_t id = TOK_NULL;

@@ -239,3 +239,145 @@ def test_gemma_required_call(tmp_path):
         r = create(s, tool_choice={"type": "function", "function": {"name": "get_weather"}},
                    seed=3, temperature=0.0)
         check_calls(r.choices[0].message.tool_calls, only="get_weather")
+
+
+# ---- the name outside the JSON: gpt-oss's harmony and functionary v3.2 / v3.1 ----------
+# A synth model with Llama 2's 32k vocabulary plus the control tokens the templates write
+# (harmony's message headers, Llama 3's turn headers), so every template renders and the
+# grammar reaches the header tokens by their text, as with the real models' vocabularies.
+
+HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                  "<|return|>", "<|call|>", "<|endoftext|>"]
+LLAMA3_TOKENS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                 "<|eom_id|>", "<|python_tag|>"]
+NAMED_SYNTAXES = {
+    # syntax: (template, what a forced call's raw text starts with)
+    "harmony": ("openai-gpt-oss-120b.jinja", "<|channel|>commentary to=functions."),
+    "functionary": ("meetkai-functionary-medium-v3.2.jinja", ""),
+    "functionary-v3.1": ("meetkai-functionary-medium-v3.1.jinja", "<function="),
+}
+
+
+@pytest.fixture(scope="module")
+def named_model(tmp_path_factory):
+    pytest.importorskip("gguf")
+    tok_dir = os.path.join(SHARED, "tokenizers", "llama2")
+    if not os.path.isdir(tok_dir):
+        pytest.skip("Llama 2 tokenizer files not found")
+    d = tmp_path_factory.mktemp("named")
+    tj = json.load(open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8"))
+    n = len(tj["model"]["vocab"])
+    for i, t in enumerate(HARMONY_TOKENS + LLAMA3_TOKENS):
+        tj["added_tokens"].append({"id": n + i, "content": t, "single_word": False,
+                                   "lstrip": False, "rstrip": False, "normalized": False,
+                                   "special": True})
+    (d / "tok").mkdir()
+    with open(d / "tok" / "tokenizer.json", "w", encoding="utf-8") as f:
+        json.dump(tj, f)
+    with open(os.path.join(tok_dir, "tokenizer_config.json"), encoding="utf-8") as f:
+        (d / "tok" / "tokenizer_config.json").write_text(f.read())
+    here = os.path.dirname(__file__)
+    subprocess.run([sys.executable, os.path.join(here, "vocab_from_hf.py"), str(d / "tok"),
+                    str(d / "vocab.gguf")], check=True, capture_output=True, timeout=120)
+    n_vocab = n + len(HARMONY_TOKENS) + len(LLAMA3_TOKENS)
+    subprocess.run([KINETIC, "synth", "--arch", "llama", "--dims",
+                    f"dim=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab={n_vocab},ctx=2048",
+                    "--vocab", str(d / "vocab.gguf"), "-o", str(d / "m.gguf")],
+                   check=True, capture_output=True, timeout=120)
+    return d / "m.gguf"
+
+
+# the -O0 ASan build runs the two bare-name parsers (harmony's, functionary v3.2's with its
+# recipient line); v3.1 differs only in the frame's texts, which the plain build checks
+NAMED_RUN = ["harmony", "functionary"] if SANITIZE else list(NAMED_SYNTAXES)
+
+
+@pytest.fixture(scope="module", params=NAMED_RUN)
+def named(request, named_model):
+    tmpl = os.path.join(SHARED, "templates", NAMED_SYNTAXES[request.param][0])
+    if not os.path.exists(tmpl):
+        pytest.skip(f"template {tmpl} not found")
+    with Server(named_model, "--threads", "1", "--parallel", "2", "--chat-template", tmpl) as s:
+        s.syntax = request.param
+        yield s
+
+
+def test_named_syntax_required_and_named(named):
+    """tool_choice "required" and a named function in the syntaxes that write the name
+    outside the JSON: the grammar chooses among the tools' names, then that tool's
+    arguments schema; the calls parse back and validate."""
+    for seed in (1, 2, 3):
+        r = create(named, tool_choice="required", parallel_tool_calls=False, seed=seed)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", (named.syntax, ch)
+        assert ch.message.content is None, (named.syntax, ch.message.content)
+        check_calls(ch.message.tool_calls)
+        assert len(ch.message.tool_calls) == 1
+    names = set()
+    for seed in (4, 5):
+        for only in ("add", "get_weather"):
+            r = create(named, tool_choice={"type": "function", "function": {"name": only}},
+                       parallel_tool_calls=False, seed=seed)
+            check_calls(r.choices[0].message.tool_calls, only=only)
+            names.add(r.choices[0].message.tool_calls[0].function.name)
+    assert names == {"add", "get_weather"}
+    # the raw text is the syntax's own: a completion with the same grammar shows it
+    st, _, js = named.post("/v1/chat/completions", {
+        "messages": MSGS, "tools": TOOLS, "tool_choice": "required", "max_tokens": 160,
+        "seed": 1, "parallel_tool_calls": False, "receipt": True})
+    assert st == 200, js
+    g = js["receipt"]["sampling"]["grammar"]
+    start = NAMED_SYNTAXES[named.syntax][1]
+    assert json.dumps(start) in g or start == "", g[:300]
+
+
+def test_named_syntax_parallel_calls(named):
+    """Several calls where the syntax has a separator (functionary's); harmony's turn ends
+    at the first call's <|call|>, so it gives one."""
+    r = create(named, tool_choice="required", seed=9, max_tokens=400)
+    calls = r.choices[0].message.tool_calls
+    check_calls(calls)
+    if named.syntax == "harmony":
+        assert len(calls) == 1
+
+
+def test_named_syntax_stream_equals_plain(named):
+    kw = {"tool_choice": "required", "parallel_tool_calls": False, "seed": 8}
+    plain = create(named, **kw).choices[0]
+    acc, finish, content = {}, None, ""
+    for chunk in create(named, stream=True, **kw):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                a = acc.setdefault(tc.index, {"name": "", "arguments": ""})
+                if tc.function and tc.function.name:
+                    a["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    a["arguments"] += tc.function.arguments
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls" and content == "", (named.syntax, content)
+    got = [(acc[k]["name"], acc[k]["arguments"]) for k in sorted(acc)]
+    assert got == [(c.function.name, c.function.arguments) for c in plain.message.tool_calls]
+
+
+def test_named_syntax_receipt_verifies(named, tmp_path):
+    st, _, js = named.post("/v1/chat/completions", {
+        "messages": MSGS, "tools": TOOLS, "tool_choice": {"type": "function",
+                                                         "function": {"name": "get_weather"}},
+        "max_tokens": 160, "seed": 4, "receipt": True})
+    assert st == 200, js
+    assert js["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    path = tmp_path / "named.json"
+    path.write_text(json.dumps(js["receipt"]))
+    r = subprocess.run([KINETIC, "verify-receipt", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "rerun: identical" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_named_syntax_refuses_a_name_it_cannot_write(named):
+    bad = [{"type": "function", "function": {"name": "get weather", "parameters": {
+        "type": "object"}}}]
+    st, _, js = named.post("/v1/chat/completions", {"messages": MSGS, "tools": bad,
+                                                    "tool_choice": "required", "max_tokens": 4})
+    assert st == 400 and js["error"]["param"] == "tools", js
+    assert "'get weather'" in js["error"]["message"] and named.syntax in js["error"]["message"]

@@ -55,6 +55,13 @@ int main(void)
     /* functionary v3.2 and v3.1 */
     expect(CHAT_TOOLS_FUNCTIONARY, ">>>all\nSure.>>>f\n{\"x\": true}", 1, "f", "{\"x\":true}", "Sure.");
     expect(CHAT_TOOLS_FUNCTIONARY, "<function=g>{\"y\": null}</function>", 1, "g", "{\"y\":null}", NULL);
+    expect(CHAT_TOOLS_FUNCTIONARY_V31, "<function=g>{\"y\": 1}</function>", 1, "g", "{\"y\":1}", NULL);
+    /* v3.2's prompt wrote the first ">>>": the answer opens with the recipient line */
+    expect(CHAT_TOOLS_FUNCTIONARY, "f\n{\"x\": 1}>>>g\n{}", 2, "f", "{\"x\":1}", NULL);
+    expect(CHAT_TOOLS_FUNCTIONARY, "all\nHello.", 0, NULL, NULL, "Hello.");
+    expect(CHAT_TOOLS_FUNCTIONARY, "all\nLet me see.>>>f\n{}", 1, "f", "{}", "Let me see.");
+    expect(CHAT_TOOLS_FUNCTIONARY, "Plain words.", 0, NULL, NULL, "Plain words.");
+    expect(CHAT_TOOLS_FUNCTIONARY_V31, "f\n{\"x\": 1}", 0, NULL, NULL, "f\n{\"x\": 1}");
     /* gpt-oss's harmony: the recipient in the channel part (as the model writes it) or in
      * the role part (as the template renders history); the header is no content */
     expect(CHAT_TOOLS_HARMONY, "<|start|>assistant<|channel|>commentary to=functions.get_weather "
@@ -94,34 +101,50 @@ int main(void)
     CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_LLAMA3);
     cr.src = func;
     CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_FUNCTIONARY);
+    char func31[] = "{{ '<function=' + tool_call['function']['name'] + '>' }}";
+    cr.src = func31;
+    CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_FUNCTIONARY_V31);
+    /* v3.2: nothing while the answer may open with a call's recipient line */
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_FUNCTIONARY, "get_wea", 7), 0);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_FUNCTIONARY, "get_weather\n{", 13), 0);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_FUNCTIONARY, "all\nHi >>", 9), 7);
+    CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_FUNCTIONARY_V31, "get_wea", 7), 7);
     char harmony[] = "{{- \"<|start|>assistant to=\" }}{{- \"functions.\" + tool_call.name + \"<|channel|>commentary \" }}";
     cr.src = harmony;
     CHECK_EQ_INT(chat_tool_syntax_of(&cr), CHAT_TOOLS_HARMONY);
     CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HARMONY, "Sure.<|start|>assistant", 23), 5);
     CHECK_EQ_INT(chat_tool_calls_safe_end(CHAT_TOOLS_HARMONY, "Sure.<|cha", 10), 5);
 
-    /* the call schema: one alternative per tool, or the named one */
-    const char *tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
-                             "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}}},"
-                             "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
-    struct json_value *tools = NULL;
+    /* forced calls: each syntax's frame, as its parser reads it back */
     struct kn_err err = {0};
-    CHECK(json_parse(tools_json, strlen(tools_json), NULL, &tools, &err) == KN_OK);
-    char *schema = NULL;
-    CHECK(chat_tool_call_schema(CHAT_TOOLS_HERMES, tools, NULL, &schema, &err) == KN_OK);
-    CHECKF(schema && strstr(schema, "{\"const\":\"f\"}") && strstr(schema, "{\"const\":\"g\"}") &&
-           strstr(schema, "\"arguments\":{\"type\":\"object\"}"), "%s", schema);
-    free(schema);
-    CHECK(chat_tool_call_schema(CHAT_TOOLS_LLAMA3, tools, "g", &schema, &err) == KN_OK);
-    CHECKF(schema && !strstr(schema, "\"f\"") && strstr(schema, "\"parameters\""), "%s", schema);
-    free(schema);
-    CHECK(chat_tool_call_schema(CHAT_TOOLS_HERMES, tools, "h", &schema, &err) == KN_E_ARG);
-    CHECK(strstr(err.msg, "'h'") != NULL);
-    json_free(tools);
     struct chat_tool_frame fr;
-    CHECK(chat_tool_call_frame(CHAT_TOOLS_MISTRAL, true, &fr) && strcmp(fr.sep, ",") == 0);
-    CHECK(chat_tool_call_frame(CHAT_TOOLS_HERMES, false, &fr) && fr.sep == NULL);
-    CHECK(!chat_tool_call_frame(CHAT_TOOLS_FUNCTIONARY, true, &fr));
-    CHECK(!chat_tool_call_frame(CHAT_TOOLS_HARMONY, false, &fr));
+    chat_tool_call_frame(CHAT_TOOLS_MISTRAL, true, &fr);
+    CHECK(strcmp(fr.sep, ",") == 0 && fr.name_json);
+    chat_tool_call_frame(CHAT_TOOLS_HERMES, false, &fr);
+    CHECK(fr.sep == NULL);
+    chat_tool_call_frame(CHAT_TOOLS_HARMONY, true, &fr);
+    CHECK(fr.sep == NULL && !fr.name_json); /* <|call|> ends the turn: one call */
+    CHECK(chat_tool_name_ok(&fr, "get_weather-2") && !chat_tool_name_ok(&fr, "get weather") &&
+          !chat_tool_name_ok(&fr, "a<b") && !chat_tool_name_ok(&fr, ""));
+    for (int syn = 0; syn < CHAT_TOOLS_COUNT; syn++) {
+        chat_tool_call_frame((enum chat_tool_syntax)syn, true, &fr);
+        char text[512];
+        const char *name = fr.name_json ? "\"f\"" : "f";
+        int k = snprintf(text, sizeof text, "%s%s%s%s{\"x\": 1}%s", fr.open, fr.call_open, name,
+                         fr.call_mid, fr.call_close);
+        if (fr.sep)
+            k += snprintf(text + k, sizeof text - (size_t)k, "%s%s%s%s{\"y\": 2}%s", fr.sep,
+                          fr.call_open, fr.name_json ? "\"g\"" : "g",
+                          fr.call_mid, fr.call_close);
+        snprintf(text + k, sizeof text - (size_t)k, "%s", fr.close);
+        struct chat_tool_calls c;
+        CHECK(chat_tool_calls_parse((enum chat_tool_syntax)syn, text, strlen(text), &c, &err) == KN_OK);
+        CHECKF(c.n == (fr.sep ? 2 : 1) && strcmp(c.call[0].name, "f") == 0 &&
+                   strcmp(c.call[0].arguments, "{\"x\":1}") == 0 && c.content == NULL,
+               "%s: %s: %d calls", chat_tool_syntax_name((enum chat_tool_syntax)syn), text, c.n);
+        if (fr.sep && c.n == 2)
+            CHECK(strcmp(c.call[1].name, "g") == 0 && strcmp(c.call[1].arguments, "{\"y\":2}") == 0);
+        chat_tool_calls_free(&c);
+    }
     CHECK_DONE();
 }

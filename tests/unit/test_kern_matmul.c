@@ -89,7 +89,9 @@ static void check_accuracy(enum quant_type t, const struct kern_weight *w,
     free(dx);
 }
 
-static void check_shape(enum quant_type t, int64_t N, int64_t K)
+/* Checks every ISA level, thread count and batch size ms[0..n_ms) (each <= MAX_M) of
+ * an N x K weight of type t against the reference. */
+static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *ms, size_t n_ms)
 {
     struct kn_err err;
     uint64_t rb;
@@ -143,8 +145,8 @@ static void check_shape(enum quant_type t, int64_t N, int64_t K)
             continue;
         CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
         for (int th = 1; th <= MAX_THREADS; th++) {
-            for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; mi++) {
-                int64_t M = test_ms[mi];
+            for (size_t mi = 0; mi < n_ms; mi++) {
+                int64_t M = ms[mi];
                 for (int packed = 0; packed < 2; packed++) {
                     /* Rows [off, off + M) of x: a row's position in the batch varies. */
                     int64_t off = (M == MAX_M) ? 0 : (mi * 7 + (size_t)th) % (MAX_M - M + 1);
@@ -183,6 +185,11 @@ static void check_shape(enum quant_type t, int64_t N, int64_t K)
     kern_weight_free(&w);
     kern_weight_free(&wplain);
     free(wdata);
+}
+
+static void check_shape(enum quant_type t, int64_t N, int64_t K)
+{
+    check_shape_ms(t, N, K, test_ms, sizeof test_ms / sizeof test_ms[0]);
 }
 
 static void test_init_errors(void)
@@ -307,6 +314,11 @@ int main(void)
     check_shape(QT_Q4_K, 70, 1024);
     check_shape(QT_Q2_K, 70, 1024);
     check_shape(QT_Q3_K, 70, 1024);
+    /* Q3_K's packed triples (repack.c) at every batch size up to two full token tiles and
+     * one more on each ISA (KMAXT6 <= 4), on row counts that end in a partial group. */
+    static const int ms_1_9[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    check_shape_ms(QT_Q3_K, 37, 512, ms_1_9, sizeof ms_1_9 / sizeof ms_1_9[0]);
+    check_shape_ms(QT_Q3_K, 70, 1024, ms_1_9, sizeof ms_1_9 / sizeof ms_1_9[0]);
     check_shape(QT_IQ4_XS, 70, 1024);
     check_shape(QT_IQ4_NL, 100, 1024);
     check_shape(QT_MXFP4, 100, 1024);
