@@ -1,4 +1,5 @@
 #version 450
-/* layernorm_f64.comp: layernorm.glsl with fma computed exactly in double (kn_fma). */
+/* layernorm_f64.comp: rmsnorm.glsl's layernorm build, fma exact in double (kn_fma). */
 #define KN_FMA64 1
-#include "layernorm.glsl"
+#define KN_LAYERNORM 1
+#include "rmsnorm.glsl"
