@@ -69,7 +69,7 @@ int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_
 
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 
-/* ---- --device and --gpu-layers (run, chat, serve, bench, verify-receipt): one parse, one
+/* ---- --device and --gpu-layers (run, chat, serve, bench, embed, verify-receipt): one parse, one
  * set of messages, the registry's names (device/device.h). */
 #define CLI_HELP_DEVICE "the device: " DEVICE_HELP "; default cpu"
 #define CLI_HELP_GPU_LAYERS "with a GPU --device: the first N layers on it, the rest on the CPU (default: all; llama.cpp's -ngl)"

@@ -45,11 +45,14 @@ static int print_vector(const float *x, int64_t n)
 int cmd_embed(int argc, char **argv)
 {
     int64_t ctx_size = 0, threads = 0, batch = 0, dims = 0;
+    struct cli_device dv = CLI_DEVICE_INIT;
     const struct cli_opt opts[] = {
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
         {"dimensions", 0, CLI_INT, &dims, "D", "keep the first D values (Matryoshka models), then renormalise", NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {NULL, 0, 0, NULL, NULL, NULL, NULL},
     };
     const char *pos[64];
@@ -72,10 +75,13 @@ int cmd_embed(int argc, char **argv)
     so.ctx_size = ctx_size;
     so.batch = batch;
     so.threads = (int)threads;
+    if ((rc = cli_device_open("embed", &dv, &so)) != 0)
+        return rc;
     struct session s;
     struct kn_err err = {0};
     if (session_open(&s, &so, &err) != KN_OK) {
         fprintf(stderr, "kinetic embed: %s\n", err.msg);
+        cli_device_close(&dv);
         return 1;
     }
     const int64_t E = s.m->hp.n_embd;
@@ -116,5 +122,6 @@ int cmd_embed(int argc, char **argv)
         model_kv_free(&kv);
     model_fwd_free(f);
     session_close(&s);
+    cli_device_close(&dv); /* after the model, whose buffers live on it */
     return rc;
 }

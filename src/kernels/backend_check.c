@@ -248,7 +248,8 @@ static void ck_set(struct ck_ctx *c, struct kern_buf *b, const float *x, size_t 
 }
 
 /* Every row-wise op, each product type, embeddings, logits (pass 1). */
-static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
+static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits,
+                       const struct kern_backend *subject)
 {
     const size_t TE = (size_t)CK_TS * CK_E, B = TE * sizeof(float);
     struct kern_buf *x = ck_alloc(c, B), *x2 = ck_alloc(c, B), *y = ck_alloc(c, B);
@@ -292,6 +293,21 @@ static void ck_rowwise(struct ck_ctx *c, const struct ck_in *in, float *logits)
         ck_set(c, y, in->x, TE);
         op->glu(s, k ? KERN_GLU_GEGLU : KERN_GLU_SWIGLU, y, x2, (int64_t)TE);
         ck_record(c, k ? "glu geglu" : "glu swiglu", y, 0, B);
+    }
+    /* the BERT family's blocks, when the device under test has them */
+    if (kern_backend_has_ops(subject, KERN_OP_BIT(layernorm))) {
+        op->layernorm(s, y, x, gain, bias, CK_TS, CK_E, 1e-12f);
+        ck_record(c, "layernorm", y, 0, B);
+        op->layernorm(s, y, x, NULL, NULL, CK_TS, CK_E, 1e-5f);
+        ck_record(c, "layernorm without gain and bias", y, 0, B);
+        ck_set(c, y, in->x, TE);
+        op->layernorm(s, y, y, gain, bias, CK_TS, CK_E, 1e-12f);
+        ck_record(c, "layernorm in place", y, 0, B);
+    }
+    if (kern_backend_has_ops(subject, KERN_OP_BIT(gelu))) {
+        ck_set(c, y, in->x, TE);
+        op->gelu(s, y, (int64_t)TE);
+        ck_record(c, "gelu", y, 0, B);
     }
     for (int r = 0; r < 2; r++) {
         op->rope_table(s, tab, &in->rope[r], in->pos, CK_TS);
@@ -545,7 +561,7 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         return err ? err->status : KN_E_NOMEM;
     float logits[2 * CK_TS * CK_N];
     be->ops->begin(c.s);
-    ck_rowwise(&c, in, logits);
+    ck_rowwise(&c, in, logits, subject);
     enum kn_status st = be->ops->end(c.s, err);
     if (st == KN_OK && !c.failed) {
         /* logits land in host memory when the pass ends */

@@ -63,6 +63,13 @@ enum kn_status model_bert_pass(struct model_fwd *f, struct model_kv *kv, const i
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer_bufs *d = &m->layers[il].d;
+        if (il == f->split) { /* --gpu-layers: the rest on the next backend */
+            enum kn_status st = model_fwd_handover(f, &P, pos, T, 0, err);
+            if (st != KN_OK)
+                return st;
+            s = P->s;
+            op = s->ops;
+        }
         {
             const struct kern_buf *w[3] = {d->wq, d->wk, d->wv};
             struct kern_buf *y[3] = {P->q, P->k, P->v};

@@ -227,6 +227,21 @@ void model_fwd_part_begin(const struct model_fwd *f, const struct fwd_part *p, c
         s->ops->rope_table(s, p->tab_swa, &f->rope_swa[rs], pos, T);
 }
 
+enum kn_status model_fwd_handover(struct model_fwd *f, const struct fwd_part **P,
+                                  const int32_t *pos, int64_t T, int rs, struct kn_err *err)
+{
+    const struct fwd_part *p = *P;
+    const size_t bytes = (size_t)(T * f->m->hp.n_embd) * sizeof(float);
+    p->s->ops->to_host(p->s, p->x, 0, f->handover, bytes);
+    enum kn_status st = p->s->ops->end(p->s, err);
+    if (st != KN_OK)
+        return st;
+    p = *P = &f->part[1];
+    model_fwd_part_begin(f, p, pos, T, rs);
+    p->s->ops->from_host(p->s, p->x, 0, f->handover, bytes);
+    return KN_OK;
+}
+
 /* The attention block of layer il on part P: q, k, v of P->h, stored into each run's
  * cache; with attend, the attention output into ab (T, H*D). */
 /* hin: the block's input rows (normed, or x itself for olmo2); rs: the RoPE set (phi3's
@@ -391,14 +406,9 @@ static enum kn_status fwd_run(struct model_fwd *f, struct model_kv *const *kvs,
         const struct model_layer *L = &m->layers[il];
         const struct model_layer_bufs *d = &L->d;
         if (il == f->split) {
-            /* Hand the residual stream over to the next backend. */
-            P->s->ops->to_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
-            enum kn_status st = P->s->ops->end(P->s, err);
+            enum kn_status st = model_fwd_handover(f, &P, pos, T, rs, err);
             if (st != KN_OK)
                 return st;
-            P = &f->part[1];
-            model_fwd_part_begin(f, P, pos, T, rs);
-            P->s->ops->from_host(P->s, P->x, 0, f->handover, (size_t)(T * E) * sizeof(float));
             xb = P->x, ab = P->a, ob = P->o;
         }
         struct kern_stream *s = P->s;

@@ -56,6 +56,10 @@ const struct model *model_fwd_model(const struct model_fwd *f);
 /* Starts part p's pass (forward.c): the RoPE tables (set rs) of this batch's positions. */
 void model_fwd_part_begin(const struct model_fwd *f, const struct fwd_part *p, const int32_t *pos,
                           int64_t T, int rs);
+/* At the split layer (forward.c): hands the residual stream x (T, E) of part *P (0) over
+ * to part 1 through host memory (part 0's pass ends, part 1's begins); *P becomes part 1. */
+enum kn_status model_fwd_handover(struct model_fwd *f, const struct fwd_part **P,
+                                  const int32_t *pos, int64_t T, int rs, struct kn_err *err);
 
 /* bert.c: the pass of bert and nomic-bert over one sequence's tokens (kv: its cache, run
  * over slots pos[t]), every token attending to every position of the batch; writes the

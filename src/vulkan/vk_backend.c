@@ -250,7 +250,7 @@ struct kern_backend *vk_backend_open(int index, struct kn_err *err)
         .to_host = vk_to_host,
         .from_host = vk_from_host,
     };
-    vk_ops_fill(&vb->ops);
+    vk_ops_fill(&vb->ops, vkr_device_info(vb->rt));
     vb->base = (struct kern_backend){.ops = &vb->ops, .name = vb->name};
     const struct vkr_info *in = vkr_device_info(vb->rt);
     vk_class_of(in, vb->cls, sizeof vb->cls);

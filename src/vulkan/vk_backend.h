@@ -17,6 +17,7 @@ struct vk_selftest {
     struct kern_fprobe probe;
     bool div_soft, sqrt_soft; /* else the shaders use kn_common.glsl's integer builds */
     bool divsqrt_ok;       /* the shaders' division and sqrt (either way) are correctly rounded */
+    bool dfma_soft;        /* the driver's double fma is not fused: kern_tanhf's is the integer build */
     bool ops_equal;        /* kern_backend_check: every op gives the CPU's bytes */
     double seconds;
     char report[2048];     /* each finding, and the failed check named */

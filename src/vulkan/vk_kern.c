@@ -33,20 +33,23 @@ bool vkk_rows_type(enum quant_type t)
 
 /* ================================================================ fma mode */
 
-/* The modes of each open device (a handful at most): how its shaders compute fmaf, and
- * division and sqrt; each probed on first use unless set. */
+/* The modes of each open device (a handful at most): how its shaders compute fmaf,
+ * division and sqrt, and the double fma; each probed on first use unless set. */
 #define VKK_MAX_DEVICES 16
 struct vkk_modes {
     struct vkr *rt;
-    bool fma_known, ds_known;
+    bool fma_known, ds_known, dfma_known;
     enum vkk_fma fma;
     struct vkk_divsqrt ds;
+    bool soft_dfma;
 };
 static struct vkk_modes modes[VKK_MAX_DEVICES];
 static pthread_mutex_t fma_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Sets rt's fma mode (fma non-NULL) and/or division mode (ds non-NULL). */
-static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_divsqrt *ds)
+/* Sets rt's fma mode (fma non-NULL), division mode (ds non-NULL) and/or double fma mode
+ * (dfma non-NULL). */
+static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_divsqrt *ds,
+                     const bool *dfma)
 {
     pthread_mutex_lock(&fma_lock);
     int slot = -1;
@@ -62,21 +65,26 @@ static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_d
         modes[slot].fma = *fma, modes[slot].fma_known = true;
     if (slot >= 0 && ds)
         modes[slot].ds = *ds, modes[slot].ds_known = true;
+    if (slot >= 0 && dfma)
+        modes[slot].soft_dfma = *dfma, modes[slot].dfma_known = true;
     pthread_mutex_unlock(&fma_lock);
 }
 
 /* rt's modes where known (each output NULL or filled only if known); true if all asked are. */
-static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds)
+static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds, bool *dfma)
 {
     bool ok = false;
     pthread_mutex_lock(&fma_lock);
     for (int i = 0; i < VKK_MAX_DEVICES; i++)
         if (modes[i].rt == rt) {
-            ok = (!fma || modes[i].fma_known) && (!ds || modes[i].ds_known);
+            ok = (!fma || modes[i].fma_known) && (!ds || modes[i].ds_known) &&
+                 (!dfma || modes[i].dfma_known);
             if (ok && fma)
                 *fma = modes[i].fma;
             if (ok && ds)
                 *ds = modes[i].ds;
+            if (ok && dfma)
+                *dfma = modes[i].soft_dfma;
         }
     pthread_mutex_unlock(&fma_lock);
     return ok;
@@ -84,12 +92,17 @@ static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds)
 
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode)
 {
-    mode_put(rt, &mode, NULL);
+    mode_put(rt, &mode, NULL, NULL);
 }
 
 void vkk_divsqrt_set(struct vkr *rt, struct vkk_divsqrt mode)
 {
-    mode_put(rt, NULL, &mode);
+    mode_put(rt, NULL, &mode, NULL);
+}
+
+void vkk_dfma_set(struct vkr *rt, bool soft)
+{
+    mode_put(rt, NULL, NULL, &soft);
 }
 
 void vkk_fma_forget(struct vkr *rt)
@@ -103,7 +116,7 @@ void vkk_fma_forget(struct vkr *rt)
 
 static bool fma_lookup(struct vkr *rt, enum vkk_fma *mode)
 {
-    return mode_get(rt, mode, NULL);
+    return mode_get(rt, mode, NULL, NULL);
 }
 
 /* Crafted triples: random magnitudes over a wide range, products whose low half decides
@@ -291,37 +304,48 @@ int vkk_divsqrt_cases(float *a, float *b, int n)
     return k;
 }
 
-enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode, const float *a,
-                               const float *b, int n, float *q, float *r, struct kn_err *err)
+/* Runs a probe shader (d: two bindings, n in its push constants) over n items: in
+ * (in_bytes, staged into the pass), its output (out_bytes) read into out. */
+static enum kn_status probe_dispatch(struct vkr *rt, const struct vkr_pipe_desc *d, const void *in,
+                                     size_t in_bytes, void *out, size_t out_bytes, int n,
+                                     struct kn_err *err)
 {
     enum kn_status st = KN_E_NOMEM;
     struct vkr_cmd *c = vkr_cmd_create(rt, err);
-    struct vkr_buf *bo = vkr_buf_alloc(rt, (size_t)n * 8, VKR_MEM_DEVICE, false, err);
-    float *in = malloc((size_t)n * 8), *out = malloc((size_t)n * 8);
-    if (!c || !bo || !in || !out)
-        goto done;
-    const uint32_t spec[2] = {mode.soft_div, mode.soft_sqrt};
-    const struct vkr_pipe *p = vkr_pipe_get(rt, &(struct vkr_pipe_desc){
-        .shader = "divsqrt_probe", .n_bufs = 2, .push_bytes = 4, .spec = spec, .n_spec = 2}, err);
-    if (!p) {
+    struct vkr_buf *bo = vkr_buf_alloc(rt, out_bytes, VKR_MEM_DEVICE, false, err);
+    const struct vkr_pipe *p = c && bo ? vkr_pipe_get(rt, d, err) : NULL;
+    if (c && bo && !p)
         st = err ? err->status : KN_E_UNSUPPORTED;
-        goto done;
+    if (p) {
+        uint32_t n32 = (uint32_t)n;
+        vkr_cmd_begin(c);
+        struct vkr_bind bind[2] = {vkr_cmd_stage(c, in, in_bytes), {.buf = bo, .write = true}};
+        vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
+        vkr_cmd_read(c, bo, 0, out, out_bytes);
+        st = vkr_cmd_submit(c, err);
     }
-    for (int i = 0; i < n; i++)
-        in[2 * i] = a[i], in[2 * i + 1] = b[i];
-    uint32_t n32 = (uint32_t)n;
-    vkr_cmd_begin(c);
-    struct vkr_bind bind[2] = {vkr_cmd_stage(c, in, (size_t)n * 8), {.buf = bo, .write = true}};
-    vkr_cmd_dispatch(c, p, bind, &n32, vkr_groups(n, 64), 1, 1);
-    vkr_cmd_read(c, bo, 0, out, (size_t)n * 8);
-    st = vkr_cmd_submit(c, err);
-    for (int i = 0; i < n && st == KN_OK; i++)
-        q[i] = out[2 * i], r[i] = out[2 * i + 1];
-done:
-    free(in);
-    free(out);
     vkr_buf_free(rt, bo);
     vkr_cmd_free(c);
+    return st;
+}
+
+enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mode, const float *a,
+                               const float *b, int n, float *q, float *r, struct kn_err *err)
+{
+    float *in = malloc((size_t)n * 8), *out = malloc((size_t)n * 8);
+    enum kn_status st = in && out ? KN_OK : kn_fail(err, KN_E_NOMEM, "Vulkan division probe: "
+                                                    "out of memory");
+    const uint32_t spec[2] = {mode.soft_div, mode.soft_sqrt};
+    for (int i = 0; i < n && st == KN_OK; i++)
+        in[2 * i] = a[i], in[2 * i + 1] = b[i];
+    if (st == KN_OK)
+        st = probe_dispatch(rt, &(struct vkr_pipe_desc){.shader = "divsqrt_probe", .n_bufs = 2,
+                                                        .push_bytes = 4, .spec = spec, .n_spec = 2},
+                            in, (size_t)n * 8, out, (size_t)n * 8, n, err);
+    for (int i = 0; i < n && st == KN_OK; i++)
+        q[i] = out[2 * i], r[i] = out[2 * i + 1];
+    free(in);
+    free(out);
     return st;
 }
 
@@ -372,7 +396,7 @@ enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode, int *
 static bool ds_mode(struct vkr_cmd *c, struct vkk_divsqrt *mode)
 {
     struct vkr *rt = vkr_cmd_rt(c);
-    if (mode_get(rt, NULL, mode))
+    if (mode_get(rt, NULL, mode, NULL))
         return true;
     struct kn_err err = {0};
     if (vkk_divsqrt_probe(rt, mode, NULL, NULL, &err) != KN_OK) {
@@ -398,35 +422,223 @@ static bool fma_mode(struct vkr_cmd *c, enum vkk_fma *mode)
     return true;
 }
 
-/* The pipeline of shader (its _f64 build when fused is set and c's device needs it). */
-static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool fused,
+/* ================================================================ double fma */
+
+static double dfma_f64(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* A double in [1, 2) with random low bits (bits of them: the mantissa's), times 2^e. */
+static double dfma_mant(uint64_t *s, int bits, int e)
+{
+    uint64_t m = ds_next(s) & ((1ull << bits) - 1);
+    return ldexp(1.0 + ldexp((double)m, -bits), e);
+}
+
+int vkk_dfma_cases(double *t, int n, uint64_t seed)
+{
+    static const double fixed[][3] = {
+        {1.0 + 0x1p-26, 1.0 + 0x1p-27, 0.0},           /* a tie of the product, kept even */
+        {1.0 + 0x1p-26, 1.0 + 0x1p-27, 0x1p-52},       /* a tie rounded up */
+        {1.0 + 0x1p-26, 1.0 + 0x1p-27, -0x1p-53},      /* the tie cancelled: exact */
+        {1.0 + 0x1p-52, 1.0 - 0x1p-52, -1.0},          /* -2^-104 exactly */
+        {0x1.fffffffffffffp0, 0x1.fffffffffffffp0, 0x1p-50},   /* carry into the exponent */
+        {0x1.fffffffffffffp0, 0x1.fffffffffffffp0, -4.0},      /* cancellation to 2^-50 */
+        {0x1.fffffffffffffp-1, 0x1.0000000000001p0, -1.0},     /* -2^-106 exactly */
+        {2.0, 3.0, -6.0}, {-2.0, 3.0, 6.0},            /* +0 from an exact cancellation */
+        {0x1p-1074, 0.5, 0.0}, {0x1p-1074, 1.5, 0.0},  /* subnormal ties: 0 and 2^-1073 */
+        {0x1p-1000, 0x1p-70, 0x1p-1074},               /* a subnormal sum */
+        {0x1.8p-1060, 0x1p-10, -0x1p-1073},            /* a subnormal difference */
+        {0x1p-537, 0x1p-537, 0x1p-1074},               /* a product below the subnormals */
+        {0x1.fffffffffffffp1023, 1.0, 0x1p970},        /* the tie to overflow: inf */
+        {0x1p1000, 0x1p100, 1.0},                      /* overflow */
+        {0x1p1000, 0x1p100, -0x1.fffffffffffffp1023},  /* overflow beside a huge addend */
+        {-0.0, 1.0, 0.0}, {0.0, -1.0, -0.0}, {1.0, 0.0, -2.5},
+        {1.0, 1.0, 0x1p-600},                          /* an addend only sticky */
+        {0x1p-600, 0x1p-600, 1.0},                     /* a product only sticky */
+        {3.0, 0x1.5555555555555p-2, -1.0},             /* 3 * (1/3) - 1 */
+    };
+    uint64_t s = seed ? seed : 0x2545f4914f6cdd1dull;
+    int k = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && k < n; i++, k++)
+        memcpy(&t[3 * k], fixed[i], sizeof fixed[i]);
+    for (int i = 0; k < n; i++, k++) {
+        double a, b, c;
+        int e1 = (int)(ds_next(&s) % 80) - 40, e2 = (int)(ds_next(&s) % 80) - 40;
+        switch (i % 7) {
+        case 0: /* products whose low half decides: c = -round(a b), nudged by ulps */
+            a = dfma_mant(&s, 52, e1), b = dfma_mant(&s, 52, e2);
+            c = -(a * b) * (1.0 + ldexp((double)((int)(ds_next(&s) % 5) - 2), -53));
+            break;
+        case 1: /* 27-bit factors: exact products of 54 bits, ties with a power of 2 */
+            a = dfma_mant(&s, 26, 0), b = dfma_mant(&s, 26, 0);
+            c = ldexp((ds_next(&s) & 1) ? 1.0 : -1.0, -(int)(ds_next(&s) % 110));
+            break;
+        case 2: /* subnormal factors and sums */
+            a = ldexp((double)(ds_next(&s) >> 11), -1074 + (int)(ds_next(&s) % 60));
+            b = dfma_mant(&s, 52, -(int)(ds_next(&s) % 40));
+            c = (ds_next(&s) & 1) ? -(a * b) : ldexp((double)(ds_next(&s) >> 30), -1074);
+            break;
+        case 3: /* magnitudes far apart */
+            a = dfma_mant(&s, 52, (int)(ds_next(&s) % 200) - 100);
+            b = dfma_mant(&s, 52, (int)(ds_next(&s) % 200) - 100);
+            c = dfma_mant(&s, 52, (int)(ds_next(&s) % 400) - 200);
+            break;
+        case 4: { /* tanh's steps: kern_exp_f64's reduction and its Horner steps */
+            double x = ldexp(1.0 + (double)(ds_next(&s) & 0xffffff) * 0x1p-24,
+                             (int)(ds_next(&s) % 17) - 11);
+            double kd = nearbyint(x / 0x1.62e42fefa39efp-1);
+            a = -kd;
+            b = (i / 7) % 2 ? 0x1.62e42fefa39efp-1 : 0x1.abc9e3b39803fp-56;
+            c = (i / 7) % 2 ? x : ldexp(dfma_mant(&s, 52, -2), -(int)(ds_next(&s) % 30));
+            if ((i / 7) % 4 == 3) /* p = fma(p, r, 1/n!) */
+                a = dfma_mant(&s, 52, -(int)(ds_next(&s) % 30)),
+                b = ldexp(dfma_mant(&s, 52, -2), -(int)(ds_next(&s) % 20)),
+                c = 1.0 / (double)(2 + ds_next(&s) % 12);
+            break;
+        }
+        case 5: /* huge products beside the largest finite */
+            a = dfma_mant(&s, 52, 1000 + (int)(ds_next(&s) % 30));
+            b = dfma_mant(&s, 52, (int)(ds_next(&s) % 40) - 20);
+            c = (ds_next(&s) & 1) ? -0x1.fffffffffffffp1023 : 0.0;
+            break;
+        default: /* random finite bit patterns */
+            do
+                a = dfma_f64(ds_next(&s) << 11 ^ ds_next(&s));
+            while (!isfinite(a));
+            do
+                b = dfma_f64(ds_next(&s) << 11 ^ ds_next(&s));
+            while (!isfinite(b));
+            do
+                c = dfma_f64(ds_next(&s) << 11 ^ ds_next(&s));
+            while (!isfinite(c));
+            break;
+        }
+        if (ds_next(&s) & 1)
+            a = -a;
+        t[3 * k] = a, t[3 * k + 1] = b, t[3 * k + 2] = c;
+    }
+    return k;
+}
+
+enum kn_status vkk_dfma_run(struct vkr *rt, bool soft, const double *t, int n, double *fma,
+                            double *quo, float *cvt, struct kn_err *err)
+{
+    if (!vkr_device_info(rt)->float64)
+        return kn_fail(err, KN_E_UNSUPPORTED, "the device has no shaderFloat64");
+    uint32_t *out = malloc((size_t)n * 20);
+    if (!out)
+        return kn_fail(err, KN_E_NOMEM, "Vulkan double fma probe: out of memory");
+    const uint32_t spec[3] = {0, 0, soft}; /* kn_common.glsl's KN_SOFT_DFMA */
+    enum kn_status st = probe_dispatch(
+        rt, &(struct vkr_pipe_desc){.shader = "dfma_probe", .n_bufs = 2, .push_bytes = 4,
+                                    .spec = spec, .n_spec = 3},
+        t, (size_t)n * 24, out, (size_t)n * 20, n, err);
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        if (fma)
+            memcpy(&fma[i], &out[5 * i], 8);
+        if (quo)
+            memcpy(&quo[i], &out[5 * i + 2], 8);
+        if (cvt)
+            memcpy(&cvt[i], &out[5 * i + 4], 4);
+    }
+    free(out);
+    return st;
+}
+
+/* Whether got is want's bits (any NaN for a NaN: its bits are free). */
+static bool dfma_same(double got, double want)
+{
+    return memcmp(&got, &want, sizeof got) == 0 || (isnan(got) && isnan(want));
+}
+
+enum kn_status vkk_dfma_probe(struct vkr *rt, bool *soft, int *bad, struct kn_err *err)
+{
+    enum { N = 2048 };
+    double *t = malloc((size_t)N * 5 * sizeof(double));
+    float *cv = malloc((size_t)N * sizeof(float));
+    if (!t || !cv) {
+        free(t);
+        free(cv);
+        return kn_fail(err, KN_E_NOMEM, "Vulkan double fma probe: out of memory");
+    }
+    double *f = t + 3 * N, *q = t + 4 * N;
+    int n = vkk_dfma_cases(t, N, 0);
+    int bf = 0, bq = 0, bc = 0, sf = 0;
+    enum kn_status st = vkk_dfma_run(rt, false, t, n, f, q, cv, err);
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        bf += !dfma_same(f[i], fma(t[3 * i], t[3 * i + 1], t[3 * i + 2]));
+        bq += !dfma_same(q[i], t[3 * i] / t[3 * i + 1]);
+        float want = (float)t[3 * i];
+        bc += !(vkk_u32(cv[i]) == vkk_u32(want) || (isnan(cv[i]) && isnan(want)));
+    }
+    if (st == KN_OK && bf) { /* the integer build must then be exact here */
+        st = vkk_dfma_run(rt, true, t, n, f, NULL, NULL, err);
+        for (int i = 0; i < n && st == KN_OK; i++)
+            sf += !dfma_same(f[i], fma(t[3 * i], t[3 * i + 1], t[3 * i + 2]));
+    }
+    if (st == KN_OK && (sf || bq || bc))
+        st = kn_fail(err, KN_E_MISMATCH, "double math: the driver's fma differs on %d of %d hard "
+                     "cases and the integer build on %d; its division on %d, its conversion "
+                     "to float on %d", bf, n, sf, bq, bc);
+    free(t);
+    free(cv);
+    if (bad)
+        *bad = bf;
+    if (st == KN_OK)
+        *soft = bf > 0;
+    return st;
+}
+
+/* c's device's double fma mode, probed on first use. */
+static bool dfma_mode(struct vkr_cmd *c, bool *soft)
+{
+    struct vkr *rt = vkr_cmd_rt(c);
+    if (mode_get(rt, NULL, NULL, soft))
+        return true;
+    struct kn_err err = {0};
+    if (vkk_dfma_probe(rt, soft, NULL, &err) != KN_OK) {
+        vkr_cmd_fail(c, KN_E_MISMATCH, "Vulkan: %s", err.msg);
+        return false;
+    }
+    vkk_dfma_set(rt, *soft);
+    return true;
+}
+
+/* The pipeline of shader (its _f64 build when fused is set and c's device needs it; with
+ * dbl, its double math's fma as the device needs it). */
+static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool fused, bool dbl,
                                      uint32_t n_bufs, uint32_t push_bytes)
 {
     char name[64];
     enum vkk_fma mode = VKK_FMA_NATIVE;
     struct vkk_divsqrt ds;
-    if ((fused && !fma_mode(c, &mode)) || !ds_mode(c, &ds))
+    bool soft_dfma = false;
+    if ((fused && !fma_mode(c, &mode)) || !ds_mode(c, &ds) || (dbl && !dfma_mode(c, &soft_dfma)))
         return NULL;
     snprintf(name, sizeof name, "%s%s", shader, mode == VKK_FMA_F64 ? "_f64" : "");
-    /* kn_common.glsl's KN_SOFT_DIV, KN_SOFT_SQRT */
-    const uint32_t spec[2] = {ds.soft_div, ds.soft_sqrt};
+    /* kn_common.glsl's KN_SOFT_DIV, KN_SOFT_SQRT, KN_SOFT_DFMA */
+    const uint32_t spec[3] = {ds.soft_div, ds.soft_sqrt, soft_dfma};
     return vkr_cmd_pipe(c, &(struct vkr_pipe_desc){.shader = name, .n_bufs = n_bufs,
                                                    .push_bytes = push_bytes, .spec = spec,
-                                                   .n_spec = 2});
+                                                   .n_spec = 3});
 }
 
 /* A shader without fma. */
 static const struct vkr_pipe *pipe(struct vkr_cmd *c, const char *shader, uint32_t n_bufs,
                                    uint32_t push_bytes)
 {
-    return pipe_x(c, shader, false, n_bufs, push_bytes);
+    return pipe_x(c, shader, false, false, n_bufs, push_bytes);
 }
 
 /* A shader with fma. */
 static const struct vkr_pipe *pipe_f(struct vkr_cmd *c, const char *shader, uint32_t n_bufs,
                                      uint32_t push_bytes)
 {
-    return pipe_x(c, shader, true, n_bufs, push_bytes);
+    return pipe_x(c, shader, true, false, n_bufs, push_bytes);
 }
 
 static struct vkr_bind ro(const struct vkr_buf *b)
@@ -597,6 +809,31 @@ void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct v
     vkr_cmd_dispatch(c, pipe_f(c, "rmsnorm", 3, sizeof pc), b, &pc, (uint32_t)rows, 1, 1);
 }
 
+struct layernorm_pc {
+    uint32_t x_off, y_off, w_off, b_off, rows, n, has_w, has_b;
+    float eps;
+};
+
+void vkk_layernorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct vkk_ref w,
+                   struct vkk_ref b, int64_t rows, int64_t n, float eps)
+{
+    if (rows <= 0 || n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (!span(c, "layernorm", x, rows * n) || !span(c, "layernorm", y, rows * n) ||
+        (w.buf && !span(c, "layernorm", w, n)) || (b.buf && !span(c, "layernorm", b, n)))
+        return;
+    if (rows > VKK_MAX_GROUPS || n >= (1 << 24)) { /* one workgroup a row; (float)n exact */
+        vkr_cmd_fail(c, KN_E_LIMIT, "Vulkan layernorm: %lld rows of %lld (at most %u rows of "
+                     "under 2^24)", (long long)rows, (long long)n, VKK_MAX_GROUPS);
+        return;
+    }
+    struct layernorm_pc pc = {x.off, y.off, w.off, b.off, (uint32_t)rows, (uint32_t)n,
+                              w.buf != NULL, b.buf != NULL, eps};
+    struct vkr_bind bd[4] = {ro(x.buf), rw(y.buf), ro(w.buf ? w.buf : x.buf),
+                             ro(b.buf ? b.buf : x.buf)};
+    vkr_cmd_dispatch(c, pipe_f(c, "layernorm", 4, sizeof pc), bd, &pc, (uint32_t)rows, 1, 1);
+}
+
 /* ================================================================ activations */
 
 struct actq_pc {
@@ -741,7 +978,7 @@ void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vk
     if (op == VKK_GATHER)
         for (int64_t j = 0; j < rows; j++)
             a_elems = (rows_idx[j] + 1) * n > a_elems ? (rows_idx[j] + 1) * n : a_elems;
-    if (op != VKK_SCALE && !span(c, "eltwise", a, a_elems))
+    if (op != VKK_SCALE && op != VKK_GELU && !span(c, "eltwise", a, a_elems))
         return;
     struct vkr_bind idx = ro(y.buf);
     if (op == VKK_GATHER) {
@@ -874,7 +1111,7 @@ void vkk_shortconv(struct vkr_cmd *c, int op, struct vkk_ref bcx, const struct v
 /* ================================================================ mixture of experts */
 
 struct moe_route_pc {
-    uint32_t T, n, k, sigmoid, has_bias, norm;
+    uint32_t T, n, k, gating, has_bias, norm;
     float scale;
 };
 struct moe_sum_pc {
@@ -902,7 +1139,7 @@ void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_
         vkr_groups(T, 64) > VKK_MAX_GROUPS)
         return;
     struct moe_route_pc pc = {(uint32_t)T, (uint32_t)g->n_expert, (uint32_t)g->n_used,
-                              g->gating == KERN_MOE_SIGMOID, bias.buf != NULL, g->norm, g->scale};
+                              (uint32_t)g->gating, bias.buf != NULL, g->norm, g->scale};
     struct vkr_bind b[4] = {ro(logits.buf), ro(bias.buf ? bias.buf : logits.buf), rw(ids.buf),
                             rw(w.buf)};
     vkr_cmd_dispatch(c, pipe_f(c, "moe_route", 4, sizeof pc), b, &pc, vkr_groups(T, 64), 1, 1);
@@ -911,6 +1148,35 @@ void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_
 struct moe_group_pc {
     uint32_t R, n_expert;
 };
+
+struct moe_bias_pc {
+    uint32_t R, n_expert, expert, n;
+};
+
+void vkk_moe_bias(struct vkr_cmd *c, struct vkk_ref y, int64_t R, int64_t n, struct vkk_ref b,
+                  const struct vkr_buf *groups, int32_t n_expert, int32_t expert,
+                  int64_t max_rows)
+{
+    if (R <= 0 || n <= 0 || vkr_cmd_failed(c))
+        return;
+    if (y.off || b.off) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn_oai: buffers must start at element 0");
+        return;
+    }
+    if (expert < 0 || expert >= n_expert || max_rows > VKK_MAX_GROUPS) {
+        vkr_cmd_fail(c, KN_E_ARG, "Vulkan moe_ffn_oai: expert %d of %d, %lld rows (at most %u)",
+                     (int)expert, (int)n_expert, (long long)max_rows, VKK_MAX_GROUPS);
+        return;
+    }
+    if (!span(c, "moe_ffn_oai", y, R * n) || !span(c, "moe_ffn_oai", b, n) ||
+        !span(c, "moe_ffn_oai", vkk_at(groups, 0), n_expert + (int64_t)n_expert * R))
+        return;
+    struct moe_bias_pc pc = {(uint32_t)R, (uint32_t)n_expert, (uint32_t)expert, (uint32_t)n};
+    struct vkr_bind bd[3] = {rw(y.buf), ro(b.buf), ro(groups)};
+    uint32_t gx = vkr_groups(n, 64);
+    vkr_cmd_dispatch(c, pipe(c, "moe_bias", 3, sizeof pc), bd, &pc,
+                     gx < VKK_MAX_GROUPS ? gx : VKK_MAX_GROUPS, (uint32_t)max_rows, 1);
+}
 
 void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
                    const struct vkr_buf *groups)
@@ -954,9 +1220,11 @@ struct attn_pc {
     uint32_t q_off, out_off, pos_off, H, Hkv, D, n_ctx, f16, window;
     float scale;
     uint32_t n_tiles;
+    float softcap;
+    uint32_t sinks;
 };
 struct attn_merge_pc {
-    uint32_t out_off, pos_off, H, D, window, n_tiles;
+    uint32_t out_off, pos_off, H, D, window, n_tiles, sinks;
 };
 
 int64_t vkk_attention_tiles(const struct vkk_attn *a)
@@ -982,12 +1250,16 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     if (a->n_q <= 0 || vkr_cmd_failed(c))
         return;
     if (a->head_dim < 1 || a->head_dim > KERN_ATTN_MAX_HEAD_DIM || a->n_head_kv < 1 ||
-        a->n_head % a->n_head_kv != 0 || a->window < 0 || kv_code(a->kv_type, a->head_dim) < 0) {
+        a->n_head % a->n_head_kv != 0 || a->window < 0 || kv_code(a->kv_type, a->head_dim) < 0 ||
+        !(a->softcap >= 0.0f) || a->softcap == INFINITY) {
         vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: unsupported shape (heads %d/%d, head dim "
-                     "%d, window %d, cache type %u)", (int)a->n_head, (int)a->n_head_kv,
-                     (int)a->head_dim, (int)a->window, (unsigned)a->kv_type);
+                     "%d, window %d, cache type %u, soft-cap %g)", (int)a->n_head,
+                     (int)a->n_head_kv, (int)a->head_dim, (int)a->window, (unsigned)a->kv_type,
+                     (double)a->softcap);
         return;
     }
+    if (a->sinks && !span(c, "attention", vkk_at(a->sinks, 0), a->n_head))
+        return;
     for (int64_t t = 0; t < a->n_q; t++)
         if (a->pos[t] < 0 || a->pos[t] >= a->n_ctx) {
             vkr_cmd_fail(c, KN_E_ARG, "Vulkan attention: query %lld at position %d is outside "
@@ -1008,11 +1280,14 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     struct attn_pc pc = {a->q.off, a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->n_head_kv,
                          (uint32_t)a->head_dim, (uint32_t)a->n_ctx,
                          (uint32_t)kv_code(a->kv_type, a->head_dim),
-                         (uint32_t)a->window, a->scale, 0};
+                         (uint32_t)a->window, a->scale, 0, a->softcap, a->sinks != NULL};
+    const bool capped = a->softcap > 0.0f;
+    /* the sinks binding: the query buffer stands in when there are none */
+    struct vkr_bind sk = ro(a->sinks ? a->sinks : a->q.buf);
     if (!a->part) {
-        struct vkr_bind b[5] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb};
-        vkr_cmd_dispatch(c, pipe_f(c, "attn", 5, sizeof pc), b, &pc, (uint32_t)a->n_head,
-                         (uint32_t)a->n_q, 1);
+        struct vkr_bind b[6] = {ro(a->q.buf), ro(a->k), ro(a->v), rw(a->out.buf), pb, sk};
+        vkr_cmd_dispatch(c, pipe_x(c, capped ? "attn_softcap" : "attn", true, capped, 6, sizeof pc),
+                         b, &pc, (uint32_t)a->n_head, (uint32_t)a->n_q, 1);
         return;
     }
     int64_t tiles = vkk_attention_tiles(a);
@@ -1025,11 +1300,12 @@ void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a)
     pc.n_tiles = (uint32_t)tiles;
     /* out is bound but not written by the tile pass */
     struct vkr_bind b[6] = {ro(a->q.buf), ro(a->k), ro(a->v), ro(a->out.buf), pb, rw(a->part)};
-    vkr_cmd_dispatch(c, pipe_f(c, "attn_part", 6, sizeof pc), b, &pc, (uint32_t)a->n_head,
-                     (uint32_t)a->n_q, (uint32_t)tiles);
+    vkr_cmd_dispatch(c, pipe_x(c, capped ? "attn_part_softcap" : "attn_part", true, capped, 6,
+                               sizeof pc),
+                     b, &pc, (uint32_t)a->n_head, (uint32_t)a->n_q, (uint32_t)tiles);
     struct attn_merge_pc mc = {a->out.off, 0, (uint32_t)a->n_head, (uint32_t)a->head_dim,
-                               (uint32_t)a->window, (uint32_t)tiles};
-    struct vkr_bind bm[3] = {ro(a->part), rw(a->out.buf), pb};
-    vkr_cmd_dispatch(c, pipe_f(c, "attn_merge", 3, sizeof mc), bm, &mc, (uint32_t)a->n_head,
+                               (uint32_t)a->window, (uint32_t)tiles, a->sinks != NULL};
+    struct vkr_bind bm[4] = {ro(a->part), rw(a->out.buf), pb, sk};
+    vkr_cmd_dispatch(c, pipe_f(c, "attn_merge", 4, sizeof mc), bm, &mc, (uint32_t)a->n_head,
                      (uint32_t)a->n_q, 1);
 }

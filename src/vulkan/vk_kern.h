@@ -82,6 +82,25 @@ KN_MUST_USE enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mo
                                            const float *a, const float *b, int n, float *q,
                                            float *r, struct kn_err *err);
 
+/* How the soft-capped attention computes kern_tanhf's double fma (kn_common.glsl kn_dfma):
+ * the driver's fma(double), or (soft) the integer build, exact on any device with
+ * shaderFloat64. vkk_dfma_probe runs the driver's on vkk_dfma_cases against C's fma (and
+ * its double division and double-to-float conversion against C's): *soft is set when the
+ * fma differs (the count in *bad, may be NULL), after checking the integer build on the
+ * same cases; KN_E_MISMATCH when that differs too, or the division or conversion does;
+ * KN_E_UNSUPPORTED without shaderFloat64. The soft-capped attention probes on first use
+ * unless vkk_dfma_set set the mode (vkk_fma_forget drops it too). */
+KN_MUST_USE enum kn_status vkk_dfma_probe(struct vkr *rt, bool *soft, int *bad, struct kn_err *err);
+void vkk_dfma_set(struct vkr *rt, bool soft);
+/* Fills up to n triples (a, b, c) of doubles (t[3i], t[3i+1], t[3i+2]) with seed: ties of
+ * the rounding, cancellations down to zero, carries, subnormal and huge magnitudes,
+ * tanh's own steps and random bit patterns; returns how many. */
+int vkk_dfma_cases(double *t, int n, uint64_t seed);
+/* fma[i] = fma(a, b, c), quo[i] = a / b and cvt[i] = (float)a of triple i on rt, with the
+ * integer fma when soft (the probe's shader); any output may be NULL. */
+KN_MUST_USE enum kn_status vkk_dfma_run(struct vkr *rt, bool soft, const double *t, int n,
+                                        double *fma, double *quo, float *cvt, struct kn_err *err);
+
 /* Tensors larger than the device's largest storage binding (maxStorageBufferRange:
  * 128 MiB on lavapipe, less than Gemma 3's embedding) are bound in parts of whole rows,
  * one dispatch each. Tests lower the limit with this (0: the device's own). */
@@ -108,6 +127,11 @@ void vkk_rope(struct vkr_cmd *c, struct vkk_ref x, struct vkk_ref tab, const str
 /* y (rows, n) = rmsnorm(x) * w (w.buf NULL: no gain); y may be x (kern_rmsnorm). */
 void vkk_rmsnorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct vkk_ref w,
                  int64_t rows, int64_t n, float eps);
+
+/* y (rows, n) = kern_layernorm of x with gain w and bias b (either .buf NULL: none); y may
+ * be x. */
+void vkk_layernorm(struct vkr_cmd *c, struct vkk_ref y, struct vkk_ref x, struct vkk_ref w,
+                   struct vkk_ref b, int64_t rows, int64_t n, float eps);
 
 /* q (words) = x (M, K) quantized per token in kind's CPU layout (kern_act_prepare):
  * kern_act_bytes(kind, M, K) bytes. kind is KERN_ACT_Q8_32 or KERN_ACT_Q8_K. */
@@ -137,6 +161,8 @@ enum vkk_elt {
     VKK_SWIGLU = 3,   /* y (n) = silu(y) * a */
     VKK_GEGLU = 4,    /* y (n) = gelu(y) * a */
     VKK_GATHER = 5,   /* y row j (n) = a row rows[j], j < rows */
+    VKK_SWIGLU_OAI = 6, /* y (n) = kern_swiglu_oaif(y, a) (gpt-oss) */
+    VKK_GELU = 7,     /* y (n) = gelu(y) (kern_geluf; BERT's ungated activation) */
 };
 void vkk_eltwise(struct vkr_cmd *c, enum vkk_elt op, struct vkk_ref y, struct vkk_ref a,
                  const int64_t *rows_idx, int64_t rows, int64_t n, float v);
@@ -165,6 +191,11 @@ void vkk_moe_route(struct vkr_cmd *c, const struct kern_moe_gate *g, struct vkk_
  * expert in order (moe_group.comp): counts first, then each expert's list of R slots. */
 void vkk_moe_group(struct vkr_cmd *c, struct vkk_ref ids, int64_t R, int32_t n_expert,
                    const struct vkr_buf *groups);
+/* y (R, n) rows of expert (>= 0) in the grouping of vkk_moe_group plus that expert's bias
+ * b (n) (gpt-oss's expert biases); max_rows as for vkk_matmul_expert. */
+void vkk_moe_bias(struct vkr_cmd *c, struct vkk_ref y, int64_t R, int64_t n, struct vkk_ref b,
+                  const struct vkr_buf *groups, int32_t n_expert, int32_t expert,
+                  int64_t max_rows);
 /* y (T, E) row t = yg row t k times w[t k], then + yg row t k + r times w[t k + r] for
  * r = 1 .. k-1 (cpu_moe_ffn's weighted sum in rank order). */
 void vkk_moe_sum(struct vkr_cmd *c, struct vkk_ref yg, struct vkk_ref w, int64_t T, int64_t k,
@@ -183,6 +214,8 @@ struct vkk_attn {
     int64_t n_q, n_ctx;
     int32_t n_head, n_head_kv, head_dim, window;
     float scale;
+    float softcap;                 /* 0: none; c > 0: scores soft-capped (Gemma 2; doubles) */
+    const struct vkr_buf *sinks;   /* NULL, or (H) f32 sink logits (gpt-oss) */
     const struct vkr_buf *part;    /* NULL: one workgroup per (head, query) runs all tiles */
 };
 void vkk_attention(struct vkr_cmd *c, const struct vkk_attn *a);

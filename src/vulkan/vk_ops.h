@@ -95,7 +95,8 @@ struct vkr_buf *vk_stream_scratch(struct kern_stream *s, int slot, size_t bytes)
 /* Runs the start-up self-test on an open backend (vk_selftest.c). */
 void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t);
 
-/* Sets the op entries of ops that the Vulkan ops implement (vk_ops_table.c). */
-void vk_ops_fill(struct kern_backend_ops *ops);
+/* Sets the op entries of ops that the Vulkan ops implement on a device like dev
+ * (vk_ops_table.c). */
+void vk_ops_fill(struct kern_backend_ops *ops, const struct vkr_info *dev);
 
 #endif

@@ -115,8 +115,25 @@ void vk_op_scale(struct kern_stream *s, struct kern_buf *y, float v, int64_t n)
 void vk_op_glu(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
                       const struct kern_buf *u, int64_t n)
 {
-    vkk_eltwise(vk_stream_cmd(s), kind == KERN_GLU_GEGLU ? VKK_GEGLU : VKK_SWIGLU, at(g, 0),
-                at(u, 0), NULL, 1, n, 0.0f);
+    vkk_eltwise(vk_stream_cmd(s), vk_glu_op(kind), at(g, 0), at(u, 0), NULL, 1, n, 0.0f);
+}
+
+enum vkk_elt vk_glu_op(enum kern_glu kind)
+{
+    return kind == KERN_GLU_GEGLU ? VKK_GEGLU : kind == KERN_GLU_SWIGLU_OAI ? VKK_SWIGLU_OAI
+                                                                            : VKK_SWIGLU;
+}
+
+void vk_op_layernorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                     const struct kern_buf *w, const struct kern_buf *b, int64_t rows, int64_t n,
+                     float eps)
+{
+    vkk_layernorm(vk_stream_cmd(s), at(y, 0), at(x, 0), at(w, 0), at(b, 0), rows, n, eps);
+}
+
+void vk_op_gelu(struct kern_stream *s, struct kern_buf *x, int64_t n)
+{
+    vkk_eltwise(vk_stream_cmd(s), VKK_GELU, at(x, 0), at(NULL, 0), NULL, 1, n, 0.0f);
 }
 
 void vk_op_gather(struct kern_stream *s, struct kern_buf *dst, const struct kern_buf *src,
@@ -135,6 +152,7 @@ void vk_op_kv_store(struct kern_stream *s, const struct kern_attn_batch *b)
     }
 }
 
+/* Also attention_softcap and attention_sinks: the batch's softcap and sinks say which. */
 void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
 {
     struct vkr_cmd *c = vk_stream_cmd(s);
@@ -154,7 +172,8 @@ void vk_op_attention(struct kern_stream *s, const struct kern_attn_batch *b)
             .k = vk_buf(run->k), .v = vk_buf(run->v), .kv_type = b->kv_type,
             .pos = b->pos + run->t0, .n_q = run->n, .n_ctx = run->n_ctx,
             .n_head = b->n_head, .n_head_kv = b->n_head_kv, .head_dim = b->head_dim,
-            .window = b->window, .scale = b->scale};
+            .window = b->window, .scale = b->scale, .softcap = b->softcap,
+            .sinks = b->sinks ? vk_buf(b->sinks) : NULL};
         if (run->n * b->n_head < ATTN_SPLIT_PAIRS && vkk_attention_tiles(&a) >= ATTN_SPLIT_TILES) {
             a.part = vk_stream_scratch(s, VK_SLOT_ATTN_PART, vkk_attention_part_bytes(&a));
             if (!a.part)

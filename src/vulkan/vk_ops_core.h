@@ -4,6 +4,7 @@
 #ifndef KN_VULKAN_VK_OPS_CORE_H
 #define KN_VULKAN_VK_OPS_CORE_H
 
+#include "vk_kern.h"
 #include "vk_ops.h"
 
 void vk_op_embed(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *table,
@@ -22,6 +23,12 @@ void vk_op_add(struct kern_stream *s, struct kern_buf *y, const struct kern_buf 
 void vk_op_scale(struct kern_stream *s, struct kern_buf *y, float v, int64_t n);
 void vk_op_glu(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
                const struct kern_buf *u, int64_t n);
+/* The eltwise op of a gated activation. */
+enum vkk_elt vk_glu_op(enum kern_glu kind);
+void vk_op_layernorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                     const struct kern_buf *w, const struct kern_buf *b, int64_t rows, int64_t n,
+                     float eps);
+void vk_op_gelu(struct kern_stream *s, struct kern_buf *x, int64_t n);
 void vk_op_gather(struct kern_stream *s, struct kern_buf *dst, const struct kern_buf *src,
                   const int64_t *rows, int64_t n_rows, int64_t n);
 void vk_op_kv_store(struct kern_stream *s, const struct kern_attn_batch *b);

@@ -6,10 +6,13 @@
  * sort), and each expert's product is one dispatch over its own rows (vkk_matmul_expert
  * reads the count and the row list on the device; row groups past the count return at
  * once). A row's product does not depend on the rows beside it, so the bits are those of
- * the CPU's grouped products. */
+ * the CPU's grouped products. gpt-oss's expert biases (moe_ffn_oai, the same function)
+ * are added to each expert's rows the same way (vkk_moe_bias), after the product and
+ * before the activation or the weighting, as on the CPU. */
 #include "vk_ops_moe.h"
 
 #include "vk_kern.h"
+#include "vk_ops_core.h"
 
 #include <stdlib.h>
 
@@ -22,9 +25,11 @@ void vk_op_moe_route(struct kern_stream *s, const struct kern_moe_gate *g,
                   vkk_at(vk_buf(w), 0));
 }
 
-/* One product of every expert over the rows routed to it: y (R, N) of x (R, K). A token
- * routes to an expert at most once: an expert has at most T rows. */
-static void moe_product(struct kern_stream *s, const struct kern_buf *const *w, int32_t n_expert,
+/* One product of every expert over the rows routed to it: y (R, N) of x (R, K), plus the
+ * expert's bias (bias NULL: none). A token routes to an expert at most once: an expert has
+ * at most T rows. */
+static void moe_product(struct kern_stream *s, const struct kern_buf *const *w,
+                        const struct kern_buf *const *bias, int32_t n_expert,
                         const struct vkr_buf *x, const struct vkr_buf *q, int64_t R, int64_t T,
                         const struct vkr_buf *groups, struct vkr_buf *y)
 {
@@ -32,9 +37,13 @@ static void moe_product(struct kern_stream *s, const struct kern_buf *const *w, 
         const struct kern_weight *we = w[e]->w;
         vkk_matmul_expert(vk_stream_cmd(s), we, vk_buf(w[e]), vkk_at(x, 0), vkk_at(q, 0), R,
                           vkk_at(y, 0), we->N, groups, n_expert, e, T);
+        if (bias && bias[e])
+            vkk_moe_bias(vk_stream_cmd(s), vkk_at(y, 0), R, we->N, vkk_at(vk_buf(bias[e]), 0),
+                         groups, n_expert, e, T);
     }
 }
 
+/* Also moe_ffn_oai: f's act and biases say which. */
 void vk_op_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, const struct kern_buf *x,
                    const struct kern_buf *ids, const struct kern_buf *w, int64_t T,
                    struct kern_buf *y)
@@ -72,12 +81,11 @@ void vk_op_moe_ffn(struct kern_stream *s, const struct kern_moe_ffn *f, const st
         enum kern_act_kind ku = kern_act_kind_for(f->up[0]->w->type);
         const struct vkr_buf *qg = vk_act_prepare(s, kg, xg, 0, R, E);
         const struct vkr_buf *qu = ku == kg ? qg : vk_act_prepare(s, ku, xg, 0, R, E);
-        moe_product(s, f->gate, f->n_expert, xg, qg, R, T, groups, gb);
-        moe_product(s, f->up, f->n_expert, xg, qu, R, T, groups, ub);
-        vkk_eltwise(c, f->act == KERN_GLU_GEGLU ? VKK_GEGLU : VKK_SWIGLU, vkk_at(gb, 0),
-                    vkk_at(ub, 0), NULL, 1, R * F, 0.0f);
+        moe_product(s, f->gate, f->gate_b, f->n_expert, xg, qg, R, T, groups, gb);
+        moe_product(s, f->up, f->up_b, f->n_expert, xg, qu, R, T, groups, ub);
+        vkk_eltwise(c, vk_glu_op(f->act), vkk_at(gb, 0), vkk_at(ub, 0), NULL, 1, R * F, 0.0f);
         const struct vkr_buf *qd = vk_act_prepare(s, kern_act_kind_for(d0->type), gb, 0, R, F);
-        moe_product(s, f->down, f->n_expert, gb, qd, R, T, groups, yg);
+        moe_product(s, f->down, f->down_b, f->n_expert, gb, qd, R, T, groups, yg);
         vkk_moe_sum(c, vkk_at(yg, 0), vkk_at(vk_buf(w), 0), T, k, E, vkk_at(vk_buf(y), 0));
     }
     free(rows);

@@ -1,10 +1,12 @@
 /* vk_ops_table.c: the ops the Vulkan backend has (vk_ops.h). One line per op whose
  * shader and host function exist, `ops-><op> = vk_op_<op>;`; an op left out stays NULL
- * and model_open refuses to put a layer that needs it on a Vulkan device. */
+ * and model_open refuses to put a layer that needs it on a Vulkan device. The soft-capped
+ * attention computes kern_tanhf in double: a device without shaderFloat64 lacks it (and
+ * the self-test clears it where the device's double math is not exact). */
 #include "vk_ops_core.h"
 #include "vk_ops_moe.h"
 
-void vk_ops_fill(struct kern_backend_ops *ops)
+void vk_ops_fill(struct kern_backend_ops *ops, const struct vkr_info *dev)
 {
     ops->embed = vk_op_embed;
     ops->rope_table = vk_op_rope_table;
@@ -22,4 +24,10 @@ void vk_ops_fill(struct kern_backend_ops *ops)
     ops->shortconv = vk_op_shortconv;
     ops->moe_route = vk_op_moe_route;
     ops->moe_ffn = vk_op_moe_ffn;
+    if (dev->float64)
+        ops->attention_softcap = vk_op_attention; /* the batch's softcap > 0 */
+    ops->attention_sinks = vk_op_attention;   /* the batch's sinks */
+    ops->moe_ffn_oai = vk_op_moe_ffn;         /* f's act and expert biases */
+    ops->layernorm = vk_op_layernorm;
+    ops->gelu = vk_op_gelu;
 }

@@ -52,7 +52,7 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     double t0 = kn_now();
     struct kn_err err = {0};
     uint32_t *in = malloc(3 * ST_N * 4), *out = malloc(5 * ST_N * 4);
-    char probes[520] = "";
+    char probes[800] = "";
     bool probed = false;
     struct kern_fprobe *fp = &t->probe;
     if (!in || !out) {
@@ -85,7 +85,24 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
             } else {
                 snprintf(dsr, sizeof dsr, "; division and sqrt probe failed (%.60s)", err.msg);
             }
-            snprintf(probes, sizeof probes, "%s%s", fp->report, dsr);
+            /* the soft-capped attention's double math (kern_tanhf): the driver's double
+             * fma where it is fused, else the integer build; where the double math is not
+             * exact either way, the op is left out (its layers stay on the CPU) */
+            char dd[160] = "";
+            if (vb->ops.attention_softcap) {
+                bool soft = false;
+                int bad = 0;
+                if (vkk_dfma_probe(vb->rt, &soft, &bad, &err) == KN_OK) {
+                    vkk_dfma_set(vb->rt, soft);
+                    t->dfma_soft = soft;
+                    snprintf(dd, sizeof dd, "; double fma %s", soft ? "not fused: the soft-capped "
+                             "attention uses the integer build" : "fused");
+                } else {
+                    vb->ops.attention_softcap = NULL;
+                    snprintf(dd, sizeof dd, "; double math not exact (%.100s)", err.msg);
+                }
+            }
+            snprintf(probes, sizeof probes, "%s%s%s", fp->report, dsr, dd);
         }
     }
     free(in);
@@ -96,5 +113,5 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
     t->canonical = probed && t->ops_equal && t->divsqrt_ok && fp->denormals_kept && fp->arith_ok;
     t->seconds = kn_now() - t0;
-    snprintf(t->report, sizeof t->report, "%.490s; %.490s (%.2f s)", probes, ops, t->seconds);
+    snprintf(t->report, sizeof t->report, "%.780s; %.1000s (%.2f s)", probes, ops, t->seconds);
 }

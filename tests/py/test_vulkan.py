@@ -5,8 +5,10 @@ the first Vulkan device (Mesa's lavapipe in CI):
   (wholly and with --gpu-layers splitting the layers) and on a tiny synth model of every
   architecture (f32, f16 and q8_0 caches; Q4_K_M, Q8_0 and MXFP4 weights), whose receipts
   made on Vulkan verify identical on the CPU (and, for the architectures of the newer
-  shaders, CPU receipts on Vulkan; gemma2, whose soft-capped
-  attention has no shader yet, is refused on the device naming the op);
+  shaders, CPU receipts on Vulkan), gemma2's soft-capped attention and gpt-oss's sinks
+  and expert biases included;
+- `embed --device vulkan` gives the CPU's embeddings bit for bit on bert and nomic-bert
+  (layernorm and gelu on the device), wholly and with --gpu-layers;
 - receipts made on Vulkan verify identical on the CPU and the other way round, and record
   the device class, name and --gpu-layers;
 - Warm Start (--prompt-cache) on Vulkan restores the device's cache and changes no token;
@@ -116,17 +118,19 @@ def test_run_matches_the_cpu_bit_for_bit(vk, tmp_path):
         assert got[1] == base[1], f"{name}: the logits differ from the CPU's"
 
 
-# Every architecture synth makes, each with a KV cache type of its own (f32, f16, q8_0 in
-# turn) and a weight mix; gemma2's soft-capped attention has no Vulkan shader yet.
+# Every generating architecture synth makes, each with a KV cache type of its own (f32,
+# f16, q8_0 in turn) and a weight mix (gpt-oss: its MXFP4 experts); bert and nomic-bert
+# (embeddings) are test_embeddings_match_the_cpu's.
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "lfm2", "lfm2moe", "gemma2", "phi3",
-         "granite", "smollm3", "olmo2"]
-NO_VULKAN_OP = {"gemma2": "attention_softcap"}
+         "granite", "smollm3", "olmo2", "gpt-oss"]
+FTYPE = {"gpt-oss": "mxfp4_moe"}
 # CPU receipts rerun on Vulkan for the architectures of the newer shaders (the rest, and
 # aidreams260K below, prove that direction for the common ops)
-VERIFY_ON_VULKAN = {"qwen3", "lfm2", "lfm2moe", "qwen3moe"}
+VERIFY_ON_VULKAN = {"qwen3", "lfm2", "lfm2moe", "qwen3moe", "gemma2", "gpt-oss"}
 # Under ASan + UBSan (lavapipe is slow there) only the architectures of the newer host
-# paths run: the MoE grouping and the short convolution; the plain suite runs them all.
-SANITIZER_ARCHS = {"lfm2", "qwen3moe"}
+# paths run: the MoE grouping, the short convolution and gpt-oss's expert biases and
+# sinks; the plain suite runs them all.
+SANITIZER_ARCHS = {"lfm2", "qwen3moe", "gpt-oss"}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -135,20 +139,13 @@ def test_synth_models_match_the_cpu(vk, tmp_path, arch):
         pytest.skip(f"{arch}: the plain suite runs it; under ASan only {sorted(SANITIZER_ARCHS)} (CI time)")
     i = ARCHS.index(arch)
     kv = ("f32", "f16", "q8_0")[i % 3]
-    ftype = ("q4_k_m", "q8_0", "mxfp4")[i % 3]
+    ftype = FTYPE.get(arch, ("q4_k_m", "q8_0", "mxfp4")[i % 3])
     model = tmp_path / f"{arch}.gguf"
     kn("synth", "--arch", arch, "--preset", "tiny", "--type", ftype, "--vocab", AIDREAMS,
        "--seed", 2, "-o", model)
     prompt = ["--prompt-ids", "1,400,300,290,450,260,270"]
     r_vk, r_cpu = tmp_path / "vk.json", tmp_path / "cpu.json"
     args = [*prompt, "--kv-type", kv, "--temp", 0.9]
-    if arch in NO_VULKAN_OP:
-        # model_open refuses the layer on the device, naming the op; the CPU runs it
-        probe = kn("run", model, *args, "-n", 1, "--device", vk, check=False)
-        assert probe.returncode == 1
-        assert f"needs the {NO_VULKAN_OP[arch]} op, which vulkan:0 lacks" in probe.stderr, \
-            probe.stderr
-        return
     cpu = run_ids(model, args, tmp_path, "cpu", "--receipt", r_cpu)
     gpu = run_ids(model, args, tmp_path, "vk", "--device", vk, "--receipt", r_vk)
     assert gpu[0] == cpu[0], f"{arch} {ftype} {kv}: the tokens differ from the CPU's"
@@ -163,16 +160,22 @@ def test_synth_models_match_the_cpu(vk, tmp_path, arch):
                          re.M), v.stdout
 
 
-def test_gptoss_refused_by_name(vk, tmp_path):
-    """The Vulkan backend has no attention_sinks / moe_ffn_oai yet: a gpt-oss layer is
-    refused on it, naming the op, and the model runs with its layers on the CPU."""
-    model = tmp_path / "gpt-oss.gguf"
-    kn("synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4_moe", "--seed", 2, "-o", model)
-    prompt = ["--prompt-ids", "1,400,300,290"]
-    probe = kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, check=False)
-    assert probe.returncode == 1
-    assert re.search(r"needs the (attention_sinks|moe_ffn_oai) op, which vulkan:0 lacks", probe.stderr), probe.stderr
-    kn("run", model, *prompt, "-n", 1, "--json", "--device", vk, "--gpu-layers", 0)
+# bert wholly on the device (layernorm and gelu); nomic-bert (layernorm, RoPE and its
+# gated FFN) split after its first layer, the hand-over of an encoder's pass. One Vulkan
+# start each: each runs the device's self-test (CI time).
+@pytest.mark.parametrize("arch,extra", [("bert", []), ("nomic-bert", ["--gpu-layers", "1"])])
+def test_embeddings_match_the_cpu(vk, tmp_path, arch, extra):
+    """The BERT family's layers on the device give the CPU's embeddings bit for bit."""
+    if sanitizer_build():
+        pytest.skip(f"{arch}: the plain suite runs it; under ASan only {sorted(SANITIZER_ARCHS)} (CI time)")
+    model = tmp_path / f"{arch}.gguf"
+    kn("synth", "--arch", arch, "--preset", "tiny", "--seed", 3, "-o", model)
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog"]
+    cpu = kn("embed", model, *texts, "--device", "cpu").stdout
+    assert len(cpu.splitlines()) == 2, cpu
+    got = kn("embed", model, *texts, "--device", vk, *extra)
+    assert "warning" not in got.stderr, got.stderr
+    assert got.stdout == cpu, f"{arch} {extra}: the embeddings differ from the CPU's"
 
 
 def test_receipts_cross_verify(vk, tmp_path):

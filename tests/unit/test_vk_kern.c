@@ -3,7 +3,8 @@
  * quantization and the products of every weight type (the shapes and batch sizes of
  * test_kern_matmul.c), RMSNorm, RoPE (both modes), embedding rows of every type, the
  * elementwise ops, KV stores and attention (f32 and f16 caches, GQA, head dims 1 to 512,
- * windows across tiles, prefill = decode = chunked prefill). Inputs hold no denormals:
+ * windows across tiles, prefill = decode = chunked prefill), the integer double fma of
+ * the soft-capped attention against C's fma. Inputs hold no denormals:
  * lavapipe flushes them (shaderDenormPreserveFloat32 is false), which test_denormals
  * shows and docs/numerics.md states. Skips (exit 77) with the reason when the build has
  * no Vulkan or there is no device. Sizes stay small: lavapipe runs shaders on the CPU. */
@@ -668,6 +669,61 @@ static void test_divsqrt(void)
     free(wr);
 }
 
+/* kern_tanhf's double fma (kn_common.glsl kn_dfma): the integer build equals C's fma bit
+ * for bit on the crafted cases (ties, cancellations to zero, carries into the exponent,
+ * subnormals, overflow, tanh's own steps) and on random triples of every kind; the probe's
+ * verdict on the driver's is the count of its differences; the driver's division and
+ * conversion to float agree with C's. */
+static void test_dfma(void)
+{
+    enum { N = 2048, R = 1 << 15 };
+    struct kn_err err = {0};
+    if (!vkr_device_info(rt)->float64) {
+        printf("double fma: not run (no shaderFloat64; soft-capped attention stays on the CPU)\n");
+        return;
+    }
+    double *t = malloc(3 * R * sizeof(double)), *f = malloc(R * sizeof(double));
+    double *q = malloc(R * sizeof(double));
+    float *cv = malloc(R * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass == 0 ? vkk_dfma_cases(t, N, 0) : vkk_dfma_cases(t, R, 0x5bd1e995u);
+        CHECK_EQ_INT(n, pass == 0 ? N : R);
+        CHECKF(vkk_dfma_run(rt, true, t, n, f, q, cv, &err) == KN_OK, "%s", err.msg);
+        int bad = 0, bad_q = 0, bad_c = 0;
+        for (int i = 0; i < n; i++) {
+            double want = fma(t[3 * i], t[3 * i + 1], t[3 * i + 2]), wq = t[3 * i] / t[3 * i + 1];
+            float wc = (float)t[3 * i];
+            if (memcmp(&want, &f[i], 8) != 0 && !(isnan(want) && isnan(f[i])) && bad++ < 5)
+                printf("integer fma(%a, %a, %a) = %a, C's fma %a\n", t[3 * i], t[3 * i + 1],
+                       t[3 * i + 2], f[i], want);
+            bad_q += memcmp(&wq, &q[i], 8) != 0 && !(isnan(wq) && isnan(q[i]));
+            bad_c += memcmp(&wc, &cv[i], 4) != 0 && !(isnan(wc) && isnan(cv[i]));
+        }
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(bad_q, 0);
+        CHECK_EQ_INT(bad_c, 0);
+        if (pass == 0) { /* the driver's, and the probe's verdict */
+            CHECKF(vkk_dfma_run(rt, false, t, n, f, NULL, NULL, &err) == KN_OK, "%s", err.msg);
+            int bd = 0;
+            for (int i = 0; i < n; i++) {
+                double want = fma(t[3 * i], t[3 * i + 1], t[3 * i + 2]);
+                bd += memcmp(&want, &f[i], 8) != 0 && !(isnan(want) && isnan(f[i]));
+            }
+            bool soft = !bd;
+            int pb = -1;
+            CHECKF(vkk_dfma_probe(rt, &soft, &pb, &err) == KN_OK, "%s", err.msg);
+            CHECK_EQ_INT(pb, bd);
+            CHECK(soft == (bd > 0));
+            printf("double fma: the driver's differs on %d of %d hard cases: %s\n", bd, n,
+                   soft ? "the integer build is used" : "the driver's is used");
+        }
+    }
+    free(t);
+    free(f);
+    free(q);
+    free(cv);
+}
+
 int main(void)
 {
     struct kn_err err = {0};
@@ -688,6 +744,7 @@ int main(void)
                                                 : "exact in double (the driver's is not fused)");
     test_denormals();
     test_divsqrt();
+    test_dfma();
     test_eltwise();
     test_rmsnorm();
     test_rope();

@@ -1,15 +1,16 @@
 /* test_vk_model.c: whole models on the Vulkan backend give the CPU's logits bit for bit:
  * aidreams260K and a tiny synth model of several architectures and weight mixes (llama
  * Q4_K_M, qwen2 Q8_0 with an f16 cache, qwen3 Q5_1, gemma3 Q4_K_M with sliding-window
- * layers and an f16 cache, qwen3 Q4_K_M with a q8_0 cache, lfm2 Q4_K_M with its short-convolution layers, the
- * mixture-of-experts qwen3moe Q4_K_M and lfm2moe Q8_0), run wholly on the device and with only the first layers on it
- * (--gpu-layers), through the shared script of model_script.h: a prompt in two chunks,
- * rows out of order, a chunk with no output, greedy decode and two sequences in one batch;
- * aidreams260K again with every tensor bound in parts (vkk_limit_bindings).
- * KN_TEST_DEVICE=cuda:0 (scripts/gpu_check.sh) runs the same on another device of the
- * registry (src/device), plus two cases the Vulkan run leaves out: gemma2 (soft-capped
- * attention, no Vulkan shader) with a q8_0 cache, and qwen3 MXFP4 with a q8_0 cache
- * (test_vulkan.py covers MXFP4 on Vulkan); the small-bindings step is Vulkan's own.
+ * layers and an f16 cache, qwen3 Q4_K_M with a q8_0 cache, lfm2 Q4_K_M with its
+ * short-convolution layers, the mixture-of-experts qwen3moe Q4_K_M and lfm2moe Q8_0,
+ * gemma2 Q4_K_M with its soft-capped attention and a q8_0 cache), run wholly on the
+ * device and with only the first layers on it (--gpu-layers), through the shared script
+ * of model_script.h: a prompt in two chunks, rows out of order, a chunk with no output,
+ * greedy decode and two sequences in one batch; aidreams260K again with every tensor
+ * bound in parts (vkk_limit_bindings). KN_TEST_DEVICE=cuda:0 (scripts/gpu_check.sh) runs
+ * the same on another device of the registry (src/device), plus one case the Vulkan run
+ * leaves out: qwen3 MXFP4 with a q8_0 cache (test_vulkan.py covers MXFP4 on Vulkan); the
+ * small-bindings step is Vulkan's own.
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
 #include "check.h"
 
@@ -83,7 +84,7 @@ static void test_synth(struct kern_pool *pool)
         {SYNTH_LFM2, SYNTH_Q4_K_M, MODEL_KV_F16, false}, /* split after its first (conv) layer */
         {SYNTH_QWEN3MOE, SYNTH_Q4_K_M, MODEL_KV_F32, false},
         {SYNTH_LFM2MOE, SYNTH_Q8_0, MODEL_KV_F16, false},
-        {SYNTH_GEMMA2, SYNTH_Q4_K_M, MODEL_KV_Q8_0, true}, /* soft-cap: no Vulkan shader */
+        {SYNTH_GEMMA2, SYNTH_Q4_K_M, MODEL_KV_Q8_0, false}, /* soft-capped attention */
         /* MXFP4 with a q8_0 cache: on Vulkan test_vulkan.py covers it (CI time) */
         {SYNTH_QWEN3, SYNTH_MXFP4, MODEL_KV_Q8_0, true},
     };

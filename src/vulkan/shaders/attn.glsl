@@ -8,8 +8,11 @@
  *   o_t[d] = fma chain over j ascending (one invocation per d)
  *   m' = max(m, m_t), a = exp(m - m'), b = exp(m_t - m'),
  *   l = kn_fma(l_t, b, l * a), o[d] = kn_fma(o_t[d], b, o[d] * a)
- * and out[d] = o[d] / l. The caches are head-major (Hkv, n_ctx, D), f32 or f16 (widened
- * exactly) or q8_0 (f16 = 2). Grid: (H, n_q).
+ * then, with sinks (gpt-oss; pc.sinks), the head's sink merged as a tile (sink, 1, 0):
+ *   m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m'), o[d] = o[d] * a,
+ * and out[d] = o[d] / l. Built with KN_SOFTCAP (attn_softcap*.comp: Gemma 2; doubles) each
+ * score is kern_softcapf(s_j, pc.softcap) before the max. The caches are head-major
+ * (Hkv, n_ctx, D), f32 or f16 (widened exactly) or q8_0 (f16 = 2). Grid: (H, n_q).
  *
  * Built with KN_ATTN_PART (attn_part.comp) a workgroup computes one tile only, (head,
  * query, tile z of the query's tiles), and writes its (m_t, l_t, o_t) to the part buffer;
@@ -25,6 +28,11 @@ layout(std430, set = 0, binding = 3) writeonly buffer O { float outv[]; };
 layout(std430, set = 0, binding = 4) readonly buffer Pos { int pos[]; };
 #ifdef KN_ATTN_PART
 layout(std430, set = 0, binding = 5) writeonly buffer Part { float part_out[]; };
+#else
+layout(std430, set = 0, binding = 5) readonly buffer Sinks { float sinks[]; };
+#endif
+#ifdef KN_SOFTCAP
+#define KN_F64MATH 1
 #endif
 
 layout(push_constant) uniform P {
@@ -34,6 +42,8 @@ layout(push_constant) uniform P {
     uint window;
     float scale;
     uint n_tiles;  /* KN_ATTN_PART: tiles per (query, head) in the part buffer */
+    float softcap; /* KN_SOFTCAP: the cap c > 0 */
+    uint sinks;    /* 1: merge sinks[h] (binding 5) before the division */
 } pc;
 
 #include "kn_common.glsl"
@@ -95,6 +105,9 @@ void tile(uint tid, int t0, int j0, int j1, uint kbase, uint D)
             [[unroll]] for (int i = 0; i < wd; i++)
                 a[i] = a[i] + a[i + wd];
         precise float sc = a[0] * pc.scale;
+#ifdef KN_SOFTCAP
+        sc = kn_softcapf(sc, pc.softcap);
+#endif
         s_sh[tid] = sc;
     }
     barrier();
@@ -190,6 +203,14 @@ void main()
             }
         }
         barrier();
+    }
+    if (pc.sinks != 0u) { /* kn_attn_sink */
+        if (tid == 0u)
+            sa_sh = kn_attn_sink(sinks[h], m, l);
+        barrier();
+        float sa = sa_sh;
+        [[unroll]] for (uint k = 0u; k < MAXD / NT; k++)
+            o[k] = o[k] * sa;
     }
     if (tid == 0u)
         l_sh = l;

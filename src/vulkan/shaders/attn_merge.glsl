@@ -3,19 +3,22 @@
  * running state (-inf, 0, 0) exactly as the single pass does,
  *   m' = max(m, m_t), a = exp(m - m'), b = exp(m_t - m'),
  *   l = fma(l_t, b, l * a), o[d] = fma(o_t[d], b, o[d] * a),
- * then out[d] = o[d] / l. Every invocation follows the scalars (the same operations on
- * the same values); invocation d keeps o[d]. Grid: (H, n_q). */
+ * then with sinks (pc.sinks) the head's sink merged as attn.glsl does (kn_attn_sink), and
+ * out[d] = o[d] / l. Every invocation follows the scalars (the same operations on the same
+ * values); invocation d keeps o[d]. Grid: (H, n_q). */
 layout(local_size_x = 64) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer Part { float part_in[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer O { float outv[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Pos { int pos[]; };
+layout(std430, set = 0, binding = 3) readonly buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform P {
     uint out_off, pos_off;
     uint H, D;
     uint window;
     uint n_tiles;
+    uint sinks;    /* 1: merge sinks[h] before the division */
 } pc;
 
 #include "kn_common.glsl"
@@ -51,6 +54,11 @@ void main()
                 o[k] = kn_fma(part_in[pb + 2u + d], sb, oa);
             }
         }
+    }
+    if (pc.sinks != 0u) { /* kn_attn_sink */
+        float sa = kn_attn_sink(sinks[h], m, l);
+        [[unroll]] for (uint k = 0u; k < MAXD / NT; k++)
+            o[k] = o[k] * sa;
     }
     uint ob = pc.out_off + t * pc.H * D + h * D;
     [[unroll]] for (uint k = 0u; k < MAXD / NT; k++) {

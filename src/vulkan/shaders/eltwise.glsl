@@ -6,6 +6,8 @@
  *   3 swiglu    y[i] = silu(y[i]) * a[i]
  *   4 geglu     y[i] = gelu(y[i]) * a[i]
  *   5 gather    y[r n + i] = a[idx[r] n + i]             (a bit copy)
+ *   6 swiglu_oai y[i] = swiglu_oai(y[i], a[i])            (gpt-oss's clamped SwiGLU)
+ *   7 gelu      y[i] = gelu(y[i])                        (BERT's ungated activation)
  * Grid: x over i (64 per workgroup, striding over the grid when n is larger), y over r. */
 layout(local_size_x = 64) in;
 
@@ -45,6 +47,10 @@ void one(uint i, uint r)
         out_v = y[yi] + a[pc.a_off + (pc.op == 1u ? i : r * pc.n + i)];
     } else if (pc.op == 2u) {
         out_v = y[yi] * pc.v;
+    } else if (pc.op == 6u) {
+        out_v = kn_swiglu_oai(y[yi], a[pc.a_off + r * pc.n + i]);
+    } else if (pc.op == 7u) {
+        out_v = kn_gelu(y[yi]);
     } else {
         precise float g = pc.op == 3u ? kn_silu(y[yi]) : kn_gelu(y[yi]);
         out_v = g * a[pc.a_off + r * pc.n + i];

@@ -298,6 +298,41 @@ float kn_expf(float x)
     return y;
 }
 
+/* The canonical tree over 16 lanes (kn_hd_tree16): for w = 8, 4, 2, 1: a[i] += a[i + w]. */
+float kn_tree16(float v[16])
+{
+    precise float a[16];
+    [[unroll]] for (int i = 0; i < 16; i++)
+        a[i] = v[i];
+    [[unroll]] for (int wd = 8; wd >= 1; wd /= 2)
+        [[unroll]] for (int i = 0; i < wd; i++)
+            a[i] = a[i] + a[i + wd];
+    return a[0];
+}
+
+/* 1 / sqrt(tree / n + eps), tree the canonical tree over the 16 lanes of a row's sum of
+ * squares (rmsnorm_scalar, kern_layernorm). */
+float kn_rnorm(float lanes[16], uint n, float eps)
+{
+    precise float mean = kn_div(kn_tree16(lanes), float(n));
+    precise float me = mean + eps;
+    return kn_div(1.0, kn_sqrt(me));
+}
+
+/* gpt-oss's sink merged into a head's attention state (m, l) as a tile (sink, 1, 0)
+ * (kn_attn_sink): m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m'), m = m';
+ * returns a, by which the caller scales o. */
+float kn_attn_sink(float sink, inout float m, inout float l)
+{
+    float mn = sink > m ? sink : m;
+    precise float da = m - mn, db = sink - mn;
+    float a = kn_expf(da);
+    precise float la = l * a;
+    l = la + kn_expf(db);
+    m = mn;
+    return a;
+}
+
 /* silu(x) = x / (1 + exp(-x)) */
 float kn_silu(float x)
 {
@@ -316,6 +351,281 @@ float kn_gelu(float x)
     precise float den = 1.0 + kn_expf(-z2);
     return kn_div(x, den);
 }
+
+/* gpt-oss's clamped SwiGLU (kern_swiglu_oaif): x = min(g, L) and y = clamp(u, -L, L) by
+ * the reference's comparisons (a NaN g stays), then (x / (1 + exp(-(alpha x)))) (y + 1). */
+#define KN_OAI_ALPHA uintBitsToFloat(0x3fd9db23u) /* 1.702f */
+const float KN_OAI_LIMIT = 7.0;
+
+float kn_swiglu_oai(float g, float u)
+{
+    float x = KN_OAI_LIMIT < g ? KN_OAI_LIMIT : g;
+    float y = KN_OAI_LIMIT < u ? KN_OAI_LIMIT : u;
+    y = -KN_OAI_LIMIT > y ? -KN_OAI_LIMIT : y;
+    precise float ax = KN_OAI_ALPHA * x;
+    precise float den = 1.0 + kn_expf(-ax);
+    precise float y1 = y + 1.0;
+    precise float r = kn_div(x, den) * y1;
+    return r;
+}
+
+#ifdef KN_F64MATH
+/* ---------------------------------------------------------------- double math
+ * kern_tanhf and kern_softcapf (kern_hd.h kn_hd_tanhf, kn_hd_exp_f64), step for step, for
+ * the shaders built with KN_F64MATH (they need shaderFloat64). The reference's double
+ * fma is kn_dfma: the driver's fma(double) where the runtime's probe (vkk_dfma_probe)
+ * finds it fused, else (KN_SOFT_DFMA) the integer build below. Double add, multiply and
+ * division are the driver's (IEEE; the probe checks the division too). */
+layout(constant_id = 2) const bool KN_SOFT_DFMA = false;
+
+/* 32 bits of the little-endian multiword x from bit k (any k; bits outside x are 0). */
+uint kn_w4_bits(uint x[4], int k)
+{
+    int w = k >> 5;
+    uint b = uint(k & 31);
+    uint lo = w >= 0 && w < 4 ? x[w] : 0u, hi = w + 1 >= 0 && w + 1 < 4 ? x[w + 1] : 0u;
+    return b == 0u ? lo : (lo >> b) | (hi << (32u - b));
+}
+
+uint kn_w6_bits(uint x[6], int k)
+{
+    int w = k >> 5;
+    uint b = uint(k & 31);
+    uint lo = w >= 0 && w < 6 ? x[w] : 0u, hi = w + 1 >= 0 && w + 1 < 6 ? x[w + 1] : 0u;
+    return b == 0u ? lo : (lo >> b) | (hi << (32u - b));
+}
+
+/* Whether any bit of x below bit k is set. */
+bool kn_w4_below(uint x[4], int k)
+{
+    uint any = 0u;
+    [[unroll]] for (int j = 0; j < 4; j++)
+        any |= k >= 32 * j + 32 ? x[j] : k > 32 * j ? x[j] & ((1u << uint(k - 32 * j)) - 1u) : 0u;
+    return any != 0u;
+}
+
+bool kn_w6_below(uint x[6], int k)
+{
+    uint any = 0u;
+    [[unroll]] for (int j = 0; j < 6; j++)
+        any |= k >= 32 * j + 32 ? x[j] : k > 32 * j ? x[j] & ((1u << uint(k - 32 * j)) - 1u) : 0u;
+    return any != 0u;
+}
+
+/* The index of the leading one of x (-1 for zero). */
+int kn_w4_msb(uint x[4])
+{
+    for (int j = 3; j >= 0; j--)
+        if (x[j] != 0u)
+            return 32 * j + findMSB(x[j]);
+    return -1;
+}
+
+int kn_w6_msb(uint x[6])
+{
+    for (int j = 5; j >= 0; j--)
+        if (x[j] != 0u)
+            return 32 * j + findMSB(x[j]);
+    return -1;
+}
+
+/* x with its bit 0 at bit s of a 192-bit frame; bits that fall below the frame are
+ * jammed into bit 0 (a sticky bit far below the rounding place). */
+void kn_w_place(uint x[4], int s, out uint f[6])
+{
+    [[unroll]] for (int i = 0; i < 6; i++)
+        f[i] = kn_w4_bits(x, 32 * i - s);
+    if (s < 0 && kn_w4_below(x, -s))
+        f[0] |= 1u;
+}
+
+/* The mantissa (53 bits with the leading one, 52 for subnormals) of finite u and the
+ * exponent of its last bit: |u| = m 2^e. */
+void kn_d_unpack(uvec2 u, out uint m[4], out int e)
+{
+    uint be = (u.y >> 20) & 0x7ffu;
+    m[0] = u.x;
+    m[1] = (u.y & 0xfffffu) | (be != 0u ? 0x100000u : 0u);
+    m[2] = 0u;
+    m[3] = 0u;
+    e = (be != 0u ? int(be) : 1) - 1075;
+}
+
+/* fma(a, b, c) with one rounding, from 32-bit integer steps only: the exact 106-bit
+ * product of the mantissas, the addend aligned with it in a 192-bit frame (the larger's
+ * leading one at bit 189, the smaller's bits below the frame jammed into a sticky bit 0,
+ * which lies at least 84 bits below the rounding place whenever anything is shifted
+ * out), the exact sum or difference, then one round to nearest even at the result's last
+ * bit (subnormal results keep the last bit at 2^-1074; overflow gives infinity).
+ * Infinite or NaN inputs and zero factors take a * b + c, which is then exact (the
+ * product is exact or not finite). tests/unit/test_vk_kern.c compares it with C's fma on
+ * ties, cancellations, carries, subnormals and random triples. */
+double kn_dfma_soft(double a, double b, double c)
+{
+    uvec2 ua = unpackDouble2x32(a), ub = unpackDouble2x32(b), uc = unpackDouble2x32(c);
+    bool fin = (ua.y & 0x7ff00000u) != 0x7ff00000u && (ub.y & 0x7ff00000u) != 0x7ff00000u &&
+               (uc.y & 0x7ff00000u) != 0x7ff00000u;
+    bool az = ((ua.y & 0x7fffffffu) | ua.x) == 0u, bz = ((ub.y & 0x7fffffffu) | ub.x) == 0u;
+    if (!fin || az || bz) {
+        precise double r = a * b + c;
+        return r;
+    }
+    bool cz = ((uc.y & 0x7fffffffu) | uc.x) == 0u;
+    uint ma[4], mb[4], mc[4];
+    int ea, eb, ec;
+    kn_d_unpack(ua, ma, ea);
+    kn_d_unpack(ub, mb, eb);
+    kn_d_unpack(uc, mc, ec);
+    /* the product: (a1 2^32 + a0)(b1 2^32 + b0), a1 and b1 of 21 bits */
+    uint p[4], h00, l00, h10, l10, h01, l01, h11, l11, c1, c2, c3, c4, c5;
+    umulExtended(ma[0], mb[0], h00, l00);
+    umulExtended(ma[1], mb[0], h10, l10);
+    umulExtended(ma[0], mb[1], h01, l01);
+    umulExtended(ma[1], mb[1], h11, l11);
+    p[0] = l00;
+    p[1] = uaddCarry(h00, l10, c1);
+    p[1] = uaddCarry(p[1], l01, c2);
+    p[2] = uaddCarry(h10, h01, c3);
+    p[2] = uaddCarry(p[2], l11, c4);
+    p[2] = uaddCarry(p[2], c1 + c2, c5);
+    p[3] = h11 + c3 + c4 + c5;
+    int ep = ea + eb;
+    uint sp = (ua.y ^ ub.y) & 0x80000000u, sc = uc.y & 0x80000000u;
+    int top_p = ep + kn_w4_msb(p), top_c = cz ? top_p : ec + kn_w4_msb(mc);
+    int fr = max(top_p, top_c) - 189; /* the exponent of the frame's bit 0 */
+    uint fp[6], fc[6], x[6];
+    kn_w_place(p, ep - fr, fp);
+    if (cz) {
+        [[unroll]] for (int i = 0; i < 6; i++)
+            fc[i] = 0u;
+    } else {
+        kn_w_place(mc, ec - fr, fc);
+    }
+    uint sign = sp;
+    if (sp == sc) {
+        uint cy = 0u;
+        [[unroll]] for (int i = 0; i < 6; i++) {
+            uint t1, t2;
+            x[i] = uaddCarry(fp[i], fc[i], t1);
+            x[i] = uaddCarry(x[i], cy, t2);
+            cy = t1 + t2;
+        }
+    } else {
+        bool pbig = true, decided = false;
+        for (int i = 5; i >= 0; i--)
+            if (!decided && fp[i] != fc[i]) {
+                pbig = fp[i] > fc[i];
+                decided = true;
+            }
+        uint br = 0u;
+        [[unroll]] for (int i = 0; i < 6; i++) {
+            uint t1, t2;
+            x[i] = usubBorrow(pbig ? fp[i] : fc[i], pbig ? fc[i] : fp[i], t1);
+            x[i] = usubBorrow(x[i], br, t2);
+            br = t1 + t2;
+        }
+        sign = pbig ? sp : sc;
+    }
+    int mx = kn_w6_msb(x);
+    if (mx < 0)
+        return 0.0lf; /* an exact cancellation: +0 */
+    int er = max(fr + mx - 52, -1074); /* the exponent of the result's last bit */
+    int q = er - fr;
+    uint k0 = kn_w6_bits(x, q), k1 = kn_w6_bits(x, q + 32) & 0x3fffffu;
+    if (q >= 1 && (kn_w6_bits(x, q - 1) & 1u) != 0u && (kn_w6_below(x, q - 1) || (k0 & 1u) != 0u)) {
+        uint cy;
+        k0 = uaddCarry(k0, 1u, cy);
+        k1 += cy;
+    }
+    /* a carry out of the mantissa bumps the exponent; subnormals have er + 1074 = 0 */
+    uint hi = (uint(er + 1074) << 20) + k1;
+    if (hi >= 0x7ff00000u)
+        return packDouble2x32(uvec2(0u, sign | 0x7ff00000u));
+    return packDouble2x32(uvec2(k0, sign | hi));
+}
+
+double kn_dfma(double a, double b, double c)
+{
+    if (KN_SOFT_DFMA)
+        return kn_dfma_soft(a, b, c);
+    precise double r = fma(a, b, c);
+    return r;
+}
+
+double kn_dbits(uint lo, uint hi)
+{
+    return packDouble2x32(uvec2(lo, hi));
+}
+
+bool kn_disnan(double x)
+{
+    uvec2 u = unpackDouble2x32(x);
+    return (u.y & 0x7fffffffu) > 0x7ff00000u || ((u.y & 0x7fffffffu) == 0x7ff00000u && u.x != 0u);
+}
+
+/* kern_exp_f64 (kn_hd_exp_f64): k = round(x / ln2) by the magic constant, r = x - k ln2
+ * in two fma steps, Taylor to degree 13 by Horner (1/n! as the C compiler folds them,
+ * correctly rounded), scaled by 2^(k/2) then 2^(k - k/2) (k/2 rounded toward zero). */
+double kn_exp_f64(double x)
+{
+    if (kn_disnan(x))
+        return x;
+    if (x > 710.0lf)
+        return kn_dbits(0u, 0x7ff00000u);
+    if (x < -746.0lf)
+        return 0.0lf;
+    const double magic = 6755399441055744.0lf;
+    precise double kd = x * kn_dbits(0x652b82feu, 0x3ff71547u); /* 1 / ln2_hi */
+    kd = kd + magic;
+    kd = kd - magic;
+    precise double r = kn_dfma(-kd, kn_dbits(0xfefa39efu, 0x3fe62e42u), x); /* ln2_hi */
+    r = kn_dfma(-kd, kn_dbits(0x3b39803fu, 0x3c7abc9eu), r);               /* ln2_lo */
+    const uvec2 c[12] = uvec2[12](
+        uvec2(0x13a86d09u, 0x3de61246u), uvec2(0xeff8d898u, 0x3e21eed8u),  /* 1/13!, 1/12! */
+        uvec2(0x67f544e4u, 0x3e5ae645u), uvec2(0xb7789f5cu, 0x3e927e4fu),  /* 1/11!, 1/10! */
+        uvec2(0xa556c734u, 0x3ec71de3u), uvec2(0x1a01a01au, 0x3efa01a0u),  /* 1/9!, 1/8! */
+        uvec2(0x1a01a01au, 0x3f2a01a0u), uvec2(0x16c16c17u, 0x3f56c16cu),  /* 1/7!, 1/6! */
+        uvec2(0x11111111u, 0x3f811111u), uvec2(0x55555555u, 0x3fa55555u),  /* 1/5!, 1/4! */
+        uvec2(0x55555555u, 0x3fc55555u), uvec2(0x00000000u, 0x3fe00000u)); /* 1/3!, 1/2! */
+    precise double p = packDouble2x32(c[0]);
+    for (int i = 1; i < 12; i++)
+        p = kn_dfma(p, r, packDouble2x32(c[i]));
+    p = kn_dfma(p, r, 1.0lf);
+    p = kn_dfma(p, r, 1.0lf);
+    int k = int(kd);
+    int k1 = k >= 0 ? k >> 1 : -((-k) >> 1), k2 = k - k1;
+    precise double y = p * kn_dbits(0u, uint(k1 + 1023) << 20);
+    y = y * kn_dbits(0u, uint(k2 + 1023) << 20);
+    return y;
+}
+
+/* kern_tanhf: x itself below 2^-12, +-1 above 20, else (e^2|x| - 1) / (e^2|x| + 1) in
+ * double, the sign restored, rounded to float once. */
+float kn_tanhf(float x)
+{
+    if (kn_isnan(x))
+        return x;
+    precise double ax = x < 0.0 ? -double(x) : double(x);
+    if (ax < 0.000244140625lf) /* 2^-12 */
+        return x;
+    precise double t = 1.0lf;
+    if (!(ax > 20.0lf)) {
+        precise double e = kn_exp_f64(2.0lf * ax);
+        precise double num = e - 1.0lf;
+        precise double den = e + 1.0lf;
+        t = num / den;
+    }
+    return float(x < 0.0 ? -t : t);
+}
+
+/* kern_softcapf: c * tanh(x * (1 / c)), as tanh(x * (1 / c)) * c. */
+float kn_softcapf(float x, float c)
+{
+    precise float xi = x * kn_div(1.0, c);
+    precise float r = kn_tanhf(xi) * c;
+    return r;
+}
+#endif
 
 /* ---------------------------------------------------------------- byte reads */
 
