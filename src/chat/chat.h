@@ -253,6 +253,10 @@ void chat_tool_calls_free(struct chat_tool_calls *c);
  * or a tail that may become one (Llama 3: nothing while the answer may be a bare call;
  * functionary v3.2: nothing while it may open with a call's recipient line). */
 size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *text, size_t len);
+/* Where an answer's content begins in its text: after functionary v3.2's "all\n"
+ * recipient line (the generation prompt wrote its ">>>"), else 0. A stream starts its
+ * content there, as chat_tool_calls_parse does. */
+size_t chat_tool_calls_content_start(enum chat_tool_syntax syn, const char *text, size_t len);
 /* How forced calls are written (tool_choice "required" or a named function): open CALL
  * (sep CALL)* close, sep NULL for one call; CALL = call_open NAME call_mid ARGUMENTS
  * call_close, NAME a JSON string (name_json: a member of the call's JSON object) or the

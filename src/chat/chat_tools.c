@@ -402,6 +402,11 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
     return KN_OK;
 }
 
+size_t chat_tool_calls_content_start(enum chat_tool_syntax syn, const char *t, size_t len)
+{
+    return syn == CHAT_TOOLS_FUNCTIONARY && len >= 4 && memcmp(t, "all\n", 4) == 0 ? 4 : 0;
+}
+
 size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *t, size_t len)
 {
     const char *marks[3] = {NULL, NULL, NULL};
@@ -416,7 +421,7 @@ size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *t, size_t
         break;
     }
     case CHAT_TOOLS_FUNCTIONARY:
-        if (recipient_line(t, len) && !(len >= 4 && memcmp(t, "all\n", 4) == 0))
+        if (recipient_line(t, len) && chat_tool_calls_content_start(syn, t, len) == 0)
             return 0; /* the answer may open with a call's recipient line */
         /* fall through */
     case CHAT_TOOLS_FUNCTIONARY_V31: marks[0] = ">>>"; marks[1] = "<function="; break;

@@ -1191,6 +1191,10 @@ static struct json_value *choice_value(struct srv *s, const struct srv_request *
                         finish = "tool_calls";
                     json_free(cv);
                     cv = NULL;
+                } else if (tc.content_len != cv->u.string.len) { /* functionary's "all\n" */
+                    set(msg, "content", text_value(tc.content ? tc.content : "", tc.content_len), ok);
+                    json_free(cv);
+                    cv = NULL;
                 }
                 chat_tool_calls_free(&tc);
             }

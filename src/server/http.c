@@ -408,7 +408,8 @@ static bool choice_tool_event(struct stream *st, int i, char **chunk)
     if (ch->tc_state == 0) {
         ch->tc_state = 1;
         if (chat_tool_calls_parse(st->req.tool_syntax, j->text, j->text_len, &ch->tc, NULL) == KN_OK) {
-            if (ch->tc.n > 0)
+            /* calls, or content that is not the text (functionary's recipient lines) */
+            if (ch->tc.n > 0 || ch->tc.content_len != j->text_len)
                 ch->tc_state = 2;
             else
                 chat_tool_calls_free(&ch->tc);
@@ -428,11 +429,13 @@ static bool choice_tool_event(struct stream *st, int i, char **chunk)
     }
     if (!ch->tc_content_sent) {
         ch->tc_content_sent = true;
-        /* the content before the first call began with what went out already */
-        if (ch->tc.content && ch->tc.content_len > ch->sent_text) {
-            *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created,
-                                    ch->tc.content + ch->sent_text,
-                                    ch->tc.content_len - ch->sent_text, NULL, 0, false);
+        /* the content before the first call began with what went out already (the text
+         * from its content start: choice_event skipped a recipient line) */
+        size_t sent = ch->sent_text - chat_tool_calls_content_start(st->req.tool_syntax, j->text,
+                                                                    ch->sent_text);
+        if (ch->tc.content && ch->tc.content_len > sent) {
+            *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created, ch->tc.content + sent,
+                                    ch->tc.content_len - sent, NULL, 0, false);
             return *chunk != NULL;
         }
     }
@@ -443,11 +446,12 @@ static bool choice_tool_event(struct stream *st, int i, char **chunk)
         *chunk = api_tool_chunk(s, &st->req, i, st->id, st->created, NULL, 0, &ch->tc, k, head_part);
         return *chunk != NULL;
     }
+    const bool calls = ch->tc.n > 0;
     chat_tool_calls_free(&ch->tc);
     ch->tc_state = 1;
     ch->sent_text = j->text_len;
     ch->sent_tok = j->n_out;
-    return choice_final(st, i, j->finish == SRV_FINISH_STOP ? "tool_calls" : NULL, chunk);
+    return choice_final(st, i, calls && j->finish == SRV_FINISH_STOP ? "tool_calls" : NULL, chunk);
 }
 
 /* The final chunk of choice i (finish_reason, seed, receipt). */
@@ -489,8 +493,11 @@ static bool choice_event(struct stream *st, int i, char **chunk)
         return false;
     }
     size_t end = done ? j->text_len : safe_end(j);
-    if (!done && st->req.tools_parse) /* hold back what may be the start of a call */
+    if (!done && st->req.tools_parse) { /* hold back what may be the start of a call */
         end = chat_tool_calls_safe_end(st->req.tool_syntax, j->text, end);
+        if (ch->sent_text == 0) /* and a recipient line before the content */
+            ch->sent_text = chat_tool_calls_content_start(st->req.tool_syntax, j->text, end);
+    }
     if (done && st->req.tools_parse) {
         convoy_unlock(c);
         return choice_tool_event(st, i, chunk);

@@ -381,3 +381,36 @@ def test_named_syntax_refuses_a_name_it_cannot_write(named):
                                                     "tool_choice": "required", "max_tokens": 4})
     assert st == 400 and js["error"]["param"] == "tools", js
     assert "'get weather'" in js["error"]["message"] and named.syntax in js["error"]["message"]
+
+
+@pytest.mark.parametrize("text,content,calls", [
+    ("all\nHello there.", "Hello there.", []),
+    ("all\nLet me look.\n>>>get_weather\n{\"city\": \"Oslo\"}", "Let me look.\n",
+     [("get_weather", '{"city":"Oslo"}')]),
+])
+def test_functionary_recipient_line_is_not_content(named_model, text, content, calls):
+    """Functionary v3.2's generation prompt ends with ">>>", so an answer in text opens with
+    the recipient line "all\\n": with tool_choice auto it is not content, streamed or not
+    (the answer is forced by a grammar, since the synth model writes noise)."""
+    tmpl = os.path.join(SHARED, "templates", NAMED_SYNTAXES["functionary"][0])
+    if not os.path.exists(tmpl):
+        pytest.skip(f"template {tmpl} not found")
+    body = {"model": "m", "messages": MSGS, "tools": TOOLS, "max_tokens": 60, "seed": 1,
+            "grammar": "root ::= " + json.dumps(text)}
+    with Server(named_model, "--threads", "1", "--chat-template", tmpl) as s:
+        st, _, js = s.post("/v1/chat/completions", body)
+        assert st == 200, js
+        ch = js["choices"][0]
+        assert ch["message"]["content"] == content, ch
+        got = [(c["function"]["name"], c["function"]["arguments"])
+               for c in ch["message"].get("tool_calls") or []]
+        assert got == calls
+        assert ch["finish_reason"] == ("tool_calls" if calls else "stop")
+        ev = [e for e in s.stream("/v1/chat/completions", {**body, "stream": True})
+              if isinstance(e, dict)]  # (and "[DONE]")
+        streamed = "".join(e["choices"][0]["delta"].get("content") or ""
+                           for e in ev if e.get("choices"))
+        assert streamed == content, ev
+        finish = [e["choices"][0]["finish_reason"] for e in ev
+                  if e.get("choices") and e["choices"][0].get("finish_reason")]
+        assert finish == [ch["finish_reason"]], ev
