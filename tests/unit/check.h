@@ -47,4 +47,18 @@ static inline const char *check_shared_dir(void)
     return d ? d : "../shared";
 }
 
+/* Whether this binary is the sanitizer build (AddressSanitizer: gcc defines
+ * __SANITIZE_ADDRESS__, clang answers __has_feature), where a heavy test may check fewer
+ * cases, saying why (tests/py/srvutil.py sanitizer_build is the Python side). */
+#if defined(__SANITIZE_ADDRESS__)
+#define CHECK_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CHECK_SANITIZED 1
+#endif
+#endif
+#ifndef CHECK_SANITIZED
+#define CHECK_SANITIZED 0
+#endif
+
 #endif

@@ -972,12 +972,21 @@ int main(void)
     /* A mixture of experts (qwen3moe): drafts verified and prompts restored in batches
      * whose tokens are grouped by expert. Its vocabulary has aidreams' size; its seed is
      * one whose random text repeats enough for the slots' drafts to be accepted (most do). */
-    if (!write_tiny(SYNTH_QWEN3MOE, SYNTH_Q4_K_M, 4, 0, 0, path, sizeof path))
-        return 1;
-    bool ok = run_all(path);
-    unlink(path);
-    if (!ok)
-        return 1;
+    /* (Under ASan + UBSan this run is left out for CI time: there the MoE layers' memory
+     * paths run in test_moe, test_server_multiseq (Convoy's batches by expert) and
+     * test_one_loop's qwen3moe case (drafts accepted and rolled back); the plain build
+     * runs it.) */
+    bool ok = true;
+    if (CHECK_SANITIZED) {
+        printf("qwen3moe: left out under the sanitizers (see above)\n");
+    } else {
+        if (!write_tiny(SYNTH_QWEN3MOE, SYNTH_Q4_K_M, 4, 0, 0, path, sizeof path))
+            return 1;
+        ok = run_all(path);
+        unlink(path);
+        if (!ok)
+            return 1;
+    }
     /* lfm2 (tiny synth: conv, conv, attention, conv layers): its conv rows go through
      * drafting's rollback, the prompt cache and its file, Zero Wait and the slots. Random
      * weights rarely repeat themselves; seed 19 is one whose sampled text does often
