@@ -14,6 +14,10 @@
 #   EXT <ext>                 the compiled files' extension, in build/<module>/
 #   COMMAND <tool> <arg>...   compiles one source: run as COMMAND -MD -MF <out>.d -o <out>
 #                             <source> (the depfile lists the #includes for the rebuild)
+#   VARIANT <suffix> <regex> <arg>...
+#                             optional: each source whose name (no extension) matches
+#                             <regex> is compiled a second time with <arg>... added, into
+#                             <name><suffix>.<EXT> (Vulkan's int8 dot product builds)
 #   COMMENT <text>            said while compiling one: <SOURCE> stands for its file name
 #   EMBED <script> <arg>...   writes build/<module>/<GEN> from the compiled files: run as
 #                             cmake -DIN=<their ;-list> <arg>... -DOUT=<gen> -P cmake/<script>
@@ -25,7 +29,7 @@
 # in the caller's scope, before the module's kn_module line.
 function(kn_device_kernels module)
   cmake_parse_arguments(PARSE_ARGV 1 A "" "OPTION;LABEL;DETAIL;MISSING;EXT;COMMENT;EMBED_COMMENT;GEN;WITHOUT;WITH"
-                        "FOUND;SOURCES;COMMAND;EMBED")
+                        "FOUND;SOURCES;COMMAND;EMBED;VARIANT")
   string(TOUPPER ${module} MODULE)
   set(have ON)
   if(NOT ${A_OPTION})
@@ -51,6 +55,10 @@ function(kn_device_kernels module)
   set(dir ${CMAKE_BINARY_DIR}/${module})
   file(MAKE_DIRECTORY ${dir})
   set(outs "")
+  set(var_regex "")
+  if(A_VARIANT)
+    list(POP_FRONT A_VARIANT var_suffix var_regex)
+  endif()
   foreach(src ${A_SOURCES})
     get_filename_component(name ${src} NAME_WE)
     get_filename_component(file ${src} NAME)
@@ -61,6 +69,14 @@ function(kn_device_kernels module)
       DEPENDS ${src} DEPFILE ${out}.d
       COMMENT "${comment}" VERBATIM)
     list(APPEND outs ${out})
+    if(var_regex AND name MATCHES "${var_regex}")
+      set(vout ${dir}/${name}${var_suffix}.${A_EXT})
+      add_custom_command(OUTPUT ${vout}
+        COMMAND ${A_COMMAND} ${A_VARIANT} -MD -MF ${vout}.d -o ${vout} ${src}
+        DEPENDS ${src} DEPFILE ${vout}.d
+        COMMENT "${comment} (${var_suffix})" VERBATIM)
+      list(APPEND outs ${vout})
+    endif()
   endforeach()
   list(POP_FRONT A_EMBED script)
   set(script ${CMAKE_SOURCE_DIR}/cmake/${script})

@@ -232,7 +232,9 @@ static int list_vulkan(FILE *out, bool selftest)
         fprintf(out, "           driver %s, %s; Vulkan %u.%u; ", in.driver, in.driver_info,
                 in.api_version >> 22, (in.api_version >> 12) & 0x3ff);
         print_bytes(out, in.device_local_bytes);
-        fprintf(out, "\n");
+        fprintf(out, "; int8 dot: %s\n", !in.int_dot ? "no"
+                                         : in.int_dot_4x8_signed_accel ? "yes (accelerated)"
+                                                                       : "yes");
         if (!selftest)
             continue;
         struct kern_backend *be = vk_backend_open(i, &err);

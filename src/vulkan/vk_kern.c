@@ -34,22 +34,24 @@ bool vkk_rows_type(enum quant_type t)
 /* ================================================================ fma mode */
 
 /* The modes of each open device (a handful at most): how its shaders compute fmaf,
- * division and sqrt, and the double fma; each probed on first use unless set. */
+ * division and sqrt, and the double fma, each probed on first use unless set; and
+ * whether the quantized products run their int8 dot product builds. */
 #define VKK_MAX_DEVICES 16
 struct vkk_modes {
     struct vkr *rt;
-    bool fma_known, ds_known, dfma_known;
+    bool fma_known, ds_known, dfma_known, dot_known;
     enum vkk_fma fma;
     struct vkk_divsqrt ds;
     bool soft_dfma;
+    bool dot;
 };
 static struct vkk_modes modes[VKK_MAX_DEVICES];
 static pthread_mutex_t fma_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Sets rt's fma mode (fma non-NULL), division mode (ds non-NULL) and/or double fma mode
- * (dfma non-NULL). */
+/* Sets rt's fma mode (fma non-NULL), division mode (ds non-NULL), double fma mode
+ * (dfma non-NULL) and/or dot product mode (dot non-NULL). */
 static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_divsqrt *ds,
-                     const bool *dfma)
+                     const bool *dfma, const bool *dot)
 {
     pthread_mutex_lock(&fma_lock);
     int slot = -1;
@@ -67,24 +69,29 @@ static void mode_put(struct vkr *rt, const enum vkk_fma *fma, const struct vkk_d
         modes[slot].ds = *ds, modes[slot].ds_known = true;
     if (slot >= 0 && dfma)
         modes[slot].soft_dfma = *dfma, modes[slot].dfma_known = true;
+    if (slot >= 0 && dot)
+        modes[slot].dot = *dot, modes[slot].dot_known = true;
     pthread_mutex_unlock(&fma_lock);
 }
 
 /* rt's modes where known (each output NULL or filled only if known); true if all asked are. */
-static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds, bool *dfma)
+static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds, bool *dfma,
+                     bool *dot)
 {
     bool ok = false;
     pthread_mutex_lock(&fma_lock);
     for (int i = 0; i < VKK_MAX_DEVICES; i++)
         if (modes[i].rt == rt) {
             ok = (!fma || modes[i].fma_known) && (!ds || modes[i].ds_known) &&
-                 (!dfma || modes[i].dfma_known);
+                 (!dfma || modes[i].dfma_known) && (!dot || modes[i].dot_known);
             if (ok && fma)
                 *fma = modes[i].fma;
             if (ok && ds)
                 *ds = modes[i].ds;
             if (ok && dfma)
                 *dfma = modes[i].soft_dfma;
+            if (ok && dot)
+                *dot = modes[i].dot;
         }
     pthread_mutex_unlock(&fma_lock);
     return ok;
@@ -92,17 +99,33 @@ static bool mode_get(struct vkr *rt, enum vkk_fma *fma, struct vkk_divsqrt *ds, 
 
 void vkk_fma_set(struct vkr *rt, enum vkk_fma mode)
 {
-    mode_put(rt, &mode, NULL, NULL);
+    mode_put(rt, &mode, NULL, NULL, NULL);
 }
 
 void vkk_divsqrt_set(struct vkr *rt, struct vkk_divsqrt mode)
 {
-    mode_put(rt, NULL, &mode, NULL);
+    mode_put(rt, NULL, &mode, NULL, NULL);
 }
 
 void vkk_dfma_set(struct vkr *rt, bool soft)
 {
-    mode_put(rt, NULL, NULL, &soft);
+    mode_put(rt, NULL, NULL, &soft, NULL);
+}
+
+bool vkk_dot_set(struct vkr *rt, bool on)
+{
+    on = on && vkr_device_info(rt)->int_dot;
+    mode_put(rt, NULL, NULL, NULL, &on);
+    return on;
+}
+
+bool vkk_dot(struct vkr *rt)
+{
+    bool on;
+    if (mode_get(rt, NULL, NULL, NULL, &on))
+        return on;
+    const char *env = getenv(VKK_DOT_ENV);
+    return vkk_dot_set(rt, !(env && strcmp(env, "0") == 0));
 }
 
 void vkk_fma_forget(struct vkr *rt)
@@ -116,7 +139,7 @@ void vkk_fma_forget(struct vkr *rt)
 
 static bool fma_lookup(struct vkr *rt, enum vkk_fma *mode)
 {
-    return mode_get(rt, mode, NULL, NULL);
+    return mode_get(rt, mode, NULL, NULL, NULL);
 }
 
 /* Crafted triples: random magnitudes over a wide range, products whose low half decides
@@ -396,7 +419,7 @@ enum kn_status vkk_divsqrt_probe(struct vkr *rt, struct vkk_divsqrt *mode, int *
 static bool ds_mode(struct vkr_cmd *c, struct vkk_divsqrt *mode)
 {
     struct vkr *rt = vkr_cmd_rt(c);
-    if (mode_get(rt, NULL, mode, NULL))
+    if (mode_get(rt, NULL, mode, NULL, NULL))
         return true;
     struct kn_err err = {0};
     if (vkk_divsqrt_probe(rt, mode, NULL, NULL, &err) != KN_OK) {
@@ -597,7 +620,7 @@ enum kn_status vkk_dfma_probe(struct vkr *rt, bool *soft, int *bad, struct kn_er
 static bool dfma_mode(struct vkr_cmd *c, bool *soft)
 {
     struct vkr *rt = vkr_cmd_rt(c);
-    if (mode_get(rt, NULL, NULL, soft))
+    if (mode_get(rt, NULL, NULL, soft, NULL))
         return true;
     struct kn_err err = {0};
     if (vkk_dfma_probe(rt, soft, NULL, &err) != KN_OK) {
@@ -609,7 +632,8 @@ static bool dfma_mode(struct vkr_cmd *c, bool *soft)
 }
 
 /* The pipeline of shader (its _f64 build when fused is set and c's device needs it; with
- * dbl, its double math's fma as the device needs it). */
+ * dbl, its double math's fma as the device needs it; its _dot build where there is one
+ * and the device runs them, vkk_dot). */
 static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool fused, bool dbl,
                                      uint32_t n_bufs, uint32_t push_bytes)
 {
@@ -620,6 +644,12 @@ static const struct vkr_pipe *pipe_x(struct vkr_cmd *c, const char *shader, bool
     if ((fused && !fma_mode(c, &mode)) || !ds_mode(c, &ds) || (dbl && !dfma_mode(c, &soft_dfma)))
         return NULL;
     snprintf(name, sizeof name, "%s%s", shader, mode == VKK_FMA_F64 ? "_f64" : "");
+    size_t len = strlen(name);
+    if (len + sizeof "_dot" <= sizeof name && vkk_dot(vkr_cmd_rt(c))) {
+        memcpy(name + len, "_dot", sizeof "_dot");
+        if (!vkr_shader_find(name))
+            name[len] = '\0'; /* this shader has no dot product build */
+    }
     /* kn_common.glsl's KN_SOFT_DIV, KN_SOFT_SQRT, KN_SOFT_DFMA */
     const uint32_t spec[3] = {ds.soft_div, ds.soft_sqrt, soft_dfma};
     return vkr_cmd_pipe(c, &(struct vkr_pipe_desc){.shader = name, .n_bufs = n_bufs,
@@ -871,7 +901,7 @@ struct mm_q_pc {
 };
 #define MM_ALL_ROWS 0xffffffffu /* mm_*.glsl KN_ALL_ROWS */
 
-static const char *mm_shader(enum quant_type t)
+const char *vkk_matmul_shader(enum quant_type t)
 {
     switch (t) {
     case QT_Q8_0: return "mm_q8_0";
@@ -938,7 +968,7 @@ void vkk_matmul_expert(struct vkr_cmd *c, const struct kern_weight *w, const str
     } else {
         if (!span(c, "matmul", q, M * (int64_t)pq.x_row))
             return;
-        p = pipe_f(c, mm_shader(w->type), 4, sizeof pq);
+        p = pipe_f(c, vkk_matmul_shader(w->type), 4, sizeof pq);
     }
     /* More row groups than one dispatch takes, or more rows than one binding holds:
      * consecutive dispatches from row0, each binding its part of the weights. */

@@ -92,6 +92,14 @@ KN_MUST_USE enum kn_status vkk_divsqrt_run(struct vkr *rt, struct vkk_divsqrt mo
  * unless vkk_dfma_set set the mode (vkk_fma_forget drops it too). */
 KN_MUST_USE enum kn_status vkk_dfma_probe(struct vkr *rt, bool *soft, int *bad, struct kn_err *err);
 void vkk_dfma_set(struct vkr *rt, bool soft);
+/* Whether the quantized products run their int8 dot product builds (the mm_*_dot shaders,
+ * KN_DOT4 in kn_common.glsl; the same bits as the scalar builds): by default where rt's
+ * device enables shaderIntegerDotProduct, unless the environment sets VKK_DOT_ENV=0.
+ * vkk_dot_set turns them on (only where the device has them) or off and returns the
+ * mode now in force; vkk_fma_forget drops it too. */
+#define VKK_DOT_ENV "KINETIC_VK_DOT"
+bool vkk_dot(struct vkr *rt);
+bool vkk_dot_set(struct vkr *rt, bool on);
 /* Fills up to n triples (a, b, c) of doubles (t[3i], t[3i+1], t[3i+2]) with seed: ties of
  * the rounding, cancellations down to zero, carries, subnormal and huge magnitudes,
  * tanh's own steps and random bit patterns; returns how many. */
@@ -113,6 +121,9 @@ uint64_t vkk_binding_bytes(struct vkr *rt);
  * reference for the type: kern_type_supported). */
 bool vkk_matmul_type(enum quant_type t);
 bool vkk_rows_type(enum quant_type t);
+/* The shader of weight type t's product: mm_<type> for the quantized types, else mm_f
+ * (the pipelines take its _f64 and _dot builds as the device needs them). */
+const char *vkk_matmul_shader(enum quant_type t);
 
 /* x (T, E) = rows tokens[t] of table (N rows of row_bytes, type, E elements), times scale
  * if scale != 1 (cpu_embed: kern_row_to_f32 / quant_dequantize_row, kern_scale). */

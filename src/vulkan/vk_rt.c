@@ -154,19 +154,39 @@ struct feats {
     VkPhysicalDeviceVulkan11Features v11;
     VkPhysicalDeviceVulkan12Features v12;
     VkPhysicalDeviceVulkan13Features v13;
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot; /* 1.2 with the extension */
 };
 
-static void feats_chain(struct feats *f, uint32_t api)
+/* Whether the int8 dot products come from VK_KHR_shader_integer_dot_product (a Vulkan
+ * 1.2 device that has it) rather than from Vulkan 1.3's core. */
+static bool dot_ext(VkPhysicalDevice pd, uint32_t api)
+{
+    uint32_t n = 0;
+    if (api >= VK_API_VERSION_1_3 || vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS)
+        return false;
+    VkExtensionProperties *ext = malloc((n ? n : 1) * sizeof *ext);
+    bool has = false;
+    VkResult r = ext ? vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ext) : VK_ERROR_OUT_OF_HOST_MEMORY;
+    for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n && !has; i++)
+        has = strcmp(ext[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0;
+    free(ext);
+    return has;
+}
+
+static void feats_chain(struct feats *f, uint32_t api, bool dot)
 {
     memset(f, 0, sizeof *f);
     f->f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     f->v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
     f->v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
     f->v13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+    f->dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
     f->f2.pNext = &f->v11;
     f->v11.pNext = &f->v12;
     if (api >= VK_API_VERSION_1_3)
         f->v12.pNext = &f->v13;
+    else if (dot)
+        f->v12.pNext = &f->dot;
 }
 
 static void describe(VkPhysicalDevice pd, int index, struct vkr_info *o, struct feats *f)
@@ -185,9 +205,12 @@ static void describe(VkPhysicalDevice pd, int index, struct vkr_info *o, struct 
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &p11};
     p11.pNext = &p12;
+    bool ext = dot_ext(pd, api);
     if (api >= VK_API_VERSION_1_3) {
         p12.pNext = &p13;
         p13.pNext = &pdot;
+    } else if (ext) {
+        p12.pNext = &pdot;
     }
     vkGetPhysicalDeviceProperties2(pd, &p2);
     const VkPhysicalDeviceProperties *p = &p2.properties;
@@ -210,7 +233,7 @@ static void describe(VkPhysicalDevice pd, int index, struct vkr_info *o, struct 
             mp.memoryHeaps[i].size > o->device_local_bytes)
             o->device_local_bytes = mp.memoryHeaps[i].size;
 
-    feats_chain(f, api);
+    feats_chain(f, api, ext);
     vkGetPhysicalDeviceFeatures2(pd, &f->f2);
     o->float64 = f->f2.features.shaderFloat64;
     o->int16 = f->f2.features.shaderInt16;
@@ -219,7 +242,9 @@ static void describe(VkPhysicalDevice pd, int index, struct vkr_info *o, struct 
     o->int8 = f->v12.shaderInt8;
     o->storage8 = f->v12.storageBuffer8BitAccess;
     o->storage16 = f->v11.storageBuffer16BitAccess;
-    o->int_dot = api >= VK_API_VERSION_1_3 && f->v13.shaderIntegerDotProduct;
+    o->int_dot = api >= VK_API_VERSION_1_3 ? f->v13.shaderIntegerDotProduct
+                                           : ext && f->dot.shaderIntegerDotProduct;
+    o->int_dot_ext = o->int_dot && ext;
     o->int_dot_4x8_signed_accel = o->int_dot && pdot.integerDotProduct4x8BitPackedSignedAccelerated;
 
     o->denorm_preserve[0] = p12.shaderDenormPreserveFloat16;
@@ -362,7 +387,7 @@ enum kn_status vkr_open(int index, struct vkr **out, struct kn_err *err)
     /* Enable what is there of what the shaders may use; everything else off. */
     struct feats en;
     uint32_t api = rt->info.api_version < inst_api ? rt->info.api_version : inst_api;
-    feats_chain(&en, api);
+    feats_chain(&en, api, rt->info.int_dot_ext);
     en.f2.features.shaderFloat64 = f.f2.features.shaderFloat64;
     en.f2.features.shaderInt16 = f.f2.features.shaderInt16;
     en.f2.features.shaderInt64 = f.f2.features.shaderInt64;
@@ -378,7 +403,10 @@ enum kn_status vkr_open(int index, struct vkr **out, struct kn_err *err)
         en.v13.shaderIntegerDotProduct = f.v13.shaderIntegerDotProduct;
         en.v13.subgroupSizeControl = f.v13.subgroupSizeControl;
         en.v13.computeFullSubgroups = f.v13.computeFullSubgroups;
+    } else {
+        en.dot.shaderIntegerDotProduct = rt->info.int_dot_ext;
     }
+    const char *exts[] = {VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME};
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = rt->family,
@@ -387,7 +415,9 @@ enum kn_status vkr_open(int index, struct vkr **out, struct kn_err *err)
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                               .pNext = &en.f2,
                               .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci};
+                              .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = rt->info.int_dot_ext ? 1u : 0u,
+                              .ppEnabledExtensionNames = exts};
     VkResult r = vkCreateDevice(pd, &dci, NULL, &rt->dev);
     if (r != VK_SUCCESS) {
         st = vk_fail(err, "vkCreateDevice", r, rt->info.name);

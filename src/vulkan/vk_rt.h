@@ -88,7 +88,8 @@ struct vkr_info {
     /* features this runtime enables when the device has them */
     bool float64, float16, int8, int16, int64;
     bool storage8, storage16;       /* 8- and 16-bit storage buffer access */
-    bool int_dot;                   /* shaderIntegerDotProduct (Vulkan 1.3) */
+    bool int_dot;                   /* shaderIntegerDotProduct (Vulkan 1.3, or the extension) */
+    bool int_dot_ext;               /* ... from VK_KHR_shader_integer_dot_product on 1.2 */
     bool int_dot_4x8_signed_accel;  /* packed signed 4x8 dot product is accelerated */
     /* float controls (VkPhysicalDeviceFloatControlsProperties), 16/32/64 bits */
     bool denorm_preserve[3], denorm_flush[3], rte[3], rtz[3], signed_zero_inf_nan[3];

@@ -81,7 +81,8 @@ def test_devices_reports_the_self_test(vk):
     out = devices()
     dev = re.search(r"^vulkan:0\s+(.+)$", out, re.M)
     assert dev, out
-    assert re.search(r"^\s+driver .+; Vulkan 1\.\d+; [\d.]+ [MG]iB$", out, re.M), out
+    assert re.search(r"^\s+driver .+; Vulkan 1\.\d+; [\d.]+ [MG]iB; "
+                     r"int8 dot: (yes|yes \(accelerated\)|no)$", out, re.M), out
     st = re.search(r"^\s+self-test: (.+)$", out, re.M).group(1)
     # every probe named, and the ops check that decides
     for probe in ("fma ", "division ", "sqrt ", "add and multiply ", "denormals "):

@@ -4,7 +4,9 @@
  * test_kern_matmul.c), RMSNorm, RoPE (both modes), embedding rows of every type, the
  * elementwise ops, KV stores and attention (f32 and f16 caches, GQA, head dims 1 to 512,
  * windows across tiles, prefill = decode = chunked prefill), the integer double fma of
- * the soft-capped attention against C's fma. Inputs hold no denormals:
+ * the soft-capped attention against C's fma; the products again with the int8 dot
+ * product builds off where the device runs them (and every mm_*_dot build does hold the
+ * dot product instructions, its scalar twin none). Inputs hold no denormals:
  * lavapipe flushes them (shaderDenormPreserveFloat32 is false), which test_denormals
  * shows and docs/numerics.md states. Skips (exit 77) with the reason when the build has
  * no Vulkan or there is no device. Sizes stay small: lavapipe runs shaders on the CPU. */
@@ -193,6 +195,58 @@ static void test_matmul(void)
             for (size_t i = 0; i < 3; i++)
                 check_matmul(t, i % 2 ? 16 : 37, ks[i]);
         }
+    }
+}
+
+/* How many OpSDotKHR (4450) and OpSUDotKHR (4452) instructions the SPIR-V of shader holds
+ * (-1: no such shader). */
+static int dot_ops(const char *shader)
+{
+    const struct vkr_shader *sh = vkr_shader_find(shader);
+    if (!sh)
+        return -1;
+    int n = 0;
+    size_t words = sh->bytes / 4;
+    for (size_t i = 5; i < words;) { /* after the header: (word count << 16) | opcode */
+        uint32_t len = sh->code[i] >> 16, op = sh->code[i] & 0xffffu;
+        n += op == 4450u || op == 4452u;
+        i += len ? len : words;
+    }
+    return n;
+}
+
+/* The int8 dot product builds: one per quantized product shader (and its _f64 build),
+ * each with the instructions, the scalar one without; then, where the device has them,
+ * the products in the other mode than test_matmul's (on by default, off under
+ * KINETIC_VK_DOT=0). */
+static void test_dot(void)
+{
+    int builds = 0;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s", vkk_matmul_shader(all_types[ti]));
+        if (strcmp(name, "mm_f") == 0)
+            continue;
+        for (int f64 = 0; f64 < 2; f64++) {
+            char plain[80], dot[96];
+            snprintf(plain, sizeof plain, "%s%s", name, f64 ? "_f64" : "");
+            snprintf(dot, sizeof dot, "%s_dot", plain);
+            CHECKF(dot_ops(plain) == 0, "%s holds %d dot product instructions", plain, dot_ops(plain));
+            CHECKF(dot_ops(dot) > 0, "%s: %d dot product instructions", dot, dot_ops(dot));
+            builds++;
+        }
+    }
+    CHECK(vkr_shader_find("mm_f_dot") == NULL);
+    bool on = vkk_dot(rt);
+    printf("int8 dot products: %d builds; %s in test_matmul: the products again with them %s\n",
+           builds, on ? "on" : "off", on ? "off" : "on");
+    if (vkr_device_info(rt)->int_dot) {
+        CHECK(vkk_dot_set(rt, !on) == !on);
+        test_matmul();
+        vkk_dot_set(rt, on);
+    } else {
+        CHECK(!on && !vkk_dot_set(rt, true)); /* never on where the device has none */
+        printf("int8 dot products: the device has none\n");
     }
 }
 
@@ -752,6 +806,7 @@ int main(void)
     test_actq_edges();
     test_attention();
     test_matmul();
+    test_dot();
     /* weights and tables bound in parts (as a tensor over maxStorageBufferRange is) */
     vkk_limit_bindings(3000);
     check_matmul(QT_Q5_0, 37, 352); /* 242-byte rows: 12 to a part */

@@ -5,7 +5,8 @@
  * sequences and two passes) must find every output byte equal; and the table has every
  * op. Where the driver's fma is not fused (lavapipe), the shaders' own fma builds are
  * what makes them agree: forcing the driver's fma must then fail the check; the integer
- * builds of division and sqrt must agree too. Skips (exit
+ * builds of division and sqrt must agree too, and so must the quantized products with
+ * and without the int8 dot product builds (where the device has them). Skips (exit
  * 77) with the reason when the build has no Vulkan or there is no device. */
 #include <stddef.h>
 #include <string.h>
@@ -55,6 +56,20 @@ int main(void)
     st = kern_backend_check(be, pool, &err);
     CHECKF(st == KN_OK, "kern_backend_check with the integer division and sqrt: %s", err.msg);
     vkk_divsqrt_set(rt, (struct vkk_divsqrt){stt->div_soft, stt->sqrt_soft});
+    /* the products with the int8 dot product builds (by default where the device has
+     * them, as on lavapipe) and with the scalar ones (or the other way round, under
+     * KINETIC_VK_DOT=0): the same bytes */
+    bool dot = vkk_dot(rt);
+    printf("int8 dot product builds: %s\n", dot ? "on in the check above" : "off in the check above");
+    if (vkr_device_info(rt)->int_dot) {
+        CHECK(vkk_dot_set(rt, !dot) == !dot && vkk_dot(rt) == !dot);
+        st = kern_backend_check(be, pool, &err);
+        CHECKF(st == KN_OK, "kern_backend_check with the int8 dot product builds %s: %s",
+               dot ? "off" : "on", err.msg);
+        vkk_dot_set(rt, dot);
+    } else {
+        CHECK(!dot && !vkk_dot_set(rt, true)); /* never on where the device has none */
+    }
     enum vkk_fma mode;
     CHECKF(vkk_fma_probe(rt, &mode, &err) == KN_OK, "%s", err.msg);
     if (mode == VKK_FMA_F64) {

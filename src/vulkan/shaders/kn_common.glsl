@@ -667,8 +667,30 @@ int kn_u8(uint w, uint i)
 }
 
 /* Sum of the four products of the bytes of a (unsigned, each < 128) and b (signed). An
- * exact integer whatever the order, so an int8 dot product instruction would give the
- * same bits; this glslc has no GL_EXT_integer_dot_product (docs/numerics.md "Devices"). */
+ * exact integer whatever the order (each product within 2^14, the sum within 2^16), so
+ * the int8 dot product instruction gives the same bits. The KN_DOT4 builds (the mm_*_dot
+ * shaders, run where the device enables shaderIntegerDotProduct) emit it through
+ * GL_EXT_spirv_intrinsics, as this glslc has no GL_EXT_integer_dot_product
+ * (docs/numerics.md "Devices"): OpSUDotKHR (4452) and OpSDotKHR (4450) on packed 4x8-bit
+ * operands (format 0), capabilities DotProduct (6019) and DotProductInput4x8BitPacked
+ * (6018). */
+#ifdef KN_DOT4
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int kn_sudot4(uint s, uint u, spirv_literal int fmt);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int kn_sdot4(uint a, uint b, spirv_literal int fmt);
+
+int kn_dot4_us(uint a, uint b)
+{
+    return kn_sudot4(b, a, 0);
+}
+
+int kn_dot4_ss(uint a, uint b)
+{
+    return kn_sdot4(a, b, 0);
+}
+#else
 int kn_dot4_us(uint a, uint b)
 {
     return kn_u8(a, 0u) * kn_s8(b, 0u) + kn_u8(a, 1u) * kn_s8(b, 1u) +
@@ -680,3 +702,4 @@ int kn_dot4_ss(uint a, uint b)
     return kn_s8(a, 0u) * kn_s8(b, 0u) + kn_s8(a, 1u) * kn_s8(b, 1u) +
            kn_s8(a, 2u) * kn_s8(b, 2u) + kn_s8(a, 3u) * kn_s8(b, 3u);
 }
+#endif
