@@ -226,6 +226,9 @@ def test_warm_start_on_the_device(vk, tmp_path):
 
 @pytest.mark.parametrize("device", ["cpu", "vulkan"])
 def test_same_answer_demo_with_the_spec_arguments(tmp_path, device):
+    if sanitizer_build():
+        pytest.skip("sanitizer build: the demo's server and clients are test_server_demo's "
+                    "(under ASan there), the device's ops test_vk_model's; the plain suite runs it")
     if device == "vulkan":
         reason = vulkan_reason()
         if reason:
