@@ -113,7 +113,10 @@ static bool same_gen(const struct gen_out *a, const struct gen_out *b, const cha
     return same;
 }
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
+/* Reset by run_all: each model's random tokens are the same whichever models ran before it
+ * (the sanitizer build leaves one out). */
+#define RNG_SEED 0x243f6a8885a308d3ull
+static uint64_t rng_state = RNG_SEED;
 static int32_t rnd_tok(void)
 {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -923,6 +926,7 @@ static bool run_all(const char *path)
     }
     printf("%s\n", path);
     V = g_m->hp.n_vocab;
+    rng_state = RNG_SEED;
     make_prompts();
     test_propose();
     test_eval_all();
@@ -999,8 +1003,9 @@ int main(void)
         return 1;
     /* gpt-oss (tiny synth, MXFP4 experts): attention sinks and windowed layers under
      * drafting's rollback, the prompt cache and the slots; a window of 8 slides within
-     * the checks' sequences. */
-    if (!write_tiny(SYNTH_GPTOSS, SYNTH_MXFP4_MOE, 4, 0, 8, path, sizeof path))
+     * the checks' sequences. Seed 5: one whose random text repeats enough for the draft
+     * checks (with each model's prompts from the same random state, seed 4's did not). */
+    if (!write_tiny(SYNTH_GPTOSS, SYNTH_MXFP4_MOE, 5, 0, 8, path, sizeof path))
         return 1;
     ok = run_all(path);
     unlink(path);
