@@ -426,15 +426,13 @@ static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t
     for (size_t i = 1; i < k; i++)
         blake3_hasher_update(&mh, parts[i].data, parts[i].size);
     blake3_hasher_finalize(&mh, p->h.mac, sizeof p->h.mac);
-    size_t total = 0;
-    for (size_t i = 0; i < k; i++)
-        total += parts[i].size;
     if (kn_write_parts_atomic(p->path, parts, k, false, &err) != KN_OK) {
         note(rc, "not written: %s", err.msg);
     } else {
         /* a user should know that a model-sized file appeared, and how to have none */
         note(rc, "wrote %s (%.0f MiB; later starts map it instead of repacking; "
-             "--repack-cache off keeps none)", p->path, (double)total / (1024.0 * 1024.0));
+             "--repack-cache off keeps none)", p->path,
+             (double)(RCACHE_HEADER_BYTES + p->data_bytes) / (1024.0 * 1024.0));
         evict(rc, p->path);
     }
     free(parts);
