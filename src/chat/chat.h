@@ -257,6 +257,9 @@ size_t chat_tool_calls_safe_end(enum chat_tool_syntax syn, const char *text, siz
  * recipient line (the generation prompt wrote its ">>>"), else 0. A stream starts its
  * content there, as chat_tool_calls_parse does. */
 size_t chat_tool_calls_content_start(enum chat_tool_syntax syn, const char *text, size_t len);
+/* Whether an OpenAI message is an assistant turn that only calls tools: tool_calls with
+ * content null or absent (as the openai client replays it). Its content counts as "". */
+bool chat_msg_only_calls(const struct json_value *msg);
 /* How forced calls are written (tool_choice "required" or a named function): open CALL
  * (sep CALL)* close, sep NULL for one call; CALL = call_open NAME call_mid ARGUMENTS
  * call_close, NAME a JSON string (name_json: a member of the call's JSON object) or the

@@ -190,9 +190,7 @@ static enum kn_status normalise(const struct json_value *messages, struct json_v
             st = kn_fail(err, KN_E_NOMEM, "out of memory");
             break;
         }
-        const struct json_value *content = json_get(m, "content");
-        if (strcmp(role, "assistant") == 0 && json_get(m, "tool_calls") &&
-            (!content || json_is(content, JSON_NULL)))
+        if (chat_msg_only_calls(m))
             st = json_object_set(nm, "content", json_new_string(""), err);
         for (size_t k = 0; st == KN_OK && k < m->u.object.len; k++) {
             const struct json_member *mem = &m->u.object.items[k];

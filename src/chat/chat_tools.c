@@ -402,6 +402,14 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
     return KN_OK;
 }
 
+bool chat_msg_only_calls(const struct json_value *msg)
+{
+    const char *role = json_str(json_get(msg, "role"));
+    const struct json_value *c = json_get(msg, "content");
+    return role && strcmp(role, "assistant") == 0 && json_get(msg, "tool_calls") &&
+           (!c || json_is(c, JSON_NULL));
+}
+
 size_t chat_tool_calls_content_start(enum chat_tool_syntax syn, const char *t, size_t len)
 {
     return syn == CHAT_TOOLS_FUNCTIONARY && len >= 4 && memcmp(t, "all\n", 4) == 0 ? 4 : 0;

@@ -180,8 +180,7 @@ static int read_messages(const struct json_value *body, struct srv_request *r, s
         const struct json_value *c = json_get(msg, "content");
         /* An assistant turn that only calls tools has content null. */
         static const struct json_value empty = {.type = JSON_STRING, .u.string = {"", 0}};
-        if (s_chat_json && strcmp(role, "assistant") == 0 && json_get(msg, "tool_calls") &&
-            (!c || json_is(c, JSON_NULL)))
+        if (s_chat_json && chat_msg_only_calls(msg))
             c = &empty;
         if (!c || json_is(c, JSON_NULL))
             return BAD(e, "messages", "messages[%zu].content is required", i);
