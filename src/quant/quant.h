@@ -110,21 +110,21 @@ struct block_iq4_xs { kn_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; 
 /* MXFP4 (OCP microscaling): e an E8M0 exponent, 32 E2M1 values as 4-bit codes. */
 struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 
-static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block size");
-static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block size");
-static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block size");
-static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block size");
-static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block size");
+static_assert(sizeof(struct block_q4_0) == KN_QB_Q4_0, "q4_0 block size");
+static_assert(sizeof(struct block_q4_1) == KN_QB_Q4_1, "q4_1 block size");
+static_assert(sizeof(struct block_q5_0) == KN_QB_Q5_0, "q5_0 block size");
+static_assert(sizeof(struct block_q5_1) == KN_QB_Q5_1, "q5_1 block size");
+static_assert(sizeof(struct block_q8_0) == KN_QB_Q8_0, "q8_0 block size");
 static_assert(sizeof(struct block_q8_1) == 36, "q8_1 block size");
-static_assert(sizeof(struct block_q2_K) == 84, "q2_K block size");
-static_assert(sizeof(struct block_q3_K) == 110, "q3_K block size");
-static_assert(sizeof(struct block_q4_K) == 144, "q4_K block size");
-static_assert(sizeof(struct block_q5_K) == 176, "q5_K block size");
-static_assert(sizeof(struct block_q6_K) == 210, "q6_K block size");
+static_assert(sizeof(struct block_q2_K) == KN_QB_Q2_K, "q2_K block size");
+static_assert(sizeof(struct block_q3_K) == KN_QB_Q3_K, "q3_K block size");
+static_assert(sizeof(struct block_q4_K) == KN_QB_Q4_K, "q4_K block size");
+static_assert(sizeof(struct block_q5_K) == KN_QB_Q5_K, "q5_K block size");
+static_assert(sizeof(struct block_q6_K) == KN_QB_Q6_K, "q6_K block size");
 static_assert(sizeof(struct block_q8_K) == 292, "q8_K block size");
-static_assert(sizeof(struct block_iq4_nl) == 18, "iq4_nl block size");
-static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block size");
-static_assert(sizeof(struct block_mxfp4) == 17, "mxfp4 block size");
+static_assert(sizeof(struct block_iq4_nl) == KN_QB_IQ4_NL, "iq4_nl block size");
+static_assert(sizeof(struct block_iq4_xs) == KN_QB_IQ4_XS, "iq4_xs block size");
+static_assert(sizeof(struct block_mxfp4) == KN_QB_MXFP4, "mxfp4 block size");
 
 /* ---------------------------------------------------------------- reference code */
 

@@ -16,6 +16,23 @@
 #define KN_HD static inline
 #endif
 
+/* The bytes of one block of each weight format with a kernel (values per block: 32, or
+ * QK_K = 256 for the K-quants and IQ4_XS): types.c's type table, quant.h's block structs
+ * (static_assert) and the CUDA kernels' table (cuk_hd.h) all read these. */
+#define KN_QB_Q4_0 18
+#define KN_QB_Q4_1 20
+#define KN_QB_Q5_0 22
+#define KN_QB_Q5_1 24
+#define KN_QB_Q8_0 34
+#define KN_QB_IQ4_NL 18
+#define KN_QB_MXFP4 17
+#define KN_QB_Q2_K 84
+#define KN_QB_Q3_K 110
+#define KN_QB_Q4_K 144
+#define KN_QB_Q5_K 176
+#define KN_QB_Q6_K 210
+#define KN_QB_IQ4_XS 136
+
 /* The IQ4_NL / IQ4_XS levels and MXFP4's doubled E2M1 values (quant.h). */
 #define KN_IQ4NL_LEVELS {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 #define KN_MXFP4_VALUES {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
