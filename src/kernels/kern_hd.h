@@ -429,13 +429,27 @@ typedef union {
 } kn_hd_v32;
 
 /* ================================================================ one weight block
- * Each kn_hd_blk_<type>(w, x, acc) is the reference's step for one weight block at w
- * (the file's layout, any alignment) against its activation block at x (Q8_32 or Q8_K,
- * 4-byte aligned): the weights unpacked to integers, the exact integer sums, then the
- * documented fmaf steps in order (docs/numerics.md "Quantized weights"). */
+ * Each weight type's step for one weight block at w (the file's layout, any alignment)
+ * against its activation block at x (Q8_32 or Q8_K, 4-byte aligned) is two parts
+ * (docs/numerics.md "Quantized weights"):
+ *   kn_hd_int_<type>(w, x): the exact integer part (the weights unpacked to integers and
+ *     their sums against x.qs): isum, and imin for the formats whose minimum is an
+ *     integer sum over x.bsums (Q2_K, Q4_K, Q5_K);
+ *   kn_hd_flt_<type>(w, x, ip, acc): the float steps in their order, from the block's
+ *     scales, x's and the integer part.
+ * kn_hd_blk_<type>(w, x, acc) = kn_hd_flt_<type>(w, x, kn_hd_int_<type>(w, x), acc) is
+ * the reference's step; the CPU reference calls it, the CUDA kernels call it or its two
+ * parts apart (the integer parts of a row on many threads, then the float chain in block
+ * order on one), so every path computes the same operations. */
+
+/* The integer part of one block's product. */
+struct kn_hd_ip {
+    int32_t isum, imin;
+};
 
 /* The 32-blocks' float steps: acc = fma(dw * dx, isum, acc) (dw the block's scale), and
- * for Q4_1 / Q5_1 (f16 d and m at w) then acc = fma(m * dx, (float)x.s, acc). */
+ * for Q4_1 / Q5_1 (f16 d and m at w) then acc = fma(m * dx, (float)x.s, acc): x.s is the
+ * activation's integer sum. */
 KN_HD float kn_hd_step_d(float dw, const uint8_t *x, int32_t isum, float acc)
 {
     return KN_FMA(KN_MUL(dw, kn_hd_ld_f32(x)), (float)isum, acc);
@@ -446,6 +460,21 @@ KN_HD float kn_hd_step_dm(const uint8_t *w, const uint8_t *x, int32_t isum, floa
     acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
     return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx),
                   (float)(int32_t)kn_hd_ld32(x + KN_Q8F_S), acc);
+}
+/* The K-quants with a minimum (f16 d at dp, dmin at dp + 2): acc = fma(d * dx, isum, acc),
+ * then acc = fma(-(dmin * dx), imin, acc). */
+KN_HD float kn_hd_step_dmin(const uint8_t *dp, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    float dx = kn_hd_ld_f32(x);
+    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(dp)), dx), (float)ip.isum, acc);
+    return KN_FMA(-KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(dp + 2)), dx), (float)ip.imin, acc);
+}
+
+/* An integer part of isum alone. */
+KN_HD struct kn_hd_ip kn_hd_ip1(int32_t isum)
+{
+    struct kn_hd_ip ip = {isum, 0};
+    return ip;
 }
 
 /* Nibbles of 16 bytes: v[i] = low nibble of qs[i], v[i + 16] = high nibble (plus bit
@@ -458,44 +487,58 @@ KN_HD void kn_hd_nib32(kn_hd_v32 *u, const uint8_t *qs, uint32_t qh, int off)
     }
 }
 
-KN_HD float kn_hd_blk_q8_0(const uint8_t *w, const uint8_t *x, float acc)
+/* The 32 unpacked values against the activation block's 32. */
+KN_HD struct kn_hd_ip kn_hd_ip32(const kn_hd_v32 *u, const uint8_t *x)
+{
+    return kn_hd_ip1(kn_hd_dot_i8(u->v, (const int8_t *)(x + KN_Q8F_QS), 32));
+}
+
+KN_HD struct kn_hd_ip kn_hd_int_q8_0(const uint8_t *w, const uint8_t *x)
 {
     kn_hd_v32 u;
     for (int i = 0; i < 32; i++)
         u.v[i] = (int8_t)w[2 + i];
-    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
-                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
+}
+KN_HD float kn_hd_flt_q8_0(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x, ip.isum, acc);
 }
 
-KN_HD float kn_hd_blk_q4_0(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q4_0(const uint8_t *w, const uint8_t *x)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 2, 0, 8);
-    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
-                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
 }
+#define kn_hd_flt_q4_0 kn_hd_flt_q8_0 /* f16 d @0, then isum */
 
-KN_HD float kn_hd_blk_q4_1(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q4_1(const uint8_t *w, const uint8_t *x)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 4, 0, 0);
-    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
+}
+KN_HD float kn_hd_flt_q4_1(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_dm(w, x, ip.isum, acc);
 }
 
-KN_HD float kn_hd_blk_q5_0(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q5_0(const uint8_t *w, const uint8_t *x)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 6, kn_hd_u32(w + 2), 16);
-    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
-                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
 }
+#define kn_hd_flt_q5_0 kn_hd_flt_q8_0
 
-KN_HD float kn_hd_blk_q5_1(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q5_1(const uint8_t *w, const uint8_t *x)
 {
     kn_hd_v32 u;
     kn_hd_nib32(&u, w + 8, kn_hd_u32(w + 4), 0);
-    return kn_hd_step_dm(w, x, kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
 }
+#define kn_hd_flt_q5_1 kn_hd_flt_q4_1
 
 /* 32 nibbles of 16 bytes through a level table (IQ4_NL, MXFP4, IQ4_XS): low nibbles
  * first, then the high ones. */
@@ -507,33 +550,36 @@ KN_HD void kn_hd_lut32(kn_hd_v32 *u, const int8_t *lut, const uint8_t *qs)
     }
 }
 
-KN_HD float kn_hd_blk_iq4_nl(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_iq4_nl(const uint8_t *w, const uint8_t *x)
 {
     const int8_t lut[16] = KN_IQ4NL_LEVELS;
     kn_hd_v32 u;
     kn_hd_lut32(&u, lut, w + 2);
-    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w)), x,
-                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
 }
+#define kn_hd_flt_iq4_nl kn_hd_flt_q8_0
 
-KN_HD float kn_hd_blk_mxfp4(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_mxfp4(const uint8_t *w, const uint8_t *x)
 {
     const int8_t lut[16] = KN_MXFP4_VALUES;
     kn_hd_v32 u;
     kn_hd_lut32(&u, lut, w + 1);
-    return kn_hd_step_d(kn_hd_e8m0_half(w[0]), x,
-                        kn_hd_dot_i8(u.v, (const int8_t *)(x + KN_Q8F_QS), 32), acc);
+    return kn_hd_ip32(&u, x);
+}
+KN_HD float kn_hd_flt_mxfp4(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_d(kn_hd_e8m0_half(w[0]), x, ip.isum, acc);
 }
 
 /* ---- K-quants: 256-blocks against Q8_K; x's qs of sub-block i at x + KN_Q8K_QS + 16i */
 
 /* Q4_K / Q5_K: d, dmin @0, scales[12] @4, (Q5_K: qh[32] @16), qs[128] @16 or @48;
  * sub-block j (32 values) is nibble j % 2 of qs[32 (j / 2) + l] (+ bit j of qh[l]). */
-KN_HD float kn_hd_blk_k45(const uint8_t *w, const uint8_t *x, float acc, int q5)
+KN_HD struct kn_hd_ip kn_hd_int_k45(const uint8_t *w, const uint8_t *x, int q5)
 {
     const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (q5 ? 48 : 16);
     const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
-    int32_t isum = 0, imin = 0;
+    struct kn_hd_ip ip = {0, 0};
     for (int j = 0; j < 8; j++) {
         int s, m;
         kn_hd_k4_scale_min(sc, j, &s, &m);
@@ -542,28 +588,29 @@ KN_HD float kn_hd_blk_k45(const uint8_t *w, const uint8_t *x, float acc, int q5)
         kn_hd_v32 u;
         for (int l = 0; l < 32; l++)
             u.v[l] = (int8_t)(((q[l] >> shift) & 15) | (q5 ? ((qh[l] >> j) & 1) << 4 : 0));
-        isum += s * kn_hd_dot_i8(u.v, xq + 32 * j, 32);
-        imin += m * (kn_hd_bsum(x, 2 * j) + kn_hd_bsum(x, 2 * j + 1));
+        ip.isum += s * kn_hd_dot_i8(u.v, xq + 32 * j, 32);
+        ip.imin += m * (kn_hd_bsum(x, 2 * j) + kn_hd_bsum(x, 2 * j + 1));
     }
-    float dx = kn_hd_ld_f32(x);
-    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), dx), (float)isum, acc);
-    return KN_FMA(-KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 2)), dx), (float)imin, acc);
+    return ip;
 }
-
-KN_HD float kn_hd_blk_q4_k(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q4_k(const uint8_t *w, const uint8_t *x)
 {
-    return kn_hd_blk_k45(w, x, acc, 0);
+    return kn_hd_int_k45(w, x, 0);
 }
-
-KN_HD float kn_hd_blk_q5_k(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q5_k(const uint8_t *w, const uint8_t *x)
 {
-    return kn_hd_blk_k45(w, x, acc, 1);
+    return kn_hd_int_k45(w, x, 1);
 }
+KN_HD float kn_hd_flt_q4_k(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_dmin(w, x, ip, acc);
+}
+#define kn_hd_flt_q5_k kn_hd_flt_q4_k
 
 /* Q6_K: ql[128] @0, qh[64] @128, scales[16] (int8) @192, d @208. Element e = 128h + 32t
  * + l: ((ql[64h + 32(t & 1) + l] >> 4(t >> 1)) & 15) | ((qh[32h + l] >> 2t) & 3) << 4,
  * minus 32; sub-block i = e / 16. */
-KN_HD float kn_hd_blk_q6_k(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q6_k(const uint8_t *w, const uint8_t *x)
 {
     const uint8_t *ql = w, *qh = w + 128;
     const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
@@ -578,35 +625,41 @@ KN_HD float kn_hd_blk_q6_k(const uint8_t *w, const uint8_t *x, float acc)
             isum += (int8_t)w[192 + i] * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
             isum += (int8_t)w[193 + i] * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
         }
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 208)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_ip1(isum);
+}
+KN_HD float kn_hd_flt_q6_k(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w + 208)), x, ip.isum, acc);
 }
 
 /* Q2_K: scales[16] @0, qs[64] @16, d @80, dmin @82; element e = 128h + 32t + l is
  * (qs[32h + l] >> 2t) & 3. */
-KN_HD float kn_hd_blk_q2_k(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q2_k(const uint8_t *w, const uint8_t *x)
 {
     const uint8_t *qs = w + 16;
     const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
-    int32_t isum = 0, imin = 0;
+    struct kn_hd_ip ip = {0, 0};
     for (int h = 0; h < 2; h++)
         for (int t = 0; t < 4; t++) {
             kn_hd_v32 u;
             for (int l = 0; l < 32; l++)
                 u.v[l] = (int8_t)((qs[32 * h + l] >> (2 * t)) & 3);
             int i = 8 * h + 2 * t;
-            isum += (w[i] & 15) * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
-            isum += (w[i + 1] & 15) * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
+            ip.isum += (w[i] & 15) * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
+            ip.isum += (w[i + 1] & 15) * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
         }
     for (int i = 0; i < 16; i++)
-        imin += (w[i] >> 4) * kn_hd_bsum(x, i);
-    float dx = kn_hd_ld_f32(x);
-    acc = KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 80)), dx), (float)isum, acc);
-    return KN_FMA(-KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 82)), dx), (float)imin, acc);
+        ip.imin += (w[i] >> 4) * kn_hd_bsum(x, i);
+    return ip;
+}
+KN_HD float kn_hd_flt_q2_k(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_dmin(w + 80, x, ip, acc);
 }
 
 /* Q3_K: hmask[32] @0, qs[64] @32, scales[12] @96, d @108; element e = 128h + 32t + l is
  * ((qs[32h + l] >> 2t) & 3) | ((hmask[l] >> (4h + t)) & 1) << 2, minus 4. */
-KN_HD float kn_hd_blk_q3_k(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_q3_k(const uint8_t *w, const uint8_t *x)
 {
     const uint8_t *hm = w, *qs = w + 32, *sc = w + 96;
     const int8_t *xq = (const int8_t *)(x + KN_Q8K_QS);
@@ -621,11 +674,15 @@ KN_HD float kn_hd_blk_q3_k(const uint8_t *w, const uint8_t *x, float acc)
             isum += kn_hd_q3k_scale(sc, i) * kn_hd_dot_i8(u.v, xq + 16 * i, 16);
             isum += kn_hd_q3k_scale(sc, i + 1) * kn_hd_dot_i8(u.v + 16, xq + 16 * i + 16, 16);
         }
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w + 108)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_ip1(isum);
+}
+KN_HD float kn_hd_flt_q3_k(const uint8_t *w, const uint8_t *x, struct kn_hd_ip ip, float acc)
+{
+    return kn_hd_step_d(kn_hd_f16_to_f32(kn_hd_u16(w + 108)), x, ip.isum, acc);
 }
 
 /* IQ4_XS: d @0, scales_h @2, scales_l[4] @4, qs[128] @8; sub-block j is 16 bytes of qs. */
-KN_HD float kn_hd_blk_iq4_xs(const uint8_t *w, const uint8_t *x, float acc)
+KN_HD struct kn_hd_ip kn_hd_int_iq4_xs(const uint8_t *w, const uint8_t *x)
 {
     const int8_t lut[16] = KN_IQ4NL_LEVELS;
     uint32_t sh = kn_hd_u16(w + 2);
@@ -636,7 +693,29 @@ KN_HD float kn_hd_blk_iq4_xs(const uint8_t *w, const uint8_t *x, float acc)
         kn_hd_lut32(&u, lut, w + 8 + 16 * j);
         isum += kn_hd_iq4xs_scale(sh, w + 4, j) * kn_hd_dot_i8(u.v, xq + 32 * j, 32);
     }
-    return KN_FMA(KN_MUL(kn_hd_f16_to_f32(kn_hd_u16(w)), kn_hd_ld_f32(x)), (float)isum, acc);
+    return kn_hd_ip1(isum);
 }
+#define kn_hd_flt_iq4_xs kn_hd_flt_q8_0 /* f16 d @0, then isum */
+
+/* The reference's step of each type: its integer part, then its float steps. */
+#define KN_HD_BLK(name)                                                                      \
+    KN_HD float kn_hd_blk_##name(const uint8_t *w, const uint8_t *x, float acc)              \
+    {                                                                                        \
+        return kn_hd_flt_##name(w, x, kn_hd_int_##name(w, x), acc);                          \
+    }
+KN_HD_BLK(q8_0)
+KN_HD_BLK(q4_0)
+KN_HD_BLK(q4_1)
+KN_HD_BLK(q5_0)
+KN_HD_BLK(q5_1)
+KN_HD_BLK(iq4_nl)
+KN_HD_BLK(mxfp4)
+KN_HD_BLK(q2_k)
+KN_HD_BLK(q3_k)
+KN_HD_BLK(q4_k)
+KN_HD_BLK(q5_k)
+KN_HD_BLK(q6_k)
+KN_HD_BLK(iq4_xs)
+#undef KN_HD_BLK
 
 #endif
