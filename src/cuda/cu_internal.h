@@ -19,10 +19,10 @@
 #include "kernels/cuk_hd.h"
 
 /* The kernels of cuk.cu, by name. */
+#define CUK_MM_KNAMES(X, name, NAME, xblock, bsize) X(mmv_##name) X(mmt_##name)
 #define CUK_KERNELS(X)                                                                    \
-    X(probe) X(actq_q8f) X(actq_q8k) X(mm_q8_0) X(mm_q4_0) X(mm_q4_1) X(mm_q5_0)          \
-    X(mm_q5_1) X(mm_iq4_nl) X(mm_mxfp4) X(mm_q2_k) X(mm_q3_k) X(mm_q4_k) X(mm_q5_k)        \
-    X(mm_q6_k) X(mm_iq4_xs) X(mm_float) X(rmsnorm) X(rope) X(eltwise) X(gather)           \
+    X(probe) X(actq_q8f) X(actq_q8k) CUK_MM_TYPES(CUK_MM_KNAMES, X)                       \
+    X(mm_float) X(rmsnorm) X(rope) X(eltwise) X(gather)                                   \
     X(kv_store) X(attn) X(conv_store) X(conv) X(layernorm) X(moe_route) X(moe_group)        \
     X(moe_gather) X(moe_bias) X(moe_sum)
 #define CUK_ENUM(n) CUK_##n,
@@ -38,6 +38,16 @@ extern const size_t cuk_ptx_len;
 /* The most dims of a head the attention kernel takes (cuk_hd.h). */
 #define CU_ATTN_MAX_D CUK_MAXD
 
+/* The quantized products' kernels (cu_ops.c): by M (auto: cuk_mmv_<type> for M <=
+ * CUK_MMV_TOKS, else cuk_mmt_<type>), or one path forced (tests compare both). */
+enum cu_mm_path { CU_MM_AUTO = 0, CU_MM_DECODE = 1, CU_MM_TILED = 2 };
+
+/* Whether a product of M tokens takes the decode path. */
+static inline bool cu_mm_decode(enum cu_mm_path path, int64_t M)
+{
+    return path == CU_MM_AUTO ? M <= CUK_MMV_TOKS : path == CU_MM_DECODE;
+}
+
 struct cu_backend {
     struct kern_backend base;
     struct kern_backend_ops ops;
@@ -52,6 +62,7 @@ struct cu_backend {
     char numerics[160];     /* KN_NUMERICS, or cuda-smXY-driver-N (self-test failed) */
     struct cu_info info;
     struct cu_selftest selftest;
+    enum cu_mm_path mm_path;  /* CU_MM_AUTO; a test forces one path */
 };
 
 /* Device memory of one buffer. */

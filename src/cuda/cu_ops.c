@@ -84,23 +84,15 @@ static void cu_layernorm(struct kern_stream *ks, struct kern_buf *y, const struc
               ARGS(&py, &px, &pw, &pb, &n, &eps));
 }
 
-/* The kernel of a quantized weight type; CUK_COUNT for none. */
-static enum cuk_kernel mm_kernel(enum quant_type t)
+/* The kernel of a quantized weight type for the decode (cuk_mmv_<type>) or the tiled
+ * (cuk_mmt_<type>) path; CUK_COUNT for none. */
+static enum cuk_kernel mm_kernel(enum quant_type t, bool decode)
 {
     switch (t) {
-    case QT_Q8_0: return CUK_mm_q8_0;
-    case QT_Q4_0: return CUK_mm_q4_0;
-    case QT_Q4_1: return CUK_mm_q4_1;
-    case QT_Q5_0: return CUK_mm_q5_0;
-    case QT_Q5_1: return CUK_mm_q5_1;
-    case QT_IQ4_NL: return CUK_mm_iq4_nl;
-    case QT_MXFP4: return CUK_mm_mxfp4;
-    case QT_Q2_K: return CUK_mm_q2_k;
-    case QT_Q3_K: return CUK_mm_q3_k;
-    case QT_Q4_K: return CUK_mm_q4_k;
-    case QT_Q5_K: return CUK_mm_q5_k;
-    case QT_Q6_K: return CUK_mm_q6_k;
-    case QT_IQ4_XS: return CUK_mm_iq4_xs;
+#define MM_CASE(A, name, NAME, xblock, bsize)                                                 \
+    case QT_##NAME: return decode ? CUK_mmv_##name : CUK_mmt_##name;
+        CUK_MM_TYPES(MM_CASE, 0)
+#undef MM_CASE
     default: return CUK_COUNT;
     }
 }
@@ -153,7 +145,8 @@ static void product(struct cu_stream *s, const struct kern_buf *wb, CUdeviceptr 
                   ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &type, &x, &M, &y, &ldy));
         return;
     }
-    enum cuk_kernel k = mm_kernel(w->type);
+    const bool decode = cu_mm_decode(s->cb->mm_path, M);
+    enum cuk_kernel k = mm_kernel(w->type, decode);
     if (k == CUK_COUNT) {
         cu_fail(s, KN_E_UNSUPPORTED, "matmul: no CUDA kernel for weight type %s",
                 quant_type_name(w->type));
@@ -163,8 +156,12 @@ static void product(struct cu_stream *s, const struct kern_buf *wb, CUdeviceptr 
         q[kind] = act_quant(s, kind, x, M, K);
     CUdeviceptr xq = q[kind];
     size_t xrb = kern_act_row_bytes(kind, K);
-    cu_launch(s, k, groups(N, 32), groups(M, ty), 32, ty,
-              ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &xq, &xrb, &M, &y, &ldy));
+    if (decode)
+        cu_launch(s, k, groups(N, CUK_MMV_ROWS), groups(M, CUK_MMV_TOKS), CUK_MMV_THREADS, 1,
+                  ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &xq, &xrb, &M, &y, &ldy));
+    else
+        cu_launch(s, k, groups(N, CUK_MMT_ROWS), groups(M, CUK_MMT_TOKS), CUK_MMT_THREADS, 1,
+                  ARGS(&pw, &tab, &ids, &row_of, &N, &K, &rb, &xq, &xrb, &M, &y, &ldy));
 }
 
 static void cu_matmul(struct kern_stream *ks, int n, const struct kern_buf *const *w,

@@ -119,26 +119,59 @@ static CUresult h_errstr(CUresult r, const char **str)
 /* The kernels run, by name, to show that the sweeps reached them. */
 static int64_t launched[CUK_COUNT];
 
-typedef void (*mm_body)(int64_t n, int64_t m, const uint8_t *w, const uint64_t *wptr,
-                        const int32_t *ids, const int64_t *row_of, int64_t N, int64_t K,
-                        size_t row_bytes, const uint8_t *xq, size_t x_row_bytes, int64_t M,
-                        float *y, int64_t ldy);
-
-static mm_body mm_body_of(int k)
-{
-    switch (k) {
-#define MM_CASE(name, fn, wb, xb, bs) case CUK_mm_##name: return cuk_b_mm_##name;
-        CUK_MM_TYPES(MM_CASE)
-#undef MM_CASE
-    default: return NULL;
-    }
-}
-
 /* A phase of cuk_hd.h's lists over the block's threads, one after the other. */
 #define HOST_PHASE(call)                                                                    \
     for (int tid = 0; tid < nth; tid++) {                                                   \
         call;                                                                               \
     }
+
+/* The quantized products: block (bx, by) of the grid, its threads through cuk_hd.h's
+ * CUK_MMV_PHASES / CUK_MMT_PHASES. Shared memory starts as all-ones bytes in every block,
+ * so a phase that reads what the block did not write shows in the comparison. */
+#define HOST_MM(A, name, NAME, xblock, bsize)                                                 \
+    static void run_mmv_##name(unsigned gx, unsigned gy, const struct cuk_mm_args a)         \
+    {                                                                                         \
+        static struct cuk_mmv_sh sh;                                                          \
+        float acc[CUK_MMV_THREADS];                                                           \
+        const int nth = CUK_MMV_THREADS;                                                      \
+        for (unsigned bx = 0; bx < gx; bx++)                                                  \
+            for (unsigned by = 0; by < gy; by++) {                                            \
+                const int64_t n0 = (int64_t)bx * CUK_MMV_ROWS, m0 = (int64_t)by * CUK_MMV_TOKS; \
+                memset(&sh, 0xff, sizeof sh);                                                 \
+                for (int t = 0; t < nth; t++)                                                 \
+                    acc[t] = 0.0f;                                                            \
+                CUK_MMV_PHASES(HOST_PHASE, acc[tid], name, bsize)                             \
+            }                                                                                 \
+    }                                                                                         \
+    static void run_mmt_##name(unsigned gx, unsigned gy, const struct cuk_mm_args a)         \
+    {                                                                                         \
+        static struct cuk_mmt_sh sh;                                                          \
+        static struct cuk_mmt_reg rg[CUK_MMT_THREADS];                                        \
+        const int nth = CUK_MMT_THREADS;                                                      \
+        for (unsigned bx = 0; bx < gx; bx++)                                                  \
+            for (unsigned by = 0; by < gy; by++) {                                            \
+                const int64_t n0 = (int64_t)bx * CUK_MMT_ROWS, m0 = (int64_t)by * CUK_MMT_TOKS; \
+                memset(&sh, 0xff, sizeof sh);                                                 \
+                memset(rg, 0, sizeof rg);                                                     \
+                CUK_MMT_PHASES(HOST_PHASE, &rg[tid], name, bsize)                             \
+            }                                                                                 \
+    }
+CUK_MM_TYPES(HOST_MM, 0)
+
+typedef void (*mm_run)(unsigned gx, unsigned gy, const struct cuk_mm_args a);
+
+/* The host run of a quantized product kernel and the block size it takes; NULL: not one. */
+static mm_run mm_run_of(int k, unsigned *threads)
+{
+    switch (k) {
+#define MM_CASE(A, name, NAME, xb, bs)                                                        \
+    case CUK_mmv_##name: *threads = CUK_MMV_THREADS; return run_mmv_##name;                   \
+    case CUK_mmt_##name: *threads = CUK_MMT_THREADS; return run_mmt_##name;
+        CUK_MM_TYPES(MM_CASE, 0)
+#undef MM_CASE
+    default: return NULL;
+    }
+}
 
 /* Attention: block (t, h) of 32 lanes, cuk_hd.h's CUK_ATTN_PHASES. */
 static void run_attn(unsigned gx, unsigned gy, void **params)
@@ -193,25 +226,30 @@ static CUresult h_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
         return 1;
     launched[k]++;
     const int64_t nt = (int64_t)gx * bx; /* a 1-D kernel's threads */
-    mm_body mm = mm_body_of(k);
-    if (mm || k == CUK_mm_float) {
+    unsigned mm_threads = 0;
+    mm_run mm = mm_run_of(k, &mm_threads);
+    if (mm) {
+        if (bx != mm_threads || by != 1)
+            return 1;
+        const struct cuk_mm_args a = {PP(0, const uint8_t), PP(1, const uint64_t),
+                                      PP(2, const int32_t), PP(3, const int64_t),
+                                      PV(4, int64_t), PV(5, int64_t), PV(6, size_t),
+                                      PP(7, const uint8_t), PV(8, size_t), PV(9, int64_t),
+                                      PP(10, float), PV(11, int64_t)};
+        mm(gx, gy, a);
+        return CU_OK;
+    }
+    if (k == CUK_mm_float) {
         for (unsigned bi = 0; bi < gx; bi++)
             for (unsigned bj = 0; bj < gy; bj++)
                 for (unsigned ty = 0; ty < by; ty++)
-                    for (unsigned tx = 0; tx < bx; tx++) {
-                        int64_t n = (int64_t)bi * 32 + tx, m = (int64_t)bj * by + ty;
-                        if (mm)
-                            mm(n, m, PP(0, const uint8_t), PP(1, const uint64_t),
-                               PP(2, const int32_t), PP(3, const int64_t), PV(4, int64_t),
-                               PV(5, int64_t), PV(6, size_t), PP(7, const uint8_t),
-                               PV(8, size_t), PV(9, int64_t), PP(10, float), PV(11, int64_t));
-                        else
-                            cuk_b_mm_float(n, m, PP(0, const uint8_t), PP(1, const uint64_t),
-                                           PP(2, const int32_t), PP(3, const int64_t),
-                                           PV(4, int64_t), PV(5, int64_t), PV(6, size_t),
-                                           PV(7, int), PP(8, const float), PV(9, int64_t),
-                                           PP(10, float), PV(11, int64_t));
-                    }
+                    for (unsigned tx = 0; tx < bx; tx++)
+                        cuk_b_mm_float((int64_t)bi * 32 + tx, (int64_t)bj * by + ty,
+                                       PP(0, const uint8_t), PP(1, const uint64_t),
+                                       PP(2, const int32_t), PP(3, const int64_t),
+                                       PV(4, int64_t), PV(5, int64_t), PV(6, size_t),
+                                       PV(7, int), PP(8, const float), PV(9, int64_t),
+                                       PP(10, float), PV(11, int64_t));
         return CU_OK;
     }
     if (gy != 1 && k != CUK_attn)
@@ -628,56 +666,111 @@ static void test_rowwise(struct kern_pool *pool, struct kern_backend *dev)
            cases);
 }
 
-/* matmul of every weight type with a kernel, N not a multiple of the 32 lanes, M not of
- * the 4 rows of a block. */
+/* The products' paths a sweep runs: cu_ops.c's choice by M, then each forced. */
+static const enum cu_mm_path paths[] = {CU_MM_AUTO, CU_MM_DECODE, CU_MM_TILED};
+static const char *const path_names[] = {"auto", "decode", "tiled"};
+#define N_PATHS (sizeof paths / sizeof paths[0])
+
+/* y (M, N) of x . w^T on be (the host grid with host_cb.mm_path as set), or NULL. */
+static float *matmul_on(struct kern_backend *be, struct kern_pool *pool,
+                        const struct kern_weight *w, const float *x, int64_t M, const char *what)
+{
+    const int64_t N = w->N, K = w->K;
+    const struct kern_stream_shape sh = {.max_tokens = M, .n_embd = K, .n_ff = N,
+                                         .n_head = 1, .n_head_kv = 1, .head_dim = 64};
+    struct side d;
+    struct kn_err err = {0};
+    side_open(&d, be, &sh, pool);
+    if (!d.s)
+        return NULL;
+    const struct kern_buf *bw = keep(&d, be->ops->upload_weight(be, w, &err));
+    struct kern_buf *bx = up(&d, x, M * K), *by = alloc(&d, (size_t)(M * N) * sizeof(float));
+    be->ops->begin(d.s);
+    be->ops->matmul(d.s, 1, &bw, bx, M, &by);
+    float *got = read_back(&d, by, (size_t)(M * N) * sizeof(float));
+    if (!pass_end(&d, what)) {
+        free(got);
+        got = NULL;
+    }
+    side_close(&d);
+    return got;
+}
+
+/* The launches so far of a quantized type's decode or tiled kernel. */
+static int64_t mm_launches(enum quant_type t, bool decode)
+{
+    switch (t) {
+#define MM_CASE(A, name, NAME, xb, bs)                                                        \
+    case QT_##NAME: return launched[decode ? CUK_mmv_##name : CUK_mmt_##name];
+        CUK_MM_TYPES(MM_CASE, 0)
+#undef MM_CASE
+    default: return -1;
+    }
+}
+
+/* One weight (type, N, K) against every M of Ms on each path, bit for bit with the CPU. */
+static int matmul_case(struct kern_pool *pool, struct kern_backend *dev, enum quant_type t,
+                       int64_t N, int64_t K, const int64_t *Ms, size_t n_ms)
+{
+    struct kern_weight w;
+    void *data = NULL;
+    int cases = 0;
+    make_weight(&w, &data, t, N, K);
+    const bool quantized = kern_act_kind_for(t) != KERN_ACT_F32;
+    for (size_t mi = 0; mi < n_ms; mi++) {
+        const int64_t M = Ms[mi];
+        float *x = malloc((size_t)(M * K) * sizeof(float));
+        fill(x, M * K, 3.0f);
+        char what[128];
+        snprintf(what, sizeof what, "matmul %s (%lld x %lld, %lld rows)", quant_type_name(t),
+                 (long long)N, (long long)K, (long long)M);
+        float *want = matmul_on(kern_backend_cpu(), pool, &w, x, M, what);
+        for (size_t p = 0; p < (quantized ? N_PATHS : 1) && want; p++) {
+            host_cb.mm_path = paths[p];
+            const bool decode = cu_mm_decode(paths[p], M);
+            const int64_t before = mm_launches(t, decode);
+            float *got = matmul_on(dev, pool, &w, x, M, what);
+            char w2[160];
+            snprintf(w2, sizeof w2, "%s, %s path", what, path_names[p]);
+            if (got)
+                same(want, got, (size_t)(M * N) * sizeof(float), w2);
+            if (quantized)
+                CHECKF(mm_launches(t, decode) == before + 1, "%s: not the %s kernel", w2,
+                       decode ? "decode" : "tiled");
+            free(got);
+            cases++;
+        }
+        host_cb.mm_path = CU_MM_AUTO;
+        free(want);
+        free(x);
+    }
+    kern_weight_free(&w);
+    free(data);
+    return cases;
+}
+
+/* matmul of every weight type with a kernel on both paths (and cu_ops.c's choice): M from
+ * 1 to 9 (the decode path's tokens and one past), 16, 33, 65 (tiles of tokens, partial);
+ * N not a multiple of either path's rows; K of several blocks with a partial tiled step,
+ * one block, and more blocks than a decode round holds. */
 static void test_matmul(struct kern_pool *pool, struct kern_backend *dev)
 {
     static const enum quant_type types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
                                             QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K,
                                             QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
-    static const int64_t Ms[] = {1, 6, 33};
-    const int64_t N = 70, K = 512;
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 65};
+    static const int64_t Ms_k[] = {1, 9, 33};
+    const size_t n_ms = sizeof Ms / sizeof Ms[0], n_ms_k = sizeof Ms_k / sizeof Ms_k[0];
     int cases = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        struct kern_weight w;
-        void *data = NULL;
-        make_weight(&w, &data, types[ti], N, K);
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            const int64_t M = Ms[mi];
-            const struct kern_stream_shape sh = {.max_tokens = M, .n_embd = K, .n_ff = N,
-                                                 .n_head = 1, .n_head_kv = 1, .head_dim = 64};
-            float *x = malloc((size_t)(M * K) * sizeof(float));
-            fill(x, M * K, 3.0f);
-            void *got[2];
-            struct side sd[2];
-            for (int b = 0; b < 2; b++) {
-                struct side *d = &sd[b];
-                struct kn_err err = {0};
-                side_open(d, b ? dev : kern_backend_cpu(), &sh, pool);
-                if (!d->s)
-                    return;
-                const struct kern_buf *bw = keep(d, d->be->ops->upload_weight(d->be, &w, &err));
-                struct kern_buf *bx = up(d, x, M * K), *by = alloc(d, (size_t)(M * N) * sizeof(float));
-                d->be->ops->begin(d->s);
-                d->be->ops->matmul(d->s, 1, &bw, bx, M, &by);
-                got[b] = read_back(d, by, (size_t)(M * N) * sizeof(float));
-                pass_end(d, "matmul");
-            }
-            char what[96];
-            snprintf(what, sizeof what, "matmul %s (%lld x %lld, %lld rows)",
-                     quant_type_name(types[ti]), (long long)N, (long long)K, (long long)M);
-            same(got[0], got[1], (size_t)(M * N) * sizeof(float), what);
-            for (int b = 0; b < 2; b++) {
-                free(got[b]);
-                side_close(&sd[b]);
-            }
-            free(x);
-            cases++;
-        }
-        kern_weight_free(&w);
-        free(data);
+        const int64_t bs = quant_type_info(types[ti])->block_size == QK_K ? QK_K : 32;
+        const int64_t several = bs == QK_K ? 3 : 10; /* 32-blocks: a step of 8, then 2 */
+        const int64_t many = CUK_MMV_CHUNK + 9;      /* two decode rounds */
+        cases += matmul_case(pool, dev, types[ti], 70, several * bs, Ms, n_ms);
+        cases += matmul_case(pool, dev, types[ti], 37, bs, Ms_k, n_ms_k);
+        cases += matmul_case(pool, dev, types[ti], 37, many * bs, Ms_k, n_ms_k);
     }
-    printf("matmul: %d cases (every weight type) bit for bit\n", cases);
+    printf("matmul: %d cases (every weight type, both paths) bit for bit\n", cases);
 }
 
 int main(void)
@@ -694,7 +787,11 @@ int main(void)
     CHECKF(kern_backend_check(dev, pool, &err) == KN_OK, "%s", err.msg);
     printf("kern_backend_check: every op of the CUDA backend over the host grid equals the CPU\n");
     test_matmul(pool, dev);
-    test_moe(pool, dev);
+    for (size_t p = 0; p < N_PATHS; p++) { /* the grouped rows on each product path */
+        host_cb.mm_path = paths[p];
+        test_moe(pool, dev);
+    }
+    host_cb.mm_path = CU_MM_AUTO;
     test_rowwise(pool, dev);
     /* each kernel but the self-test's probe ran */
     for (int k = 0; k < CUK_COUNT; k++)

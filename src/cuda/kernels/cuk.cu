@@ -54,26 +54,48 @@ extern "C" __global__ void cuk_actq_q8k(const float *x, i64 M, i64 K, uint8_t *q
 }
 
 /* ================================================================ matrix products
- * y (M, ldy) columns 0..N-1 = x (M, K) . w^T (cuk_b_mm_<type>; with wptr, ids, row_of
- * non-NULL the grouped rows of a mixture-of-experts layer, each against its expert's
- * weight). Launch: block (32, TY), grid (ceil(N / 32), ceil(M / TY)); lane x owns weight
- * row n, warp y row m: the 32 lanes of a warp read one activation row (one broadcast
- * load per word) and the warps of a block share the weight rows through L1. */
+ * y (M, ldy) columns 0..N-1 = x (M, K) . w^T, with wptr, ids, row_of non-NULL the grouped
+ * rows of a mixture-of-experts layer, each against its expert's weight. Two kernels per
+ * type, the same bits (cuk_hd.h): cuk_mmv_<type> (decode: block CUK_MMV_THREADS, grid
+ * (ceil(N / CUK_MMV_ROWS), ceil(M / CUK_MMV_TOKS))), the warps splitting each row's blocks
+ * for their integer parts; cuk_mmt_<type> (prefill: block CUK_MMT_THREADS, grid
+ * (ceil(N / CUK_MMT_ROWS), ceil(M / CUK_MMT_TOKS))), tiles of rows x tokens through shared
+ * memory. cu_ops.c picks by M. */
 
-#define CUK_MM_KERNEL(name, fn, wblock, xblock, bsize)                                        \
-    extern "C" __global__ void cuk_mm_##name(const uint8_t *w, const uint64_t *wptr,          \
-                                             const int32_t *ids, const i64 *row_of, i64 N,    \
-                                             i64 K, size_t row_bytes, const uint8_t *xq,      \
-                                             size_t x_row_bytes, i64 M, float *y, i64 ldy)    \
+/* A phase of cuk_hd.h's lists, then the block's barrier. */
+#define CUK_PHASE(call) call; __syncthreads();
+
+#define CUK_MM_PARAMS                                                                         \
+    const uint8_t *w, const uint64_t *wptr, const int32_t *ids, const i64 *row_of, i64 N,     \
+        i64 K, size_t row_bytes, const uint8_t *xq, size_t x_row_bytes, i64 M, float *y,      \
+        i64 ldy
+
+#define CUK_MM_KERNELS(A, name, NAME, xblock, bsize)                                          \
+    extern "C" __global__ void cuk_mmv_##name(CUK_MM_PARAMS)                                  \
     {                                                                                         \
-        cuk_b_mm_##name((i64)blockIdx.x * 32 + threadIdx.x,                                   \
-                        (i64)blockIdx.y * blockDim.y + threadIdx.y, w, wptr, ids, row_of, N,  \
-                        K, row_bytes, xq, x_row_bytes, M, y, ldy);                            \
+        __shared__ struct cuk_mmv_sh sh;                                                      \
+        const struct cuk_mm_args a = {w, wptr, ids, row_of, N, K, row_bytes, xq, x_row_bytes, \
+                                      M, y, ldy};                                             \
+        const int tid = threadIdx.x;                                                          \
+        const i64 n0 = (i64)blockIdx.x * CUK_MMV_ROWS, m0 = (i64)blockIdx.y * CUK_MMV_TOKS;   \
+        float acc = 0.0f;                                                                     \
+        CUK_MMV_PHASES(CUK_PHASE, acc, name, bsize)                                           \
+    }                                                                                         \
+    extern "C" __global__ void cuk_mmt_##name(CUK_MM_PARAMS)                                  \
+    {                                                                                         \
+        __shared__ struct cuk_mmt_sh sh;                                                      \
+        const struct cuk_mm_args a = {w, wptr, ids, row_of, N, K, row_bytes, xq, x_row_bytes, \
+                                      M, y, ldy};                                             \
+        const int tid = threadIdx.x;                                                          \
+        const i64 n0 = (i64)blockIdx.x * CUK_MMT_ROWS, m0 = (i64)blockIdx.y * CUK_MMT_TOKS;   \
+        struct cuk_mmt_reg rg = {{0.0f}};                                                     \
+        CUK_MMT_PHASES(CUK_PHASE, &rg, name, bsize)                                           \
     }
 
-CUK_MM_TYPES(CUK_MM_KERNEL)
+CUK_MM_TYPES(CUK_MM_KERNELS, 0)
 
-/* Float weights (type: 0 f32, 1 f16, 2 bf16). */
+/* Float weights (one thread per output, block (32, TY), grid (ceil(N / 32), ceil(M / TY)):
+ * lane x owns weight row n, warp y row m; type: 0 f32, 1 f16, 2 bf16). */
 extern "C" __global__ void cuk_mm_float(const uint8_t *w, const uint64_t *wptr, const int32_t *ids,
                                         const i64 *row_of, i64 N, i64 K, size_t row_bytes,
                                         int type, const float *x, i64 M, float *y, i64 ldy)
@@ -83,9 +105,6 @@ extern "C" __global__ void cuk_mm_float(const uint8_t *w, const uint64_t *wptr, 
 }
 
 /* ================================================================ norms, RoPE, elementwise */
-
-/* A phase of cuk_hd.h's lists, then the block's barrier. */
-#define CUK_PHASE(call) call; __syncthreads();
 
 /* One block (CUK_NORM_THREADS) per row: cuk_hd.h's phases. */
 extern "C" __global__ void cuk_rmsnorm(float *y, const float *x, const float *w, i64 n, float eps)

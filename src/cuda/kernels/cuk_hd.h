@@ -18,6 +18,8 @@
 
 #include "../../kernels/kern_hd.h"
 
+#include <stdbool.h>
+
 /* The phases of a kernel with barriers are listed once, as X-macros: CUK_<KERNEL>_PHASES
  * (PHASE, ...) writes PHASE(call) for each phase in order. cuk.cu's wrapper makes PHASE
  * "call; __syncthreads();" on every thread of the block; the host test makes it "for each
@@ -60,10 +62,25 @@ KN_HD void cuk_b_actq(int64_t i, const float *x, int64_t M, int64_t K, uint8_t *
 }
 
 /* ================================================================ matrix products
- * Thread (n, m): y[m * ldy + n] = row m of the activations . weight row n, the
- * reference's chain over the blocks in ascending order. The weight is w, or with an
- * expert table (mixture of experts: wptr non-NULL) expert ids[row_of[m]]'s, wptr[e]
- * its address: row m is a grouped (token, rank) row (kn_hd_moe_group). */
+ * y[m * ldy + n] = row m of the quantized activations . weight row n, for n < N, m < M:
+ * per output the reference's chain over the blocks in ascending order from acc = +0
+ * (docs/numerics.md "Quantized weights"), whichever path computes it. The weight is w,
+ * or with an expert table (mixture of experts: wptr non-NULL) expert ids[row_of[m]]'s,
+ * wptr[e] its address: row m is a grouped (token, rank) row (kn_hd_moe_group). */
+struct cuk_mm_args {
+    const uint8_t *w;
+    const uint64_t *wptr;
+    const int32_t *ids;
+    const int64_t *row_of;
+    int64_t N, K;
+    size_t row_bytes;
+    const uint8_t *xq;
+    size_t x_row_bytes;
+    int64_t M;
+    float *y;
+    int64_t ldy;
+};
+
 KN_HD const uint8_t *cuk_wrow(const uint8_t *w, const uint64_t *wptr, const int32_t *ids,
                               const int64_t *row_of, int64_t m, int64_t n, size_t row_bytes)
 {
@@ -71,41 +88,228 @@ KN_HD const uint8_t *cuk_wrow(const uint8_t *w, const uint64_t *wptr, const int3
     return base + (size_t)n * row_bytes;
 }
 
-#define CUK_MM_BODY(name, fn, wblock, xblock, bsize)                                          \
-    KN_HD void cuk_b_mm_##name(int64_t n, int64_t m, const uint8_t *w, const uint64_t *wptr,  \
-                               const int32_t *ids, const int64_t *row_of, int64_t N, int64_t K,\
-                               size_t row_bytes, const uint8_t *xq, size_t x_row_bytes,       \
-                               int64_t M, float *y, int64_t ldy)                              \
+/* Weight row n as token m reads it. */
+KN_HD const uint8_t *cuk_mm_wrow(const struct cuk_mm_args *a, int64_t m, int64_t n)
+{
+    return cuk_wrow(a->w, a->wptr, a->ids, a->row_of, m, n, a->row_bytes);
+}
+
+/* The quantized types with kernels: X(A, name, NAME, activation block bytes, values per
+ * block), A passed through. The rules are kern_hd.h's kn_hd_int_<name>, kn_hd_flt_<name>
+ * and kn_hd_blk_<name>, the weight block bytes quant_hd.h's KN_QB_<NAME>. */
+#define CUK_MM_TYPES(X, A)                                                                    \
+    X(A, q8_0, Q8_0, KN_Q8F_BYTES, 32)                                                        \
+    X(A, q4_0, Q4_0, KN_Q8F_BYTES, 32)                                                        \
+    X(A, q4_1, Q4_1, KN_Q8F_BYTES, 32)                                                        \
+    X(A, q5_0, Q5_0, KN_Q8F_BYTES, 32)                                                        \
+    X(A, q5_1, Q5_1, KN_Q8F_BYTES, 32)                                                        \
+    X(A, iq4_nl, IQ4_NL, KN_Q8F_BYTES, 32)                                                    \
+    X(A, mxfp4, MXFP4, KN_Q8F_BYTES, 32)                                                      \
+    X(A, q2_k, Q2_K, KN_Q8K_BYTES, 256)                                                       \
+    X(A, q3_k, Q3_K, KN_Q8K_BYTES, 256)                                                       \
+    X(A, q4_k, Q4_K, KN_Q8K_BYTES, 256)                                                       \
+    X(A, q5_k, Q5_K, KN_Q8K_BYTES, 256)                                                       \
+    X(A, q6_k, Q6_K, KN_Q8K_BYTES, 256)                                                       \
+    X(A, iq4_xs, IQ4_XS, KN_Q8K_BYTES, 256)
+
+#if defined(__cplusplus)
+#define CUK_ASSERT(c, msg) static_assert(c, msg)
+#else
+#define CUK_ASSERT(c, msg) _Static_assert(c, msg)
+#endif
+
+/* ---- the decode path (cuk_mmv_<type>: M small)
+ * A block of CUK_MMV_THREADS threads owns CUK_MMV_ROWS weight rows (a warp each) and
+ * CUK_MMV_TOKS tokens; grid (ceil(N / ROWS), ceil(M / TOKS)). Per round of CUK_MMV_CHUNK
+ * blocks of K: lane l of warp r computes the integer part of block c0 + l of row n0 + r
+ * against each token (consecutive lanes read consecutive weight blocks) into shared
+ * memory; after the barrier, thread (r, j) = tid / TOKS, tid % TOKS, one per output, runs
+ * the float steps of the round's blocks in ascending order into its accumulator, kept in a
+ * register across rounds; a barrier before the next round rewrites the shared parts. */
+#define CUK_MMV_ROWS 4
+#define CUK_MMV_TOKS 8
+#define CUK_MMV_THREADS (32 * CUK_MMV_ROWS)
+#define CUK_MMV_CHUNK 32
+CUK_ASSERT(CUK_MMV_ROWS * CUK_MMV_TOKS <= CUK_MMV_THREADS, "a thread per decode output");
+
+struct cuk_mmv_sh {
+    struct kn_hd_ip ip[CUK_MMV_ROWS][CUK_MMV_TOKS][CUK_MMV_CHUNK];
+};
+
+/* Thread tid's output (n, m) of the block at (n0, m0); false when it has none. */
+KN_HD bool cuk_mmv_out(int tid, int64_t n0, int64_t m0, const struct cuk_mm_args *a,
+                       int64_t *n, int64_t *m)
+{
+    *n = n0 + tid / CUK_MMV_TOKS;
+    *m = m0 + tid % CUK_MMV_TOKS;
+    return tid < CUK_MMV_ROWS * CUK_MMV_TOKS && *n < a->N && *m < a->M;
+}
+
+KN_HD void cuk_b_mmv_end(int tid, int64_t n0, int64_t m0, const struct cuk_mm_args *a, float acc)
+{
+    int64_t n, m;
+    if (cuk_mmv_out(tid, n0, m0, a, &n, &m))
+        a->y[m * a->ldy + n] = acc;
+}
+
+/* Locals: tid, n0, m0, a (struct cuk_mm_args), sh (struct cuk_mmv_sh); ACC the thread's
+ * accumulator (+0 before the first phase). */
+#define CUK_MMV_PHASES(PHASE, ACC, name, bsize)                                              \
+    for (int64_t c0 = 0; c0 < a.K / (bsize); c0 += CUK_MMV_CHUNK) {                           \
+        PHASE(cuk_b_mmv_int_##name(tid, n0, m0, c0, &a, &sh))                                 \
+        PHASE(cuk_b_mmv_flt_##name(tid, n0, m0, c0, &a, &sh, &(ACC)))                         \
+    }                                                                                         \
+    PHASE(cuk_b_mmv_end(tid, n0, m0, &a, ACC))
+
+/* ---- the tiled path (cuk_mmt_<type>: M larger)
+ * A block of CUK_MMT_THREADS threads owns a tile of CUK_MMT_ROWS weight rows x
+ * CUK_MMT_TOKS tokens; grid (ceil(N / ROWS), ceil(M / TOKS)). Per K-step of CUK_MMT_VALS
+ * values (8 32-blocks or one 256-block; the last step may be shorter): the threads copy
+ * the step's weight blocks of the tile's rows and activation blocks of its tokens into
+ * shared memory (each read from memory once for the whole tile), then after the barrier
+ * thread tid computes its CUK_MMT_OUTS outputs (row tid % ROWS, tokens tid / ROWS + 8o)
+ * with the blocks' rule (the int8 sums by __dp4a, kern_hd.h kn_hd_dot_i8) in ascending
+ * order, the accumulators in registers across steps. With an expert table the tile's
+ * weight rows are those of its first token's expert; a token of another expert (a tile
+ * across two experts' grouped rows) reads its own rows from memory, the same bytes. */
+#define CUK_MMT_ROWS 32
+#define CUK_MMT_TOKS 32
+#define CUK_MMT_THREADS 256
+#define CUK_MMT_OUTS (CUK_MMT_ROWS * CUK_MMT_TOKS / CUK_MMT_THREADS)
+#define CUK_MMT_VALS 256
+#define CUK_MMT_WSTEP 272 /* the most weight bytes of a row's step (Q8_0: 8 x 34) */
+#define CUK_MMT_XSTEP 320 /* the most activation bytes of a token's step (8 x 40) */
+CUK_ASSERT(CUK_MMT_ROWS * CUK_MMT_TOKS % CUK_MMT_THREADS == 0 &&
+           CUK_MMT_THREADS % CUK_MMT_ROWS == 0, "the tile's outputs split evenly");
+CUK_ASSERT(CUK_MMT_VALS / 32 * KN_Q8F_BYTES <= CUK_MMT_XSTEP && KN_Q8K_BYTES <= CUK_MMT_XSTEP,
+           "a token's step fits");
+
+struct cuk_mmt_sh {
+    uint32_t x[CUK_MMT_TOKS][CUK_MMT_XSTEP / 4]; /* words: the blocks' floats 4-aligned */
+    uint8_t w[CUK_MMT_ROWS][CUK_MMT_WSTEP];
+};
+
+/* A thread's registers: its outputs' accumulators. */
+struct cuk_mmt_reg {
+    float acc[CUK_MMT_OUTS];
+};
+
+/* The blocks of the step at block b0: per (bsize) blocks of a step, nb in the row. */
+KN_HD int cuk_mmt_nbs(int64_t b0, int64_t nb, int per)
+{
+    return nb - b0 < per ? (int)(nb - b0) : per;
+}
+
+/* Thread tid's output o: (n, m) and its token's slot j in the tile; false when none. */
+KN_HD bool cuk_mmt_out(int tid, int o, int64_t n0, int64_t m0, const struct cuk_mm_args *a,
+                       int64_t *n, int64_t *m, int *j)
+{
+    *j = tid / CUK_MMT_ROWS + o * (CUK_MMT_THREADS / CUK_MMT_ROWS);
+    *n = n0 + tid % CUK_MMT_ROWS;
+    *m = m0 + *j;
+    return *n < a->N && *m < a->M;
+}
+
+KN_HD void cuk_b_mmt_end(int tid, int64_t n0, int64_t m0, const struct cuk_mm_args *a,
+                         const struct cuk_mmt_reg *rg)
+{
+    for (int o = 0; o < CUK_MMT_OUTS; o++) {
+        int64_t n, m;
+        int j;
+        if (cuk_mmt_out(tid, o, n0, m0, a, &n, &m, &j))
+            a->y[m * a->ldy + n] = rg->acc[o];
+    }
+}
+
+/* Locals: tid, n0, m0, a, sh (struct cuk_mmt_sh); REG the thread's struct cuk_mmt_reg *
+ * (accumulators +0 before the first phase). */
+#define CUK_MMT_PHASES(PHASE, REG, name, bsize)                                              \
+    for (int64_t b0 = 0; b0 < a.K / (bsize); b0 += CUK_MMT_VALS / (bsize)) {                  \
+        PHASE(cuk_b_mmt_load_##name(tid, n0, m0, b0, &a, &sh))                                \
+        PHASE(cuk_b_mmt_dot_##name(tid, n0, m0, b0, &a, &sh, REG)) /* sh rewritten next */    \
+    }                                                                                         \
+    PHASE(cuk_b_mmt_end(tid, n0, m0, &a, REG))
+
+/* Each type's phase bodies. */
+#define CUK_MM_BODIES(A, name, NAME, xblock, bsize)                                           \
+    CUK_ASSERT(CUK_MMT_VALS % (bsize) == 0 &&                                                 \
+               CUK_MMT_VALS / (bsize) * KN_QB_##NAME <= CUK_MMT_WSTEP, "a row's step fits");  \
+                                                                                              \
+    /* Lane l of warp r: block c0 + l of row n0 + r against tokens m0 .. m0 + TOKS - 1. */    \
+    KN_HD void cuk_b_mmv_int_##name(int tid, int64_t n0, int64_t m0, int64_t c0,              \
+                                    const struct cuk_mm_args *a, struct cuk_mmv_sh *sh)       \
     {                                                                                         \
-        if (n >= N || m >= M)                                                                 \
+        const int r = tid / 32, l = tid % 32;                                                 \
+        const int64_t n = n0 + r, b = c0 + l;                                                 \
+        if (n >= a->N || b >= a->K / (bsize))                                                 \
             return;                                                                           \
-        const uint8_t *wr = cuk_wrow(w, wptr, ids, row_of, m, n, row_bytes);                  \
-        const uint8_t *xr = xq + (size_t)m * x_row_bytes;                                     \
-        int64_t nb = K / (bsize);                                                             \
-        float acc = 0.0f;                                                                     \
-        for (int64_t b = 0; b < nb; b++)                                                      \
-            acc = fn(wr + (size_t)b * (wblock), xr + (size_t)b * (xblock), acc);              \
-        y[m * ldy + n] = acc;                                                                 \
+        for (int j = 0; j < CUK_MMV_TOKS && m0 + j < a->M; j++) {                             \
+            const int64_t m = m0 + j;                                                         \
+            sh->ip[r][j][l] = kn_hd_int_##name(                                               \
+                cuk_mm_wrow(a, m, n) + (size_t)b * KN_QB_##NAME,                              \
+                a->xq + (size_t)m * a->x_row_bytes + (size_t)b * (xblock));                   \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* Output (n, m): the float steps of the round's blocks, ascending. */                    \
+    KN_HD void cuk_b_mmv_flt_##name(int tid, int64_t n0, int64_t m0, int64_t c0,              \
+                                    const struct cuk_mm_args *a, const struct cuk_mmv_sh *sh, \
+                                    float *acc)                                               \
+    {                                                                                         \
+        int64_t n, m;                                                                         \
+        if (!cuk_mmv_out(tid, n0, m0, a, &n, &m))                                             \
+            return;                                                                           \
+        const uint8_t *wr = cuk_mm_wrow(a, m, n);                                             \
+        const uint8_t *xr = a->xq + (size_t)m * a->x_row_bytes;                               \
+        const int64_t nb = a->K / (bsize);                                                    \
+        for (int64_t b = c0; b < c0 + CUK_MMV_CHUNK && b < nb; b++)                           \
+            *acc = kn_hd_flt_##name(wr + (size_t)b * KN_QB_##NAME, xr + (size_t)b * (xblock), \
+                                    sh->ip[n - n0][m - m0][b - c0], *acc);                    \
+    }                                                                                         \
+                                                                                              \
+    /* The step's weight blocks of the tile's rows (its first token's) and activation        \
+     * blocks of its tokens into shared memory. */                                           \
+    KN_HD void cuk_b_mmt_load_##name(int tid, int64_t n0, int64_t m0, int64_t b0,             \
+                                     const struct cuk_mm_args *a, struct cuk_mmt_sh *sh)      \
+    {                                                                                         \
+        const int nbs = cuk_mmt_nbs(b0, a->K / (bsize), CUK_MMT_VALS / (bsize));              \
+        const int wbytes = nbs * KN_QB_##NAME, xwords = nbs * (xblock) / 4;                   \
+        for (int i = tid; i < CUK_MMT_ROWS * wbytes; i += CUK_MMT_THREADS) {                  \
+            const int r = i / wbytes, o = i % wbytes;                                         \
+            if (n0 + r < a->N)                                                                \
+                sh->w[r][o] = cuk_mm_wrow(a, m0, n0 + r)[(size_t)b0 * KN_QB_##NAME + o];      \
+        }                                                                                     \
+        for (int i = tid; i < CUK_MMT_TOKS * xwords; i += CUK_MMT_THREADS) {                  \
+            const int j = i / xwords, o = i % xwords;                                         \
+            if (m0 + j < a->M)                                                                \
+                sh->x[j][o] = kn_hd_ld32(a->xq + (size_t)(m0 + j) * a->x_row_bytes +          \
+                                         (size_t)b0 * (xblock) + 4 * (size_t)o);              \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* The thread's outputs over the step's blocks, ascending. */                            \
+    KN_HD void cuk_b_mmt_dot_##name(int tid, int64_t n0, int64_t m0, int64_t b0,              \
+                                    const struct cuk_mm_args *a, const struct cuk_mmt_sh *sh, \
+                                    struct cuk_mmt_reg *rg)                                   \
+    {                                                                                         \
+        const int nbs = cuk_mmt_nbs(b0, a->K / (bsize), CUK_MMT_VALS / (bsize));              \
+        for (int o = 0; o < CUK_MMT_OUTS; o++) {                                              \
+            int64_t n, m;                                                                     \
+            int j;                                                                            \
+            if (!cuk_mmt_out(tid, o, n0, m0, a, &n, &m, &j))                                  \
+                continue;                                                                     \
+            const uint8_t *wr = cuk_mm_wrow(a, m, n);                                         \
+            const uint8_t *wb = wr == cuk_mm_wrow(a, m0, n) ? sh->w[n - n0]                   \
+                                                            : wr + (size_t)b0 * KN_QB_##NAME; \
+            const uint8_t *xb = (const uint8_t *)sh->x[j];                                    \
+            float acc = rg->acc[o];                                                           \
+            for (int s = 0; s < nbs; s++)                                                     \
+                acc = kn_hd_blk_##name(wb + s * KN_QB_##NAME, xb + s * (xblock), acc);        \
+            rg->acc[o] = acc;                                                                 \
+        }                                                                                     \
     }
 
-/* The quantized types with a kernel: X(name, block rule, weight block bytes, activation
- * block bytes, values per block). */
-#define CUK_MM_TYPES(X)                                                                       \
-    X(q8_0, kn_hd_blk_q8_0, 34, KN_Q8F_BYTES, 32)                                             \
-    X(q4_0, kn_hd_blk_q4_0, 18, KN_Q8F_BYTES, 32)                                             \
-    X(q4_1, kn_hd_blk_q4_1, 20, KN_Q8F_BYTES, 32)                                             \
-    X(q5_0, kn_hd_blk_q5_0, 22, KN_Q8F_BYTES, 32)                                             \
-    X(q5_1, kn_hd_blk_q5_1, 24, KN_Q8F_BYTES, 32)                                             \
-    X(iq4_nl, kn_hd_blk_iq4_nl, 18, KN_Q8F_BYTES, 32)                                         \
-    X(mxfp4, kn_hd_blk_mxfp4, 17, KN_Q8F_BYTES, 32)                                           \
-    X(q2_k, kn_hd_blk_q2_k, 84, KN_Q8K_BYTES, 256)                                            \
-    X(q3_k, kn_hd_blk_q3_k, 110, KN_Q8K_BYTES, 256)                                           \
-    X(q4_k, kn_hd_blk_q4_k, 144, KN_Q8K_BYTES, 256)                                           \
-    X(q5_k, kn_hd_blk_q5_k, 176, KN_Q8K_BYTES, 256)                                           \
-    X(q6_k, kn_hd_blk_q6_k, 210, KN_Q8K_BYTES, 256)                                           \
-    X(iq4_xs, kn_hd_blk_iq4_xs, 136, KN_Q8K_BYTES, 256)
-
-CUK_MM_TYPES(CUK_MM_BODY)
+CUK_MM_TYPES(CUK_MM_BODIES, 0)
 
 /* Float weights (type 0 f32, 1 f16, 2 bf16, widened exactly): the canonical 16-lane chain
  * over K (acc[k % 16] = fma(x[k], w[k], ...)), then the tree. */
