@@ -12,7 +12,8 @@
 #   2. kinetic devices: the GPU, its class cuda-smXY and the self-test's findings
 #   3. test_cu_host, test_cu_grid (the kernel bodies over their grids on the host: the
 #      arithmetic and indexing without the GPU), test_cu_ops (self-test, kern_backend_check
-#      with the MoE, gpt-oss and BERT ops, the product and RMSNorm sweeps), test_vk_model
+#      with the MoE, gpt-oss and BERT ops, the product and RMSNorm sweeps; then again with
+#      KN_CUDA_MM=decode and =tiled, each product path for every batch size), test_vk_model
 #      on the GPU (KN_TEST_DEVICE: aidreams260K and tiny synth
 #      models of 4 architectures, wholly and split by --gpu-layers, logits bit for bit;
 #      Gemma 3 270M too when the model is there)
@@ -71,6 +72,15 @@ for t in test_cu_host test_cu_grid test_cu_ops; do
     ok "$t ($(tail -1 "$WORK/$t.log"))"
   else
     tail -15 "$WORK/$t.log"; bad "$t" "$t"
+  fi
+done
+# the products' decode and tiled kernels each forced for every batch size (above: by M)
+for mm in decode tiled; do
+  if KN_CUDA_MM=$mm KN_TEST_DEVICE="$DEVICE" KN_SHARED="$SHARED" build/tests/test_cu_ops \
+       > "$WORK/test_cu_ops_$mm.log" 2>&1; then
+    ok "test_cu_ops, KN_CUDA_MM=$mm ($(tail -1 "$WORK/test_cu_ops_$mm.log"))"
+  else
+    tail -15 "$WORK/test_cu_ops_$mm.log"; bad "test_cu_ops, KN_CUDA_MM=$mm" "test_cu_ops_$mm"
   fi
 done
 genv=()

@@ -452,8 +452,33 @@ static enum kn_status backend_init(struct cu_backend *cb, int index, struct kn_e
     return KN_OK;
 }
 
+/* The quantized products' path from KN_CUDA_MM (unset or "auto": by M; "decode" or
+ * "tiled": that one for every M, as scripts/gpu_check.sh runs the CUDA tests). The bits
+ * are the same on every path. */
+static const char *const mm_path_names[CU_MM_PATHS] = {"auto", "decode", "tiled"};
+
+const char *cu_mm_path_name(enum cu_mm_path p)
+{
+    return p >= 0 && p < CU_MM_PATHS ? mm_path_names[p] : "?";
+}
+
+static enum kn_status mm_path_env(enum cu_mm_path *path, struct kn_err *err)
+{
+    const char *v = getenv("KN_CUDA_MM");
+    for (int i = 0; i < CU_MM_PATHS; i++)
+        if (!v || strcmp(v, mm_path_names[i]) == 0) {
+            *path = v ? (enum cu_mm_path)i : CU_MM_AUTO;
+            return KN_OK;
+        }
+    return kn_fail(err, KN_E_ARG, "KN_CUDA_MM=%s: the CUDA products' path is auto, decode or "
+                   "tiled", v);
+}
+
 struct kern_backend *cu_backend_open(int index, struct kn_err *err)
 {
+    enum cu_mm_path mm_path = CU_MM_AUTO;
+    if (mm_path_env(&mm_path, err) != KN_OK)
+        return NULL;
     struct cu_info in;
     if (cu_describe(index, &in, err) != KN_OK)
         return NULL;
@@ -477,6 +502,7 @@ struct kern_backend *cu_backend_open(int index, struct kn_err *err)
     }
     cb->index = index;
     cb->refs = 1;
+    cb->mm_path = mm_path;
     cb->info = in;
     snprintf(cb->name, sizeof cb->name, "cuda:%d", index);
     cu_class_of(&in, cb->cls, sizeof cb->cls);

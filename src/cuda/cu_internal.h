@@ -40,7 +40,10 @@ extern const size_t cuk_ptx_len;
 
 /* The quantized products' kernels (cu_ops.c): by M (auto: cuk_mmv_<type> for M <=
  * CUK_MMV_TOKS, else cuk_mmt_<type>), or one path forced (tests compare both). */
-enum cu_mm_path { CU_MM_AUTO = 0, CU_MM_DECODE = 1, CU_MM_TILED = 2 };
+enum cu_mm_path { CU_MM_AUTO = 0, CU_MM_DECODE = 1, CU_MM_TILED = 2, CU_MM_PATHS = 3 };
+
+/* "auto", "decode", "tiled" (KN_CUDA_MM's values, cu_backend.c). */
+const char *cu_mm_path_name(enum cu_mm_path p);
 
 /* Whether a product of M tokens takes the decode path. */
 static inline bool cu_mm_decode(enum cu_mm_path path, int64_t M)

@@ -666,10 +666,9 @@ static void test_rowwise(struct kern_pool *pool, struct kern_backend *dev)
            cases);
 }
 
-/* The products' paths a sweep runs: cu_ops.c's choice by M, then each forced. */
-static const enum cu_mm_path paths[] = {CU_MM_AUTO, CU_MM_DECODE, CU_MM_TILED};
-static const char *const path_names[] = {"auto", "decode", "tiled"};
-#define N_PATHS (sizeof paths / sizeof paths[0])
+/* The products' paths a sweep runs (enum cu_mm_path): cu_ops.c's choice by M, then each
+ * forced. */
+#define N_PATHS ((size_t)CU_MM_PATHS)
 
 /* y (M, N) of x . w^T on be (the host grid with host_cb.mm_path as set), or NULL. */
 static float *matmul_on(struct kern_backend *be, struct kern_pool *pool,
@@ -726,12 +725,12 @@ static int matmul_case(struct kern_pool *pool, struct kern_backend *dev, enum qu
                  (long long)N, (long long)K, (long long)M);
         float *want = matmul_on(kern_backend_cpu(), pool, &w, x, M, what);
         for (size_t p = 0; p < (quantized ? N_PATHS : 1) && want; p++) {
-            host_cb.mm_path = paths[p];
-            const bool decode = cu_mm_decode(paths[p], M);
+            host_cb.mm_path = (enum cu_mm_path)p;
+            const bool decode = cu_mm_decode((enum cu_mm_path)p, M);
             const int64_t before = mm_launches(t, decode);
             float *got = matmul_on(dev, pool, &w, x, M, what);
             char w2[160];
-            snprintf(w2, sizeof w2, "%s, %s path", what, path_names[p]);
+            snprintf(w2, sizeof w2, "%s, %s path", what, cu_mm_path_name((enum cu_mm_path)p));
             if (got)
                 same(want, got, (size_t)(M * N) * sizeof(float), w2);
             if (quantized)
@@ -788,7 +787,7 @@ int main(void)
     printf("kern_backend_check: every op of the CUDA backend over the host grid equals the CPU\n");
     test_matmul(pool, dev);
     for (size_t p = 0; p < N_PATHS; p++) { /* the grouped rows on each product path */
-        host_cb.mm_path = paths[p];
+        host_cb.mm_path = (enum cu_mm_path)p;
         test_moe(pool, dev);
     }
     host_cb.mm_path = CU_MM_AUTO;

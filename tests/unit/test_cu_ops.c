@@ -5,10 +5,12 @@
  * op on crafted inputs with negative zeros, denormals and large values, every weight
  * type, both RoPE modes with YaRN, f32 and f16 caches, causal, windowed and soft-capped
  * attention over two sequences and two passes); then a shape sweep of the products (every
- * weight type the CPU computes, output counts that are not multiples of the kernels'
- * 32-row tiles, batch sizes 1 to 67 across the 4-token tiles) and of RMSNorm (rows of 1
- * to 4099) against the CPU backend, byte for byte. Skips (exit 77) with the reason where
- * there is no CUDA device or the build has no kernels. */
+ * weight type the CPU computes, output counts that are not multiples of the kernels' row
+ * tiles, batch sizes 1 to 67 on both sides of the decode / tiled choice, K of 512 and of
+ * 8448: many decode rounds and tiled steps) and of RMSNorm (rows of 1 to 4099) against
+ * the CPU backend, byte for byte. KN_CUDA_MM=decode or tiled forces one product path for
+ * every batch size (scripts/gpu_check.sh runs all three). Skips (exit 77) with the reason
+ * where there is no CUDA device or the build has no kernels. */
 #include <stddef.h>
 
 #include "check.h"
@@ -54,10 +56,13 @@ static enum kn_status run_matmul(struct kern_backend *be, struct kern_pool *pool
     return st;
 }
 
-static void sweep_matmul(struct kern_backend *be, struct kern_pool *pool)
+/* Every weight type at (N, K) over the batch sizes Ms, GPU = CPU byte for byte. */
+static int sweep_matmul_k(struct kern_backend *be, struct kern_pool *pool, int64_t N,
+                          int64_t K, const int64_t *Ms, size_t n_ms)
 {
-    static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 17, 33, 67};
-    const int64_t N = 70, K = 512, MM = 67;
+    int64_t MM = 0;
+    for (size_t i = 0; i < n_ms; i++)
+        MM = Ms[i] > MM ? Ms[i] : MM;
     float *wf = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(MM * K) * 4);
     float *y0 = malloc((size_t)(MM * N) * 4), *y1 = malloc((size_t)(MM * N) * 4);
     for (int64_t i = 0; i < N * K; i++)
@@ -77,23 +82,35 @@ static void sweep_matmul(struct kern_backend *be, struct kern_pool *pool)
         struct kn_err err = {0};
         CHECK(kern_weight_init(&w, (enum quant_type)t, N, K, data, (size_t)(N * (int64_t)rb), true,
                                &err) == KN_OK);
-        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+        for (size_t i = 0; i < n_ms; i++) {
             int64_t M = Ms[i];
             CHECKF(run_matmul(kern_backend_cpu(), pool, &w, x, M, y0, &err) == KN_OK, "%s", err.msg);
             CHECKF(run_matmul(be, pool, &w, x, M, y1, &err) == KN_OK, "%s", err.msg);
-            CHECKF(memcmp(y0, y1, (size_t)(M * N) * 4) == 0, "matmul %s M=%lld differs from the CPU",
-                   quant_type_name(t), (long long)M);
+            CHECKF(memcmp(y0, y1, (size_t)(M * N) * 4) == 0, "matmul %s K=%lld M=%lld differs "
+                   "from the CPU", quant_type_name(t), (long long)K, (long long)M);
         }
         kern_weight_free(&w);
         free(data);
         types++;
     }
-    printf("matmul sweep: %d weight types x %zu batch sizes, N=%lld\n", types,
-           sizeof Ms / sizeof Ms[0], (long long)N);
     free(wf);
     free(x);
     free(y0);
     free(y1);
+    return types;
+}
+
+static void sweep_matmul(struct kern_backend *be, struct kern_pool *pool)
+{
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 65, 67};
+    static const int64_t Ms_k[] = {1, 9, 33};
+    const char *mm = getenv("KN_CUDA_MM");
+    const int64_t N = 70;
+    int types = sweep_matmul_k(be, pool, N, 512, Ms, sizeof Ms / sizeof Ms[0]);
+    sweep_matmul_k(be, pool, 37, 8448, Ms_k, sizeof Ms_k / sizeof Ms_k[0]);
+    printf("matmul sweep (%s path): %d weight types x %zu batch sizes, N=%lld, K=512; and "
+           "x %zu at N=37, K=8448\n", mm ? mm : "auto", types, sizeof Ms / sizeof Ms[0],
+           (long long)N, sizeof Ms_k / sizeof Ms_k[0]);
 }
 
 /* rmsnorm of rows of n on be, copied to out. */
