@@ -9,8 +9,13 @@
  *   - kern_backend_check on the stand-in: every op against the CPU on its crafted inputs
  *     (every weight type, the caches, windows, soft-cap, sinks, short convolution,
  *     mixture-of-experts routing and products);
+ *   - the products of every weight type on each path (cu_ops.c's choice by M, then the
+ *     decode and the tiled kernel forced) over M 1 to 9, 16, 33, 65, N not a multiple of
+ *     either kernel's rows, K of one block, several (a partial tiled step) and more than a
+ *     decode round; the kernel launched is checked against cu_mm_decode;
  *   - sweeps of the ops this backend added: moe_route and moe_ffn / moe_ffn_oai over
- *     expert counts, top-k, gatings and batch sizes; layernorm and rmsnorm over rows
+ *     expert counts, top-k, gatings and batch sizes, on each product path (grouped rows
+ *     of several experts in one tile); layernorm and rmsnorm over rows
  *     whose length is not a multiple of the lanes or the block; gelu, the gated
  *     activations over lengths not a multiple of the block (gpt-oss's SwiGLU runs in
  *     the moe_ffn_oai sweep).

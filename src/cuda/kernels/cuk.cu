@@ -6,9 +6,9 @@
  * the per-element and per-block rules are the functions of src/kernels/kern_hd.h that the
  * CPU reference itself calls (kn_hd_expf, kn_hd_quantize_block, kn_hd_blk_<type>, ...),
  * and every float operation written here is an explicit __fmaf_rn / __fmul_rn / __fadd_rn
- * (KN_FMA / KN_MUL / KN_ADD), in the reference's order. The parallelism is over outputs
- * only (rules 1 and 2 of docs/numerics.md): a thread owns an output and runs its whole
- * chain; no float sum is split or reordered.
+ * (KN_FMA / KN_MUL / KN_ADD), in the reference's order. No float sum is split or
+ * reordered (rules 1 and 2 of docs/numerics.md): one thread runs each output's float
+ * chain; only exact integer sums are spread over threads (the decode products' blocks).
  *
  * The bodies are cuk_hd.h's functions of the thread's indices (host-tested over whole
  * grids by tests/unit/test_cu_grid.c); the wrappers here compute the indices, hold the

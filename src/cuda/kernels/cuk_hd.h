@@ -7,7 +7,26 @@
  * order, and compares with the CPU reference bit for bit. That proves the arithmetic and
  * the indexing (and cu_ops.c's grids and arguments, which the test drives through a
  * host stand-in for the driver); it does not prove the driver, launch limits or the
- * memory model, which only a run on a GPU does (scripts/gpu_check.sh).
+ * memory model, which only a run on a GPU does (scripts/gpu_check.sh). None of these
+ * kernels has run on a GPU yet: no NVIDIA GPU was at hand when they were written; they
+ * are compiled to PTX (checked by test_cu_host) and host-tested as above, nothing more.
+ *
+ * The quantized products have two kernels per weight type, chosen by cu_ops.c by the
+ * number of tokens M (KN_CUDA_MM forces one), which give the same bits because both run
+ * kern_hd.h's block rule for every (row, token, block) and each output's float chain in
+ * ascending block order from +0:
+ *   - decode (cuk_mmv_<type>, M <= CUK_MMV_TOKS): bandwidth-bound, a warp per weight row;
+ *     its lanes take the row's blocks l, l + 32, ... (coalesced) and compute each block's
+ *     exact integer part (kn_hd_int_<type>) against each token into shared memory; after
+ *     a barrier one thread per (row, token) runs the float steps (kn_hd_flt_<type>) of
+ *     those blocks in order into its accumulator, round after round of 32 blocks;
+ *   - prefill (cuk_mmt_<type>): a tile of 32 rows x 32 tokens per block of 256 threads;
+ *     per K-step (256 values) the weight blocks of the tile's rows and the activation
+ *     blocks of its tokens are copied to shared memory once, then each thread runs the
+ *     block rule (__dp4a int8 sums, kn_hd_dot_i8) for its 4 outputs, accumulators in
+ *     registers across the steps. No tensor-core (IMMA) path yet.
+ * Float weights (cuk_mm_float) and the other ops keep one thread per output; MoE grouping
+ * (kn_hd_moe_group) is one thread.
  *
  * Every float operation is KN_FMA / KN_MUL / KN_ADD / ... (kern_hd.h), in the reference's
  * order (docs/numerics.md); the per-element rules are kern_hd.h's, which the CPU
