@@ -2,7 +2,8 @@
  *   - The embedded PTX (a build with nvcc) holds every kernel the backend launches
  *     (cu_internal.h's table) and was compiled as canonical-1 needs: every f32 add, sub,
  *     mul and fma explicitly rounded-to-nearest (.rn, which ptxas never contracts), no
- *     flush to zero (.ftz), no approximate division, sqrt or exp (.approx).
+ *     flush to zero (.ftz), no approximate division, sqrt or exp (.approx); each
+ *     quantized product kernel sums its int8 values with dp4a.
  *   - With the driver absent (KN_CUDA_DRIVER names a file that does not exist), the
  *     registry says "no CUDA device present" (or, in a build without nvcc, that the
  *     build has no CUDA backend) on --device cuda, cuda:N and in `kinetic devices`, and
@@ -42,6 +43,22 @@ static void test_ptx(void)
     for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
         CHECKF(strstr(ptx, banned[i]) == NULL, "the PTX has '%s': a float operation the "
                "JIT may contract, flush or approximate", banned[i]);
+    /* the quantized products' int8 sums are __dp4a (kern_hd.h kn_hd_dot_i8) in each of
+     * their kernels */
+    int n_mm = 0;
+    for (int k = 0; k < CUK_COUNT; k++) {
+        const char *name = cu_kernel_name((enum cuk_kernel)k);
+        if (strncmp(name, "cuk_mmv_", 8) != 0 && strncmp(name, "cuk_mmt_", 8) != 0)
+            continue;
+        char entry[96];
+        snprintf(entry, sizeof entry, ".entry %s(", name);
+        const char *at = strstr(ptx, entry), *next = at ? strstr(at + 1, ".entry ") : NULL;
+        const char *dp = at ? strstr(at, "dp4a.s32.s32") : NULL;
+        CHECKF(dp && (!next || dp < next), "%s has no dp4a.s32.s32: its int8 sums are not "
+               "__dp4a", name);
+        n_mm++;
+    }
+    CHECKF(n_mm > 0, "no quantized product kernels in the table");
     size_t n_fma = 0;
     for (const char *p = ptx; (p = strstr(p, "fma.rn.f32")); p++)
         n_fma++;
