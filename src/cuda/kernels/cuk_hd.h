@@ -196,16 +196,21 @@ KN_HD void cuk_b_mmv_end(int tid, int64_t n0, int64_t m0, const struct cuk_mm_ar
 #define CUK_MMT_THREADS 256
 #define CUK_MMT_OUTS (CUK_MMT_ROWS * CUK_MMT_TOKS / CUK_MMT_THREADS)
 #define CUK_MMT_VALS 256
-#define CUK_MMT_WSTEP 272 /* the most weight bytes of a row's step (Q8_0: 8 x 34) */
-#define CUK_MMT_XSTEP 320 /* the most activation bytes of a token's step (8 x 40) */
+/* The most weight bytes of a row's step (Q8_0's 8 blocks; each type asserts it fits),
+ * and a row's pitch in shared memory: an odd number of words, so the 32 lanes of a warp
+ * (32 rows) read 32 different banks. */
+#define CUK_MMT_WSTEP (CUK_MMT_VALS / 32 * KN_QB_Q8_0)
+#define CUK_MMT_WPITCH ((CUK_MMT_WSTEP / 8 * 2 + 1) * 4)
+/* The most activation bytes of a token's step (8 Q8_32 blocks, or one Q8_K). */
+#define CUK_MMT_XSTEP (CUK_MMT_VALS / 32 * KN_Q8F_BYTES)
 CUK_ASSERT(CUK_MMT_ROWS * CUK_MMT_TOKS % CUK_MMT_THREADS == 0 &&
            CUK_MMT_THREADS % CUK_MMT_ROWS == 0, "the tile's outputs split evenly");
-CUK_ASSERT(CUK_MMT_VALS / 32 * KN_Q8F_BYTES <= CUK_MMT_XSTEP && KN_Q8K_BYTES <= CUK_MMT_XSTEP,
-           "a token's step fits");
+CUK_ASSERT(KN_Q8K_BYTES <= CUK_MMT_XSTEP && CUK_MMT_XSTEP % 4 == 0, "a token's step fits");
+CUK_ASSERT(CUK_MMT_WPITCH >= CUK_MMT_WSTEP && CUK_MMT_WPITCH / 4 % 2 == 1, "odd words a row");
 
 struct cuk_mmt_sh {
     uint32_t x[CUK_MMT_TOKS][CUK_MMT_XSTEP / 4]; /* words: the blocks' floats 4-aligned */
-    uint8_t w[CUK_MMT_ROWS][CUK_MMT_WSTEP];
+    uint8_t w[CUK_MMT_ROWS][CUK_MMT_WPITCH];
 };
 
 /* A thread's registers: its outputs' accumulators. */
