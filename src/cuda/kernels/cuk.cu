@@ -147,8 +147,9 @@ extern "C" __global__ void cuk_gather(float *dst, const float *src, const i64 *r
 /* ================================================================ mixture of experts
  * moe_ffn (cu_ops.c): route (one thread per token), group (one thread: the counting sort
  * of kn_hd_moe_group over the T * k pairs), gather the grouped inputs, the grouped
- * products (cuk_mm_<type> with the experts' table), the biases and the activation
- * (cuk_eltwise), the down products, then the weighted sum in rank order per token. */
+ * products (cuk_mmv_<type> or cuk_mmt_<type> with the experts' table), the biases and
+ * the activation (cuk_eltwise), the down products, then the weighted sum in rank order
+ * per token. */
 
 extern "C" __global__ void cuk_moe_route(i64 T, int gating, int n, int k, int norm, float scale,
                                          const float *logits, const float *bias, int32_t *ids,
