@@ -25,8 +25,8 @@
  *     blocks of its tokens are copied to shared memory once, then each thread runs the
  *     block rule (__dp4a int8 sums, kn_hd_dot_i8) for its 4 outputs, accumulators in
  *     registers across the steps. No tensor-core (IMMA) path yet.
- * Float weights (cuk_mm_float) and the other ops keep one thread per output; MoE grouping
- * (kn_hd_moe_group) is one thread.
+ * Float weights (cuk_mm_float) keep one thread per output, and MoE grouping
+ * (kn_hd_moe_group) runs on one thread.
  *
  * Every float operation is KN_FMA / KN_MUL / KN_ADD / ... (kern_hd.h), in the reference's
  * order (docs/numerics.md); the per-element rules are kern_hd.h's, which the CPU
