@@ -33,6 +33,7 @@
 
 #include "../crypto/blake3.h"
 #include "../crypto/buildid.h"
+#include "../crypto/cachefile.h"
 #include "../crypto/hashcache.h"
 #include "../kernels/kernels.h"
 
@@ -100,30 +101,17 @@ enum kn_status rcache_open(struct rcache **out, const char *setting, const char 
                            const char *who, struct kn_err *err)
 {
     *out = NULL;
-    if (!setting)
-        setting = getenv(RCACHE_ENV);
-    if (setting && !*setting)
-        setting = NULL;
-    if (setting && strcmp(setting, "off") == 0)
+    char dir[PATH_MAX];
+    struct kn_err derr = {0};
+    enum cachefile_where where = cachefile_dir(setting, RCACHE_ENV, "repack", dir, sizeof dir,
+                                               &derr);
+    if (where == CACHEFILE_OFF)
         return KN_OK;
     struct rcache *rc = calloc(1, sizeof *rc);
     if (!rc)
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     rc->who = who;
-    char dir[PATH_MAX];
-    struct kn_err derr = {0};
-    bool ok = true;
-    if (setting) {
-        ok = snprintf(dir, sizeof dir, "%s", setting) < (int)sizeof dir;
-        if (!ok)
-            kn_fail(&derr, KN_E_ARG, "the folder name is longer than %zu bytes", sizeof dir - 1);
-    } else if ((ok = kn_cache_dir(dir, sizeof dir, &derr) == KN_OK)) {
-        size_t len = strlen(dir);
-        ok = snprintf(dir + len, sizeof dir - len, "/repack") < (int)(sizeof dir - len);
-        if (!ok)
-            kn_fail(&derr, KN_E_ARG, "the cache path is longer than %zu bytes", sizeof dir - 1);
-    }
-    if (!ok) {
+    if (where == CACHEFILE_BAD) {
         note(rc, "off (%s); the weights are repacked in memory", derr.msg);
         *out = rc;
         return KN_OK;
@@ -224,12 +212,10 @@ static bool plan_file(const struct rcache *rc, struct kern_weight *const *ws, si
     memcpy(p->h.build, build, KN_BUILD_ID_LEN);
     /* The MAC key: every key of the file, so a file of another model, build or layout
      * fails the MAC even if its name and header were changed to match. */
-    struct blake3_hasher kh;
-    blake3_hasher_init_derive_key(&kh, RCACHE_KDF_CONTEXT);
-    blake3_hasher_update(&kh, p->h.model, sizeof p->h.model);
-    blake3_hasher_update(&kh, p->h.build, sizeof p->h.build);
-    blake3_hasher_update(&kh, p->h.layout, sizeof p->h.layout);
-    blake3_hasher_finalize(&kh, p->key, sizeof p->key);
+    const struct kn_part keys[] = {{p->h.model, sizeof p->h.model},
+                                   {p->h.build, sizeof p->h.build},
+                                   {p->h.layout, sizeof p->h.layout}};
+    cachefile_key(RCACHE_KDF_CONTEXT, keys, sizeof keys / sizeof *keys, p->key);
     char layout_hex[17];
     blake3_hex(p->h.layout, 8, layout_hex);
     if (snprintf(p->path, sizeof p->path, "%s/%s-%s-%s" RCACHE_SUFFIX, rc->dir, model_hex, build,
@@ -295,12 +281,10 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
         kn_fail(why, KN_E_FORMAT, "made for another model, build or layout");
         ok = false;
     } else {
-        struct blake3_hasher mh;
-        blake3_hasher_init_keyed(&mh, p->key);
-        blake3_hasher_update_mapped(&mh, (const uint8_t *)map + BLAKE3_OUT_LEN,
-                                    want - BLAKE3_OUT_LEN, pool ? kern_pool_threads(pool) : 1);
+        const struct kn_part all = {(const uint8_t *)map + BLAKE3_OUT_LEN,
+                                    want - BLAKE3_OUT_LEN};
         uint8_t mac[BLAKE3_OUT_LEN];
-        blake3_hasher_finalize(&mh, mac, sizeof mac);
+        cachefile_mac(p->key, &all, 1, pool ? kern_pool_threads(pool) : 1, mac);
         if (!(ok = blake3_equal(mac, h->mac)))
             kn_fail(why, KN_E_FORMAT, "its MAC does not match (damaged)");
     }
@@ -419,13 +403,11 @@ static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t
         if (align_up(p->bytes[i]) != p->bytes[i])
             parts[k++] = (struct kn_part){zeros, align_up(p->bytes[i]) - p->bytes[i]};
     }
-    struct blake3_hasher mh;
-    blake3_hasher_init_keyed(&mh, p->key);
-    blake3_hasher_update(&mh, (const uint8_t *)&p->h + BLAKE3_OUT_LEN,
-                         sizeof p->h - BLAKE3_OUT_LEN);
-    for (size_t i = 1; i < k; i++)
-        blake3_hasher_update(&mh, parts[i].data, parts[i].size);
-    blake3_hasher_finalize(&mh, p->h.mac, sizeof p->h.mac);
+    /* the MAC covers the header after the MAC itself, then every other part */
+    parts[0] = (struct kn_part){(const uint8_t *)&p->h + BLAKE3_OUT_LEN,
+                                sizeof p->h - BLAKE3_OUT_LEN};
+    cachefile_mac(p->key, parts, k, 0, p->h.mac);
+    parts[0] = (struct kn_part){&p->h, sizeof p->h};
     if (kn_write_parts_atomic(p->path, parts, k, false, &err) != KN_OK) {
         note(rc, "not written: %s", err.msg);
     } else {
