@@ -29,4 +29,14 @@ void cachefile_key(const char *context, const struct kn_part *keys, size_t n,
 void cachefile_mac(const uint8_t key[BLAKE3_KEY_LEN], const struct kn_part *parts, size_t n,
                    int mapped_threads, uint8_t mac[BLAKE3_OUT_LEN]);
 
+/* Removes, from dir, the temporary files of dead writers (<name><suffix>.tmp.<pid> older
+ * than stale_tmp_s seconds), the files <...><suffix> that replaced (may be NULL) says the
+ * file just written replaces (it gets their names and keep's, without the folder), and
+ * the least recently used (by mtime) beyond max_files, keep counted; never keep, the file
+ * just written. Best effort: another process may be removing the same files. */
+void cachefile_evict(const char *dir, const char *suffix, const char *keep, size_t max_files,
+                     long stale_tmp_s, bool (*replaced)(const char *name, const char *keep_name));
+/* Marks the file at path as used now (its mtime, the eviction order; best effort). */
+void cachefile_touch(const char *path);
+
 #endif

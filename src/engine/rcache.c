@@ -37,7 +37,6 @@
 #include "../crypto/hashcache.h"
 #include "../kernels/kernels.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,7 +46,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RCACHE_MAGIC "KNREPACK"
@@ -303,82 +301,18 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
     }
     rc->map = map;
     rc->map_bytes = want;
-    /* The last use, for the eviction order (best effort). */
-    (void)utimensat(AT_FDCWD, p->path, NULL, 0);
+    cachefile_touch(p->path); /* the last use, for the eviction order */
     return LOAD_HIT;
 }
 
 /* ---------------------------------------------------------------- writing */
 
-static bool ends_with(const char *s, const char *suffix)
+/* The model's files of other builds: the file just written (keep_base) replaces them. */
+static bool other_build(const char *name, const char *keep_base)
 {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-struct rcache_entry {
-    char *path;
-    time_t used;
-};
-
-static int by_use_newest_first(const void *a, const void *b)
-{
-    const struct rcache_entry *x = a, *y = b;
-    return (x->used < y->used) - (x->used > y->used);
-}
-
-/* Removes the model's files of other builds, temporary files of dead writers, and the
- * least recently used files beyond RCACHE_MAX_FILES (never `keep`, the file just
- * written). Best effort: another process may be removing the same files. */
-static void evict(const struct rcache *rc, const char *keep)
-{
-    DIR *d = opendir(rc->dir);
-    if (!d)
-        return;
-    const char *base = strrchr(keep, '/') + 1;
     const size_t model_len = 2 * BLAKE3_OUT_LEN + 1; /* "<model hex>-" */
-    struct rcache_entry *list = NULL;
-    size_t n = 0, cap = 0;
-    const time_t now = time(NULL);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char path[PATH_MAX];
-        struct stat st;
-        if (e->d_name[0] == '.' || strcmp(e->d_name, base) == 0 ||
-            snprintf(path, sizeof path, "%s/%s", rc->dir, e->d_name) >= (int)sizeof path ||
-            lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (strstr(e->d_name, RCACHE_SUFFIX ".tmp.")) {
-            if (now - st.st_mtime > RCACHE_STALE_TMP_S)
-                (void)unlink(path);
-        } else if (!ends_with(e->d_name, RCACHE_SUFFIX)) {
-            continue;
-        } else if (strncmp(e->d_name, base, model_len) == 0 &&
-                   strncmp(e->d_name, base, model_len + KN_BUILD_ID_LEN) != 0) {
-            (void)unlink(path); /* the same model from another build: this one replaces it */
-        } else {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 32;
-                struct rcache_entry *nl = realloc(list, nc * sizeof *nl);
-                if (!nl)
-                    break;
-                list = nl;
-                cap = nc;
-            }
-            if (!(list[n].path = strdup(path)))
-                break;
-            list[n++].used = st.st_mtime;
-        }
-    }
-    closedir(d);
-    if (n) /* qsort's array must not be NULL, even when empty */
-        qsort(list, n, sizeof *list, by_use_newest_first);
-    for (size_t i = 0; i < n; i++) {
-        if (i >= RCACHE_MAX_FILES - 1)
-            (void)unlink(list[i].path);
-        free(list[i].path);
-    }
-    free(list);
+    return strncmp(name, keep_base, model_len) == 0 &&
+           strncmp(name, keep_base, model_len + KN_BUILD_ID_LEN) != 0;
 }
 
 /* Writes the weights' copies (just built in memory) to the plan's file. */
@@ -415,7 +349,8 @@ static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t
         note(rc, "wrote %s (%.0f MiB; later starts map it instead of repacking; "
              "--repack-cache off keeps none)", p->path,
              (double)(RCACHE_HEADER_BYTES + p->data_bytes) / (1024.0 * 1024.0));
-        evict(rc, p->path);
+        cachefile_evict(rc->dir, RCACHE_SUFFIX, p->path, RCACHE_MAX_FILES, RCACHE_STALE_TMP_S,
+                        other_build);
     }
     free(parts);
 }

@@ -11,7 +11,9 @@
  * the key), magic, version, the verdict and the check's report text. A file that is
  * truncated, altered, made for another key or not a record fails a check and is ignored:
  * the check runs again and rewrites it (kn_write_parts_atomic: readers see the old file
- * or the whole new one). Every failure of the cache itself costs only the check's time. */
+ * or the whole new one). After a write, the least recently used records beyond
+ * VERDICT_MAX_FILES are removed (a hit marks its record used). Every failure of the cache
+ * itself costs only the check's time. */
 #include "vk_ops.h"
 
 #include "../crypto/buildid.h"
@@ -28,6 +30,11 @@
 #define VERDICT_MAGIC "KNVERDCT"
 #define VERDICT_VERSION 1u
 #define VERDICT_SUFFIX ".kvd"
+/* Records kept in the folder: the newest by last use; older ones (other builds, drivers,
+ * devices) are removed when a record is written. */
+#define VERDICT_MAX_FILES 32
+/* A temporary file older than this is left from a writer that died: removed. */
+#define VERDICT_STALE_TMP_S 3600
 /* The key's and the MAC key's derivation contexts (BLAKE3: fixed, application-unique). */
 #define VERDICT_KEY_CONTEXT "kinetic 2026-12-02 device verdict key v1"
 #define VERDICT_KDF_CONTEXT "kinetic 2026-12-02 device verdict MAC key v1"
@@ -137,6 +144,7 @@ enum vk_verdict_load vk_verdict_load(const struct vk_verdict_plan *p, bool *ops_
     }
     *ops_equal = f.ops_equal == 1;
     memcpy(ops, f.ops, sizeof f.ops);
+    cachefile_touch(p->path); /* the last use, for the eviction order */
     return VK_VERDICT_HIT;
 }
 
@@ -157,6 +165,12 @@ void vk_verdict_store(const struct vk_verdict_plan *p, bool ops_equal, const cha
                p->path, strerror(errno));
     else if (kn_write_parts_atomic(p->path, &part, 1, false, &err) != KN_OK)
         kn_log(KN_LOG_DEBUG, "device verdict not recorded: %s", err.msg);
-    else
+    else {
         kn_log(KN_LOG_DEBUG, "device verdict recorded in %s", p->path);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", p->path);
+        *strrchr(dir, '/') = 0; /* vk_verdict_plan made the path <dir>/<key>.kvd */
+        cachefile_evict(dir, VERDICT_SUFFIX, p->path, VERDICT_MAX_FILES, VERDICT_STALE_TMP_S,
+                        NULL);
+    }
 }

@@ -3,12 +3,16 @@
  * start of this build on this device takes the record (the report says so) and decides
  * the same numerics; `kinetic devices`' open (VK_CHECK_FULL) runs the check anyway; a
  * record that is damaged, truncated, or made for another build, device, driver or probe
- * result is ignored and rewritten (the same bytes as the first); off writes nothing.
+ * result is ignored and rewritten (the same bytes as the first); off writes nothing; a
+ * write keeps the 32 most recently used records.
  * Skips (exit 77) with the reason when the build has no Vulkan or there is no device. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -208,6 +212,41 @@ int main(void)
     CHECK(start(VK_CHECK_RECORDED, &s));
     CHECK(!s.recorded);
     CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 0);
+
+    /* eviction: a write keeps the 32 most recently used records (the one written among
+     * them), removes temporary files of dead writers, leaves other files alone */
+    setenv(VK_VERDICT_ENV, dir, 1);
+    char stale[4300], other_file[4300];
+    snprintf(stale, sizeof stale, "%s/x.kvd.tmp.12345", dir);
+    snprintf(other_file, sizeof other_file, "%s/notes.txt", dir);
+    put_file(stale, rec, 10);
+    put_file(other_file, rec, 10);
+    struct timespec old_times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    CHECK(utimensat(AT_FDCWD, stale, old_times, 0) == 0);
+    for (int i = 0; i < 40; i++) {
+        char fnd[32];
+        snprintf(fnd, sizeof fnd, "findings %d", i);
+        CHECK(vk_verdict_plan(&in, kn_build_id(), fnd, &b, &why));
+        vk_verdict_store(&b, true, fnd);
+        CHECK(vk_verdict_load(&b, &eq, ops, &why) == VK_VERDICT_HIT);
+    }
+    int kept = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char f2[4300];
+        snprintf(f2, sizeof f2, "%s/%s", dir, e->d_name);
+        kept += strstr(e->d_name, ".kvd") != NULL;
+        if (strcmp(f2, other_file) != 0)
+            CHECK(unlink(f2) == 0);
+    }
+    if (d)
+        closedir(d);
+    CHECK_EQ_INT(kept, 32); /* the stale temporary file is gone too */
+    CHECK(access(other_file, F_OK) == 0);
+    CHECK(unlink(other_file) == 0);
     CHECK(rmdir(dir) == 0);
     CHECK_DONE();
 }
