@@ -121,12 +121,12 @@ void vk_selftest_run(struct vk_backend *vb, enum vk_check check, struct vk_selft
     /* The ops against the CPU: the check that decides, or its record. What this start
      * found and chose is the record's key (with the build, device and driver): every
      * finding and mode that changes which shaders run or what the check would see. */
-    char findings[1400];
+    char findings[sizeof probes + 400];
     snprintf(findings, sizeof findings,
-             "probed %d; %s; fma mode %d (%s); divsqrt %d %d %d; dfma %d; softcap %d; dot %d",
-             probed, probes, fma_ok ? (int)fma : -1, fma_ok ? "" : ferr.msg, t->divsqrt_ok,
-             t->div_soft, t->sqrt_soft, t->dfma_soft, vb->ops.attention_softcap != NULL,
-             vkk_dot(vb->rt));
+             "probed %d; fma mode %d; divsqrt %d %d %d; dfma %d; softcap %d; dot %d; %s; %.300s",
+             probed, fma_ok ? (int)fma : -1, t->divsqrt_ok, t->div_soft, t->sqrt_soft,
+             t->dfma_soft, vb->ops.attention_softcap != NULL, vkk_dot(vb->rt), probes,
+             fma_ok ? "" : ferr.msg);
     char ops[VK_VERDICT_OPS_LEN];
     struct vk_verdict_plan plan;
     struct kn_err why = {0};
@@ -140,7 +140,9 @@ void vk_selftest_run(struct vk_backend *vb, enum vk_check check, struct vk_selft
     t->recorded = planned && check == VK_CHECK_RECORDED && lr == VK_VERDICT_HIT;
     if (!t->recorded) {
         t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
-        if (planned)
+        /* Only a pass is recorded: a failure may be the moment's (out of memory, a lost
+         * device) and is worth diagnosing again, so a failing device checks every start. */
+        if (planned && t->ops_equal)
             vk_verdict_store(&plan, t->ops_equal, ops);
     }
     t->canonical = probed && t->ops_equal && t->divsqrt_ok && fp->denormals_kept && fp->arith_ok;

@@ -98,6 +98,12 @@ int main(void)
     char path[4200];
     unsigned char rec[4096], now[4096];
     size_t rec_len, now_len;
+    if (!s0.ops_equal) { /* only a pass is recorded: a failing device checks every start */
+        CHECK_EQ_INT(the_record(path, sizeof path, rec, &rec_len), 0);
+        printf("the device fails the ops check: nothing recorded, nothing more to test\n");
+        rmdir(dir);
+        CHECK_DONE();
+    }
     CHECK_EQ_INT(the_record(path, sizeof path, rec, &rec_len), 1);
     CHECK_EQ_INT(rec_len, 2 * 32 + 16 + VK_VERDICT_OPS_LEN);
 
