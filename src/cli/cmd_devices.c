@@ -1,6 +1,8 @@
 /* cmd_devices.c: `kinetic devices [--no-selftest]`: every device this build can run on
  * (the names --device takes), with its driver, memory, the numerics it meets and, where
- * it does not meet canonical-1, why (the self-test's report). */
+ * it does not meet canonical-1, why (the self-test's report). The diagnosis command: its
+ * self-test always runs the ops check, never the recorded verdict, and rewrites the
+ * record (device_list). */
 #include "cli.h"
 #include "device/device.h"
 

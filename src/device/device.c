@@ -94,7 +94,7 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
     int vi = spec_index(spec, "vulkan");
     if (vi < 0)
         return kn_fail(err, KN_E_ARG, "unknown --device '%s' (%s)", spec, DEVICE_HELP);
-    struct kern_backend *be = vk_backend_open(vi, err);
+    struct kern_backend *be = vk_backend_open(vi, VK_CHECK_RECORDED, err);
     if (!be) {
         kn_err_prefix(err, "--device vulkan");
         return err ? err->status : KN_E_UNSUPPORTED;
@@ -237,7 +237,7 @@ static int list_vulkan(FILE *out, bool selftest)
                                                                        : "yes");
         if (!selftest)
             continue;
-        struct kern_backend *be = vk_backend_open(i, &err);
+        struct kern_backend *be = vk_backend_open(i, VK_CHECK_FULL, &err);
         if (!be) {
             fprintf(out, "           cannot open: %s\n", err.msg);
             rc = 1;

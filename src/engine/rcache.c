@@ -33,10 +33,10 @@
 
 #include "../crypto/blake3.h"
 #include "../crypto/buildid.h"
+#include "../crypto/cachefile.h"
 #include "../crypto/hashcache.h"
 #include "../kernels/kernels.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,7 +46,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RCACHE_MAGIC "KNREPACK"
@@ -100,30 +99,17 @@ enum kn_status rcache_open(struct rcache **out, const char *setting, const char 
                            const char *who, struct kn_err *err)
 {
     *out = NULL;
-    if (!setting)
-        setting = getenv(RCACHE_ENV);
-    if (setting && !*setting)
-        setting = NULL;
-    if (setting && strcmp(setting, "off") == 0)
+    char dir[PATH_MAX];
+    struct kn_err derr = {0};
+    enum cachefile_where where = cachefile_dir(setting, RCACHE_ENV, "repack", dir, sizeof dir,
+                                               &derr);
+    if (where == CACHEFILE_OFF)
         return KN_OK;
     struct rcache *rc = calloc(1, sizeof *rc);
     if (!rc)
         return kn_fail(err, KN_E_NOMEM, "out of memory");
     rc->who = who;
-    char dir[PATH_MAX];
-    struct kn_err derr = {0};
-    bool ok = true;
-    if (setting) {
-        ok = snprintf(dir, sizeof dir, "%s", setting) < (int)sizeof dir;
-        if (!ok)
-            kn_fail(&derr, KN_E_ARG, "the folder name is longer than %zu bytes", sizeof dir - 1);
-    } else if ((ok = kn_cache_dir(dir, sizeof dir, &derr) == KN_OK)) {
-        size_t len = strlen(dir);
-        ok = snprintf(dir + len, sizeof dir - len, "/repack") < (int)(sizeof dir - len);
-        if (!ok)
-            kn_fail(&derr, KN_E_ARG, "the cache path is longer than %zu bytes", sizeof dir - 1);
-    }
-    if (!ok) {
+    if (where == CACHEFILE_BAD) {
         note(rc, "off (%s); the weights are repacked in memory", derr.msg);
         *out = rc;
         return KN_OK;
@@ -224,12 +210,10 @@ static bool plan_file(const struct rcache *rc, struct kern_weight *const *ws, si
     memcpy(p->h.build, build, KN_BUILD_ID_LEN);
     /* The MAC key: every key of the file, so a file of another model, build or layout
      * fails the MAC even if its name and header were changed to match. */
-    struct blake3_hasher kh;
-    blake3_hasher_init_derive_key(&kh, RCACHE_KDF_CONTEXT);
-    blake3_hasher_update(&kh, p->h.model, sizeof p->h.model);
-    blake3_hasher_update(&kh, p->h.build, sizeof p->h.build);
-    blake3_hasher_update(&kh, p->h.layout, sizeof p->h.layout);
-    blake3_hasher_finalize(&kh, p->key, sizeof p->key);
+    const struct kn_part keys[] = {{p->h.model, sizeof p->h.model},
+                                   {p->h.build, sizeof p->h.build},
+                                   {p->h.layout, sizeof p->h.layout}};
+    cachefile_key(RCACHE_KDF_CONTEXT, keys, sizeof keys / sizeof *keys, p->key);
     char layout_hex[17];
     blake3_hex(p->h.layout, 8, layout_hex);
     if (snprintf(p->path, sizeof p->path, "%s/%s-%s-%s" RCACHE_SUFFIX, rc->dir, model_hex, build,
@@ -295,12 +279,10 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
         kn_fail(why, KN_E_FORMAT, "made for another model, build or layout");
         ok = false;
     } else {
-        struct blake3_hasher mh;
-        blake3_hasher_init_keyed(&mh, p->key);
-        blake3_hasher_update_mapped(&mh, (const uint8_t *)map + BLAKE3_OUT_LEN,
-                                    want - BLAKE3_OUT_LEN, pool ? kern_pool_threads(pool) : 1);
+        const struct kn_part all = {(const uint8_t *)map + BLAKE3_OUT_LEN,
+                                    want - BLAKE3_OUT_LEN};
         uint8_t mac[BLAKE3_OUT_LEN];
-        blake3_hasher_finalize(&mh, mac, sizeof mac);
+        cachefile_mac(p->key, &all, 1, pool ? kern_pool_threads(pool) : 1, mac);
         if (!(ok = blake3_equal(mac, h->mac)))
             kn_fail(why, KN_E_FORMAT, "its MAC does not match (damaged)");
     }
@@ -319,82 +301,18 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
     }
     rc->map = map;
     rc->map_bytes = want;
-    /* The last use, for the eviction order (best effort). */
-    (void)utimensat(AT_FDCWD, p->path, NULL, 0);
+    cachefile_touch(p->path); /* the last use, for the eviction order */
     return LOAD_HIT;
 }
 
 /* ---------------------------------------------------------------- writing */
 
-static bool ends_with(const char *s, const char *suffix)
+/* The model's files of other builds: the file just written (keep_base) replaces them. */
+static bool other_build(const char *name, const char *keep_base)
 {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-struct rcache_entry {
-    char *path;
-    time_t used;
-};
-
-static int by_use_newest_first(const void *a, const void *b)
-{
-    const struct rcache_entry *x = a, *y = b;
-    return (x->used < y->used) - (x->used > y->used);
-}
-
-/* Removes the model's files of other builds, temporary files of dead writers, and the
- * least recently used files beyond RCACHE_MAX_FILES (never `keep`, the file just
- * written). Best effort: another process may be removing the same files. */
-static void evict(const struct rcache *rc, const char *keep)
-{
-    DIR *d = opendir(rc->dir);
-    if (!d)
-        return;
-    const char *base = strrchr(keep, '/') + 1;
     const size_t model_len = 2 * BLAKE3_OUT_LEN + 1; /* "<model hex>-" */
-    struct rcache_entry *list = NULL;
-    size_t n = 0, cap = 0;
-    const time_t now = time(NULL);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char path[PATH_MAX];
-        struct stat st;
-        if (e->d_name[0] == '.' || strcmp(e->d_name, base) == 0 ||
-            snprintf(path, sizeof path, "%s/%s", rc->dir, e->d_name) >= (int)sizeof path ||
-            lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (strstr(e->d_name, RCACHE_SUFFIX ".tmp.")) {
-            if (now - st.st_mtime > RCACHE_STALE_TMP_S)
-                (void)unlink(path);
-        } else if (!ends_with(e->d_name, RCACHE_SUFFIX)) {
-            continue;
-        } else if (strncmp(e->d_name, base, model_len) == 0 &&
-                   strncmp(e->d_name, base, model_len + KN_BUILD_ID_LEN) != 0) {
-            (void)unlink(path); /* the same model from another build: this one replaces it */
-        } else {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 32;
-                struct rcache_entry *nl = realloc(list, nc * sizeof *nl);
-                if (!nl)
-                    break;
-                list = nl;
-                cap = nc;
-            }
-            if (!(list[n].path = strdup(path)))
-                break;
-            list[n++].used = st.st_mtime;
-        }
-    }
-    closedir(d);
-    if (n) /* qsort's array must not be NULL, even when empty */
-        qsort(list, n, sizeof *list, by_use_newest_first);
-    for (size_t i = 0; i < n; i++) {
-        if (i >= RCACHE_MAX_FILES - 1)
-            (void)unlink(list[i].path);
-        free(list[i].path);
-    }
-    free(list);
+    return strncmp(name, keep_base, model_len) == 0 &&
+           strncmp(name, keep_base, model_len + KN_BUILD_ID_LEN) != 0;
 }
 
 /* Writes the weights' copies (just built in memory) to the plan's file. */
@@ -419,13 +337,11 @@ static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t
         if (align_up(p->bytes[i]) != p->bytes[i])
             parts[k++] = (struct kn_part){zeros, align_up(p->bytes[i]) - p->bytes[i]};
     }
-    struct blake3_hasher mh;
-    blake3_hasher_init_keyed(&mh, p->key);
-    blake3_hasher_update(&mh, (const uint8_t *)&p->h + BLAKE3_OUT_LEN,
-                         sizeof p->h - BLAKE3_OUT_LEN);
-    for (size_t i = 1; i < k; i++)
-        blake3_hasher_update(&mh, parts[i].data, parts[i].size);
-    blake3_hasher_finalize(&mh, p->h.mac, sizeof p->h.mac);
+    /* the MAC covers the header after the MAC itself, then every other part */
+    parts[0] = (struct kn_part){(const uint8_t *)&p->h + BLAKE3_OUT_LEN,
+                                sizeof p->h - BLAKE3_OUT_LEN};
+    cachefile_mac(p->key, parts, k, 0, p->h.mac);
+    parts[0] = (struct kn_part){&p->h, sizeof p->h};
     if (kn_write_parts_atomic(p->path, parts, k, false, &err) != KN_OK) {
         note(rc, "not written: %s", err.msg);
     } else {
@@ -433,7 +349,8 @@ static void store(const struct rcache *rc, struct kern_weight *const *ws, size_t
         note(rc, "wrote %s (%.0f MiB; later starts map it instead of repacking; "
              "--repack-cache off keeps none)", p->path,
              (double)(RCACHE_HEADER_BYTES + p->data_bytes) / (1024.0 * 1024.0));
-        evict(rc, p->path);
+        cachefile_evict(rc->dir, RCACHE_SUFFIX, p->path, RCACHE_MAX_FILES, RCACHE_STALE_TMP_S,
+                        other_build);
     }
     free(parts);
 }

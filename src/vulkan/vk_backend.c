@@ -214,7 +214,7 @@ static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 #define VK_MAX_DEVICES 16
 static struct vk_backend *opened[VK_MAX_DEVICES];
 
-struct kern_backend *vk_backend_open(int index, struct kn_err *err)
+struct kern_backend *vk_backend_open(int index, enum vk_check check, struct kn_err *err)
 {
     if (index < 0 || index >= VK_MAX_DEVICES) {
         kn_fail(err, KN_E_ARG, "there is no device vulkan:%d", index);
@@ -255,8 +255,8 @@ struct kern_backend *vk_backend_open(int index, struct kn_err *err)
     const struct vkr_info *in = vkr_device_info(vb->rt);
     vk_class_of(in, vb->cls, sizeof vb->cls);
     /* The self-test decides the numerics: canonical-1, or bits promised only for this
-     * GPU and driver. */
-    vk_selftest_run(vb, &vb->selftest);
+     * GPU and driver. A device already open keeps its verdict whatever check says. */
+    vk_selftest_run(vb, check, &vb->selftest);
     if (vb->selftest.canonical) {
         snprintf(vb->numerics, sizeof vb->numerics, "%s", KN_NUMERICS);
     } else {

@@ -21,6 +21,8 @@
 #include "vk_backend.h"
 #include "vk_rt.h"
 
+#include <limits.h>
+
 /* An open Vulkan device as a backend. */
 struct vk_backend {
     struct kern_backend base;
@@ -93,7 +95,30 @@ static inline struct vkr_bind vk_bind_rw(const struct kern_buf *b)
 struct vkr_buf *vk_stream_scratch(struct kern_stream *s, int slot, size_t bytes);
 
 /* Runs the start-up self-test on an open backend (vk_selftest.c). */
-void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t);
+void vk_selftest_run(struct vk_backend *vb, enum vk_check check, struct vk_selftest *t);
+
+/* The device verdict cache (vk_verdict.c, docs/numerics.md "Devices"): kern_backend_check's
+ * verdict on a device, recorded for later starts of the same build on the same device and
+ * driver whose probes find the same. */
+struct vk_verdict_plan {
+    uint8_t key[32];     /* BLAKE3 of the build id, device, driver and findings */
+    uint8_t mac_key[32];
+    char path[PATH_MAX]; /* the record's file */
+};
+enum vk_verdict_load {
+    VK_VERDICT_HIT,  /* a valid record: its verdict holds */
+    VK_VERDICT_MISS, /* no record: run the check and record it */
+    VK_VERDICT_BAD,  /* a record that fails a check (why): ignored, run and rewrite */
+};
+/* The record for device in, build id build and this start's findings (every probe result
+ * and mode that decides which shaders run, as text); false when the cache is off
+ * (VK_VERDICT_ENV=off, why empty) or no folder or build id is known (why says which). */
+bool vk_verdict_plan(const struct vkr_info *in, const char *build, const char *findings,
+                     struct vk_verdict_plan *p, struct kn_err *why);
+enum vk_verdict_load vk_verdict_load(const struct vk_verdict_plan *p, bool *ops_equal,
+                                     char ops[VK_VERDICT_OPS_LEN], struct kn_err *why);
+/* Writes the record (best effort: a failure is a debug line). */
+void vk_verdict_store(const struct vk_verdict_plan *p, bool ops_equal, const char *ops);
 
 /* Sets the op entries of ops that the Vulkan ops implement on a device like dev
  * (vk_ops_table.c). */

@@ -4,6 +4,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +226,10 @@ static void describe(VkPhysicalDevice pd, int index, struct vkr_info *o, struct 
     o->vendor_id = p->vendorID;
     o->device_id = p->deviceID;
     o->driver_id = (uint32_t)p12.driverID;
+    static_assert(sizeof o->device_uuid == VK_UUID_SIZE && sizeof o->driver_uuid == VK_UUID_SIZE,
+                  "vkr_info's UUIDs are VK_UUID_SIZE bytes");
+    memcpy(o->device_uuid, p11.deviceUUID, VK_UUID_SIZE);
+    memcpy(o->driver_uuid, p11.driverUUID, VK_UUID_SIZE);
 
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(pd, &mp);

@@ -84,6 +84,7 @@ struct vkr_info {
     char driver_info[256];          /* driverInfo: "Mesa 22.3.6 (LLVM 15.0.6)" */
     const char *type;               /* "cpu", "discrete", "integrated", "virtual", "other" */
     uint32_t api_version, driver_version, vendor_id, device_id, driver_id;
+    uint8_t device_uuid[16], driver_uuid[16]; /* VkPhysicalDeviceIDProperties (VK_UUID_SIZE) */
     uint64_t device_local_bytes;    /* the largest device-local heap */
     /* features this runtime enables when the device has them */
     bool float64, float16, int8, int16, int64;

@@ -8,10 +8,13 @@
  * backend against the CPU on crafted inputs, which decides: a device whose ops give the
  * CPU's bytes computes canonical-1 (the shaders work around what the probes find, e.g.
  * an unfused fma), one that does not gets its own class. The probes' findings go into
- * the report either way, so a failed check is named. */
+ * the report either way, so a failed check is named. The check's verdict is recorded
+ * (vk_verdict.c) and a later start of the same build on the same device and driver whose
+ * probes and modes come out the same takes it instead of running the check again. */
 #include "vk_backend.h"
 #include "vk_kern.h"
 #include "vk_ops.h"
+#include "../crypto/buildid.h"
 #include "../kernels/fprobe.h"
 
 #include <math.h>
@@ -46,7 +49,7 @@ static enum kn_status st_probe(struct vkr *rt, const uint32_t *in, uint32_t *out
     return st;
 }
 
-void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
+void vk_selftest_run(struct vk_backend *vb, enum vk_check check, struct vk_selftest *t)
 {
     memset(t, 0, sizeof *t);
     double t0 = kn_now();
@@ -108,10 +111,43 @@ void vk_selftest_run(struct vk_backend *vb, struct vk_selftest *t)
     free(in);
     free(out);
 
-    /* The ops against the CPU: the check that decides. */
-    char ops[1024];
-    t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
+    /* The fma mode the shaders run (else probed at their first use, in the check). */
+    enum vkk_fma fma = VKK_FMA_NATIVE;
+    struct kn_err ferr = {0};
+    bool fma_ok = probed && vkk_fma_probe(vb->rt, &fma, &ferr) == KN_OK;
+    if (fma_ok)
+        vkk_fma_set(vb->rt, fma);
+
+    /* The ops against the CPU: the check that decides, or its record. What this start
+     * found and chose is the record's key (with the build, device and driver): every
+     * finding and mode that changes which shaders run or what the check would see. */
+    char findings[sizeof probes + 400];
+    snprintf(findings, sizeof findings,
+             "probed %d; fma mode %d; divsqrt %d %d %d; dfma %d; softcap %d; dot %d; %s; %.300s",
+             probed, fma_ok ? (int)fma : -1, t->divsqrt_ok, t->div_soft, t->sqrt_soft,
+             t->dfma_soft, vb->ops.attention_softcap != NULL, vkk_dot(vb->rt), probes,
+             fma_ok ? "" : ferr.msg);
+    char ops[VK_VERDICT_OPS_LEN];
+    struct vk_verdict_plan plan;
+    struct kn_err why = {0};
+    bool planned = vk_verdict_plan(vkr_device_info(vb->rt), kn_build_id(), findings, &plan, &why);
+    enum vk_verdict_load lr = VK_VERDICT_MISS;
+    if (!planned && why.msg[0])
+        kn_log(KN_LOG_DEBUG, "%s: device verdict cache not used: %s", vb->name, why.msg);
+    if (planned && check == VK_CHECK_RECORDED &&
+        (lr = vk_verdict_load(&plan, &t->ops_equal, ops, &why)) == VK_VERDICT_BAD)
+        kn_log(KN_LOG_DEBUG, "%s: device verdict %s ignored: %s", vb->name, plan.path, why.msg);
+    t->recorded = planned && check == VK_CHECK_RECORDED && lr == VK_VERDICT_HIT;
+    if (!t->recorded) {
+        t->ops_equal = kern_fprobe_ops(&vb->base, ops, sizeof ops);
+        /* Only a pass is recorded: a failure may be the moment's (out of memory, a lost
+         * device) and is worth diagnosing again, so a failing device checks every start. */
+        if (planned && t->ops_equal)
+            vk_verdict_store(&plan, t->ops_equal, ops);
+    }
     t->canonical = probed && t->ops_equal && t->divsqrt_ok && fp->denormals_kept && fp->arith_ok;
     t->seconds = kn_now() - t0;
-    snprintf(t->report, sizeof t->report, "%.780s; %.1000s (%.2f s)", probes, ops, t->seconds);
+    snprintf(t->report, sizeof t->report, "%.780s; %.1000s%s (%.2f s)", probes, ops,
+             t->recorded ? " [the verdict recorded by this build on this device and driver]" : "",
+             t->seconds);
 }

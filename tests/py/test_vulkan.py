@@ -11,6 +11,10 @@ the first Vulkan device (Mesa's lavapipe in CI):
   (layernorm and gelu on the device), wholly and with --gpu-layers;
 - receipts made on Vulkan verify identical on the CPU and the other way round, and record
   the device class, name and --gpu-layers;
+- a second start of this build on the device takes the self-test's recorded verdict
+  (KINETIC_DEVICE_CACHE, docs/numerics.md "Devices") instead of running the check, its
+  receipts and those made with the check run verify identical either way, and
+  `kinetic devices` runs the check and rewrites the record;
 - Warm Start (--prompt-cache) on Vulkan restores the device's cache and changes no token;
 - `serve --device vulkan --parallel 4` under load gives one distinct answer in ten
   (scripts/same_answer_demo.py with the spec's exact arguments), and the demo ends cleanly.
@@ -203,6 +207,47 @@ def test_receipts_cross_verify(vk, tmp_path):
     assert re.search(r"^rerun: identical, \d+ of \d+ output tokens on vulkan-", v.stdout, re.M), v.stdout
     v = kn("verify-receipt", r_cpu, "--device", "vulkan:0", "--gpu-layers", 1)
     assert "rerun: identical" in v.stdout, v.stdout
+
+
+def test_the_recorded_verdict(vk, tmp_path):
+    cache = tmp_path / "devices"
+
+    def kn_env(setting, *args):
+        env = dict(os.environ, KINETIC_DEVICE_CACHE=str(setting))
+        r = subprocess.run([KINETIC, *map(str, args)], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert r.returncode == 0, (args, r.stdout[-3000:], r.stderr[-3000:])
+        return r
+
+    def record():
+        files = list(cache.glob("*.kvd"))
+        assert len(files) == 1, files
+        return files[0], files[0].stat().st_ino, files[0].read_bytes()
+
+    run = ("run", AIDREAMS, "In my dream", "-n", 10, "--seed", 9, "--device", vk)
+    r_check, r_rec = tmp_path / "check.json", tmp_path / "rec.json"
+    # the first start runs the check and records it; the second finds the record and
+    # leaves it as it is (a start that ran the check would have replaced the file)
+    first = kn_env(cache, *run, "--receipt", r_check)
+    path, ino, data = record()
+    assert len(data) == 2 * 32 + 16 + 1024
+    second = kn_env(cache, *run, "--receipt", r_rec)
+    assert record() == (path, ino, data), "the second start did not take the record"
+    assert second.stdout == first.stdout
+    assert json.loads(r_rec.read_text())["output"] == json.loads(r_check.read_text())["output"]
+    # the receipt made with the record verifies identical with the check run, and the
+    # other way round
+    v = kn_env("off", "verify-receipt", r_rec)
+    assert re.search(r"^rerun: identical, \d+ of \d+ output tokens on vulkan-", v.stdout, re.M), v.stdout
+    v = kn_env(cache, "verify-receipt", r_check)
+    assert re.search(r"^rerun: identical, \d+ of \d+ output tokens on vulkan-", v.stdout, re.M), v.stdout
+    assert record() == (path, ino, data)
+    # `kinetic devices` runs the check whatever is recorded, and rewrites the same record
+    out = kn_env(cache, "devices").stdout
+    st = re.search(r"^\s+self-test: (.+)$", out, re.M).group(1)
+    assert "every op equals the CPU (kern_backend_check)" in st and "recorded" not in st, st
+    again = record()
+    assert again[0] == path and again[2] == data and again[1] != ino, "devices kept the record"
 
 
 def test_warm_start_on_the_device(vk, tmp_path):

@@ -20,7 +20,7 @@
 int main(void)
 {
     struct kn_err err = {0};
-    struct kern_backend *be = vk_backend_open(0, &err);
+    struct kern_backend *be = vk_backend_open(0, VK_CHECK_FULL, &err);
     if (!be) {
         printf("skipped: no Vulkan device: %s\n", err.msg);
         return 77;
