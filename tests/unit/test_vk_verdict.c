@@ -121,19 +121,15 @@ int main(void)
     CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 1);
     CHECK(now_len == rec_len && memcmp(now, rec, rec_len) == 0);
 
-    /* a start ignores a damaged or a truncated record, runs the check and rewrites the
-     * record whole (one of each: every check takes seconds on lavapipe) */
+    /* a start ignores a damaged record, runs the check and rewrites the record whole (one
+     * start: every check takes seconds on lavapipe; the load's refusal of every other
+     * damage, a cut, a longer file and another key's record, is tested below without one) */
     memcpy(now, rec, rec_len);
     now[rec_len - 1] ^= 1;
     put_file(path, now, rec_len);
     CHECK(start(VK_CHECK_RECORDED, &s));
     CHECK(!s.recorded);
     CHECK_STR(s.numerics, s0.numerics);
-    CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 1);
-    CHECK(now_len == rec_len && memcmp(now, rec, rec_len) == 0);
-    put_file(path, rec, 100);
-    CHECK(start(VK_CHECK_RECORDED, &s));
-    CHECK(!s.recorded);
     CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 1);
     CHECK(now_len == rec_len && memcmp(now, rec, rec_len) == 0);
 
@@ -202,22 +198,11 @@ int main(void)
     CHECK(vk_verdict_load(&a, &eq, ops, &why) == VK_VERDICT_BAD);
     CHECK(unlink(a.path) == 0);
     CHECK(vk_verdict_load(&a, &eq, ops, &why) == VK_VERDICT_MISS);
-    /* and a start finds another build's record in its place: the check runs again */
-    vk_verdict_store(&b, !s0.ops_equal, "a verdict of another build");
-    CHECK(rename(b.path, path) == 0);
-    CHECK(start(VK_CHECK_RECORDED, &s));
-    CHECK(!s.recorded);
-    CHECK(s.ops_equal == s0.ops_equal);
-    CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 1);
-    CHECK(now_len == rec_len && memcmp(now, rec, rec_len) == 0);
-
-    /* off: no record read or written */
+    /* off: no plan, so no record is read or written (vk_selftest stores and loads only
+     * through a plan) */
     CHECK(unlink(path) == 0);
     setenv(VK_VERDICT_ENV, "off", 1);
     CHECK(!vk_verdict_plan(&in, kn_build_id(), "findings", &b, &why));
-    CHECK(start(VK_CHECK_RECORDED, &s));
-    CHECK(!s.recorded);
-    CHECK_EQ_INT(the_record(path, sizeof path, now, &now_len), 0);
 
     /* eviction: a write keeps the 32 most recently used records (the one written among
      * them), removes temporary files of dead writers, leaves other files alone */
