@@ -12,21 +12,12 @@ import sys
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients
+from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, sanitizer_build
 
 jsonschema = pytest.importorskip("jsonschema")
 openai = pytest.importorskip("openai")
 
 QWEN3_TEMPLATE = os.path.join(SHARED, "templates", "Qwen-Qwen3-0.6B.jinja")
-
-
-def sanitizer_build():
-    """The -O0 ASan build: the 151k-token model's grammar vocabulary takes too long there."""
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 
 
 SANITIZE = sanitizer_build()

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server
+from srvutil import GEMMA, KINETIC, SHARED, Server, sanitizer_build
 
 AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
 
@@ -29,12 +29,6 @@ THINK_TEMPLATE = GEMMA_TEMPLATE.replace("<start_of_turn>model\n{% endif %}",
 SYSTEM = "Answer in one word."
 
 
-def sanitizer_build():
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
 USER = "Name a large river."
 
 

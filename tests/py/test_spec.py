@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from srvutil import GEMMA
+from srvutil import GEMMA, sanitizer_build
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SHARED = os.environ.get("KN_SHARED", "../shared")
@@ -155,16 +155,8 @@ def test_switches(work):
     assert p.returncode != 0 and "--draft-max" in p.stderr
 
 
-def sanitizer_build():
-    """A -O0 ASan build runs Gemma about 30x slower; the aidreams cases above run the
-    same code under the sanitizers."""
-    try:
-        with open(os.path.join(os.environ.get("KN_BUILD", "build"), "CMakeCache.txt")) as f:
-            return "KN_SANITIZE:BOOL=ON" in f.read()
-    except OSError:
-        return False
-
-
+# Gemma under ASan + UBSan (-O1) is many times slower; the aidreams cases above run the
+# same code under the sanitizers.
 def gemma(f):
     f = pytest.mark.skipif(not os.path.exists(GEMMA), reason="no Gemma 3 270M (set KN_GEMMA)")(f)
     return pytest.mark.skipif(sanitizer_build(), reason="sanitizer build: too slow")(f)
