@@ -6,6 +6,8 @@
 #                                   (cmake/aarch64-linux-gnu.cmake; needs
 #                                   scripts/deps.sh --arch aarch64; the tests run under
 #                                   qemu-aarch64 through ctest --test-dir build-aarch64)
+#   scripts/build.sh --tests REGEX  builds only kinetic and the unit tests whose CTest
+#                                   names match REGEX (scripts/test.sh's aarch64 part)
 # Extra arguments after the options go to CMake (e.g. -DCMAKE_C_COMPILER=clang).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +15,14 @@ dir=build
 args=()
 arch=""
 want_arch=0
+tests=""
+want_tests=0
 for a in "$@"; do
   if [ $want_arch = 1 ]; then
     arch="$a"; want_arch=0; continue
+  fi
+  if [ $want_tests = 1 ]; then
+    tests="$a"; want_tests=0; continue
   fi
   case "$a" in
     # The sanitizer build leaves the CUDA kernels out (the PTX is not instrumented, and
@@ -23,12 +30,16 @@ for a in "$@"; do
     # without nvcc.
     --sanitize) dir=build-asan; args+=(-DKN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Sanitize -DKN_CUDA=OFF) ;;
     --arch) want_arch=1 ;;
+    --tests) want_tests=1 ;;
     --arch=*) arch="${a#--arch=}" ;;
     *) args+=("$a") ;;
   esac
 done
 if [ $want_arch = 1 ]; then
   echo "build.sh: --arch needs a value (aarch64)" >&2; exit 2
+fi
+if [ $want_tests = 1 ]; then
+  echo "build.sh: --tests needs a regular expression of CTest names" >&2; exit 2
 fi
 case "$arch" in
   "") ;;
@@ -56,4 +67,13 @@ elif [ -z "$nvcc" ] || [ "${nvcc%NOTFOUND}" != "$nvcc" ]; then
 else
   echo "build.sh: CUDA kernels: $nvcc"
 fi
-cmake --build "$dir" -j"$(nproc)"
+targets=()
+if [ -n "$tests" ]; then
+  # the configured tests' names (CTest reads them from the build folder), as build targets
+  mapfile -t targets < <(ctest --test-dir "$dir" -N -R "$tests" | sed -n 's/^ *Test *#[0-9]*: //p')
+  if [ ${#targets[@]} = 0 ]; then
+    echo "build.sh: no test matches --tests '$tests'" >&2; exit 2
+  fi
+  targets=(--target kinetic "${targets[@]}")
+fi
+cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
