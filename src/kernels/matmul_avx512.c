@@ -7,6 +7,9 @@
 
 #define KL 16
 #define KMAXT 4
+#ifndef KMAXT4K
+#define KMAXT4K 8
+#endif
 #define KMAXT32 8
 #define KMAXT6 4
 #define KQ8_BIAS 128
@@ -33,6 +36,7 @@ typedef __m512 VF;
 #define vi_srai32(v, n) _mm512_srai_epi32(v, n)
 #define vi_u8x2_i16(p, h) ((void)(h), _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)(p))))
 #define vi_madd16(a, b) _mm512_madd_epi16(a, b)
+#define vi_dp16(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
 #define vi_lut16(t, i) _mm512_shuffle_epi8(t, i)
 #define vf_bf16(p, h) ((void)(h), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p))), 16)))
 #define vf_zero() _mm512_setzero_ps()
