@@ -184,7 +184,9 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
         KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct kern_block_q8f *xb = &xr[i][b];
-            VI d0 = vi_zero(), d1 = vi_zero();
+            /* The offset's exact term starts the chain (the same int32 sum as
+             * subtracting it at the end: no overflow, |off * s| <= 128 * 32 * 127). */
+            VI d0 = off ? vi_set1(-off * xb->s) : vi_zero(), d1 = vi_zero();
             KUNROLL
             for (int c = 0; c < 8; c += 2) {
                 if (sbyte) {
@@ -202,8 +204,6 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 }
             }
             VI isum = one_chain ? d0 : vi_add(d0, d1);
-            if (off)
-                isum = vi_sub(isum, vi_set1(off * xb->s));
             VF dx = vf_set1(xb->d);
             acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum), acc[i]);
             if (has_min)
