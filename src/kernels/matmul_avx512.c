@@ -10,6 +10,9 @@
 #ifndef KMAXT4K
 #define KMAXT4K 8
 #endif
+#ifndef KMAXT8G
+#define KMAXT8G 6
+#endif
 #define KMAXT32 8
 #define KMAXT6 4
 #define KQ8_BIAS 128

@@ -8,6 +8,8 @@
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
  *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
  *   KMAXT4K       the same for Q4_K and Q5_K, <= 8 (defaults to KMAXT)
+ *   KMAXT8G       tokens of a Q8_0 tile over two 16-row groups, <= 6 (0, the default: none;
+ *                 only with KL == 16)
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
  *   KMAXT6        the same for Q6_K, Q2_K, Q3_K (four accumulators each), <= KMAXT
  *   KFN(name)     the ISA-suffixed function name
@@ -55,6 +57,10 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
 
 #ifndef KMAXT4K
 #define KMAXT4K KMAXT
+#endif
+
+#ifndef KMAXT8G
+#define KMAXT8G 0
 #endif
 
 #ifndef vi_dp16
@@ -214,6 +220,55 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     for (int i = 0; i < nt; i++)
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
+
+#if KMAXT8G
+/* Q8_0 over two 16-row groups at once (group-blocks gp0 and gp1, rows row0a and row0b),
+ * tokens [m0, m0 + nt): each activation broadcast serves both groups' vi_dp_q8, which
+ * halves the broadcasts per multiply-add. Per output the integers and float steps of
+ * tile_q32 (the offset's term starts the chain). */
+KINL void tile_q8_2g(const uint8_t *gp0, const uint8_t *gp1, int64_t nb,
+                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
+                     int64_t row0a, int64_t row0b, int64_t n0, int64_t n1)
+{
+    const size_t gbb = 544;
+    const struct kern_block_q8f *xr[KMAXT8G];
+    VF acc0[KMAXT8G], acc1[KMAXT8G];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc0[i] = acc1[i] = vf_zero();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p0 = gp0 + (size_t)b * gbb, *p1 = gp1 + (size_t)b * gbb;
+        VI d0[KMAXT8G], d1[KMAXT8G];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            d0[i] = d1[i] = KQ8_BIAS ? vi_set1(-KQ8_BIAS * xr[i][b].s) : vi_zero();
+        KUNROLL
+        for (int c = 0; c < 8; c++) {
+            VI w0 = vi_chunk(p0 + 32 + 64 * c, 0), w1 = vi_chunk(p1 + 32 + 64 * c, 0);
+            KUNROLL
+            for (int i = 0; i < nt; i++) {
+                VI xv = vi_bcast(xr[i][b].qs + 4 * c);
+                d0[i] = vi_dp_q8(d0[i], w0, xv);
+                d1[i] = vi_dp_q8(d1[i], w1, xv);
+            }
+        }
+        VF dw0 = vf_f16(p0, 0), dw1 = vf_f16(p1, 0);
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            VF dx = vf_set1(xr[i][b].d);
+            acc0[i] = vf_fma(vf_mul(dw0, dx), vf_cvt(d0[i]), acc0[i]);
+            acc1[i] = vf_fma(vf_mul(dw1, dx), vf_cvt(d1[i]), acc1[i]);
+        }
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        st_rows(y + (m0 + i) * ldy, row0a, n0, n1, acc0[i]);
+        st_rows(y + (m0 + i) * ldy, row0b, n0, n1, acc1[i]);
+    }
+}
+#endif
 
 /* ---------------------------------------------------------------- Q4_K, Q5_K */
 
@@ -653,6 +708,26 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
     const size_t gstride = (size_t)nb * kern_repack_group_block_bytes(w->type);
     for (int64_t g = n0 / 16; g * 16 < n1; g++) {
         const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
+#if KMAXT8G
+        /* Several tokens: Q8_0 groups in pairs (one token, decode, keeps one stream). */
+        if (KL == 16 && w->type == QT_Q8_0 && a->M >= 4 && (g + 1) * 16 < n1) {
+            for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT8G) {
+                const int nt = (int)(a->M - m0 < KMAXT8G ? a->M - m0 : KMAXT8G);
+#define CALL_Q8_2G(NT) tile_q8_2g(gp, gp + gstride, nb, a, m0, NT, y, ldy, 16 * g, 16 * (g + 1), n0, n1)
+                switch (nt) {
+                case 1: CALL_Q8_2G(1); break;
+                case 2: if (KMAXT8G >= 2) { CALL_Q8_2G(2); } break;
+                case 3: if (KMAXT8G >= 3) { CALL_Q8_2G(3); } break;
+                case 4: if (KMAXT8G >= 4) { CALL_Q8_2G(4); } break;
+                case 5: if (KMAXT8G >= 5) { CALL_Q8_2G(5); } break;
+                default: if (KMAXT8G >= 6) { CALL_Q8_2G(6); } break;
+                }
+#undef CALL_Q8_2G
+            }
+            g++;
+            continue;
+        }
+#endif
         for (int h = 0; h < 16 / KL; h++) {
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
