@@ -63,6 +63,10 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
 #define KMAXT8G 0
 #endif
 
+#ifndef vi_dp_bc
+#define vi_dp_bc(acc, u, p) vi_dp(acc, u, vi_bcast(p))
+#endif
+
 #ifndef vi_dp16
 #define vi_dp16(acc, a, b) vi_add(acc, vi_madd16(a, b))
 #endif
@@ -314,8 +318,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const int8_t *xq = xr[i][b].qs + 64 * c + 4 * tq;
-                    dlo[i] = vi_dp(dlo[i], lo, vi_bcast(xq));
-                    dhi[i] = vi_dp(dhi[i], hi, vi_bcast(xq + 32));
+                    dlo[i] = vi_dp_bc(dlo[i], lo, xq);
+                    dhi[i] = vi_dp_bc(dhi[i], hi, xq + 32);
                 }
             }
             VI sl = vi_u8_i32(scp + 16 * (2 * c), h), sh = vi_u8_i32(scp + 16 * (2 * c + 1), h);
@@ -402,10 +406,10 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        d[0][i] = vi_dp(d[0][i], v0, vi_bcast(xq));
-                        d[1][i] = vi_dp(d[1][i], v1, vi_bcast(xq + 32));
-                        d[2][i] = vi_dp(d[2][i], v2, vi_bcast(xq + 64));
-                        d[3][i] = vi_dp(d[3][i], v3, vi_bcast(xq + 96));
+                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
+                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
+                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
+                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
                     }
                 }
                 KUNROLL
@@ -494,10 +498,10 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        d[0][i] = vi_dp(d[0][i], v0, vi_bcast(xq));
-                        d[1][i] = vi_dp(d[1][i], v1, vi_bcast(xq + 32));
-                        d[2][i] = vi_dp(d[2][i], v2, vi_bcast(xq + 64));
-                        d[3][i] = vi_dp(d[3][i], v3, vi_bcast(xq + 96));
+                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
+                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
+                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
+                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
                     }
                 }
                 KUNROLL
