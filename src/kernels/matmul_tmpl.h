@@ -124,6 +124,9 @@ static inline uint32_t ld32(const void *p)
 
 /* ---------------------------------------------------------------- 32-blocks */
 
+/* Bytes of a Q8_0 group-block (16 f16 scales, then 8 chunks of 64): repack.c's layout. */
+#define KT_Q8_0_GBB 544
+
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
@@ -136,7 +139,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const bool lookup = t == QT_IQ4_NL || t == QT_MXFP4;
     const bool sbyte = t == QT_Q8_0 || lookup;
     const int off = sbyte ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
-    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 || lookup ? 288
+    const size_t gbb = t == QT_Q8_0 ? KT_Q8_0_GBB : t == QT_Q4_0 || lookup ? 288
                      : t == QT_Q4_1 ? 320 : t == QT_Q5_0 ? 352 : 384;
     const VI lut = t == QT_IQ4_NL ? iq4_table() : t == QT_MXFP4 ? s8_table(quant_mxfp4_values)
                                                                  : vi_zero();
@@ -234,7 +237,7 @@ KINL void tile_q8_2g(const uint8_t *gp0, const uint8_t *gp1, int64_t nb,
                      const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                      int64_t row0a, int64_t row0b, int64_t n0, int64_t n1)
 {
-    const size_t gbb = 544;
+    const size_t gbb = KT_Q8_0_GBB;
     const struct kern_block_q8f *xr[KMAXT8G];
     VF acc0[KMAXT8G], acc1[KMAXT8G];
     KUNROLL
