@@ -61,6 +61,7 @@ static inline __attribute__((always_inline)) void dot4(const float *const q[4], 
 }
 
 #define GMAX 8 /* query heads of one kv head processed together */
+_Static_assert(GMAX <= 8, "the merge factors of a block of heads fill one 16-lane exp");
 
 /* The value sums of one tile for NH heads, NC chunks of 16 dims per pass (a V row chunk is
  * loaded once for all heads), merged into o: o[i][d] = fmaf(ot, b[i], o[i][d] * a[i]). */
@@ -193,6 +194,8 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 for (int64_t i = 0; i < nh; i++)
                     for (int64_t j = j0; j <= j1; j++)
                         s[i][j - t0] = kern_softcapf(s[i][j - t0], a->softcap);
+            float lt[GMAX], mt_[GMAX];
+            float ex[16] __attribute__((aligned(64))); /* m - m' of each head, then m_t - m' */
             for (int64_t i = 0; i < nh; i++) {
                 /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
                  * a NaN x as the reference does). Only a zero's sign could differ from the
@@ -206,12 +209,23 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 _mm512_store_ps(e[i], e0);
                 _mm512_store_ps(e[i] + 16, e1);
                 /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
-                float lt = kn_tree16v(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e0), e1));
-                float mn = mt > m[i] ? mt : m[i];
-                sa[i] = kern_expf(m[i] - mn);
-                sb[i] = kern_expf(mt - mn);
-                l[i] = fmaf(lt, sb[i], l[i] * sa[i]);
+                lt[i] = kn_tree16v(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e0), e1));
+                mt_[i] = mt;
+            }
+            /* the merge factors of every head in one kn_exp16 (kern_expf lane by lane) */
+            for (int64_t i = 0; i < 8; i++)
+                ex[i] = ex[8 + i] = 0.0f;
+            for (int64_t i = 0; i < nh; i++) {
+                float mn = mt_[i] > m[i] ? mt_[i] : m[i];
+                ex[i] = m[i] - mn;
+                ex[8 + i] = mt_[i] - mn;
                 m[i] = mn;
+            }
+            _mm512_store_ps(ex, kn_exp16(_mm512_load_ps(ex)));
+            for (int64_t i = 0; i < nh; i++) {
+                sa[i] = ex[i];
+                sb[i] = ex[8 + i];
+                l[i] = fmaf(lt[i], sb[i], l[i] * sa[i]);
             }
             const void *v = a->v;
             int64_t vs = a->v_stride, vb = g * (a->v_head_stride ? a->v_head_stride : D);

@@ -288,12 +288,6 @@ static void cpu_rope(struct kern_stream *s, struct kern_buf *x, const struct ker
     kern_rope(rope, F(x), H * D, T, H, D, F(tab));
 }
 
-static void cpu_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
-                        const struct kern_buf *w, int64_t rows, int64_t n, float eps)
-{
-    (void)s;
-    kern_rmsnorm(F(y), n, F(x), n, w ? F(w) : NULL, rows, n, eps);
-}
 
 static void cpu_layernorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
                           const struct kern_buf *w, const struct kern_buf *b, int64_t rows,
@@ -341,6 +335,47 @@ static int mm_shares(const struct kern_pool *pool)
     return n == 1 ? 1 : 4 * n;
 }
 
+/* The element-wise steps of a large batch (prefill), split over the pool: every element
+ * (every row for RMSNorm) is computed as on one thread, wherever the split falls
+ * (multiples of 16 elements), so the bits do not depend on the split. Below
+ * CPU_EW_POOL_MIN elements (a decode step) they stay on the caller. */
+#define CPU_EW_POOL_MIN (1 << 16)
+enum cpu_ew { CPU_EW_SWIGLU, CPU_EW_GEGLU, CPU_EW_ADD, CPU_EW_RMSNORM };
+struct cpu_ew_task {
+    enum cpu_ew kind;
+    float *y;
+    const float *a, *w; /* a: u, the addend or the RMSNorm input; w: RMSNorm weights */
+    int64_t n, cols;    /* elements, or RMSNorm rows of cols */
+    float eps;
+};
+
+static void cpu_ew_fn(void *ctx, int ith, int nth)
+{
+    const struct cpu_ew_task *t = ctx;
+    int64_t lo, hi;
+    kern_split(t->n, t->kind == CPU_EW_RMSNORM ? 1 : 16, ith, nth, &lo, &hi);
+    if (lo >= hi)
+        return;
+    switch (t->kind) {
+    case CPU_EW_SWIGLU: kern_swiglu(t->y + lo, t->y + lo, t->a + lo, hi - lo); break;
+    case CPU_EW_GEGLU: kern_geglu(t->y + lo, t->y + lo, t->a + lo, hi - lo); break;
+    case CPU_EW_ADD: kern_add(t->y + lo, t->y + lo, t->a + lo, hi - lo); break;
+    default:
+        kern_rmsnorm(t->y + lo * t->cols, t->cols, t->a + lo * t->cols, t->cols, t->w, hi - lo,
+                     t->cols, t->eps);
+        break;
+    }
+}
+
+/* Runs t on the pool when it is large and there are workers, else on the caller. */
+static void cpu_ew(struct cpu_stream *c, const struct cpu_ew_task *t, int64_t elems)
+{
+    if (kern_pool_threads(c->pool) > 1 && elems >= CPU_EW_POOL_MIN)
+        kern_pool_run_shares(c->pool, cpu_ew_fn, (void *)t, mm_shares(c->pool));
+    else
+        cpu_ew_fn((void *)t, 0, 1);
+}
+
 static void matmuls(struct cpu_stream *c, int n, const struct kern_weight *const *w,
                     const float *x, int64_t M, float *const *y)
 {
@@ -380,8 +415,16 @@ static void cpu_add_rows(struct kern_stream *s, struct kern_buf *y, const struct
 
 static void cpu_add(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *a, int64_t n)
 {
-    (void)s;
-    kern_add(F(y), F(y), F(a), n);
+    const struct cpu_ew_task t = {.kind = CPU_EW_ADD, .y = F(y), .a = F(a), .n = n};
+    cpu_ew((struct cpu_stream *)s, &t, n);
+}
+
+static void cpu_rmsnorm(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
+                        const struct kern_buf *w, int64_t rows, int64_t n, float eps)
+{
+    const struct cpu_ew_task t = {.kind = CPU_EW_RMSNORM, .y = F(y), .a = F(x),
+                                  .w = w ? F(w) : NULL, .n = rows, .cols = n, .eps = eps};
+    cpu_ew((struct cpu_stream *)s, &t, rows * n);
 }
 
 static void cpu_scale(struct kern_stream *s, struct kern_buf *y, float v, int64_t n)
@@ -393,11 +436,9 @@ static void cpu_scale(struct kern_stream *s, struct kern_buf *y, float v, int64_
 static void cpu_glu(struct kern_stream *s, enum kern_glu kind, struct kern_buf *g,
                     const struct kern_buf *u, int64_t n)
 {
-    (void)s;
-    if (kind == KERN_GLU_GEGLU)
-        kern_geglu(F(g), F(g), F(u), n);
-    else
-        kern_swiglu(F(g), F(g), F(u), n);
+    const struct cpu_ew_task t = {.kind = kind == KERN_GLU_GEGLU ? CPU_EW_GEGLU : CPU_EW_SWIGLU,
+                                  .y = F(g), .a = F(u), .n = n};
+    cpu_ew((struct cpu_stream *)s, &t, n);
 }
 
 static void cpu_gather(struct kern_stream *s, struct kern_buf *dst, const struct kern_buf *src,

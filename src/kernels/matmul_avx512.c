@@ -7,6 +7,12 @@
 
 #define KL 16
 #define KMAXT 4
+#ifndef KMAXT4K
+#define KMAXT4K 8
+#endif
+#ifndef KMAXT8G
+#define KMAXT8G 6
+#endif
 #define KMAXT32 8
 #define KMAXT6 4
 #define KQ8_BIAS 128
@@ -26,6 +32,15 @@ typedef __m512 VF;
 #define vi_chunk(p, h) ((void)(h), _mm512_loadu_si512((const void *)(p)))
 #define vi_bcast(p) _mm512_broadcastd_epi32(_mm_loadu_si32((const void *)(p)))
 #define vi_dp(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
+/* acc + vi_dp(acc, u, vi_bcast(p)) with the broadcast folded into the instruction's
+ * memory operand ({1to16}), which the compiler does not do by itself. */
+struct kq_dword { int8_t b[4]; };
+static inline __m512i dp_bc512(__m512i acc, __m512i u, const void *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const struct kq_dword *)p));
+    return acc;
+}
+#define vi_dp_bc(acc, u, p) dp_bc512(acc, u, p)
 #define vi_dp_q8(acc, w, s) _mm512_dpbusd_epi32(acc, w, s)
 #define vi_u8_i32(p, h) ((void)(h), _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p))))
 #define vi_s8x2_i16(p, h) ((void)(h), _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)(p))))
@@ -33,6 +48,7 @@ typedef __m512 VF;
 #define vi_srai32(v, n) _mm512_srai_epi32(v, n)
 #define vi_u8x2_i16(p, h) ((void)(h), _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)(p))))
 #define vi_madd16(a, b) _mm512_madd_epi16(a, b)
+#define vi_dp16(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
 #define vi_lut16(t, i) _mm512_shuffle_epi8(t, i)
 #define vf_bf16(p, h) ((void)(h), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p))), 16)))
 #define vf_zero() _mm512_setzero_ps()

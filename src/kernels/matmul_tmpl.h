@@ -7,6 +7,9 @@
  * The including file defines:
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
  *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
+ *   KMAXT4K       the same for Q4_K and Q5_K, <= 8 (defaults to KMAXT)
+ *   KMAXT8G       tokens of a Q8_0 tile over two 16-row groups, <= 6 (0, the default: none;
+ *                 only with KL == 16)
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
  *   KMAXT6        the same for Q6_K, Q2_K, Q3_K (four accumulators each), <= KMAXT
  *   KFN(name)     the ISA-suffixed function name
@@ -23,6 +26,7 @@
  *   vi_srl16v(v, n)   int16 lanes shifted right by a run-time count
  *   vi_u8x2_i16(p, h) KL byte pairs of a [16][2] u8 array widened to int16 pairs
  *   vi_madd16(a, b)   pairwise int16 products summed to int32
+ *   vi_dp16(acc, a, b) acc + vi_madd16(a, b) (vpdpwssd where there is one; not saturating)
  *   vf_zero() vf_set1(f) vf_mul vf_fma(a,b,c) vf_neg vf_cvt(VI) vf_storeu(p, v)
  *   vf_f16(p, h)      KL f16 values of a [16] f16 array, converted (exactly) to f32
  * and may define (the template has portable versions, the same integers, slower):
@@ -50,6 +54,22 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
         if (row0 + r >= n0 && row0 + r < n1)
             y[row0 + r] = tmp[r];
 }
+
+#ifndef KMAXT4K
+#define KMAXT4K KMAXT
+#endif
+
+#ifndef KMAXT8G
+#define KMAXT8G 0
+#endif
+
+#ifndef vi_dp_bc
+#define vi_dp_bc(acc, u, p) vi_dp(acc, u, vi_bcast(p))
+#endif
+
+#ifndef vi_dp16
+#define vi_dp16(acc, a, b) vi_add(acc, vi_madd16(a, b))
+#endif
 
 #ifndef vi_lut16
 static inline VI kt_lut16(VI t, VI i)
@@ -104,6 +124,9 @@ static inline uint32_t ld32(const void *p)
 
 /* ---------------------------------------------------------------- 32-blocks */
 
+/* Bytes of a Q8_0 group-block (16 f16 scales, then 8 chunks of 64): repack.c's layout. */
+#define KT_Q8_0_GBB 544
+
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
@@ -116,7 +139,7 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
     const bool lookup = t == QT_IQ4_NL || t == QT_MXFP4;
     const bool sbyte = t == QT_Q8_0 || lookup;
     const int off = sbyte ? KQ8_BIAS : t == QT_Q4_0 ? 8 : t == QT_Q5_0 ? 16 : 0;
-    const size_t gbb = t == QT_Q8_0 ? 544 : t == QT_Q4_0 || lookup ? 288
+    const size_t gbb = t == QT_Q8_0 ? KT_Q8_0_GBB : t == QT_Q4_0 || lookup ? 288
                      : t == QT_Q4_1 ? 320 : t == QT_Q5_0 ? 352 : 384;
     const VI lut = t == QT_IQ4_NL ? iq4_table() : t == QT_MXFP4 ? s8_table(quant_mxfp4_values)
                                                                  : vi_zero();
@@ -174,7 +197,9 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
         KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct kern_block_q8f *xb = &xr[i][b];
-            VI d0 = vi_zero(), d1 = vi_zero();
+            /* The offset's exact term starts the chain (the same int32 sum as
+             * subtracting it at the end: no overflow, |off * s| <= 128 * 32 * 127). */
+            VI d0 = off ? vi_set1(-off * xb->s) : vi_zero(), d1 = vi_zero();
             KUNROLL
             for (int c = 0; c < 8; c += 2) {
                 if (sbyte) {
@@ -192,8 +217,6 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
                 }
             }
             VI isum = one_chain ? d0 : vi_add(d0, d1);
-            if (off)
-                isum = vi_sub(isum, vi_set1(off * xb->s));
             VF dx = vf_set1(xb->d);
             acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum), acc[i]);
             if (has_min)
@@ -205,16 +228,67 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
 
+#if KMAXT8G
+/* Q8_0 over two 16-row groups at once (group-blocks gp0 and gp1, rows row0a and row0b),
+ * tokens [m0, m0 + nt): each activation broadcast serves both groups' vi_dp_q8, which
+ * halves the broadcasts per multiply-add. Per output the integers and float steps of
+ * tile_q32 (the offset's term starts the chain). */
+KINL void tile_q8_2g(const uint8_t *gp0, const uint8_t *gp1, int64_t nb,
+                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
+                     int64_t row0a, int64_t row0b, int64_t n0, int64_t n1)
+{
+    const size_t gbb = KT_Q8_0_GBB;
+    const struct kern_block_q8f *xr[KMAXT8G];
+    VF acc0[KMAXT8G], acc1[KMAXT8G];
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
+        acc0[i] = acc1[i] = vf_zero();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p0 = gp0 + (size_t)b * gbb, *p1 = gp1 + (size_t)b * gbb;
+        VI d0[KMAXT8G], d1[KMAXT8G];
+        KUNROLL
+        for (int i = 0; i < nt; i++)
+            d0[i] = d1[i] = KQ8_BIAS ? vi_set1(-KQ8_BIAS * xr[i][b].s) : vi_zero();
+        KUNROLL
+        for (int c = 0; c < 8; c++) {
+            VI w0 = vi_chunk(p0 + 32 + 64 * c, 0), w1 = vi_chunk(p1 + 32 + 64 * c, 0);
+            KUNROLL
+            for (int i = 0; i < nt; i++) {
+                VI xv = vi_bcast(xr[i][b].qs + 4 * c);
+                d0[i] = vi_dp_q8(d0[i], w0, xv);
+                d1[i] = vi_dp_q8(d1[i], w1, xv);
+            }
+        }
+        VF dw0 = vf_f16(p0, 0), dw1 = vf_f16(p1, 0);
+        KUNROLL
+        for (int i = 0; i < nt; i++) {
+            VF dx = vf_set1(xr[i][b].d);
+            acc0[i] = vf_fma(vf_mul(dw0, dx), vf_cvt(d0[i]), acc0[i]);
+            acc1[i] = vf_fma(vf_mul(dw1, dx), vf_cvt(d1[i]), acc1[i]);
+        }
+    }
+    KUNROLL
+    for (int i = 0; i < nt; i++) {
+        st_rows(y + (m0 + i) * ldy, row0a, n0, n1, acc0[i]);
+        st_rows(y + (m0 + i) * ldy, row0b, n0, n1, acc1[i]);
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- Q4_K, Q5_K */
 
+/* The mins: (m_2p, m_2p+1) times the pair of sub-block sums of the activation (each
+ * <= 32 * 127, an int16) in one vi_dp16, the pair broadcast from memory. */
 KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                     int64_t row0, int64_t n0, int64_t n1)
 {
     const bool five = t == QT_Q5_K;
     const size_t gbb = five ? 2880 : 2368;
-    const struct block_q8_K *xr[KMAXT];
-    VF acc[KMAXT];
+    const struct block_q8_K *xr[KMAXT4K];
+    VF acc[KMAXT4K];
     KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
@@ -224,13 +298,13 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
         const uint8_t *scp = p + 64, *mp = p + 192, *qh = p + 320, *qs = p + 320 + (five ? 512 : 0);
-        VI isum[KMAXT];
+        VI isum[KMAXT4K];
         KUNROLL
         for (int i = 0; i < nt; i++)
             isum[i] = vi_zero();
         /* Not unrolled: each pass's accumulators then stay in registers. */
         for (int c = 0; c < 4; c++) {
-            VI dlo[KMAXT], dhi[KMAXT];
+            VI dlo[KMAXT4K], dhi[KMAXT4K];
             KUNROLL
             for (int i = 0; i < nt; i++)
                 dlo[i] = dhi[i] = vi_zero();
@@ -247,8 +321,8 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const int8_t *xq = xr[i][b].qs + 64 * c + 4 * tq;
-                    dlo[i] = vi_dp(dlo[i], lo, vi_bcast(xq));
-                    dhi[i] = vi_dp(dhi[i], hi, vi_bcast(xq + 32));
+                    dlo[i] = vi_dp_bc(dlo[i], lo, xq);
+                    dhi[i] = vi_dp_bc(dhi[i], hi, xq + 32);
                 }
             }
             VI sl = vi_u8_i32(scp + 16 * (2 * c), h), sh = vi_u8_i32(scp + 16 * (2 * c + 1), h);
@@ -264,15 +338,18 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct block_q8_K *xb = &xr[i][b];
-            VI imin = vi_zero();
+            /* The sums of sub-blocks 2pp and 2pp+1 (each <= 32 * 127) as int16 pairs. */
+            alignas(16) uint32_t pair[4];
             KUNROLL
             for (int pp = 0; pp < 4; pp++) {
-                /* The sums of sub-blocks 2pp and 2pp+1 (each <= 32 * 127) as an int16 pair. */
                 int s0 = xb->bsums[4 * pp] + xb->bsums[4 * pp + 1];
                 int s1 = xb->bsums[4 * pp + 2] + xb->bsums[4 * pp + 3];
-                uint32_t pair = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
-                imin = vi_add(imin, vi_madd16(mins[pp], vi_set1((int)pair)));
+                pair[pp] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
             }
+            VI imin = vi_zero();
+            KUNROLL
+            for (int pp = 0; pp < 4; pp++)
+                imin = vi_dp16(imin, mins[pp], vi_bcast(&pair[pp]));
             VF dx = vf_set1(xb->d);
             acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum[i]), acc[i]);
             acc[i] = vf_fma(vf_neg(vf_mul(dmin, dx)), vf_cvt(imin), acc[i]);
@@ -308,71 +385,46 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
          * holds elements 128 h2 + 32 t + 4 g + (0..3) for t = 0..3, in sub-block
          * 8 h2 + 2 t + (g >= 4), the even (g < 4) or odd member of scale pair 4 h2 + t.
          * The -32 offset is applied once per block: isum = sum_i sc_i dp_i -
-         * 32 sum_i sc_i bsum_i. One token (decode) reads the triples once, in memory
-         * order; several tokens (weights in cache) go pair by pair, which needs fewer
-         * registers per token. Both compute the same exact integers. */
-        if (nt == 1) {
-            for (int h2 = 0; h2 < 2; h2++) {
-                for (int half = 0; half < 2; half++) {
-                    VI d[4];
-                    KUNROLL
-                    for (int t = 0; t < 4; t++)
-                        d[t] = vi_zero();
-                    KUNROLL
-                    for (int gg = 0; gg < 4; gg++) {
-                        const int g = 4 * half + gg;
-                        const uint8_t *c = qv + 192 * (8 * h2 + g);
-                        VI qa = vi_chunk(c, h), qb = vi_chunk(c + 64, h), qc = vi_chunk(c + 128, h);
-                        VI v0 = vi_or(vi_and(qa, m4), vi_and(vi_slli16(qc, 4), m30));
-                        VI v1 = vi_or(vi_and(qb, m4), vi_and(vi_slli16(qc, 2), m30));
-                        VI v2 = vi_or(vi_and(vi_srli16(qa, 4), m4), vi_and(qc, m30));
-                        VI v3 = vi_or(vi_and(vi_srli16(qb, 4), m4), vi_and(vi_srli16(qc, 2), m30));
-                        const int8_t *xq = xr[0][b].qs + 128 * h2 + 4 * g;
-                        d[0] = vi_dp(d[0], v0, vi_bcast(xq));
-                        d[1] = vi_dp(d[1], v1, vi_bcast(xq + 32));
-                        d[2] = vi_dp(d[2], v2, vi_bcast(xq + 64));
-                        d[3] = vi_dp(d[3], v3, vi_bcast(xq + 96));
-                    }
-                    KUNROLL
-                    for (int t = 0; t < 4; t++) {
-                        const int pr = 4 * h2 + t;
-                        VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
-                        VI sc = half ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
-                        isum[0] = vi_add(isum[0], vi_mullo(d[t], sc));
-                        if (!half)
-                            corr[0] = vi_add(corr[0], vi_madd16(sp, vi_bcast(xr[0][b].bsums + 2 * pr)));
-                    }
-                }
-            }
-        } else {
-            for (int h2 = 0; h2 < 2; h2++) {
+         * 32 sum_i sc_i bsum_i. The triples are read once, in memory order, each
+         * unpacked once for every token of the tile; each token keeps four partial
+         * sums (t = 0..3) per half. */
+        for (int h2 = 0; h2 < 2; h2++) {
+            for (int half = 0; half < 2; half++) {
+                VI d[4][KMAXT];
+                KUNROLL
                 for (int t = 0; t < 4; t++) {
-                    VI d0[KMAXT], d1[KMAXT];
                     KUNROLL
                     for (int i = 0; i < nt; i++)
-                        d0[i] = d1[i] = vi_zero();
-                    KUNROLL
-                    for (int g = 0; g < 8; g++) {
-                        const uint8_t *c = qv + 192 * (8 * h2 + g);
-                        VI lo = vi_and(vi_srl16v(vi_chunk(c + 64 * (t & 1), h), 4 * (t >> 1)), m4);
-                        VI hb = vi_srl16v(vi_chunk(c + 128, h), 2 * t);
-                        VI v = vi_or(lo, vi_and(vi_slli16(hb, 4), m30));
-                        KUNROLL
-                        for (int i = 0; i < nt; i++) {
-                            VI xv = vi_bcast(xr[i][b].qs + 128 * h2 + 32 * t + 4 * g);
-                            if (g < 4)
-                                d0[i] = vi_dp(d0[i], v, xv);
-                            else
-                                d1[i] = vi_dp(d1[i], v, xv);
-                        }
-                    }
-                    const int pr = 4 * h2 + t;
-                    VI sp = vi_s8x2_i16(scp + 32 * pr, h);
-                    VI s0 = vi_srai32(vi_slli32(sp, 16), 16), s1 = vi_srai32(sp, 16);
+                        d[t][i] = vi_zero();
+                }
+                KUNROLL
+                for (int gg = 0; gg < 4; gg++) {
+                    const int g = 4 * half + gg;
+                    const uint8_t *c = qv + 192 * (8 * h2 + g);
+                    VI qa = vi_chunk(c, h), qb = vi_chunk(c + 64, h), qc = vi_chunk(c + 128, h);
+                    VI v0 = vi_or(vi_and(qa, m4), vi_and(vi_slli16(qc, 4), m30));
+                    VI v1 = vi_or(vi_and(qb, m4), vi_and(vi_slli16(qc, 2), m30));
+                    VI v2 = vi_or(vi_and(vi_srli16(qa, 4), m4), vi_and(qc, m30));
+                    VI v3 = vi_or(vi_and(vi_srli16(qb, 4), m4), vi_and(vi_srli16(qc, 2), m30));
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
-                        isum[i] = vi_add(isum[i], vi_add(vi_mullo(d0[i], s0), vi_mullo(d1[i], s1)));
-                        corr[i] = vi_add(corr[i], vi_madd16(sp, vi_bcast(xr[i][b].bsums + 2 * pr)));
+                        const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
+                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
+                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
+                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
+                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
+                    }
+                }
+                KUNROLL
+                for (int t = 0; t < 4; t++) {
+                    const int pr = 4 * h2 + t;
+                    VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
+                    VI sc = half ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
+                    KUNROLL
+                    for (int i = 0; i < nt; i++) {
+                        isum[i] = vi_add(isum[i], vi_mullo(d[t][i], sc));
+                        if (!half)
+                            corr[i] = vi_dp16(corr[i], sp, vi_bcast(xr[i][b].bsums + 2 * pr));
                     }
                 }
             }
@@ -449,10 +501,10 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        d[0][i] = vi_dp(d[0][i], v0, vi_bcast(xq));
-                        d[1][i] = vi_dp(d[1][i], v1, vi_bcast(xq + 32));
-                        d[2][i] = vi_dp(d[2][i], v2, vi_bcast(xq + 64));
-                        d[3][i] = vi_dp(d[3][i], v3, vi_bcast(xq + 96));
+                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
+                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
+                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
+                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
                     }
                 }
                 KUNROLL
@@ -588,6 +640,17 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
     case 3: if (KMAXT6 >= 3) { CALL(3); } break;                                           \
     default: if (KMAXT6 >= 4) { CALL(4); } break;                                          \
     }
+#define KTILE_CASES4K(CALL)                                                                \
+    switch (nt) {                                                                          \
+    case 1: CALL(1); break;                                                                \
+    case 2: if (KMAXT4K >= 2) { CALL(2); } break;                                          \
+    case 3: if (KMAXT4K >= 3) { CALL(3); } break;                                          \
+    case 4: if (KMAXT4K >= 4) { CALL(4); } break;                                          \
+    case 5: if (KMAXT4K >= 5) { CALL(5); } break;                                          \
+    case 6: if (KMAXT4K >= 6) { CALL(6); } break;                                          \
+    case 7: if (KMAXT4K >= 7) { CALL(7); } break;                                          \
+    default: if (KMAXT4K >= 8) { CALL(8); } break;                                         \
+    }
 #define KTILE_CASES32(CALL)                                                                \
     switch (nt) {                                                                          \
     case 1: CALL(1); break;                                                                \
@@ -634,8 +697,8 @@ static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int
 #define CALL_Q3K(NT) tile_q23k(QT_Q3_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_IQ4XS(NT) tile_iq4xs(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
     switch (t) {
-    case QT_Q4_K: KTILE_CASES(CALL_Q4K); break;
-    case QT_Q5_K: KTILE_CASES(CALL_Q5K); break;
+    case QT_Q4_K: KTILE_CASES4K(CALL_Q4K); break;
+    case QT_Q5_K: KTILE_CASES4K(CALL_Q5K); break;
     case QT_Q2_K: KTILE_CASES6(CALL_Q2K); break;
     case QT_Q3_K: KTILE_CASES6(CALL_Q3K); break;
     case QT_IQ4_XS: KTILE_CASES(CALL_IQ4XS); break;
@@ -652,12 +715,34 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
     const size_t gstride = (size_t)nb * kern_repack_group_block_bytes(w->type);
     for (int64_t g = n0 / 16; g * 16 < n1; g++) {
         const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
+#if KMAXT8G
+        /* Several tokens: Q8_0 groups in pairs (one token, decode, keeps one stream). */
+        if (KL == 16 && w->type == QT_Q8_0 && a->M >= 4 && (g + 1) * 16 < n1) {
+            for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT8G) {
+                const int nt = (int)(a->M - m0 < KMAXT8G ? a->M - m0 : KMAXT8G);
+#define CALL_Q8_2G(NT) tile_q8_2g(gp, gp + gstride, nb, a, m0, NT, y, ldy, 16 * g, 16 * (g + 1), n0, n1)
+                switch (nt) {
+                case 1: CALL_Q8_2G(1); break;
+                case 2: if (KMAXT8G >= 2) { CALL_Q8_2G(2); } break;
+                case 3: if (KMAXT8G >= 3) { CALL_Q8_2G(3); } break;
+                case 4: if (KMAXT8G >= 4) { CALL_Q8_2G(4); } break;
+                case 5: if (KMAXT8G >= 5) { CALL_Q8_2G(5); } break;
+                default: if (KMAXT8G >= 6) { CALL_Q8_2G(6); } break;
+                }
+#undef CALL_Q8_2G
+            }
+            g++;
+            continue;
+        }
+#endif
         for (int h = 0; h < 16 / KL; h++) {
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
             const bool four_acc = w->type == QT_Q6_K || w->type == QT_Q2_K || w->type == QT_Q3_K;
-            const int64_t tile = ti->block_size == 32 ? KMAXT32 : four_acc ? KMAXT6 : KMAXT;
+            const bool q45 = w->type == QT_Q4_K || w->type == QT_Q5_K;
+            const int64_t tile = ti->block_size == 32 ? KMAXT32 : four_acc ? KMAXT6
+                               : q45 ? KMAXT4K : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
                 if (ti->block_size == 32)
