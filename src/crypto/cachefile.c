@@ -2,6 +2,7 @@
 #include "cachefile.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -129,6 +130,30 @@ void cachefile_evict(const char *dir, const char *suffix, const char *keep, size
         free(list[i].path);
     }
     free(list);
+}
+
+enum cachefile_open cachefile_open(const char *path, uint64_t want, int *fd, struct kn_err *why)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return CACHEFILE_MISSING;
+        kn_fail(why, KN_E_IO, "cannot open it: %s", strerror(errno));
+        return CACHEFILE_UNREADABLE;
+    }
+    struct stat st;
+    if (fstat(*fd, &st) != 0)
+        kn_fail(why, KN_E_IO, "cannot stat it: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        kn_fail(why, KN_E_IO, "not a regular file");
+    else if ((uint64_t)st.st_size != want)
+        kn_fail(why, KN_E_FORMAT, "%lld bytes, expected %llu (truncated or foreign)",
+                (long long)st.st_size, (unsigned long long)want);
+    else
+        return CACHEFILE_OPENED;
+    close(*fd);
+    *fd = -1;
+    return CACHEFILE_WRONG;
 }
 
 void cachefile_touch(const char *path)

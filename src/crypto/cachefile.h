@@ -36,6 +36,14 @@ void cachefile_mac(const uint8_t key[BLAKE3_KEY_LEN], const struct kn_part *part
  * just written. Best effort: another process may be removing the same files. */
 void cachefile_evict(const char *dir, const char *suffix, const char *keep, size_t max_files,
                      long stale_tmp_s, bool (*replaced)(const char *name, const char *keep_name));
+/* Opens a cache file for reading: a regular file of exactly want bytes. */
+enum cachefile_open {
+    CACHEFILE_OPENED,     /* *fd is open: the caller closes it */
+    CACHEFILE_MISSING,    /* no file (or no folder) */
+    CACHEFILE_UNREADABLE, /* it cannot be opened (why says why) */
+    CACHEFILE_WRONG,      /* not a regular file, or of another size (why says which) */
+};
+enum cachefile_open cachefile_open(const char *path, uint64_t want, int *fd, struct kn_err *why);
 /* Marks the file at path as used now (its mtime, the eviction order; best effort). */
 void cachefile_touch(const char *path);
 

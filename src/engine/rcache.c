@@ -239,34 +239,26 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
                              struct kern_weight *const *ws, size_t n,
                              const struct rcache_plan *p, struct kn_err *why)
 {
-    int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return LOAD_MISS;
-        kn_fail(why, KN_E_IO, "cannot open it: %s", strerror(errno));
-        return LOAD_UNREADABLE;
-    }
-    struct stat st;
     const size_t want = RCACHE_HEADER_BYTES + p->data_bytes; /* plan_file checked the sum */
-    bool ok = false;
-    if (fstat(fd, &st) != 0)
-        kn_fail(why, KN_E_IO, "cannot stat it: %s", strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        kn_fail(why, KN_E_IO, "not a regular file");
-    else if ((uint64_t)st.st_size != (uint64_t)want)
-        kn_fail(why, KN_E_FORMAT, "%lld bytes, expected %zu (truncated or foreign)",
-                (long long)st.st_size, want);
-    else
-        ok = true;
-    void *map = MAP_FAILED;
-    if (ok && (map = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
-        kn_fail(why, KN_E_IO, "cannot map it: %s", strerror(errno));
-        close(fd);
+    int fd;
+    switch (cachefile_open(p->path, want, &fd, why)) {
+    case CACHEFILE_MISSING:
+        return LOAD_MISS;
+    case CACHEFILE_UNREADABLE:
+        return LOAD_UNREADABLE;
+    case CACHEFILE_WRONG:
+        return LOAD_BAD;
+    case CACHEFILE_OPENED:
+        break;
+    }
+    void *map = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        kn_fail(why, KN_E_IO, "cannot map it: %s", strerror(map_errno));
         return LOAD_UNREADABLE;
     }
-    close(fd);
-    if (!ok)
-        return LOAD_BAD;
+    bool ok = true;
     const struct rcache_header *h = map;
     /* The header's fields first (cheap, and they say what is wrong); the MAC decides. */
     if (memcmp(h->magic, p->h.magic, sizeof h->magic) != 0 || h->version != p->h.version) {

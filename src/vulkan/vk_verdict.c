@@ -104,26 +104,17 @@ static void file_mac(const struct vk_verdict_plan *p, const struct vk_verdict_fi
 enum vk_verdict_load vk_verdict_load(const struct vk_verdict_plan *p, bool *ops_equal,
                                      char ops[VK_VERDICT_OPS_LEN], struct kn_err *why)
 {
-    int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return VK_VERDICT_MISS;
-        kn_fail(why, KN_E_IO, "cannot open it: %s", strerror(errno));
+    struct vk_verdict_file f;
+    int fd;
+    enum cachefile_open o = cachefile_open(p->path, sizeof f, &fd, why);
+    if (o != CACHEFILE_OPENED)
+        return o == CACHEFILE_MISSING ? VK_VERDICT_MISS : VK_VERDICT_BAD;
+    ssize_t got = read(fd, &f, sizeof f);
+    close(fd);
+    if (got != (ssize_t)sizeof f) {
+        kn_fail(why, KN_E_IO, "cannot read it");
         return VK_VERDICT_BAD;
     }
-    struct vk_verdict_file f;
-    struct stat st;
-    ssize_t got = -1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        kn_fail(why, KN_E_IO, "not a regular file");
-    else if ((uint64_t)st.st_size != sizeof f)
-        kn_fail(why, KN_E_FORMAT, "%lld bytes, expected %zu (truncated or foreign)",
-                (long long)st.st_size, sizeof f);
-    else if ((got = read(fd, &f, sizeof f)) != (ssize_t)sizeof f)
-        kn_fail(why, KN_E_IO, "cannot read it");
-    close(fd);
-    if (got != (ssize_t)sizeof f)
-        return VK_VERDICT_BAD;
     uint8_t mac[BLAKE3_OUT_LEN];
     if (memcmp(f.magic, VERDICT_MAGIC, sizeof f.magic) != 0 || f.version != VERDICT_VERSION) {
         kn_fail(why, KN_E_FORMAT, "not a version %u verdict record", VERDICT_VERSION);
