@@ -146,7 +146,21 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        int64_t Mmax = 512;
+        /* The batch sizes of --m, in its order; the buffers hold the largest. */
+        int64_t mlist[16], Mmax = 1;
+        int nm = 0;
+        for (const char *q = ms; *q && nm < 16;) {
+            char *e;
+            long long v = strtoll(q, &e, 10);
+            if (e == q || v < 1 || v > 4096 || (*e && *e != ',')) {
+                fprintf(stderr, "bench_kernels: --m wants a list of batch sizes 1..4096, not '%s'\n", ms);
+                return 2;
+            }
+            mlist[nm++] = v;
+            if (v > Mmax)
+                Mmax = v;
+            q = *e ? e + 1 : e;
+        }
         float *x = malloc(sizeof(float) * (size_t)(Mmax * K));
         float *y = malloc(sizeof(float) * (size_t)(Mmax * N));
         for (int64_t i = 0; i < Mmax * K; i++)
@@ -167,13 +181,8 @@ int main(int argc, char **argv)
                     fprintf(stderr, "bench_kernels: %s\n", err.msg);
                     return 1;
                 }
-                int64_t mlist[] = {1, 512};
-                for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < nm; mi++) {
                     int64_t M = mlist[mi];
-                    char mn[8];
-                    snprintf(mn, sizeof mn, "%lld", (long long)M);
-                    if (!in_list(ms, mn))
-                        continue;
                     /* The scalar reference is slow at M = 512: fewer tokens, same units. */
                     if (isa == KERN_ISA_SCALAR && M > 1)
                         M = 16;

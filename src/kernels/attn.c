@@ -142,13 +142,60 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
     }
 }
 
+/* The keys a query at position p reads, plus a fixed part (the query's load, the merges
+ * and the output: about a tile's worth): the work of one (query, head) pair. */
+static int64_t pair_work(const struct kern_attn_args *a, int64_t p)
+{
+    int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    return p - lo + 1 + KERN_ATTN_TILE;
+}
+
+/* The first pair of the first unit u (units of `align` pairs, in order) whose work before
+ * it, times nth, reaches k * total: thread k's start. */
+static int64_t share_start(const struct kern_attn_args *runs, int64_t n_runs, int64_t align,
+                           int64_t total, int k, int nth)
+{
+    int64_t target = (int64_t)k * total, before = 0, base = 0;
+    for (int64_t r = 0; r < n_runs; r++) {
+        const struct kern_attn_args *a = &runs[r];
+        const int64_t H = a->n_head, units = H / align;
+        for (int64_t t = 0; t < a->n_q; t++) {
+            int64_t w = align * pair_work(a, a->q_pos[t]);
+            if ((before + (units - 1) * w) * nth >= target) {
+                int64_t need = target - before * nth, j = 0;
+                if (need > 0)
+                    j = (need + w * nth - 1) / (w * nth);
+                return base + t * H + j * align;
+            }
+            before += units * w;
+        }
+        base += a->n_q * H;
+    }
+    return base;
+}
+
+void kern_attn_share(const struct kern_attn_args *runs, int64_t n_runs, int ith, int nth,
+                     int64_t *lo, int64_t *hi)
+{
+    int64_t pairs = 0, total = 0;
+    for (int64_t r = 0; r < n_runs; r++) {
+        pairs += runs[r].n_q * runs[r].n_head;
+        for (int64_t t = 0; t < runs[r].n_q; t++)
+            total += runs[r].n_head * pair_work(&runs[r], runs[r].q_pos[t]);
+    }
+    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole, unless
+     * there are fewer groups than threads (decode with few kv heads): then single pairs */
+    int64_t group = n_runs > 0 ? runs[0].n_head / runs[0].n_head_kv : 1;
+    int64_t align = pairs / group >= nth ? group : 1;
+    *lo = ith == 0 ? 0 : share_start(runs, n_runs, align, total, ith, nth);
+    *hi = ith + 1 >= nth ? pairs : share_start(runs, n_runs, align, total, ith + 1, nth);
+}
+
 static void attn_task(void *ctx, int ith, int nth)
 {
     const struct kern_attn_args *a = ctx;
-    int64_t lo, hi, n = a->n_q * a->n_head, group = a->n_head / a->n_head_kv;
-    /* whole groups of query heads that share a kv head, so SIMD blocks stay whole, unless
-     * there are fewer groups than threads (decode with few kv heads): then single pairs */
-    kern_split(n, n / group >= nth ? group : 1, ith, nth, &lo, &hi);
+    int64_t lo, hi;
+    kern_attn_share(a, 1, ith, nth, &lo, &hi);
     if (lo < hi)
         kern_attn(a, lo, hi);
 }

@@ -470,7 +470,8 @@ static void cpu_kv_store(struct kern_stream *s, const struct kern_attn_batch *b)
 }
 
 /* Attention over several runs (one KV cache each) in one pool job: the (query, head)
- * items of all runs are numbered in batch order and threads take disjoint ranges. */
+ * pairs of all runs are numbered in batch order and threads take the disjoint ranges of
+ * kern_attn_share. */
 struct attn_runs {
     const struct kern_attn_args *runs;
     const int64_t *first; /* (n_runs + 1) */
@@ -481,7 +482,7 @@ static void attn_runs_fn(void *ctx, int ith, int nth)
 {
     const struct attn_runs *ar = ctx;
     int64_t lo, hi;
-    kern_split(ar->first[ar->n_runs], 1, ith, nth, &lo, &hi);
+    kern_attn_share(ar->runs, ar->n_runs, ith, nth, &lo, &hi);
     for (int64_t r = 0; r < ar->n_runs && lo < hi; r++) {
         int64_t a = ar->first[r], b = ar->first[r + 1];
         if (b <= lo || a >= hi)

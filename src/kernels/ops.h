@@ -259,9 +259,15 @@ KN_MUST_USE enum kn_status kern_attn_check(const struct kern_attn_args *a, struc
 /* Computes the (query, head) pairs with index t*H + h in [begin, end): threads take
  * disjoint ranges. No allocation. */
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end);
-/* Computes every pair on the threads of pool (NULL: the calling thread), each thread a
- * contiguous range (kern_split) of whole kv-head groups, or of single pairs when there are
- * fewer groups than threads. Same bits as kern_attn(a, 0, T*H). */
+/* The pairs [*lo, *hi) of thread ith of nth over the pairs of n_runs batches (one KV cache
+ * each, the same heads), numbered one run after the other: contiguous ranges of about equal
+ * work, a pair's work being the keys its query reads (causal: a prompt's last queries read
+ * the most, so equal counts of pairs would leave the first thread idle), cut between whole
+ * groups of query heads that share a kv head unless there are fewer groups than threads. */
+void kern_attn_share(const struct kern_attn_args *runs, int64_t n_runs, int ith, int nth,
+                     int64_t *lo, int64_t *hi);
+/* Computes every pair on the threads of pool (NULL: the calling thread), each thread the
+ * range kern_attn_share gives it. Same bits as kern_attn(a, 0, T*H). */
 struct kern_pool;
 void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 

@@ -418,8 +418,77 @@ static void test_pool(void)
     problem_free(&pr);
 }
 
+/* The work (keys read + a tile) of thread ith's pairs, for runs of one query per position. */
+static int64_t share_work(const struct kern_attn_args *runs, int64_t n_runs, int64_t lo, int64_t hi)
+{
+    int64_t w = 0, base = 0;
+    for (int64_t r = 0; r < n_runs; r++) {
+        const struct kern_attn_args *a = &runs[r];
+        for (int64_t i = 0; i < a->n_q * a->n_head; i++) {
+            if (base + i < lo || base + i >= hi)
+                continue;
+            int64_t p = a->q_pos[i / a->n_head];
+            int64_t first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            w += p - first + 1 + KERN_ATTN_TILE;
+        }
+        base += a->n_q * a->n_head;
+    }
+    return w;
+}
+
+/* kern_attn_share: the ranges tile [0, pairs) in order, cut between whole kv-head groups
+ * when there are enough of them, and each thread's work is within one unit of an equal
+ * share (so two threads' within two units) (a causal prompt split by counts would give the last thread 3x the first's). */
+static void test_share(void)
+{
+    static int32_t pos[600];
+    for (int i = 0; i < 600; i++)
+        pos[i] = i;
+    struct kern_attn_args runs[3] = {
+        {.q_pos = pos, .n_q = 512, .n_head = 32, .n_head_kv = 4},       /* a prompt */
+        {.q_pos = pos + 599, .n_q = 1, .n_head = 32, .n_head_kv = 4},   /* a decode step */
+        {.q_pos = pos + 100, .n_q = 300, .n_head = 32, .n_head_kv = 4, .window = 64},
+    };
+    for (int nr = 1; nr <= 3; nr++) {
+        for (int nth = 1; nth <= 8; nth++) {
+            int64_t pairs = 0;
+            for (int r = 0; r < nr; r++)
+                pairs += runs[r].n_q * runs[r].n_head;
+            int64_t total = share_work(runs, nr, 0, pairs), prev = 0, wmax = 0, wmin = INT64_MAX;
+            for (int ith = 0; ith < nth; ith++) {
+                int64_t lo, hi;
+                kern_attn_share(runs, nr, ith, nth, &lo, &hi);
+                CHECKF(lo == prev && hi >= lo, "runs %d threads %d: thread %d [%lld, %lld)", nr, nth,
+                       ith, (long long)lo, (long long)hi);
+                CHECKF(lo % 8 == 0, "runs %d threads %d: cut at %lld inside a group", nr, nth, (long long)lo);
+                prev = hi;
+                int64_t w = share_work(runs, nr, lo, hi);
+                wmax = w > wmax ? w : wmax;
+                wmin = w < wmin ? w : wmin;
+            }
+            CHECKF(prev == pairs, "runs %d threads %d: ends at %lld of %lld", nr, nth, (long long)prev,
+                   (long long)pairs);
+            /* one unit: 8 pairs of the longest query (611 keys + a tile) */
+            int64_t unit = 8 * (600 + KERN_ATTN_TILE);
+            CHECKF(wmax - wmin <= 2 * unit && wmax <= total / nth + unit && wmin >= total / nth - unit,
+                   "runs %d threads %d: work %lld..%lld of %lld", nr, nth, (long long)wmin,
+                   (long long)wmax, (long long)total);
+        }
+    }
+    /* one query, 4 groups, 6 threads: single pairs, every pair once */
+    int64_t prev = 0;
+    for (int ith = 0; ith < 6; ith++) {
+        int64_t lo, hi;
+        kern_attn_share(&runs[1], 1, ith, 6, &lo, &hi);
+        CHECK(lo == prev && hi >= lo);
+        prev = hi;
+    }
+    CHECK(prev == 32);
+}
+
 int main(void)
 {
+    test_share();
     test_pool();
     test_check();
     test_known();
