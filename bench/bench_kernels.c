@@ -6,7 +6,12 @@
  *
  *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
  *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
+ *   bench_kernels --peak 1 [--threads 1,2]
  * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
+ * --peak 1 measures the machine's int8 peak instead: every thread of the pool runs a loop
+ * of 16 independent `vpdpbusd zmm` (no memory operands), and the figure is the sum of the
+ * threads' rates (each the best of several runs), in instructions and in int8 operations
+ * (64 multiply-adds, 128 operations, each): the ceiling the prefill figures are a share of.
  */
 #include "kernels/kernels.h"
 
@@ -89,12 +94,82 @@ static bool in_list(const char *list, const char *name)
     return false;
 }
 
+#if defined(__x86_64__)
+#define PEAK_ITERS 2000000L
+/* PEAK_ITERS x 16 independent vpdpbusd zmm; returns its wall time. */
+__attribute__((target("avx512f,avx512vnni"))) static double peak_loop(void)
+{
+    double t0 = kn_now();
+    for (long i = 0; i < PEAK_ITERS; i++)
+        __asm__ volatile(
+#define PEAK_DP(r) "vpdpbusd %%zmm16, %%zmm17, %%zmm" #r "\n"
+            PEAK_DP(0) PEAK_DP(1) PEAK_DP(2) PEAK_DP(3) PEAK_DP(4) PEAK_DP(5) PEAK_DP(6) PEAK_DP(7)
+            PEAK_DP(8) PEAK_DP(9) PEAK_DP(10) PEAK_DP(11) PEAK_DP(12) PEAK_DP(13) PEAK_DP(14) PEAK_DP(15)
+#undef PEAK_DP
+            ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+            "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+    return kn_now() - t0;
+}
+
+struct peak_run {
+    double rate[64]; /* instructions per second of each thread, best run */
+};
+
+static void peak_task(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    struct peak_run *pr = ctx;
+    double best = 1e30;
+    for (int r = 0; r < 15; r++) {
+        double t = peak_loop();
+        best = t < best ? t : best;
+    }
+    pr->rate[ith] = 16.0 * (double)PEAK_ITERS / best;
+}
+#endif
+
+/* --peak: the int8 peak of each thread count in the list. */
+static int run_peak(const char *threads)
+{
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512vnni")) {
+        fprintf(stderr, "bench_kernels: --peak needs AVX-512 VNNI (vpdpbusd), which this CPU lacks\n");
+        return 1;
+    }
+    printf("| int8 peak | threads | G vpdpbusd zmm/s | GOPS |\n|---|---|---|---|\n");
+    for (int th = 1; th <= 64; th++) {
+        char tn[12];
+        snprintf(tn, sizeof tn, "%d", th);
+        if (!in_list(threads, tn))
+            continue;
+        struct kern_pool *pool;
+        struct kn_err err;
+        if (kern_pool_create(th, &pool, &err) != KN_OK) {
+            fprintf(stderr, "bench_kernels: %s\n", err.msg);
+            return 1;
+        }
+        struct peak_run pr = {{0}};
+        kern_pool_run(pool, peak_task, &pr);
+        kern_pool_free(pool);
+        double sum = 0;
+        for (int i = 0; i < th; i++)
+            sum += pr.rate[i];
+        printf("| vpdpbusd x16 | %d | %.2f | %.0f |\n", th, sum * 1e-9, sum * 128.0 * 1e-9);
+    }
+    return 0;
+#else
+    (void)threads;
+    fprintf(stderr, "bench_kernels: --peak is written for x86-64 (vpdpbusd) only\n");
+    return 1;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     int64_t N = 2048, K = 2048;
     const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
     double seconds = 0.5;
-    bool hot = false;
+    bool hot = false, peak = false;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -109,11 +184,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--m")) ms = v;
         else if (!strcmp(argv[i], "--seconds")) seconds = atof(v);
         else if (!strcmp(argv[i], "--hot")) hot = atoi(v) != 0;
+        else if (!strcmp(argv[i], "--peak")) peak = atoi(v) != 0;
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;
         }
     }
+    if (peak)
+        return run_peak(threads);
     static const enum quant_type all[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
                                           QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K,
                                           QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
