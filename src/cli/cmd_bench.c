@@ -6,8 +6,11 @@
  *
  * Decode is a stream of the weights, so tg rows also say how many GB/s of weights they
  * read (the bytes one decode token reads, from the model's tensors, times tokens per
- * second) beside the machine's own streaming-read rate, measured in the same run with the
- * same threads: how close decode is to the memory limit. */
+ * second) beside the machine's own streaming-read rate, measured around each repetition
+ * with the same threads: how close decode is to the memory limit. A shared VM's memory
+ * bandwidth can change by half from one second to the next (seen: 30 and 50 GB/s
+ * alternating), so the share compares each repetition with the reads just before and
+ * after it, and the row gives the median share. */
 #include "cli.h"
 
 #include <math.h>
@@ -35,7 +38,9 @@ static const char *const bench_usage =
     "n_threads, avg_ts, stddev_ts, ...). -p 0 or -n 0 skips that test.\n"
     "tg rows also give the GB/s of weights decode reads (the bytes of every weight one token\n"
     "reads; MoE: the experts it uses) and the machine's streaming-read rate with the same\n"
-    "threads, measured in the same run (a plain read of --stream-mib MiB, best of 3).";
+    "threads, read just before and just after each repetition (a plain read of --stream-mib\n"
+    "MiB), and in brackets the median over repetitions of the repetition's rate over the mean\n"
+    "of its two reads.";
 
 /* Parses "512" or "128,256" into at most max positive integers (0 allowed). */
 static int parse_list(const char *flag, const char *s, int64_t *out, int max)
@@ -91,8 +96,12 @@ struct bench_result {
     int64_t n_prompt, n_gen, n_depth, n_threads;
     double avg_ts, stddev_ts, avg_ns, stddev_ns;
     double samples_ts[64];
+    double stream_gbps[64]; /* tg with a stream probe: the mean of the reads around sample i */
     int n_samples;
 };
+
+struct stream_probe;
+static double stream_probe_read(struct stream_probe *sp, struct kern_pool *pool);
 
 /* Times one test: pp (n_prompt tokens, one evaluation in batches) or tg (n_gen decode
  * steps), after the n_depth positions already in e's cache (the rest is forgotten).
@@ -110,9 +119,12 @@ static double run_once(struct engine *e, const int32_t *toks, int64_t n_depth, i
     return kn_now() - t0;
 }
 
+/* Runs one test reps times after a warm-up. With sp (tg tests), the streaming read is
+ * measured just before and after each repetition, on the engine's own threads. */
 static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_t n_prompt,
                      int64_t n_gen, int reps, int64_t batch, const int32_t *toks,
-                     const int32_t *depth_toks, struct bench_result *res, struct kn_err *err)
+                     const int32_t *depth_toks, struct stream_probe *sp,
+                     struct bench_result *res, struct kn_err *err)
 {
     struct kern_pool *pool = NULL;
     struct engine e;
@@ -137,6 +149,7 @@ static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_
     if (rc == 0 && run_once(&e, toks, n_depth, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
         rc = -1;
     double sum_ts = 0, sum_ns = 0;
+    double before = sp && rc == 0 ? stream_probe_read(sp, pool) : 0;
     for (int r = 0; rc == 0 && r < reps; r++) {
         double s = run_once(&e, toks, n_depth, n_prompt, n_gen, err);
         if (s < 0) {
@@ -144,6 +157,11 @@ static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_
             break;
         }
         double ts = (double)(n_prompt + n_gen) / s;
+        if (sp) {
+            double after = stream_probe_read(sp, pool);
+            res->stream_gbps[res->n_samples] = (before + after) / 2;
+            before = after;
+        }
         res->samples_ts[res->n_samples++] = ts;
         sum_ts += ts;
         sum_ns += s * 1e9;
@@ -214,55 +232,69 @@ static void stream_task(void *ctx, int ith, int nth)
     j->sum[ith] = a + b + c + d;
 }
 
-/* The machine's streaming-read rate in GB/s with threads threads: the best of 3 plain
- * reads of mib MiB (allocated, written once, then read). The buffer gets transparent huge
- * pages where the system allows, as the packed weights do (kernels/matmul.c), so both
- * figures pay the same for their page tables. Returns 0 when mib is 0, < 0 on failure. */
-static double stream_read_gbps(int threads, int64_t mib, struct kn_err *err)
+/* The streaming-read measurement's buffer: mib MiB, written once, with transparent huge
+ * pages where the system allows, as the packed weights have (kernels/matmul.c), so both
+ * figures pay the same for their page tables. */
+struct stream_probe {
+    void *buf;
+    struct stream_job *job;
+    size_t bytes;
+};
+
+static enum kn_status stream_probe_init(struct stream_probe *sp, int64_t mib, struct kn_err *err)
 {
-    if (mib <= 0)
-        return 0;
-    size_t bytes = (size_t)mib << 20, huge = (size_t)2 << 20;
-    void *buf = NULL;
-    if (posix_memalign(&buf, huge, bytes) != 0) {
-        kn_fail(err, KN_E_NOMEM, "out of memory for the %lld MiB streaming-read buffer (--stream-mib)",
-                (long long)mib);
-        return -1;
+    *sp = (struct stream_probe){.bytes = (size_t)mib << 20};
+    if (posix_memalign(&sp->buf, (size_t)2 << 20, sp->bytes) != 0) {
+        sp->buf = NULL;
+        return kn_fail(err, KN_E_NOMEM,
+                       "out of memory for the %lld MiB streaming-read buffer (--stream-mib)",
+                       (long long)mib);
     }
 #ifdef MADV_HUGEPAGE
-    (void)madvise(buf, bytes, MADV_HUGEPAGE);
+    (void)madvise(sp->buf, sp->bytes, MADV_HUGEPAGE);
 #endif
-    memset(buf, 1, bytes);
-    struct kern_pool *pool = NULL;
-    if (kern_pool_create(threads, &pool, err) != KN_OK) {
-        free(buf);
-        return -1;
+    memset(sp->buf, 1, sp->bytes);
+    sp->job = kn_calloc(1, sizeof *sp->job, err);
+    if (!sp->job) {
+        free(sp->buf);
+        sp->buf = NULL;
+        return KN_E_NOMEM;
     }
-    struct stream_job *j = calloc(1, sizeof *j);
-    double best = 0;
-    if (j) {
-        j->p = buf;
-        j->n = (int64_t)(bytes / 8);
-        for (int r = 0; r < 3; r++) {
-            double t0 = kn_now();
-            kern_pool_run(pool, stream_task, j);
-            double s = kn_now() - t0;
-            uint64_t sink = 0;
-            for (int i = 0; i < threads; i++)
-                sink += j->sum[i];
-            if (sink == 1) /* keeps the sums alive; never true for a buffer of ones */
-                fputc(' ', stderr);
-            double gbps = (double)bytes / s / 1e9;
-            best = gbps > best ? gbps : best;
+    sp->job->p = sp->buf;
+    sp->job->n = (int64_t)(sp->bytes / 8);
+    return KN_OK;
+}
+
+static void stream_probe_free(struct stream_probe *sp)
+{
+    free(sp->job);
+    free(sp->buf);
+}
+
+/* One plain read of the whole buffer on pool's threads, in GB/s. */
+static double stream_probe_read(struct stream_probe *sp, struct kern_pool *pool)
+{
+    double t0 = kn_now();
+    kern_pool_run(pool, stream_task, sp->job);
+    double s = kn_now() - t0;
+    uint64_t sink = 0;
+    for (int i = 0; i < kern_pool_threads(pool); i++)
+        sink += sp->job->sum[i];
+    if (sink == 1) /* keeps the sums alive; never true for a buffer of ones */
+        fputc(' ', stderr);
+    return (double)sp->bytes / s / 1e9;
+}
+
+/* The median of n values (n >= 1); v is reordered. */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+            double t = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = t;
         }
-    } else {
-        kn_fail(err, KN_E_NOMEM, "out of memory");
-        best = -1;
-    }
-    free(j);
-    kern_pool_free(pool);
-    free(buf);
-    return best;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -412,17 +444,20 @@ int cmd_bench(int argc, char **argv)
         printf("[\n");
     }
     int status = 0, n_out = 0;
-    for (int ti = 0; ti < nt && status == 0; ti++) {
-        /* the memory limit with these threads, measured beside the tests */
-        bool have_tg = false;
-        for (int k = 0; k < nn; k++)
-            have_tg |= ns[k] > 0;
-        double stream = have_tg ? stream_read_gbps((int)ts[ti], stream_mib, &err) : 0;
-        if (stream < 0) {
+    /* the memory limit, measured around every tg repetition */
+    bool have_tg = false;
+    for (int k = 0; k < nn; k++)
+        have_tg |= ns[k] > 0;
+    struct stream_probe probe = {0}, *sp = NULL;
+    if (have_tg && stream_mib > 0) {
+        if (stream_probe_init(&probe, stream_mib, &err) != KN_OK) {
             fprintf(stderr, "kinetic bench: %s\n", err.msg);
             status = 1;
-            break;
+        } else {
+            sp = &probe;
         }
+    }
+    for (int ti = 0; ti < nt && status == 0; ti++) {
         for (int dp = 0; dp < nd * 2 && status == 0; dp++) {
             int di = dp / 2, pass = dp % 2; /* each depth: its pp tests, then its tg tests */
             int cnt = pass == 0 ? np : nn;
@@ -432,7 +467,7 @@ int cmd_bench(int argc, char **argv)
                     continue;
                 struct bench_result r;
                 if (bench_one(m, (int)ts[ti], ds[di], n_prompt, n_gen, (int)reps, batch, toks,
-                              dtoks, &r, &err) != 0) {
+                              dtoks, n_gen > 0 ? sp : NULL, &r, &err) != 0) {
                     fprintf(stderr, "kinetic bench: %s\n", err.msg);
                     status = 1;
                     break;
@@ -444,12 +479,22 @@ int cmd_bench(int argc, char **argv)
                     snprintf(test + tl, sizeof test - (size_t)tl, " @ d%lld", (long long)ds[di]);
                 /* decode reads every weight once per token */
                 double wgbps = n_gen > 0 ? (double)tok_bytes * r.avg_ts / 1e9 : 0;
+                double stream = 0, share = 0;
+                if (n_gen > 0 && sp) {
+                    double st[64], sh[64];
+                    for (int i = 0; i < r.n_samples; i++) {
+                        st[i] = r.stream_gbps[i];
+                        sh[i] = (double)tok_bytes * r.samples_ts[i] / 1e9 / r.stream_gbps[i];
+                    }
+                    stream = median(st, r.n_samples);
+                    share = median(sh, r.n_samples);
+                }
                 if (!json) {
                     char wcol[32] = "-", scol[32] = "-";
                     if (n_gen > 0)
                         snprintf(wcol, sizeof wcol, "%.1f", wgbps);
                     if (n_gen > 0 && stream > 0)
-                        snprintf(scol, sizeof scol, "%.1f (%.0f%%)", stream, 100 * wgbps / stream);
+                        snprintf(scol, sizeof scol, "%.1f (%.0f%%)", stream, 100 * share);
                     printf("| %s | %.2f MiB | %s | %s | %lld | %s | %.2f ± %.2f | %s | %s |\n", type,
                            (double)bytes / (1024.0 * 1024.0), pstr, backend, (long long)ts[ti],
                            test, r.avg_ts, r.stddev_ts, wcol, scol);
@@ -483,7 +528,8 @@ int cmd_bench(int argc, char **argv)
                 printf("    \"n_depth\": %lld,\n", (long long)r.n_depth);
                 printf("    \"weights_bytes_per_token\": %llu,\n", (unsigned long long)tok_bytes);
                 printf("    \"weights_gbps\": %.3f,\n", wgbps);
-                printf("    \"stream_gbps\": %.3f,\n", n_gen > 0 ? stream : 0.0);
+                printf("    \"stream_gbps\": %.3f,\n", stream);
+                printf("    \"stream_share\": %.4f,\n", share);
                 printf("    \"avg_ns\": %.0f,\n", r.avg_ns);
                 printf("    \"stddev_ns\": %.0f,\n", r.stddev_ns);
                 printf("    \"avg_ts\": %.6f,\n", r.avg_ts);
@@ -491,6 +537,9 @@ int cmd_bench(int argc, char **argv)
                 printf("    \"samples_ts\": [");
                 for (int i = 0; i < r.n_samples; i++)
                     printf(i ? ", %.6f" : "%.6f", r.samples_ts[i]);
+                printf("],\n    \"samples_stream_gbps\": [");
+                for (int i = 0; n_gen > 0 && sp && i < r.n_samples; i++)
+                    printf(i ? ", %.3f" : "%.3f", r.stream_gbps[i]);
                 printf("]\n  }");
                 fflush(stdout);
             }
@@ -498,6 +547,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (json)
         printf("\n]\n");
+    if (sp)
+        stream_probe_free(sp);
     free(toks);
     free(dtoks);
     model_close(m);

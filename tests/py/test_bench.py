@@ -73,9 +73,16 @@ def test_depth_and_weight_rate(tmp_path):
         assert r["weights_bytes_per_token"] == want
         if r["n_gen"]:
             assert abs(r["weights_gbps"] - want * r["avg_ts"] / 1e9) <= 1e-3 * r["weights_gbps"] + 1e-3
-            assert r["stream_gbps"] > 0
+            # one streaming read around each repetition; the row gives their median and the
+            # median of each repetition's weight rate over its own read
+            streams = r["samples_stream_gbps"]
+            assert len(streams) == len(r["samples_ts"]) == 2 and min(streams) > 0
+            assert abs(r["stream_gbps"] - sum(streams) / 2) < 2e-3
+            shares = sorted(want * ts / 1e9 / st for ts, st in zip(r["samples_ts"], streams))
+            assert abs(r["stream_share"] - sum(shares) / 2) <= 1e-3 * r["stream_share"] + 1e-4
         else:
-            assert r["weights_gbps"] == 0
+            assert r["weights_gbps"] == 0 and r["samples_stream_gbps"] == []
+            assert r["stream_gbps"] == 0 and r["stream_share"] == 0
     md = run(MODEL, "-p", "8", "-n", "0", "-d", "16", "-r", "1", "-t", "1")
     assert md.returncode == 0 and "| pp8 @ d16 |" in md.stdout, md.stdout + md.stderr
 
