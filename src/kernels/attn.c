@@ -97,7 +97,7 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
         int64_t t = idx / a->n_head, h = idx % a->n_head, g = h / group;
         const float *q = a->q + t * a->q_stride + h * D;
         int64_t p = a->q_pos[t];
-        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t lo = kn_hd_attn_first_key(p, a->window);
         float m = -INFINITY, l = 0.0f;
         for (int64_t d = 0; d < D; d++)
             o[d] = 0.0f;
@@ -146,7 +146,7 @@ void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end
  * and the output: about a tile's worth): the work of one (query, head) pair. */
 static int64_t pair_work(const struct kern_attn_args *a, int64_t p)
 {
-    int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    int64_t lo = kn_hd_attn_first_key(p, a->window);
     return p - lo + 1 + KERN_ATTN_TILE;
 }
 

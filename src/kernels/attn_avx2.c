@@ -164,7 +164,7 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 o[i][d] = 0.0f;
         }
         int64_t p = a->q_pos[t];
-        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t lo = kn_hd_attn_first_key(p, a->window);
         const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
         const int64_t vbase = g * (a->v_head_stride ? a->v_head_stride : D);
         for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {

@@ -145,7 +145,7 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
                 o[i][d] = 0.0f;
         }
         int64_t p = a->q_pos[t];
-        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t lo = kn_hd_attn_first_key(p, a->window);
         const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
         for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
             int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;

@@ -229,6 +229,13 @@ KN_HD void kn_hd_softmax(float *y, const float *x, int64_t n)
         y[i] = KN_DIV(y[i], s);
 }
 
+/* The first key position a query at position p reads (ops.h kern_attn_args.window): 0,
+ * or with a window w > 0, max(0, p - w + 1) (llama.cpp's SWA "standard"). */
+KN_HD int64_t kn_hd_attn_first_key(int64_t p, int64_t window)
+{
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
+
 /* The attention sink's merge (ops.h kern_attn_args.sinks) into the running (m, l) of a
  * (query, head) pair: m' = max(m, sink), a = exp(m - m'), l = l * a + exp(sink - m');
  * returns a, which the caller multiplies every o[d] by. */

@@ -3,6 +3,7 @@
  * fills the shader's push-constant block (the C structs below mirror the GLSL blocks:
  * 32-bit members, no padding) and dispatches. */
 #include "vk_kern.h"
+#include "../kernels/kern_hd.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -1262,7 +1263,7 @@ int64_t vkk_attention_tiles(const struct vkk_attn *a)
     int64_t most = 0;
     for (int64_t t = 0; t < a->n_q; t++) {
         int64_t p = a->pos[t];
-        int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        int64_t lo = kn_hd_attn_first_key(p, a->window);
         int64_t n = p / KERN_ATTN_TILE - lo / KERN_ATTN_TILE + 1;
         most = n > most ? n : most;
     }

@@ -654,7 +654,7 @@ struct cuk_attn_lane {
 KN_HD int64_t cuk_attn_lo(const struct cuk_attn_args *a, int64_t t)
 {
     int64_t p = a->pos[t];
-    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    return kn_hd_attn_first_key(p, a->window);
 }
 
 /* Tile t0's slots j0..j1 of query t. */
