@@ -100,91 +100,6 @@ struct bench_result {
     int n_samples;
 };
 
-struct stream_probe;
-static double stream_probe_read(struct stream_probe *sp, struct kern_pool *pool);
-
-/* Times one test: pp (n_prompt tokens, one evaluation in batches) or tg (n_gen decode
- * steps), after the n_depth positions already in e's cache (the rest is forgotten).
- * Returns seconds, or a negative value on failure (err set). */
-static double run_once(struct engine *e, const int32_t *toks, int64_t n_depth, int64_t n_prompt,
-                       int64_t n_gen, struct kn_err *err)
-{
-    engine_truncate(e, n_depth);
-    double t0 = kn_now();
-    if (n_prompt > 0 && engine_eval(e, toks, n_prompt, err) != KN_OK)
-        return -1;
-    for (int64_t i = 0; i < n_gen; i++)
-        if (engine_eval(e, &toks[i], 1, err) != KN_OK)
-            return -1;
-    return kn_now() - t0;
-}
-
-/* Runs one test reps times after a warm-up. With sp (tg tests), the streaming read is
- * measured just before and after each repetition, on the engine's own threads. */
-static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_t n_prompt,
-                     int64_t n_gen, int reps, int64_t batch, const int32_t *toks,
-                     const int32_t *depth_toks, struct stream_probe *sp,
-                     struct bench_result *res, struct kn_err *err)
-{
-    struct kern_pool *pool = NULL;
-    struct engine e;
-    int64_t n_ctx = n_depth + n_prompt + n_gen + 1;
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = batch, .kv_type = MODEL_KV_F32};
-    if (kern_pool_create(threads, &pool, err) != KN_OK)
-        return -1;
-    if (engine_init(&e, m, pool, &ep, err) != KN_OK) {
-        kern_pool_free(pool);
-        return -1;
-    }
-    int rc = 0;
-    memset(res, 0, sizeof *res);
-    res->n_prompt = n_prompt;
-    res->n_gen = n_gen;
-    res->n_depth = n_depth;
-    res->n_threads = threads;
-    /* the depth, once (untimed): each run starts from these positions */
-    if (n_depth > 0 && engine_eval(&e, depth_toks, n_depth, err) != KN_OK)
-        rc = -1;
-    /* warm-up: pages in the weights, settles the thread pool */
-    if (rc == 0 && run_once(&e, toks, n_depth, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
-        rc = -1;
-    double sum_ts = 0, sum_ns = 0;
-    double before = sp && rc == 0 ? stream_probe_read(sp, pool) : 0;
-    for (int r = 0; rc == 0 && r < reps; r++) {
-        double s = run_once(&e, toks, n_depth, n_prompt, n_gen, err);
-        if (s < 0) {
-            rc = -1;
-            break;
-        }
-        double ts = (double)(n_prompt + n_gen) / s;
-        if (sp) {
-            double after = stream_probe_read(sp, pool);
-            res->stream_gbps[res->n_samples] = (before + after) / 2;
-            before = after;
-        }
-        res->samples_ts[res->n_samples++] = ts;
-        sum_ts += ts;
-        sum_ns += s * 1e9;
-    }
-    if (rc == 0) {
-        int n = res->n_samples;
-        res->avg_ts = sum_ts / n;
-        res->avg_ns = sum_ns / n;
-        double v_ts = 0, v_ns = 0;
-        for (int i = 0; i < n; i++) {
-            double d = res->samples_ts[i] - res->avg_ts;
-            double t = (double)(n_prompt + n_gen) / res->samples_ts[i] * 1e9 - res->avg_ns;
-            v_ts += d * d;
-            v_ns += t * t;
-        }
-        res->stddev_ts = n > 1 ? sqrt(v_ts / (n - 1)) : 0;
-        res->stddev_ns = n > 1 ? sqrt(v_ns / (n - 1)) : 0;
-    }
-    engine_free(&e);
-    kern_pool_free(pool);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- the memory limit */
 
 /* The bytes of weights one decode token reads: every weight tensor, except that the
@@ -295,6 +210,90 @@ static double median(double *v, int n)
             v[k - 1] = t;
         }
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---------------------------------------------------------------- the tests */
+
+/* Times one test: pp (n_prompt tokens, one evaluation in batches) or tg (n_gen decode
+ * steps), after the n_depth positions already in e's cache (the rest is forgotten).
+ * Returns seconds, or a negative value on failure (err set). */
+static double run_once(struct engine *e, const int32_t *toks, int64_t n_depth, int64_t n_prompt,
+                       int64_t n_gen, struct kn_err *err)
+{
+    engine_truncate(e, n_depth);
+    double t0 = kn_now();
+    if (n_prompt > 0 && engine_eval(e, toks, n_prompt, err) != KN_OK)
+        return -1;
+    for (int64_t i = 0; i < n_gen; i++)
+        if (engine_eval(e, &toks[i], 1, err) != KN_OK)
+            return -1;
+    return kn_now() - t0;
+}
+
+/* Runs one test reps times after a warm-up. With sp (tg tests), the streaming read is
+ * measured just before and after each repetition, on the engine's own threads. */
+static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_t n_prompt,
+                     int64_t n_gen, int reps, int64_t batch, const int32_t *toks,
+                     const int32_t *depth_toks, struct stream_probe *sp,
+                     struct bench_result *res, struct kn_err *err)
+{
+    struct kern_pool *pool = NULL;
+    struct engine e;
+    int64_t n_ctx = n_depth + n_prompt + n_gen + 1;
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = batch, .kv_type = MODEL_KV_F32};
+    if (kern_pool_create(threads, &pool, err) != KN_OK)
+        return -1;
+    if (engine_init(&e, m, pool, &ep, err) != KN_OK) {
+        kern_pool_free(pool);
+        return -1;
+    }
+    int rc = 0;
+    memset(res, 0, sizeof *res);
+    res->n_prompt = n_prompt;
+    res->n_gen = n_gen;
+    res->n_depth = n_depth;
+    res->n_threads = threads;
+    /* the depth, once (untimed): each run starts from these positions */
+    if (n_depth > 0 && engine_eval(&e, depth_toks, n_depth, err) != KN_OK)
+        rc = -1;
+    /* warm-up: pages in the weights, settles the thread pool */
+    if (rc == 0 && run_once(&e, toks, n_depth, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
+        rc = -1;
+    double sum_ts = 0, sum_ns = 0;
+    double before = sp && rc == 0 ? stream_probe_read(sp, pool) : 0;
+    for (int r = 0; rc == 0 && r < reps; r++) {
+        double s = run_once(&e, toks, n_depth, n_prompt, n_gen, err);
+        if (s < 0) {
+            rc = -1;
+            break;
+        }
+        double ts = (double)(n_prompt + n_gen) / s;
+        if (sp) {
+            double after = stream_probe_read(sp, pool);
+            res->stream_gbps[res->n_samples] = (before + after) / 2;
+            before = after;
+        }
+        res->samples_ts[res->n_samples++] = ts;
+        sum_ts += ts;
+        sum_ns += s * 1e9;
+    }
+    if (rc == 0) {
+        int n = res->n_samples;
+        res->avg_ts = sum_ts / n;
+        res->avg_ns = sum_ns / n;
+        double v_ts = 0, v_ns = 0;
+        for (int i = 0; i < n; i++) {
+            double d = res->samples_ts[i] - res->avg_ts;
+            double t = (double)(n_prompt + n_gen) / res->samples_ts[i] * 1e9 - res->avg_ns;
+            v_ts += d * d;
+            v_ns += t * t;
+        }
+        res->stddev_ts = n > 1 ? sqrt(v_ts / (n - 1)) : 0;
+        res->stddev_ns = n > 1 ? sqrt(v_ns / (n - 1)) : 0;
+    }
+    engine_free(&e);
+    kern_pool_free(pool);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv)

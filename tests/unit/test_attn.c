@@ -438,7 +438,8 @@ static int64_t share_work(const struct kern_attn_args *runs, int64_t n_runs, int
 
 /* kern_attn_share: the ranges tile [0, pairs) in order, cut between whole kv-head groups
  * when there are enough of them, and each thread's work is within one unit of an equal
- * share (so two threads' within two units) (a causal prompt split by counts would give the last thread 3x the first's). */
+ * share, so two threads' within two units (a causal prompt split by counts would give
+ * the last of two threads 3x the first's work). */
 static void test_share(void)
 {
     static int32_t pos[600];
