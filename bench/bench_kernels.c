@@ -8,6 +8,11 @@
  *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
  *   bench_kernels --peak 1 [--threads 1,2]
  * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
+ * --vs-stream 1 measures M = 1 against the machine's streaming read instead: it
+ * alternates one pass over every copy with one plain read of as many bytes
+ * (kern_memread, as `kinetic bench` does) for --seconds, and gives the medians of both
+ * rates and of each pass's rate over its neighbouring read, so that a shared machine's
+ * memory bandwidth, which changes from one second to the next, cancels out.
  * --peak 1 measures the machine's int8 peak instead: every thread of the pool runs a loop
  * of 16 independent `vpdpbusd zmm` (no memory operands), and the figure is the sum of the
  * threads' rates (each the best of several runs), in instructions and in int8 operations
@@ -77,6 +82,51 @@ static void fill_weights(enum quant_type t, void *buf, size_t bytes)
         if (t == QT_Q2_K)
             memcpy(blk + offsetof(struct block_q2_K, dmin), &s, 2);
     }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define VS_MAX 256 /* pairs of a --vs-stream measurement */
+
+/* --vs-stream: the medians of the product's rate over `copies` weights, the plain
+ * read's, and their ratio, pair by pair; written as the result column. */
+static int vs_stream(struct kern_pool *pool, const struct kern_weight *w, int copies,
+                     size_t wbytes, const float *x, float *y, void *scratch, double seconds,
+                     char *res, size_t res_size)
+{
+    struct kn_err err;
+    struct kern_memread *mr;
+    int64_t mib = (int64_t)(((size_t)copies * wbytes + ((size_t)1 << 20) - 1) >> 20);
+    if (kern_memread_create(mib, &mr, &err) != KN_OK) {
+        fprintf(stderr, "bench_kernels: %s\n", err.msg);
+        return 1;
+    }
+    double kr[VS_MAX], rr[VS_MAX], ratio[VS_MAX];
+    int n = 0;
+    double start = kn_now();
+    while (n < VS_MAX && (kn_now() - start < seconds || n < 5)) {
+        double t0 = kn_now();
+        for (int c = 0; c < copies; c++)
+            kern_matmul(pool, &w[c], x, 1, y, scratch);
+        kr[n] = (double)copies * (double)wbytes / (kn_now() - t0) * 1e-9;
+        rr[n] = kern_memread_run(mr, pool);
+        ratio[n] = kr[n] / rr[n];
+        n++;
+    }
+    kern_memread_free(mr);
+    snprintf(res, res_size, "%.1f GB/s, read %.1f GB/s, %.0f%% (median of %d pairs)",
+             median(kr, n), median(rr, n), 100.0 * median(ratio, n), n);
+    return 0;
 }
 
 static bool in_list(const char *list, const char *name)
@@ -169,7 +219,7 @@ int main(int argc, char **argv)
     int64_t N = 2048, K = 2048;
     const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
     double seconds = 0.5;
-    bool hot = false, peak = false;
+    bool hot = false, peak = false, vs = false;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -185,6 +235,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--seconds")) seconds = atof(v);
         else if (!strcmp(argv[i], "--hot")) hot = atoi(v) != 0;
         else if (!strcmp(argv[i], "--peak")) peak = atoi(v) != 0;
+        else if (!strcmp(argv[i], "--vs-stream")) vs = atoi(v) != 0;
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;
@@ -265,6 +316,17 @@ int main(int argc, char **argv)
                     if (isa == KERN_ISA_SCALAR && M > 1)
                         M = 16;
                     kern_matmul(pool, &w[0], x, M, y, scratch); /* warm-up */
+                    if (vs && M == 1) {
+                        char res[128];
+                        if (vs_stream(pool, w, copies, wbytes, x, y, scratch, seconds, res,
+                                      sizeof res) != 0)
+                            return 1;
+                        printf("| %s | %lldx%lld | %s | %d | 1 | - | %s |\n", quant_type_name(t),
+                               (long long)N, (long long)K, kern_isa_name((enum kern_isa)isa), th,
+                               res);
+                        fflush(stdout);
+                        continue;
+                    }
                     /* The best of batches of a few calls: the machine is shared and noisy,
                      * and the best batch is the closest to what the kernel can do. */
                     int reps = 0;

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -124,82 +123,6 @@ static uint64_t decode_weight_bytes(const struct model *m)
     return total;
 }
 
-struct stream_job {
-    const uint64_t *p;
-    int64_t n;          /* 64-bit words */
-    uint64_t sum[KERN_POOL_MAX_THREADS];
-};
-
-/* Sums this thread's contiguous share of the buffer: a plain read, four independent
- * accumulators so that the adds never limit it. */
-static void stream_task(void *ctx, int ith, int nth)
-{
-    struct stream_job *j = ctx;
-    int64_t lo, hi;
-    kern_split(j->n, 8, ith, nth, &lo, &hi);
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (int64_t i = lo; i + 8 <= hi; i += 8) {
-        a += j->p[i] ^ j->p[i + 4];
-        b += j->p[i + 1] ^ j->p[i + 5];
-        c += j->p[i + 2] ^ j->p[i + 6];
-        d += j->p[i + 3] ^ j->p[i + 7];
-    }
-    j->sum[ith] = a + b + c + d;
-}
-
-/* The streaming-read measurement's buffer: mib MiB, written once, with transparent huge
- * pages where the system allows, as the packed weights have (kernels/matmul.c), so both
- * figures pay the same for their page tables. */
-struct stream_probe {
-    void *buf;
-    struct stream_job *job;
-    size_t bytes;
-};
-
-static enum kn_status stream_probe_init(struct stream_probe *sp, int64_t mib, struct kn_err *err)
-{
-    *sp = (struct stream_probe){.bytes = (size_t)mib << 20};
-    if (posix_memalign(&sp->buf, (size_t)2 << 20, sp->bytes) != 0) {
-        sp->buf = NULL;
-        return kn_fail(err, KN_E_NOMEM,
-                       "out of memory for the %lld MiB streaming-read buffer (--stream-mib)",
-                       (long long)mib);
-    }
-#ifdef MADV_HUGEPAGE
-    (void)madvise(sp->buf, sp->bytes, MADV_HUGEPAGE);
-#endif
-    memset(sp->buf, 1, sp->bytes);
-    sp->job = kn_calloc(1, sizeof *sp->job, err);
-    if (!sp->job) {
-        free(sp->buf);
-        sp->buf = NULL;
-        return KN_E_NOMEM;
-    }
-    sp->job->p = sp->buf;
-    sp->job->n = (int64_t)(sp->bytes / 8);
-    return KN_OK;
-}
-
-static void stream_probe_free(struct stream_probe *sp)
-{
-    free(sp->job);
-    free(sp->buf);
-}
-
-/* One plain read of the whole buffer on pool's threads, in GB/s. */
-static double stream_probe_read(struct stream_probe *sp, struct kern_pool *pool)
-{
-    double t0 = kn_now();
-    kern_pool_run(pool, stream_task, sp->job);
-    double s = kn_now() - t0;
-    uint64_t sink = 0;
-    for (int i = 0; i < kern_pool_threads(pool); i++)
-        sink += sp->job->sum[i];
-    if (sink == 1) /* keeps the sums alive; never true for a buffer of ones */
-        fputc(' ', stderr);
-    return (double)sp->bytes / s / 1e9;
-}
-
 /* The median of n values (n >= 1); v is reordered. */
 static double median(double *v, int n)
 {
@@ -234,7 +157,7 @@ static double run_once(struct engine *e, const int32_t *toks, int64_t n_depth, i
  * measured just before and after each repetition, on the engine's own threads. */
 static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_t n_prompt,
                      int64_t n_gen, int reps, int64_t batch, const int32_t *toks,
-                     const int32_t *depth_toks, struct stream_probe *sp,
+                     const int32_t *depth_toks, struct kern_memread *sp,
                      struct bench_result *res, struct kn_err *err)
 {
     struct kern_pool *pool = NULL;
@@ -260,7 +183,7 @@ static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_
     if (rc == 0 && run_once(&e, toks, n_depth, n_prompt ? n_prompt : 0, n_prompt ? 0 : 1, err) < 0)
         rc = -1;
     double sum_ts = 0, sum_ns = 0;
-    double before = sp && rc == 0 ? stream_probe_read(sp, pool) : 0;
+    double before = sp && rc == 0 ? kern_memread_run(sp, pool) : 0;
     for (int r = 0; rc == 0 && r < reps; r++) {
         double s = run_once(&e, toks, n_depth, n_prompt, n_gen, err);
         if (s < 0) {
@@ -269,7 +192,7 @@ static int bench_one(const struct model *m, int threads, int64_t n_depth, int64_
         }
         double ts = (double)(n_prompt + n_gen) / s;
         if (sp) {
-            double after = stream_probe_read(sp, pool);
+            double after = kern_memread_run(sp, pool);
             res->stream_gbps[res->n_samples] = (before + after) / 2;
             before = after;
         }
@@ -345,8 +268,8 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "kinetic bench: -b must be in 1..65536\n");
         return 2;
     }
-    if (stream_mib < 0 || stream_mib > 65536) {
-        fprintf(stderr, "kinetic bench: --stream-mib must be in 0..65536\n");
+    if (stream_mib < 0 || stream_mib > KERN_MEMREAD_MAX_MIB) {
+        fprintf(stderr, "kinetic bench: --stream-mib must be in 0..%d\n", KERN_MEMREAD_MAX_MIB);
         return 2;
     }
     int64_t ps[16], ns[16], ts[16], ds[16];
@@ -447,14 +370,10 @@ int cmd_bench(int argc, char **argv)
     bool have_tg = false;
     for (int k = 0; k < nn; k++)
         have_tg |= ns[k] > 0;
-    struct stream_probe probe = {0}, *sp = NULL;
-    if (have_tg && stream_mib > 0) {
-        if (stream_probe_init(&probe, stream_mib, &err) != KN_OK) {
-            fprintf(stderr, "kinetic bench: %s\n", err.msg);
-            status = 1;
-        } else {
-            sp = &probe;
-        }
+    struct kern_memread *sp = NULL;
+    if (have_tg && stream_mib > 0 && kern_memread_create(stream_mib, &sp, &err) != KN_OK) {
+        fprintf(stderr, "kinetic bench: %s (--stream-mib)\n", err.msg);
+        status = 1;
     }
     for (int ti = 0; ti < nt && status == 0; ti++) {
         for (int dp = 0; dp < nd * 2 && status == 0; dp++) {
@@ -546,8 +465,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (json)
         printf("\n]\n");
-    if (sp)
-        stream_probe_free(sp);
+    kern_memread_free(sp);
     free(toks);
     free(dtoks);
     model_close(m);

@@ -51,6 +51,20 @@ void kern_pool_run_shares(struct kern_pool *pool, kern_task_fn fn, void *ctx, in
  * whose boundaries are multiples of align (except n itself), earlier threads first. */
 void kern_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
 
+/* ================================================================ streaming read */
+
+/* The machine's streaming-read rate with a pool's threads: a plain read of mib MiB
+ * (written once, huge pages where allowed), each thread summing its contiguous share.
+ * The ceiling of a memory-bound product (decode reads each weight once per token). */
+struct kern_memread;
+#define KERN_MEMREAD_MAX_MIB 65536 /* the largest buffer, 1 <= mib <= this */
+KN_MUST_USE enum kn_status kern_memread_create(int64_t mib, struct kern_memread **out,
+                                               struct kn_err *err);
+void kern_memread_free(struct kern_memread *r); /* NULL is allowed */
+size_t kern_memread_bytes(const struct kern_memread *r);
+/* One read of the whole buffer on pool's threads; returns GB/s (10^9 bytes/s). */
+double kern_memread_run(struct kern_memread *r, struct kern_pool *pool);
+
 /* ================================================================ float dot product */
 
 /* The canonical f32 reduction (docs/numerics.md "Float dot product"): 16 accumulators,
