@@ -191,7 +191,7 @@ struct kern_backend_ops {
     /* y (rows, n) = rmsnorm(x) * w (w NULL: no gain); in place allowed. */
     void (*rmsnorm)(struct kern_stream *s, struct kern_buf *y, const struct kern_buf *x,
                     const struct kern_buf *w, int64_t rows, int64_t n, float eps);
-    /* y_i (M, w_i->N) = x (M, K) . w_i^T for i < n (1..4 weights with the same K). */
+    /* y_i (M, w_i->N) = x (M, K) . w_i^T for i < n (1..KERN_MM_MAX weights, one K). */
     void (*matmul)(struct kern_stream *s, int n, const struct kern_buf *const *w,
                    const struct kern_buf *x, int64_t M, struct kern_buf *const *y);
     /* y (M, n) += b (n) on every row. */

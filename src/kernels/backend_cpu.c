@@ -303,30 +303,6 @@ static void cpu_gelu(struct kern_stream *s, struct kern_buf *x, int64_t n)
     kern_gelu(F(x), F(x), n);
 }
 
-/* Up to four products sharing one input x: (M, K), each prepared once per activation
- * kind, computed in one pool job where every thread takes its rows of every product. */
-struct mm_job {
-    const struct kern_weight *w;
-    const struct kern_act *a;
-    float *y;
-};
-struct mm_task {
-    struct mm_job jobs[4];
-    int n;
-};
-
-static void mm_task_fn(void *ctx, int ith, int nth)
-{
-    const struct mm_task *t = ctx;
-    for (int j = 0; j < t->n; j++) {
-        const struct mm_job *jb = &t->jobs[j];
-        int64_t lo, hi;
-        kern_split(jb->w->N, KERN_ROW_ALIGN, ith, nth, &lo, &hi);
-        if (lo < hi)
-            kern_matmul_rows(jb->w, jb->a, jb->y, jb->w->N, lo, hi);
-    }
-}
-
 /* Shares of a product job: several per thread, so a thread slowed by other work on its
  * core hands its remaining rows to the others (rows are computed the same anywhere). */
 static int mm_shares(const struct kern_pool *pool)
@@ -376,28 +352,30 @@ static void cpu_ew(struct cpu_stream *c, const struct cpu_ew_task *t, int64_t el
         cpu_ew_fn((void *)t, 0, 1);
 }
 
+/* Up to KERN_MM_MAX products sharing one input x: (M, K), prepared once per activation kind,
+ * in one pool job. */
 static void matmuls(struct cpu_stream *c, int n, const struct kern_weight *const *w,
                     const float *x, int64_t M, float *const *y)
 {
     struct kern_act acts[3];
     bool ready[3] = {false, false, false};
-    struct mm_task task = {.n = n};
+    struct kern_mm mm[KERN_MM_MAX];
     for (int i = 0; i < n; i++) {
         enum kern_act_kind kind = kern_act_kind_for(w[i]->type);
         if (!ready[kind]) {
             kern_act_prepare(c->pool, kind, x, M, w[i]->K, c->act_scratch[kind], &acts[kind]);
             ready[kind] = true;
         }
-        task.jobs[i] = (struct mm_job){w[i], &acts[kind], y[i]};
+        mm[i] = (struct kern_mm){w[i], &acts[kind], y[i]};
     }
-    kern_pool_run_shares(c->pool, mm_task_fn, &task, mm_shares(c->pool));
+    kern_matmul_many(c->pool, mm, n);
 }
 
 static void cpu_matmul(struct kern_stream *s, int n, const struct kern_buf *const *w,
                        const struct kern_buf *x, int64_t M, struct kern_buf *const *y)
 {
-    const struct kern_weight *ws[4];
-    float *ys[4];
+    const struct kern_weight *ws[KERN_MM_MAX];
+    float *ys[KERN_MM_MAX];
     for (int i = 0; i < n; i++) {
         ws[i] = w[i]->w;
         ys[i] = F(y[i]);

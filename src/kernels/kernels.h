@@ -47,6 +47,15 @@ void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *ctx);
 /* The same with n_shares >= 1 shares: more shares than threads balance the load when a
  * thread runs slower (other work on its core) at the cost of a counter step per share. */
 void kern_pool_run_shares(struct kern_pool *pool, kern_task_fn fn, void *ctx, int n_shares);
+/* A unit range of a range job: fn(ctx, u0, u1) does units [u0, u1). */
+typedef void (*kern_range_fn)(void *ctx, int64_t u0, int64_t u1);
+/* Runs fn over units [0, n_units) (0 <= n_units < 2^31) and returns when all are done:
+ * each thread starts on its own contiguous part (kern_split's order) and takes it front
+ * to back in shrinking chunks; one that runs out steals the back half of the largest
+ * part left. A memory-bound product then streams long runs of its weights on every
+ * thread, and a slow thread's work still moves to the others. Every unit is done
+ * exactly once, by whichever thread, so fn's results may depend on the units alone. */
+void kern_pool_run_range(struct kern_pool *pool, kern_range_fn fn, void *ctx, int64_t n_units);
 /* The deterministic share [*lo, *hi) of [0, n) for thread ith of nth: contiguous chunks
  * whose boundaries are multiples of align (except n itself), earlier threads first. */
 void kern_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
@@ -172,23 +181,29 @@ void kern_weight_free(struct kern_weight *w);
 size_t kern_matmul_scratch_bytes(const struct kern_weight *w, int64_t M);
 
 /* w: (N, K); x: (M, K); y: (M, N), row stride N. y = x . w^T.
- * Quantizes x into scratch (kern_matmul_scratch_bytes(w, M) bytes), then splits N over
- * the pool's threads. No allocation. Bits depend on neither M, threads nor ISA. */
+ * Quantizes x into scratch (kern_matmul_scratch_bytes(w, M) bytes), then runs
+ * kern_matmul_many. No allocation. Bits depend on neither M, threads nor ISA. */
 void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const float *x,
                  int64_t M, float *y, void *scratch);
 
-/* w: (N, K); a: (M, K) prepared with kind kern_act_kind_for(w->type); y: (M, ldy).
- * Computes y[m][n] for n in [n0, n1), every m; for callers that fuse several products
- * in one kern_pool_run (e.g. Q, K, V from one prepared activation). Any n0 <= n1
- * works; multiples of KERN_ROW_ALIGN avoid recomputing a partial row group.
- * Fusing, e.g. Q and K projections of the same x (same activation kind):
- *     kern_act_prepare(pool, kern_act_kind_for(wq->type), x, M, K, scratch, &a);
- *     task(ctx, ith, nth): kern_split(wq->N, KERN_ROW_ALIGN, ith, nth, &n0, &n1);
- *                          kern_matmul_rows(wq, &a, q, wq->N, n0, n1);
- *                          kern_split(wk->N, KERN_ROW_ALIGN, ith, nth, &n0, &n1);
- *                          kern_matmul_rows(wk, &a, k, wk->N, n0, n1);
- *     kern_pool_run(pool, task, ctx);
- * The bits are those of separate kern_matmul calls, whatever the split. */
+/* One product of kern_matmul_many: w: (N, K); a: (M, K) prepared with kind
+ * kern_act_kind_for(w->type); y: (M, N), row stride N. */
+struct kern_mm {
+    const struct kern_weight *w;
+    const struct kern_act *a;
+    float *y;
+};
+#define KERN_MM_MAX 4
+/* 1..KERN_MM_MAX products in one pool job, e.g. Q, K and V of one prepared x: their
+ * row groups of KERN_ROW_ALIGN, numbered one product after another, are the units of a
+ * range job (kern_pool_run_range), so every thread streams one contiguous run of
+ * weights. A small job (M < 4, under 64 KiB of weights) runs on the caller alone. The
+ * bits are those of separate kern_matmul calls, whatever the split. */
+void kern_matmul_many(struct kern_pool *pool, const struct kern_mm *mm, int n);
+
+/* Computes y[m][n] for n in [n0, n1), every m, of one kern_mm product (y with row
+ * stride ldy), on the calling thread: the unit of kern_matmul_many. Any n0 <= n1 works;
+ * multiples of KERN_ROW_ALIGN avoid recomputing a partial row group. */
 void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, float *y,
                       int64_t ldy, int64_t n0, int64_t n1);
 #define KERN_ROW_ALIGN 16

@@ -3,6 +3,7 @@
 #include "kern_internal.h"
 #include "kern_hd.h"
 
+#include <assert.h>
 #include <stddef.h>
 
 #include <math.h>
@@ -217,18 +218,42 @@ size_t kern_matmul_scratch_bytes(const struct kern_weight *w, int64_t M)
 /* Weight bytes below which a product with few tokens runs on the calling thread alone. */
 #define KERN_SMALL_BYTES (64u << 10)
 
-struct mm_ctx {
-    const struct kern_weight *w;
-    const struct kern_act *a;
-    float *y;
+/* Row groups [u0, u1) of the products, numbered one product after another. */
+struct mm_many {
+    const struct kern_mm *mm;
+    int64_t first[KERN_MM_MAX + 1]; /* each product's first group */
+    int n;
 };
 
-static void mm_task(void *p, int ith, int nth)
+static void mm_range(void *p, int64_t u0, int64_t u1)
 {
-    const struct mm_ctx *c = p;
-    int64_t n0, n1;
-    kern_split(c->w->N, KERN_ROW_ALIGN, ith, nth, &n0, &n1);
-    kern_matmul_rows(c->w, c->a, c->y, c->w->N, n0, n1);
+    const struct mm_many *t = p;
+    for (int j = 0; j < t->n && u0 < u1; j++) {
+        int64_t a = t->first[j], b = t->first[j + 1];
+        if (b <= u0 || a >= u1)
+            continue;
+        const struct kern_mm *m = &t->mm[j];
+        int64_t lo = ((u0 > a ? u0 : a) - a) * KERN_ROW_ALIGN;
+        int64_t hi = ((u1 < b ? u1 : b) - a) * KERN_ROW_ALIGN;
+        kern_matmul_rows(m->w, m->a, m->y, m->w->N, lo, hi < m->w->N ? hi : m->w->N);
+    }
+}
+
+void kern_matmul_many(struct kern_pool *pool, const struct kern_mm *mm, int n)
+{
+    assert(n >= 1 && n <= KERN_MM_MAX);
+    struct mm_many t = {.mm = mm, .n = n};
+    size_t bytes = 0;
+    for (int j = 0; j < n; j++) {
+        t.first[j + 1] = t.first[j] + (mm[j].w->N + KERN_ROW_ALIGN - 1) / KERN_ROW_ALIGN;
+        bytes += (size_t)mm[j].w->N * mm[j].w->row_bytes;
+    }
+    /* A small job (e.g. a tiny model's decode step) finishes before the workers would
+     * wake: run it on the caller. Which thread computes a row never changes its bits. */
+    if (mm[0].a->M < 4 && bytes < KERN_SMALL_BYTES)
+        mm_range(&t, 0, t.first[n]);
+    else
+        kern_pool_run_range(pool, mm_range, &t, t.first[n]);
 }
 
 void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const float *x,
@@ -238,11 +263,5 @@ void kern_matmul(struct kern_pool *pool, const struct kern_weight *w, const floa
         return;
     struct kern_act a;
     kern_act_prepare(pool, kern_act_kind_for(w->type), x, M, w->K, scratch, &a);
-    struct mm_ctx c = {w, &a, y};
-    /* A small product (e.g. a tiny model's decode step) finishes before the workers would
-     * wake: run it on the caller. Which thread computes a row never changes its bits. */
-    if (M < 4 && (size_t)w->N * w->row_bytes < KERN_SMALL_BYTES)
-        mm_task(&c, 0, 1);
-    else
-        kern_pool_run_shares(pool, mm_task, &c, 4 * kern_pool_threads(pool));
+    kern_matmul_many(pool, &(struct kern_mm){w, &a, y}, 1);
 }

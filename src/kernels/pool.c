@@ -1,6 +1,7 @@
 /* pool.c: the forward pass's thread pool. A job is a number of shares that the caller
- * and the workers take one at a time from a shared counter, so a thread the OS leaves
- * waiting (a busy machine) costs the job its help, never a stall. Workers spin briefly
+ * and the workers take one at a time from a shared counter, or a range of units each
+ * thread starts on its own part of (stealing from the others when done), so a thread
+ * the OS leaves waiting (a busy machine) costs the job its help, never a stall. Workers spin briefly
  * on the job word (the gap between two kernels of one forward pass is microseconds),
  * then sleep on a condition variable so an idle server costs no CPU. */
 #include "kernels.h"
@@ -39,12 +40,29 @@
 #define JOB_COUNT ((uint64_t)JOB_CLOSED - 1)
 #define JOB_GEN(j) ((uint32_t)((j) >> 32))
 
+/* A range job's unit range of one thread slot: front (low 32 bits) and back (high),
+ * on its own cache line, so the owner's takes never contend with the other threads
+ * until one of them comes to steal. */
+struct pool_range {
+    _Alignas(64) _Atomic uint64_t fb;
+};
+
+struct kern_pool;
+/* A worker's start argument: its pool and its range slot, 1..n-1 (the caller is 0). */
+struct pool_worker {
+    struct kern_pool *pool;
+    int slot;
+};
+
 struct kern_pool {
     int n;
     pthread_t *threads;
+    struct pool_worker *workers; /* (n) */
     kern_task_fn fn;
     void *ctx;
     int n_shares;
+    kern_range_fn range_fn;     /* non-NULL: a range job (kern_pool_run_range) */
+    struct pool_range *ranges;  /* (n): slot i's part of a range job */
     uint32_t gen;           /* the caller's copy of the current generation */
     _Atomic int next;       /* the next share to hand out */
     _Atomic uint64_t job;   /* see JOB_* */
@@ -67,9 +85,66 @@ static void take_shares(struct kern_pool *pool)
     }
 }
 
+#define RANGE_F(w) ((int64_t)(uint32_t)(w))
+#define RANGE_B(w) ((int64_t)((w) >> 32))
+#define RANGE_W(f, b) ((uint64_t)(uint32_t)(b) << 32 | (uint32_t)(f))
+
+/* A range job on thread slot `slot`: takes chunks from the front of the slot's own
+ * range, each a quarter of what is left there (one unit at least), so a thread streams
+ * through one contiguous part of the weights; when that is empty, it steals the back
+ * half of the largest range left and works through it the same way. Every change of a
+ * range is a compare-and-swap of its (front, back) word, except the store that gives an
+ * empty range the half its owner stole: a slot has one thread, and thieves leave empty
+ * ranges alone, so nothing else writes it then. */
+static void take_range(struct kern_pool *pool, int slot)
+{
+    struct pool_range *own = &pool->ranges[slot];
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&own->fb, memory_order_acquire);
+        int64_t f = RANGE_F(w), b = RANGE_B(w);
+        if (f < b) {
+            int64_t n = (b - f + 3) / 4;
+            if (atomic_compare_exchange_weak_explicit(&own->fb, &w, RANGE_W(f + n, b),
+                                                      memory_order_acq_rel, memory_order_acquire))
+                pool->range_fn(pool->ctx, f, f + n);
+            continue;
+        }
+        /* Own range empty: steal the back half of the largest other one. */
+        int victim = -1;
+        int64_t most = 0;
+        for (int i = 0; i < pool->n; i++) {
+            uint64_t v = atomic_load_explicit(&pool->ranges[i].fb, memory_order_acquire);
+            if (i != slot && RANGE_B(v) - RANGE_F(v) > most) {
+                most = RANGE_B(v) - RANGE_F(v);
+                victim = i;
+            }
+        }
+        if (victim < 0)
+            return;
+        uint64_t v = atomic_load_explicit(&pool->ranges[victim].fb, memory_order_acquire);
+        int64_t vf = RANGE_F(v), vb = RANGE_B(v);
+        if (vf >= vb)
+            continue;
+        int64_t n = (vb - vf + 1) / 2;
+        if (atomic_compare_exchange_strong_explicit(&pool->ranges[victim].fb, &v,
+                                                    RANGE_W(vf, vb - n), memory_order_acq_rel,
+                                                    memory_order_acquire))
+            atomic_store_explicit(&own->fb, RANGE_W(vb - n, vb), memory_order_release);
+    }
+}
+
+static void run_job(struct kern_pool *pool, int slot)
+{
+    if (pool->range_fn)
+        take_range(pool, slot);
+    else
+        take_shares(pool);
+}
+
 static void *worker_main(void *p)
 {
-    struct kern_pool *pool = p;
+    struct kern_pool *pool = ((struct pool_worker *)p)->pool;
+    const int slot = ((struct pool_worker *)p)->slot;
     uint32_t seen = 0;
     for (;;) {
         uint64_t j = atomic_load_explicit(&pool->job, memory_order_acquire);
@@ -107,7 +182,7 @@ static void *worker_main(void *p)
         }
         if (!joined)
             continue;
-        take_shares(pool);
+        run_job(pool, slot);
         atomic_fetch_sub_explicit(&pool->job, 1, memory_order_release);
     }
 }
@@ -125,12 +200,19 @@ enum kn_status kern_pool_create(int n_threads, struct kern_pool **out, struct kn
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     pool->threads = kn_calloc((size_t)n_threads, sizeof *pool->threads, err);
-    if (!pool->threads) {
+    pool->workers = pool->threads ? kn_calloc((size_t)n_threads, sizeof *pool->workers, err) : NULL;
+    if (pool->workers &&
+        posix_memalign((void **)&pool->ranges, 64, (size_t)n_threads * sizeof *pool->ranges) != 0) {
+        pool->ranges = NULL;
+        kn_fail(err, KN_E_NOMEM, "out of memory for a pool of %d threads", n_threads);
+    }
+    if (!pool->ranges) {
         kern_pool_free(pool);
         return KN_E_NOMEM;
     }
     for (int i = 1; i < n_threads; i++) {
-        if (pthread_create(&pool->threads[i], NULL, worker_main, pool) != 0) {
+        pool->workers[i] = (struct pool_worker){pool, i};
+        if (pthread_create(&pool->threads[i], NULL, worker_main, &pool->workers[i]) != 0) {
             kern_pool_free(pool);
             return kn_fail(err, KN_E_NOMEM,
                            "could not start worker thread %d of %d; use fewer --threads", i,
@@ -157,12 +239,40 @@ void kern_pool_free(struct kern_pool *pool)
     pthread_cond_destroy(&pool->cv);
     pthread_mutex_destroy(&pool->mu);
     free(pool->threads);
+    free(pool->workers);
+    free(pool->ranges);
     free(pool);
 }
 
 int kern_pool_threads(const struct kern_pool *pool)
 {
     return pool ? pool->n : 1;
+}
+
+/* Starts the job set up in pool, runs the caller's part (slot 0) and returns when
+ * every thread that joined it is done. */
+static void run_published(struct kern_pool *pool)
+{
+    /* seq_cst: publishes fn/ctx/next with the new generation, and either a worker about
+     * to sleep sees the generation, or we see it counted in sleepers and wake it under
+     * the mutex it checks the generation with. */
+    pool->gen++;
+    atomic_store(&pool->job, (uint64_t)pool->gen << 32);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    run_job(pool, 0);
+    /* Every share (unit) is taken: close the job, then wait for the workers that joined it. */
+    uint64_t j = atomic_fetch_or_explicit(&pool->job, JOB_CLOSED, memory_order_acq_rel);
+    for (int i = 0; (j & JOB_COUNT) != 0; i++) {
+        if (i < POOL_SPIN_DONE)
+            cpu_relax();
+        else
+            sched_yield(); /* let a descheduled worker have this core */
+        j = atomic_load_explicit(&pool->job, memory_order_acquire);
+    }
 }
 
 void kern_pool_run_shares(struct kern_pool *pool, kern_task_fn fn, void *ctx, int n_shares)
@@ -176,27 +286,27 @@ void kern_pool_run_shares(struct kern_pool *pool, kern_task_fn fn, void *ctx, in
     pool->fn = fn;
     pool->ctx = ctx;
     pool->n_shares = n_shares;
+    pool->range_fn = NULL;
     atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
-    /* seq_cst: publishes fn/ctx/next with the new generation, and either a worker about
-     * to sleep sees the generation, or we see it counted in sleepers and wake it under
-     * the mutex it checks the generation with. */
-    pool->gen++;
-    atomic_store(&pool->job, (uint64_t)pool->gen << 32);
-    if (atomic_load(&pool->sleepers) > 0) {
-        pthread_mutex_lock(&pool->mu);
-        pthread_cond_broadcast(&pool->cv);
-        pthread_mutex_unlock(&pool->mu);
+    run_published(pool);
+}
+
+void kern_pool_run_range(struct kern_pool *pool, kern_range_fn fn, void *ctx, int64_t n_units)
+{
+    assert(n_units >= 0 && n_units < ((int64_t)1 << 31));
+    if (!pool || pool->n == 1 || n_units <= 1) {
+        if (n_units > 0)
+            fn(ctx, 0, n_units);
+        return;
     }
-    take_shares(pool);
-    /* Every share is taken: close the job, then wait for the workers that joined it. */
-    uint64_t j = atomic_fetch_or_explicit(&pool->job, JOB_CLOSED, memory_order_acq_rel);
-    for (int i = 0; (j & JOB_COUNT) != 0; i++) {
-        if (i < POOL_SPIN_DONE)
-            cpu_relax();
-        else
-            sched_yield(); /* let a descheduled worker have this core */
-        j = atomic_load_explicit(&pool->job, memory_order_acquire);
+    for (int i = 0; i < pool->n; i++) {
+        int64_t lo, hi;
+        kern_split(n_units, 1, i, pool->n, &lo, &hi);
+        atomic_store_explicit(&pool->ranges[i].fb, RANGE_W(lo, hi), memory_order_relaxed);
     }
+    pool->range_fn = fn;
+    pool->ctx = ctx;
+    run_published(pool);
 }
 
 void kern_pool_run(struct kern_pool *pool, kern_task_fn fn, void *ctx)
