@@ -12,6 +12,7 @@
 #define KMAXT32 2
 #define KMAXT6 2
 #define KQ8_BIAS 0
+#define KDP_U8 0 /* vpmaddubsw saturates its int16 pair sums past u = 128 */
 typedef __m256i VI;
 typedef __m256 VF;
 

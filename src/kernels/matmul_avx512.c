@@ -16,6 +16,7 @@
 #define KMAXT32 8
 #define KMAXT6 4
 #define KQ8_BIAS 128
+#define KDP_U8 1 /* vpdpbusd: any u8 times s8, exact int32 sums */
 typedef __m512i VI;
 typedef __m512 VF;
 

@@ -19,6 +19,7 @@
 #define KMAXT32 8
 #define KMAXT6 4
 #define KQ8_BIAS 0
+#define KDP_U8 0 /* sdot takes signed bytes: u <= 127 */
 typedef int32x4_t VI;
 typedef float32x4_t VF;
 

@@ -20,6 +20,7 @@
  *   vi_dp(acc, u, s)  acc + sum of 4 u8 x s8 products per lane (exact for u <= 128)
  *   vi_dp_q8(acc, w, s) for Q8_0 chunks (w = q XOR 0x80): acc + sum (q + KQ8_BIAS) * s
  *   KQ8_BIAS      128 if vi_dp_q8 works on q + 128, 0 if on q itself
+ *   KDP_U8        1 if vi_dp is exact for every u8 (vpdpbusd), 0 if only for u <= 128
  *   vi_u8_i32(p, h)   KL bytes of a [16] u8 array for sub-group h, widened to int32
  *   vi_s8x2_i16(p, h) KL byte pairs of a [16][2] i8 array widened to int16 pairs
  *   vi_slli32(v, n) vi_srai32(v, n)  shifts of int32 lanes
@@ -464,6 +465,13 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         acc[i] = vf_zero();
     }
     const VI m3 = vi_set1(0x03030303), m04 = vi_set1(0x04040404), mf = vi_set1(0x0F);
+    /* With one or two tokens (decode) Q2_K's fields stay in place where vi_dp takes any
+     * unsigned byte (KDP_U8): byte & 0x0C, 0x30, 0xC0 are 4, 16 and 64 times the value,
+     * and each sum of four chunks is shifted back once, exactly (one shift per token and
+     * four chunks instead of three per chunk: M = 1 about 10% faster; with more tokens
+     * the shifts back cost more than they save). */
+    const bool in_place = KDP_U8 && two && nt <= 2;
+    const VI m0c = vi_set1(0x0C0C0C0C), m30 = vi_set1(0x30303030), mc0 = vi_set1((int)0xC0C0C0C0u);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
         const uint8_t *scp = p + (two ? 64 : 32), *qv = scp + 256;
@@ -486,8 +494,10 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     /* Q3_K: the triple (hb, qs g & ~1, qs g | 1) of (h2, g / 2) */
                     const uint8_t *tri = qv + 192 * (4 * h2 + g / 2);
                     VI raw = vi_chunk(two ? qv + 64 * (8 * h2 + g) : tri + 64 + 64 * (g & 1), h);
-                    VI v0 = vi_and(raw, m3), v1 = vi_and(vi_srli16(raw, 2), m3);
-                    VI v2 = vi_and(vi_srli16(raw, 4), m3), v3 = vi_and(vi_srli16(raw, 6), m3);
+                    VI v0 = vi_and(raw, m3);
+                    VI v1 = in_place ? vi_and(raw, m0c) : vi_and(vi_srli16(raw, 2), m3);
+                    VI v2 = in_place ? vi_and(raw, m30) : vi_and(vi_srli16(raw, 4), m3);
+                    VI v3 = in_place ? vi_and(raw, mc0) : vi_and(vi_srli16(raw, 6), m3);
                     if (!two) {
                         /* bit t of each byte of hb: the high bit of value vt */
                         VI hb = vi_chunk(tri, h);
@@ -524,8 +534,10 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                         }
                     }
                     KUNROLL
-                    for (int i = 0; i < nt; i++)
-                        isum[i] = vi_add(isum[i], vi_mullo(d[tt][i], sc));
+                    for (int i = 0; i < nt; i++) {
+                        VI dv = in_place && tt ? vi_srai32(d[tt][i], 2 * tt) : d[tt][i];
+                        isum[i] = vi_add(isum[i], vi_mullo(dv, sc));
+                    }
                 }
             }
         }
