@@ -33,8 +33,9 @@ static inline float hmax8(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-/* n = 32 or 256 values; sums16[j] = sum of q[16j .. 16j+15]. */
-static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums16)
+/* n = 32 or 256 values; sums16[j] = sum of q[16j .. 16j+15] (at most 16 x 127, an int16),
+ * written straight to the block (see actq_avx512.c). */
+static inline float quant_block(const float *x, int n, int8_t *q, int16_t *sums16)
 {
     __m256 amax = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 8)
@@ -49,8 +50,8 @@ static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums1
         __m256i q1 = quant8(_mm256_loadu_ps(x + i + 8), vid);
         __m256i q2 = quant8(_mm256_loadu_ps(x + i + 16), vid);
         __m256i q3 = quant8(_mm256_loadu_ps(x + i + 24), vid);
-        sums16[i / 16] = hsum8(_mm256_add_epi32(q0, q1));
-        sums16[i / 16 + 1] = hsum8(_mm256_add_epi32(q2, q3));
+        sums16[i / 16] = (int16_t)hsum8(_mm256_add_epi32(q0, q1));
+        sums16[i / 16 + 1] = (int16_t)hsum8(_mm256_add_epi32(q2, q3));
         /* Values are in [-127, 127]: the saturating packs only narrow them. */
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
         _mm256_storeu_si256((void *)(q + i), _mm256_permutevar8x32_epi32(p, perm));
@@ -61,7 +62,7 @@ static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums1
 void kern_quantize_row_q8f_avx2(const float *x, int64_t K, struct kern_block_q8f *dst)
 {
     for (int64_t b = 0; b < K / 32; b++) {
-        int32_t s[2];
+        int16_t s[2];
         dst[b].d = quant_block(x + 32 * b, 32, dst[b].qs, s);
         dst[b].s = s[0] + s[1];
     }
@@ -70,9 +71,6 @@ void kern_quantize_row_q8f_avx2(const float *x, int64_t K, struct kern_block_q8f
 void kern_quantize_row_q8k_avx2(const float *x, int64_t K, struct block_q8_K *dst)
 {
     for (int64_t b = 0; b < K / QK_K; b++) {
-        int32_t s[16];
-        dst[b].d = quant_block(x + QK_K * b, QK_K, dst[b].qs, s);
-        for (int j = 0; j < 16; j++)
-            dst[b].bsums[j] = (int16_t)s[j];
+        dst[b].d = quant_block(x + QK_K * b, QK_K, dst[b].qs, dst[b].bsums);
     }
 }

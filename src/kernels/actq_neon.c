@@ -20,8 +20,9 @@ static inline int32x4_t quant4(float32x4_t x, float32x4_t vid)
     return vandq_s32(vcvtnq_s32_f32(v), vreinterpretq_s32_u32(ok));
 }
 
-/* n = 32 or 256 values; sums16[j] = sum of q[16j .. 16j+15]. */
-static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums16)
+/* n = 32 or 256 values; sums16[j] = sum of q[16j .. 16j+15] (at most 16 x 127, an int16),
+ * written straight to the block (see actq_avx512.c). */
+static inline float quant_block(const float *x, int n, int8_t *q, int16_t *sums16)
 {
     float32x4_t amax = vdupq_n_f32(0.0f);
     for (int i = 0; i < n; i += 4) {
@@ -35,7 +36,7 @@ static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums1
     for (int i = 0; i < n; i += 16) {
         int32x4_t q0 = quant4(vld1q_f32(x + i), vid), q1 = quant4(vld1q_f32(x + i + 4), vid);
         int32x4_t q2 = quant4(vld1q_f32(x + i + 8), vid), q3 = quant4(vld1q_f32(x + i + 12), vid);
-        sums16[i / 16] = vaddvq_s32(vaddq_s32(vaddq_s32(q0, q1), vaddq_s32(q2, q3)));
+        sums16[i / 16] = (int16_t)vaddvq_s32(vaddq_s32(vaddq_s32(q0, q1), vaddq_s32(q2, q3)));
         int16x8_t lo = vcombine_s16(vmovn_s32(q0), vmovn_s32(q1));
         int16x8_t hi = vcombine_s16(vmovn_s32(q2), vmovn_s32(q3));
         vst1q_s8(q + i, vcombine_s8(vmovn_s16(lo), vmovn_s16(hi)));
@@ -46,7 +47,7 @@ static inline float quant_block(const float *x, int n, int8_t *q, int32_t *sums1
 void kern_quantize_row_q8f_neon(const float *x, int64_t K, struct kern_block_q8f *dst)
 {
     for (int64_t b = 0; b < K / 32; b++) {
-        int32_t s[2];
+        int16_t s[2];
         dst[b].d = quant_block(x + 32 * b, 32, dst[b].qs, s);
         dst[b].s = s[0] + s[1];
     }
@@ -55,9 +56,6 @@ void kern_quantize_row_q8f_neon(const float *x, int64_t K, struct kern_block_q8f
 void kern_quantize_row_q8k_neon(const float *x, int64_t K, struct block_q8_K *dst)
 {
     for (int64_t b = 0; b < K / QK_K; b++) {
-        int32_t s[16];
-        dst[b].d = quant_block(x + QK_K * b, QK_K, dst[b].qs, s);
-        for (int j = 0; j < 16; j++)
-            dst[b].bsums[j] = (int16_t)s[j];
+        dst[b].d = quant_block(x + QK_K * b, QK_K, dst[b].qs, dst[b].bsums);
     }
 }
