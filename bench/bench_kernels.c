@@ -84,18 +84,6 @@ static void fill_weights(enum quant_type t, void *buf, size_t bytes)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 #define VS_MAX 256 /* pairs of a --vs-stream measurement */
 
 /* --vs-stream: the medians of the product's rate over `copies` weights, the plain
@@ -125,7 +113,7 @@ static int vs_stream(struct kern_pool *pool, const struct kern_weight *w, int co
     }
     kern_memread_free(mr);
     snprintf(res, res_size, "%.1f GB/s, read %.1f GB/s, %.0f%% (median of %d pairs)",
-             median(kr, n), median(rr, n), 100.0 * median(ratio, n), n);
+             kn_median(kr, n), kn_median(rr, n), 100.0 * kn_median(ratio, n), n);
     return 0;
 }
 

@@ -122,4 +122,8 @@ void kn_log(enum kn_log_level level, const char *fmt, ...) KN_PRINTF(2, 3);
 /* Monotonic time in seconds. */
 double kn_now(void);
 
+/* The median of n >= 1 values (the mean of the middle two when n is even); v is
+ * sorted in place. For benchmark samples. */
+double kn_median(double *v, int n);
+
 #endif

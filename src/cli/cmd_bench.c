@@ -123,18 +123,6 @@ static uint64_t decode_weight_bytes(const struct model *m)
     return total;
 }
 
-/* The median of n values (n >= 1); v is reordered. */
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
-            double t = v[k];
-            v[k] = v[k - 1];
-            v[k - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---------------------------------------------------------------- the tests */
 
 /* Times one test: pp (n_prompt tokens, one evaluation in batches) or tg (n_gen decode
@@ -404,8 +392,8 @@ int cmd_bench(int argc, char **argv)
                         st[i] = r.stream_gbps[i];
                         sh[i] = (double)tok_bytes * r.samples_ts[i] / 1e9 / r.stream_gbps[i];
                     }
-                    stream = median(st, r.n_samples);
-                    share = median(sh, r.n_samples);
+                    stream = kn_median(st, r.n_samples);
+                    share = kn_median(sh, r.n_samples);
                 }
                 if (!json) {
                     char wcol[32] = "-", scol[32] = "-";

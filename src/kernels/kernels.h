@@ -70,7 +70,6 @@ struct kern_memread;
 KN_MUST_USE enum kn_status kern_memread_create(int64_t mib, struct kern_memread **out,
                                                struct kn_err *err);
 void kern_memread_free(struct kern_memread *r); /* NULL is allowed */
-size_t kern_memread_bytes(const struct kern_memread *r);
 /* One read of the whole buffer on pool's threads; returns GB/s (10^9 bytes/s). */
 double kern_memread_run(struct kern_memread *r, struct kern_pool *pool);
 

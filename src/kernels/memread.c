@@ -51,11 +51,6 @@ void kern_memread_free(struct kern_memread *r)
     free(r);
 }
 
-size_t kern_memread_bytes(const struct kern_memread *r)
-{
-    return r->bytes;
-}
-
 /* Sums this thread's contiguous share: four independent accumulators, so that the adds
  * never limit the read. */
 static void memread_task(void *ctx, int ith, int nth)

@@ -147,8 +147,23 @@ static void test_half(void)
     CHECK(quant_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)) == 0x3f82);
 }
 
+/* kn_median: odd and even counts, any order, ties. */
+static void test_median(void)
+{
+    double one[] = {7};
+    CHECK(kn_median(one, 1) == 7);
+    double odd[] = {5, 1, 4, 2, 3};
+    CHECK(kn_median(odd, 5) == 3);
+    CHECK(odd[0] == 1 && odd[4] == 5); /* sorted in place */
+    double even[] = {40, 10, 30, 20};
+    CHECK(kn_median(even, 4) == 25);
+    double ties[] = {2, 9, 2, 2, 9, 9};
+    CHECK(kn_median(ties, 6) == 5.5);
+}
+
 int main(void)
 {
+    test_median();
     test_sizes();
     test_files();
     test_regular_only();
