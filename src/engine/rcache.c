@@ -258,6 +258,12 @@ static enum load_result load(struct rcache *rc, struct kern_pool *pool,
         kn_fail(why, KN_E_IO, "cannot map it: %s", strerror(map_errno));
         return LOAD_UNREADABLE;
     }
+#ifdef MADV_HUGEPAGE
+    /* Pages read from the disk for this mapping come in 2 MiB folios, mapped as huge pages
+     * (decode streams the whole file once per token; see packed_alloc in repack.c). Advice
+     * only: pages already in the page cache keep their size. */
+    (void)madvise(map, want, MADV_HUGEPAGE);
+#endif
     bool ok = true;
     const struct rcache_header *h = map;
     /* The header's fields first (cheap, and they say what is wrong); the MAC decides. */

@@ -6,7 +6,10 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_sizes(void)
@@ -47,6 +50,61 @@ static void test_files(void)
     unlink(path);
     CHECK(kn_map_open(&map, path, &err) == KN_E_IO);
     CHECK(strstr(err.msg, path) != NULL);
+}
+
+/* kn_write_parts_atomic: more parts than one gather write takes (1,024), empty ones among
+ * them, and one larger than 2 MiB, come back byte for byte in order; a folder that does
+ * not exist is an error naming the file. */
+static void test_parts(void)
+{
+    enum { NP = 2600 };
+    static struct kn_part parts[NP];
+    const size_t big = ((size_t)5 << 20) + 3;
+    uint8_t *data = malloc(big + NP * 61);
+    size_t total = 0;
+    for (size_t i = 0; i < big + NP * 61; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (int i = 0; i < NP; i++) {
+        size_t sz = i == 1500 ? big : (size_t)(i * 7 % 61); /* every 61st is empty */
+        parts[i] = (struct kn_part){data + total, sz};
+        total += sz;
+    }
+    struct kn_err err = {0};
+    char path[] = "/tmp/kn_test_parts_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(kn_write_parts_atomic(path, parts, NP, false, &err) == KN_OK);
+    char *buf;
+    size_t n;
+    CHECK(kn_read_file(path, total + 1, &buf, &n, &err) == KN_OK);
+    CHECK(n == total && memcmp(buf, data, total) == 0);
+    free(buf);
+    CHECK(kn_write_parts_atomic(path, parts, 0, true, &err) == KN_OK);
+    CHECK(kn_read_file(path, 10, &buf, &n, &err) == KN_OK && n == 0);
+    free(buf);
+    /* A write that stops part way (the file size limit: the first gather write is cut
+     * short inside a part, the next one fails) is an error, and the old file stays. */
+    CHECK(kn_write_file_atomic(path, "old", 3, &err) == KN_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {(rlim_t)1 << 20, (rlim_t)1 << 20};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        enum kn_status st = kn_write_parts_atomic(path, parts, NP, false, &err);
+        _exit(st == KN_E_IO && strstr(err.msg, "too large") ? 0 : 1);
+    }
+    int wst = 0;
+    CHECK(pid > 0 && waitpid(pid, &wst, 0) == pid && WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    CHECK(kn_read_file(path, 10, &buf, &n, &err) == KN_OK && n == 3 && memcmp(buf, "old", 3) == 0);
+    free(buf);
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)pid);
+    CHECK(access(tmp, F_OK) != 0); /* the partial temporary file was removed */
+    unlink(path);
+    CHECK(kn_write_parts_atomic("/tmp/kn-no-such-folder/f", parts, NP, false, &err) == KN_E_IO);
+    CHECK(strstr(err.msg, "/tmp/kn-no-such-folder/f") != NULL);
+    free(data);
 }
 
 /* Only regular files open, and the open never blocks: a FIFO without a writer would block
@@ -166,6 +224,7 @@ int main(void)
     test_median();
     test_sizes();
     test_files();
+    test_parts();
     test_regular_only();
     test_temp_file();
     test_half();
