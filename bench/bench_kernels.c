@@ -7,12 +7,17 @@
  *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
  *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
  *   bench_kernels --peak 1 [--threads 1,2]
+ *   bench_kernels --mix 1
  * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
  * --vs-stream 1 measures M = 1 against the machine's streaming read instead: it
  * alternates one pass over every copy with one plain read of as many bytes
  * (kern_memread, as `kinetic bench` does) for --seconds, and gives the medians of both
  * rates and of each pass's rate over its neighbouring read, so that a shared machine's
  * memory bandwidth, which changes from one second to the next, cancels out.
+ * --mix 1 measures, on one thread, how fast the 512-bit instructions the kernels are made
+ * of retire: 16 independent ones of a kind alone, then 8 of the kind beside 8 `vpdpbusd`
+ * (the pair's rate next to vpdpbusd's alone says whether they share its pipes). A kernel's
+ * instructions per byte against these rates is its compute ceiling.
  * --peak 1 measures the machine's int8 peak instead: every thread of the pool runs a loop
  * of 16 independent `vpdpbusd zmm` (no memory operands), and the figure is the sum of the
  * threads' rates (each the best of several runs), in instructions and in int8 operations
@@ -166,6 +171,87 @@ static void peak_task(void *ctx, int ith, int nth)
 }
 #endif
 
+/* --mix: one instruction kind per loop, MIX_ITERS x 16 of them. X(r) is the kind on
+ * register r (each register its own chain; zmm16 and zmm17 are inputs only); the pair
+ * loops run 8 of the kind (zmm8-15) beside 8 vpdpbusd (zmm0-7). */
+#define MIX_ITERS 1000000L
+#define MIX_CLOBBER                                                                           \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",  \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+#define MIX_DP(r) "vpdpbusd %%zmm16, %%zmm17, %%zmm" #r "\n"
+#define MIX_AND(r) "vpandd %%zmm16, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_TERN(r) "vpternlogd $0xf8, %%zmm16, %%zmm17, %%zmm" #r "\n"
+#define MIX_ADD(r) "vpaddd %%zmm16, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_SLL(r) "vpsllw $2, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_SRAD(r) "vpsrad $2, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_SHUF(r) "vpshufb %%zmm16, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_MOVZX(r) "vpmovzxbd %%xmm16, %%zmm" #r "\n"
+#define MIX_MADD(r) "vpmaddwd %%zmm16, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_MULLO(r) "vpmulld %%zmm16, %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_CVT(r) "vcvtdq2ps %%zmm" #r ", %%zmm" #r "\n"
+#define MIX_FMA(r) "vfmadd231ps %%zmm16, %%zmm17, %%zmm" #r "\n"
+#define MIX_LOOPS(X, name)                                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double mix_##name(bool dp)  \
+    {                                                                                         \
+        double t0 = kn_now();                                                                 \
+        if (dp)                                                                               \
+            for (long i = 0; i < MIX_ITERS; i++)                                              \
+                __asm__ volatile(MIX_DP(0) MIX_DP(1) MIX_DP(2) MIX_DP(3) MIX_DP(4) MIX_DP(5)  \
+                                     MIX_DP(6) MIX_DP(7) X(8) X(9) X(10) X(11) X(12) X(13)    \
+                                         X(14) X(15) ::: MIX_CLOBBER);                        \
+        else                                                                                  \
+            for (long i = 0; i < MIX_ITERS; i++)                                              \
+                __asm__ volatile(X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10)      \
+                                     X(11) X(12) X(13) X(14) X(15) ::: MIX_CLOBBER);          \
+        return kn_now() - t0;                                                                 \
+    }
+#if defined(__x86_64__)
+MIX_LOOPS(MIX_DP, dp)
+MIX_LOOPS(MIX_AND, and)
+MIX_LOOPS(MIX_TERN, tern)
+MIX_LOOPS(MIX_ADD, add)
+MIX_LOOPS(MIX_SLL, sll)
+MIX_LOOPS(MIX_SRAD, srad)
+MIX_LOOPS(MIX_SHUF, shuf)
+MIX_LOOPS(MIX_MOVZX, movzx)
+MIX_LOOPS(MIX_MADD, madd)
+MIX_LOOPS(MIX_MULLO, mullo)
+MIX_LOOPS(MIX_CVT, cvt)
+MIX_LOOPS(MIX_FMA, fma)
+#endif
+
+static int run_mix(void)
+{
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
+        fprintf(stderr, "bench_kernels: --mix needs AVX-512 BW and VNNI, which this CPU lacks\n");
+        return 1;
+    }
+    static const struct {
+        const char *name;
+        double (*fn)(bool);
+    } kinds[] = {{"vpdpbusd", mix_dp},     {"vpandd", mix_and},       {"vpternlogd", mix_tern},
+                 {"vpaddd", mix_add},      {"vpsllw", mix_sll},       {"vpsrad", mix_srad},
+                 {"vpshufb", mix_shuf},    {"vpmovzxbd", mix_movzx},  {"vpmaddwd", mix_madd},
+                 {"vpmulld", mix_mullo}, {"vcvtdq2ps", mix_cvt}, {"vfmadd231ps", mix_fma}};
+    printf("| zmm instruction | G/s alone | G/s beside 8 vpdpbusd (both kinds) |\n|---|---|---|\n");
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        double best[2] = {1e30, 1e30};
+        for (int r = 0; r < 9; r++)
+            for (int d = 0; d < 2; d++) {
+                double t = kinds[k].fn(d);
+                best[d] = t < best[d] ? t : best[d];
+            }
+        const double n = 16.0 * (double)MIX_ITERS * 1e-9;
+        printf("| %s | %.2f | %.2f |\n", kinds[k].name, n / best[0], n / best[1]);
+    }
+    return 0;
+#else
+    fprintf(stderr, "bench_kernels: --mix is written for x86-64 only\n");
+    return 1;
+#endif
+}
+
 /* --peak: the int8 peak of each thread count in the list. */
 static int run_peak(const char *threads)
 {
@@ -207,7 +293,7 @@ int main(int argc, char **argv)
     int64_t N = 2048, K = 2048;
     const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
     double seconds = 0.5;
-    bool hot = false, peak = false, vs = false;
+    bool hot = false, peak = false, vs = false, mix = false;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -224,6 +310,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--hot")) hot = atoi(v) != 0;
         else if (!strcmp(argv[i], "--peak")) peak = atoi(v) != 0;
         else if (!strcmp(argv[i], "--vs-stream")) vs = atoi(v) != 0;
+        else if (!strcmp(argv[i], "--mix")) mix = atoi(v) != 0;
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;
@@ -231,6 +318,8 @@ int main(int argc, char **argv)
     }
     if (peak)
         return run_peak(threads);
+    if (mix)
+        return run_mix();
     static const enum quant_type all[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1,
                                           QT_Q5_0, QT_Q5_1, QT_Q4_K, QT_Q5_K, QT_Q6_K,
                                           QT_Q2_K, QT_Q3_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
