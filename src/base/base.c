@@ -294,8 +294,8 @@ enum kn_status kn_write_parts_atomic(const char *path, const struct kn_part *par
      * page cache then sees one sequential stream from offset 0 and fills it with the
      * largest folios it can (2 MiB ones on ext4 and XFS), which a later mapping of the
      * file gets as huge pages. A write per part starts small folios at every part's end,
-     * and with ~150 weights (and their padding) a repack cache file had 40% of its
-     * pages in them (docs/performance.md "Round 6"). */
+     * and with ~150 weights (and their padding) 40-60% of a repack cache file's
+     * bytes were in them (docs/performance.md "Round 6"). */
     struct iovec iov[IOV_MAX < 1024 ? IOV_MAX : 1024];
     size_t next = 0, off = 0; /* the first part not yet written, and how much of it is */
     while (next < n) {
