@@ -12,6 +12,7 @@
  *                 only with KL == 16)
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
  *   KMAXT6        the same for Q6_K, Q2_K, Q3_K (four accumulators each), <= KMAXT
+ *   KMAXT3        the same for Q3_K alone (defaults to KMAXT6)
  *   KFN(name)     the ISA-suffixed function name
  *   VI, VF        int32 and f32 vector types
  *   vi_zero() vi_set1(i) vi_add vi_sub vi_mullo vi_and vi_or vi_srli16(v,n) vi_slli16(v,n)
@@ -62,6 +63,10 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
 
 #ifndef KMAXT8G
 #define KMAXT8G 0
+#endif
+
+#ifndef KMAXT3
+#define KMAXT3 KMAXT6
 #endif
 
 #ifndef vi_dp_bc
@@ -447,10 +452,26 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
 /* Chunk (h2, g) = qs[32 h2 + 4 g .. + 3] holds in bits 2t of byte i element
  * 128 h2 + 32 t + 4 g + i, in sub-block 8 h2 + 2 t + (g >= 4): the even (g < 4) or odd
  * member of scale pair 4 h2 + t. Each chunk is read once, in memory order; each token
- * keeps four partial sums (t = 0..3) per half. Q3_K adds the high bit (bit t of the
- * nibble for (h2, g) in the hb chunk before the pair g & ~1, g | 1: repack.c) and its -4
- * offset as an exact term: isum = sum_i sc_i dp_i - 4 sum_i sc_i bsum_i. Q2_K's mins go
- * through the 16-element bsums, pair by pair. */
+ * keeps four partial sums (t = 0..3) per half. Q3_K's chunks come in triples (A, B, C)
+ * holding the 3-bit values of the chunk pair 2q, 2q + 1 (repack.c): the sums of t = 1
+ * and 3 are of 8 times the values, shifted back once per half, and the -4 offset is an
+ * exact term: isum = sum_i sc_i dp_i - 4 sum_i sc_i bsum_i. Q2_K's mins go through the
+ * 16-element bsums, pair by pair. */
+/* Value t of the even (e = 0) or odd (e = 1) chunk of a Q3_K triple (repack.c): t = 1 and
+ * 3 as 8 times the value, masked in place (the sums are shifted back once per half);
+ * the odd chunk's t = 2 and 3 built from the top bits of all three. At most 56: exact in
+ * every ISA's vi_dp. */
+KINL VI q3k_value(VI ca, VI cb, VI cc, int e, int t)
+{
+    if (t < 2 || e == 0)
+        return vi_and(e ? cc : t < 2 ? ca : cb, vi_set1(t & 1 ? 0x38383838 : 0x07070707));
+    if (t == 2)
+        return vi_or(vi_and(vi_srli16(ca, 6), vi_set1(0x03030303)),
+                     vi_and(vi_srli16(cc, 4), vi_set1(0x04040404)));
+    return vi_or(vi_and(vi_srli16(cb, 3), vi_set1(0x18181818)),
+                 vi_and(vi_srli16(cc, 2), vi_set1(0x20202020)));
+}
+
 KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                     int64_t row0, int64_t n0, int64_t n1)
@@ -464,7 +485,7 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
     }
-    const VI m3 = vi_set1(0x03030303), m04 = vi_set1(0x04040404), mf = vi_set1(0x0F);
+    const VI m3 = vi_set1(0x03030303), mf = vi_set1(0x0F);
     /* With one or two tokens (decode) Q2_K's fields stay in place where vi_dp takes any
      * unsigned byte (KDP_U8): byte & 0x0C, 0x30, 0xC0 are 4, 16 and 64 times the value,
      * and each sum of four chunks is shifted back once, exactly (one shift per token and
@@ -488,33 +509,44 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     for (int i = 0; i < nt; i++)
                         d[tt][i] = vi_zero();
                 }
-                KUNROLL
-                for (int gg = 0; gg < 4; gg++) {
-                    const int g = 4 * half + gg;
-                    /* Q3_K: the triple (hb, qs g & ~1, qs g | 1) of (h2, g / 2) */
-                    const uint8_t *tri = qv + 192 * (4 * h2 + g / 2);
-                    VI raw = vi_chunk(two ? qv + 64 * (8 * h2 + g) : tri + 64 + 64 * (g & 1), h);
-                    VI v0 = vi_and(raw, m3);
-                    VI v1 = in_place ? vi_and(raw, m0c) : vi_and(vi_srli16(raw, 2), m3);
-                    VI v2 = in_place ? vi_and(raw, m30) : vi_and(vi_srli16(raw, 4), m3);
-                    VI v3 = in_place ? vi_and(raw, mc0) : vi_and(vi_srli16(raw, 6), m3);
-                    if (!two) {
-                        /* bit t of each byte of hb: the high bit of value vt */
-                        VI hb = vi_chunk(tri, h);
-                        if (g & 1)
-                            hb = vi_srli16(hb, 4);
-                        v0 = vi_or(v0, vi_and(vi_slli16(hb, 2), m04));
-                        v1 = vi_or(v1, vi_and(vi_slli16(hb, 1), m04));
-                        v2 = vi_or(v2, vi_and(hb, m04));
-                        v3 = vi_or(v3, vi_and(vi_srli16(hb, 1), m04));
-                    }
+                if (two) {
                     KUNROLL
-                    for (int i = 0; i < nt; i++) {
-                        const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
-                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
-                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
-                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
+                    for (int gg = 0; gg < 4; gg++) {
+                        const int g = 4 * half + gg;
+                        VI raw = vi_chunk(qv + 64 * (8 * h2 + g), h);
+                        VI v0 = vi_and(raw, m3);
+                        VI v1 = in_place ? vi_and(raw, m0c) : vi_and(vi_srli16(raw, 2), m3);
+                        VI v2 = in_place ? vi_and(raw, m30) : vi_and(vi_srli16(raw, 4), m3);
+                        VI v3 = in_place ? vi_and(raw, mc0) : vi_and(vi_srli16(raw, 6), m3);
+                        KUNROLL
+                        for (int i = 0; i < nt; i++) {
+                            const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
+                            d[0][i] = vi_dp_bc(d[0][i], v0, xq);
+                            d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
+                            d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
+                            d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
+                        }
+                    }
+                } else {
+                    KUNROLL
+                    for (int pp = 0; pp < 2; pp++) {
+                        const int g = 4 * half + 2 * pp; /* the pair g, g + 1 */
+                        const uint8_t *tri = qv + 192 * (4 * h2 + g / 2);
+                        VI ca = vi_chunk(tri, h), cb = vi_chunk(tri + 64, h), cc = vi_chunk(tri + 128, h);
+                        /* each value used at once, in the order that ends the chunks'
+                         * lives soonest (the odd chunk's t = 2, 3 need all three, then C,
+                         * A, B alone): AVX2 has 16 registers */
+                        KUNROLL
+                        for (int k = 0; k < 8; k++) {
+                            const int e = k < 4 ? 1 : 0, tt = k < 4 ? (k + 2) & 3 : k - 4;
+                            {
+                                VI v = q3k_value(ca, cb, cc, e, tt);
+                                KUNROLL
+                                for (int i = 0; i < nt; i++)
+                                    d[tt][i] = vi_dp_bc(d[tt][i], v,
+                                                        xr[i][b].qs + 128 * h2 + 4 * (g + e) + 32 * tt);
+                            }
+                        }
                     }
                 }
                 KUNROLL
@@ -535,7 +567,8 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                     }
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
-                        VI dv = in_place && tt ? vi_srai32(d[tt][i], 2 * tt) : d[tt][i];
+                        VI dv = in_place && tt ? vi_srai32(d[tt][i], 2 * tt)
+                                : !two && (tt & 1) ? vi_srai32(d[tt][i], 3) : d[tt][i];
                         isum[i] = vi_add(isum[i], vi_mullo(dv, sc));
                     }
                 }
@@ -751,10 +784,10 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
-            const bool four_acc = w->type == QT_Q6_K || w->type == QT_Q2_K || w->type == QT_Q3_K;
+            const bool four_acc = w->type == QT_Q6_K || w->type == QT_Q2_K;
             const bool q45 = w->type == QT_Q4_K || w->type == QT_Q5_K;
             const int64_t tile = ti->block_size == 32 ? KMAXT32 : four_acc ? KMAXT6
-                               : q45 ? KMAXT4K : KMAXT;
+                               : w->type == QT_Q3_K ? KMAXT3 : q45 ? KMAXT4K : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
                 if (ti->block_size == 32)

@@ -31,13 +31,17 @@
  *                 16 chunks 8h2 + g: qs[32h2 + 4g .. +3] (byte i, bits 2t: element
  *                 128h2 + 32t + 4g + i). The file's size exactly.
  *   Q3_K (1824 B): d[16] f16 | sc[8][16][2] i8 (pair p, row r: the signed scales 2p,
- *                 2p+1, -32..31) | for h2 = 0..1, q = 0..3 (g = 2q), three chunks: hb,
- *                 qs[32h2 + 4g .. +3], qs[32h2 + 4g + 4 .. +3] (as Q2_K's), where byte i
- *                 of row r of hb holds in its low nibble bits 4h2..4h2+3 of hmask[4g + i]
- *                 and in its high nibble those of hmask[4g + 4 + i]: the high bits of
- *                 exactly the two qs chunks that follow. The kernels read the triples
- *                 once, in memory order (one stream; with hmask apart and read by both
- *                 halves, decode ran at a third of the memory bandwidth)
+ *                 2p+1, -32..31) | for h2 = 0..1, q = 0..3, three chunks A, B, C of the
+ *                 3-bit values v(g, t) = low 2 bits + 4 * high bit (0..7; the weight is
+ *                 v - 4) of elements 128h2 + 32t + 4g + i, for the chunk pair g = 2q
+ *                 (even) and 2q + 1 (odd). Byte i of row r: A = v(e,0) | v(e,1) << 3 |
+ *                 (v(o,2) & 3) << 6, B = v(e,2) | v(e,3) << 3 | (v(o,3) & 3) << 6,
+ *                 C = v(o,0) | v(o,1) << 3 | (v(o,2) >> 2) << 6 | (v(o,3) >> 2) << 7.
+ *                 Six of the eight values are one mask each (v(.,1) and v(.,3) as 8
+ *                 times the value, in place), the other two are built from the top bits:
+ *                 about 12 vector operations per chunk where the file's 2-bit fields and
+ *                 separate high bits took 18 (docs/performance.md "Round 6"). The
+ *                 kernels read the triples once, in memory order (one stream).
  *   IQ4_XS (2208 B): d[16] f16 | sc[4][16][2] i8 (pair p, row r: the signed scales of
  *                 sub-blocks 2p, 2p+1, -32..31) | 32 chunks 4j + t: qs[16j + 4t .. +3]
  *                 (low nibble: element 32j + 4t + i, high: 32j + 16 + 4t + i)
@@ -210,18 +214,22 @@ static void pack_k_low(enum quant_type t, const uint8_t *const blk[16], uint8_t 
     }
     const size_t hm = offsetof(struct block_q3_K, hmask), qs = offsetof(struct block_q3_K, qs);
     for (int h2 = 0; h2 < 2; h2++) {
-        for (int g = 0; g < 8; g += 2) {
+        for (int q = 0; q < 4; q++) {
             for (int r = 0; r < 16; r++) {
                 for (int i = 0; i < 4; i++) {
-                    uint8_t b = 0;
-                    if (blk[r])
-                        b = (uint8_t)((blk[r][hm + 4 * g + i] >> (4 * h2) & 15) |
-                                      (blk[r][hm + 4 * g + 4 + i] >> (4 * h2) & 15) << 4);
-                    o[4 * r + i] = b;
+                    unsigned v[2][4] = {{0}}; /* [even, odd chunk][t] */
+                    for (int e = 0; e < 2 && blk[r]; e++) {
+                        const int l = 4 * (2 * q + e) + i; /* qs[32h2 + l], hmask[l] */
+                        for (int t = 0; t < 4; t++)
+                            v[e][t] = (blk[r][qs + 32 * h2 + l] >> (2 * t) & 3u) |
+                                      (blk[r][hm + l] >> (4 * h2 + t) & 1u) << 2;
+                    }
+                    o[4 * r + i] = (uint8_t)(v[0][0] | v[0][1] << 3 | (v[1][2] & 3) << 6);
+                    o[64 + 4 * r + i] = (uint8_t)(v[0][2] | v[0][3] << 3 | (v[1][3] & 3) << 6);
+                    o[128 + 4 * r + i] = (uint8_t)(v[1][0] | v[1][1] << 3 | (v[1][2] >> 2) << 6 |
+                                                   (v[1][3] >> 2) << 7);
                 }
             }
-            put_chunk(o + 64, blk, qs + 32 * h2 + 4 * g, 0);
-            put_chunk(o + 128, blk, qs + 32 * h2 + 4 * g + 4, 0);
             o += 192;
         }
     }
