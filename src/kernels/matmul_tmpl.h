@@ -366,6 +366,16 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         st_rows(y + (m0 + i) * ldy, row0, n0, n1, acc[i]);
 }
 
+/* The four fields t = 0..3 of a chunk (values v0..v3) times one token's activations
+ * xq + 32 t, into its four sums (Q6_K, Q2_K: elements 32 t apart in the block). */
+KINL void dp_fields(VI *d0, VI *d1, VI *d2, VI *d3, VI v0, VI v1, VI v2, VI v3, const int8_t *xq)
+{
+    *d0 = vi_dp_bc(*d0, v0, xq);
+    *d1 = vi_dp_bc(*d1, v1, xq + 32);
+    *d2 = vi_dp_bc(*d2, v2, xq + 64);
+    *d3 = vi_dp_bc(*d3, v3, xq + 96);
+}
+
 /* ---------------------------------------------------------------- Q6_K */
 
 KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
@@ -415,10 +425,7 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
                     KUNROLL
                     for (int i = 0; i < nt; i++) {
                         const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        d[0][i] = vi_dp_bc(d[0][i], v0, xq);
-                        d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
-                        d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
-                        d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
+                        dp_fields(&d[0][i], &d[1][i], &d[2][i], &d[3][i], v0, v1, v2, v3, xq);
                     }
                 }
                 KUNROLL
@@ -521,10 +528,7 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                         KUNROLL
                         for (int i = 0; i < nt; i++) {
                             const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                            d[0][i] = vi_dp_bc(d[0][i], v0, xq);
-                            d[1][i] = vi_dp_bc(d[1][i], v1, xq + 32);
-                            d[2][i] = vi_dp_bc(d[2][i], v2, xq + 64);
-                            d[3][i] = vi_dp_bc(d[3][i], v3, xq + 96);
+                            dp_fields(&d[0][i], &d[1][i], &d[2][i], &d[3][i], v0, v1, v2, v3, xq);
                         }
                     }
                 } else {
