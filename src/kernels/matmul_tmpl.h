@@ -539,17 +539,15 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
                         VI ca = vi_chunk(tri, h), cb = vi_chunk(tri + 64, h), cc = vi_chunk(tri + 128, h);
                         /* each value used at once, in the order that ends the chunks'
                          * lives soonest (the odd chunk's t = 2, 3 need all three, then C,
-                         * A, B alone): AVX2 has 16 registers */
+                         * A, B alone), so that fewer vectors are live at a time */
                         KUNROLL
                         for (int k = 0; k < 8; k++) {
                             const int e = k < 4 ? 1 : 0, tt = k < 4 ? (k + 2) & 3 : k - 4;
-                            {
-                                VI v = q3k_value(ca, cb, cc, e, tt);
-                                KUNROLL
-                                for (int i = 0; i < nt; i++)
-                                    d[tt][i] = vi_dp_bc(d[tt][i], v,
-                                                        xr[i][b].qs + 128 * h2 + 4 * (g + e) + 32 * tt);
-                            }
+                            VI v = q3k_value(ca, cb, cc, e, tt);
+                            KUNROLL
+                            for (int i = 0; i < nt; i++)
+                                d[tt][i] = vi_dp_bc(d[tt][i], v,
+                                                    xr[i][b].qs + 128 * h2 + 4 * (g + e) + 32 * tt);
                         }
                     }
                 }
