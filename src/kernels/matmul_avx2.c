@@ -12,8 +12,7 @@
 #define KMAXT32 2
 #define KMAXT6 2
 /* Q3_K one token at a time: with two, its three chunks and eight sums do not fit the 16
- * registers beside the masks (M = 2: 51-54 against 102 GOPS one at a time, 65-69 with
- * the file's layout; docs/performance.md "Round 6") */
+ * registers beside the masks and the tile spills (docs/performance.md "Round 6") */
 #define KMAXT3 1
 #define KQ8_BIAS 0
 #define KDP_U8 0 /* vpmaddubsw saturates its int16 pair sums past u = 128 */

@@ -456,14 +456,6 @@ KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *
 
 /* ---------------------------------------------------------------- Q2_K, Q3_K */
 
-/* Chunk (h2, g) = qs[32 h2 + 4 g .. + 3] holds in bits 2t of byte i element
- * 128 h2 + 32 t + 4 g + i, in sub-block 8 h2 + 2 t + (g >= 4): the even (g < 4) or odd
- * member of scale pair 4 h2 + t. Each chunk is read once, in memory order; each token
- * keeps four partial sums (t = 0..3) per half. Q3_K's chunks come in triples (A, B, C)
- * holding the 3-bit values of the chunk pair 2q, 2q + 1 (repack.c): the sums of t = 1
- * and 3 are of 8 times the values, shifted back once per half, and the -4 offset is an
- * exact term: isum = sum_i sc_i dp_i - 4 sum_i sc_i bsum_i. Q2_K's mins go through the
- * 16-element bsums, pair by pair. */
 /* Value t of the even (e = 0) or odd (e = 1) chunk of a Q3_K triple (repack.c): t = 1 and
  * 3 as 8 times the value, masked in place (the sums are shifted back once per half);
  * the odd chunk's t = 2 and 3 built from the top bits of all three. At most 56: exact in
@@ -479,6 +471,14 @@ KINL VI q3k_value(VI ca, VI cb, VI cc, int e, int t)
                  vi_and(vi_srli16(cc, 2), vi_set1(0x20202020)));
 }
 
+/* Chunk (h2, g) = qs[32 h2 + 4 g .. + 3] holds in bits 2t of byte i element
+ * 128 h2 + 32 t + 4 g + i, in sub-block 8 h2 + 2 t + (g >= 4): the even (g < 4) or odd
+ * member of scale pair 4 h2 + t. Each chunk is read once, in memory order; each token
+ * keeps four partial sums (t = 0..3) per half. Q3_K's chunks come in triples (A, B, C)
+ * holding the 3-bit values of the chunk pair 2q, 2q + 1 (repack.c): the sums of t = 1
+ * and 3 are of 8 times the values, shifted back once per half, and the -4 offset is an
+ * exact term: isum = sum_i sc_i dp_i - 4 sum_i sc_i bsum_i. Q2_K's mins go through the
+ * 16-element bsums, pair by pair. */
 KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                     int64_t row0, int64_t n0, int64_t n1)
