@@ -7,6 +7,7 @@ import os
 import re
 import select
 import subprocess
+import sys
 import threading
 import time
 
@@ -90,6 +91,8 @@ class Server:
         rc = self.stop()
         if exc[0] is None:
             self.check_clean_exit(rc)
+        else:  # what the server said goes into the failure's report (pytest's captured stderr)
+            sys.stderr.write(f"kinetic serve exited with {rc}; its stderr:\n{self.stderr[-4000:]}\n")
 
     def check_clean_exit(self, rc):
         """A clean shutdown: exit 0 and no sanitizer report (ASan builds)."""

@@ -115,11 +115,18 @@ def test_queue_length_and_fail_on_no_slot():
                 "--api-key", KEY) as s:
         assert s.get("/slots?fail_on_no_slot=1", headers=AUTH)[0] == 200
         results = []
-        threads = [threading.Thread(target=long_request, args=(s, results, 60, k)) for k in range(3)]
-        for t in threads:
+        # the first request holds the slot for about 3 s (150 steps of 20 ms) and is running
+        # before the two short ones come, so that both wait behind it however slowly
+        # their threads start on a loaded machine; both gauges are read from one answer
+        # (they are one count: a second read may come after the slot has moved on)
+        threads = [threading.Thread(target=long_request, args=(s, results, n, k))
+                   for k, n in enumerate((150, 10, 10))]
+        threads[0].start()
+        wait_for(lambda: metrics(s)["llamacpp:requests_processing"] == 1)
+        for t in threads[1:]:
             t.start()
-        wait_for(lambda: metrics(s)["llamacpp:requests_deferred"] == 2)
-        assert metrics(s)["kinetic_queue_length"] == 2
+        m = wait_for(lambda: (lambda m: m if m["llamacpp:requests_deferred"] == 2 else None)(metrics(s)))
+        assert m["kinetic_queue_length"] == 2, m
         st, _, js = s.get("/slots?fail_on_no_slot=1", headers=AUTH)
         assert st == 503 and js["error"]["code"] == "no_slot_available", js
         for t in threads:
