@@ -5,10 +5,12 @@
  * (the development machine is shared: wall time counts the neighbours).
  *
  *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
- *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1]
+ *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1] [--vbmi 0]
  *   bench_kernels --peak 1 [--threads 1,2]
  *   bench_kernels --mix 1
  * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
+ * --vbmi 0 runs the AVX-512 look-ups (IQ4_NL, IQ4_XS, MXFP4) with vpshufb, as a CPU
+ * without VBMI does, instead of vpermb (kern_isa_vbmi: the same bits).
  * --vs-stream 1 measures M = 1 against the machine's streaming read instead: it
  * alternates one pass over every copy with one plain read of as many bytes
  * (kern_memread, as `kinetic bench` does) for --seconds, and gives the medians of both
@@ -319,6 +321,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--peak")) peak = atoi(v) != 0;
         else if (!strcmp(argv[i], "--vs-stream")) vs = atoi(v) != 0;
         else if (!strcmp(argv[i], "--mix")) mix = atoi(v) != 0;
+        else if (!strcmp(argv[i], "--vbmi")) kern_isa_vbmi_set(atoi(v) != 0);
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;

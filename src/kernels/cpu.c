@@ -70,7 +70,10 @@ static uint64_t read_xcr0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-/* Bit masks of the levels this CPU+OS supports, computed once. */
+/* Bit of detect()'s mask beyond the levels: AVX-512 VBMI, with the avx512 level. */
+#define KERN_VBMI_BIT (1u << KERN_ISA_COUNT)
+
+/* Bit masks of the levels this CPU+OS supports (and KERN_VBMI_BIT), computed once. */
 static unsigned detect(void)
 {
     unsigned a, b, c, d;
@@ -91,8 +94,11 @@ static unsigned detect(void)
     bool vnni = c & (1u << 11);
     if (os_ymm && avx2 && fma && f16c && bmi2) {
         out |= 1u << KERN_ISA_AVX2;
-        if (os_zmm && f512 && dq && bw && vl && vnni)
+        if (os_zmm && f512 && dq && bw && vl && vnni) {
             out |= 1u << KERN_ISA_AVX512;
+            if (c & (1u << 1)) /* CPUID.(7,0):ECX.AVX512_VBMI */
+                out |= KERN_VBMI_BIT;
+        }
     }
     return out;
 }
@@ -146,6 +152,24 @@ static unsigned supported_mask(void)
         atomic_store_explicit(&cached, m, memory_order_relaxed);
     }
     return m;
+}
+
+/* 1: the look-ups use vpermb where the CPU has VBMI (the default); 0: vpshufb. */
+static _Atomic int vbmi_on = 1;
+
+bool kern_isa_vbmi(void)
+{
+#if defined(KERN_ARCH_X86)
+    return (supported_mask() & KERN_VBMI_BIT) && atomic_load_explicit(&vbmi_on, memory_order_relaxed);
+#else
+    return false;
+#endif
+}
+
+bool kern_isa_vbmi_set(bool on)
+{
+    atomic_store(&vbmi_on, on ? 1 : 0);
+    return kern_isa_vbmi();
 }
 
 bool kern_isa_supported(enum kern_isa isa)

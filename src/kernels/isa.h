@@ -43,6 +43,15 @@ enum kern_isa kern_isa_active(void);
 KN_MUST_USE enum kn_status kern_isa_init(struct kn_err *err);
 /* Forces a level (tests, verify-receipt); fails if the CPU lacks it. */
 KN_MUST_USE enum kn_status kern_isa_set(enum kern_isa isa, struct kn_err *err);
+/* Whether the AVX-512 kernels look up IQ4_NL, IQ4_XS and MXFP4 values with vpermb (AVX-512
+ * VBMI), where the CPU has it, instead of vpshufb: the same table and the same bytes, but
+ * vpermb reads bits 0-5 of an index and the table repeats every 16 bytes, so a nibble
+ * needs no mask. A choice within the avx512 level (the bits and the device class are
+ * the same either way): on by default where the CPU has VBMI. kern_isa_vbmi_set turns
+ * it off or back on (tests, benchmarks) and returns the state it leaves, which stays off
+ * where the CPU lacks VBMI. */
+bool kern_isa_vbmi(void);
+bool kern_isa_vbmi_set(bool on);
 /* The device class recorded in receipts: "cpu-x86_64-avx2", "cpu-aarch64-dotprod" etc.
  * (the scalar level names this build's architecture: "cpu-aarch64-scalar"). Every CPU
  * class computes the same canonical-1 bits; the class says where a receipt was made. */

@@ -51,6 +51,16 @@ static inline __m512i dp_bc512(__m512i acc, __m512i u, const void *p)
 #define vi_madd16(a, b) _mm512_madd_epi16(a, b)
 #define vi_dp16(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
 #define vi_lut16(t, i) _mm512_shuffle_epi8(t, i)
+/* vpermb (AVX-512 VBMI), as inline assembly so that this file builds and runs on CPUs
+ * without VBMI: the tiles run it only where kern_isa_vbmi() says the CPU has it. */
+static inline __m512i lut64_vbmi(__m512i t, __m512i i)
+{
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(i), "v"(t));
+    return r;
+}
+#define KLUT64 1
+#define vi_lut64(t, i) lut64_vbmi(t, i)
 #define vf_bf16(p, h) ((void)(h), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p))), 16)))
 #define vf_zero() _mm512_setzero_ps()
 #define vf_set1(f) _mm512_set1_ps(f)

@@ -316,8 +316,8 @@ static void packed_rows_mm(const struct kern_weight *w, const struct kern_act *a
                 continue;
             for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT32) {
                 int nt = (int)(a->M - m0 < KMAXT32 ? a->M - m0 : KMAXT32);
-                if (nt == 1) /* one token: a pair would do twice the work */
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                if (nt == 1) /* one token: a pair would do twice the work (no look-ups: is_q32) */
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, false);
                 else
                     packed_q32_mm(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
             }

@@ -35,6 +35,10 @@
  *   vi_lut16(t, i)    bytes of t picked by the byte indices i (0..15) within each 16 bytes
  *                     (t holds one 16-byte table repeated): pshufb / tbl
  *   vf_bf16(p, h)     KL bf16 values of a [16] bf16 array, converted (exactly) to f32
+ *   KLUT64 1 and vi_lut64(t, i): bytes of t (a 64-byte table) picked by bits 0-5 of the
+ *                     byte indices i (vpermb), used where the caller of the tiles says so
+ *                     (kern_isa_vbmi): a nibble's entry of the repeated 16-byte table
+ *                     then needs no mask of its byte
  */
 
 #include <stdalign.h>
@@ -92,6 +96,24 @@ static inline VI kt_lut16(VI t, VI i)
 #define vi_lut16(t, i) kt_lut16(t, i)
 #endif
 
+#ifndef KLUT64
+#define KLUT64 0
+#define vi_lut64(t, i) vi_lut16(t, vi_and(i, vi_set1(0x0F0F0F0F))) /* never run: lut64 is false */
+#endif
+
+/* The table entries of the low and of the high nibble of every byte of raw (t: a 16-byte
+ * table repeated). With lut64 (KLUT64 and the caller's choice) vi_lut64 reads bits 0-5 of
+ * each index, which the repeats make the nibble's entry: no masks. */
+KINL VI lut_lo(VI t, VI raw, const bool lut64)
+{
+    return KLUT64 && lut64 ? vi_lut64(t, raw) : vi_lut16(t, vi_and(raw, vi_set1(0x0F0F0F0F)));
+}
+KINL VI lut_hi(VI t, VI raw, const bool lut64)
+{
+    VI hi = vi_srli16(raw, 4);
+    return KLUT64 && lut64 ? vi_lut64(t, hi) : vi_lut16(t, vi_and(hi, vi_set1(0x0F0F0F0F)));
+}
+
 #ifndef vf_bf16
 static inline VF kt_bf16(const uint8_t *p, int h)
 {
@@ -106,7 +128,9 @@ static inline VF kt_bf16(const uint8_t *p, int h)
 #endif
 
 /* A table of 16 signed values as the vi_dp_q8 operand wants it (value + 128 as a byte,
- * i.e. value XOR 0x80), repeated to 64 bytes so that vi_chunk of any sub-group loads it. */
+ * i.e. value XOR 0x80), repeated to 64 bytes so that vi_chunk of any sub-group loads it
+ * and so that vi_lut64, which reads 6 bits of an index, finds a nibble's entry whatever
+ * bits 4 and 5 hold. */
 KINL VI s8_table(const int8_t v[16])
 {
     alignas(64) uint8_t tb[64];
@@ -136,7 +160,7 @@ static inline uint32_t ld32(const void *p)
 /* One sub-group (KL rows) of one 16-row group, tokens [m0, m0 + nt), every block. */
 KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                    const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                   int64_t row0, int64_t n0, int64_t n1)
+                   int64_t row0, int64_t n0, int64_t n1, const bool lut64)
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
@@ -179,14 +203,15 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
             KUNROLL
             for (int c = 0; c < 4; c++) {
                 VI raw = vi_chunk(q + 64 * c, h);
-                v[c] = vi_and(raw, m4);
-                v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
+                if (lookup) {
+                    v[c] = lut_lo(lut, raw, lut64);
+                    v[4 + c] = lut_hi(lut, raw, lut64);
+                } else {
+                    v[c] = vi_and(raw, m4);
+                    v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
+                }
                 xo[c] = 4 * c;
                 xo[4 + c] = 16 + 4 * c;
-                if (lookup) {
-                    v[c] = vi_lut16(lut, v[c]);
-                    v[4 + c] = vi_lut16(lut, v[4 + c]);
-                }
             }
             if (has_hb) {
                 VI hb = vi_chunk(q + 256, h);
@@ -614,7 +639,7 @@ KINL void tile_q23k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
  * KQ8_BIAS * (bsums[2j] + bsums[2j+1]) comes off each sub-block's sum before its scale. */
 KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a,
                      int64_t m0, const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0,
-                     int64_t n1)
+                     int64_t n1, const bool lut64)
 {
     const size_t gbb = 2208;
     const struct block_q8_K *xr[KMAXT];
@@ -624,7 +649,7 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
     }
-    const VI m4 = vi_set1(0x0F0F0F0F), lut = iq4_table();
+    const VI lut = iq4_table();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
         const uint8_t *scp = p + 32, *qv = p + 160;
@@ -640,8 +665,7 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
             KUNROLL
             for (int tq = 0; tq < 4; tq++) {
                 VI raw = vi_chunk(qv + 64 * (4 * j + tq), h);
-                VI lo = vi_lut16(lut, vi_and(raw, m4));
-                VI hi = vi_lut16(lut, vi_and(vi_srli16(raw, 4), m4));
+                VI lo = lut_lo(lut, raw, lut64), hi = lut_hi(lut, raw, lut64);
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const int8_t *xq = xr[i][b].qs + 32 * j + 4 * tq;
@@ -712,9 +736,9 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
 
 static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                        const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                       int64_t row0, int64_t n0, int64_t n1)
+                       int64_t row0, int64_t n0, int64_t n1, bool lut64)
 {
-#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_Q32(T, NT) tile_q32(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, lut64)
 #define CALL_Q8_0(NT) CALL_Q32(QT_Q8_0, NT)
 #define CALL_Q4_0(NT) CALL_Q32(QT_Q4_0, NT)
 #define CALL_Q4_1(NT) CALL_Q32(QT_Q4_1, NT)
@@ -735,14 +759,14 @@ static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, i
 
 static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                      const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                     int64_t row0, int64_t n0, int64_t n1)
+                     int64_t row0, int64_t n0, int64_t n1, bool lut64)
 {
 #define CALL_Q4K(NT) tile_q45k(QT_Q4_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q5K(NT) tile_q45k(QT_Q5_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q6K(NT) tile_q6k(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q2K(NT) tile_q23k(QT_Q2_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
 #define CALL_Q3K(NT) tile_q23k(QT_Q3_K, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
-#define CALL_IQ4XS(NT) tile_iq4xs(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_IQ4XS(NT) tile_iq4xs(gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, lut64)
     switch (t) {
     case QT_Q4_K: KTILE_CASES4K(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES4K(CALL_Q5K); break;
@@ -760,6 +784,7 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
     const struct quant_type_info *ti = quant_type_info(w->type);
     const int64_t nb = w->K / ti->block_size;
     const size_t gstride = (size_t)nb * kern_repack_group_block_bytes(w->type);
+    const bool lut64 = KLUT64 && kern_isa_vbmi();
     for (int64_t g = n0 / 16; g * 16 < n1; g++) {
         const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
 #if KMAXT8G
@@ -793,9 +818,9 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
                 if (ti->block_size == 32)
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, lut64);
                 else
-                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_k(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, lut64);
             }
         }
     }

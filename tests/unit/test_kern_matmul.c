@@ -140,10 +140,20 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
     kern_matmul_rows_ref(&w, &a, yref, N, 0, N);
     check_accuracy(t, &w, &a, yref, MAX_M);
 
-    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+    /* The look-up types run twice on an AVX-512 CPU with VBMI: with vpermb (the default)
+     * and with vpshufb (kern_isa_vbmi_set), the instruction CPUs without VBMI use. */
+    const bool lookup = t == QT_IQ4_NL || t == QT_IQ4_XS || t == QT_MXFP4;
+    for (int run = 0; run < KERN_ISA_COUNT + 1; run++) {
+        const int isa = run < KERN_ISA_COUNT ? run : KERN_ISA_AVX512;
         if (!kern_isa_supported((enum kern_isa)isa))
             continue;
+        if (run == KERN_ISA_COUNT) { /* the vpshufb run, after every level's default one */
+            if (!lookup || !kern_isa_vbmi())
+                continue;
+            CHECK(!kern_isa_vbmi_set(false));
+        }
         CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        const char *lut = isa == KERN_ISA_AVX512 && lookup ? (kern_isa_vbmi() ? " (vpermb)" : " (vpshufb)") : "";
         for (int th = 1; th <= MAX_THREADS; th++) {
             for (size_t mi = 0; mi < n_ms; mi++) {
                 int64_t M = ms[mi];
@@ -153,10 +163,10 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
                     memset(y, 0xff, sizeof(float) * (size_t)M * (size_t)N);
                     kern_matmul(pools[th], packed ? &w : &wplain, x + off * K, M, y, scratch);
                     bool same = memcmp(y, yref + off * N, sizeof(float) * (size_t)M * (size_t)N) == 0;
-                    CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s threads=%d packed=%d: "
+                    CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s%s threads=%d packed=%d: "
                            "bits differ from the reference",
                            quant_type_name(t), (long long)N, (long long)K, (long long)M,
-                           (long long)off, kern_isa_name((enum kern_isa)isa), th, packed);
+                           (long long)off, kern_isa_name((enum kern_isa)isa), lut, th, packed);
                 }
             }
         }
@@ -173,9 +183,10 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
                 if (memcmp(&y[m * N + n], &want, 4) != 0)
                     ok = false;
             }
-        CHECKF(ok, "%s K=%lld isa=%s: kern_matmul_rows [%lld, %lld) wrong", quant_type_name(t),
-               (long long)K, kern_isa_name((enum kern_isa)isa), (long long)n0, (long long)n1);
+        CHECKF(ok, "%s K=%lld isa=%s%s: kern_matmul_rows [%lld, %lld) wrong", quant_type_name(t),
+               (long long)K, kern_isa_name((enum kern_isa)isa), lut, (long long)n0, (long long)n1);
     }
+    kern_isa_vbmi_set(true);
     CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
 
     free(y);
