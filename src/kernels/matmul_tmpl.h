@@ -98,20 +98,21 @@ static inline VI kt_lut16(VI t, VI i)
 
 #ifndef KLUT64
 #define KLUT64 0
-#define vi_lut64(t, i) vi_lut16(t, vi_and(i, vi_set1(0x0F0F0F0F))) /* never run: lut64 is false */
 #endif
 
-/* The table entries of the low and of the high nibble of every byte of raw (t: a 16-byte
- * table repeated). With lut64 (KLUT64 and the caller's choice) vi_lut64 reads bits 0-5 of
- * each index, which the repeats make the nibble's entry: no masks. */
-KINL VI lut_lo(VI t, VI raw, const bool lut64)
+/* The table entries of the low (hi false) or high nibble of every byte of raw (t: a
+ * 16-byte table repeated). With lut64 (where KLUT64 and the caller say so) vi_lut64
+ * reads bits 0-5 of each index, which the repeats make the nibble's entry: no mask. */
+KINL VI lut_nibble(VI t, VI raw, const bool hi, const bool lut64)
 {
-    return KLUT64 && lut64 ? vi_lut64(t, raw) : vi_lut16(t, vi_and(raw, vi_set1(0x0F0F0F0F)));
-}
-KINL VI lut_hi(VI t, VI raw, const bool lut64)
-{
-    VI hi = vi_srli16(raw, 4);
-    return KLUT64 && lut64 ? vi_lut64(t, hi) : vi_lut16(t, vi_and(hi, vi_set1(0x0F0F0F0F)));
+    VI i = hi ? vi_srli16(raw, 4) : raw;
+#if KLUT64
+    if (lut64)
+        return vi_lut64(t, i);
+#else
+    (void)lut64;
+#endif
+    return vi_lut16(t, vi_and(i, vi_set1(0x0F0F0F0F)));
 }
 
 #ifndef vf_bf16
@@ -204,8 +205,8 @@ KINL void tile_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h
             for (int c = 0; c < 4; c++) {
                 VI raw = vi_chunk(q + 64 * c, h);
                 if (lookup) {
-                    v[c] = lut_lo(lut, raw, lut64);
-                    v[4 + c] = lut_hi(lut, raw, lut64);
+                    v[c] = lut_nibble(lut, raw, false, lut64);
+                    v[4 + c] = lut_nibble(lut, raw, true, lut64);
                 } else {
                     v[c] = vi_and(raw, m4);
                     v[4 + c] = vi_and(vi_srli16(raw, 4), m4);
@@ -665,7 +666,7 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
             KUNROLL
             for (int tq = 0; tq < 4; tq++) {
                 VI raw = vi_chunk(qv + 64 * (4 * j + tq), h);
-                VI lo = lut_lo(lut, raw, lut64), hi = lut_hi(lut, raw, lut64);
+                VI lo = lut_nibble(lut, raw, false, lut64), hi = lut_nibble(lut, raw, true, lut64);
                 KUNROLL
                 for (int i = 0; i < nt; i++) {
                     const int8_t *xq = xr[i][b].qs + 32 * j + 4 * tq;
