@@ -6,12 +6,17 @@
  *
  *   bench_kernels [--n N] [--k K] [--types q4_K,q8_0,...] [--isa avx512,...]
  *                 [--threads 1,2] [--m 1,512] [--seconds S] [--hot 1] [--vbmi 0]
+ *                 [--prefetch BYTES[,BYTES...]]
  *   bench_kernels --peak 1 [--threads 1,2]
  *   bench_kernels --mix 1
  * --hot 1 reuses one copy of the weight (cache-resident if small: the compute ceiling).
  * --vbmi 0 runs the AVX-512 look-ups (IQ4_NL, IQ4_XS, MXFP4) with vpshufb, as a CPU
  * without VBMI does, instead of vpermb (kern_isa_vbmi: the same bits).
- * --vs-stream 1 measures M = 1 against the machine's streaming read instead: it
+ * --prefetch BYTES sets the products' software prefetch distance (kern_prefetch_set; 0:
+ * none) instead of this CPU's default (KINETIC_PREFETCH or kern_prefetch_default). With
+ * --vs-stream a list of distances is measured side by side: each read is followed by one
+ * pass at each distance, and each gets a row of its own.
+ * --vs-stream 1 measures M <= VS_MAX_M against the machine's streaming read instead: it
  * alternates one pass over every copy with one plain read of as many bytes
  * (kern_memread, as `kinetic bench` does) for --seconds, and gives the medians of both
  * rates and of each pass's rate over its neighbouring read, so that a shared machine's
@@ -92,12 +97,16 @@ static void fill_weights(enum quant_type t, void *buf, size_t bytes)
 }
 
 #define VS_MAX 256 /* pairs of a --vs-stream measurement */
+#define VS_MAX_M 16 /* the most tokens --vs-stream measures (more are compute-bound) */
+#define PF_MAX 8    /* distances of one --prefetch list */
 
-/* --vs-stream: the medians of the product's rate over `copies` weights, the plain
- * read's, and their ratio, pair by pair; written as the result column. */
+/* --vs-stream: the medians of the product's rate over `copies` weights (M tokens; GB/s
+ * of weights), the plain read's, and their ratio, pair by pair, at each of the npf
+ * prefetch distances pf (one pass at each after every read); written as result columns
+ * res[0..npf). */
 static int vs_stream(struct kern_pool *pool, const struct kern_weight *w, int copies,
-                     size_t wbytes, const float *x, float *y, void *scratch, double seconds,
-                     char *res, size_t res_size)
+                     size_t wbytes, const float *x, int64_t M, float *y, void *scratch,
+                     double seconds, const size_t *pf, int npf, char (*res)[128])
 {
     struct kn_err err;
     struct kern_memread *mr;
@@ -106,21 +115,26 @@ static int vs_stream(struct kern_pool *pool, const struct kern_weight *w, int co
         fprintf(stderr, "bench_kernels: %s\n", err.msg);
         return 1;
     }
-    double kr[VS_MAX], rr[VS_MAX], ratio[VS_MAX];
+    static double kr[PF_MAX][VS_MAX], ratio[PF_MAX][VS_MAX];
+    double rr[VS_MAX];
     int n = 0;
     double start = kn_now();
     while (n < VS_MAX && (kn_now() - start < seconds || n < 5)) {
-        double t0 = kn_now();
-        for (int c = 0; c < copies; c++)
-            kern_matmul(pool, &w[c], x, 1, y, scratch);
-        kr[n] = (double)copies * (double)wbytes / (kn_now() - t0) * 1e-9;
         rr[n] = kern_memread_run(mr, pool);
-        ratio[n] = kr[n] / rr[n];
+        for (int s = 0; s < npf; s++) {
+            kern_prefetch_set(pf[s]);
+            double t0 = kn_now();
+            for (int c = 0; c < copies; c++)
+                kern_matmul(pool, &w[c], x, M, y, scratch);
+            kr[s][n] = (double)copies * (double)wbytes / (kn_now() - t0) * 1e-9;
+            ratio[s][n] = kr[s][n] / rr[n];
+        }
         n++;
     }
     kern_memread_free(mr);
-    snprintf(res, res_size, "%.1f GB/s, read %.1f GB/s, %.0f%% (median of %d pairs)",
-             kn_median(kr, n), kn_median(rr, n), 100.0 * kn_median(ratio, n), n);
+    for (int s = 0; s < npf; s++)
+        snprintf(res[s], 128, "%.1f GB/s, read %.1f GB/s, %.0f%% (median of %d pairs)",
+                 kn_median(kr[s], n), kn_median(rr, n), 100.0 * kn_median(ratio[s], n), n);
     return 0;
 }
 
@@ -304,6 +318,8 @@ int main(int argc, char **argv)
     const char *types = NULL, *isas = NULL, *threads = "1,2", *ms = "1,512";
     double seconds = 0.5;
     bool hot = false, peak = false, vs = false, mix = false;
+    size_t pf[PF_MAX] = {kern_prefetch_bytes()};
+    int npf = 1;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -322,6 +338,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--vs-stream")) vs = atoi(v) != 0;
         else if (!strcmp(argv[i], "--mix")) mix = atoi(v) != 0;
         else if (!strcmp(argv[i], "--vbmi")) kern_isa_vbmi_set(atoi(v) != 0);
+        else if (!strcmp(argv[i], "--prefetch")) {
+            npf = 0;
+            for (const char *q = v; *q && npf < PF_MAX; q += *q == ',') {
+                char *end;
+                pf[npf++] = (size_t)strtoull(q, &end, 10);
+                q = end;
+            }
+            kern_prefetch_set(pf[0]);
+        }
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", argv[i]);
             return 2;
@@ -404,14 +429,23 @@ int main(int argc, char **argv)
                     if (isa == KERN_ISA_SCALAR && M > 1)
                         M = 16;
                     kern_matmul(pool, &w[0], x, M, y, scratch); /* warm-up */
-                    if (vs && M == 1) {
-                        char res[128];
-                        if (vs_stream(pool, w, copies, wbytes, x, y, scratch, seconds, res,
-                                      sizeof res) != 0)
+                    if (vs && M <= VS_MAX_M) {
+                        char res[PF_MAX][128];
+                        if (vs_stream(pool, w, copies, wbytes, x, M, y, scratch, seconds, pf,
+                                      npf, res) != 0)
                             return 1;
-                        printf("| %s | %lldx%lld | %s | %d | 1 | - | %s |\n", quant_type_name(t),
-                               (long long)N, (long long)K, kern_isa_name((enum kern_isa)isa), th,
-                               res);
+                        /* The time/op column names the distance where several are
+                         * compared. */
+                        for (int s = 0; s < npf; s++) {
+                            char col[40] = "-";
+                            if (npf > 1)
+                                snprintf(col, sizeof col, "prefetch %zu", pf[s]);
+                            printf("| %s | %lldx%lld | %s | %d | %lld | %s | %s |\n",
+                                   quant_type_name(t), (long long)N, (long long)K,
+                                   kern_isa_name((enum kern_isa)isa), th, (long long)M, col,
+                                   res[s]);
+                        }
+                        kern_prefetch_set(pf[0]);
                         fflush(stdout);
                         continue;
                     }

@@ -60,9 +60,19 @@ static int print_version(void)
         if (kern_isa_supported((enum kern_isa)i))
             printf(" %s", kern_isa_name((enum kern_isa)i));
     printf(" (active: %s)\n", kern_isa_name(kern_isa_active()));
+    struct kn_err pf_err;
+    bool pf_ok = kern_prefetch_init(&pf_err) == KN_OK;
+    const char *why;
+    size_t pf_default = kern_prefetch_default(&why), pf = kern_prefetch_bytes();
+    if (pf == pf_default)
+        printf("prefetch: %zu bytes ahead (%s)\n", pf, why);
+    else
+        printf("prefetch: %zu bytes ahead (KINETIC_PREFETCH; default %zu)\n", pf, pf_default);
     printf("backends: %s\n", device_backends_built());
     if (!isa_ok)
         fprintf(stderr, "kinetic: warning: %s\n", err.msg);
+    if (!pf_ok)
+        fprintf(stderr, "kinetic: warning: %s\n", pf_err.msg);
     return 0;
 }
 

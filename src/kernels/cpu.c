@@ -3,6 +3,7 @@
  * override, else the best). */
 #include "isa.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,78 @@ bool kern_isa_vbmi_set(bool on)
 {
     atomic_store(&vbmi_on, on ? 1 : 0);
     return kern_isa_vbmi();
+}
+
+#if defined(KERN_ARCH_X86)
+/* x86's display family (CPUID leaf 1: base family, plus the extended family where the
+ * base is 0Fh) and whether the vendor is AMD. */
+static unsigned x86_family(bool *amd)
+{
+    unsigned a, b, c, d;
+    *amd = false;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return 0;
+    *amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    unsigned fam = (a >> 8) & 0xF;
+    return fam == 0xF ? fam + ((a >> 20) & 0xFF) : fam;
+}
+#endif
+
+size_t kern_prefetch_default(const char **why)
+{
+#if defined(KERN_ARCH_X86)
+    bool amd;
+    if (x86_family(&amd) == 0x1A && amd) {
+        *why = "AMD family 1Ah, Zen 5";
+        return KERN_PREFETCH_ZEN5;
+    }
+#endif
+    *why = "none measured for this CPU";
+    return 0;
+}
+
+/* -1 = undecided; otherwise the prefetch distance in bytes. */
+static _Atomic long long prefetch_bytes = -1;
+
+enum kn_status kern_prefetch_init(struct kn_err *err)
+{
+    const char *why;
+    size_t bytes = kern_prefetch_default(&why);
+    const char *env = getenv("KINETIC_PREFETCH");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end || errno || env[0] < '0' || env[0] > '9' || v > KERN_PREFETCH_MAX) {
+            atomic_store(&prefetch_bytes, (long long)bytes);
+            return kn_fail(err, KN_E_ARG,
+                           "KINETIC_PREFETCH=%s is not a byte count from 0 (none) to %d; unset "
+                           "it for this CPU's default, %zu",
+                           env, KERN_PREFETCH_MAX, bytes);
+        }
+        bytes = (size_t)v;
+    }
+    atomic_store(&prefetch_bytes, (long long)bytes);
+    return KN_OK;
+}
+
+size_t kern_prefetch_bytes(void)
+{
+    long long v = atomic_load_explicit(&prefetch_bytes, memory_order_relaxed);
+    if (v >= 0)
+        return (size_t)v;
+    struct kn_err err;
+    if (kern_prefetch_init(&err) != KN_OK)
+        kn_log(KN_LOG_WARN, "%s; using the default", err.msg);
+    return (size_t)atomic_load(&prefetch_bytes);
+}
+
+size_t kern_prefetch_set(size_t bytes)
+{
+    atomic_store(&prefetch_bytes, (long long)bytes);
+    return bytes;
 }
 
 bool kern_isa_supported(enum kern_isa isa)

@@ -52,6 +52,27 @@ KN_MUST_USE enum kn_status kern_isa_set(enum kern_isa isa, struct kn_err *err);
  * where the CPU lacks VBMI. */
 bool kern_isa_vbmi(void);
 bool kern_isa_vbmi_set(bool on);
+/* Software prefetch in the packed matrix products: on a row group's first pass over its
+ * weights (decode and the first token tile of a batch) every line of the group-block this
+ * many bytes ahead is prefetched as the block is read; 0 is none. Where the hardware
+ * prefetchers lose a type's stream this keeps decode at the memory's rate (AMD Zen 5, two
+ * threads: Q5_K from 68% to 101% of the streaming read, MXFP4 from 83% to 98%;
+ * docs/performance.md "Round 8"). A prefetch changes when bytes arrive, never a value:
+ * the bits are the same at any setting.
+ * The default is KERN_PREFETCH_ZEN5 on the CPUs it was measured on (AMD family 1Ah), 0
+ * elsewhere; KINETIC_PREFETCH=BYTES (0 to KERN_PREFETCH_MAX) overrides it.
+ * kern_prefetch_init decides it (a bad KINETIC_PREFETCH is KN_E_ARG, naming it, and
+ * leaves the default); kern_prefetch_bytes decides it at its first call where nothing
+ * did (a bad value is then a warning). kern_prefetch_set sets it (benchmarks, tests) and
+ * returns it. */
+#define KERN_PREFETCH_ZEN5 4096
+#define KERN_PREFETCH_MAX (1 << 20)
+KN_MUST_USE enum kn_status kern_prefetch_init(struct kn_err *err);
+size_t kern_prefetch_bytes(void);
+size_t kern_prefetch_set(size_t bytes);
+/* The default this CPU gets without KINETIC_PREFETCH, and the CPU it is named for
+ * ("AMD family 1Ah", or "none measured" where it is 0). */
+size_t kern_prefetch_default(const char **why);
 /* The device class recorded in receipts: "cpu-x86_64-avx2", "cpu-aarch64-dotprod" etc.
  * (the scalar level names this build's architecture: "cpu-aarch64-scalar"). Every CPU
  * class computes the same canonical-1 bits; the class says where a receipt was made. */

@@ -7,6 +7,13 @@
 int main(void)
 {
     struct kn_err err;
+    /* A bad KINETIC_PREFETCH seen first by kern_prefetch_bytes (no kern_prefetch_init
+     * call) is a warning, and the CPU's default. */
+    const char *why = NULL;
+    const size_t pf_default = kern_prefetch_default(&why);
+    setenv("KINETIC_PREFETCH", "lots", 1);
+    const size_t pf_lazy = kern_prefetch_bytes();
+    unsetenv("KINETIC_PREFETCH");
     /* A bad KINETIC_ISA seen first by kern_isa_active (no kern_isa_init call) falls back
      * to the scalar kernels, whose bits are the specification. */
     setenv("KINETIC_ISA", "avx9000", 1);
@@ -75,5 +82,33 @@ int main(void)
     CHECK(kern_isa_active() == best);
     CHECK(kern_isa_set(KERN_ISA_COUNT, &err) == KN_E_ARG);
     CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK && kern_isa_active() == KERN_ISA_SCALAR);
+
+    /* The products' software prefetch: KINETIC_PREFETCH's byte count, else this CPU's
+     * default; a bad value is an error naming it and leaves the default. */
+    CHECK(pf_lazy == pf_default);
+    CHECK(pf_default == 0 || pf_default == KERN_PREFETCH_ZEN5);
+    CHECK(why && *why);
+    printf("prefetch default here: %zu (%s)\n", pf_default, why);
+    static const char *const bad[] = {"abc", "-64", "4096x", " 64", "1048577", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kern_prefetch_set(123);
+        setenv("KINETIC_PREFETCH", bad[i], 1);
+        CHECK(kern_prefetch_init(&err) == KN_E_ARG);
+        CHECKF(strstr(err.msg, "KINETIC_PREFETCH=") != NULL && strstr(err.msg, bad[i]) != NULL,
+               "%s: %s", bad[i], err.msg);
+        CHECK(kern_prefetch_bytes() == pf_default);
+    }
+    static const struct { const char *env; size_t bytes; } good[] = {
+        {"0", 0}, {"4096", 4096}, {"1048576", KERN_PREFETCH_MAX}, {"", 0}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("KINETIC_PREFETCH", good[i].env, 1);
+        CHECK(kern_prefetch_init(&err) == KN_OK);
+        size_t want = *good[i].env ? good[i].bytes : pf_default; /* empty: unset */
+        CHECKF(kern_prefetch_bytes() == want, "KINETIC_PREFETCH=%s: %zu", good[i].env,
+               kern_prefetch_bytes());
+    }
+    unsetenv("KINETIC_PREFETCH");
+    CHECK(kern_prefetch_init(&err) == KN_OK && kern_prefetch_bytes() == pf_default);
+    CHECK(kern_prefetch_set(64) == 64 && kern_prefetch_bytes() == 64);
     CHECK_DONE();
 }

@@ -91,6 +91,10 @@ static void check_accuracy(enum quant_type t, const struct kern_weight *w,
 
 /* Checks every ISA level, thread count and batch size ms[0..n_ms) (each <= MAX_M) of
  * an N x K weight of type t against the reference. */
+/* The software prefetch distance of the packed runs that use one: the AMD Zen 5 default
+ * plus a line and a half, so that the prefetched addresses are not line-aligned. */
+static const size_t test_prefetch = KERN_PREFETCH_ZEN5 + 96;
+
 static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *ms, size_t n_ms)
 {
     struct kn_err err;
@@ -157,16 +161,20 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
         for (int th = 1; th <= MAX_THREADS; th++) {
             for (size_t mi = 0; mi < n_ms; mi++) {
                 int64_t M = ms[mi];
-                for (int packed = 0; packed < 2; packed++) {
+                /* Unpacked, then packed without and with software prefetch
+                 * (kern_prefetch_bytes: it changes when bytes arrive, never a value). */
+                for (int packed = 0; packed < 3; packed++) {
                     /* Rows [off, off + M) of x: a row's position in the batch varies. */
                     int64_t off = (M == MAX_M) ? 0 : (mi * 7 + (size_t)th) % (MAX_M - M + 1);
+                    const size_t pf = kern_prefetch_set(packed == 2 ? test_prefetch : 0);
                     memset(y, 0xff, sizeof(float) * (size_t)M * (size_t)N);
                     kern_matmul(pools[th], packed ? &w : &wplain, x + off * K, M, y, scratch);
                     bool same = memcmp(y, yref + off * N, sizeof(float) * (size_t)M * (size_t)N) == 0;
-                    CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s%s threads=%d packed=%d: "
-                           "bits differ from the reference",
+                    CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s%s threads=%d packed=%d "
+                           "prefetch=%zu: bits differ from the reference",
                            quant_type_name(t), (long long)N, (long long)K, (long long)M,
-                           (long long)off, kern_isa_name((enum kern_isa)isa), lut, th, packed);
+                           (long long)off, kern_isa_name((enum kern_isa)isa), lut, th,
+                           packed > 0, pf);
                 }
             }
         }
@@ -187,6 +195,7 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
                (long long)K, kern_isa_name((enum kern_isa)isa), lut, (long long)n0, (long long)n1);
     }
     kern_isa_vbmi_set(true);
+    kern_prefetch_set(test_prefetch);
     CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
 
     free(y);
