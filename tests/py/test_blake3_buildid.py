@@ -1,5 +1,6 @@
 """`kinetic --version`: the build id is the first 16 hex digits of the executable's BLAKE3
-(checked with b3sum), and the ISA line names the levels and the active one."""
+(checked with b3sum), the ISA line names the levels and the active one, and the prefetch
+line the products' software prefetch distance (KINETIC_PREFETCH, else the CPU's default)."""
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ KINETIC = os.environ.get("KINETIC", "build/kinetic")
 def version(env_extra=None):
     env = dict(os.environ)
     env.pop("KINETIC_ISA", None)
+    env.pop("KINETIC_PREFETCH", None)
     env.update(env_extra or {})
     r = subprocess.run([KINETIC, "--version"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
@@ -44,3 +46,15 @@ def test_bad_isa_is_reported():
     _, lines, err = version({"KINETIC_ISA": "sse9"})
     assert lines["isa"].endswith("(active: scalar)")
     assert "KINETIC_ISA" in err and "sse9" in err
+
+
+def test_prefetch_line_and_override():
+    _, lines, err = version()
+    default, why = lines["prefetch"].split(" bytes ahead (", 1)
+    assert int(default) in (0, 4096) and why.endswith(")") and not err
+    _, lines, err = version({"KINETIC_PREFETCH": "8192"})
+    assert lines["prefetch"] == "8192 bytes ahead (KINETIC_PREFETCH; default %s)" % default
+    # A bad value is a warning naming it, and the default is used.
+    _, lines, err = version({"KINETIC_PREFETCH": "8k"})
+    assert lines["prefetch"].startswith(default + " bytes ahead (")
+    assert "KINETIC_PREFETCH=8k" in err
