@@ -70,8 +70,8 @@ bool kern_isa_vbmi_set(bool on);
 KN_MUST_USE enum kn_status kern_prefetch_init(struct kn_err *err);
 size_t kern_prefetch_bytes(void);
 size_t kern_prefetch_set(size_t bytes);
-/* The default this CPU gets without KINETIC_PREFETCH, and the CPU it is named for
- * ("AMD family 1Ah", or "none measured" where it is 0). */
+/* The default this CPU gets without KINETIC_PREFETCH, and in *why the CPU it was
+ * measured on ("AMD family 1Ah, Zen 5"), or "none measured for this CPU" where it is 0. */
 size_t kern_prefetch_default(const char **why);
 /* The device class recorded in receipts: "cpu-x86_64-avx2", "cpu-aarch64-dotprod" etc.
  * (the scalar level names this build's architecture: "cpu-aarch64-scalar"). Every CPU
