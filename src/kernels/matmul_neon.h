@@ -192,7 +192,7 @@ static void float_rows(const struct kern_weight *w, const struct kern_act *a, fl
  * token is paired with itself and its duplicate dropped. */
 KINL void tile_q32_mm(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                       const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
-                      int64_t row0, int64_t n0, int64_t n1)
+                      int64_t row0, int64_t n0, int64_t n1, size_t pf)
 {
     const bool has_min = t == QT_Q4_1 || t == QT_Q5_1;
     const bool has_hb = t == QT_Q5_0 || t == QT_Q5_1;
@@ -210,6 +210,7 @@ KINL void tile_q32_mm(const enum quant_type t, const uint8_t *gp, int64_t nb, in
     const VI m4 = vi_set1(0x0F0F0F0F), m10 = vi_set1(0x10101010);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
+        kt_prefetch(p, gbb, pf);
         VF dw = vf_f16(p, h), dm = vf_zero();
         const uint8_t *q = p + 32;
         if (has_min) {
@@ -285,9 +286,9 @@ KINL void tile_q32_mm(const enum quant_type t, const uint8_t *gp, int64_t nb, in
 
 static void packed_q32_mm(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                           const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
-                          int64_t row0, int64_t n0, int64_t n1)
+                          int64_t row0, int64_t n0, int64_t n1, size_t pf)
 {
-#define CALL_MM(T, NT) tile_q32_mm(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1)
+#define CALL_MM(T, NT) tile_q32_mm(T, gp, nb, h, a, m0, NT, y, ldy, row0, n0, n1, pf)
 #define CALL_MM_Q8_0(NT) CALL_MM(QT_Q8_0, NT)
 #define CALL_MM_Q4_0(NT) CALL_MM(QT_Q4_0, NT)
 #define CALL_MM_Q4_1(NT) CALL_MM(QT_Q4_1, NT)
@@ -308,18 +309,21 @@ static void packed_rows_mm(const struct kern_weight *w, const struct kern_act *a
 {
     const int64_t nb = w->K / 32;
     const size_t gstride = (size_t)nb * kern_repack_group_block_bytes(w->type);
+    const size_t pf = kern_prefetch_bytes();
     for (int64_t g = n0 / 16; g * 16 < n1; g++) {
         const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
+        bool first_pass = true;
         for (int h = 0; h < 16 / KL; h++) {
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
             for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT32) {
                 int nt = (int)(a->M - m0 < KMAXT32 ? a->M - m0 : KMAXT32);
+                const size_t pfg = kt_pass_prefetch(&first_pass, pf);
                 if (nt == 1) /* one token: a pair would do twice the work (no look-ups: is_q32) */
-                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, false);
+                    packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, false, pfg);
                 else
-                    packed_q32_mm(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1);
+                    packed_q32_mm(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, pfg);
             }
         }
     }

@@ -168,6 +168,15 @@ KINL void kt_prefetch(const uint8_t *p, const size_t gbb, size_t pf)
         __builtin_prefetch(p + pf + l);
 }
 
+/* pf for a row group's next pass over its weights: on its first they come from memory,
+ * after that from the caches (no prefetch). */
+KINL size_t kt_pass_prefetch(bool *first_pass, size_t pf)
+{
+    size_t r = *first_pass ? pf : 0;
+    *first_pass = false;
+    return r;
+}
+
 /* ---------------------------------------------------------------- 32-blocks */
 
 /* Bytes of a Q8_0 group-block (16 f16 scales, then 8 chunks of 64): repack.c's layout. */
@@ -846,8 +855,7 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
                                : w->type == QT_Q3_K ? KMAXT3 : q45 ? KMAXT4K : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
-                const size_t pfg = first_pass ? pf : 0;
-                first_pass = false;
+                const size_t pfg = kt_pass_prefetch(&first_pass, pf);
                 if (ti->block_size == 32)
                     packed_q32(w->type, gp, nb, h, a, m0, nt, y, ldy, row0, n0, n1, lut64, pfg);
                 else
