@@ -52,6 +52,18 @@ static inline __m256i dp_q8_avx2(__m256i acc, __m256i w, __m256i s)
 #define vi_u8x2_i16(p, h) _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)((p) + 16 * (h))))
 #define vi_madd16(a, b) _mm256_madd_epi16(a, b)
 #define vi_lut16(t, i) _mm256_shuffle_epi8(t, i)
+/* kt_min_pairs with vectors, as matmul_avx512.c's: pairwise sums (vpmaddwd by ones),
+ * packed to int16 (exact), dwords 0, 1, 4 and 5 broadcast. */
+static inline void min_pairs256(const int16_t *bs, __m256i out[4])
+{
+    __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const void *)bs), _mm256_set1_epi16(1));
+    __m256i p = _mm256_packs_epi32(s, s);
+    out[0] = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(0));
+    out[1] = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(1));
+    out[2] = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(4));
+    out[3] = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(5));
+}
+#define vi_min_pairs(bs, out) min_pairs256(bs, out)
 #define vf_bf16(p, h) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)((p) + 16 * (h)))), 16))
 #define vf_zero() _mm256_setzero_ps()
 #define vf_set1(f) _mm256_set1_ps(f)

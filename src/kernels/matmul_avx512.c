@@ -61,6 +61,19 @@ static inline __m512i lut64_vbmi(__m512i t, __m512i i)
 }
 #define KLUT64 1
 #define vi_lut64(t, i) lut64_vbmi(t, i)
+/* kt_min_pairs with vectors: the 16 sums of 16 pairwise (vpmaddwd by ones: 8 sums of 32,
+ * exact in int32), packed to int16 (exact: |sum| <= 32 * 127), dwords 0, 1, 4 and 5 of
+ * the pack (pairs 0-3) broadcast. */
+static inline void min_pairs512(const int16_t *bs, __m512i out[4])
+{
+    __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const void *)bs), _mm256_set1_epi16(1));
+    __m512i p = _mm512_castsi256_si512(_mm256_packs_epi32(s, s));
+    out[0] = _mm512_permutexvar_epi32(_mm512_set1_epi32(0), p);
+    out[1] = _mm512_permutexvar_epi32(_mm512_set1_epi32(1), p);
+    out[2] = _mm512_permutexvar_epi32(_mm512_set1_epi32(4), p);
+    out[3] = _mm512_permutexvar_epi32(_mm512_set1_epi32(5), p);
+}
+#define vi_min_pairs(bs, out) min_pairs512(bs, out)
 #define vf_bf16(p, h) ((void)(h), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p))), 16)))
 #define vf_zero() _mm512_setzero_ps()
 #define vf_set1(f) _mm512_set1_ps(f)

@@ -115,6 +115,26 @@ KINL VI lut_nibble(VI t, VI raw, const bool hi, const bool lut64)
     return vi_lut16(t, vi_and(i, vi_set1(0x0F0F0F0F)));
 }
 
+/* Q4_K/Q5_K's mins: the sums of sub-blocks 2pp and 2pp + 1 of a Q8_K block (each <= 32 *
+ * 127) as an int16 pair, (bs[4pp] + bs[4pp + 1]) | (bs[4pp + 2] + bs[4pp + 3]) << 16, in
+ * every lane of out[pp]. */
+#ifndef vi_min_pairs
+KINL void kt_min_pairs(const int16_t *bs, VI out[4])
+{
+    alignas(16) uint32_t pair[4];
+    KUNROLL
+    for (int pp = 0; pp < 4; pp++) {
+        int s0 = bs[4 * pp] + bs[4 * pp + 1];
+        int s1 = bs[4 * pp + 2] + bs[4 * pp + 3];
+        pair[pp] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+    }
+    KUNROLL
+    for (int pp = 0; pp < 4; pp++)
+        out[pp] = vi_bcast(&pair[pp]);
+}
+#define vi_min_pairs(bs, out) kt_min_pairs(bs, out)
+#endif
+
 #ifndef vf_bf16
 static inline VF kt_bf16(const uint8_t *p, int h)
 {
@@ -398,18 +418,12 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
         KUNROLL
         for (int i = 0; i < nt; i++) {
             const struct block_q8_K *xb = &xr[i][b];
-            /* The sums of sub-blocks 2pp and 2pp+1 (each <= 32 * 127) as int16 pairs. */
-            alignas(16) uint32_t pair[4];
-            KUNROLL
-            for (int pp = 0; pp < 4; pp++) {
-                int s0 = xb->bsums[4 * pp] + xb->bsums[4 * pp + 1];
-                int s1 = xb->bsums[4 * pp + 2] + xb->bsums[4 * pp + 3];
-                pair[pp] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
-            }
+            VI pairs[4];
+            vi_min_pairs(xb->bsums, pairs);
             VI imin = vi_zero();
             KUNROLL
             for (int pp = 0; pp < 4; pp++)
-                imin = vi_dp16(imin, mins[pp], vi_bcast(&pair[pp]));
+                imin = vi_dp16(imin, mins[pp], pairs[pp]);
             VF dx = vf_set1(xb->d);
             acc[i] = vf_fma(vf_mul(dw, dx), vf_cvt(isum[i]), acc[i]);
             acc[i] = vf_fma(vf_neg(vf_mul(dmin, dx)), vf_cvt(imin), acc[i]);
