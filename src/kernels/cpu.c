@@ -210,22 +210,22 @@ enum kn_status kern_prefetch_init(struct kn_err *err)
 {
     const char *why;
     size_t bytes = kern_prefetch_default(&why);
+    enum kn_status st = KN_OK;
     const char *env = getenv("KINETIC_PREFETCH");
     if (env && *env) {
         char *end;
         errno = 0;
         unsigned long long v = strtoull(env, &end, 10);
-        if (*end || errno || env[0] < '0' || env[0] > '9' || v > KERN_PREFETCH_MAX) {
-            atomic_store(&prefetch_bytes, (long long)bytes);
-            return kn_fail(err, KN_E_ARG,
-                           "KINETIC_PREFETCH=%s is not a byte count from 0 (none) to %d; unset "
-                           "it for this CPU's default, %zu",
-                           env, KERN_PREFETCH_MAX, bytes);
-        }
-        bytes = (size_t)v;
+        if (*end || errno || env[0] < '0' || env[0] > '9' || v > KERN_PREFETCH_MAX)
+            st = kn_fail(err, KN_E_ARG,
+                         "KINETIC_PREFETCH=%s is not a byte count from 0 (none) to %d; unset "
+                         "it for this CPU's default, %zu",
+                         env, KERN_PREFETCH_MAX, bytes);
+        else
+            bytes = (size_t)v;
     }
     atomic_store(&prefetch_bytes, (long long)bytes);
-    return KN_OK;
+    return st;
 }
 
 size_t kern_prefetch_bytes(void)

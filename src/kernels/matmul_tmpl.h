@@ -359,7 +359,7 @@ KINL void tile_q8_2g(const uint8_t *gp0, const uint8_t *gp1, int64_t nb,
 /* ---------------------------------------------------------------- Q4_K, Q5_K */
 
 /* The mins: (m_2p, m_2p+1) times the pair of sub-block sums of the activation (each
- * <= 32 * 127, an int16) in one vi_dp16, the pair broadcast from memory. */
+ * <= 32 * 127, an int16) in one vi_dp16, the pairs built by vi_min_pairs. */
 KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                     const struct kern_act *a, int64_t m0, const int nt, float *y, int64_t ldy,
                     int64_t row0, int64_t n0, int64_t n1, size_t pf)
@@ -837,13 +837,15 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
     const size_t pf = kern_prefetch_bytes();
     for (int64_t g = n0 / 16; g * 16 < n1; g++) {
         const uint8_t *gp = (const uint8_t *)w->packed + (size_t)g * gstride;
+        bool first_pass = true;
 #if KMAXT8G
         /* Several tokens: Q8_0 groups in pairs (one token, decode, keeps one stream). */
         if (KL == 16 && w->type == QT_Q8_0 && a->M >= 4 && (g + 1) * 16 < n1) {
             for (int64_t m0 = 0; m0 < a->M; m0 += KMAXT8G) {
                 const int nt = (int)(a->M - m0 < KMAXT8G ? a->M - m0 : KMAXT8G);
+                const size_t pfg = kt_pass_prefetch(&first_pass, pf);
 #define CALL_Q8_2G(NT) tile_q8_2g(gp, gp + gstride, nb, a, m0, NT, y, ldy, 16 * g, 16 * (g + 1), n0, n1, \
-                                  m0 == 0 ? pf : 0)
+                                  pfg)
                 switch (nt) {
                 case 1: CALL_Q8_2G(1); break;
                 case 2: if (KMAXT8G >= 2) { CALL_Q8_2G(2); } break;
@@ -858,7 +860,6 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             continue;
         }
 #endif
-        bool first_pass = true;
         for (int h = 0; h < 16 / KL; h++) {
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)

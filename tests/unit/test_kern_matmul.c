@@ -89,12 +89,12 @@ static void check_accuracy(enum quant_type t, const struct kern_weight *w,
     free(dx);
 }
 
-/* Checks every ISA level, thread count and batch size ms[0..n_ms) (each <= MAX_M) of
- * an N x K weight of type t against the reference. */
 /* The software prefetch distance of the packed runs that use one: the AMD Zen 5 default
  * plus a line and a half, so that the prefetched addresses are not line-aligned. */
 static const size_t test_prefetch = KERN_PREFETCH_ZEN5 + 96;
 
+/* Checks every ISA level, thread count and batch size ms[0..n_ms) (each <= MAX_M) of
+ * an N x K weight of type t against the reference. */
 static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *ms, size_t n_ms)
 {
     struct kn_err err;
