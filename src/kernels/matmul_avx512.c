@@ -10,6 +10,9 @@
 #ifndef KMAXT4K
 #define KMAXT4K 8
 #endif
+#ifndef KMAXTQ6
+#define KMAXTQ6 6
+#endif
 #ifndef KMAXT8G
 #define KMAXT8G 6
 #endif

@@ -8,10 +8,11 @@
  *   KL            lanes per vector (16 or 8); a 16-row group is 16 / KL sub-groups
  *   KMAXT         tokens computed together (weights are unpacked once per tile), <= 4
  *   KMAXT4K       the same for Q4_K and Q5_K, <= 8 (defaults to KMAXT)
+ *   KMAXTQ6       the same for Q6_K, <= 8 (defaults to KMAXT4K)
  *   KMAXT8G       tokens of a Q8_0 tile over two 16-row groups, <= 6 (0, the default: none;
  *                 only with KL == 16)
  *   KMAXT32       the same for the 32-block types (one accumulator each), <= 8
- *   KMAXT6        the same for Q6_K, Q2_K, Q3_K (four accumulators each), <= KMAXT
+ *   KMAXT6        the same for Q2_K, Q3_K (four accumulators each), <= KMAXT
  *   KMAXT3        the same for Q3_K alone (defaults to KMAXT6)
  *   KFN(name)     the ISA-suffixed function name
  *   VI, VF        int32 and f32 vector types
@@ -63,6 +64,10 @@ KINL void st_rows(float *y, int64_t row0, int64_t n0, int64_t n1, VF v)
 
 #ifndef KMAXT4K
 #define KMAXT4K KMAXT
+#endif
+
+#ifndef KMAXTQ6
+#define KMAXTQ6 KMAXT4K
 #endif
 
 #ifndef KMAXT8G
@@ -435,7 +440,7 @@ KINL void tile_q45k(const enum quant_type t, const uint8_t *gp, int64_t nb, int 
 }
 
 /* The four fields t = 0..3 of a chunk (values v0..v3) times one token's activations
- * xq + 32 t, into its four sums (Q6_K, Q2_K: elements 32 t apart in the block). */
+ * xq + 32 t, into its four sums (Q2_K, Q3_K: elements 32 t apart in the block). */
 KINL void dp_fields(VI *d0, VI *d1, VI *d2, VI *d3, VI v0, VI v1, VI v2, VI v3, const int8_t *xq)
 {
     *d0 = vi_dp_bc(*d0, v0, xq);
@@ -446,78 +451,72 @@ KINL void dp_fields(VI *d0, VI *d1, VI *d2, VI *d3, VI v0, VI v1, VI v2, VI v3, 
 
 /* ---------------------------------------------------------------- Q6_K */
 
+/* A sub-block at a time: triple j (repack.c) holds its 16 elements as four values of 4,
+ * read once, in memory order, and unpacked once for every token of the tile; a token's
+ * four products go to one sum, times the sub-block's scale. The -32 offset is one exact
+ * term per scale pair: isum = sum_j sc_j dp_j - sum_p (32 sc_2p, 32 sc_2p+1) . (bsum_2p,
+ * bsum_2p+1), each 32 sc an int16 (<= 4096). */
 KINL void tile_q6k(const uint8_t *gp, int64_t nb, int h, const struct kern_act *a, int64_t m0,
                    const int nt, float *y, int64_t ldy, int64_t row0, int64_t n0, int64_t n1,
                    size_t pf)
 {
     const size_t gbb = 3360;
-    const struct block_q8_K *xr[KMAXT];
-    VF acc[KMAXT];
+    const struct block_q8_K *xr[KMAXTQ6];
+    VF acc[KMAXTQ6];
+    /* With 4 or more tokens their chains overlap; fewer split each token's sum in two. */
+    const bool one_chain = nt >= 4;
     KUNROLL
     for (int i = 0; i < nt; i++) {
         xr[i] = (const void *)((const uint8_t *)a->q + (size_t)(m0 + i) * a->row_bytes);
         acc[i] = vf_zero();
     }
-    const VI m4 = vi_set1(0x0F0F0F0F), m30 = vi_set1(0x30303030);
+    const VI m3f = vi_set1(0x3F3F3F3F), m03 = vi_set1(0x03030303), m0c = vi_set1(0x0C0C0C0C),
+             m30 = vi_set1(0x30303030);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = gp + (size_t)b * gbb;
         kt_prefetch(p, gbb, pf);
         const uint8_t *scp = p + 32, *qv = p + 288;
-        VI isum[KMAXT], corr[KMAXT];
+        VI isum[KMAXTQ6];
         KUNROLL
         for (int i = 0; i < nt; i++)
-            isum[i] = corr[i] = vi_zero();
-        /* Chunk triple (h2, g) = ql[64 h2 + 4 g], ql[64 h2 + 32 + 4 g], qh[32 h2 + 4 g]
-         * holds elements 128 h2 + 32 t + 4 g + (0..3) for t = 0..3, in sub-block
-         * 8 h2 + 2 t + (g >= 4), the even (g < 4) or odd member of scale pair 4 h2 + t.
-         * The -32 offset is applied once per block: isum = sum_i sc_i dp_i -
-         * 32 sum_i sc_i bsum_i. The triples are read once, in memory order, each
-         * unpacked once for every token of the tile; each token keeps four partial
-         * sums (t = 0..3) per half. */
-        for (int h2 = 0; h2 < 2; h2++) {
-            for (int half = 0; half < 2; half++) {
-                VI d[4][KMAXT];
+            isum[i] = vi_zero();
+        /* Not unrolled: each pass's sums then stay in registers. */
+        for (int pr = 0; pr < 8; pr++) {
+            const VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
+            KUNROLL
+            for (int e = 0; e < 2; e++) {
+                const uint8_t *c = qv + 192 * (2 * pr + e);
+                VI ca = vi_chunk(c, h), cb = vi_chunk(c + 64, h), cc = vi_chunk(c + 128, h);
+                VI v0 = vi_and(ca, m3f), v1 = vi_and(cb, m3f), v2 = vi_and(cc, m3f);
+                VI v3 = vi_or(vi_or(vi_and(vi_srli16(ca, 6), m03), vi_and(vi_srli16(cb, 4), m0c)),
+                              vi_and(vi_srli16(cc, 2), m30));
+                VI sc = e ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
                 KUNROLL
-                for (int t = 0; t < 4; t++) {
-                    KUNROLL
-                    for (int i = 0; i < nt; i++)
-                        d[t][i] = vi_zero();
-                }
-                KUNROLL
-                for (int gg = 0; gg < 4; gg++) {
-                    const int g = 4 * half + gg;
-                    const uint8_t *c = qv + 192 * (8 * h2 + g);
-                    VI qa = vi_chunk(c, h), qb = vi_chunk(c + 64, h), qc = vi_chunk(c + 128, h);
-                    VI v0 = vi_or(vi_and(qa, m4), vi_and(vi_slli16(qc, 4), m30));
-                    VI v1 = vi_or(vi_and(qb, m4), vi_and(vi_slli16(qc, 2), m30));
-                    VI v2 = vi_or(vi_and(vi_srli16(qa, 4), m4), vi_and(qc, m30));
-                    VI v3 = vi_or(vi_and(vi_srli16(qb, 4), m4), vi_and(vi_srli16(qc, 2), m30));
-                    KUNROLL
-                    for (int i = 0; i < nt; i++) {
-                        const int8_t *xq = xr[i][b].qs + 128 * h2 + 4 * g;
-                        dp_fields(&d[0][i], &d[1][i], &d[2][i], &d[3][i], v0, v1, v2, v3, xq);
+                for (int i = 0; i < nt; i++) {
+                    const int8_t *xq = xr[i][b].qs + 16 * (2 * pr + e);
+                    VI d0 = vi_dp_bc(vi_zero(), v0, xq);
+                    if (one_chain) {
+                        d0 = vi_dp_bc(d0, v1, xq + 4);
+                        d0 = vi_dp_bc(d0, v2, xq + 8);
+                        d0 = vi_dp_bc(d0, v3, xq + 12);
+                    } else {
+                        VI d1 = vi_dp_bc(vi_zero(), v1, xq + 4);
+                        d0 = vi_dp_bc(d0, v2, xq + 8);
+                        d1 = vi_dp_bc(d1, v3, xq + 12);
+                        d0 = vi_add(d0, d1);
                     }
-                }
-                KUNROLL
-                for (int t = 0; t < 4; t++) {
-                    const int pr = 4 * h2 + t;
-                    VI sp = vi_s8x2_i16(scp + 32 * pr, h); /* (sc_2p, sc_2p+1) per row */
-                    VI sc = half ? vi_srai32(sp, 16) : vi_srai32(vi_slli32(sp, 16), 16);
-                    KUNROLL
-                    for (int i = 0; i < nt; i++) {
-                        isum[i] = vi_add(isum[i], vi_mullo(d[t][i], sc));
-                        if (!half)
-                            corr[i] = vi_dp16(corr[i], sp, vi_bcast(xr[i][b].bsums + 2 * pr));
-                    }
+                    isum[i] = vi_add(isum[i], vi_mullo(d0, sc));
                 }
             }
+            const VI sp32 = vi_slli16(sp, 5);
+            KUNROLL
+            for (int i = 0; i < nt; i++)
+                isum[i] = vi_sub(isum[i], vi_madd16(sp32, vi_bcast(xr[i][b].bsums + 2 * pr)));
         }
         VF dw = vf_f16(p, h);
         KUNROLL
-        for (int i = 0; i < nt; i++) {
-            isum[i] = vi_sub(isum[i], vi_slli32(corr[i], 5));
+        for (int i = 0; i < nt; i++)
             acc[i] = vf_fma(vf_mul(dw, vf_set1(xr[i][b].d)), vf_cvt(isum[i]), acc[i]);
-        }
     }
     KUNROLL
     for (int i = 0; i < nt; i++)
@@ -769,6 +768,17 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
     case 7: if (KMAXT4K >= 7) { CALL(7); } break;                                          \
     default: if (KMAXT4K >= 8) { CALL(8); } break;                                         \
     }
+#define KTILE_CASESQ6(CALL)                                                                \
+    switch (nt) {                                                                          \
+    case 1: CALL(1); break;                                                                \
+    case 2: if (KMAXTQ6 >= 2) { CALL(2); } break;                                          \
+    case 3: if (KMAXTQ6 >= 3) { CALL(3); } break;                                          \
+    case 4: if (KMAXTQ6 >= 4) { CALL(4); } break;                                          \
+    case 5: if (KMAXTQ6 >= 5) { CALL(5); } break;                                          \
+    case 6: if (KMAXTQ6 >= 6) { CALL(6); } break;                                          \
+    case 7: if (KMAXTQ6 >= 7) { CALL(7); } break;                                          \
+    default: if (KMAXTQ6 >= 8) { CALL(8); } break;                                         \
+    }
 #define KTILE_CASES32(CALL)                                                                \
     switch (nt) {                                                                          \
     case 1: CALL(1); break;                                                                \
@@ -817,10 +827,10 @@ static void packed_k(const enum quant_type t, const uint8_t *gp, int64_t nb, int
     switch (t) {
     case QT_Q4_K: KTILE_CASES4K(CALL_Q4K); break;
     case QT_Q5_K: KTILE_CASES4K(CALL_Q5K); break;
+    case QT_Q6_K: KTILE_CASESQ6(CALL_Q6K); break;
     case QT_Q2_K: KTILE_CASES6(CALL_Q2K); break;
     case QT_Q3_K: KTILE_CASES6(CALL_Q3K); break;
-    case QT_IQ4_XS: KTILE_CASES(CALL_IQ4XS); break;
-    default: KTILE_CASES6(CALL_Q6K); break;
+    default: KTILE_CASES(CALL_IQ4XS); break;
     }
 }
 
@@ -864,10 +874,10 @@ static void packed_rows(const struct kern_weight *w, const struct kern_act *a, f
             int64_t row0 = 16 * g + KL * h;
             if (row0 >= n1 || row0 + KL <= n0)
                 continue;
-            const bool four_acc = w->type == QT_Q6_K || w->type == QT_Q2_K;
             const bool q45 = w->type == QT_Q4_K || w->type == QT_Q5_K;
-            const int64_t tile = ti->block_size == 32 ? KMAXT32 : four_acc ? KMAXT6
-                               : w->type == QT_Q3_K ? KMAXT3 : q45 ? KMAXT4K : KMAXT;
+            const int64_t tile = ti->block_size == 32 ? KMAXT32 : w->type == QT_Q2_K ? KMAXT6
+                               : w->type == QT_Q3_K ? KMAXT3 : w->type == QT_Q6_K ? KMAXTQ6
+                               : q45 ? KMAXT4K : KMAXT;
             for (int64_t m0 = 0; m0 < a->M; m0 += tile) {
                 int nt = (int)(a->M - m0 < tile ? a->M - m0 : tile);
                 const size_t pfg = kt_pass_prefetch(&first_pass, pf);

@@ -335,10 +335,14 @@ int main(void)
     check_shape(QT_Q2_K, 70, 1024);
     check_shape(QT_Q3_K, 70, 1024);
     /* Q3_K's packed triples (repack.c) at every batch size up to two full token tiles and
-     * one more on each ISA (KMAXT6 <= 4), on row counts that end in a partial group. */
+     * one more on each ISA (KMAXT6 <= 4), on row counts that end in a partial group; Q6_K's
+     * at every tile size (KMAXTQ6 <= 8) and two full tiles and one more of up to 6. */
     static const int ms_1_9[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    static const int ms_q6[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13};
     check_shape_ms(QT_Q3_K, 37, 512, ms_1_9, sizeof ms_1_9 / sizeof ms_1_9[0]);
     check_shape_ms(QT_Q3_K, 70, 1024, ms_1_9, sizeof ms_1_9 / sizeof ms_1_9[0]);
+    check_shape_ms(QT_Q6_K, 37, 512, ms_q6, sizeof ms_q6 / sizeof ms_q6[0]);
+    check_shape_ms(QT_Q6_K, 70, 1024, ms_q6, sizeof ms_q6 / sizeof ms_q6[0]);
     check_shape(QT_IQ4_XS, 70, 1024);
     check_shape(QT_IQ4_NL, 100, 1024);
     check_shape(QT_MXFP4, 100, 1024);
