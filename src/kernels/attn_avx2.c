@@ -1,8 +1,8 @@
 /* attn_avx2.c: attention over the KV cache with AVX2 + FMA + F16C, bit for bit the
  * reference in attn.c (which states the order of operations).
  *
- * Work is done in blocks of up to GMAX query heads of one token that share a kv head, so
- * each K and V row is loaded once per block. Scores: (key, head) pairs four at a time, each
+ * Work is done in the blocks of attn_tmpl.h (up to GMAX query heads that share a kv head,
+ * for up to QMAX queries), so each K and V row is loaded once per block. Scores: (key, head) pairs four at a time, each
  * the canonical 16-lane dot in two ymm accumulators, trees packed four per op. A tile's
  * exps are computed 8 slots at a time with slots outside the visible range at -inf (exp
  * gives +0, which leaves the canonical sum's lanes as the reference leaves them). Value
@@ -78,7 +78,7 @@ static inline __attribute__((always_inline)) void dot4(const float *const q[4], 
     }
 }
 
-#define GMAX 8 /* query heads of one kv head processed together */
+#define GMAX KERN_ATTN_GMAX
 
 /* The value sums of one tile for NH heads, NC chunks of 8 dims per pass, merged into o:
  * o[i][d] = fmaf(ot, sb[i], o[i][d] * sa[i]). */
@@ -140,136 +140,116 @@ static inline __attribute__((always_inline)) void vsum(
     }
 }
 
-static inline __attribute__((always_inline)) void attn_body(const struct kern_attn_args *a,
-                                                            int64_t begin, int64_t end,
-                                                            const uint32_t type)
+/* Tile [t0, t0 + T) clipped to keys [j0, j1] for one query's nh heads q, merged into st:
+ * the reference's steps for each (query, head) pair. */
+static inline __attribute__((always_inline)) void attn_tile(const struct kern_attn_args *a,
+                                                            const uint32_t type, const float *const *q,
+                                                            int64_t nh, int64_t g, int64_t t0,
+                                                            int64_t j0, int64_t j1,
+                                                            struct kern_attn_qstate *st)
 {
-    const int64_t D = a->head_dim, T = KERN_ATTN_TILE, H = a->n_head;
-    const int64_t group = H / a->n_head_kv;
+    const int64_t D = a->head_dim, T = KERN_ATTN_TILE;
     float s[GMAX][KERN_ATTN_TILE] __attribute__((aligned(32)));
     float e[GMAX][KERN_ATTN_TILE] __attribute__((aligned(32)));
-    float o[GMAX][KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(32)));
-    float m[GMAX], l[GMAX], sa[GMAX], sb[GMAX];
-    for (int64_t idx = begin; idx < end;) {
-        int64_t t = idx / H, h0 = idx % H, g = h0 / group;
-        int64_t nh = (g + 1) * group - h0;
-        nh = nh < end - idx ? nh : end - idx;
-        nh = nh < GMAX ? nh : GMAX;
-        const float *q[GMAX];
-        for (int64_t i = 0; i < nh; i++) {
-            q[i] = a->q + t * a->q_stride + (h0 + i) * D;
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
-            for (int64_t d = 0; d < D; d++)
-                o[i][d] = 0.0f;
+    float sa[GMAX], sb[GMAX];
+    const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
+    const int64_t vbase = g * (a->v_head_stride ? a->v_head_stride : D);
+    for (int64_t i = 0; i < nh; i++)
+        for (int64_t x = 0; x < T; x++)
+            s[i][x] = -INFINITY;
+    /* scores: heads in fours against each key (sharing its K row), then the other heads'
+     * (key, head) pairs, key-major, four at a time */
+    const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
+    for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
+        int64_t off = j * a->k_stride + kbase;
+        const int64_t offs[4] = {off, off, off, off};
+        for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
+            float sc[4];
+            dot4(q + i0, a->k, type, offs, D, sc);
+            for (int c = 0; c < 4; c++)
+                s[i0 + c][j - t0] = sc[c] * a->scale;
         }
-        int64_t p = a->q_pos[t];
-        int64_t lo = kn_hd_attn_first_key(p, a->window);
-        const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
-        const int64_t vbase = g * (a->v_head_stride ? a->v_head_stride : D);
-        for (int64_t t0 = lo / T * T; t0 <= p; t0 += T) {
-            int64_t j0 = t0 > lo ? t0 : lo, j1 = t0 + T - 1 < p ? t0 + T - 1 : p;
-            for (int64_t i = 0; i < nh; i++)
-                for (int64_t x = 0; x < T; x++)
-                    s[i][x] = -INFINITY;
-            /* scores: heads in fours against each key (sharing its K row), then the
-             * other heads' (key, head) pairs, key-major, four at a time */
-            const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
-            for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
-                int64_t off = j * a->k_stride + kbase;
-                const int64_t offs[4] = {off, off, off, off};
-                for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
-                    float sc[4];
-                    dot4(q + i0, a->k, type, offs, D, sc);
-                    for (int c = 0; c < 4; c++)
-                        s[i0 + c][j - t0] = sc[c] * a->scale;
+    }
+    int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
+    for (int64_t pp = 0; pp < n_pairs; pp += 4) {
+        const float *qc[4];
+        int64_t off[4], jc[4], ic[4];
+        for (int c = 0; c < 4; c++) {
+            if (pp + c < n_pairs) {
+                jc[c] = jn;
+                ic[c] = nh4 + in;
+                if (++in == nr) {
+                    in = 0;
+                    jn++;
                 }
+            } else { /* spare slots redo the block's first pair */
+                jc[c] = jc[0];
+                ic[c] = ic[0];
             }
-            int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
-            for (int64_t pp = 0; pp < n_pairs; pp += 4) {
-                const float *qc[4];
-                int64_t off[4], jc[4], ic[4];
-                for (int c = 0; c < 4; c++) {
-                    if (pp + c < n_pairs) {
-                        jc[c] = jn;
-                        ic[c] = nh4 + in;
-                        if (++in == nr) {
-                            in = 0;
-                            jn++;
-                        }
-                    } else { /* spare slots redo the block's first pair */
-                        jc[c] = jc[0];
-                        ic[c] = ic[0];
-                    }
-                    qc[c] = q[ic[c]];
-                    off[c] = jc[c] * a->k_stride + kbase;
-                }
-                float sc[4];
-                dot4(qc, a->k, type, off, D, sc);
-                for (int c = 0; c < 4 && pp + c < n_pairs; c++)
-                    s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
-            }
-            if (a->softcap > 0.0f) /* Gemma 2: scalar, as the reference */
-                for (int64_t i = 0; i < nh; i++)
-                    for (int64_t j = j0; j <= j1; j++)
-                        s[i][j - t0] = kern_softcapf(s[i][j - t0], a->softcap);
-            for (int64_t i = 0; i < nh; i++) {
-                /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips
-                 * a NaN x as the reference does). Only a zero's sign could differ from the
-                 * reference's sequential max, and mt reaches nothing but exp's argument,
-                 * where -0 and +0 give the same result. */
-                __m256 vx = _mm256_max_ps(_mm256_load_ps(s[i] + 24), _mm256_set1_ps(-INFINITY));
-                vx = _mm256_max_ps(_mm256_load_ps(s[i] + 16), vx);
-                vx = _mm256_max_ps(_mm256_load_ps(s[i] + 8), vx);
-                float mt = kn_hmax8(_mm256_max_ps(_mm256_load_ps(s[i]), vx));
-                __m256 vmt = _mm256_set1_ps(mt);
-                __m256 e0 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i]), vmt));
-                __m256 e1 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 8), vmt));
-                __m256 e2 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 16), vmt));
-                __m256 e3 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 24), vmt));
-                _mm256_store_ps(e[i], e0);
-                _mm256_store_ps(e[i] + 8, e1);
-                _mm256_store_ps(e[i] + 16, e2);
-                _mm256_store_ps(e[i] + 24, e3);
-                /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
-                float lt = kn_tree8x2(_mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e0), e2),
-                                      _mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e1), e3));
-                float mn = mt > m[i] ? mt : m[i];
-                sa[i] = kern_expf(m[i] - mn);
-                sb[i] = kern_expf(mt - mn);
-                l[i] = fmaf(lt, sb[i], l[i] * sa[i]);
-                m[i] = mn;
-            }
-            const void *v = a->v;
-            int64_t vs = a->v_stride;
-            switch (nh) {
-            case 1: vsum(1, 8, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 2: vsum(2, 4, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 3: vsum(3, 2, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 4: vsum(4, 2, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 5: vsum(5, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 6: vsum(6, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            case 7: vsum(7, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            default: vsum(8, 1, v, type, vs, vbase, D, j0, j1, t0, e, o, sa, sb); break;
-            }
+            qc[c] = q[ic[c]];
+            off[c] = jc[c] * a->k_stride + kbase;
         }
-        for (int64_t i = 0; a->sinks && i < nh; i++) { /* gpt-oss: as the reference */
-            float sa_i = kn_attn_sink(a->sinks[h0 + i], &m[i], &l[i]);
-            for (int64_t d = 0; d < D; d++)
-                o[i][d] = o[i][d] * sa_i;
-        }
-        for (int64_t i = 0; i < nh; i++) {
-            float *out = a->out + t * a->out_stride + (h0 + i) * D;
-            __m256 vl = _mm256_set1_ps(l[i]);
-            int64_t d = 0;
-            for (; d + 8 <= D; d += 8)
-                _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(o[i] + d), vl));
-            for (; d < D; d++)
-                out[d] = o[i][d] / l[i];
-        }
-        idx += nh;
+        float sc[4];
+        dot4(qc, a->k, type, off, D, sc);
+        for (int c = 0; c < 4 && pp + c < n_pairs; c++)
+            s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
+    }
+    if (a->softcap > 0.0f) /* Gemma 2: scalar, as the reference */
+        for (int64_t i = 0; i < nh; i++)
+            for (int64_t j = j0; j <= j1; j++)
+                s[i][j - t0] = kern_softcapf(s[i][j - t0], a->softcap);
+    for (int64_t i = 0; i < nh; i++) {
+        /* the tile max over all 32 slots (hidden ones hold -inf; max_ps(x, m) skips a NaN
+         * x as the reference does). Only a zero's sign could differ from the reference's
+         * sequential max, and mt reaches nothing but exp's argument, where -0 and +0 give
+         * the same result. */
+        __m256 vx = _mm256_max_ps(_mm256_load_ps(s[i] + 24), _mm256_set1_ps(-INFINITY));
+        vx = _mm256_max_ps(_mm256_load_ps(s[i] + 16), vx);
+        vx = _mm256_max_ps(_mm256_load_ps(s[i] + 8), vx);
+        float mt = kn_hmax8(_mm256_max_ps(_mm256_load_ps(s[i]), vx));
+        __m256 vmt = _mm256_set1_ps(mt);
+        __m256 e0 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i]), vmt));
+        __m256 e1 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 8), vmt));
+        __m256 e2 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 16), vmt));
+        __m256 e3 = kn_exp8(_mm256_sub_ps(_mm256_load_ps(s[i] + 24), vmt));
+        _mm256_store_ps(e[i], e0);
+        _mm256_store_ps(e[i] + 8, e1);
+        _mm256_store_ps(e[i] + 16, e2);
+        _mm256_store_ps(e[i] + 24, e3);
+        /* slot i and i + 16 share accumulator i: (+0 + e[i]) + e[i + 16] */
+        float lt = kn_tree8x2(_mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e0), e2),
+                              _mm256_add_ps(_mm256_add_ps(_mm256_setzero_ps(), e1), e3));
+        float mn = mt > st->m[i] ? mt : st->m[i];
+        sa[i] = kern_expf(st->m[i] - mn);
+        sb[i] = kern_expf(mt - mn);
+        st->l[i] = fmaf(lt, sb[i], st->l[i] * sa[i]);
+        st->m[i] = mn;
+    }
+    const void *v = a->v;
+    int64_t vs = a->v_stride;
+    switch (nh) {
+    case 1: vsum(1, 8, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 2: vsum(2, 4, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 3: vsum(3, 2, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 4: vsum(4, 2, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 5: vsum(5, 1, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 6: vsum(6, 1, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    case 7: vsum(7, 1, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
+    default: vsum(8, 1, v, type, vs, vbase, D, j0, j1, t0, e, st->o, sa, sb); break;
     }
 }
+
+static inline void attn_out(float *out, const float *o, float l, int64_t D)
+{
+    __m256 vl = _mm256_set1_ps(l);
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(o + d), vl));
+    for (; d < D; d++)
+        out[d] = o[d] / l;
+}
+
+#include "attn_tmpl.h"
 
 /* The cache type is a constant inside each copy, so no load tests it. */
 void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end)

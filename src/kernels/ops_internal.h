@@ -47,6 +47,53 @@ static inline float kn_attn_sink(float sink, float *m, float *l)
     return kn_hd_attn_sink(sink, m, l); /* kern_hd.h, shared with CUDA */
 }
 
+/* The SIMD attention's blocks of (query, head) pairs [begin, end) (pair idx = t * n_head +
+ * h): up to gmax query heads that share a kv head, for up to qb consecutive queries where
+ * the range holds those queries whole (prefill: each K and V tile then serves them all);
+ * the heads of a query the range holds in part, one query at a time. Each pair is in
+ * exactly one block; a pair's arithmetic does not depend on its block. */
+#define KERN_ATTN_GMAX 8 /* query heads of one kv head the SIMD attention computes together */
+
+/* One query's running state (attn.c: m, l, o) for a block of heads. */
+struct kern_attn_qstate {
+    float o[KERN_ATTN_GMAX][KERN_ATTN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float m[KERN_ATTN_GMAX], l[KERN_ATTN_GMAX];
+};
+
+struct kern_attn_iter {
+    int64_t idx, end; /* the next pair not yet in a block, and the range's end */
+    int64_t t, nq, h0; /* the whole queries [t, t + nq) being given out, their next head */
+};
+
+static inline bool kern_attn_next(const struct kern_attn_args *a, struct kern_attn_iter *it,
+                                  int64_t gmax, int64_t qb, int64_t *t, int64_t *nq,
+                                  int64_t *h0, int64_t *nh)
+{
+    const int64_t H = a->n_head, group = H / a->n_head_kv;
+    if (it->nq == 0) {
+        if (it->idx >= it->end)
+            return false;
+        int64_t tt = it->idx / H, hh = it->idx % H;
+        if (hh != 0 || (tt + 1) * H > it->end) { /* part of one query */
+            int64_t n = (hh / group + 1) * group - hh;
+            n = n < it->end - it->idx ? n : it->end - it->idx;
+            *t = tt, *nq = 1, *h0 = hh, *nh = n < gmax ? n : gmax;
+            it->idx += *nh;
+            return true;
+        }
+        it->t = tt, it->h0 = 0;
+        it->nq = (it->end - it->idx) / H < qb ? (it->end - it->idx) / H : qb;
+    }
+    int64_t n = (it->h0 / group + 1) * group - it->h0;
+    *t = it->t, *nq = it->nq, *h0 = it->h0, *nh = n < gmax ? n : gmax;
+    it->h0 += *nh;
+    if (it->h0 == H) {
+        it->idx += it->nq * H;
+        it->nq = 0;
+    }
+    return true;
+}
+
 static inline float kn_bits_f32(uint32_t u)
 {
     float f;
