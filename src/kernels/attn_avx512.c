@@ -118,63 +118,14 @@ static inline __attribute__((always_inline)) void vsum(
     }
 }
 
-/* Tile [t0, t0 + T) clipped to keys [j0, j1] for one query's nh heads q, merged into st:
- * the reference's steps for each (query, head) pair. */
-static inline __attribute__((always_inline)) void attn_tile(const struct kern_attn_args *a,
-                                                            const uint32_t type, const float *const *q,
-                                                            int64_t nh, int64_t g, int64_t t0,
-                                                            int64_t j0, int64_t j1, struct kern_attn_qstate *st)
+/* A tile's softmax step for nh heads: from the scores s (-inf outside the visible keys)
+ * the exps e, and the merge of the tile's (m_t, l_t) into st: the factors sa (old state)
+ * and sb (the tile) that vsum applies to o. */
+static inline __attribute__((always_inline)) void attn_softmax(int64_t nh, float s[GMAX][KERN_ATTN_TILE],
+                                                               float e[GMAX][KERN_ATTN_TILE],
+                                                               struct kern_attn_qstate *st, float *sa,
+                                                               float *sb)
 {
-    const int64_t D = a->head_dim;
-    float s[GMAX][KERN_ATTN_TILE] __attribute__((aligned(64)));
-    float e[GMAX][KERN_ATTN_TILE] __attribute__((aligned(64)));
-    float sa[GMAX], sb[GMAX];
-    const int64_t kbase = g * (a->k_head_stride ? a->k_head_stride : D);
-    for (int64_t i = 0; i < nh; i++) {
-        _mm512_store_ps(s[i], _mm512_set1_ps(-INFINITY));
-        _mm512_store_ps(s[i] + 16, _mm512_set1_ps(-INFINITY));
-    }
-    /* scores: heads in fours against each key (sharing its K row), then the other heads'
-     * (key, head) pairs, key-major, four at a time */
-    const int64_t nh4 = nh / 4 * 4, nr = nh - nh4;
-    for (int64_t j = j0; nh4 > 0 && j <= j1; j++) {
-        int64_t off = j * a->k_stride + kbase;
-        const int64_t offs[4] = {off, off, off, off};
-        for (int64_t i0 = 0; i0 < nh4; i0 += 4) {
-            float sc[4];
-            dot4(q + i0, a->k, type, offs, D, sc);
-            for (int c = 0; c < 4; c++)
-                s[i0 + c][j - t0] = sc[c] * a->scale;
-        }
-    }
-    int64_t n_pairs = (j1 - j0 + 1) * nr, jn = j0, in = 0; /* the next pair */
-    for (int64_t pp = 0; pp < n_pairs; pp += 4) {
-        const float *qc[4];
-        int64_t off[4], jc[4], ic[4];
-        for (int c = 0; c < 4; c++) {
-            if (pp + c < n_pairs) {
-                jc[c] = jn;
-                ic[c] = nh4 + in;
-                if (++in == nr) {
-                    in = 0;
-                    jn++;
-                }
-            } else { /* spare slots redo the block's first pair */
-                jc[c] = jc[0];
-                ic[c] = ic[0];
-            }
-            qc[c] = q[ic[c]];
-            off[c] = jc[c] * a->k_stride + kbase;
-        }
-        float sc[4];
-        dot4(qc, a->k, type, off, D, sc);
-        for (int c = 0; c < 4 && pp + c < n_pairs; c++)
-            s[ic[c]][jc[c] - t0] = sc[c] * a->scale;
-    }
-    if (a->softcap > 0.0f) /* Gemma 2: scalar, as the reference */
-        for (int64_t i = 0; i < nh; i++)
-            for (int64_t j = j0; j <= j1; j++)
-                s[i][j - t0] = kern_softcapf(s[i][j - t0], a->softcap);
     float lt[GMAX], mt_[GMAX];
     float ex[16] __attribute__((aligned(64))); /* m - m' of each head, then m_t - m' */
     for (int64_t i = 0; i < nh; i++) {
@@ -207,18 +158,6 @@ static inline __attribute__((always_inline)) void attn_tile(const struct kern_at
         sa[i] = ex[i];
         sb[i] = ex[8 + i];
         st->l[i] = fmaf(lt[i], sb[i], st->l[i] * sa[i]);
-    }
-    const void *v = a->v;
-    int64_t vs = a->v_stride, vb = g * (a->v_head_stride ? a->v_head_stride : D);
-    switch (nh) {
-    case 1: vsum(1, 8, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 2: vsum(2, 4, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 3: vsum(3, 2, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 4: vsum(4, 2, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 5: vsum(5, 1, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 6: vsum(6, 1, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    case 7: vsum(7, 1, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
-    default: vsum(8, 1, v, type, vs, vb, D, j0, j1, t0, e, st->o, sa, sb); break;
     }
 }
 

@@ -757,39 +757,21 @@ KINL void tile_iq4xs(const uint8_t *gp, int64_t nb, int h, const struct kern_act
     case 3: if (KMAXT6 >= 3) { CALL(3); } break;                                           \
     default: if (KMAXT6 >= 4) { CALL(4); } break;                                          \
     }
-#define KTILE_CASES4K(CALL)                                                                \
+/* The same for tiles of up to 8 tokens, at most KMAXV. */
+#define KTILE_CASES8(CALL, KMAXV)                                                          \
     switch (nt) {                                                                          \
     case 1: CALL(1); break;                                                                \
-    case 2: if (KMAXT4K >= 2) { CALL(2); } break;                                          \
-    case 3: if (KMAXT4K >= 3) { CALL(3); } break;                                          \
-    case 4: if (KMAXT4K >= 4) { CALL(4); } break;                                          \
-    case 5: if (KMAXT4K >= 5) { CALL(5); } break;                                          \
-    case 6: if (KMAXT4K >= 6) { CALL(6); } break;                                          \
-    case 7: if (KMAXT4K >= 7) { CALL(7); } break;                                          \
-    default: if (KMAXT4K >= 8) { CALL(8); } break;                                         \
+    case 2: if ((KMAXV) >= 2) { CALL(2); } break;                                          \
+    case 3: if ((KMAXV) >= 3) { CALL(3); } break;                                          \
+    case 4: if ((KMAXV) >= 4) { CALL(4); } break;                                          \
+    case 5: if ((KMAXV) >= 5) { CALL(5); } break;                                          \
+    case 6: if ((KMAXV) >= 6) { CALL(6); } break;                                          \
+    case 7: if ((KMAXV) >= 7) { CALL(7); } break;                                          \
+    default: if ((KMAXV) >= 8) { CALL(8); } break;                                         \
     }
-#define KTILE_CASESQ6(CALL)                                                                \
-    switch (nt) {                                                                          \
-    case 1: CALL(1); break;                                                                \
-    case 2: if (KMAXTQ6 >= 2) { CALL(2); } break;                                          \
-    case 3: if (KMAXTQ6 >= 3) { CALL(3); } break;                                          \
-    case 4: if (KMAXTQ6 >= 4) { CALL(4); } break;                                          \
-    case 5: if (KMAXTQ6 >= 5) { CALL(5); } break;                                          \
-    case 6: if (KMAXTQ6 >= 6) { CALL(6); } break;                                          \
-    case 7: if (KMAXTQ6 >= 7) { CALL(7); } break;                                          \
-    default: if (KMAXTQ6 >= 8) { CALL(8); } break;                                         \
-    }
-#define KTILE_CASES32(CALL)                                                                \
-    switch (nt) {                                                                          \
-    case 1: CALL(1); break;                                                                \
-    case 2: if (KMAXT32 >= 2) { CALL(2); } break;                                          \
-    case 3: if (KMAXT32 >= 3) { CALL(3); } break;                                          \
-    case 4: if (KMAXT32 >= 4) { CALL(4); } break;                                          \
-    case 5: if (KMAXT32 >= 5) { CALL(5); } break;                                          \
-    case 6: if (KMAXT32 >= 6) { CALL(6); } break;                                          \
-    case 7: if (KMAXT32 >= 7) { CALL(7); } break;                                          \
-    default: if (KMAXT32 >= 8) { CALL(8); } break;                                         \
-    }
+#define KTILE_CASES4K(CALL) KTILE_CASES8(CALL, KMAXT4K)
+#define KTILE_CASESQ6(CALL) KTILE_CASES8(CALL, KMAXTQ6)
+#define KTILE_CASES32(CALL) KTILE_CASES8(CALL, KMAXT32)
 
 static void packed_q32(const enum quant_type t, const uint8_t *gp, int64_t nb, int h,
                        const struct kern_act *a, int64_t m0, int nt, float *y, int64_t ldy,
