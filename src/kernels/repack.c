@@ -257,19 +257,22 @@ static void pack_k(enum quant_type t, const uint8_t *const blk[16], uint8_t *o)
         o += 256;
         const size_t ql = offsetof(struct block_q6_K, ql), qh = offsetof(struct block_q6_K, qh);
         for (int j = 0; j < 16; j++) {
+            /* Sub-block j's elements 16j + m are 128h + 32t + l with h = j / 8, t = j % 8 / 2
+             * and l = 16 (j % 2) + m (kern_hd.h): 16 consecutive bytes of ql and of qh. */
+            const int h = j / 8, t = j % 8 / 2, l0 = 16 * (j % 2);
+            const size_t qlo = ql + 64 * h + 32 * (t & 1) + l0, qho = qh + 32 * h + l0;
+            /* Four bytes at a time: v[k] holds value k of bytes i = 0..3, each masked within
+             * its byte (so the bits a shift moves across bytes are dropped, in either byte
+             * order). */
+            const uint32_t m2 = 0x03030303u;
             for (int r = 0; r < 16; r++) {
-                for (int i = 0; i < 4; i++) {
-                    unsigned v[4] = {0};
-                    for (int k = 0; k < 4 && blk[r]; k++) {
-                        /* Element e = 16j + 4k + i = 128h + 32t + l (kern_hd.h). */
-                        const int e = 16 * j + 4 * k + i, h = e / 128, t = e % 128 / 32, l = e % 32;
-                        v[k] = (blk[r][ql + 64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1)) & 15u) |
-                               (blk[r][qh + 32 * h + l] >> (2 * t) & 3u) << 4;
-                    }
-                    o[4 * r + i] = (uint8_t)(v[0] | (v[3] & 3) << 6);
-                    o[64 + 4 * r + i] = (uint8_t)(v[1] | (v[3] >> 2 & 3) << 6);
-                    o[128 + 4 * r + i] = (uint8_t)(v[2] | (v[3] >> 4) << 6);
-                }
+                uint32_t v[4] = {0};
+                for (int k = 0; k < 4 && blk[r]; k++)
+                    v[k] = (kn_hd_ld32(blk[r] + qlo + 4 * k) >> (4 * (t >> 1)) & 0x0F0F0F0Fu) |
+                           (kn_hd_ld32(blk[r] + qho + 4 * k) >> (2 * t) & m2) << 4;
+                kn_hd_st32(o + 4 * r, v[0] | (v[3] & m2) << 6);
+                kn_hd_st32(o + 64 + 4 * r, v[1] | (v[3] >> 2 & m2) << 6);
+                kn_hd_st32(o + 128 + 4 * r, v[2] | (v[3] >> 4 & m2) << 6);
             }
             o += 192;
         }
