@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void attn_body(const struct kern_at
     struct kern_attn_qstate st[QMAX];
     struct kern_attn_iter it = {.idx = begin, .end = end};
     int64_t t, nq, h0, nh;
-    while (kern_attn_next(a, &it, GMAX, QMAX, &t, &nq, &h0, &nh)) {
+    while (kern_attn_next(a, &it, QMAX, &t, &nq, &h0, &nh)) {
         const int64_t g = h0 / group;
         const float *q[QMAX][GMAX];
         int64_t p[QMAX], lo[QMAX], first = INT64_MAX, last = -1;

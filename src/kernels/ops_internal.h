@@ -47,11 +47,6 @@ static inline float kn_attn_sink(float sink, float *m, float *l)
     return kn_hd_attn_sink(sink, m, l); /* kern_hd.h, shared with CUDA */
 }
 
-/* The SIMD attention's blocks of (query, head) pairs [begin, end) (pair idx = t * n_head +
- * h): up to gmax query heads that share a kv head, for up to qb consecutive queries where
- * the range holds those queries whole (prefill: each K and V tile then serves them all);
- * the heads of a query the range holds in part, one query at a time. Each pair is in
- * exactly one block; a pair's arithmetic does not depend on its block. */
 #define KERN_ATTN_GMAX 8 /* query heads of one kv head the SIMD attention computes together */
 
 /* One query's running state (attn.c: m, l, o) for a block of heads. */
@@ -60,16 +55,21 @@ struct kern_attn_qstate {
     float m[KERN_ATTN_GMAX], l[KERN_ATTN_GMAX];
 };
 
+/* The SIMD attention's blocks of (query, head) pairs [begin, end) (pair idx = t * n_head +
+ * h): up to KERN_ATTN_GMAX query heads that share a kv head, for up to qb consecutive
+ * queries where the range holds those queries whole (prefill: each K and V tile then
+ * serves them all); the heads of a query the range holds in part, one query at a time.
+ * Each pair is in exactly one block; a pair's arithmetic does not depend on its block. */
 struct kern_attn_iter {
     int64_t idx, end; /* the next pair not yet in a block, and the range's end */
     int64_t t, nq, h0; /* the whole queries [t, t + nq) being given out, their next head */
 };
 
 static inline bool kern_attn_next(const struct kern_attn_args *a, struct kern_attn_iter *it,
-                                  int64_t gmax, int64_t qb, int64_t *t, int64_t *nq,
-                                  int64_t *h0, int64_t *nh)
+                                  int64_t qb, int64_t *t, int64_t *nq, int64_t *h0,
+                                  int64_t *nh)
 {
-    const int64_t H = a->n_head, group = H / a->n_head_kv;
+    const int64_t H = a->n_head, group = H / a->n_head_kv, gmax = KERN_ATTN_GMAX;
     if (it->nq == 0) {
         if (it->idx >= it->end)
             return false;
