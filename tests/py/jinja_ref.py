@@ -14,6 +14,7 @@ import os
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from testdata import DATA
 
 FIXED_TIME = 1764374400  # 2025-11-29 00:00:00 UTC
 
@@ -85,20 +86,15 @@ def chat_context(conv, bos_token, eos_token):
     return ctx
 
 
-def shared_dir():
-    return os.environ.get("KN_SHARED", "/work/shared")
-
-
 def load_templates():
     """(id, template source, bos, eos, note) for every template the tests cover."""
     out = []
-    sd = shared_dir()
-    tdir = os.path.join(sd, "templates")
+    tdir = os.path.join(DATA, "templates")
     for name in sorted(os.listdir(tdir)):
         if name.endswith(".jinja"):
             with open(os.path.join(tdir, name), encoding="utf-8") as f:
                 out.append((name[:-6], f.read(), "<s>", "</s>"))
-    kdir = os.path.join(sd, "tokenizers")
+    kdir = os.path.join(DATA, "tokenizers")
     for fam in sorted(os.listdir(kdir)):
         p = os.path.join(kdir, fam, "tokenizer_config.json")
         if not os.path.exists(p):

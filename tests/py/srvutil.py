@@ -12,7 +12,7 @@ import threading
 import time
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "../../../shared"))
+from testdata import DATA
 
 
 def _gemma_path():

@@ -3,9 +3,10 @@ import json
 import os
 import re
 import subprocess
+from testdata import DATA
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-MODEL = os.path.join(os.environ.get("KN_SHARED", "../shared"), "models", "aidreams260K.gguf")
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 def run(*args):

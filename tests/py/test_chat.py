@@ -28,9 +28,9 @@ import time
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-PHI3_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-phi-3.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
+PHI3_VOCAB = os.path.join(DATA, "vocab", "ggml-vocab-phi-3.gguf")
 from srvutil import GEMMA
 
 PROMPT = re.compile(rb"(^|\n)> ")

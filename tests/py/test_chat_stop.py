@@ -14,8 +14,8 @@ import tempfile
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 EXIT_SIGNATURE = 5
 ARGS = [AIDREAMS, "--seed", "42", "-n", "40"]
 MSG = "Once upon a time"

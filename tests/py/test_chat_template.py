@@ -15,12 +15,12 @@ import pytest
 
 import jinja_ref
 import tok_common as tc
-from srvutil import GEMMA, KINETIC, SHARED, Server, sanitizer_build
+from srvutil import GEMMA, KINETIC, DATA, Server, sanitizer_build
 
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("KN_BUILD", os.path.join(SOURCE, "build"))
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-PHI3 = os.path.join(SHARED, "vocab", "ggml-vocab-phi-3.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
+PHI3 = os.path.join(DATA, "vocab", "ggml-vocab-phi-3.gguf")
 CONVS = dict(jinja_ref.load_conversations(SOURCE))
 
 
@@ -35,7 +35,7 @@ def few(items):
 
 
 def hf_config(fam):
-    with open(os.path.join(SHARED, "tokenizers", fam, "tokenizer_config.json")) as f:
+    with open(os.path.join(DATA, "tokenizers", fam, "tokenizer_config.json")) as f:
         cfg = json.load(f)
 
     def tok(v):
@@ -51,7 +51,7 @@ def template_file(tmp_path, name, text):
 
 
 def shared_template(name):
-    with open(os.path.join(SHARED, "templates", name + ".jinja"), encoding="utf-8") as f:
+    with open(os.path.join(DATA, "templates", name + ".jinja"), encoding="utf-8") as f:
         return f.read()
 
 
@@ -103,7 +103,7 @@ def test_run_prompt_equals_jinja2_and_hf_tokens(fam, src, convs, tmp_path):
     if src != "tokenizer":
         tmpl = shared_template(src)
     tfile = template_file(tmp_path, "t.jinja", tmpl)
-    hf = tokenizers.Tokenizer.from_file(os.path.join(SHARED, "tokenizers", fam, "tokenizer.json"))
+    hf = tokenizers.Tokenizer.from_file(os.path.join(DATA, "tokenizers", fam, "tokenizer.json"))
     for name in few(convs):
         conv = CONVS[name]
         ref = reference(tmpl, conv, bos, eos)
@@ -154,7 +154,7 @@ def test_message_text_never_becomes_control_tokens(fam, tmp_path):
     vocab = tc.hf_vocab(fam)
     tmpl, bos, eos = hf_config(fam)
     tfile = template_file(tmp_path, "t.jinja", tmpl)
-    hf = tokenizers.Tokenizer.from_file(os.path.join(SHARED, "tokenizers", fam, "tokenizer.json"))
+    hf = tokenizers.Tokenizer.from_file(os.path.join(DATA, "tokenizers", fam, "tokenizer.json"))
     evil, specials = INJECT[fam]
     ctl = {hf.token_to_id(s) for s in specials}
     for role in few(["user", "system"]):
@@ -369,7 +369,7 @@ def test_gemma_template_prompt_tokens_and_receipt(tmp_path):
     tmpl, bos, eos = hf_config("gemma3")
     has_own = "chat template:    none" not in info
     tfile = template_file(tmp_path, "g.jinja", tmpl)
-    hf = tokenizers.Tokenizer.from_file(os.path.join(SHARED, "tokenizers", "gemma3", "tokenizer.json"))
+    hf = tokenizers.Tokenizer.from_file(os.path.join(DATA, "tokenizers", "gemma3", "tokenizer.json"))
     for name in ("01_user_only", "02_system_multiturn_gen", "06_unicode"):
         conv = CONVS[name]
         ref = reference(tmpl, conv, bos, eos)

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 PROMPT_MAX = 16 << 20  # CLI_PROMPT_MAX_BYTES in src/cli/cli_prompt.c (MODEL_MAX_CTX x 16)
 
 

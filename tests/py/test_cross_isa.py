@@ -16,8 +16,8 @@ import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 ARM = os.environ.get("KN_KINETIC_AARCH64", os.path.join(SOURCE, "build-aarch64", "kinetic-emu"))
 ARM_LEVELS = ("neon", "dotprod", "i8mm")
 

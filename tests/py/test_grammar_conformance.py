@@ -15,10 +15,12 @@ import pytest
 from srvutil import sanitizer_build
 
 BUILD = Path(os.environ.get("KN_BUILD", "build"))
-SHARED = Path(os.environ.get("KN_SHARED", "/work/shared"))
+from testdata import DATA as DATA_DIR
+
+DATA = Path(DATA_DIR)
 TOOL = BUILD / "tests" / "test_grammar_gen"
-SPM = SHARED / "vocab" / "ggml-vocab-llama-spm.gguf"  # 32k SentencePiece, byte tokens
-BPE = SHARED / "vocab" / "ggml-vocab-gpt-2.gguf"      # 50k byte-level BPE
+SPM = DATA / "vocab" / "ggml-vocab-llama-spm.gguf"  # 32k SentencePiece, byte tokens
+BPE = DATA / "vocab" / "ggml-vocab-gpt-2.gguf"      # 50k byte-level BPE
 
 SCHEMAS = {
     "person": {

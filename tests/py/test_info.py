@@ -10,11 +10,11 @@ import pytest
 import gguf
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
+from testdata import DATA
 from srvutil import GEMMA
 
-FILES = sorted(glob.glob(os.path.join(SHARED, "vocab", "*.gguf")))
-FILES.append(os.path.join(SHARED, "models", "aidreams260K.gguf"))
+FILES = sorted(glob.glob(os.path.join(DATA, "vocab", "*.gguf")))
+FILES.append(os.path.join(DATA, "models", "aidreams260K.gguf"))
 if os.path.exists(GEMMA):
     FILES.append(GEMMA)
 
@@ -122,7 +122,7 @@ def test_info_json_matches_gguf_py(path):
 
 
 def test_info_text_aidreams():
-    path = os.path.join(SHARED, "models", "aidreams260K.gguf")
+    path = os.path.join(DATA, "models", "aidreams260K.gguf")
     p = run("info", path)
     assert p.returncode == 0, p.stderr.decode()
     out = p.stdout.decode()
@@ -140,7 +140,7 @@ def test_info_text_gemma():
 
 
 def test_info_truncated(tmp_path):
-    src = os.path.join(SHARED, "models", "aidreams260K.gguf")
+    src = os.path.join(DATA, "models", "aidreams260K.gguf")
     data = open(src, "rb").read()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) // 2])

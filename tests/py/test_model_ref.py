@@ -25,8 +25,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from model_ref import RefModel  # noqa: E402
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 PROMPT = [1, 303, 433, 360, 281, 269, 435, 447, 300, 290, 301, 280]
 N_GEN = 12

@@ -19,11 +19,11 @@ import subprocess
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint, sanitizer_build
+from srvutil import GEMMA, KINETIC, DATA, Server, busy_clients, fingerprint, sanitizer_build
 
 np = pytest.importorskip("numpy")
 
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 # (name, settings) with every setting given, so no tool's default matters.
 BASE = dict(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
@@ -195,7 +195,6 @@ def check_model(model, tmp, n_tokens, names=None, scalar=False, need_accepted=Tr
         assert ws["cache_restored_tokens"] + ws["slot_reuse_tokens"] > 0, stats
 
 
-@pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K.gguf not found")
 def test_one_loop_aidreams(tmp_path):
     check_model(AIDREAMS, tmp_path, 40)
 

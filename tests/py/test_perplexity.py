@@ -13,10 +13,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from model_ref import RefModel  # noqa: E402
+from testdata import DATA
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
-MODEL = os.path.join(os.environ.get("KN_SHARED", "../shared"), "models", "aidreams260K.gguf")
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 TEXT = os.path.join(SOURCE, "README.md")
 CTX, CHUNKS = 128, 2
 

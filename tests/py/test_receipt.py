@@ -13,8 +13,8 @@ import tempfile
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_MALFORMED, EXIT_HASHES, EXIT_SIGNATURE, EXIT_MODEL, EXIT_DIFFERS, EXIT_TEXT = range(9)
 

@@ -15,8 +15,8 @@ from srvutil import GEMMA
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 FIXTURES = sorted(glob.glob(os.path.join(SOURCE, "tests", "data", "receipts", "*.json")))
 
 

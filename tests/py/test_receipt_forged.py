@@ -23,9 +23,9 @@ import tempfile
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-TEMPLATES = os.path.join(SHARED, "templates")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
+TEMPLATES = os.path.join(DATA, "templates")
 NEW_METADATA = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata"]
 
 OK, ERROR, USAGE, MALFORMED, HASHES, SIGNATURE, MODEL, DIFFERS, TEXT = range(9)

@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from srvutil import Server  # noqa: E402
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-TEMPLATES = os.path.join(SHARED, "templates")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
+TEMPLATES = os.path.join(DATA, "templates")
 NEW_METADATA = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata"]
 INPUT_DEPTH = 60  # JSON_MAX_INPUT_DEPTH: the deepest input a receipt records
 

@@ -1,7 +1,7 @@
 """test_run.py: `kinetic run` end to end.
 
 - aidreams260K: greedy ids equal llama.cpp's for all 8 prompts of
-  ../shared/models/aidreams260K.greedy-llamacpp.json (prompt tokenization included).
+  tests/data/models/aidreams260K.greedy-llamacpp.json (prompt tokenization included).
 - Sampling at temperature 0.8 with a seed gives the same tokens whatever --threads,
   KINETIC_ISA or --batch-size (prompt chunking).
 - Command-line behaviour: --device errors, seed reporting, context limit, --json.
@@ -13,9 +13,9 @@ import subprocess
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
-GOLDEN = os.path.join(SHARED, "models", "aidreams260K.greedy-llamacpp.json")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
+GOLDEN = os.path.join(DATA, "models", "aidreams260K.greedy-llamacpp.json")
 
 
 def run(args, env=None, check=True, stdin=None):

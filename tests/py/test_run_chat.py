@@ -20,8 +20,8 @@ jinja2 = pytest.importorskip("jinja2")
 import jinja_ref  # noqa: E402
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 from srvutil import GEMMA  # noqa: E402
 # gguf-py's metadata copier, run by the interpreter running the tests.
 NEW_METADATA = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata"]
@@ -43,7 +43,7 @@ TEMPLATES = [
 
 
 def template_source(rel):
-    path = os.path.join(SHARED, rel)
+    path = os.path.join(DATA, rel)
     if rel.endswith(".json"):
         return json.load(open(path))["chat_template"]
     return open(path).read()
@@ -98,7 +98,7 @@ def test_no_template_is_raw():
 
 
 def test_markers_are_special_and_user_text_is_not(tmp_path):
-    vocab = os.path.join(SHARED, "vocab", "ggml-vocab-phi-3.gguf")
+    vocab = os.path.join(DATA, "vocab", "ggml-vocab-phi-3.gguf")
     model = tmp_path / "phi.gguf"
     p = subprocess.run([KINETIC, "synth", "--arch", "llama", "--preset", "tiny", "--vocab", vocab,
                         "-o", str(model)], capture_output=True, text=True)

@@ -14,9 +14,9 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../scripts"))
 import scale_out  # noqa: E402
-from srvutil import KINETIC, SHARED  # noqa: E402
+from srvutil import KINETIC, DATA  # noqa: E402
 
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
                                 reason="nginx is not installed (scripts/deps.sh --test installs it)")

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients
+from srvutil import GEMMA, KINETIC, DATA, Server, busy_clients
 
 CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 20,
         "temperature": 1.0, "seed": 7, "logprobs": True, "top_logprobs": 2}

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from srvutil import KINETIC, SHARED
+from srvutil import KINETIC, DATA
 
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 def test_demo_one_distinct_answer(tmp_path):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, busy_clients, sanitizer_build
+from srvutil import KINETIC, DATA, Server, busy_clients, sanitizer_build
 
 sys.path.insert(0, os.path.dirname(__file__))
 from model_ref import RefModel  # noqa: E402
@@ -30,7 +30,7 @@ SANITIZE = sanitizer_build()
 TEXTS = ["the stars at night", "a quiet river", "the stars at noon"]
 
 
-BGE_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-bert-bge.gguf")
+BGE_VOCAB = os.path.join(DATA, "vocab", "ggml-vocab-bert-bge.gguf")
 
 
 def synth(d, name, pooling, arch="qwen3", vocab=None):

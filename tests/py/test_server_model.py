@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint
+from srvutil import GEMMA, KINETIC, DATA, Server, busy_clients, fingerprint
 
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 def run_cli(model, prompt, *args):

@@ -21,9 +21,9 @@ import time
 
 import pytest
 
-from srvutil import KINETIC, SHARED, Server, sanitizer_build
+from srvutil import KINETIC, DATA, Server, sanitizer_build
 
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 # Sanitizer builds: the ASan build is many times slower: its run keeps the checks but
@@ -485,7 +485,7 @@ def qwen3(tmp_path_factory):
         pytest.skip("sanitizer build: building a 151k-token model takes too long; the toy "
                     "model's reasoning test covers the server code under the sanitizers")
     pytest.importorskip("gguf")
-    tok_dir = os.path.join(SHARED, "tokenizers", "qwen3")
+    tok_dir = os.path.join(DATA, "tokenizers", "qwen3")
     if not os.path.isdir(tok_dir):
         pytest.skip("Qwen3 tokenizer files not found")
     d = tmp_path_factory.mktemp("qwen3")

@@ -10,15 +10,11 @@ import subprocess
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, fingerprint, sanitizer_build
+from srvutil import GEMMA, KINETIC, DATA, Server, busy_clients, fingerprint, sanitizer_build
 
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 PLAIN = ("--no-draft", "--no-warm-start")
 REPEAT = "repeat this text: the sun, the moon and the stars. the sun, the moon and the stars."
-
-
-
-need_aid = pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K.gguf not found")
 
 
 def aid_server(*extra):
@@ -92,7 +88,6 @@ def reference(plain):
 ASAN_SKIP = pytest.mark.skipif(sanitizer_build(), reason="sanitizer build: covered by the C test")
 
 
-@need_aid
 @pytest.mark.parametrize("flags", [(), pytest.param(("--no-warm-start",), marks=ASAN_SKIP),
                                    pytest.param(("--no-draft",), marks=ASAN_SKIP),
                                    ("--draft-max", "3", "--cache-ram", "0")])
@@ -124,7 +119,6 @@ def test_invariance(reference, flags):
         assert stats["warm_start"]["prompt_tokens_reused"] > 0
 
 
-@need_aid
 def test_cache_split_points(plain, full):
     """POST /prefill of the first k tokens, then the whole prompt: k positions come from
     the cache (cache_n), the answer is the cold one, for k from 1 to the whole prompt."""
@@ -144,7 +138,6 @@ def test_cache_split_points(plain, full):
         assert want <= js["timings"]["cache_n"] <= max(want, 2), (k, js["timings"])
 
 
-@need_aid
 def test_prefill_partial_chat(plain, full):
     """Zero Wait as a UI uses it: the chat so far, the last message still being typed;
     the real request reuses what the prefill evaluated and answers as a cold server."""
@@ -163,7 +156,6 @@ def test_prefill_partial_chat(plain, full):
     assert z["prefills"] == before + 1 and z["enabled"]
 
 
-@need_aid
 def test_drafted_cached_under_load(plain, full):
     """A request that hits the cache and drafts while three other clients keep the other
     slots busy gives its alone-and-cold tokens, every time; streaming included."""
@@ -185,7 +177,6 @@ def test_drafted_cached_under_load(plain, full):
     assert busy_seen >= 2
 
 
-@need_aid
 def test_openai_client(plain, full):
     openai = pytest.importorskip("openai")
     kw = dict(model="aid", messages=[{"role": "user", "content": REPEAT}], max_tokens=40,
@@ -208,7 +199,6 @@ def verify(path_):
     return r.returncode, r.stdout + r.stderr
 
 
-@need_aid
 def test_receipt_of_drafted_cached_request(full, tmp_path):
     body = {"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0.0, "seed": 8,
             "receipt": True}

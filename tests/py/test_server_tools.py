@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, busy_clients, sanitizer_build
+from srvutil import GEMMA, KINETIC, DATA, Server, busy_clients, sanitizer_build
 
 jsonschema = pytest.importorskip("jsonschema")
 openai = pytest.importorskip("openai")
 
-QWEN3_TEMPLATE = os.path.join(SHARED, "templates", "Qwen-Qwen3-0.6B.jinja")
+QWEN3_TEMPLATE = os.path.join(DATA, "templates", "Qwen-Qwen3-0.6B.jinja")
 
 
 SANITIZE = sanitizer_build()
@@ -43,7 +43,7 @@ def qwen3_model(tmp_path_factory):
     if SANITIZE:
         pytest.skip("sanitizer build: the 151k-token model is slow; test_chat_tools covers the parser")
     pytest.importorskip("gguf")
-    tok_dir = os.path.join(SHARED, "tokenizers", "qwen3")
+    tok_dir = os.path.join(DATA, "tokenizers", "qwen3")
     if not os.path.isdir(tok_dir) or not os.path.exists(QWEN3_TEMPLATE):
         pytest.skip("Qwen3 tokenizer files or template not found")
     d = tmp_path_factory.mktemp("tools")
@@ -252,7 +252,7 @@ NAMED_SYNTAXES = {
 @pytest.fixture(scope="module")
 def named_model(tmp_path_factory):
     pytest.importorskip("gguf")
-    tok_dir = os.path.join(SHARED, "tokenizers", "llama2")
+    tok_dir = os.path.join(DATA, "tokenizers", "llama2")
     if not os.path.isdir(tok_dir):
         pytest.skip("Llama 2 tokenizer files not found")
     d = tmp_path_factory.mktemp("named")
@@ -285,7 +285,7 @@ NAMED_RUN = ["harmony", "functionary"] if SANITIZE else list(NAMED_SYNTAXES)
 
 @pytest.fixture(scope="module", params=NAMED_RUN)
 def named(request, named_model):
-    tmpl = os.path.join(SHARED, "templates", NAMED_SYNTAXES[request.param][0])
+    tmpl = os.path.join(DATA, "templates", NAMED_SYNTAXES[request.param][0])
     if not os.path.exists(tmpl):
         pytest.skip(f"template {tmpl} not found")
     with Server(named_model, "--threads", "1", "--parallel", "2", "--chat-template", tmpl) as s:
@@ -383,7 +383,7 @@ def test_functionary_recipient_line_is_not_content(named_model, text, content, c
     """Functionary v3.2's generation prompt ends with ">>>", so an answer in text opens with
     the recipient line "all\\n": with tool_choice auto it is not content, streamed or not
     (the answer is forced by a grammar, since the synth model writes noise)."""
-    tmpl = os.path.join(SHARED, "templates", NAMED_SYNTAXES["functionary"][0])
+    tmpl = os.path.join(DATA, "templates", NAMED_SYNTAXES["functionary"][0])
     if not os.path.exists(tmpl):
         pytest.skip(f"template {tmpl} not found")
     body = {"model": "m", "messages": MSGS, "tools": TOOLS, "max_tokens": 60, "seed": 1,

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from srvutil import SHARED, Server
+from srvutil import DATA, Server
 
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 def test_wrk_load():

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from srvutil import GEMMA, KINETIC, SHARED, Server, sanitizer_build
+from srvutil import GEMMA, KINETIC, DATA, Server, sanitizer_build
 
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 # Gemma's turns as a Jinja template (the test file has no template of its own).
 GEMMA_TEMPLATE = (

@@ -20,10 +20,10 @@ import pytest
 from srvutil import Server
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "../../../shared"))
+from testdata import DATA
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
 BUILD = os.environ.get("KN_BUILD", os.path.join(SOURCE, "build"))
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 EXIT_USAGE, EXIT_MALFORMED = 2, 3
 

@@ -15,8 +15,8 @@ import pytest
 from srvutil import GEMMA, sanitizer_build
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")
+from testdata import DATA
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 @pytest.fixture(scope="module")

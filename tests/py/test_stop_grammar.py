@@ -11,8 +11,8 @@ import tempfile
 import pytest
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
-MODEL = os.path.join(SHARED, "models", "aidreams260K.gguf")  # 512-token SPM vocab with byte tokens
+from testdata import DATA
+MODEL = os.path.join(DATA, "models", "aidreams260K.gguf")  # 512-token SPM vocab with byte tokens
 
 EXIT_MALFORMED, EXIT_SIGNATURE, EXIT_DIFFERS, EXIT_TEXT = 3, 5, 7, 8
 

@@ -16,9 +16,9 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 KINETIC = os.environ.get("KINETIC", os.path.join(os.path.dirname(__file__), "..", "..", "build", "kinetic"))
-SHARED = os.environ.get("KN_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
-SPM_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
-GPT2_VOCAB = os.path.join(SHARED, "vocab", "ggml-vocab-gpt-2.gguf")
+from testdata import DATA
+SPM_VOCAB = os.path.join(DATA, "vocab", "ggml-vocab-llama-spm.gguf")
+GPT2_VOCAB = os.path.join(DATA, "vocab", "ggml-vocab-gpt-2.gguf")
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "gemma2", "phi3", "granite", "smollm3", "olmo2"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",

@@ -58,7 +58,7 @@ def test_llama3_and_qwen_end_of_generation():
 
 
 def test_text_stdin_and_pieces():
-    model = os.path.join(tc.SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
+    model = os.path.join(tc.DATA, "vocab", "ggml-vocab-llama-spm.gguf")
     rc, out, err = kinetic(model, "Hello world")
     assert rc == 0, err
     assert out.splitlines() == ["     1 -> '<s>'", " 15043 -> ' Hello'", "  3186 -> ' world'"]

@@ -24,7 +24,7 @@ from srvutil import GEMMA as GEMMA_GGUF
 @functools.lru_cache(maxsize=None)
 def hf_tokenizer(name):
     """HF's tokenizer and its added tokens' texts (loaded once: Gemma's takes seconds)."""
-    path = os.path.join(tc.SHARED, "tokenizers", tc.HF_SOURCES[name][0], "tokenizer.json")
+    path = os.path.join(tc.DATA, "tokenizers", tc.HF_SOURCES[name][0], "tokenizer.json")
     hf = tokenizers.Tokenizer.from_file(path)
     added = [a.content for _, a in sorted(hf.get_added_tokens_decoder().items())]
     return hf, added
@@ -89,7 +89,7 @@ QWEN2_REGEX = (
 
 @functools.lru_cache(maxsize=None)
 def llama3_without_ignore_merges():
-    src = os.path.join(tc.SHARED, "tokenizers", "llama3", "tokenizer.json")
+    src = os.path.join(tc.DATA, "tokenizers", "llama3", "tokenizer.json")
     with open(src, encoding="utf-8") as f:
         tj = json.load(f)
     tj["model"]["ignore_merges"] = False

@@ -10,7 +10,7 @@ import pytest
 
 import tok_common as tc
 
-VOCAB = os.path.join(tc.SHARED, "vocab")
+VOCAB = os.path.join(tc.DATA, "vocab")
 # Families whose GGUF is not in the shared folder, and the tokenizer.json that matches.
 BUILT = {"llama-bpe": "llama3", "qwen2": "qwen3"}
 

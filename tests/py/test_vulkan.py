@@ -28,10 +28,10 @@ import sys
 
 import pytest
 
-from srvutil import KINETIC, SHARED, sanitizer_build
+from srvutil import KINETIC, DATA, sanitizer_build
 
 SOURCE = os.environ.get("KN_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
-AIDREAMS = os.path.join(SHARED, "models", "aidreams260K.gguf")
+AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
 
 
 def kn(*args, check=True, timeout=300):

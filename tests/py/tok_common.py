@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import vocab_from_hf  # noqa: E402
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
-SHARED = os.environ.get("KN_SHARED", "../shared")
+from testdata import DATA
 BUILD = os.environ.get("KN_BUILD", "build")
 
 
@@ -65,7 +65,7 @@ HF_SOURCES = {
 def hf_vocab(name):
     """A vocabulary GGUF built from tokenizers/NAME/tokenizer.json (cached)."""
     d, pre = HF_SOURCES[name]
-    src = os.path.join(SHARED, "tokenizers", d)
+    src = os.path.join(DATA, "tokenizers", d)
     out_dir = os.path.join(BUILD, "tokvocab")
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, name + ".gguf")

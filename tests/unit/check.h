@@ -31,6 +31,21 @@ static int check_count;
         }                                                                             \
     } while (0)
 
+/* A set-up step the rest of the test depends on (a data file opened, a model loaded): its
+ * failure ends the test at once, naming what failed, instead of running on with half a
+ * state (test_grammar_gen once did so and crashed where its vocabulary was missing). */
+#define REQUIRE(cond, ...)                                                            \
+    do {                                                                              \
+        check_count++;                                                                \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: required step failed: %s: ", __FILE__, __LINE__,   \
+                    #cond);                                                           \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
 #define CHECK_EQ_INT(a, b) CHECKF((a) == (b), "%lld != %lld", (long long)(a), (long long)(b))
 #define CHECK_STR(a, b) CHECKF(strcmp((a), (b)) == 0, "\"%s\" != \"%s\"", (a), (b))
 
@@ -40,11 +55,13 @@ static int check_count;
         return check_failures ? 1 : 0;                                                \
     } while (0)
 
-/* The shared data folder (models, vocabularies, vectors), from the environment. */
-static inline const char *check_shared_dir(void)
+/* The tests' data folder (models, vocabularies, templates, tokenizers, vectors): tests/data
+ * in this repository (tests/data/SOURCES.md names each file's source and licence), built in
+ * as KN_TEST_DATA_DIR; KN_DATA overrides it. */
+static inline const char *check_data_dir(void)
 {
-    const char *d = getenv("KN_SHARED");
-    return d ? d : "../shared";
+    const char *d = getenv("KN_DATA");
+    return d ? d : KN_TEST_DATA_DIR;
 }
 
 /* Whether this binary is the sanitizer build (AddressSanitizer: gcc defines

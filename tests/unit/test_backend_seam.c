@@ -872,7 +872,7 @@ static void test_op_table(void)
 int main(void)
 {
     char aidreams[1024];
-    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_data_dir());
     struct kn_err err = {0};
     struct kern_pool *pool = NULL;
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);

@@ -105,7 +105,7 @@ static void check_mode(struct blake3_hasher *fresh, const uint8_t *in, size_t le
 static void test_vectors(void)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/vectors/blake3_test_vectors.json", check_shared_dir());
+    snprintf(path, sizeof path, "%s/vectors/blake3_test_vectors.json", check_data_dir());
     char *doc;
     size_t doc_len;
     struct kn_err err;

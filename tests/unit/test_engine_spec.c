@@ -974,7 +974,7 @@ static bool write_tiny(enum synth_arch arch, enum synth_ftype ft, uint64_t seed,
 int main(void)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_data_dir());
     if (!run_all(path))
         return 1;
     /* A mixture of experts (qwen3moe): drafts verified and prompts restored in batches

@@ -232,7 +232,7 @@ static void check_rewrite_identical(const struct gguf_file *f, const char *path)
 static void test_shared_files(void)
 {
     char dir[512], path[1024];
-    snprintf(dir, sizeof dir, "%s/vocab", check_shared_dir());
+    snprintf(dir, sizeof dir, "%s/vocab", check_data_dir());
     DIR *d = opendir(dir);
     CHECKF(d != NULL, "cannot open %s", dir);
     int n = 0;
@@ -257,7 +257,7 @@ static void test_shared_files(void)
         closedir(d);
     CHECKF(n >= 10, "only %d vocab files", n);
 
-    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_data_dir());
     struct gguf_file *f;
     struct kn_err err = {0};
     CHECKF(gguf_open(&f, path, &err) == KN_OK, "%s", err.msg);

@@ -256,8 +256,7 @@ static void test_mask_toy(void)
 static struct tok *load_vocab(const char *name)
 {
     char path[1024];
-    const char *shared = getenv("KN_SHARED");
-    snprintf(path, sizeof path, "%s/vocab/%s", shared ? shared : "/work/shared", name);
+    snprintf(path, sizeof path, "%s/vocab/%s", check_data_dir(), name);
     struct gguf_file *f;
     struct kn_err err;
     if (gguf_open(&f, path, &err) != KN_OK) {

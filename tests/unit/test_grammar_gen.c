@@ -208,11 +208,10 @@ int main(int argc, char **argv)
     if (argc > 1)
         return tool(argc, argv);
     char path[1024];
-    const char *shared = getenv("KN_SHARED");
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", shared ? shared : "/work/shared");
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", check_data_dir());
     struct gen G;
     struct kn_err err;
-    CHECKF(gen_open(&G, path, grammar_json_object_gbnf(), &err) == 0, "%s", err.msg);
+    REQUIRE(gen_open(&G, path, grammar_json_object_gbnf(), &err) == 0, "%s", err.msg);
     static char text[1 << 16];
     int complete = 0;
     for (int r = 0; r < 60; r++) {

@@ -221,7 +221,7 @@ static void test_shared_templates(void)
                                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"};
     for (int i = 0; i < 3; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer_config.json", check_shared_dir(), fams[i]);
+        snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer_config.json", check_data_dir(), fams[i]);
         struct kn_err err = {0};
         struct json_value *cfg = NULL;
         if (json_parse_file(path, NULL, &cfg, &err)) {

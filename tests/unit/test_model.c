@@ -496,7 +496,7 @@ static void test_synth_arch(enum synth_arch arch, enum synth_ftype ftype, const 
 
 int main(void)
 {
-    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_data_dir());
     test_hparams();
     test_gemma_hparams();
     test_errors();

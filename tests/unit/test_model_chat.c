@@ -16,7 +16,7 @@
 #include <string.h>
 
 struct expect {
-    const char *file;  /* under ../shared: templates/X.jinja or tokenizers/... */
+    const char *file;  /* under tests/data: templates/X.jinja or tokenizers/... */
     const char *conv;  /* single, system, multi */
     const char *text;
 };
@@ -53,7 +53,7 @@ static void test_against_jinja(void)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", check_shared_dir(), cases[i].file);
+        snprintf(path, sizeof path, "%s/%s", check_data_dir(), cases[i].file);
         char *src = NULL;
         size_t len = 0;
         struct kn_err err = {0};
@@ -177,7 +177,7 @@ static void test_think_markers(void)
 
     /* A vocabulary without reasoning tokens: no family pair, the conventional one. */
     char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", check_shared_dir());
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", check_data_dir());
     struct gguf_file *g = NULL;
     struct tok *tk = NULL;
     struct kn_err err = {0};

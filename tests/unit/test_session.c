@@ -14,7 +14,7 @@
 static bool open_aid(struct session *s, struct session_opts *o, struct kn_err *err)
 {
     static char path[1024];
-    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(path, sizeof path, "%s/models/aidreams260K.gguf", check_data_dir());
     o->model_path = path;
     o->name = "test_session";
     return session_open(s, o, err) == KN_OK;

@@ -125,7 +125,7 @@ int main(void)
     g_vk = dev.be;
     printf("device %s (%s), numerics %s\n", dev.spec, dev.name, dev.numerics);
     char aidreams[1024];
-    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_shared_dir());
+    snprintf(aidreams, sizeof aidreams, "%s/models/aidreams260K.gguf", check_data_dir());
     struct kern_pool *pool = NULL;
     CHECK(kern_pool_create(2, &pool, &err) == KN_OK);
     compare("aidreams260K", aidreams, 2, MODEL_KV_F32, pool);
