@@ -4,9 +4,16 @@
 # build, its kernel, model and golden-token tests under qemu-aarch64 (every ARM level),
 # and (in the plain suite, py_test_cross_isa) receipts made on x86 verified under qemu and
 # back.
-#   scripts/test.sh              everything
+#   scripts/test.sh              everything; the aarch64 part where this machine is set up
+#                                for it, or (on a terminal) after asking to set it up
+#   scripts/test.sh --aarch64    everything, setting up the aarch64 part without asking
+#                                (CI: .ci/run)
 #   scripts/test.sh --quick      the plain build only
 #   scripts/test.sh --no-aarch64 everything but the aarch64 part
+# The tests need nothing outside the repository (tests/data, and what scripts/deps.sh
+# --test installs or fetches by hash). Setting up the aarch64 part changes the system
+# beyond installing packages: it adds the arm64 architecture to dpkg (multiarch), so that
+# step is asked for, or named with --aarch64, never taken silently.
 #
 # CI time (budget: 20 minutes for a clean clone on 2 cores, aim 15). Each phase prints its
 # seconds. What keeps it down, without dropping a check that finds anything:
@@ -23,14 +30,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
-aarch64=1
+aarch64=ask
 for a in "$@"; do
   case "$a" in
     --quick) quick=1; aarch64=0 ;;
     --no-aarch64) aarch64=0 ;;
-    *) echo "test.sh: unknown option '$a' (use --quick or --no-aarch64)" >&2; exit 2 ;;
+    --aarch64) aarch64=1 ;;
+    *) echo "test.sh: unknown option '$a' (use --aarch64, --no-aarch64 or --quick)" >&2; exit 2 ;;
   esac
 done
+if [ "$aarch64" = ask ]; then
+  # Set up already (arm64 in dpkg's architectures, the cross compiler and qemu): run it.
+  if dpkg --print-foreign-architectures 2>/dev/null | grep -qx arm64 &&
+     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1; then
+    aarch64=1
+  elif [ -t 0 ] && [ -t 1 ]; then
+    read -r -p "test.sh: the aarch64 tests need dpkg's arm64 architecture (multiarch) added, and qemu-user and the aarch64 cross compiler installed. Set them up? [y/N] " yn
+    case "$yn" in [yY]*) aarch64=1 ;; *) aarch64=0 ;; esac
+  else
+    aarch64=0
+  fi
+  [ $aarch64 = 0 ] && echo "test.sh: skipping the aarch64 part (it needs dpkg's arm64 architecture and qemu-user; scripts/test.sh --aarch64 sets them up)"
+fi
 t_start=$(date +%s)
 t_phase=$t_start
 phase_done() { # prints the seconds since the last phase
@@ -67,7 +88,7 @@ if [ $aarch64 = 1 ]; then
   echo "== aarch64 build under qemu-aarch64 =="
   # llama.cpp's golden tokens (test_run.py) run beside the unit tests rather than after
   # them, so that both cores stay busy until the last of the two ends.
-  KINETIC="$PWD/build-aarch64/kinetic-emu" KN_SHARED="${KN_SHARED:-$PWD/../shared}" \
+  KINETIC="$PWD/build-aarch64/kinetic-emu" \
     KN_SOURCE="$PWD" KN_BUILD="$PWD/build-aarch64" .venv/bin/python -m pytest -q -x \
     -p no:cacheprovider tests/py/test_run.py \
     -k "greedy_matches_llamacpp or invariant_across_threads_isa" > build-aarch64/golden.log 2>&1 &
