@@ -14,6 +14,7 @@
 #include "receipt/receipt.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -61,6 +62,8 @@ static const struct route routes[] = {
     {"/slots", "GET", EP_SLOTS, false},
     {"/props", "GET", EP_PROPS, false},
     {"/", "GET", EP_UI, true},
+    {"/vendor/marked.min.js", "GET", EP_UI, true},
+    {"/vendor/purify.min.js", "GET", EP_UI, true},
     {"/verify-receipt", "POST", EP_VERIFY, false},
     {"/v1/embeddings", "POST", EP_EMBEDDINGS, false},
     {"/embeddings", "POST", EP_EMBEDDINGS, false},
@@ -1284,17 +1287,35 @@ static enum MHD_Result handle_stats(struct srv *s, struct MHD_Connection *conn)
 
 /* ---------------------------------------------------------------- the web page */
 
-extern const unsigned char srv_webui_html[]; /* webui.html, embedded (cmake/embed_text.cmake) */
-extern const size_t srv_webui_html_len;
+/* The page and the scripts it renders Markdown with (src/server/vendor), embedded by
+ * cmake/embed_text.cmake, each answered at its route's path. */
+extern const unsigned char srv_webui_html[], srv_webui_marked[], srv_webui_purify[];
+extern const size_t srv_webui_html_len, srv_webui_marked_len, srv_webui_purify_len;
 
-static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn)
+static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn, const char *path)
 {
-    char *page = malloc(srv_webui_html_len + 1);
-    if (!page)
+    static const struct {
+        const char *path, *ctype;
+        const unsigned char *data;
+        const size_t *len;
+    } files[] = {
+        {"/", "text/html; charset=utf-8", srv_webui_html, &srv_webui_html_len},
+        {"/vendor/marked.min.js", "text/javascript; charset=utf-8", srv_webui_marked,
+         &srv_webui_marked_len},
+        {"/vendor/purify.min.js", "text/javascript; charset=utf-8", srv_webui_purify,
+         &srv_webui_purify_len},
+    };
+    const size_t n = sizeof files / sizeof files[0];
+    size_t i = 0;
+    while (i < n && strcmp(files[i].path, path) != 0)
+        i++;
+    assert(i < n && "every EP_UI route has its file");
+    char *body = malloc(*files[i].len + 1);
+    if (!body)
         return MHD_NO;
-    memcpy(page, srv_webui_html, srv_webui_html_len + 1);
+    memcpy(body, files[i].data, *files[i].len + 1);
     const char *hdrs[] = {"Cache-Control", "no-cache", NULL};
-    return queue_text(s, conn, EP_UI, 200, page, "text/html; charset=utf-8", hdrs);
+    return queue_text(s, conn, EP_UI, 200, body, files[i].ctype, hdrs);
 }
 
 /* POST /verify-receipt: reruns a receipt (the body, as sent) as `kinetic verify-receipt`
@@ -1380,7 +1401,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_STATS: return handle_stats(s, conn);
     case EP_SLOTS: return handle_slots(s, conn);
     case EP_PROPS: return handle_props(s, conn);
-    case EP_UI: return handle_ui(s, conn);
+    case EP_UI: return handle_ui(s, conn, q->route->path);
     default: break;
     }
     if (q->too_big)
