@@ -368,3 +368,18 @@ def test_signed_receipt_downloads_and_verifies(synth_dir, signed, driver):
         a.find_element(By.CLASS_NAME, "verify-result").text), timeout=300)
     assert res == "verified: identical; signature: valid", res
     shot(d, "receipt-verified")
+
+
+def test_page_and_vendored_scripts_are_served_from_the_binary():
+    # the files of src/server/vendor, byte for byte, as the page loads them (no model needed)
+    with Server("--toy", "--parallel", 1) as s:
+        for name in ("marked.min.js", "purify.min.js"):
+            st, h, body = s.request("GET", "/vendor/" + name)
+            with open(os.path.join(SOURCE, "src", "server", "vendor", name), "rb") as f:
+                assert st == 200 and body == f.read(), name
+            assert h["content-type"].startswith("text/javascript"), h
+        st, _, page = s.request("GET", "/")
+        with open(os.path.join(SOURCE, "src", "server", "webui.html"), "rb") as f:
+            assert st == 200 and page == f.read()
+        assert b'src="/vendor/marked.min.js"' in page and b'src="/vendor/purify.min.js"' in page
+        assert s.request("GET", "/vendor/other.js")[0] == 404
