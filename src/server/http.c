@@ -14,6 +14,7 @@
 #include "receipt/receipt.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -29,10 +30,11 @@
 
 enum endpoint { EP_CHAT = 0, EP_COMPLETIONS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE,
                 EP_DETOKENIZE, EP_PREFILL, EP_STATS, EP_OTHER, EP_APPLY_TEMPLATE, EP_SLOTS,
-                EP_UI, EP_VERIFY, EP_EMBEDDINGS };
+                EP_UI, EP_VERIFY, EP_EMBEDDINGS, EP_PROPS };
 static const char *const endpoint_names[SRV_N_ENDPOINTS] = {
     "chat_completions", "completions", "models", "health", "metrics", "tokenize", "detokenize",
-    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt", "embeddings"};
+    "prefill", "stats", "other", "apply_template", "slots", "ui", "verify_receipt", "embeddings",
+    "props"};
 static const int status_codes[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 431, 500, 503, 0};
 
 struct route {
@@ -58,7 +60,10 @@ static const struct route routes[] = {
     {"/stats", "GET", EP_STATS, false},
     {"/apply-template", "POST", EP_APPLY_TEMPLATE, false},
     {"/slots", "GET", EP_SLOTS, false},
+    {"/props", "GET", EP_PROPS, false},
     {"/", "GET", EP_UI, true},
+    {"/vendor/marked.min.js", "GET", EP_UI, true},
+    {"/vendor/purify.min.js", "GET", EP_UI, true},
     {"/verify-receipt", "POST", EP_VERIFY, false},
     {"/v1/embeddings", "POST", EP_EMBEDDINGS, false},
     {"/embeddings", "POST", EP_EMBEDDINGS, false},
@@ -915,6 +920,62 @@ static enum MHD_Result handle_slots(struct srv *s, struct MHD_Connection *conn)
     return send_json(s, conn, EP_SLOTS, 200, out);
 }
 
+/* A new empty object set into parent under key (parent owns it), or NULL when out of memory. */
+static struct json_value *props_child(struct json_value *parent, const char *key)
+{
+    struct json_value *o = json_new_object();
+    return o && json_object_set(parent, key, o, NULL) == KN_OK ? o : NULL;
+}
+
+/* GET /props in llama-server's shape: default_generation_settings.params is what a request
+ * that names no sampling setting gets, every row of the settings table (sample_params_default)
+ * as sample_params_json_write writes it, with the server's own two rules on top: n_predict
+ * and max_tokens the --max-tokens default (-1 and null: the rest of the context), and seed -1
+ * (each request without one draws a fresh seed). Kinetic adds "receipts": whether
+ * "receipt": true is answered. The web page fills its fields from here. */
+static enum MHD_Result handle_props(struct srv *s, struct MHD_Connection *conn)
+{
+    struct convoy_stats cs;
+    convoy_get_stats(s->convoy, &cs);
+    struct sample_params dflt;
+    sample_params_default(&dflt);
+    dflt.n_predict = s->cfg.default_max_tokens ? s->cfg.default_max_tokens : -1;
+    const struct chat_renderer *cr = s->b->renderer;
+    struct json_value *root = json_new_object();
+    struct json_value *gen = root ? props_child(root, "default_generation_settings") : NULL;
+    struct json_value *params = gen ? props_child(gen, "params") : NULL;
+    bool ok = params != NULL &&
+              sample_params_json_write(&dflt, params, SAMPLE_JSON_ALL, NULL) == KN_OK;
+    if (ok)
+        json_free(json_object_take(params, "seed"));
+#define SET(obj, key, val) (ok = ok && json_object_set((obj), (key), (val), NULL) == KN_OK)
+    SET(params, "seed", json_new_int(-1));
+    SET(params, "n_predict", json_new_int(dflt.n_predict));
+    SET(gen, "id", json_new_int(0));
+    SET(gen, "id_task", json_new_int(-1));
+    SET(gen, "n_ctx", json_new_int(s->b->n_ctx));
+    SET(gen, "speculative", json_new_bool(cs.draft_max > 0));
+    SET(gen, "is_processing", json_new_bool(false));
+    SET(root, "total_slots", json_new_int(s->b->n_slots));
+    SET(root, "model_path", json_new_string(s->b->model_path ? s->b->model_path : s->b->name));
+    SET(root, "model_alias", json_new_string(s->model_id));
+    SET(root, "chat_template",
+        json_new_string(cr && cr->engine == CHAT_ENGINE_JINJA && cr->src ? cr->src : ""));
+    SET(root, "chat_format", json_new_string(s->b->chat_format ? s->b->chat_format : ""));
+    struct json_value *modal = ok ? props_child(root, "modalities") : NULL;
+    ok = ok && modal;
+    SET(modal, "vision", json_new_bool(false));
+    SET(modal, "audio", json_new_bool(false));
+    SET(root, "build_info", json_new_string(s->cfg.build ? s->cfg.build : ""));
+    SET(root, "receipts", json_new_bool(s->cfg.receipt != NULL)); /* Kinetic's own */
+#undef SET
+    char *out = NULL;
+    if (!ok || json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
+        out = NULL;
+    json_free(root);
+    return send_json(s, conn, EP_PROPS, 200, out);
+}
+
 static enum MHD_Result handle_metrics(struct srv *s, struct MHD_Connection *conn)
 {
     struct convoy_stats cs;
@@ -1226,17 +1287,35 @@ static enum MHD_Result handle_stats(struct srv *s, struct MHD_Connection *conn)
 
 /* ---------------------------------------------------------------- the web page */
 
-extern const unsigned char srv_webui_html[]; /* webui.html, embedded (cmake/embed_text.cmake) */
-extern const size_t srv_webui_html_len;
+/* The page and the scripts it renders Markdown with (src/server/vendor), embedded by
+ * cmake/embed_text.cmake, each answered at its route's path. */
+extern const unsigned char srv_webui_html[], srv_webui_marked[], srv_webui_purify[];
+extern const size_t srv_webui_html_len, srv_webui_marked_len, srv_webui_purify_len;
 
-static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn)
+static enum MHD_Result handle_ui(struct srv *s, struct MHD_Connection *conn, const char *path)
 {
-    char *page = malloc(srv_webui_html_len + 1);
-    if (!page)
+    static const struct {
+        const char *path, *ctype;
+        const unsigned char *data;
+        const size_t *len;
+    } files[] = {
+        {"/", "text/html; charset=utf-8", srv_webui_html, &srv_webui_html_len},
+        {"/vendor/marked.min.js", "text/javascript; charset=utf-8", srv_webui_marked,
+         &srv_webui_marked_len},
+        {"/vendor/purify.min.js", "text/javascript; charset=utf-8", srv_webui_purify,
+         &srv_webui_purify_len},
+    };
+    const size_t n = sizeof files / sizeof files[0];
+    size_t i = 0;
+    while (i < n && strcmp(files[i].path, path) != 0)
+        i++;
+    assert(i < n && "every EP_UI route has its file");
+    char *body = malloc(*files[i].len + 1);
+    if (!body)
         return MHD_NO;
-    memcpy(page, srv_webui_html, srv_webui_html_len + 1);
+    memcpy(body, files[i].data, *files[i].len + 1);
     const char *hdrs[] = {"Cache-Control", "no-cache", NULL};
-    return queue_text(s, conn, EP_UI, 200, page, "text/html; charset=utf-8", hdrs);
+    return queue_text(s, conn, EP_UI, 200, body, files[i].ctype, hdrs);
 }
 
 /* POST /verify-receipt: reruns a receipt (the body, as sent) as `kinetic verify-receipt`
@@ -1321,7 +1400,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     case EP_METRICS: return handle_metrics(s, conn);
     case EP_STATS: return handle_stats(s, conn);
     case EP_SLOTS: return handle_slots(s, conn);
-    case EP_UI: return handle_ui(s, conn);
+    case EP_PROPS: return handle_props(s, conn);
+    case EP_UI: return handle_ui(s, conn, q->route->path);
     default: break;
     }
     if (q->too_big)
@@ -1389,7 +1469,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!path_match)
             return fail(s, conn, EP_OTHER, 404, "invalid_request_error", "unknown_url",
                         "unknown endpoint: %s %.200s; see /v1/models, /v1/chat/completions, "
-                        "/v1/completions, /v1/embeddings, /health, /metrics, /slots, /tokenize, /detokenize, "
+                        "/v1/completions, /v1/embeddings, /health, /metrics, /slots, /props, /tokenize, /detokenize, "
                         "/prefill, /stats, /apply-template, /verify-receipt, /",
                         method, url);
         if (!q->route && s->cfg.cors && strcmp(method, "OPTIONS") == 0) {

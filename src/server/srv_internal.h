@@ -75,7 +75,7 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 15
+#define SRV_N_ENDPOINTS 16
 #define SRV_N_STATUS 14
 
 struct srv {

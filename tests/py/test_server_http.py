@@ -3,6 +3,7 @@ OpenAI shapes (plain and streaming), the official openai client, hostile and mal
 requests, limits, the queue bound, disconnects, and identical answers under load."""
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -10,7 +11,9 @@ import time
 
 import pytest
 
-from srvutil import Server, busy_clients, fingerprint
+from srvutil import KINETIC, Server, busy_clients, fingerprint
+
+BUILD = os.environ.get("KN_BUILD", "build")
 
 KEY = "sk-test-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -479,3 +482,46 @@ def test_samplers_of_issue_10(srv):
             assert st == 200, (extra, js3)
             answers.add(js3["choices"][0]["text"])
         assert len(answers) == 1, extra
+
+
+def test_props_is_the_settings_table(srv, tmp_path):
+    """GET /props (llama-server's shape): its params are every row of the sampling settings
+    table with the table's default, the server's seed and limit rules on top, and the same
+    defaults `kinetic run` records; the web page fills its fields from here."""
+    table = json.loads(subprocess.run([os.path.join(BUILD, "tests", "sample_table")],
+                                      capture_output=True, text=True, check=True,
+                                      timeout=60).stdout)
+    assert srv.get("/props")[0] == 401  # behind the API key, as /v1/models
+    st, _, props = srv.get("/props", headers=AUTH)
+    assert st == 200, props
+    g = props["default_generation_settings"]
+    params = g["params"]
+    assert set(params) == {r["key"] for r in table} | {"n_predict"}, params
+    for r in table:
+        # a fresh seed per request (-1); no limit but the context (--max-tokens not given)
+        want = {"seed": -1, "n_predict": None}.get(r["name"], r["default"])
+        assert params[r["key"]] == want, (r["name"], params[r["key"]], want)
+    assert params["n_predict"] == -1 and params["top_k"] == 50
+    assert g["n_ctx"] == 256 and g["is_processing"] is False and props["total_slots"] == 4
+    assert props["model_alias"] == "toy" and props["receipts"] is False and props["build_info"]
+    assert props["modalities"] == {"vision": False, "audio": False}
+    # a model file: the same defaults as `kinetic run` with no sampling flags (the rows
+    # every receipt records), and --max-tokens as the server's limit
+    model = tmp_path / "m.gguf"
+    subprocess.run([KINETIC, "synth", "--arch", "llama", "--dims",
+                    "dim=64,layers=1,heads=4,kv_heads=2,ffn=128,vocab=512,ctx=256",
+                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    path = tmp_path / "run.json"
+    subprocess.run([KINETIC, "run", str(model), "hello", "-n", "2", "--seed", "1", "--receipt",
+                    str(path)], check=True, capture_output=True, timeout=120)
+    ran = json.loads(path.read_text())["sampling"]
+    with Server(model, "--threads", 1, "--parallel", 1, "--max-tokens", 7) as s:
+        st, _, props = s.get("/props")
+        assert st == 200, props
+        p = props["default_generation_settings"]["params"]
+        for r in table:
+            if r["always"] and r["name"] not in ("seed", "n_predict"):
+                assert p[r["key"]] == ran[r["key"]], (r["key"], p[r["key"]], ran[r["key"]])
+        assert p["n_predict"] == 7 and p["max_tokens"] == 7, p
+        assert props["model_path"] == str(model) and props["receipts"] is True
+        assert props["total_slots"] == 1 and props["default_generation_settings"]["n_ctx"] == 256

@@ -1,6 +1,7 @@
 /* sample_table.c: prints the sampling settings table (src/sample/settings.c) as JSON for
  * tests/py/test_settings_table.py: each row's names, flag, type, an out-of-range value
- * (text and JSON) and the one message every surface must give for it. */
+ * (text and JSON), the one message every surface must give for it, and its default as
+ * sample_params_json_write writes it (what GET /props shows). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,7 +15,11 @@ static const char *const type_names[] = {"float", "int", "int64", "seed", "break
 
 int main(void)
 {
-    struct json_value *rows = json_new_array();
+    struct json_value *rows = json_new_array(), *dflt = json_new_object();
+    struct sample_params d;
+    sample_params_default(&d);
+    if (!rows || !dflt || sample_params_json_write(&d, dflt, SAMPLE_JSON_ALL, NULL) != KN_OK)
+        return 1;
     for (size_t i = 0; i < sample_n_settings; i++) {
         const struct sample_setting *s = &sample_settings[i];
         char text[128], json[128];
@@ -41,6 +46,7 @@ int main(void)
             json_object_set(o, "bad_text", json_new_string(text), NULL) != KN_OK ||
             json_object_set(o, "bad_json", json_new_string(json), NULL) != KN_OK ||
             json_object_set(o, "message", json_new_string(err.msg), NULL) != KN_OK ||
+            json_object_set(o, "default", json_object_take(dflt, s->key), NULL) != KN_OK ||
             json_array_push(rows, o, NULL) != KN_OK)
             return 1;
     }
@@ -50,5 +56,6 @@ int main(void)
     puts(out);
     free(out);
     json_free(rows);
+    json_free(dflt);
     return 0;
 }
