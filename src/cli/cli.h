@@ -9,9 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT, CLI_STRS };
+/* CLI_FLAG: no value (dest: bool *). CLI_STR, CLI_INT, CLI_FLOAT: one value. CLI_STRS: a
+ * value each time it is given, appended (dest: struct cli_strs *). CLI_POS: a positional
+ * argument given as a flag (dest: &pos[k] of the pos array handed to cli_parse, e.g.
+ * -m/--model for MODEL.gguf): the loose positionals fill the slots no flag gave, in order.
+ * CLI_NOTE: a llama.cpp flag that has no effect in Kinetic (dest: NULL): accepted, and its
+ * help, which says why, is printed as a note; an arg "[a|b|c]" makes its value optional,
+ * taken as --name=a or from the next argument when that is one of the words. */
+enum cli_kind { CLI_FLAG, CLI_STR, CLI_INT, CLI_FLOAT, CLI_STRS, CLI_POS, CLI_NOTE };
 
-/* CLI_STRS: an option that may be repeated; each value is appended (dest: struct cli_strs *). */
 #define CLI_MAX_STRS 16
 struct cli_strs {
     const char *v[CLI_MAX_STRS];
@@ -26,12 +32,27 @@ struct cli_opt {
     const char *arg;   /* metavariable in help, e.g. "N" */
     const char *help;
     bool *seen;        /* optional: set when the option was given */
+    const char *aliases; /* other spellings with their dashes, space-separated (llama.cpp's,
+                          * e.g. "-ngl --n-gpu-layers"), or NULL; help lists them */
 };
+#define CLI_OPT_END {NULL, 0, 0, NULL, NULL, NULL, NULL, NULL}
+
+/* Aliases of the flags several commands share, so each spelling is written once. */
+#define CLI_ALIAS_MODEL "--model"
+#define CLI_ALIAS_GPU_LAYERS "-ngl --n-gpu-layers"
+#define CLI_ALIAS_SYSTEM "-sys --system-prompt"
+#define CLI_ALIAS_PARALLEL "-np"
+/* The llama.cpp flags that change nothing in Kinetic (CLI_NOTE rows), with why. */
+#define CLI_OPT_FLASH_ATTN                                                                        {"flash-attn", 0, CLI_NOTE, NULL, "[on|off|auto|1|0]",                                         "changes nothing: Kinetic's attention is always tiled (flash-attention style)", NULL,         "-fa"}
+#define CLI_OPT_JINJA                                                                             {"jinja", 0, CLI_NOTE, NULL, NULL,                                                             "changes nothing: Kinetic always renders the chat template with its Jinja engine", NULL,      NULL}
 
 /* Parses argv[1..] (argv[0] is the subcommand). Options may come before or after
  * positional arguments; "--" ends options; "-" alone is positional. Stores at most
- * max_pos positionals. Prints a message naming the bad option and pointing to
- * --help, and returns 2 on error; returns 1 when --help was printed; 0 otherwise. */
+ * max_pos positionals (max_pos <= CLI_MAX_POS; *n_pos: how many, from the first, with
+ * CLI_POS flags counted). Prints a message naming the bad option (an unknown one with the
+ * nearest spelling the command takes: "did you mean '--temp'?") and pointing to --help,
+ * and returns 2 on error; returns 1 when --help was printed; 0 otherwise. */
+#define CLI_MAX_POS 64
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
 void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
@@ -72,7 +93,7 @@ int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *er
 /* ---- --device and --gpu-layers (run, chat, serve, bench, embed, verify-receipt): one parse, one
  * set of messages, the registry's names (device/device.h). */
 #define CLI_HELP_DEVICE "the device: " DEVICE_HELP "; default cpu"
-#define CLI_HELP_GPU_LAYERS "with a GPU --device: the first N layers on it, the rest on the CPU (default: all; llama.cpp's -ngl)"
+#define CLI_HELP_GPU_LAYERS "with a GPU --device: the first N layers on it, the rest on the CPU (default: all)"
 struct cli_device {
     const char *spec;     /* --device; NULL: cpu */
     int64_t gpu_layers;   /* --gpu-layers; -1: all */

@@ -44,13 +44,13 @@ int cli_parse_sampling(const char *cmd, const char *usage, const char *more_help
         cs->text[i] = NULL;
         row_help(s, cs->help[i], sizeof cs->help[i]);
         opts[k++] = (struct cli_opt){s->flag, s->short_flag, CLI_STR, &cs->text[i], s->metavar,
-                                     cs->help[i], NULL};
+                                     cs->help[i], NULL, NULL};
     }
     for (const struct cli_opt *o = own; o->name; o++) {
         assert(k < cap - 1 && "raise the option capacity");
         opts[k++] = *o;
     }
-    opts[k] = (struct cli_opt){NULL, 0, 0, NULL, NULL, NULL, NULL};
+    opts[k] = (struct cli_opt)CLI_OPT_END;
     int rc = cli_parse(cmd, usage, argc, argv, opts, pos, max_pos, n_pos);
     if (rc == 1) {
         fputs(more_help, stdout);

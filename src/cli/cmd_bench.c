@@ -215,19 +215,19 @@ int cmd_bench(int argc, char **argv)
     const char *output = NULL;
     struct cli_device dv = CLI_DEVICE_INIT;
     const struct cli_opt opts[] = {
-        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
-        {"n-gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", "the same as --gpu-layers (llama-bench's -ngl)", NULL},
-        {"n-prompt", 'p', CLI_STR, &p_arg, "N", "prompt tokens for the pp test(s), e.g. 512 or 128,512 (default 512)", NULL},
-        {"n-gen", 'n', CLI_STR, &n_arg, "N", "tokens for the tg test(s) (default 128)", NULL},
-        {"n-depth", 'd', CLI_STR, &d_arg, "N", "tokens already in the cache before each test, e.g. 0,4096 (default 0)", NULL},
-        {"stream-mib", 0, CLI_INT, &stream_mib, "N", "MiB of the streaming-read measurement (default 1024; 0: skip it)", NULL},
-        {"threads", 't', CLI_STR, &t_arg, "N", "thread counts, e.g. 2 or 1,2 (default: CPUs online)", NULL},
-        {"repetitions", 'r', CLI_INT, &reps, "N", "measured runs of each test (default 5)", NULL},
-        {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512)", NULL},
-        {"json", 0, CLI_FLAG, &json, NULL, "print the results as JSON (llama-bench's field names)", NULL},
-        {"output", 'o', CLI_STR, &output, "FMT", "md or json (as llama-bench's -o)", NULL},
-        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
+        {"n-gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", "the same as --gpu-layers (llama-bench's -ngl)", NULL, NULL},
+        {"n-prompt", 'p', CLI_STR, &p_arg, "N", "prompt tokens for the pp test(s), e.g. 512 or 128,512 (default 512)", NULL, NULL},
+        {"n-gen", 'n', CLI_STR, &n_arg, "N", "tokens for the tg test(s) (default 128)", NULL, NULL},
+        {"n-depth", 'd', CLI_STR, &d_arg, "N", "tokens already in the cache before each test, e.g. 0,4096 (default 0)", NULL, NULL},
+        {"stream-mib", 0, CLI_INT, &stream_mib, "N", "MiB of the streaming-read measurement (default 1024; 0: skip it)", NULL, NULL},
+        {"threads", 't', CLI_STR, &t_arg, "N", "thread counts, e.g. 2 or 1,2 (default: CPUs online)", NULL, NULL},
+        {"repetitions", 'r', CLI_INT, &reps, "N", "measured runs of each test (default 5)", NULL, NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512)", NULL, NULL},
+        {"json", 0, CLI_FLAG, &json, NULL, "print the results as JSON (llama-bench's field names)", NULL, NULL},
+        {"output", 'o', CLI_STR, &output, "FMT", "md or json (as llama-bench's -o)", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[1];
     int n_pos;

@@ -14,8 +14,8 @@ int cmd_devices(int argc, char **argv)
     bool no_selftest = false;
     const struct cli_opt opts[] = {
         {"no-selftest", 0, CLI_FLAG, &no_selftest, NULL,
-         "describe the Vulkan devices without running their self-test", NULL},
-        {0},
+         "describe the Vulkan devices without running their self-test", NULL, NULL},
+        CLI_OPT_END,
     };
     int n_pos = 0;
     int rc = cli_parse("devices", usage, argc, argv, opts, NULL, 0, &n_pos);

@@ -47,13 +47,13 @@ int cmd_embed(int argc, char **argv)
     int64_t ctx_size = 0, threads = 0, batch = 0, dims = 0;
     struct cli_device dv = CLI_DEVICE_INIT;
     const struct cli_opt opts[] = {
-        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX, NULL},
-        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
-        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
-        {"dimensions", 0, CLI_INT, &dims, "D", "keep the first D values (Matryoshka models), then renormalise", NULL},
-        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
-        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX, NULL, NULL},
+        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL, NULL},
+        {"dimensions", 0, CLI_INT, &dims, "D", "keep the first D values (Matryoshka models), then renormalise", NULL, NULL},
+        {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[64];
     int n_pos = 0;

@@ -452,8 +452,8 @@ int cmd_info(int argc, char **argv)
 {
     bool json = false;
     const struct cli_opt opts[] = {
-        {"json", 0, CLI_FLAG, &json, NULL, "print a JSON object instead of text", NULL},
-        {0},
+        {"json", 0, CLI_FLAG, &json, NULL, "print a JSON object instead of text", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *usage = "MODEL.gguf [--json]\n\n"
                         "Describes a GGUF model or vocabulary file: architecture, shapes, parameter\n"

@@ -481,18 +481,18 @@ int cmd_perplexity(int argc, char **argv)
     int64_t ctx = 0, chunks = -1, batch = SESSION_BATCH_DEFAULT, threads = 0;
     bool kld = false;
     const struct cli_opt opts[] = {
-        {"file", 'f', CLI_STR, &file, "FILE", "the text to score", NULL},
-        {"ctx-size", 'c', CLI_INT, &ctx, "N", "tokens per chunk (default 512)", NULL},
-        {"chunks", 0, CLI_INT, &chunks, "N", "score at most N chunks (default: all)", NULL},
-        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL},
-        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL},
-        {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL},
-        {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
+        {"file", 'f', CLI_STR, &file, "FILE", "the text to score", NULL, NULL},
+        {"ctx-size", 'c', CLI_INT, &ctx, "N", "tokens per chunk (default 512)", NULL, NULL},
+        {"chunks", 0, CLI_INT, &chunks, "N", "score at most N chunks (default: all)", NULL, NULL},
+        {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL, NULL},
+        {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
+        {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL, NULL},
+        {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL, NULL},
         {"kl-divergence-base", 0, CLI_STR, &kld_base, "FILE",
-         "save the scored log-probabilities to FILE (with --kl-divergence: read them from it)", NULL},
+         "save the scored log-probabilities to FILE (with --kl-divergence: read them from it)", NULL, NULL},
         {"kl-divergence", 0, CLI_FLAG, &kld, NULL,
-         "compare against the log-probabilities saved in --kl-divergence-base FILE", NULL},
-        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+         "compare against the log-probabilities saved in --kl-divergence-base FILE", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[1];
     int n_pos;

@@ -64,16 +64,16 @@ int cmd_synth(int argc, char **argv)
     const char *out = NULL, *name = NULL;
     int64_t seed = 0, threads = 0;
     const struct cli_opt opts[] = {
-        {"arch", 0, CLI_STR, &arch_s, "ARCH", SYNTH_ARCH_LIST, NULL},
-        {"preset", 0, CLI_STR, &preset, "NAME", "shape preset (see below)", NULL},
-        {"dims", 0, CLI_STR, &dims, "SPEC", "explicit dimensions (see below)", NULL},
-        {"type", 't', CLI_STR, &type_s, "TYPE", "weight type (default q8_0)", NULL},
-        {"vocab", 0, CLI_STR, &vocab, "FILE", "copy the vocabulary of this GGUF", NULL},
-        {"seed", 's', CLI_INT, &seed, "S", "random seed (default 0)", NULL},
-        {"threads", 0, CLI_INT, &threads, "N", "threads (default: all CPUs)", NULL},
-        {"name", 0, CLI_STR, &name, "TEXT", "general.name (default: kinetic-synth PRESET)", NULL},
-        {"output", 'o', CLI_STR, &out, "OUT", "the GGUF file to write", NULL},
-        {0},
+        {"arch", 0, CLI_STR, &arch_s, "ARCH", SYNTH_ARCH_LIST, NULL, NULL},
+        {"preset", 0, CLI_STR, &preset, "NAME", "shape preset (see below)", NULL, NULL},
+        {"dims", 0, CLI_STR, &dims, "SPEC", "explicit dimensions (see below)", NULL, NULL},
+        {"type", 't', CLI_STR, &type_s, "TYPE", "weight type (default q8_0)", NULL, NULL},
+        {"vocab", 0, CLI_STR, &vocab, "FILE", "copy the vocabulary of this GGUF", NULL, NULL},
+        {"seed", 's', CLI_INT, &seed, "S", "random seed (default 0)", NULL, NULL},
+        {"threads", 0, CLI_INT, &threads, "N", "threads (default: all CPUs)", NULL, NULL},
+        {"name", 0, CLI_STR, &name, "TEXT", "general.name (default: kinetic-synth PRESET)", NULL, NULL},
+        {"output", 'o', CLI_STR, &out, "OUT", "the GGUF file to write", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[1];
     int n_pos;

@@ -235,21 +235,21 @@ int cmd_tokenize(int argc, char **argv)
     bool show_special = false, info = false;
     const char *file = NULL, *decode_ids = NULL;
     const struct cli_opt opts[] = {
-        {"file", 'f', CLI_STR, &file, "FILE", "read the text from FILE ('-' for stdin)", NULL},
-        {"ids-only", 0, CLI_FLAG, &ids_only, NULL, "print only the ids, space-separated", NULL},
+        {"file", 'f', CLI_STR, &file, "FILE", "read the text from FILE ('-' for stdin)", NULL, NULL},
+        {"ids-only", 0, CLI_FLAG, &ids_only, NULL, "print only the ids, space-separated", NULL, NULL},
         {"no-parse-special", 0, CLI_FLAG, &no_parse_special, NULL,
-         "treat control-token texts as plain text", NULL},
+         "treat control-token texts as plain text", NULL, NULL},
         {"no-bos", 0, CLI_FLAG, &no_bos, NULL, "do not add the BOS/EOS tokens the model asks for",
-         NULL},
+         NULL, NULL},
         {"hex-lines", 0, CLI_FLAG, &hex_lines, NULL,
-         "batch: each input line is one hex-encoded text; one line of ids per text", NULL},
+         "batch: each input line is one hex-encoded text; one line of ids per text", NULL, NULL},
         {"decode", 0, CLI_STR, &decode_ids, "IDS",
          "print the text of token ids ('1 2 3'); with --hex-lines, '-': one id list per stdin "
-         "line, each text printed in hex", NULL},
-        {"special", 0, CLI_FLAG, &show_special, NULL, "with --decode: render control tokens", NULL},
+         "line, each text printed in hex", NULL, NULL},
+        {"special", 0, CLI_FLAG, &show_special, NULL, "with --decode: render control tokens", NULL, NULL},
         {"info", 0, CLI_FLAG, &info, NULL,
-         "describe the tokenizer: family, pre-tokenizer, special and end-of-generation ids", NULL},
-        {0},
+         "describe the tokenizer: family, pre-tokenizer, special and end-of-generation ids", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[2];
     int n_pos = 0;

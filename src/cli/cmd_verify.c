@@ -30,12 +30,12 @@ int cmd_verify(int argc, char **argv)
     const char *model = NULL, *device = NULL, *public_key = NULL;
     int64_t threads = session_default_threads(), gpu_layers = -1;
     const struct cli_opt opts[] = {
-        {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL},
-        {"device", 0, CLI_STR, &device, "DEV", "rerun on this device: a CPU class (e.g. cpu-x86_64-scalar), " DEVICE_HELP "; default: the receipt's class where this machine has it, else the CPU", NULL},
-        {"gpu-layers", 0, CLI_INT, &gpu_layers, "N", "with a GPU: the first N layers on it (default: the receipt's)", NULL},
-        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) "; never changes its result)", NULL},
-        {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL},
-        {NULL, 0, 0, NULL, NULL, NULL, NULL},
+        {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL, NULL},
+        {"device", 0, CLI_STR, &device, "DEV", "rerun on this device: a CPU class (e.g. cpu-x86_64-scalar), " DEVICE_HELP "; default: the receipt's class where this machine has it, else the CPU", NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &gpu_layers, "N", "with a GPU: the first N layers on it (default: the receipt's)", NULL, NULL},
+        {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) "; never changes its result)", NULL, NULL},
+        {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL, NULL},
+        CLI_OPT_END,
     };
     const char *pos[1];
     int n_pos;
