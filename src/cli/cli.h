@@ -38,7 +38,6 @@ struct cli_opt {
 #define CLI_OPT_END {NULL, 0, 0, NULL, NULL, NULL, NULL, NULL}
 
 /* Aliases of the flags several commands share, so each spelling is written once. */
-#define CLI_ALIAS_MODEL "--model"
 #define CLI_ALIAS_GPU_LAYERS "-ngl --n-gpu-layers"
 #define CLI_ALIAS_SYSTEM "-sys --system-prompt"
 #define CLI_ALIAS_PARALLEL "-np"
@@ -85,8 +84,32 @@ int cli_grammar(const char *grammar, const char *grammar_file, const char *json_
 #define CLI_HELP_CTX "context size in tokens (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))"
 #define CLI_HELP_REPACK_CACHE "keep the repacked weights in DIR and map them at the next start, or off (default: $" RCACHE_ENV ", else ~/.cache/kinetic/repack; never changes the output)"
 #define CLI_HELP_KV "KV cache type: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")"
+#define CLI_HELP_KV_K "the K cache's type (llama.cpp's); Kinetic keeps K and V in one type, so it must equal V's (--kv-type)"
+#define CLI_HELP_KV_V "the V cache's type (llama.cpp's); it must equal K's"
 int cli_check_session(const char *cmd, int64_t ctx_size, int64_t threads, int64_t batch,
                       const char *kv_type, bool zero_is_default);
+
+/* -ctk/-ctv (llama.cpp's --cache-type-k/-v, k and v: NULL when not given) onto Kinetic's
+ * one KV cache type *kv_type (--kv-type or its default), which both stand for when not
+ * given: refuses a bad name, or K and V of different types (Kinetic has one). Prints
+ * "kinetic CMD: ..." and returns 2, else 0. */
+int cli_kv_types(const char *cmd, const char **kv_type, const char *k, const char *v);
+/* --chat-template NAME|FILE and --chat-template-file FILE: a built-in family's name
+ * (chat/chat.h's, as --chat-format takes) moves to *chat_format; anything else must be a
+ * file; --chat-template-file is always one and becomes *chat_template. Prints "kinetic
+ * CMD: ..." and returns 2 for both given, two different families, or neither a family nor
+ * a file; else 0. */
+int cli_chat_template(const char *cmd, const char **chat_format, const char **chat_template,
+                      const char *chat_template_file);
+/* llama.cpp's --reasoning-format FMT (NULL: not given). run and chat always split <think>
+ * reasoning off the answer, which auto and deepseek mean; the server (server: true) takes
+ * the choice per request, so only auto, the request's default, has a meaning there. Prints
+ * why another value has none and returns 2, else 0. */
+int cli_reasoning_format(const char *cmd, const char *fmt, bool server);
+#define CLI_HELP_REASONING_FORMAT "llama.cpp's: auto or deepseek, as Kinetic always does (see --reasoning)"
+#define CLI_HELP_CHAT_TEMPLATE "render chats with this Jinja template file instead of the model's, or a built-in template by name (as --chat-format)"
+#define CLI_HELP_CHAT_TEMPLATE_FILE "render chats with this Jinja template file (even one named like a built-in template)"
+#define CLI_HELP_CHAT_FORMAT "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw"
 
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 

@@ -214,10 +214,11 @@ int cmd_bench(int argc, char **argv)
     bool json = false;
     const char *output = NULL;
     struct cli_device dv = CLI_DEVICE_INIT;
+    const char *pos[1] = {NULL};
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the argument)", NULL, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
-        {"n-gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", "the same as --gpu-layers (llama-bench's -ngl)", NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, CLI_ALIAS_GPU_LAYERS},
         {"n-prompt", 'p', CLI_STR, &p_arg, "N", "prompt tokens for the pp test(s), e.g. 512 or 128,512 (default 512)", NULL, NULL},
         {"n-gen", 'n', CLI_STR, &n_arg, "N", "tokens for the tg test(s) (default 128)", NULL, NULL},
         {"n-depth", 'd', CLI_STR, &d_arg, "N", "tokens already in the cache before each test, e.g. 0,4096 (default 0)", NULL, NULL},
@@ -227,9 +228,9 @@ int cmd_bench(int argc, char **argv)
         {"batch-size", 'b', CLI_INT, &batch, "N", "prompt tokens per forward pass (default 512)", NULL, NULL},
         {"json", 0, CLI_FLAG, &json, NULL, "print the results as JSON (llama-bench's field names)", NULL, NULL},
         {"output", 'o', CLI_STR, &output, "FMT", "md or json (as llama-bench's -o)", NULL, NULL},
+        CLI_OPT_FLASH_ATTN,
         CLI_OPT_END,
     };
-    const char *pos[1];
     int n_pos;
     int rc = cli_parse("bench", bench_usage, argc, argv, opts, pos, 1, &n_pos);
     if (rc == 1)

@@ -109,23 +109,31 @@ int cmd_chat(int argc, char **argv)
     bool no_zero_wait = false, no_draft = false;
     const char *system = NULL, *sign_key = NULL, *kv_type = SESSION_KV_TYPE_DEFAULT, *chat_format = NULL;
     const char *chat_template = NULL, *chat_template_kwargs = NULL, *repack_cache = NULL;
+    const char *chat_template_file = NULL, *cache_type_k = NULL, *cache_type_v = NULL;
+    const char *reasoning_format = NULL;
     const char *reasoning = "show";
     const char *grammar = NULL, *grammar_file = NULL, *json_schema = NULL, *json_schema_file = NULL;
     struct cli_strs stop = {0};
     struct cli_device dv = CLI_DEVICE_INIT;
+    const char *pos[1] = {NULL};
     /* The sampling flags are those of `kinetic run`: both come from the settings table
      * (cli_sampling), -n/--n-predict limiting every answer. */
     const struct cli_opt own[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the argument)", NULL, NULL},
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX "; the whole conversation must fit", NULL, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL, NULL},
+        {"cache-type-k", 0, CLI_STR, &cache_type_k, "T", CLI_HELP_KV_K, NULL, "-ctk"},
+        {"cache-type-v", 0, CLI_STR, &cache_type_v, "T", CLI_HELP_KV_V, NULL, "-ctv"},
         {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
-        {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL, NULL},
-        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL, NULL},
-        {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, CLI_ALIAS_GPU_LAYERS},
+        {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL, CLI_ALIAS_SYSTEM},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", CLI_HELP_CHAT_FORMAT, NULL, NULL},
+        {"chat-template", 0, CLI_STR, &chat_template, "FILE|NAME", CLI_HELP_CHAT_TEMPLATE, NULL, NULL},
+        {"chat-template-file", 0, CLI_STR, &chat_template_file, "FILE", CLI_HELP_CHAT_TEMPLATE_FILE, NULL, NULL},
+        CLI_OPT_JINJA,
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL, NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL, NULL},
         {"no-zero-wait", 0, CLI_FLAG, &no_zero_wait, NULL, "do not evaluate the line while it is typed", NULL, NULL},
@@ -134,20 +142,23 @@ int cmd_chat(int argc, char **argv)
         {"grammar-file", 0, CLI_STR, &grammar_file, "FILE", "read the GBNF grammar from FILE", NULL, NULL},
         {"json-schema", 0, CLI_STR, &json_schema, "JSON", "answer with JSON matching this JSON Schema", NULL, NULL},
         {"json-schema-file", 0, CLI_STR, &json_schema_file, "FILE", "read the JSON Schema from FILE", NULL, NULL},
-        {"stop", 0, CLI_STRS, &stop, "TEXT", "end every answer where TEXT appears (repeatable; not shown, not kept; /set stop changes it)", NULL, NULL},
-        {"reverse-prompt", 'r', CLI_STRS, &stop, "TEXT", "the same as --stop (llama.cpp's name)", NULL, NULL},
+        {"stop", 'r', CLI_STRS, &stop, "TEXT", "end every answer where TEXT appears (repeatable; not shown, not kept; /set stop changes it)", NULL, "--reverse-prompt"},
         {"reasoning", 0, CLI_STR, &reasoning, "MODE", "show <think> reasoning dimmed (default) or hide it; /set reasoning changes it", NULL, NULL},
+        {"reasoning-format", 0, CLI_STR, &reasoning_format, "FMT", CLI_HELP_REASONING_FORMAT, NULL, NULL},
+        CLI_OPT_FLASH_ATTN,
         CLI_OPT_END,
     };
     struct cli_sampling cs;
     struct sample_params sp;
-    const char *pos[1];
     int n_pos = 0;
     int rc = cli_parse_sampling("chat", chat_usage, chat_more_help, argc, argv, own, &cs, &sp, pos, 1,
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if ((rc = cli_check_session("chat", ctx_size, threads, batch, kv_type, false)) != 0)
+    if ((rc = cli_kv_types("chat", &kv_type, cache_type_k, cache_type_v)) != 0 ||
+        (rc = cli_check_session("chat", ctx_size, threads, batch, kv_type, false)) != 0 ||
+        (rc = cli_reasoning_format("chat", reasoning_format, false)) != 0 ||
+        (rc = cli_chat_template("chat", &chat_format, &chat_template, chat_template_file)) != 0)
         return rc;
     if (strcmp(reasoning, "show") != 0 && strcmp(reasoning, "hide") != 0) {
         fprintf(stderr, "kinetic chat: --reasoning must be show or hide, not '%s'\n", reasoning);

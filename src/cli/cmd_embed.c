@@ -46,16 +46,18 @@ int cmd_embed(int argc, char **argv)
 {
     int64_t ctx_size = 0, threads = 0, batch = 0, dims = 0;
     struct cli_device dv = CLI_DEVICE_INIT;
+    const char *pos[64];
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the first argument)", NULL, NULL},
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", CLI_HELP_CTX, NULL, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL, NULL},
         {"dimensions", 0, CLI_INT, &dims, "D", "keep the first D values (Matryoshka models), then renormalise", NULL, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, CLI_ALIAS_GPU_LAYERS},
+        CLI_OPT_FLASH_ATTN,
         CLI_OPT_END,
     };
-    const char *pos[64];
     int n_pos = 0;
     int rc = cli_parse("embed", usage, argc, argv, opts, pos, 64, &n_pos);
     if (rc)

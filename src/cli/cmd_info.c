@@ -451,7 +451,9 @@ static void print_json(const struct info *in)
 int cmd_info(int argc, char **argv)
 {
     bool json = false;
+    const char *pos[1] = {NULL};
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the file (instead of the argument)", NULL, NULL},
         {"json", 0, CLI_FLAG, &json, NULL, "print a JSON object instead of text", NULL, NULL},
         CLI_OPT_END,
     };
@@ -459,7 +461,6 @@ int cmd_info(int argc, char **argv)
                         "Describes a GGUF model or vocabulary file: architecture, shapes, parameter\n"
                         "count, tensor types, file type, tokenizer, special tokens, chat template.\n"
                         "Exits 1 with the reader's message when the file is not valid GGUF.";
-    const char *pos[1];
     int n_pos;
     int rc = cli_parse("info", usage, argc, argv, opts, pos, 1, &n_pos);
     if (rc == 1)

@@ -480,21 +480,26 @@ int cmd_perplexity(int argc, char **argv)
     const char *repack_cache = NULL;
     int64_t ctx = 0, chunks = -1, batch = SESSION_BATCH_DEFAULT, threads = 0;
     bool kld = false;
+    const char *cache_type_k = NULL, *cache_type_v = NULL;
+    const char *pos[1] = {NULL};
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the argument)", NULL, NULL},
         {"file", 'f', CLI_STR, &file, "FILE", "the text to score", NULL, NULL},
         {"ctx-size", 'c', CLI_INT, &ctx, "N", "tokens per chunk (default 512)", NULL, NULL},
         {"chunks", 0, CLI_INT, &chunks, "N", "score at most N chunks (default: all)", NULL, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", CLI_HELP_BATCH, NULL, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", CLI_HELP_KV, NULL, NULL},
+        {"cache-type-k", 0, CLI_STR, &cache_type_k, "T", CLI_HELP_KV_K, NULL, "-ctk"},
+        {"cache-type-v", 0, CLI_STR, &cache_type_v, "T", CLI_HELP_KV_V, NULL, "-ctv"},
         {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL, NULL},
         {"kl-divergence-base", 0, CLI_STR, &kld_base, "FILE",
          "save the scored log-probabilities to FILE (with --kl-divergence: read them from it)", NULL, NULL},
         {"kl-divergence", 0, CLI_FLAG, &kld, NULL,
          "compare against the log-probabilities saved in --kl-divergence-base FILE", NULL, NULL},
+        CLI_OPT_FLASH_ATTN,
         CLI_OPT_END,
     };
-    const char *pos[1];
     int n_pos;
     int rc = cli_parse("perplexity", ppl_usage, argc, argv, opts, pos, 1, &n_pos);
     if (rc == 1)
@@ -521,7 +526,8 @@ int cmd_perplexity(int argc, char **argv)
         fprintf(stderr, "kinetic perplexity: --chunks must be positive\n");
         return 2;
     }
-    if (cli_check_session("perplexity", ctx, threads, batch, kv_type, true) != 0)
+    if (cli_kv_types("perplexity", &kv_type, cache_type_k, cache_type_v) != 0 ||
+        cli_check_session("perplexity", ctx, threads, batch, kv_type, true) != 0)
         return 2;
 
     struct kn_err err = {0};

@@ -179,7 +179,8 @@ struct run_opts {
     const char *prompt_cache, *repack_cache;
     const char *system, *file, *prompt_ids, *logits_out, *kv_type, *chat_format;
     const char *receipt, *sign_key;
-    const char *chat_template, *chat_template_kwargs, *messages;
+    const char *chat_template, *chat_template_file, *chat_template_kwargs, *messages;
+    const char *cache_type_k, *cache_type_v, *reasoning_format;
     /* stop strings, grammars, reasoning */
     struct cli_strs stop;
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *reasoning;
@@ -410,19 +411,26 @@ int cmd_run(int argc, char **argv)
         .kv_type = SESSION_KV_TYPE_DEFAULT, .cache_ram = SESSION_CACHE_RAM_DEFAULT,
     };
     struct cli_device dv = CLI_DEVICE_INIT;
+    const char *pos[2] = {NULL, NULL}; /* MODEL.gguf, PROMPT */
     /* The sampling flags (--temp ... -s, -n) come from the settings table (cli_sampling). */
     const struct cli_opt own[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the first argument)", NULL, NULL},
+        {"prompt", 'p', CLI_POS, &pos[1], "PROMPT", "the prompt (instead of the second argument)", NULL, NULL},
         {"ctx-size", 'c', CLI_INT, &o.ctx_size, "N", CLI_HELP_CTX, NULL, NULL},
         {"threads", 't', CLI_INT, &o.threads, "N", CLI_HELP_THREADS, NULL, NULL},
         {"batch-size", 'b', CLI_INT, &o.batch, "N", CLI_HELP_BATCH, NULL, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, CLI_ALIAS_GPU_LAYERS},
         {"kv-type", 0, CLI_STR, &o.kv_type, "T", CLI_HELP_KV, NULL, NULL},
+        {"cache-type-k", 0, CLI_STR, &o.cache_type_k, "T", CLI_HELP_KV_K, NULL, "-ctk"},
+        {"cache-type-v", 0, CLI_STR, &o.cache_type_v, "T", CLI_HELP_KV_V, NULL, "-ctv"},
         {"repack-cache", 0, CLI_STR, &o.repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL, NULL},
-        {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL, NULL},
+        {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL, CLI_ALIAS_SYSTEM},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL, NULL},
-        {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL, NULL},
-        {"chat-template", 0, CLI_STR, &o.chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL, NULL},
+        {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", CLI_HELP_CHAT_FORMAT, NULL, NULL},
+        {"chat-template", 0, CLI_STR, &o.chat_template, "FILE|NAME", CLI_HELP_CHAT_TEMPLATE, NULL, NULL},
+        {"chat-template-file", 0, CLI_STR, &o.chat_template_file, "FILE", CLI_HELP_CHAT_TEMPLATE_FILE, NULL, NULL},
+        CLI_OPT_JINJA,
         {"chat-template-kwargs", 0, CLI_STR, &o.chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL, NULL},
         {"messages", 0, CLI_STR, &o.messages, "FILE", "the conversation as JSON: [messages] or {\"messages\": [...], \"tools\": [...]}", NULL, NULL},
         {"file", 'f', CLI_STR, &o.file, "FILE", "read the prompt from FILE ('-' = standard input)", NULL, NULL},
@@ -437,34 +445,38 @@ int cmd_run(int argc, char **argv)
         {"prompt-cache", 0, CLI_STR, &o.prompt_cache, "FILE", "Warm Start: keep the prompt's KV entries in FILE and reuse the longest cached prefix next time", NULL, NULL},
         {"cache-ram", 0, CLI_INT, &o.cache_ram, "MiB", "most memory (and file size) of the prompt cache (default " CLI_XSTR(SESSION_CACHE_RAM_DEFAULT) ")", NULL, NULL},
         {"no-warm-start", 0, CLI_FLAG, &o.no_warm_start, NULL, "turn the prompt cache off (never changes the output)", NULL, NULL},
-        {"stop", 0, CLI_STRS, &o.stop, "TEXT", "stop after the text TEXT appears (repeatable; not printed)", NULL, NULL},
-        {"reverse-prompt", 'r', CLI_STRS, &o.stop, "TEXT", "the same as --stop (llama.cpp's name)", NULL, NULL},
+        {"stop", 'r', CLI_STRS, &o.stop, "TEXT", "stop after the text TEXT appears (repeatable; not printed)", NULL, "--reverse-prompt"},
         {"grammar", 0, CLI_STR, &o.grammar, "GBNF", "constrain the output with a GBNF grammar", NULL, NULL},
         {"grammar-file", 0, CLI_STR, &o.grammar_file, "FILE", "read the GBNF grammar from FILE", NULL, NULL},
         {"json-schema", 0, CLI_STR, &o.json_schema, "JSON", "constrain the output to JSON matching this JSON Schema", NULL, NULL},
         {"json-schema-file", 0, CLI_STR, &o.json_schema_file, "FILE", "read the JSON Schema from FILE", NULL, NULL},
         {"reasoning", 0, CLI_STR, &o.reasoning, "MODE", "show (default; dimmed on a terminal) or hide <think> reasoning", NULL, NULL},
+        {"reasoning-format", 0, CLI_STR, &o.reasoning_format, "FMT", CLI_HELP_REASONING_FORMAT, NULL, NULL},
+        CLI_OPT_FLASH_ATTN,
         CLI_OPT_END,
     };
     struct cli_sampling cs;
     struct sample_params spar;
-    const char *pos[2];
     int n_pos = 0;
     int rc = cli_parse_sampling("run", run_usage, run_more_help, argc, argv, own, &cs, &spar, pos, 2,
                                 &n_pos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (cli_check_session("run", o.ctx_size, o.threads, o.batch, o.kv_type, false) != 0)
+    if (cli_kv_types("run", &o.kv_type, o.cache_type_k, o.cache_type_v) != 0 ||
+        cli_check_session("run", o.ctx_size, o.threads, o.batch, o.kv_type, false) != 0 ||
+        cli_reasoning_format("run", o.reasoning_format, false) != 0)
         return 2;
     enum chat_format forced_format = CHAT_FORMAT_RAW;
     if (o.chat_format && !chat_format_from_name(o.chat_format, &forced_format)) {
         fprintf(stderr, "kinetic run: unknown --chat-format '%s'\n", o.chat_format);
         return 2;
     }
-    if (o.raw && (o.chat_template || o.chat_template_kwargs)) {
+    if (o.raw && (o.chat_template || o.chat_template_file || o.chat_template_kwargs)) {
         fprintf(stderr, "kinetic run: --raw sends the prompt as is; it cannot be combined with --chat-template or --chat-template-kwargs\n");
         return 2;
     }
+    if (cli_chat_template("run", &o.chat_format, &o.chat_template, o.chat_template_file) != 0)
+        return 2;
     if (o.sign_key && !o.receipt) {
         fprintf(stderr, "kinetic run: --sign-key signs a receipt; add --receipt FILE\n");
         return 2;

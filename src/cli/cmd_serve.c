@@ -95,7 +95,9 @@ int cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *sign_key = NULL;
     const char *chat_format = NULL, *chat_template = NULL, *chat_template_kwargs = NULL;
-    const char *repack_cache = NULL;
+    const char *repack_cache = NULL, *chat_template_file = NULL, *reasoning_format = NULL;
+    const char *cache_type_k = NULL, *cache_type_v = NULL;
+    const char *pos[1] = {NULL};
     const char *kv_type = SESSION_KV_TYPE_DEFAULT, *cors = NULL, *replica = getenv("KINETIC_REPLICA");
     struct cli_device dv = CLI_DEVICE_INIT;
     int64_t port = 8080, parallel = 4, ctx_size = 0, threads = 0, max_body = 1 << 20;
@@ -107,22 +109,29 @@ int cmd_serve(int argc, char **argv)
     bool no_verify = false;
     int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the argument)", NULL, NULL},
         {"host", 0, CLI_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)", NULL, NULL},
         {"port", 0, CLI_INT, &port, "N", "port (default 8080; 0 picks a free one)", NULL, NULL},
-        {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4; -np N as in llama-server)", NULL, NULL},
+        {"parallel", 0, CLI_INT, &parallel, "N", "slots: requests served at once (default 4)", NULL, CLI_ALIAS_PARALLEL},
         {"ctx-size", 'c', CLI_INT, &ctx_size, "N", "context positions per slot (default: min(model's, " CLI_XSTR(SESSION_CTX_MAX_DEFAULT) "))", NULL, NULL},
         {"batch-size", 'b', CLI_INT, &batch, "N", "most tokens in one forward pass (default " CLI_XSTR(SESSION_BATCH_DEFAULT) ")", NULL, NULL},
         {"threads", 't', CLI_INT, &threads, "N", CLI_HELP_THREADS, NULL, NULL},
         {"kv-type", 0, CLI_STR, &kv_type, "T", "KV cache type of the slots and the prompt cache: " MODEL_KV_TYPE_NAMES " (default " SESSION_KV_TYPE_DEFAULT ")", NULL, NULL},
+        {"cache-type-k", 0, CLI_STR, &cache_type_k, "T", CLI_HELP_KV_K, NULL, "-ctk"},
+        {"cache-type-v", 0, CLI_STR, &cache_type_v, "T", CLI_HELP_KV_V, NULL, "-ctv"},
         {"repack-cache", 0, CLI_STR, &repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL, NULL},
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL, CLI_ALIAS_GPU_LAYERS},
         {"cors", 0, CLI_STR, &cors, "ORIGIN", "let browser pages from ORIGIN (or *) call the API: Access-Control-Allow-Origin on every answer, preflights answered", NULL, NULL},
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL, NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL, NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL, NULL},
-        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL, NULL},
-        {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL, NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", CLI_HELP_CHAT_FORMAT, NULL, NULL},
+        {"chat-template", 0, CLI_STR, &chat_template, "FILE|NAME", CLI_HELP_CHAT_TEMPLATE, NULL, NULL},
+        {"chat-template-file", 0, CLI_STR, &chat_template_file, "FILE", CLI_HELP_CHAT_TEMPLATE_FILE, NULL, NULL},
+        CLI_OPT_JINJA,
+        {"reasoning-format", 0, CLI_STR, &reasoning_format, "FMT", "llama-server's: only auto, which every request has unless it sets \"reasoning_format\"", NULL, NULL},
+        CLI_OPT_FLASH_ATTN,
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL, NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL, NULL},
         {"max-depth", 0, CLI_INT, &depth, "N", "deepest JSON nesting accepted (default 32, at most 60)", NULL, NULL},
@@ -131,7 +140,7 @@ int cmd_serve(int argc, char **argv)
         {"max-connections", 0, CLI_INT, &max_conn, "N", "connections open at once, in all (default " STR(SRV_DEFAULT_MAX_CONNECTIONS) "); more get 503", NULL, NULL},
         {"max-connections-per-ip", 0, CLI_INT, &max_conn_ip, "N", "connections open at once from one address, IPv6: one /64 (default " STR(SRV_DEFAULT_MAX_CONNECTIONS_PER_IP) ")", NULL, NULL},
         {"queue", 0, CLI_INT, &queue, "N", "requests that may wait for a slot (default 4 x parallel); more get 503", NULL, NULL},
-        {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL, NULL},
+        {"max-tokens", 'n', CLI_INT, &max_tokens, "N", "default token limit of a request (default: the rest of the context)", NULL, "--n-predict"},
         {"no-draft", 0, CLI_FLAG, &no_draft, NULL, "turn RAD-1 drafting off (never changes the output)", NULL, NULL},
         {"draft-max", 0, CLI_INT, &draft_max, "N", "most RAD-1 draft tokens per slot and step (default 16)", NULL, NULL},
         {"cache-ram", 0, CLI_INT, &cache_ram, "MiB", "the prompt cache shared by the slots (default 256; 0: none)", NULL, NULL},
@@ -145,12 +154,6 @@ int cmd_serve(int argc, char **argv)
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL, NULL},
         CLI_OPT_END,
     };
-    /* llama-server's -np N: the same as --parallel N, so its command lines carry over. */
-    static char parallel_flag[] = "--parallel";
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strcmp(argv[i], "-np") == 0)
-            argv[i] = parallel_flag;
-    const char *pos[1];
     int n_pos = 0;
     int rc = cli_parse("serve", usage, argc, argv, opts, pos, 1, &n_pos);
     if (rc == 1)
@@ -177,10 +180,13 @@ int cmd_serve(int argc, char **argv)
                 (long long)max_conn, (long long)max_conn_ip);
         return 2;
     }
-    if (cli_check_session("serve", ctx_size, threads, batch, kv_type, true) != 0)
+    if (cli_kv_types("serve", &kv_type, cache_type_k, cache_type_v) != 0 ||
+        cli_check_session("serve", ctx_size, threads, batch, kv_type, true) != 0 ||
+        cli_reasoning_format("serve", reasoning_format, true) != 0 ||
+        cli_chat_template("serve", &chat_format, &chat_template, chat_template_file) != 0)
         return 2;
     if (max_body < 1024 || max_body > (1LL << 30) || depth < 2 || depth > JSON_MAX_INPUT_DEPTH ||
-        queue < 0 || max_tokens < 0 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
+        queue < 0 || max_tokens < -1 || ctx_size < 0 || batch < 0 || toy_delay < 0 ||
         toy_delay > 1000000 || draft_max < 0 || draft_max > ENGINE_DRAFT_LIMIT || cache_ram < 0 ||
         cache_ram > (1 << 20)) {
         fprintf(stderr, "kinetic serve: an option is out of range (--max-body 1024..1 GiB, "
@@ -203,6 +209,8 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
     }
+    if (max_tokens == -1) /* llama-server's -n -1, "no limit": the default, the context */
+        max_tokens = 0;
 
     if (toy && n_pos) {
         fprintf(stderr, "kinetic serve: give either a model file or --toy, not both\n");

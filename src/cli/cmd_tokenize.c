@@ -234,7 +234,10 @@ int cmd_tokenize(int argc, char **argv)
     bool ids_only = false, no_parse_special = false, no_bos = false, hex_lines = false;
     bool show_special = false, info = false;
     const char *file = NULL, *decode_ids = NULL;
+    const char *pos[2] = {NULL, NULL}; /* MODEL.gguf, TEXT */
     const struct cli_opt opts[] = {
+        {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the first argument)", NULL, NULL},
+        {"prompt", 'p', CLI_POS, &pos[1], "TEXT", "the text (instead of the second argument)", NULL, NULL},
         {"file", 'f', CLI_STR, &file, "FILE", "read the text from FILE ('-' for stdin)", NULL, NULL},
         {"ids-only", 0, CLI_FLAG, &ids_only, NULL, "print only the ids, space-separated", NULL, NULL},
         {"no-parse-special", 0, CLI_FLAG, &no_parse_special, NULL,
@@ -251,7 +254,6 @@ int cmd_tokenize(int argc, char **argv)
          "describe the tokenizer: family, pre-tokenizer, special and end-of-generation ids", NULL, NULL},
         CLI_OPT_END,
     };
-    const char *pos[2];
     int n_pos = 0;
     int rc = cli_parse("tokenize", usage, argc, argv, opts, pos, 2, &n_pos);
     if (rc)

@@ -1,14 +1,254 @@
-/* cmd_verify.c: kinetic verify-receipt. */
+/* cmd_verify.c: kinetic verify-receipt: a receipt file, or a saved server response (a
+ * completion, a stream's final chunk, or a whole stream's "data: {...}" lines) whose
+ * receipts it finds and checks. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "base/base.h"
+#include "base/json.h"
 #include "engine/session.h"
 #include "kernels/kernels.h"
 #include "receipt/receipt.h"
 
+/* ================================================================ finding the receipt
+ *
+ * Where the server puts receipts (src/server/api.c): a completion or a stream's final chunk
+ * carries its receipt under "receipt"; with "n" > 1, each choice under choices[i].receipt
+ * (in a stream, in that choice's final chunk). A receipt itself has "receipt" too, its
+ * version number; a response's is an object. */
+
+/* choices[i].receipt in a response is this much deeper than the receipt alone. */
+#define VERIFY_RESPONSE_DEPTH 3
+#define VERIFY_MAX_FOUND 64
+
+struct found {
+    struct json_value *receipt[VERIFY_MAX_FOUND]; /* owned copies */
+    char where[VERIFY_MAX_FOUND][64];
+    int n;
+    bool nomem;
+};
+
+static void found_free(struct found *f)
+{
+    for (int i = 0; i < f->n; i++)
+        json_free(f->receipt[i]);
+}
+
+/* Whether doc is a server response (or stream chunk) rather than a receipt. */
+static bool is_response(const struct json_value *doc)
+{
+    return json_is(json_get(doc, "receipt"), JSON_OBJECT) ||
+           json_is(json_get(doc, "choices"), JSON_ARRAY) ||
+           json_is(json_get(doc, "error"), JSON_OBJECT);
+}
+
+static void add_found(struct found *f, const struct json_value *r, const char *where)
+{
+    if (f->n == VERIFY_MAX_FOUND)
+        return;
+    if (!(f->receipt[f->n] = json_clone(r))) {
+        f->nomem = true;
+        return;
+    }
+    snprintf(f->where[f->n++], sizeof f->where[0], "%s", where);
+}
+
+/* Adds the receipts of one response or chunk; line > 0 names the stream line it is on. */
+static void find_receipts(const struct json_value *doc, int line, struct found *f)
+{
+    char at[24] = "", where[64];
+    if (line > 0)
+        snprintf(at, sizeof at, " (line %d)", line);
+    const struct json_value *r = json_get(doc, "receipt");
+    if (json_is(r, JSON_OBJECT)) {
+        snprintf(where, sizeof where, "\"receipt\"%s", at);
+        add_found(f, r, where);
+    }
+    const struct json_value *ch = json_get(doc, "choices");
+    for (size_t i = 0; i < json_len(ch); i++) {
+        const struct json_value *c = json_at(ch, i);
+        int64_t index = (int64_t)i;
+        json_int(json_get(c, "index"), &index); /* a stream chunk holds one choice */
+        r = json_get(c, "receipt");
+        if (json_is(r, JSON_OBJECT)) {
+            snprintf(where, sizeof where, "choices[%lld].receipt%s", (long long)index, at);
+            add_found(f, r, where);
+        }
+    }
+}
+
+/* Writes r to a temporary file (*path, malloc'd) for receipt_verify. */
+static enum kn_status write_temp(const struct json_value *r, char **path, struct kn_err *err)
+{
+    const char *dir = getenv("TMPDIR");
+    char tmpl[4096];
+    int w = snprintf(tmpl, sizeof tmpl, "%s/kinetic-receipt-XXXXXX", dir && *dir ? dir : "/tmp");
+    if (w < 0 || (size_t)w >= sizeof tmpl)
+        return kn_fail(err, KN_E_ARG, "TMPDIR is too long");
+    int fd = mkstemp(tmpl);
+    if (fd < 0)
+        return kn_fail(err, KN_E_IO, "cannot make a temporary file %s: %s", tmpl, strerror(errno));
+    struct kn_buf b = {0};
+    if (!kn_buf_add(&b, tmpl, strlen(tmpl) + 1)) {
+        close(fd);
+        unlink(tmpl);
+        return kn_fail(err, KN_E_NOMEM, "out of memory");
+    }
+    char *text = NULL;
+    size_t len = 0;
+    enum kn_status st = json_write(r, JSON_PRETTY, &text, &len, err);
+    FILE *f = fdopen(fd, "wb");
+    if (st == KN_OK && (!f || fwrite(text, 1, len, f) != len))
+        st = kn_fail(err, KN_E_IO, "cannot write %s: %s", b.p, strerror(errno));
+    if (f ? fclose(f) != 0 : close(fd) != 0)
+        st = st == KN_OK ? kn_fail(err, KN_E_IO, "cannot write %s", b.p) : st;
+    free(text);
+    if (st != KN_OK) {
+        unlink(b.p);
+        free(b.p);
+        return st;
+    }
+    *path = b.p;
+    return KN_OK;
+}
+
+/* A stream's "data: {...}" lines: the receipts of each event into f. Returns the number of
+ * data lines (0: not a stream), or -1 after printing why a line is not JSON. */
+static int parse_stream(const char *path, const char *text, size_t len,
+                        const struct json_limits *lim, struct found *f)
+{
+    int line = 0, data_lines = 0;
+    for (size_t i = 0; i < len; line++) {
+        size_t end = i;
+        while (end < len && text[end] != '\n')
+            end++;
+        size_t n = end - i;
+        if (n && text[i + n - 1] == '\r')
+            n--;
+        if (n >= 5 && memcmp(text + i, "data:", 5) == 0) {
+            data_lines++;
+            size_t k = i + 5;
+            while (k < i + n && text[k] == ' ')
+                k++;
+            size_t m = i + n - k;
+            if (!(m == 6 && memcmp(text + k, "[DONE]", 6) == 0)) {
+                struct kn_err err = {0};
+                struct json_value *doc = NULL;
+                if (json_parse(text + k, m, lim, &doc, &err) != KN_OK) {
+                    printf("receipt: %s: line %d is a stream event that is not JSON: %s\n", path,
+                           line + 1, err.msg);
+                    return -1;
+                }
+                find_receipts(doc, line + 1, f);
+                json_free(doc);
+            }
+        }
+        i = end + 1;
+    }
+    return data_lines;
+}
+
+/* Checks each receipt found, one after the other: the first failure's exit code, else 0. */
+static int verify_found(const char *path, const char *what, struct found *f,
+                        const struct receipt_verify_opts *o)
+{
+    int code = RECEIPT_EXIT_IDENTICAL;
+    for (int i = 0; i < f->n; i++) {
+        struct kn_err err = {0};
+        char *tmp = NULL;
+        if (write_temp(f->receipt[i], &tmp, &err) != KN_OK) {
+            printf("receipt: %s\n", err.msg);
+            return RECEIPT_EXIT_ERROR;
+        }
+        printf("%sreceipt %d of %d in %s (%s), under %s\n", i ? "\n" : "", i + 1, f->n, path,
+               what, f->where[i]);
+        fflush(stdout);
+        int c = receipt_verify(tmp, o, stdout);
+        unlink(tmp);
+        free(tmp);
+        if (code == RECEIPT_EXIT_IDENTICAL)
+            code = c;
+    }
+    return code;
+}
+
+/* Verifies path: a receipt as it is, or the receipts a saved server response holds. */
+static int verify_file(const char *path, const struct receipt_verify_opts *o)
+{
+    char *text = NULL;
+    size_t len = 0;
+    struct kn_err err = {0};
+    /* Anything unreadable, or too large, is receipt_verify's to report, as for a receipt. */
+    if (kn_read_file(path, RECEIPT_MAX_BYTES, &text, &len, &err) != KN_OK)
+        return receipt_verify(path, o, stdout);
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
+    lim.max_depth += VERIFY_RESPONSE_DEPTH;
+    struct json_value *doc = NULL;
+    struct found f = {0};
+    const char *what = NULL;
+    char kind[80] = "a server response";
+    int code;
+    if (json_parse(text, len, &lim, &doc, &err) == KN_OK) {
+        if (!is_response(doc)) { /* a receipt (or not one: receipt_verify says why) */
+            json_free(doc);
+            free(text);
+            return receipt_verify(path, o, stdout);
+        }
+        const char *obj = json_str(json_get(doc, "object"));
+        if (obj)
+            snprintf(kind, sizeof kind, "a %s", obj);
+        const struct json_value *e = json_get(doc, "error");
+        if (json_is(e, JSON_OBJECT) && !json_get(doc, "choices")) {
+            const char *msg = json_str(json_get(e, "message"));
+            printf("receipt: %s is an error response, not a receipt: %s\n", path,
+                   msg ? msg : "(no message)");
+            json_free(doc);
+            free(text);
+            return RECEIPT_EXIT_MALFORMED;
+        }
+        find_receipts(doc, 0, &f);
+        json_free(doc);
+    } else {
+        int lines = parse_stream(path, text, len, &lim, &f);
+        if (lines < 0) {
+            found_free(&f);
+            free(text);
+            return RECEIPT_EXIT_MALFORMED;
+        }
+        if (lines == 0) { /* neither JSON nor a stream: receipt_verify names the JSON error */
+            free(text);
+            return receipt_verify(path, o, stdout);
+        }
+        snprintf(kind, sizeof kind, "a stream of %d events", lines);
+    }
+    free(text);
+    what = kind;
+    if (f.nomem) {
+        printf("receipt: out of memory\n");
+        code = RECEIPT_EXIT_ERROR;
+    } else if (f.n == 0) {
+        printf("receipt: no receipt in this response (%s): a server response carries it under "
+               "\"receipt\" when the request sets \"receipt\": true (with \"n\" > 1, each choice's "
+               "under choices[i].receipt; a stream, in its final chunk)\n", what);
+        code = RECEIPT_EXIT_MALFORMED;
+    } else {
+        code = verify_found(path, what, &f, o);
+    }
+    found_free(&f);
+    return code;
+}
+
 static const char *const verify_usage =
     "FILE [--model PATH] [--device CLASS] [--threads N] [--public-key HEX]\n"
+    "\n"
+    "FILE is a receipt, or a saved server response that holds receipts: a chat completion\n"
+    "or completion (\"receipt\": true in the request), a stream's final chunk, or a whole\n"
+    "stream's 'data: {...}' lines; each receipt in it is checked in turn.\n"
     "\n"
     "Checks a receipt: its token hashes, its signature, that the model file is the\n"
     "receipt's (by BLAKE3), then reruns the recorded prompt tokens with the recorded\n"
@@ -32,7 +272,7 @@ int cmd_verify(int argc, char **argv)
     const struct cli_opt opts[] = {
         {"model", 'm', CLI_STR, &model, "PATH", "the model file, when it moved since the receipt was made", NULL, NULL},
         {"device", 0, CLI_STR, &device, "DEV", "rerun on this device: a CPU class (e.g. cpu-x86_64-scalar), " DEVICE_HELP "; default: the receipt's class where this machine has it, else the CPU", NULL, NULL},
-        {"gpu-layers", 0, CLI_INT, &gpu_layers, "N", "with a GPU: the first N layers on it (default: the receipt's)", NULL, NULL},
+        {"gpu-layers", 0, CLI_INT, &gpu_layers, "N", "with a GPU: the first N layers on it (default: the receipt's)", NULL, CLI_ALIAS_GPU_LAYERS},
         {"threads", 't', CLI_INT, &threads, "N", "threads for the rerun, 1..256 (default: CPUs online, at most " CLI_XSTR(SESSION_THREADS_MAX_DEFAULT) "; never changes its result)", NULL, NULL},
         {"public-key", 0, CLI_STR, &public_key, "HEX", "require a signature made with this Ed25519 public key", NULL, NULL},
         CLI_OPT_END,
@@ -62,7 +302,7 @@ int cmd_verify(int argc, char **argv)
         return RECEIPT_EXIT_USAGE;
     }
     struct receipt_verify_opts o = {model, device, (int)threads, public_key, gpu_layers};
-    int code = receipt_verify(pos[0], &o, stdout);
+    int code = verify_file(pos[0], &o);
     fflush(stdout);
     return code;
 }
