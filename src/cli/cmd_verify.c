@@ -82,17 +82,28 @@ static void find_receipts(const struct json_value *doc, int line, struct found *
     }
 }
 
-/* Writes r to a temporary file (*path, malloc'd) for receipt_verify. */
-static enum kn_status write_temp(const struct json_value *r, char **path, struct kn_err *err)
+/* Writes r to a temporary file (*path, malloc'd) for receipt_verify, in the response's
+ * folder, since the verifier looks for model.file next to the receipt (else in $TMPDIR). */
+static enum kn_status write_temp(const char *response, const struct json_value *r, char **path,
+                                 struct kn_err *err)
 {
-    const char *dir = getenv("TMPDIR");
+    const char *slash = strrchr(response, '/');
+    const char *tmpdir = getenv("TMPDIR");
     char tmpl[4096];
-    int w = snprintf(tmpl, sizeof tmpl, "%s/kinetic-receipt-XXXXXX", dir && *dir ? dir : "/tmp");
-    if (w < 0 || (size_t)w >= sizeof tmpl)
-        return kn_fail(err, KN_E_ARG, "TMPDIR is too long");
-    int fd = mkstemp(tmpl);
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        int w = attempt == 0
+                    ? snprintf(tmpl, sizeof tmpl, "%.*s.kinetic-receipt-XXXXXX",
+                               slash ? (int)(slash - response + 1) : 0, response)
+                    : snprintf(tmpl, sizeof tmpl, "%s/kinetic-receipt-XXXXXX",
+                               tmpdir && *tmpdir ? tmpdir : "/tmp");
+        if (w > 0 && (size_t)w < sizeof tmpl)
+            fd = mkstemp(tmpl);
+    }
     if (fd < 0)
-        return kn_fail(err, KN_E_IO, "cannot make a temporary file %s: %s", tmpl, strerror(errno));
+        return kn_fail(err, KN_E_IO, "cannot make a temporary file for the receipt (next to %s, "
+                       "or in %s): %s", response, tmpdir && *tmpdir ? tmpdir : "/tmp",
+                       strerror(errno));
     struct kn_buf b = {0};
     if (!kn_buf_add(&b, tmpl, strlen(tmpl) + 1)) {
         close(fd);
@@ -161,7 +172,7 @@ static int verify_found(const char *path, const char *what, struct found *f,
     for (int i = 0; i < f->n; i++) {
         struct kn_err err = {0};
         char *tmp = NULL;
-        if (write_temp(f->receipt[i], &tmp, &err) != KN_OK) {
+        if (write_temp(path, f->receipt[i], &tmp, &err) != KN_OK) {
             printf("receipt: %s\n", err.msg);
             return RECEIPT_EXIT_ERROR;
         }
