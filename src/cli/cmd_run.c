@@ -32,9 +32,10 @@ static const char *const run_more_help =
     "Chat models get their own chat template: tokenizer.chat_template is rendered by\n"
     "Kinetic's Jinja engine exactly as Hugging Face transformers renders it (bos_token,\n"
     "eos_token, add_generation_prompt set; --chat-template-kwargs adds variables such as\n"
-    "'{\"enable_thinking\": false}'). --chat-template FILE uses a Jinja file instead. A template\n"
-    "the engine cannot render falls back, with a warning, to the built-in renderer of its\n"
-    "family (chatml, llama3, llama2, mistral, gemma, phi3), which --chat-format forces. A\n"
+    "'{\"enable_thinking\": false}'). --chat-template FILE (or --chat-template-file FILE) uses a\n"
+    "Jinja file instead. A template the engine cannot render falls back, with a warning, to\n"
+    "the built-in renderer of its family (chatml, llama3, llama2, mistral, gemma, phi3), which\n"
+    "--chat-format NAME (or --chat-template NAME, as llama.cpp names them) forces. A\n"
     "model without tokenizer.chat_template (a base model) gets the prompt raw (--system\n"
     "text first, then a blank line). --raw always sends the prompt as is, with BOS if the\n"
     "model wants one. Message text never turns into control tokens; only the template's\n"
@@ -48,7 +49,7 @@ static const char *const run_more_help =
     "stderr; the same seed, prompt and settings give the same tokens on any thread count\n"
     "and instruction set.\n"
     "\n"
-    "--stop TEXT (repeatable; llama.cpp's -r/--reverse-prompt is an alias) ends generation\n"
+    "--stop TEXT (repeatable; -r/--reverse-prompt, llama.cpp's name) ends generation\n"
     "after the token whose text completes TEXT (matched across token boundaries); the text\n"
     "printed and recorded stops before TEXT. \\n, \\t, \\r, \\\\ and \\xHH in TEXT are escapes.\n"
     "\n"
@@ -66,7 +67,12 @@ static const char *const run_more_help =
     "   \"reasoning\": \"...\", \"stop\": \"eog\" | \"stop_string\" | \"length\" | \"context\",\n"
     "   \"seed\": N, \"prompt_ms\": F, \"gen_ms\": F}\n"
     "--logits-out FILE writes the logits of every generated position as little-endian\n"
-    "float32 rows of n_vocab values (for checking against a reference).\n";
+    "float32 rows of n_vocab values (for checking against a reference).\n"
+    "\n"
+    "llama.cpp's spellings are accepted where the meaning is the same (each listed with\n"
+    "'also' above): -m, -p, -ngl, -sys, -ctk/-ctv (Kinetic has one KV cache type, so they\n"
+    "must agree), --chat-template NAME, --reasoning-format auto|deepseek; --jinja and\n"
+    "-fa change nothing here and say so.\n";
 
 /* ================================================================ helpers */
 

@@ -38,7 +38,7 @@ static const char *const more_help =
     "draft_n_accepted per request (docs/speed.md).\n"
     "\"receipt\": true adds a receipt (signed with --sign-key) that `kinetic verify-receipt`\n"
     "reruns. Chat templates are chosen as `kinetic run` chooses them (the model's Jinja\n"
-    "template; --chat-template FILE, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
+    "template; --chat-template FILE or NAME, --chat-template-kwargs JSON); a chat request's \"tools\"\n"
     "and \"chat_template_kwargs\" go to the template, and calls in the answer come back as\n"
     "message.tool_calls (tool_choice auto, none, required or a function: the last two forced\n"
     "by a grammar from the tools' schemas). \"n\" asks for several choices, choice i with\n"
