@@ -106,10 +106,13 @@ static bool consider(void *ctx, const char *s, size_t n)
 }
 
 /* The spelling of any option (and of --help) nearest to typed, or NULL when none is near:
- * at most 1 edit in 4 characters, and at least one. */
+ * at most 1 edit in 4 characters, and at least one. A mistyped single letter ("-x") is
+ * near every other letter, so it gets none. */
 static const char *nearest_spelling(const struct cli_opt *opts, const char *typed, size_t n,
                                     struct nearest *nr)
 {
+    if (n <= 2)
+        return NULL;
     nr->typed = typed;
     nr->n_typed = n;
     nr->best = 1 + n / 4 + 1; /* one more than the largest distance accepted */

@@ -24,6 +24,8 @@
 
 /* choices[i].receipt in a response is this much deeper than the receipt alone. */
 #define VERIFY_RESPONSE_DEPTH 3
+/* The most receipts checked in one file: a request has at most 16 choices (the server's
+ * limit), so a response, or a stream, holds at most that many. */
 #define VERIFY_MAX_FOUND 64
 
 struct found {
@@ -201,7 +203,6 @@ static int verify_file(const char *path, const struct receipt_verify_opts *o)
     lim.max_depth += VERIFY_RESPONSE_DEPTH;
     struct json_value *doc = NULL;
     struct found f = {0};
-    const char *what = NULL;
     char kind[80] = "a server response";
     int code;
     if (json_parse(text, len, &lim, &doc, &err) == KN_OK) {
@@ -238,17 +239,16 @@ static int verify_file(const char *path, const struct receipt_verify_opts *o)
         snprintf(kind, sizeof kind, "a stream of %d events", lines);
     }
     free(text);
-    what = kind;
     if (f.nomem) {
         printf("receipt: out of memory\n");
         code = RECEIPT_EXIT_ERROR;
     } else if (f.n == 0) {
         printf("receipt: no receipt in this response (%s): a server response carries it under "
                "\"receipt\" when the request sets \"receipt\": true (with \"n\" > 1, each choice's "
-               "under choices[i].receipt; a stream, in its final chunk)\n", what);
+               "under choices[i].receipt; a stream, in its final chunk)\n", kind);
         code = RECEIPT_EXIT_MALFORMED;
     } else {
-        code = verify_found(path, what, &f, o);
+        code = verify_found(path, kind, &f, o);
     }
     found_free(&f);
     return code;
