@@ -85,10 +85,14 @@ int cli_kv_types(const char *cmd, const char **kv_type, const char *k, const cha
 {
     const char *kt = k ? k : *kv_type, *vt = v ? v : *kv_type;
     enum model_kv_type t;
-    const char *bad = !model_kv_type_from_name(kt, &t) ? kt : !model_kv_type_from_name(vt, &t) ? vt : NULL;
+    const char *flag = NULL, *bad = NULL;
+    if (!model_kv_type_from_name(kt, &t))
+        flag = k ? "--cache-type-k (-ctk)" : "--kv-type", bad = kt;
+    else if (!model_kv_type_from_name(vt, &t))
+        flag = v ? "--cache-type-v (-ctv)" : "--kv-type", bad = vt;
     if (bad) {
-        fprintf(stderr, "kinetic %s: the KV cache type must be " MODEL_KV_TYPE_NAMES ", not '%s'\n",
-                cmd, bad);
+        fprintf(stderr, "kinetic %s: %s must be " MODEL_KV_TYPE_NAMES ", not '%s'\n", cmd, flag,
+                bad);
         return 2;
     }
     if (strcmp(kt, vt) != 0) {

@@ -133,7 +133,10 @@ def test_cache_types_that_differ_are_refused(models, kv, k, v):
 def test_cache_type_bad_name(models):
     r = kinetic("run", models["llama"], PROMPT, "-ctk", "q4_0", "-ctv", "q4_0", check=False)
     assert r.returncode == 2
-    assert "the KV cache type must be f32, f16 or q8_0, not 'q4_0'" in r.stderr
+    assert "--cache-type-k (-ctk) must be f32, f16 or q8_0, not 'q4_0'" in r.stderr
+    r = kinetic("run", models["llama"], PROMPT, "-ctv", "q4_0", check=False)
+    assert r.returncode == 2
+    assert "--cache-type-v (-ctv) must be f32, f16 or q8_0, not 'q4_0'" in r.stderr
 
 
 def test_chat_template_name_is_the_builtin(models, tmp_path):
