@@ -42,8 +42,14 @@ struct cli_opt {
 #define CLI_ALIAS_SYSTEM "-sys --system-prompt"
 #define CLI_ALIAS_PARALLEL "-np"
 /* The llama.cpp flags that change nothing in Kinetic (CLI_NOTE rows), with why. */
-#define CLI_OPT_FLASH_ATTN                                                                        {"flash-attn", 0, CLI_NOTE, NULL, "[on|off|auto|1|0]",                                         "changes nothing: Kinetic's attention is always tiled (flash-attention style)", NULL,         "-fa"}
-#define CLI_OPT_JINJA                                                                             {"jinja", 0, CLI_NOTE, NULL, NULL,                                                             "changes nothing: Kinetic always renders the chat template with its Jinja engine", NULL,      NULL}
+#define CLI_OPT_FLASH_ATTN                                                                \
+    {"flash-attn", 0, CLI_NOTE, NULL, "[on|off|auto|1|0]",                                \
+     "changes nothing: Kinetic's attention is always tiled (flash-attention style)", NULL, \
+     "-fa"}
+#define CLI_OPT_JINJA                                                                     \
+    {"jinja", 0, CLI_NOTE, NULL, NULL,                                                    \
+     "changes nothing: Kinetic always renders the chat template with its Jinja engine",   \
+     NULL, NULL}
 
 /* Parses argv[1..] (argv[0] is the subcommand). Options may come before or after
  * positional arguments; "--" ends options; "-" alone is positional. Stores at most

@@ -1,4 +1,5 @@
-/* cli_session.c: the ranges of the session flags shared by run, chat and serve. */
+/* cli_session.c: the ranges of the session flags shared by run, chat and serve, and the
+ * llama.cpp flags that map onto them (-ctk/-ctv, --chat-template NAME, --reasoning-format). */
 #include "cli.h"
 #include "engine/session.h"
 #include "kernels/kernels.h"
@@ -86,10 +87,13 @@ int cli_kv_types(const char *cmd, const char **kv_type, const char *k, const cha
     const char *kt = k ? k : *kv_type, *vt = v ? v : *kv_type;
     enum model_kv_type t;
     const char *flag = NULL, *bad = NULL;
-    if (!model_kv_type_from_name(kt, &t))
-        flag = k ? "--cache-type-k (-ctk)" : "--kv-type", bad = kt;
-    else if (!model_kv_type_from_name(vt, &t))
-        flag = v ? "--cache-type-v (-ctv)" : "--kv-type", bad = vt;
+    if (!model_kv_type_from_name(kt, &t)) {
+        flag = k ? "--cache-type-k (-ctk)" : "--kv-type";
+        bad = kt;
+    } else if (!model_kv_type_from_name(vt, &t)) {
+        flag = v ? "--cache-type-v (-ctv)" : "--kv-type";
+        bad = vt;
+    }
     if (bad) {
         fprintf(stderr, "kinetic %s: %s must be " MODEL_KV_TYPE_NAMES ", not '%s'\n", cmd, flag,
                 bad);
@@ -98,7 +102,8 @@ int cli_kv_types(const char *cmd, const char **kv_type, const char *k, const cha
     if (strcmp(kt, vt) != 0) {
         fprintf(stderr, "kinetic %s: Kinetic keeps K and V in one KV cache type, but K would be "
                 "%s (%s) and V %s (%s); give -ctk and -ctv the same type, or --kv-type T\n", cmd,
-                kt, k ? "-ctk" : "--kv-type or its default", vt, v ? "-ctv" : "--kv-type or its default");
+                kt, k ? "-ctk" : "--kv-type or its default", vt,
+                v ? "-ctv" : "--kv-type or its default");
         return 2;
     }
     *kv_type = kt;
