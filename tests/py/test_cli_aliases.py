@@ -285,6 +285,15 @@ def test_tokenize_info_embed_perplexity_bench_model_flag(models, tmp_path):
     want = kinetic("embed", b, "hello", "world").stdout
     assert len(want.splitlines()) == 2
     assert kinetic("embed", "-m", b, "hello", "world", "-ngl", "0", "-fa").stdout == want
+    # llama-embedding's -p and -f: one text per line, empty lines skipped
+    assert kinetic("embed", "-m", b, "-p", "hello\n\nworld\r\n").stdout == want
+    assert kinetic("embed", b, "hello", "--prompt", "world").stdout == want
+    lines = tmp_path / "lines.txt"
+    lines.write_text("hello\nworld\n")
+    assert kinetic("embed", b, "-f", lines).stdout == want
+    assert kinetic("embed", b, "--file", "-", stdin="hello\nworld\n").stdout == want
+    r = kinetic("embed", b, "-p", "\n", check=False)
+    assert r.returncode == 2 and "give at least one text (TEXT, -p TEXT or -f FILE)" in r.stderr
     text = tmp_path / "t.txt"
     text.write_text(PROMPT + " there was a little model that wrote noise. " * 8)
     ppl = ["-f", text, "-c", "16", "-t", "1"]
