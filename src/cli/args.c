@@ -105,18 +105,39 @@ static bool consider(void *ctx, const char *s, size_t n)
     return false;
 }
 
-/* The spelling of any option (and of --help) nearest to typed, or NULL when none is near:
- * at most 1 edit in 4 characters, and at least one. A mistyped single letter ("-x") is
- * near every other letter, so it gets none. */
-static const char *nearest_spelling(const struct cli_opt *opts, const char *typed, size_t n,
-                                    struct nearest *nr)
+/* Starts a search for the word nearest to typed: a word is near when it is at most 1 edit
+ * in 4 characters away, and at least one. A mistyped single letter ("-x") is near every
+ * other letter, so it gets none (false). */
+static bool nearest_start(struct nearest *nr, const char *typed, size_t n)
 {
-    if (n <= 2)
-        return NULL;
     nr->typed = typed;
     nr->n_typed = n;
     nr->best = 1 + n / 4 + 1; /* one more than the largest distance accepted */
     nr->spelling[0] = 0;
+    return n > 2;
+}
+
+const char *cli_nearest_word(const char *typed, const char *const *words, size_t n_words,
+                             char *buf, size_t size)
+{
+    struct nearest nr;
+    if (!nearest_start(&nr, typed, strlen(typed)))
+        return NULL;
+    for (size_t i = 0; i < n_words; i++)
+        consider(&nr, words[i], strlen(words[i]));
+    if (!nr.spelling[0] || strlen(nr.spelling) >= size)
+        return NULL;
+    memcpy(buf, nr.spelling, strlen(nr.spelling) + 1);
+    return buf;
+}
+
+/* The spelling of any option (and of --help) nearest to typed, or NULL when none is near
+ * (nearest_start's rule). */
+static const char *nearest_spelling(const struct cli_opt *opts, const char *typed, size_t n,
+                                    struct nearest *nr)
+{
+    if (!nearest_start(nr, typed, n))
+        return NULL;
     for (const struct cli_opt *o = opts; o && o->name; o++)
         each_spelling(o, consider, nr);
     consider(nr, "--help", 6);

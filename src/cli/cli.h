@@ -61,6 +61,10 @@ struct cli_opt {
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               const struct cli_opt *opts, const char **pos, int max_pos, int *n_pos);
 void cli_print_help(const char *cmd, const char *usage, const struct cli_opt *opts);
+/* The word of words[0..n_words) nearest to typed by the rule an unknown option's
+ * suggestion follows, copied into buf (size bytes), or NULL when none is near. */
+const char *cli_nearest_word(const char *typed, const char *const *words, size_t n_words,
+                             char *buf, size_t size);
 
 /* The grammar the flags ask for (at most one given; all NULL: none): GBNF text (*gbnf,
  * owned) and, for a JSON Schema, the response_format a receipt records (*rf, owned:

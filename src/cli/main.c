@@ -92,6 +92,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "kinetic: unknown command '%s'; see 'kinetic --help'\n", cmd);
+    enum { N = sizeof commands / sizeof commands[0] };
+    const char *names[N];
+    for (size_t i = 0; i < N; i++)
+        names[i] = commands[i].name;
+    char near[64];
+    if (cli_nearest_word(cmd, names, N, near, sizeof near))
+        fprintf(stderr, "kinetic: unknown command '%s'; did you mean '%s'? (see 'kinetic --help')\n",
+                cmd, near);
+    else
+        fprintf(stderr, "kinetic: unknown command '%s'; see 'kinetic --help'\n", cmd);
     return 2;
 }

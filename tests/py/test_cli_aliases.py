@@ -342,6 +342,18 @@ def test_unknown_option_with_nothing_near():
     assert "unknown option '--tmep'; did you mean '--temp'?" in r.stderr
 
 
+@pytest.mark.parametrize("typed,near", [("rnu", "run"), ("verify-reciept", "verify-receipt"),
+                                        ("sevre", "serve"), ("devcies", "devices")])
+def test_unknown_command_names_the_nearest(typed, near):
+    r = subprocess.run([KINETIC, typed, "x"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"kinetic: unknown command '{typed}'; did you mean '{near}'? "
+                                "(see 'kinetic --help')"), r.stderr
+    r = subprocess.run([KINETIC, "frobnicate"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "kinetic: unknown command 'frobnicate'; see 'kinetic --help'"
+
+
 def test_help_lists_the_aliases():
     out = kinetic("run", "--help").stdout
     for line, alias in (("--gpu-layers N", "(also -ngl, --n-gpu-layers)"),
