@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "../base/progress.h"
 #include "../chat/chat.h"
 #include "../crypto/blake3.h"
 #include "../engine/session.h"
@@ -174,12 +175,14 @@ static char *find_model(const char *receipt_path, const struct receipt *r, const
 struct rerun_cmp {
     const struct receipt *r;
     int64_t first_diff; /* -1 while identical */
+    struct kn_progress *progress; /* of the prompt's and the output's tokens */
 };
 
 /* Stops the rerun at the first token that differs from the receipt's. */
 static bool compare_token(void *ctx, int32_t id, int64_t i)
 {
     struct rerun_cmp *c = ctx;
+    kn_progress_update(c->progress, (uint64_t)(c->r->n_prompt + i + 1), "generating");
     if (i >= c->r->n_output || c->r->output_ids[i] != id) {
         c->first_diff = i;
         return false;
@@ -1041,10 +1044,29 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    struct rerun_cmp cmp = {&r, -1};
+    /* The progress counts the prompt's tokens, then the output's. To count the prompt's,
+     * its chunks of n_batch but the last are evaluated here, one engine_prefill each:
+     * the forward passes engine_eval_prompt would make, position for position, and
+     * session_generate keeps them and evaluates the last chunk. */
+    struct kn_progress prog;
+    kn_progress_begin(&prog, o->progress, stderr, "rerun", "tokens",
+                      (uint64_t)(r.n_prompt + r.n_output));
+    int64_t k = 0;
+    for (; k + s.e.n_batch < r.n_prompt; k += s.e.n_batch) {
+        kn_progress_update(&prog, (uint64_t)k, "prefill");
+        if (engine_prefill(&s.e, r.prompt_ids, k + s.e.n_batch, &err) != KN_OK) {
+            kn_progress_end(&prog);
+            fprintf(out, "rerun: %s\n", err.msg);
+            goto done;
+        }
+    }
+    kn_progress_update(&prog, (uint64_t)k, "prefill");
+    struct rerun_cmp cmp = {&r, -1, &prog};
     struct session_gen gen;
-    if (session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token, &cmp, &gen,
-                         &err) != KN_OK) {
+    enum kn_status gst = session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token,
+                                          &cmp, &gen, &err);
+    kn_progress_end(&prog);
+    if (gst != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
