@@ -164,8 +164,8 @@ static void selftest_begin(struct kn_progress *p, enum kn_progress_mode mode, FI
     char what[64];
     snprintf(what, sizeof what, "%s self-test", spec);
     kn_progress_begin(p, mode, stderr, what, NULL, 0);
-    kn_progress_note(p, "kinetic devices: running %s's self-test (every op against the CPU, "
-                        "seconds; --no-selftest skips it)", spec);
+    kn_progress_note(p, "kinetic devices: running %s's self-test, every op against the CPU "
+                        "(seconds; --no-selftest skips it)", spec);
     kn_progress_attach(p);
 }
 
