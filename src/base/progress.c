@@ -100,8 +100,6 @@ static void draw_bar(struct kn_progress *p, double now, bool final)
         bar[BAR_WIDTH] = 0;
         snprintf(line, sizeof line, "%s [%s] %s%s%s", p->what, bar, st, *detail ? "  " : "",
                  detail);
-    } else if (final) {
-        snprintf(line, sizeof line, "%s  %s", p->what, st);
     } else { /* the step alone: a redraw comes only with the next step, so a time shown
               * here would stand still */
         snprintf(line, sizeof line, "%s  %s", p->what, detail);
@@ -141,9 +139,11 @@ static void progress_update_at(struct kn_progress *p, uint64_t done, const char 
     if (detail)
         snprintf(p->detail, sizeof p->detail, "%s", detail);
     if (p->mode == KN_PROGRESS_BAR) {
-        if (now - p->t0 < KN_PROGRESS_BAR_DELAY_S)
+        /* Steps (work of unknown size) are few and each may be long: every one is drawn
+         * at once, as a step skipped would stand on the screen for the whole next one. */
+        if (p->total && now - p->t0 < KN_PROGRESS_BAR_DELAY_S)
             return;
-        if (p->shown && now - p->t_out < 1.0 / KN_PROGRESS_BAR_HZ)
+        if (p->total && p->shown && now - p->t_out < 1.0 / KN_PROGRESS_BAR_HZ)
             return;
         draw_bar(p, now, false);
         return;
@@ -159,8 +159,12 @@ static void progress_update_at(struct kn_progress *p, uint64_t done, const char 
 
 static void progress_end_at(struct kn_progress *p, double now)
 {
-    if (p->mode == KN_PROGRESS_BAR) {
-        if (p->shown || (p->total && p->done && now - p->t0 >= KN_PROGRESS_BAR_DELAY_S)) {
+    if (p->mode == KN_PROGRESS_BAR && !p->total) {
+        if (p->shown) /* steps are cleared: what follows reports their outcome */
+            fputs("\r\033[K", p->out);
+        fflush(p->out);
+    } else if (p->mode == KN_PROGRESS_BAR) {
+        if (p->shown || (p->done && now - p->t0 >= KN_PROGRESS_BAR_DELAY_S)) {
             draw_bar(p, now, true);
             fputc('\n', p->out);
             fflush(p->out);
@@ -218,6 +222,16 @@ static _Thread_local struct kn_progress *attached;
 void kn_progress_attach(struct kn_progress *p)
 {
     attached = p;
+}
+
+void kn_progress_interrupt(void)
+{
+    struct kn_progress *p = attached;
+    if (p && p->mode == KN_PROGRESS_BAR && p->shown) {
+        fputs("\r\033[K", p->out);
+        fflush(p->out);
+        p->shown = false;
+    }
 }
 
 void kn_progress_stage(const char *fmt, ...)

@@ -7,7 +7,9 @@
  * KN_PROGRESS_BAR_DELAY_S draws nothing. Anywhere else (a log, a pipe) it writes a plain
  * line at each quarter of the work and, between quarters, one at most every
  * KN_PROGRESS_LINE_S, so a log gets a handful of lines however long the work. Work of
- * unknown size (total 0) shows its current step and the time instead of a percentage.
+ * unknown size (total 0) is a few steps, each perhaps long: the bar shows each step as
+ * it starts and is cleared at the end (what follows reports the outcome); the lines give
+ * the step and the time, at most every KN_PROGRESS_LINE_S.
  *
  *   struct kn_progress p;
  *   kn_progress_begin(&p, kn_progress_mode_for(stderr), stderr, "synth", "bytes", total);
@@ -76,5 +78,9 @@ void kn_progress_end(struct kn_progress *p);
 void kn_progress_attach(struct kn_progress *p);
 /* Names the current step on the calling thread's attached reporter, if any. */
 void kn_progress_stage(const char *fmt, ...) KN_PRINTF(1, 2);
+/* Clears the calling thread's attached bar from the screen before other text goes to
+ * standard error (kn_log, a note of the repack cache), so that the text does not run on
+ * from the bar's line; the next update draws the bar again. */
+void kn_progress_interrupt(void);
 
 #endif

@@ -820,6 +820,11 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
     enum receipt_sig_state sig;
+    /* The slow steps before the rerun, named (the model's first hash, a device's
+     * self-test, the weights' first repack): progress of unknown size, and the
+     * reporter the self-test's kn_progress_stage reaches. The report shares a terminal
+     * with it: the bar is cleared (kn_progress_interrupt) before each report line. */
+    struct kn_progress load = {0};
 
     struct json_limits lim = RECEIPT_JSON_LIMITS;
     enum kn_status st = json_parse_file(path, &lim, &doc, &err);
@@ -914,7 +919,12 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     char hex[65];
-    if (hashcache_model_blake3(model_path, hex, &err) != KN_OK) {
+    kn_progress_begin(&load, o->progress, stderr, "verify-receipt", NULL, 0);
+    kn_progress_attach(&load);
+    kn_progress_update(&load, 0, "hashing the model file");
+    st = hashcache_model_blake3(model_path, hex, &err);
+    kn_progress_interrupt(); /* off the screen before the report's next line */
+    if (st != KN_OK) {
         fprintf(out, "model: %s\n", err.msg);
         rc = RECEIPT_EXIT_MODEL;
         goto done;
@@ -964,7 +974,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
-    if (device_open(spec, &dev, &err) != KN_OK) {
+    kn_progress_update(&load, 0, "opening the device");
+    st = device_open(spec, &dev, &err);
+    kn_progress_interrupt();
+    if (st != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
@@ -1000,7 +1013,11 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         so.device_class = dev.cls;
         so.device_name = dev.name;
     }
-    if (session_open(&s, &so, &err) != KN_OK) {
+    kn_progress_update(&load, 0, "loading the model");
+    st = session_open(&s, &so, &err);
+    kn_progress_attach(NULL);
+    kn_progress_end(&load);
+    if (st != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
@@ -1152,6 +1169,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     rc = RECEIPT_EXIT_DIFFERS;
 
 done:
+    kn_progress_attach(NULL);
+    kn_progress_end(&load); /* a check that failed before the model was loaded */
     if (s_ok)
         session_close(&s);
     if (dev_ok)

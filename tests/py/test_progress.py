@@ -90,37 +90,49 @@ def tmux(sock, *args):
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=30)
 
 
-def test_synth_bar_on_a_terminal(work):
-    """On a terminal (a tmux pane): one line redrawn in place with \\r, never more than
-    10 times a second, each redraw narrower than the pane, finished by one newline; the
-    screen shows the final bar and then the summary, and the file is byte for byte the
-    one written with stderr on a pipe."""
+def in_pane(work, argv, cols, watch=None, env=""):
+    """Runs kinetic argv in a tmux pane cols wide, on a server of its own; returns its exit
+    status, the raw bytes it wrote (the terminal's \\r\\n made \\n again), the final
+    screen and the set of watch's matches on the screens seen while it ran."""
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed (scripts/deps.sh --test installs it)")
-    path = os.path.join(work, "mid_tty.gguf")
-    raw = os.path.join(work, "pane.raw")
-    done = os.path.join(work, "pane.done")
-    sock = f"kn-progress-{uuid.uuid4().hex[:8]}"
-    cols = 100
-    cmd = " ".join([KINETIC, *MID, "-o", path]) + f"; echo $? > {done}; sleep 60"
-    r = tmux(sock, "new-session", "-d", "-x", str(cols), "-y", "12", "sh", "-c", cmd)
+    tag = uuid.uuid4().hex[:8]
+    raw = os.path.join(work, f"pane-{tag}.raw")
+    done = os.path.join(work, f"pane-{tag}.done")
+    sock = f"kn-progress-{tag}"
+    cmd = f"{env} " + " ".join([KINETIC, *argv]) + f"; echo $? > {done}; sleep 60"
+    r = tmux(sock, "new-session", "-d", "-x", str(cols), "-y", "40", "sh", "-c", cmd)
     assert r.returncode == 0, r.stderr
+    shots = set()
     try:
         tmux(sock, "pipe-pane", "-o", "-t", "0", f"cat >> {raw}")
-        shots = set()
         deadline = time.monotonic() + 240
         while not os.path.exists(done) and time.monotonic() < deadline:
             screen = tmux(sock, "capture-pane", "-p", "-t", "0").stdout
-            shots.update(re.findall(r"^synth \[[#-]{20}\] +(\d+)%", screen, re.M))
+            if watch:
+                shots.update(re.findall(watch, screen, re.M))
             time.sleep(0.1)
         time.sleep(0.3)
         screen = tmux(sock, "capture-pane", "-p", "-t", "0").stdout
     finally:
         tmux(sock, "kill-server")
     with open(done) as f:
-        assert f.read().strip() == "0"
+        rc = int(f.read().strip())
     with open(raw, "rb") as f:
-        out = f.read().decode().replace("\r\n", "\n")  # the terminal's own newlines
+        out = f.read().decode(errors="replace").replace("\r\n", "\n")
+    return rc, out, screen, shots
+
+
+def test_synth_bar_on_a_terminal(work):
+    """On a terminal (a tmux pane): one line redrawn in place with \\r, never more than
+    10 times a second, each redraw narrower than the pane, finished by one newline; the
+    screen shows the final bar and then the summary, and the file is byte for byte the
+    one written with stderr on a pipe."""
+    path = os.path.join(work, "mid_tty.gguf")
+    cols = 100
+    rc, out, screen, shots = in_pane(work, [*MID, "-o", path], cols,
+                                     watch=r"^synth \[[#-]{20}\] +(\d+)%")
+    assert rc == 0, out
     # the bar, seen at several states on the same screen line while it ran
     assert len(shots) >= 2, (shots, screen)
     rows = [l for l in screen.splitlines() if l.strip()]
@@ -216,3 +228,23 @@ def test_devices_notice(work):
                          r"against the CPU \(.*--no-selftest skips it\)$", p.stderr, re.M)
     assert notices == devs, (p.stdout, p.stderr)
     assert "kinetic devices:" not in p.stdout and "self-test: " in p.stdout
+
+
+def test_verify_on_a_terminal(work):
+    """On a terminal the report and the progress share the screen: each step before the
+    rerun (hashing, the device, loading: the first load writes the repack cache's note)
+    is drawn and cleared before the next report line or note, so the screen holds the
+    report's lines whole, as on a pipe, and no progress text."""
+    path, r = receipt(work, "tty.json", LONG_PROMPT)
+    piped = run("verify-receipt", path)
+    cache = os.path.join(work, "fresh-cache")  # no repack cache yet: its note is printed
+    rc, out, screen, _ = in_pane(work, ["verify-receipt", path], 600,
+                                 env=f"XDG_CACHE_HOME={cache}")
+    assert rc == 0, out
+    assert "\rverify-receipt  hashing the model file\033[K\r\033[Kmodel: " in out, out
+    assert "\rverify-receipt  loading the model\033[K\r\033[Kkinetic: note: repack cache " in out, out
+    rows = [l.rstrip() for l in screen.splitlines() if l.strip()]
+    report = [l for l in rows if not l.startswith(("kinetic: note: repack cache ", "rerun ["))]
+    # the build differs from the receipt's only when another build made it: the same here
+    assert report == piped.stdout.splitlines(), (screen, piped.stdout)
+    assert any(l.startswith("kinetic: note: repack cache wrote ") for l in rows), screen

@@ -96,15 +96,17 @@ static void test_lines_steps(void)
     CHECKF(strcmp(m.buf, "vulkan:0 self-test: 11 s: vulkan:0: attention\n") == 0, "%s", m.buf);
     mem_close(&m);
 
-    /* the bar shows the step alone (it is redrawn only at the next one, so a time would
-     * stand still), the time at the end */
+    /* the bar shows each step at once, however soon after the last (a step skipped would
+     * stand on the screen for the whole next one), with no time (it would stand still),
+     * and is cleared at the end */
     mem_open(&m);
     progress_begin_at(&p, KN_PROGRESS_BAR, m.f, "vulkan:0 self-test", NULL, 0, 0.0);
-    progress_update_at(&p, 0, "vulkan:0: attention", 0.7);
+    progress_update_at(&p, 0, "vulkan:0: attention", 0.01);
+    progress_update_at(&p, 0, "vulkan:0: experts", 0.02);
     progress_end_at(&p, 3.0);
     fflush(m.f);
     CHECKF(strcmp(m.buf, "\rvulkan:0 self-test  vulkan:0: attention\033[K"
-                         "\rvulkan:0 self-test  3.0 s\033[K\n") == 0, "%s", m.buf);
+                         "\rvulkan:0 self-test  vulkan:0: experts\033[K\r\033[K") == 0, "%s", m.buf);
     mem_close(&m);
 }
 
@@ -206,6 +208,23 @@ static void test_stage(void)
     kn_progress_stage("detached");
     CHECK_STR(p.detail, "cuda:0: attention");
     kn_progress_end(&p);
+    mem_close(&m);
+
+    /* other text on stderr: the attached bar's line is cleared first, and the next
+     * update draws it again */
+    mem_open(&m);
+    progress_begin_at(&p, KN_PROGRESS_BAR, m.f, "verify-receipt", NULL, 0, 0.0);
+    kn_progress_interrupt(); /* none attached: nothing */
+    kn_progress_attach(&p);
+    progress_update_at(&p, 0, "loading the model", 0.1);
+    kn_progress_interrupt();
+    kn_progress_interrupt(); /* nothing on the screen now */
+    fputs("a note\n", m.f);
+    progress_update_at(&p, 0, "loading the model", 0.11);
+    kn_progress_attach(NULL);
+    fflush(m.f);
+    CHECKF(strcmp(m.buf, "\rverify-receipt  loading the model\033[K\r\033[Ka note\n"
+                         "\rverify-receipt  loading the model\033[K") == 0, "%s", m.buf);
     mem_close(&m);
 }
 
