@@ -237,9 +237,10 @@ def test_verify_on_a_terminal(work):
     report's lines whole, as on a pipe, and no progress text."""
     path, r = receipt(work, "tty.json", LONG_PROMPT)
     piped = run("verify-receipt", path)
-    cache = os.path.join(work, "fresh-cache")  # no repack cache yet: its note is printed
+    # no repack cache yet (CTest points every test at one: the variable): its note is printed
+    cache = os.path.join(work, "fresh-cache")
     rc, out, screen, _ = in_pane(work, ["verify-receipt", path], 600,
-                                 env=f"XDG_CACHE_HOME={cache}")
+                                 env=f"KINETIC_REPACK_CACHE={cache}")
     assert rc == 0, out
     assert "\rverify-receipt  hashing the model file\033[K\r\033[Kmodel: " in out, out
     assert "\rverify-receipt  loading the model\033[K\r\033[Kkinetic: note: repack cache " in out, out
