@@ -79,7 +79,6 @@ static void write_line(struct kn_progress *p, double now, bool final)
     bool detail = !final && p->detail[0];
     fprintf(p->out, "%s: %s%s%s\n", p->what, s, detail ? ": " : "", detail ? p->detail : "");
     fflush(p->out);
-    p->any = true;
     p->t_out = now;
     p->done_out = p->done;
 }
@@ -110,7 +109,6 @@ static void draw_bar(struct kn_progress *p, double now, bool final)
     fprintf(p->out, "\r%s\033[K", line);
     fflush(p->out);
     p->shown = true;
-    p->any = true;
     p->t_out = now;
     p->done_out = p->done;
 }

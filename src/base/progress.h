@@ -54,7 +54,6 @@ struct kn_progress {
     int quarter;        /* lines: the quarters of the work reported so far (0..4) */
     int cols;           /* bar: the terminal's width */
     bool shown;         /* bar: a line is on the screen, unfinished */
-    bool any;           /* anything was written */
 };
 
 /* The mode for a stream: the bar on a terminal, lines elsewhere. */
