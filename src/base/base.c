@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "base.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -419,6 +420,7 @@ void kn_log(enum kn_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    kn_progress_interrupt(); /* not onto a progress bar's line */
     fprintf(stderr, "kinetic: %s: %s\n", names[level], buf);
 }
 

@@ -21,5 +21,5 @@ int cmd_devices(int argc, char **argv)
     int rc = cli_parse("devices", usage, argc, argv, opts, NULL, 0, &n_pos);
     if (rc)
         return rc == 1 ? 0 : rc;
-    return device_list(stdout, !no_selftest);
+    return device_list(stdout, !no_selftest, kn_progress_mode_for(stderr));
 }

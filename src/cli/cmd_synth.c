@@ -1,6 +1,7 @@
 /* cmd_synth.c: kinetic synth, random-weight models with real shapes (src/synth). */
 #include "cli.h"
 #include "base/base.h"
+#include "base/progress.h"
 #include "synth/synth.h"
 
 #include <stdio.h>
@@ -14,7 +15,8 @@ static void print_details(void)
     printf("\n"
            "Writes a model with random weights (N(0, 0.02)-like, norms 1.0) and real shapes, for\n"
            "tests and benchmarks. It writes noise. The same arguments give the same bytes on\n"
-           "every machine, whatever --threads is.\n"
+           "every machine, whatever --threads is. Its progress goes to standard error (a bar\n"
+           "on a terminal, a line at each quarter elsewhere).\n"
            "\n"
            "architectures: " SYNTH_ARCH_LIST " (default: the preset's, or llama)\n"
            "presets:\n  ");
@@ -121,6 +123,7 @@ int cmd_synth(int argc, char **argv)
     p.vocab_path = vocab;
     p.seed = (uint64_t)seed;
     p.threads = (int)threads;
+    p.progress = kn_progress_mode_for(stderr);
 
     double t0 = kn_now();
     enum kn_status st = synth_write(&p, out, &err);

@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "base/json.h"
+#include "base/progress.h"
 #include "engine/session.h"
 #include "kernels/kernels.h"
 #include "receipt/receipt.h"
@@ -264,7 +265,8 @@ static const char *const verify_usage =
     "Checks a receipt: its token hashes, its signature, that the model file is the\n"
     "receipt's (by BLAKE3), then reruns the recorded prompt tokens with the recorded\n"
     "settings on one sequence with every speed feature off, and prints 'identical' or the\n"
-    "first output token that differs.\n"
+    "first output token that differs. The rerun's progress (tokens done of the prompt's and\n"
+    "the output's) goes to standard error.\n"
     "\n"
     "It also renders the input again with the recorded template and settings and checks it\n"
     "gives the prompt tokens, and decodes the output tokens (stop strings and reasoning split\n"
@@ -312,7 +314,8 @@ int cmd_verify(int argc, char **argv)
         fprintf(stderr, "kinetic verify-receipt: --gpu-layers must be 0 or more\n");
         return RECEIPT_EXIT_USAGE;
     }
-    struct receipt_verify_opts o = {model, device, (int)threads, public_key, gpu_layers};
+    struct receipt_verify_opts o = {model, device, (int)threads, public_key, gpu_layers,
+                                    kn_progress_mode_for(stderr)};
     int code = verify_file(pos[0], &o);
     fflush(stdout);
     return code;

@@ -3,6 +3,7 @@
  * build time (src/cuda/kernels/cuk.cu), loaded into the device's primary context when it
  * is first opened; the driver compiles the PTX for the GPU (JIT). */
 #include "cu_internal.h"
+#include "../base/progress.h"
 #include "../quant/quant.h"
 
 #include <pthread.h>
@@ -436,6 +437,7 @@ static enum kn_status backend_init(struct cu_backend *cb, int index, struct kn_e
     int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
     log[0] = 0;
+    kn_progress_stage("cuda:%d: compiling the kernels", index);
     r = d->ModuleLoadDataEx(&cb->mod, cuk_ptx, 2, opts, vals);
     if (r != CU_OK) {
         cb->mod = NULL;

@@ -3,6 +3,7 @@
  * __fdiv_rn, __fsqrt_rn, __fmul_rn and __fadd_rn (cuk_probe), then kern_backend_check,
  * every op of the backend against the CPU on crafted inputs, which decides. */
 #include "cu_internal.h"
+#include "../base/progress.h"
 #include "../kernels/fprobe.h"
 
 #include <stdio.h>
@@ -49,6 +50,7 @@ void cu_selftest_run(struct cu_backend *cb, struct cu_selftest *t)
         snprintf(probes, sizeof probes, "probes: out of memory");
     } else {
         kern_fprobe_inputs(in);
+        kn_progress_stage("%s: arithmetic probes", cb->name);
         if (!cu_ctx(cb, &err) || probe_run(cb, in, out, &err) != KN_OK) {
             snprintf(probes, sizeof probes, "probes did not run: %.300s", err.msg);
         } else {

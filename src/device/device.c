@@ -1,5 +1,6 @@
 /* device.c: the device registry (device.h). */
 #include "device.h"
+#include "../base/progress.h"
 #include "../kernels/isa.h"
 #include "../cuda/cu_backend.h"
 #include "../vulkan/vk_backend.h"
@@ -153,6 +154,27 @@ void device_close(struct device *d)
     d->be = NULL;
 }
 
+/* Around a self-test that device_list runs: the notice before it (the results so far
+ * flushed first, so a terminal shows them in order), then the test's steps as the
+ * progress of spec (kn_progress_stage reaches it from inside the backend's open). */
+static void selftest_begin(struct kn_progress *p, enum kn_progress_mode mode, FILE *out,
+                           const char *spec)
+{
+    fflush(out);
+    char what[64];
+    snprintf(what, sizeof what, "%s self-test", spec);
+    kn_progress_begin(p, mode, stderr, what, NULL, 0);
+    kn_progress_note(p, "kinetic devices: running %s's self-test, every op against the CPU "
+                        "(seconds; --no-selftest skips it)", spec);
+    kn_progress_attach(p);
+}
+
+static void selftest_end(struct kn_progress *p)
+{
+    kn_progress_attach(NULL);
+    kn_progress_end(p);
+}
+
 static void print_bytes(FILE *out, uint64_t b)
 {
     if (b >= (1ull << 30))
@@ -162,7 +184,7 @@ static void print_bytes(FILE *out, uint64_t b)
 }
 
 /* The CUDA devices of device_list. */
-static int list_cuda(FILE *out, bool selftest)
+static int list_cuda(FILE *out, bool selftest, enum kn_progress_mode progress)
 {
     struct kn_err err = {0};
     int n = cu_device_count(&err);
@@ -190,7 +212,12 @@ static int list_cuda(FILE *out, bool selftest)
             fprintf(out, "           class %s\n", cls);
             continue;
         }
+        struct kn_progress prog;
+        char spec[32];
+        snprintf(spec, sizeof spec, "cuda:%d", i);
+        selftest_begin(&prog, progress, out, spec);
         struct kern_backend *be = cu_backend_open(i, &err);
+        selftest_end(&prog);
         if (!be) {
             fprintf(out, "           cannot open: %s\n", err.msg);
             rc = 1;
@@ -207,7 +234,7 @@ static int list_cuda(FILE *out, bool selftest)
 }
 
 /* The Vulkan devices of device_list. */
-static int list_vulkan(FILE *out, bool selftest)
+static int list_vulkan(FILE *out, bool selftest, enum kn_progress_mode progress)
 {
     if (!vkr_built()) {
         fprintf(out, "vulkan     not in this build (install libvulkan-dev and glslc, see "
@@ -237,7 +264,12 @@ static int list_vulkan(FILE *out, bool selftest)
                                                                        : "yes");
         if (!selftest)
             continue;
+        struct kn_progress prog;
+        char spec[32];
+        snprintf(spec, sizeof spec, "vulkan:%d", i);
+        selftest_begin(&prog, progress, out, spec);
         struct kern_backend *be = vk_backend_open(i, VK_CHECK_FULL, &err);
+        selftest_end(&prog);
         if (!be) {
             fprintf(out, "           cannot open: %s\n", err.msg);
             rc = 1;
@@ -254,13 +286,13 @@ static int list_vulkan(FILE *out, bool selftest)
     return rc;
 }
 
-int device_list(FILE *out, bool selftest)
+int device_list(FILE *out, bool selftest, enum kn_progress_mode progress)
 {
     char cpu[256];
     device_cpu_name(cpu, sizeof cpu);
     fprintf(out, "cpu        %s\n", cpu);
     fprintf(out, "           class %s, numerics %s (the reference)\n",
             kern_device_class(kern_isa_active()), KN_NUMERICS);
-    int rc = list_vulkan(out, selftest);
-    return list_cuda(out, selftest) | rc;
+    int rc = list_vulkan(out, selftest, progress);
+    return list_cuda(out, selftest, progress) | rc;
 }

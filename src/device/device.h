@@ -5,6 +5,7 @@
 #ifndef KN_DEVICE_DEVICE_H
 #define KN_DEVICE_DEVICE_H
 
+#include "../base/progress.h"
 #include "../kernels/backend.h"
 
 #include <stdio.h>
@@ -46,8 +47,10 @@ void device_cpu_name(char *out, size_t cap);
 const char *device_backends_built(void);
 /* Prints every device (kinetic devices): name, driver, memory, the numerics class it
  * meets and, where it does not meet canonical-1, why. With selftest false the Vulkan
- * devices are described without running their self-test. Returns 0, or 1 when a device
- * could not be listed (the reason printed). */
-int device_list(FILE *out, bool selftest);
+ * devices are described without running their self-test. Before each self-test a notice,
+ * then its steps as progress, go to standard error (progress: their mode; with
+ * KN_PROGRESS_OFF neither). Returns 0, or 1 when a device could not be listed (the
+ * reason printed). */
+int device_list(FILE *out, bool selftest, enum kn_progress_mode progress);
 
 #endif

@@ -31,6 +31,7 @@
  * costs one line on stderr and falls back to the in-memory repack, never an error. */
 #include "engine.h"
 
+#include "../base/progress.h"
 #include "../crypto/blake3.h"
 #include "../crypto/buildid.h"
 #include "../crypto/cachefile.h"
@@ -92,6 +93,7 @@ KN_PRINTF(2, 3) static void note(const struct rcache *rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    kn_progress_interrupt(); /* not onto a progress bar's line (verify-receipt's loading) */
     fprintf(stderr, "%s: note: repack cache %s\n", rc->who ? rc->who : "kinetic", buf);
 }
 

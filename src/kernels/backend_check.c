@@ -3,6 +3,7 @@
  * of the CPU backend (whose bits are the reference's, docs/numerics.md); every output
  * byte must agree. */
 #include "backend.h"
+#include "../base/progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,6 +562,10 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         return err ? err->status : KN_E_NOMEM;
     float logits[2 * CK_TS * CK_N];
     be->ops->begin(c.s);
+    /* the steps a self-test's progress names (kn_progress_stage): the device's, or the
+     * CPU's run that records the reference */
+    const char *who = be == subject ? be->name : "CPU reference";
+    kn_progress_stage("%s: row-wise ops and products", who);
     ck_rowwise(&c, in, logits, subject);
     enum kn_status st = be->ops->end(c.s, err);
     if (st == KN_OK && !c.failed) {
@@ -577,8 +582,12 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         }
         const uint32_t kv_types[3] = {QT_F32, QT_F16, QT_Q8_0};
         const int32_t windows[2] = {0, 37};
-        for (int i = 0; i < 6 && !c.failed; i++)
+        for (int i = 0; i < 6 && !c.failed; i++) {
+            kn_progress_stage("%s: attention (%s cache, window %d)", who,
+                              quant_type_name(kv_types[i % 3]), windows[i / 3]);
             ck_attention(&c, in, kv_types[i % 3], windows[i / 3], 0.0f, false);
+        }
+        kn_progress_stage("%s: attention with soft-cap and sinks", who);
         /* Gemma 2's soft-capped scores (a cap the scores of these inputs reach), when the
          * device under test has the op */
         for (int i = 0; i < 2 && !c.failed && with_softcap; i++)
@@ -586,8 +595,10 @@ static enum kn_status ck_run(struct kern_backend *be, const struct kern_backend 
         /* gpt-oss's sinks, when the device under test has them */
         for (int i = 0; i < 2 && !c.failed && with_sinks; i++)
             ck_attention(&c, in, kv_types[i], windows[1 - i], 0.0f, true);
+        kn_progress_stage("%s: short convolution", who);
         if (with_conv && !c.failed)
             ck_shortconv(&c, in);
+        kn_progress_stage("%s: experts", who);
         if (!c.failed && (with_moe || with_oai))
             ck_moe(&c, in, with_moe, with_oai);
     }

@@ -11,6 +11,7 @@
 
 #include "../base/base.h"
 #include "../base/json.h"
+#include "../base/progress.h"
 #include "../engine/session.h"
 #include "../sample/sample.h"
 
@@ -222,6 +223,8 @@ struct receipt_verify_opts {
     const char *public_key; /* NULL, or the hex key the signature must be made with
                              * (64 hex digits, either case; cmd_verify checks the form) */
     int64_t gpu_layers;     /* with a GPU: layers on it; -1: the receipt's (else all) */
+    enum kn_progress_mode progress; /* the rerun's tokens done, on standard error
+                                     * (KN_PROGRESS_OFF, the zero value: none) */
 };
 
 /* Whether s is an Ed25519 public key as hex (64 digits, either case). */

@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "../base/progress.h"
 #include "../chat/chat.h"
 #include "../crypto/blake3.h"
 #include "../engine/session.h"
@@ -174,12 +175,14 @@ static char *find_model(const char *receipt_path, const struct receipt *r, const
 struct rerun_cmp {
     const struct receipt *r;
     int64_t first_diff; /* -1 while identical */
+    struct kn_progress *progress; /* of the prompt's and the output's tokens */
 };
 
 /* Stops the rerun at the first token that differs from the receipt's. */
 static bool compare_token(void *ctx, int32_t id, int64_t i)
 {
     struct rerun_cmp *c = ctx;
+    kn_progress_update(c->progress, (uint64_t)(c->r->n_prompt + i + 1), "generating");
     if (i >= c->r->n_output || c->r->output_ids[i] != id) {
         c->first_diff = i;
         return false;
@@ -817,6 +820,11 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     char *rf_gbnf = NULL;
     int rc = RECEIPT_EXIT_ERROR;
     enum receipt_sig_state sig;
+    /* The slow steps before the rerun, named (the model's first hash, a device's
+     * self-test, the weights' first repack): progress of unknown size, and the
+     * reporter the self-test's kn_progress_stage reaches. The report shares a terminal
+     * with it: the bar is cleared (kn_progress_interrupt) before each report line. */
+    struct kn_progress load = {0};
 
     struct json_limits lim = RECEIPT_JSON_LIMITS;
     enum kn_status st = json_parse_file(path, &lim, &doc, &err);
@@ -911,7 +919,12 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         goto done;
     }
     char hex[65];
-    if (hashcache_model_blake3(model_path, hex, &err) != KN_OK) {
+    kn_progress_begin(&load, o->progress, stderr, "verify-receipt", NULL, 0);
+    kn_progress_attach(&load);
+    kn_progress_update(&load, 0, "hashing the model file");
+    st = hashcache_model_blake3(model_path, hex, &err);
+    kn_progress_interrupt(); /* off the screen before the report's next line */
+    if (st != KN_OK) {
         fprintf(out, "model: %s\n", err.msg);
         rc = RECEIPT_EXIT_MODEL;
         goto done;
@@ -961,7 +974,10 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
-    if (device_open(spec, &dev, &err) != KN_OK) {
+    kn_progress_update(&load, 0, "opening the device");
+    st = device_open(spec, &dev, &err);
+    kn_progress_interrupt();
+    if (st != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
@@ -997,7 +1013,11 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         so.device_class = dev.cls;
         so.device_name = dev.name;
     }
-    if (session_open(&s, &so, &err) != KN_OK) {
+    kn_progress_update(&load, 0, "loading the model");
+    st = session_open(&s, &so, &err);
+    kn_progress_attach(NULL);
+    kn_progress_end(&load);
+    if (st != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
@@ -1041,10 +1061,29 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
         rc = RECEIPT_EXIT_MALFORMED;
         goto done;
     }
-    struct rerun_cmp cmp = {&r, -1};
+    /* The progress counts the prompt's tokens, then the output's. To count the prompt's,
+     * its chunks of n_batch but the last are evaluated here, one engine_prefill each:
+     * the forward passes engine_eval_prompt would make, position for position, and
+     * session_generate keeps them and evaluates the last chunk. */
+    struct kn_progress prog;
+    kn_progress_begin(&prog, o->progress, stderr, "rerun", "tokens",
+                      (uint64_t)(r.n_prompt + r.n_output));
+    int64_t k = 0;
+    for (; k + s.e.n_batch < r.n_prompt; k += s.e.n_batch) {
+        kn_progress_update(&prog, (uint64_t)k, "prefill");
+        if (engine_prefill(&s.e, r.prompt_ids, k + s.e.n_batch, &err) != KN_OK) {
+            kn_progress_end(&prog);
+            fprintf(out, "rerun: %s\n", err.msg);
+            goto done;
+        }
+    }
+    kn_progress_update(&prog, (uint64_t)k, "prefill");
+    struct rerun_cmp cmp = {&r, -1, &prog};
     struct session_gen gen;
-    if (session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token, &cmp, &gen,
-                         &err) != KN_OK) {
+    enum kn_status gst = session_generate(&s, &s.o.sp, r.prompt_ids, r.n_prompt, compare_token,
+                                          &cmp, &gen, &err);
+    kn_progress_end(&prog);
+    if (gst != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }
@@ -1130,6 +1169,8 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
     rc = RECEIPT_EXIT_DIFFERS;
 
 done:
+    kn_progress_attach(NULL);
+    kn_progress_end(&load); /* a check that failed before the model was loaded */
     if (s_ok)
         session_close(&s);
     if (dev_ok)

@@ -6,6 +6,7 @@
  * changes a byte. */
 #include "synth.h"
 
+#include "../base/progress.h"
 #include "../gguf/gguf.h"
 #include "../quant/quant.h"
 
@@ -1150,6 +1151,8 @@ struct fill_ctx {
     int next; /* where the name search starts: the writer asks in order */
     uint64_t seed;
     int threads;
+    struct kn_progress progress; /* bytes of tensors made, of all */
+    int n_made;
 };
 
 static enum kn_status fill_tensor(void *ctx, const char *name, void *dst, uint64_t size,
@@ -1167,7 +1170,13 @@ static enum kn_status fill_tensor(void *ctx, const char *name, void *dst, uint64
             row_bytes * (uint64_t)(t->ne[1] * t->ne[2]) != size)
             return kn_fail(err, KN_E_INTERNAL, "tensor %s: the writer asks for %llu bytes", name,
                            (unsigned long long)size);
-        return make_tensor(t, t->type, fc->seed, fc->threads, dst, row_bytes, err);
+        char step[128];
+        snprintf(step, sizeof step, "tensor %d/%d %s", fc->n_made + 1, fc->n, name);
+        kn_progress_update(&fc->progress, fc->progress.done, step);
+        enum kn_status st = make_tensor(t, t->type, fc->seed, fc->threads, dst, row_bytes, err);
+        fc->n_made++;
+        kn_progress_update(&fc->progress, fc->progress.done + size, NULL);
+        return st;
     }
     return kn_fail(err, KN_E_INTERNAL, "the writer asks for unknown tensor %s", name);
 }
@@ -1312,7 +1321,8 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
         goto out;
     }
     struct fill_ctx fc = {specs, list_tensors(p->arch, &d, specs), 0, p->seed,
-                          p->threads > 0 ? p->threads : default_threads()};
+                          p->threads > 0 ? p->threads : default_threads(), {0}, 0};
+    uint64_t total = 0;
     /* llama.cpp's quantizer counts attn_v tensors, not layers, for its more-bits rule
      * (lfm2 has them in its attention layers only). */
     int n_attn = 0, i_attn = 0;
@@ -1331,8 +1341,13 @@ enum kn_status synth_write(const struct synth_params *p, const char *path, struc
         /* The writer calls fill_tensor for each tensor while it streams the file, so only
          * the largest tensor is ever in memory. */
         gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, &fc);
+        uint64_t row_bytes;
+        if (quant_row_size(t->type, (uint64_t)t->ne[0], &row_bytes))
+            total += row_bytes * (uint64_t)(t->ne[1] * t->ne[2]);
     }
+    kn_progress_begin(&fc.progress, p->progress, stderr, "synth", "bytes", total);
     st = gguf_writer_write(w, path, err);
+    kn_progress_end(&fc.progress);
 out:
     free(specs);
     gguf_writer_free(w);

@@ -10,6 +10,7 @@
 #define KN_SYNTH_H
 
 #include "../base/base.h"
+#include "../base/progress.h"
 
 enum synth_arch {
     SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_QWEN3MOE, SYNTH_LFM2, SYNTH_LFM2MOE,
@@ -92,6 +93,8 @@ struct synth_params {
     uint64_t seed;
     int threads;            /* 0: one per CPU (the output does not depend on it) */
     const char *name;       /* general.name */
+    enum kn_progress_mode progress; /* the bytes of tensors made, on standard error
+                                     * (KN_PROGRESS_OFF, the zero value: none) */
 };
 
 /* The architecture names, for messages and help text (one list: synth_arch_name's). */

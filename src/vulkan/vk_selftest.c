@@ -14,6 +14,7 @@
 #include "vk_backend.h"
 #include "vk_kern.h"
 #include "vk_ops.h"
+#include "../base/progress.h"
 #include "../crypto/buildid.h"
 #include "../kernels/fprobe.h"
 
@@ -62,6 +63,7 @@ void vk_selftest_run(struct vk_backend *vb, enum vk_check check, struct vk_selft
         snprintf(probes, sizeof probes, "probes: out of memory");
     } else {
         kern_fprobe_inputs(in);
+        kn_progress_stage("%s: arithmetic probes", vb->name);
         if (st_probe(vb->rt, in, out, &err) != KN_OK) {
             snprintf(probes, sizeof probes, "probes did not run: %.300s", err.msg);
         } else {

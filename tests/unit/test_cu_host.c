@@ -92,7 +92,7 @@ static void test_absent(void)
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     CHECK(f != NULL);
-    device_list(f, false);
+    device_list(f, false, KN_PROGRESS_OFF);
     fclose(f);
     CHECKF(strstr(text, "\ncuda       ") && strstr(text, want), "kinetic devices:\n%s", text);
     free(text);
