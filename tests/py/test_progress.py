@@ -100,12 +100,18 @@ def in_pane(work, argv, cols, watch=None, env=""):
     raw = os.path.join(work, f"pane-{tag}.raw")
     done = os.path.join(work, f"pane-{tag}.done")
     sock = f"kn-progress-{tag}"
-    cmd = f"{env} " + " ".join([KINETIC, *argv]) + f"; echo $? > {done}; sleep 60"
+    go = os.path.join(work, f"pane-{tag}.go")
+    # the command starts once pipe-pane records the pane: on a busy machine it could
+    # otherwise write its first lines before anything records them
+    cmd = (f"while [ ! -e {go} ]; do sleep 0.02; done; {env} " + " ".join([KINETIC, *argv]) +
+           f"; echo $? > {done}; sleep 60")
     r = tmux(sock, "new-session", "-d", "-x", str(cols), "-y", "40", "sh", "-c", cmd)
     assert r.returncode == 0, r.stderr
     shots = set()
     try:
-        tmux(sock, "pipe-pane", "-o", "-t", "0", f"cat >> {raw}")
+        r = tmux(sock, "pipe-pane", "-o", "-t", "0", f"cat >> {raw}")
+        assert r.returncode == 0, r.stderr
+        open(go, "w").close()
         deadline = time.monotonic() + 240
         while not os.path.exists(done) and time.monotonic() < deadline:
             screen = tmux(sock, "capture-pane", "-p", "-t", "0").stdout
