@@ -121,7 +121,7 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
 {
     struct build b = {KN_OK, err};
     struct json_value *root = obj(&b);
-    set(&b, root, "receipt", json_new_int(RECEIPT_VERSION));
+    set(&b, root, "receipt", json_new_int(r->format ? r->format : RECEIPT_VERSION));
 
     struct json_value *kin = obj(&b);
     set(&b, kin, "version", json_new_string(r->version));
@@ -209,14 +209,37 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     return KN_OK;
 }
 
+/* Each format version and the canonical form its signature covers. */
+static const struct {
+    int64_t version;
+    enum json_style style;
+} receipt_versions[] = {
+    {RECEIPT_VERSION_LEGACY, JSON_COMPACT},
+    {RECEIPT_VERSION, JSON_JCS},
+};
+
+bool receipt_version_style(int64_t v, enum json_style *style)
+{
+    for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
+        if (receipt_versions[i].version == v) {
+            *style = receipt_versions[i].style;
+            return true;
+        }
+    return false;
+}
+
 enum kn_status receipt_signed_bytes(const struct receipt *r, char **out, size_t *out_len,
                                     struct kn_err *err)
 {
+    enum json_style style;
+    if (!receipt_version_style(r->format ? r->format : RECEIPT_VERSION, &style))
+        return kn_fail(err, KN_E_UNSUPPORTED, "receipt: version %lld cannot be signed",
+                       (long long)r->format);
     struct json_value *doc;
     enum kn_status st = receipt_to_json(r, false, &doc, err);
     if (st != KN_OK)
         return st;
-    st = json_write(doc, JSON_COMPACT, out, out_len, err);
+    st = json_write(doc, style, out, out_len, err);
     json_free(doc);
     return st;
 }
@@ -451,11 +474,13 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
                                       "template", "prompt", "sampling", "output", "signature",
                                       NULL};
     TRY(only(doc, "", top, err));
-    TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &n, err));
-    if (n != RECEIPT_VERSION)
+    TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &r->format, err));
+    enum json_style style;
+    if (!receipt_version_style(r->format, &style))
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "receipt: version %lld is not supported (this Kinetic reads version %d)",
-                       (long long)n, RECEIPT_VERSION);
+                       "receipt: version %lld is not supported (this Kinetic reads versions "
+                       "%d and %d)", (long long)r->format, RECEIPT_VERSION_LEGACY,
+                       RECEIPT_VERSION);
 
     TRY(need(doc, "", "kinetic", JSON_OBJECT, &o, err));
     static const char *const kin[] = {"version", "build", "numerics", NULL};
@@ -727,6 +752,9 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
         return RECEIPT_SIG_ABSENT;
     if (sodium_init() < 0)
         return RECEIPT_SIG_INVALID;
+    enum json_style style;
+    if (!receipt_version_style(r->format, &style))
+        return RECEIPT_SIG_INVALID;
     struct json_value *copy = json_clone(doc);
     if (!copy)
         return RECEIPT_SIG_INVALID;
@@ -734,7 +762,9 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
     char *msg;
     size_t len;
     struct kn_err err;
-    enum kn_status st = json_write(copy, JSON_COMPACT, &msg, &len, &err);
+    /* Version 2 on: the bytes any JCS library rebuilds from the values; a number no
+     * double holds (an integer beyond 2^53, which Kinetic never signs) makes it fail. */
+    enum kn_status st = json_write(copy, style, &msg, &len, &err);
     json_free(copy);
     if (st != KN_OK)
         return RECEIPT_SIG_INVALID;
