@@ -1299,10 +1299,6 @@ static int member_ptr_utf16_cmp(const void *a, const void *b)
     return utf16_cmp(*(const struct json_member *const *)a, *(const struct json_member *const *)b);
 }
 
-/* The largest integer up to which every integer is a double exactly (2^53); beyond it, an
- * integer has a JCS form only if it is a double itself. */
-#define JSON_EXACT_INT_MAX 9007199254740992LL
-
 static enum kn_status write_value(struct wbuf *w, const struct json_value *v,
                                   enum json_style style, size_t level, struct kn_err *err)
 {
@@ -1319,27 +1315,21 @@ static enum kn_status write_value(struct wbuf *w, const struct json_value *v,
         puts_(w, v->u.boolean ? "true" : "false");
         break;
     case JSON_NUMBER:
-        if (jcs && v->u.number.is_int) {
-            /* JCS numbers are IEEE doubles: an int64 a double does not hold exactly would
-             * be signed as another number (2^53 + 1 as 2^53), so it has no JCS form. */
-            int64_t i = v->u.number.i;
-            double d = (double)i;
-            if ((i > JSON_EXACT_INT_MAX || i < -JSON_EXACT_INT_MAX) &&
-                (d >= 9223372036854775808.0 || (int64_t)d != i))
-                return kn_fail(err, KN_E_ARG, "JSON: the integer %lld has no exact RFC 8785 "
-                               "(JCS) form: JCS numbers are IEEE doubles, which hold every "
-                               "integer only up to 2^53", (long long)i);
-            format_ecmascript(d, buf);
+        if (jcs) {
+            /* JCS numbers are IEEE doubles, as every JCS library parses them: an integer
+             * is written as its double (d is its nearest), so 2^53 + 1 is 9007199254740992,
+             * and what JCS writes reads back to the same bytes. */
+            if (!isfinite(v->u.number.d))
+                return kn_fail(err, KN_E_ARG, "JSON: cannot write %s (JSON has no NaN or "
+                               "infinity)", v->u.number.text);
+            format_ecmascript(v->u.number.d, buf);
         } else if (v->u.number.is_int) {
             snprintf(buf, sizeof buf, "%lld", (long long)v->u.number.i);
         } else {
             if (!isfinite(v->u.number.d))
                 return kn_fail(err, KN_E_ARG, "JSON: cannot write %s (JSON has no NaN or "
                                "infinity)", v->u.number.text);
-            if (jcs)
-                format_ecmascript(v->u.number.d, buf);
-            else
-                format_double(v->u.number.d, buf);
+            format_double(v->u.number.d, buf);
         }
         puts_(w, buf);
         break;

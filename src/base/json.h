@@ -130,6 +130,10 @@ struct json_value *json_object_take(struct json_value *obj, const char *key);
 /* A deep copy, or NULL when out of memory. */
 struct json_value *json_clone(const struct json_value *v);
 
+/* The largest magnitude up to which every integer is a double exactly (2^53): JCS, whose
+ * numbers are doubles, signs an integer beyond it as its nearest double. */
+#define JSON_EXACT_INT_MAX 9007199254740992LL
+
 /* ---- writing ---- */
 enum json_style {
     JSON_COMPACT, /* no whitespace at all, members in insertion order, doubles as Python's
@@ -137,9 +141,9 @@ enum json_style {
     JSON_PRETTY,  /* 2-space indent, scalar-only arrays on one line, trailing newline */
     JSON_JCS,     /* RFC 8785, the JSON Canonicalization Scheme: no whitespace, members
                    * sorted by their keys' UTF-16 code units, every number as ECMAScript
-                   * writes its double (0.0 and -0 as 0, 1e+21, 1e-7); an integer that a
-                   * double does not hold exactly (beyond 2^53) is refused. What receipts
-                   * are signed over since version 2, so any JCS library rebuilds the bytes */
+                   * writes its double (0.0 and -0 as 0, 1e+21, 1e-7; an integer beyond
+                   * 2^53 as its nearest double). What receipts are signed over since
+                   * version 2, so any JCS library rebuilds the bytes */
 };
 /* Writes v into a new NUL-terminated heap buffer (*out, length *out_len, may be NULL). */
 KN_MUST_USE enum kn_status json_write(const struct json_value *v, enum json_style style,

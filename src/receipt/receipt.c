@@ -116,9 +116,63 @@ static struct json_value *template_obj(struct build *b, const struct receipt_tem
     return o;
 }
 
+/* Each format version and the canonical form its signature covers. */
+static const struct {
+    int64_t version;
+    enum json_style style;
+} receipt_versions[] = {
+    {RECEIPT_VERSION_LEGACY, JSON_COMPACT},
+    {RECEIPT_VERSION, JSON_JCS},
+};
+
+bool receipt_version_style(int64_t v, enum json_style *style)
+{
+    for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
+        if (receipt_versions[i].version == v) {
+            *style = receipt_versions[i].style;
+            return true;
+        }
+    return false;
+}
+
+/* Version 2 on, the signature covers RFC 8785 JSON, whose numbers are doubles: an integer
+ * Kinetic uses exactly must be one a double holds, or the signature would cover a
+ * neighbour too (a seed of 2^53 + 1 signs as 2^53). The other integers are bounded far
+ * below 2^53 (ids, counts, ctx-size, int32 settings). */
+static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status fail,
+                                       struct kn_err *err)
+{
+    enum json_style style;
+    if (!receipt_version_style(r->format ? r->format : RECEIPT_VERSION, &style) ||
+        style != JSON_JCS)
+        return KN_OK;
+    const struct {
+        const char *field;
+        int64_t v;
+        bool present;
+    } ints[] = {
+        {"sampling.seed", (int64_t)r->sampling.seed, true},
+        {"model.size", (int64_t)r->model_size, true},
+        {"template.now", r->tmpl.now, r->tmpl.present && r->tmpl.has_now},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].present && (ints[i].v > JSON_EXACT_INT_MAX || ints[i].v < -JSON_EXACT_INT_MAX))
+            return kn_fail(err, fail,
+                           "receipt: %s is %lld, beyond 2^53: a receipt is signed over RFC "
+                           "8785 JSON, whose numbers are doubles, which cannot hold it exactly%s",
+                           ints[i].field, (long long)ints[i].v,
+                           i == 0 ? "; use a seed below 2^53 (random seeds are)" : "");
+    return KN_OK;
+}
+
 enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
                                struct json_value **out, struct kn_err *err)
 {
+    enum kn_status st = check_exact_ints(r, KN_E_ARG, err);
+    if (st != KN_OK) {
+        *out = NULL;
+        return st;
+    }
     struct build b = {KN_OK, err};
     struct json_value *root = obj(&b);
     set(&b, root, "receipt", json_new_int(r->format ? r->format : RECEIPT_VERSION));
@@ -207,25 +261,6 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     }
     *out = root;
     return KN_OK;
-}
-
-/* Each format version and the canonical form its signature covers. */
-static const struct {
-    int64_t version;
-    enum json_style style;
-} receipt_versions[] = {
-    {RECEIPT_VERSION_LEGACY, JSON_COMPACT},
-    {RECEIPT_VERSION, JSON_JCS},
-};
-
-bool receipt_version_style(int64_t v, enum json_style *style)
-{
-    for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
-        if (receipt_versions[i].version == v) {
-            *style = receipt_versions[i].style;
-            return true;
-        }
-    return false;
 }
 
 enum kn_status receipt_signed_bytes(const struct receipt *r, char **out, size_t *out_len,
@@ -623,7 +658,7 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
                            "receipt: signature.ed25519 must be 128 lowercase hex digits");
         r->has_signature = true;
     }
-    return KN_OK;
+    return check_exact_ints(r, KN_E_FORMAT, err);
 }
 
 enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r,

@@ -115,10 +115,12 @@ static void test_roundtrip_and_sign(void)
     struct json_value *s = (struct json_value *)json_get(doc, "sampling");
     struct json_value *seed = (struct json_value *)json_get(s, "seed");
     seed->u.number.i = 43;
+    seed->u.number.d = 43;
     free(seed->u.number.text);
     seed->u.number.text = strdup("43");
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
     seed->u.number.i = 42;
+    seed->u.number.d = 42;
     free(seed->u.number.text);
     seed->u.number.text = strdup("42");
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
@@ -508,14 +510,28 @@ static void test_jcs_signing(void)
     CHECK_STR(err.msg, "receipt: version 3 is not supported (this Kinetic reads versions 1 and 2)");
     json_free(doc);
 
-    /* A seed no double holds cannot be signed in JCS (it would sign 2^53 for 2^53 + 1);
-     * 2^53 itself can. */
+    /* A seed beyond 2^53 would be signed as its nearest double (2^53 + 1 as 2^53, so the
+     * signature would cover both): version 2 neither writes nor reads one; 2^53 itself is
+     * exact. Version 1's form is exact for every int64 and keeps taking them. */
     r.format = RECEIPT_VERSION;
     r.sampling.seed = ((uint64_t)1 << 53) + 1;
     CHECK(receipt_sign(&r, &key, &err) == KN_E_ARG);
-    CHECKF(strstr(err.msg, "9007199254740993 has no exact RFC 8785") != NULL, "%s", err.msg);
+    CHECK_STR(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53: a receipt is "
+                       "signed over RFC 8785 JSON, whose numbers are doubles, which cannot hold "
+                       "it exactly; use a seed below 2^53 (random seeds are)");
+    CHECK(receipt_to_json(&r, false, &doc, &err) == KN_E_ARG && doc == NULL);
     r.sampling.seed = (uint64_t)1 << 53;
     CHECK(receipt_sign(&r, &key, &err) == KN_OK);
+    CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
+    smp = (struct json_value *)json_get(doc, "sampling");
+    set_number((struct json_value *)json_get(smp, "seed"), "9007199254740993");
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
+    CHECK(strstr(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53") != NULL);
+    set_number((struct json_value *)json_get(doc, "receipt"), "1");
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.sampling.seed == ((uint64_t)1 << 53) + 1);
+    receipt_free(&back);
+    json_free(doc);
     receipt_key_wipe(&key);
     receipt_free(&r);
 }
