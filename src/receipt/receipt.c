@@ -125,6 +125,12 @@ static const struct {
     {RECEIPT_VERSION, JSON_JCS},
 };
 
+/* r's format version: what it was read as, or RECEIPT_VERSION for one built from a run. */
+static int64_t format_of(const struct receipt *r)
+{
+    return r->format ? r->format : RECEIPT_VERSION;
+}
+
 bool receipt_version_style(int64_t v, enum json_style *style)
 {
     for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
@@ -143,7 +149,7 @@ static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status f
                                        struct kn_err *err)
 {
     enum json_style style;
-    if (!receipt_version_style(r->format ? r->format : RECEIPT_VERSION, &style) ||
+    if (!receipt_version_style(format_of(r), &style) ||
         style != JSON_JCS)
         return KN_OK;
     const struct {
@@ -175,7 +181,7 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
     }
     struct build b = {KN_OK, err};
     struct json_value *root = obj(&b);
-    set(&b, root, "receipt", json_new_int(r->format ? r->format : RECEIPT_VERSION));
+    set(&b, root, "receipt", json_new_int(format_of(r)));
 
     struct json_value *kin = obj(&b);
     set(&b, kin, "version", json_new_string(r->version));
@@ -267,9 +273,9 @@ enum kn_status receipt_signed_bytes(const struct receipt *r, char **out, size_t 
                                     struct kn_err *err)
 {
     enum json_style style;
-    if (!receipt_version_style(r->format ? r->format : RECEIPT_VERSION, &style))
+    if (!receipt_version_style(format_of(r), &style))
         return kn_fail(err, KN_E_UNSUPPORTED, "receipt: version %lld cannot be signed",
-                       (long long)r->format);
+                       (long long)format_of(r));
     struct json_value *doc;
     enum kn_status st = receipt_to_json(r, false, &doc, err);
     if (st != KN_OK)
@@ -797,8 +803,7 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
     char *msg;
     size_t len;
     struct kn_err err;
-    /* Version 2 on: the bytes any JCS library rebuilds from the values; a number no
-     * double holds (an integer beyond 2^53, which Kinetic never signs) makes it fail. */
+    /* Version 2 on: the bytes any JCS library rebuilds from the parsed values. */
     enum kn_status st = json_write(copy, style, &msg, &len, &err);
     json_free(copy);
     if (st != KN_OK)
