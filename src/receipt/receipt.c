@@ -125,12 +125,6 @@ static const struct {
     {RECEIPT_VERSION, JSON_JCS},
 };
 
-/* r's format version: what it was read as, or RECEIPT_VERSION for one built from a run. */
-static int64_t format_of(const struct receipt *r)
-{
-    return r->format ? r->format : RECEIPT_VERSION;
-}
-
 bool receipt_version_style(int64_t v, enum json_style *style)
 {
     for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
@@ -141,17 +135,12 @@ bool receipt_version_style(int64_t v, enum json_style *style)
     return false;
 }
 
-/* Version 2 on, the signature covers RFC 8785 JSON, whose numbers are doubles: an integer
- * Kinetic uses exactly must be one a double holds, or the signature would cover a
- * neighbour too (a seed of 2^53 + 1 signs as 2^53). The other integers are bounded far
- * below 2^53 (ids, counts, ctx-size, int32 settings). */
-static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status fail,
-                                       struct kn_err *err)
+/* The first integer Kinetic uses exactly that RFC 8785 cannot sign exactly (its numbers
+ * are doubles: a seed of 2^53 + 1 would sign as 2^53, so the signature would cover both),
+ * or NULL; *v gets its value. The other integers are bounded far below 2^53 (ids, counts,
+ * ctx-size, the int32 settings). */
+static const char *inexact_int(const struct receipt *r, int64_t *v)
 {
-    enum json_style style;
-    if (!receipt_version_style(format_of(r), &style) ||
-        style != JSON_JCS)
-        return KN_OK;
     const struct {
         const char *field;
         int64_t v;
@@ -162,13 +151,38 @@ static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status f
         {"template.now", r->tmpl.now, r->tmpl.present && r->tmpl.has_now},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].present && (ints[i].v > JSON_EXACT_INT_MAX || ints[i].v < -JSON_EXACT_INT_MAX))
-            return kn_fail(err, fail,
-                           "receipt: %s is %lld, beyond 2^53: a receipt is signed over RFC "
-                           "8785 JSON, whose numbers are doubles, which cannot hold it exactly%s",
-                           ints[i].field, (long long)ints[i].v,
-                           i == 0 ? "; use a seed below 2^53 (random seeds are)" : "");
-    return KN_OK;
+        if (ints[i].present && (ints[i].v > JSON_EXACT_INT_MAX || ints[i].v < -JSON_EXACT_INT_MAX)) {
+            *v = ints[i].v;
+            return ints[i].field;
+        }
+    return NULL;
+}
+
+int64_t receipt_version_for(const struct receipt *r)
+{
+    int64_t v;
+    return inexact_int(r, &v) ? RECEIPT_VERSION_LEGACY : RECEIPT_VERSION;
+}
+
+/* r's format version: what it was read as, else what its values are written as. */
+static int64_t format_of(const struct receipt *r)
+{
+    return r->format ? r->format : receipt_version_for(r);
+}
+
+/* A receipt of a JCS version holds no integer JCS cannot sign exactly. */
+static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status fail,
+                                       struct kn_err *err)
+{
+    enum json_style style;
+    int64_t v;
+    const char *field = inexact_int(r, &v);
+    if (!field || !receipt_version_style(format_of(r), &style) || style != JSON_JCS)
+        return KN_OK;
+    return kn_fail(err, fail, "receipt: %s is %lld, beyond 2^53: a version-%lld receipt is "
+                   "signed over RFC 8785 JSON, whose numbers are doubles, which cannot hold it "
+                   "exactly (Kinetic writes such a receipt as version %d)", field, (long long)v,
+                   (long long)format_of(r), RECEIPT_VERSION_LEGACY);
 }
 
 enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,

@@ -18,8 +18,10 @@
 
 /* The receipt format version ("receipt") Kinetic writes: 2, signed over RFC 8785 (JCS,
  * JSON_JCS), so any JCS library rebuilds the signed bytes from a parsed receipt. Version 1
- * receipts (signed over JSON_COMPACT: insertion order, Python's float text) are still read
- * and verified over that legacy form; receipt_version_style is the one map between them. */
+ * receipts (signed over JSON_COMPACT: insertion order, Python's float text, exact int64)
+ * are still read and verified over that legacy form; receipt_version_style is the one map
+ * between them. A receipt holding an integer JCS cannot sign exactly (a seed beyond 2^53)
+ * is still written as version 1 (receipt_version_for). */
 #define RECEIPT_VERSION 2
 #define RECEIPT_VERSION_LEGACY 1
 #define RECEIPT_KEY_HEX 64  /* an Ed25519 public key as hex */
@@ -71,9 +73,9 @@ struct receipt_think {
 };
 
 struct receipt {
-    /* The format version ("receipt"): RECEIPT_VERSION, or RECEIPT_VERSION_LEGACY as read
-     * from an older file; it selects the canonical form the signature covers. 0 (a receipt
-     * built from a run) is RECEIPT_VERSION. */
+    /* The format version ("receipt"), which selects the canonical form the signature
+     * covers: as read, or receipt_version_for's choice for a built receipt; 0: choose
+     * (receipt_version_for) when written. */
     int64_t format;
     /* kinetic */
     char version[32];       /* Kinetic's version, e.g. "0.1.0" */
@@ -135,6 +137,11 @@ KN_MUST_USE enum kn_status receipt_signed_bytes(const struct receipt *r, char **
 /* The canonical form a receipt of format version v is signed over (JSON_JCS for 2,
  * JSON_COMPACT for 1); false for a version this Kinetic does not read. */
 KN_MUST_USE bool receipt_version_style(int64_t v, enum json_style *style);
+/* The version a receipt with r's values is written as: RECEIPT_VERSION, unless it holds an
+ * integer Kinetic uses exactly beyond 2^53 (sampling.seed, model.size, template.now),
+ * which RFC 8785's doubles cannot sign exactly: then RECEIPT_VERSION_LEGACY, whose form is
+ * exact for every int64 (though a JavaScript round trip breaks its signature). */
+int64_t receipt_version_for(const struct receipt *r);
 
 /* Reads a receipt strictly from a parsed document. Every field must be present with
  * its type and nothing unknown may be there; the token hashes and counts are not

@@ -38,8 +38,7 @@ static const char *base_name(const char *path)
 enum kn_status receipt_from_run(struct receipt *r, const struct session_record *run,
                                 struct kn_err *err)
 {
-    memset(r, 0, sizeof *r);
-    r->format = RECEIPT_VERSION;
+    memset(r, 0, sizeof *r); /* format 0: receipt_version_for chooses when it is written */
     snprintf(r->version, sizeof r->version, "%s", KN_VERSION);
     snprintf(r->build, sizeof r->build, "%s", kn_build_id());
     snprintf(r->numerics, sizeof r->numerics, "%s", KN_NUMERICS);

@@ -13,7 +13,8 @@ any language that parses a receipt and writes it again keeps the signature valid
   every power of two's neighbours, Node's and the rfc8785 package's; whole documents equal
   the rfc8785 package's bytes.
 - The legacy path: every fixture in tests/data/receipts (version 1) still reads, and each
-  signed one verifies over the legacy form, which openssl confirms."""
+  signed one verifies over the legacy form, which openssl confirms; a receipt with a seed
+  beyond 2^53, which JCS's doubles cannot sign exactly, is still written as version 1."""
 import glob
 import json
 import math
@@ -101,7 +102,7 @@ def world(tmp_path_factory):
                             "process.stdout.write(JSON.stringify(JSON.parse("
                             "fs.readFileSync(0, 'utf8')).receipt));", body))
     receipts["serve"] = str(served)
-    yield {"dir": d, "env": env, "model": model, "receipts": receipts}
+    yield {"dir": d, "env": env, "model": model, "key": key, "receipts": receipts}
 
 
 def verify(world, path, *extra):
@@ -272,23 +273,29 @@ def test_number_edge_cases():
     assert js[6] == "9007199254740992" and js[8] == js[9] == "1152921504606847000"
 
 
-def test_receipt_integers_beyond_2_53_are_refused(world):
-    """A seed beyond 2^53 would sign as its neighbour too: version 2 refuses it, naming
-    why, where version 1 (exact int64 text) kept it."""
-    with open(world["receipts"]["run"]) as f:
-        r = json.load(f)
-    r["sampling"]["seed"] = 2 ** 53 + 1
-    path = os.path.join(world["dir"], "bigseed.json")
-    with open(path, "w") as f:
+def test_seed_beyond_2_53_is_written_as_version_1(world):
+    """RFC 8785's numbers are doubles, so a seed beyond 2^53 would sign as its neighbour
+    too: such a receipt is written as version 1 (exact int64), which verifies and keeps its
+    signature through Python's json; as version 2 it is refused, naming the seed."""
+    out = os.path.join(world["dir"], "bigseed.json")
+    seed = 2 ** 63 - 1
+    kinetic("run", world["model"], "x", "-n", "3", "--seed", str(seed), "--receipt", out,
+            "--sign-key", world["key"], "--threads", "1", env=world["env"])
+    with open(out, "rb") as f:
+        r = json.loads(f.read())
+    assert r["receipt"] == 1 and r["sampling"]["seed"] == seed
+    assert openssl_verifies(r)
+    again = os.path.join(world["dir"], "bigseed-python.json")
+    with open(again, "w") as f:
+        json.dump(r, f, separators=(",", ":"), ensure_ascii=False)
+    p = verify(world, again, "--model", world["model"])
+    assert p.returncode == OK and "a version-1 receipt" in p.stdout, p.stdout
+    r["receipt"] = 2
+    with open(again, "w") as f:
         json.dump(r, f)
-    p = verify(world, path, "--model", world["model"])
+    p = verify(world, again, "--model", world["model"])
     assert p.returncode == 3, p.stdout
-    assert "sampling.seed is 9007199254740993, beyond 2^53" in p.stdout, p.stdout
-    out = os.path.join(world["dir"], "bigseed-run.json")
-    p = kinetic("run", world["model"], "x", "-n", "2", "--seed", str(2 ** 53 + 1), "--receipt", out,
-                env=world["env"], check=False)
-    assert p.returncode != 0 and "use a seed below 2^53" in p.stderr, p.stderr
-    assert not os.path.exists(out)
+    assert "sampling.seed is 9223372036854775807, beyond 2^53: a version-2 receipt" in p.stdout
 
 
 def test_numbers_match_node_and_rfc8785():

@@ -511,27 +511,32 @@ static void test_jcs_signing(void)
     json_free(doc);
 
     /* A seed beyond 2^53 would be signed as its nearest double (2^53 + 1 as 2^53, so the
-     * signature would cover both): version 2 neither writes nor reads one; 2^53 itself is
-     * exact. Version 1's form is exact for every int64 and keeps taking them. */
-    r.format = RECEIPT_VERSION;
+     * signature would cover both): a receipt holding one is written as version 1, whose
+     * form is exact for every int64, and a version-2 receipt holding one is refused, read or
+     * written. 2^53 itself is exact. */
+    r.format = 0;
     r.sampling.seed = ((uint64_t)1 << 53) + 1;
-    CHECK(receipt_sign(&r, &key, &err) == KN_E_ARG);
-    CHECK_STR(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53: a receipt is "
-                       "signed over RFC 8785 JSON, whose numbers are doubles, which cannot hold "
-                       "it exactly; use a seed below 2^53 (random seeds are)");
-    CHECK(receipt_to_json(&r, false, &doc, &err) == KN_E_ARG && doc == NULL);
-    r.sampling.seed = (uint64_t)1 << 53;
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION_LEGACY);
     CHECK(receipt_sign(&r, &key, &err) == KN_OK);
     CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
-    smp = (struct json_value *)json_get(doc, "sampling");
-    set_number((struct json_value *)json_get(smp, "seed"), "9007199254740993");
-    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
-    CHECK(strstr(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53") != NULL);
-    set_number((struct json_value *)json_get(doc, "receipt"), "1");
     CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
-    CHECK(back.sampling.seed == ((uint64_t)1 << 53) + 1);
+    CHECK(back.format == RECEIPT_VERSION_LEGACY && back.sampling.seed == ((uint64_t)1 << 53) + 1);
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
     receipt_free(&back);
+    set_number((struct json_value *)json_get(doc, "receipt"), "2");
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
+    CHECK_STR(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53: a version-2 "
+                       "receipt is signed over RFC 8785 JSON, whose numbers are doubles, which "
+                       "cannot hold it exactly (Kinetic writes such a receipt as version 1)");
     json_free(doc);
+    r.format = RECEIPT_VERSION;
+    CHECK(receipt_to_json(&r, false, &doc, &err) == KN_E_ARG && doc == NULL);
+    CHECK(strstr(err.msg, "sampling.seed is 9007199254740993, beyond 2^53") != NULL);
+    r.format = 0;
+    r.sampling.seed = (uint64_t)1 << 53;
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION);
+    r.sampling.seed = UINT64_C(9223372036854775807); /* the largest seed: version 1 */
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION_LEGACY);
     receipt_key_wipe(&key);
     receipt_free(&r);
 }
