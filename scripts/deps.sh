@@ -116,6 +116,9 @@ if [ $want_test = 1 ]; then
   need_cmd b3sum b3sum
   need_cmd openssl openssl
   need_cmd tmux tmux
+  # receipts re-serialised by other languages' JSON (tests/py/test_receipt_jcs.py)
+  need_cmd node nodejs
+  need_cmd jq jq
   # replicas behind a load balancer (tests/py/test_scale_out.py, scripts/scale_out_demo.sh)
   command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
   # the server's web page is tested in a headless browser (Selenium from PyPI drives it)

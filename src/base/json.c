@@ -182,6 +182,127 @@ static void format_double(double d, char *buf)
     }
 }
 
+/* The shortest decimal that reads back as d (finite, > 0), as ECMAScript's Number::toString
+ * chooses it (ECMA-262 Number::toString, step 5; RFC 8785 section 3.2.2.3): the fewest
+ * significant digits k, and among the k-digit decimals that read back as d the one closest
+ * to d. At each k only two decimals can: the largest at or below d and the smallest at or
+ * above it. printf's correctly rounded %.*e is the closer of the two; when it does not read
+ * back, the other may (at a power of two the gap below d is half the gap above, so a
+ * farther decimal above can read back where the nearer one below does not). dig gets the
+ * k digits (no trailing zeros), *e10 the decimal exponent of the first. */
+static void shortest_digits(double d, char dig[24], int *k, int *e10)
+{
+    char e[40];
+    int n = 0, exp = 0;
+    for (int p = 1; p <= 17; p++) {
+        format_c(e, sizeof e, p - 1, d);
+        /* e is D[.DDD]e(+|-)XX */
+        n = 0;
+        const char *s = e;
+        dig[n++] = *s++;
+        if (*s == '.')
+            for (s++; *s >= '0' && *s <= '9'; s++)
+                dig[n++] = *s;
+        exp = atoi(s + 1);
+        double back = strtod_c(e, NULL);
+        if (back == d || p == 17)
+            break;
+        /* The other neighbour: one unit in the p-th digit towards d. */
+        char o[24];
+        int oexp = exp;
+        memcpy(o, dig, (size_t)n);
+        if (back > d) {
+            int i = n - 1;
+            while (i >= 0 && o[i] == '0')
+                o[i--] = '9';
+            o[i]--;
+            if (o[0] == '0') { /* 10...0 - 1 unit: 9...9 a decade lower, p digits */
+                memset(o, '9', (size_t)n);
+                oexp--;
+            }
+        } else {
+            int i = n - 1;
+            while (i >= 0 && o[i] == '9')
+                o[i--] = '0';
+            if (i < 0) { /* 9...9 + 1 unit: 10...0 a decade higher */
+                o[0] = '1';
+                oexp++;
+            } else {
+                o[i]++;
+            }
+        }
+        char t[48];
+        int tl = 0;
+        t[tl++] = o[0];
+        if (n > 1) {
+            t[tl++] = '.';
+            memcpy(t + tl, o + 1, (size_t)n - 1);
+            tl += n - 1;
+        }
+        snprintf(t + tl, sizeof t - (size_t)tl, "e%d", oexp);
+        if (strtod_c(t, NULL) == d) {
+            memcpy(dig, o, (size_t)n);
+            exp = oexp;
+            break;
+        }
+    }
+    while (n > 1 && dig[n - 1] == '0')
+        n--;
+    *k = n;
+    *e10 = exp;
+}
+
+/* A finite double as ECMAScript's Number::toString writes it, which RFC 8785 (JCS) makes the
+ * form of every number (section 3.2.2.3): with the k shortest digits and n the position of
+ * the decimal point (the value is 0.DIGITS x 10^n): an integer when k <= n <= 21 ("100";
+ * "1e+21" beyond), a fraction when 0 < n <= 21 ("1.5") or -6 < n <= 0 ("0.5",
+ * "0.000001"), else d.ddde+X / d.ddde-X, the exponent unpadded ("1e-7", "5e-324").
+ * -0 is "0". buf holds at least 48 bytes. */
+static void format_ecmascript(double d, char *buf)
+{
+    char *o = buf;
+    if (d == 0) {
+        strcpy(buf, "0");
+        return;
+    }
+    if (d < 0) {
+        *o++ = '-';
+        d = -d;
+    }
+    char dig[24];
+    int k, e10;
+    shortest_digits(d, dig, &k, &e10);
+    int n = e10 + 1;
+    if (k <= n && n <= 21) {
+        memcpy(o, dig, (size_t)k);
+        o += k;
+        for (int i = k; i < n; i++)
+            *o++ = '0';
+    } else if (0 < n && n <= 21) {
+        memcpy(o, dig, (size_t)n);
+        o += n;
+        *o++ = '.';
+        memcpy(o, dig + n, (size_t)(k - n));
+        o += k - n;
+    } else if (-6 < n && n <= 0) {
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -n; i++)
+            *o++ = '0';
+        memcpy(o, dig, (size_t)k);
+        o += k;
+    } else {
+        *o++ = dig[0];
+        if (k > 1) {
+            *o++ = '.';
+            memcpy(o, dig + 1, (size_t)(k - 1));
+            o += k - 1;
+        }
+        o += sprintf(o, "e%c%d", n - 1 < 0 ? '-' : '+', n - 1 < 0 ? 1 - n : n - 1);
+    }
+    *o = 0;
+}
+
 /* ---------------------------------------------------------------- values ---------- */
 
 static struct json_value *new_value(enum json_type t)
@@ -1141,12 +1262,50 @@ static bool scalar(const struct json_value *v)
     return v->type != JSON_ARRAY && v->type != JSON_OBJECT;
 }
 
-static enum kn_status write_value(struct wbuf *w, const struct json_value *v, bool pretty,
-                                  size_t level, struct kn_err *err)
+/* The next code point of valid UTF-8 s (n bytes) at *i, advancing *i. */
+static uint32_t utf8_next(const uint8_t *s, size_t n, size_t *i)
+{
+    size_t len = utf8_seq(s + *i, n - *i);
+    uint32_t c = len == 1 ? s[*i] : (uint32_t)(s[*i] & (0x7F >> len));
+    for (size_t k = 1; k < len; k++)
+        c = c << 6 | (s[*i + k] & 0x3F);
+    *i += len ? len : 1;
+    return c;
+}
+
+/* Orders keys by their UTF-16 code units, as RFC 8785 section 3.2.3 sorts members. UTF-8
+ * bytes order as code points, which agrees except where a code point above U+FFFF (a
+ * surrogate pair, D800..DBFF first) meets one in U+E000..U+FFFF: UTF-16 puts the pair
+ * first. Keys are valid UTF-8 (checked before sorting). */
+static int utf16_cmp(const struct json_member *a, const struct json_member *b)
+{
+    const uint8_t *x = (const uint8_t *)a->key, *y = (const uint8_t *)b->key;
+    size_t i = 0, j = 0;
+    while (i < a->key_len && j < b->key_len) {
+        uint32_t cx = utf8_next(x, a->key_len, &i), cy = utf8_next(y, b->key_len, &j);
+        if (cx == cy)
+            continue;
+        uint32_t ux = cx > 0xFFFF ? 0xD800 + ((cx - 0x10000) >> 10) : cx;
+        uint32_t uy = cy > 0xFFFF ? 0xD800 + ((cy - 0x10000) >> 10) : cy;
+        if (ux != uy)
+            return ux < uy ? -1 : 1;
+        return cx < cy ? -1 : 1; /* one high surrogate: the low ones order as the code points */
+    }
+    return (i < a->key_len) - (j < b->key_len);
+}
+
+static int member_ptr_utf16_cmp(const void *a, const void *b)
+{
+    return utf16_cmp(*(const struct json_member *const *)a, *(const struct json_member *const *)b);
+}
+
+static enum kn_status write_value(struct wbuf *w, const struct json_value *v,
+                                  enum json_style style, size_t level, struct kn_err *err)
 {
     if (level > WRITE_MAX_DEPTH)
         return kn_fail(err, KN_E_LIMIT, "JSON: cannot write values nested over %d levels",
                        WRITE_MAX_DEPTH);
+    bool pretty = style == JSON_PRETTY, jcs = style == JSON_JCS;
     char buf[48];
     switch (v->type) {
     case JSON_NULL:
@@ -1156,7 +1315,15 @@ static enum kn_status write_value(struct wbuf *w, const struct json_value *v, bo
         puts_(w, v->u.boolean ? "true" : "false");
         break;
     case JSON_NUMBER:
-        if (v->u.number.is_int) {
+        if (jcs) {
+            /* JCS numbers are IEEE doubles, as every JCS library parses them: an integer
+             * is written as its double (d is its nearest), so 2^53 + 1 is 9007199254740992,
+             * and what JCS writes reads back to the same bytes. */
+            if (!isfinite(v->u.number.d))
+                return kn_fail(err, KN_E_ARG, "JSON: cannot write %s (JSON has no NaN or "
+                               "infinity)", v->u.number.text);
+            format_ecmascript(v->u.number.d, buf);
+        } else if (v->u.number.is_int) {
             snprintf(buf, sizeof buf, "%lld", (long long)v->u.number.i);
         } else {
             if (!isfinite(v->u.number.d))
@@ -1187,7 +1354,7 @@ static enum kn_status write_value(struct wbuf *w, const struct json_value *v, bo
                 put(w, "\n", 1);
                 indent(w, level + 1);
             }
-            enum kn_status st = write_value(w, v->u.array.items[i], pretty, level + 1, err);
+            enum kn_status st = write_value(w, v->u.array.items[i], style, level + 1, err);
             if (st != KN_OK)
                 return st;
         }
@@ -1200,23 +1367,36 @@ static enum kn_status write_value(struct wbuf *w, const struct json_value *v, bo
     }
     case JSON_OBJECT: {
         size_t n = v->u.object.len;
+        for (size_t i = 0; i < n; i++)
+            if (!json_utf8_valid(v->u.object.items[i].key, v->u.object.items[i].key_len))
+                return kn_fail(err, KN_E_ARG, "JSON: an object key is not valid UTF-8");
+        /* JCS: members sorted by key; the others keep insertion order. */
+        const struct json_member **order = NULL;
+        if (jcs && n > 1) {
+            order = malloc(n * sizeof *order);
+            if (!order)
+                return kn_fail(err, KN_E_NOMEM, "JSON: out of memory while writing");
+            for (size_t i = 0; i < n; i++)
+                order[i] = &v->u.object.items[i];
+            qsort(order, n, sizeof *order, member_ptr_utf16_cmp);
+        }
         put(w, "{", 1);
-        for (size_t i = 0; i < n; i++) {
-            const struct json_member *m = &v->u.object.items[i];
+        enum kn_status st = KN_OK;
+        for (size_t i = 0; i < n && st == KN_OK; i++) {
+            const struct json_member *m = order ? order[i] : &v->u.object.items[i];
             if (i)
                 put(w, ",", 1);
             if (pretty) {
                 put(w, "\n", 1);
                 indent(w, level + 1);
             }
-            if (!json_utf8_valid(m->key, m->key_len))
-                return kn_fail(err, KN_E_ARG, "JSON: an object key is not valid UTF-8");
             put_string(w, m->key, m->key_len);
             put(w, pretty ? ": " : ":", pretty ? 2 : 1);
-            enum kn_status st = write_value(w, m->value, pretty, level + 1, err);
-            if (st != KN_OK)
-                return st;
+            st = write_value(w, m->value, style, level + 1, err);
         }
+        free(order);
+        if (st != KN_OK)
+            return st;
         if (pretty && n) {
             put(w, "\n", 1);
             indent(w, level);
@@ -1233,7 +1413,7 @@ enum kn_status json_write(const struct json_value *v, enum json_style style, cha
 {
     *out = NULL;
     struct wbuf w = {0};
-    enum kn_status st = write_value(&w, v, style == JSON_PRETTY, 0, err);
+    enum kn_status st = write_value(&w, v, style, 0, err);
     if (st == KN_OK && style == JSON_PRETTY)
         put(&w, "\n", 1);
     if (st == KN_OK && w.oom)

@@ -1,5 +1,6 @@
-/* json.h: a strict JSON reader for untrusted input and a writer with one canonical compact
- * form (the bytes receipts are signed over) and a pretty form for files people read.
+/* json.h: a strict JSON reader for untrusted input and a writer with two canonical forms
+ * (RFC 8785's JCS, which receipts are signed over, and the compact form version-1 receipts
+ * were signed over) and a pretty form for files people read.
  *
  * Reader (RFC 8259, strictly): limits on document size, nesting depth and string length;
  * UTF-8 validated (no overlongs, no encoded surrogates, nothing above U+10FFFF), \u escapes
@@ -8,7 +9,8 @@
  *
  * Values form a malloc'd tree owned by the root: json_free(root) frees everything.
  * Objects keep their members in insertion (document) order, which is also the order the
- * writer uses. The canonical form is specified in docs/receipts.md ("Canonical JSON"). */
+ * writer uses (JSON_JCS sorts them). The canonical forms are specified in docs/receipts.md
+ * ("Canonical JSON"). */
 #ifndef KN_BASE_JSON_H
 #define KN_BASE_JSON_H
 
@@ -128,10 +130,20 @@ struct json_value *json_object_take(struct json_value *obj, const char *key);
 /* A deep copy, or NULL when out of memory. */
 struct json_value *json_clone(const struct json_value *v);
 
+/* The largest magnitude up to which every integer is a double exactly (2^53): JCS, whose
+ * numbers are doubles, signs an integer beyond it as its nearest double. */
+#define JSON_EXACT_INT_MAX 9007199254740992LL
+
 /* ---- writing ---- */
 enum json_style {
-    JSON_COMPACT, /* canonical: no whitespace at all */
+    JSON_COMPACT, /* no whitespace at all, members in insertion order, doubles as Python's
+                   * repr: version-1 receipts are signed over it (docs/receipts.md) */
     JSON_PRETTY,  /* 2-space indent, scalar-only arrays on one line, trailing newline */
+    JSON_JCS,     /* RFC 8785, the JSON Canonicalization Scheme: no whitespace, members
+                   * sorted by their keys' UTF-16 code units, every number as ECMAScript
+                   * writes its double (0.0 and -0 as 0, 1e+21, 1e-7; an integer beyond
+                   * 2^53 as its nearest double). What receipts are signed over since
+                   * version 2, so any JCS library rebuilds the bytes */
 };
 /* Writes v into a new NUL-terminated heap buffer (*out, length *out_len, may be NULL). */
 KN_MUST_USE enum kn_status json_write(const struct json_value *v, enum json_style style,

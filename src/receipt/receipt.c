@@ -116,12 +116,86 @@ static struct json_value *template_obj(struct build *b, const struct receipt_tem
     return o;
 }
 
+/* Each format version and the canonical form its signature covers. */
+static const struct {
+    int64_t version;
+    enum json_style style;
+} receipt_versions[] = {
+    {RECEIPT_VERSION_LEGACY, JSON_COMPACT},
+    {RECEIPT_VERSION, JSON_JCS},
+};
+
+bool receipt_version_style(int64_t v, enum json_style *style)
+{
+    for (size_t i = 0; i < sizeof receipt_versions / sizeof receipt_versions[0]; i++)
+        if (receipt_versions[i].version == v) {
+            *style = receipt_versions[i].style;
+            return true;
+        }
+    return false;
+}
+
+/* The first integer Kinetic uses exactly that RFC 8785 cannot sign exactly (its numbers
+ * are doubles: a seed of 2^53 + 1 would sign as 2^53, so the signature would cover both),
+ * or NULL; *v gets its value. The other integers are bounded far below 2^53 (ids, counts,
+ * ctx-size, the int32 settings). */
+static const char *inexact_int(const struct receipt *r, int64_t *v)
+{
+    const struct {
+        const char *field;
+        int64_t v;
+        bool present;
+    } ints[] = {
+        {"sampling.seed", (int64_t)r->sampling.seed, true},
+        {"model.size", (int64_t)r->model_size, true},
+        {"template.now", r->tmpl.now, r->tmpl.present && r->tmpl.has_now},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].present && (ints[i].v > JSON_EXACT_INT_MAX || ints[i].v < -JSON_EXACT_INT_MAX)) {
+            *v = ints[i].v;
+            return ints[i].field;
+        }
+    return NULL;
+}
+
+int64_t receipt_version_for(const struct receipt *r)
+{
+    int64_t v;
+    return inexact_int(r, &v) ? RECEIPT_VERSION_LEGACY : RECEIPT_VERSION;
+}
+
+/* r's format version: what it was read as, else what its values are written as. */
+static int64_t format_of(const struct receipt *r)
+{
+    return r->format ? r->format : receipt_version_for(r);
+}
+
+/* A receipt of a JCS version holds no integer JCS cannot sign exactly. */
+static enum kn_status check_exact_ints(const struct receipt *r, enum kn_status fail,
+                                       struct kn_err *err)
+{
+    enum json_style style;
+    int64_t v;
+    const char *field = inexact_int(r, &v);
+    if (!field || !receipt_version_style(format_of(r), &style) || style != JSON_JCS)
+        return KN_OK;
+    return kn_fail(err, fail, "receipt: %s is %lld, beyond 2^53: a version-%lld receipt is "
+                   "signed over RFC 8785 JSON, whose numbers are doubles, which cannot hold it "
+                   "exactly (Kinetic writes such a receipt as version %d)", field, (long long)v,
+                   (long long)format_of(r), RECEIPT_VERSION_LEGACY);
+}
+
 enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
                                struct json_value **out, struct kn_err *err)
 {
+    enum kn_status st = check_exact_ints(r, KN_E_ARG, err);
+    if (st != KN_OK) {
+        *out = NULL;
+        return st;
+    }
     struct build b = {KN_OK, err};
     struct json_value *root = obj(&b);
-    set(&b, root, "receipt", json_new_int(RECEIPT_VERSION));
+    set(&b, root, "receipt", json_new_int(format_of(r)));
 
     struct json_value *kin = obj(&b);
     set(&b, kin, "version", json_new_string(r->version));
@@ -212,11 +286,15 @@ enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
 enum kn_status receipt_signed_bytes(const struct receipt *r, char **out, size_t *out_len,
                                     struct kn_err *err)
 {
+    enum json_style style;
+    if (!receipt_version_style(format_of(r), &style))
+        return kn_fail(err, KN_E_UNSUPPORTED, "receipt: version %lld cannot be signed",
+                       (long long)format_of(r));
     struct json_value *doc;
     enum kn_status st = receipt_to_json(r, false, &doc, err);
     if (st != KN_OK)
         return st;
-    st = json_write(doc, JSON_COMPACT, out, out_len, err);
+    st = json_write(doc, style, out, out_len, err);
     json_free(doc);
     return st;
 }
@@ -451,11 +529,13 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
                                       "template", "prompt", "sampling", "output", "signature",
                                       NULL};
     TRY(only(doc, "", top, err));
-    TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &n, err));
-    if (n != RECEIPT_VERSION)
+    TRY(get_int(doc, "", "receipt", 0, INT32_MAX, &r->format, err));
+    enum json_style style;
+    if (!receipt_version_style(r->format, &style))
         return kn_fail(err, KN_E_UNSUPPORTED,
-                       "receipt: version %lld is not supported (this Kinetic reads version %d)",
-                       (long long)n, RECEIPT_VERSION);
+                       "receipt: version %lld is not supported (this Kinetic reads versions "
+                       "%d and %d)", (long long)r->format, RECEIPT_VERSION_LEGACY,
+                       RECEIPT_VERSION);
 
     TRY(need(doc, "", "kinetic", JSON_OBJECT, &o, err));
     static const char *const kin[] = {"version", "build", "numerics", NULL};
@@ -598,7 +678,7 @@ static enum kn_status parse(const struct json_value *doc, struct receipt *r, str
                            "receipt: signature.ed25519 must be 128 lowercase hex digits");
         r->has_signature = true;
     }
-    return KN_OK;
+    return check_exact_ints(r, KN_E_FORMAT, err);
 }
 
 enum kn_status receipt_from_json(const struct json_value *doc, struct receipt *r,
@@ -727,6 +807,9 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
         return RECEIPT_SIG_ABSENT;
     if (sodium_init() < 0)
         return RECEIPT_SIG_INVALID;
+    enum json_style style;
+    if (!receipt_version_style(r->format, &style))
+        return RECEIPT_SIG_INVALID;
     struct json_value *copy = json_clone(doc);
     if (!copy)
         return RECEIPT_SIG_INVALID;
@@ -734,7 +817,8 @@ enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
     char *msg;
     size_t len;
     struct kn_err err;
-    enum kn_status st = json_write(copy, JSON_COMPACT, &msg, &len, &err);
+    /* Version 2 on: the bytes any JCS library rebuilds from the parsed values. */
+    enum kn_status st = json_write(copy, style, &msg, &len, &err);
     json_free(copy);
     if (st != KN_OK)
         return RECEIPT_SIG_INVALID;

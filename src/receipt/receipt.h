@@ -17,7 +17,14 @@
 
 #include <stdio.h>
 
-#define RECEIPT_VERSION 1
+/* The receipt format version ("receipt") Kinetic writes: 2, signed over RFC 8785 (JCS,
+ * JSON_JCS), so any JCS library rebuilds the signed bytes from a parsed receipt. Version 1
+ * receipts (signed over JSON_COMPACT: insertion order, Python's float text, exact int64)
+ * are still read and verified over that legacy form; receipt_version_style is the one map
+ * between them. A receipt holding an integer JCS cannot sign exactly (a seed beyond 2^53)
+ * is still written as version 1 (receipt_version_for). */
+#define RECEIPT_VERSION 2
+#define RECEIPT_VERSION_LEGACY 1
 #define RECEIPT_KEY_HEX 64  /* an Ed25519 public key as hex */
 #define RECEIPT_SIG_HEX 128 /* an Ed25519 signature as hex */
 
@@ -67,6 +74,10 @@ struct receipt_think {
 };
 
 struct receipt {
+    /* The format version ("receipt"), which selects the canonical form the signature
+     * covers: as read, or receipt_version_for's choice for a built receipt; 0: choose
+     * (receipt_version_for) when written. */
+    int64_t format;
     /* kinetic */
     char version[32];       /* Kinetic's version, e.g. "0.1.0" */
     char build[32];         /* first 16 hex digits of the executable's BLAKE3 */
@@ -119,9 +130,19 @@ void receipt_tokens_blake3(const int32_t *ids, int64_t n, char out_hex[65]);
 /* The receipt as a JSON tree in the spec's field order; with or without "signature". */
 KN_MUST_USE enum kn_status receipt_to_json(const struct receipt *r, bool with_signature,
                                            struct json_value **out, struct kn_err *err);
-/* The canonical compact JSON the signature covers (every field but "signature"). */
+/* The canonical JSON the signature covers (every field but "signature"), in the form of
+ * r's format version (receipt_version_style). */
 KN_MUST_USE enum kn_status receipt_signed_bytes(const struct receipt *r, char **out,
                                                 size_t *out_len, struct kn_err *err);
+
+/* The canonical form a receipt of format version v is signed over (JSON_JCS for 2,
+ * JSON_COMPACT for 1); false for a version this Kinetic does not read. */
+KN_MUST_USE bool receipt_version_style(int64_t v, enum json_style *style);
+/* The version a receipt with r's values is written as: RECEIPT_VERSION, unless it holds an
+ * integer Kinetic uses exactly beyond 2^53 (sampling.seed, model.size, template.now),
+ * which RFC 8785's doubles cannot sign exactly: then RECEIPT_VERSION_LEGACY, whose form is
+ * exact for every int64 (though a JavaScript round trip breaks its signature). */
+int64_t receipt_version_for(const struct receipt *r);
 
 /* Reads a receipt strictly from a parsed document. Every field must be present with
  * its type and nothing unknown may be there; the token hashes and counts are not
@@ -160,8 +181,9 @@ enum receipt_sig_state {
     RECEIPT_SIG_VALID,
     RECEIPT_SIG_INVALID,
 };
-/* Checks the signature over the canonical form of doc without its "signature" member
- * (doc is the parsed receipt file, so any change to any field shows). */
+/* Checks the signature over the canonical form of doc without its "signature" member, in
+ * the form of the receipt's version (doc is the parsed receipt file, so any change to any
+ * field shows, the version included). */
 enum receipt_sig_state receipt_check_signature(const struct json_value *doc,
                                                const struct receipt *r);
 

@@ -39,7 +39,7 @@ static const char *base_name(const char *path)
 enum kn_status receipt_from_run(struct receipt *r, const struct session_record *run,
                                 struct kn_err *err)
 {
-    memset(r, 0, sizeof *r);
+    memset(r, 0, sizeof *r); /* format 0: receipt_version_for chooses when it is written */
     snprintf(r->version, sizeof r->version, "%s", KN_VERSION);
     snprintf(r->build, sizeof r->build, "%s", kn_build_id());
     snprintf(r->numerics, sizeof r->numerics, "%s", KN_NUMERICS);
@@ -859,9 +859,12 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
             rc = RECEIPT_EXIT_SIGNATURE;
             goto done;
         }
-        fprintf(out, "signature: valid, public key %s%s\n", r.public_key,
+        fprintf(out, "signature: valid, public key %s%s%s\n", r.public_key,
                 o->public_key ? " (the one --public-key asks for)"
-                              : " (anyone can sign: give --public-key to require the maker's key)");
+                              : " (anyone can sign: give --public-key to require the maker's key)",
+                r.format == RECEIPT_VERSION_LEGACY
+                    ? "; a version-1 receipt, signed over its legacy canonical form"
+                    : "");
         break;
     case RECEIPT_SIG_INVALID:
         fprintf(out, "signature: INVALID for public key %s: the receipt was changed after signing\n",

@@ -1,7 +1,7 @@
 /* fuzz_json.c: libFuzzer target for the JSON reader and writer. Beyond not crashing, it
  * checks the properties receipts rely on: whatever parses writes canonically, the compact
  * and pretty forms both parse back to the same canonical bytes, a clone writes the same,
- * and sanitized UTF-8 is valid. */
+ * the RFC 8785 (JCS) form reads back to the same JCS bytes, and sanitized UTF-8 is valid. */
 #include "base/json.h"
 
 #include <stdlib.h>
@@ -14,6 +14,28 @@ static char *canonical(const struct json_value *v, size_t *n)
     if (json_write(v, JSON_COMPACT, &s, n, &err) != KN_OK)
         abort(); /* a parsed tree is always writable */
     return s;
+}
+
+/* The JCS form; every parsed tree has one (the reader refuses NaN and infinities). What it
+ * writes reads back to the same bytes: its numbers are the shortest text of their doubles,
+ * its members already sorted. */
+static void jcs_stable(const struct json_value *v)
+{
+    char *s, *t;
+    size_t n, m;
+    struct kn_err err;
+    if (json_write(v, JSON_JCS, &s, &n, &err) != KN_OK)
+        abort();
+    struct json_limits lim = {.max_depth = 32, .max_string = 1 << 16};
+    struct json_value *back;
+    if (json_parse(s, n, &lim, &back, &err) != KN_OK ||
+        json_write(back, JSON_JCS, &t, &m, &err) != KN_OK)
+        abort();
+    if (m != n || memcmp(s, t, n) != 0)
+        abort();
+    free(t);
+    free(s);
+    json_free(back);
 }
 
 static void reparse_same(const char *text, size_t len, const char *want, size_t want_len)
@@ -45,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (json_write(v, JSON_PRETTY, &p, &pn, &err) != KN_OK)
             abort();
         reparse_same(p, pn, c, n);
+        jcs_stable(v);
         struct json_value *k = json_clone(v);
         size_t kn;
         char *kc = canonical(k, &kn);

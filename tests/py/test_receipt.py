@@ -1,7 +1,7 @@
 """Receipts end to end: `kinetic run --receipt` then `kinetic verify-receipt`, with the
 real binary. Independent oracles: b3sum for the model hash and the token hashes' inputs,
-openssl for the Ed25519 signature over the canonical bytes (rebuilt here with Python's
-json module as docs/receipts.md specifies). Tampered and malformed receipts are each
+openssl for the Ed25519 signature over the canonical bytes (rebuilt here with the rfc8785
+package as docs/receipts.md specifies). Tampered and malformed receipts are each
 rejected with the documented exit code and message."""
 import copy
 import json
@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 
 import pytest
+
+from receipt_bytes import signed_bytes
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 from testdata import DATA
@@ -54,8 +56,8 @@ def verify(path, *extra, env=None):
 
 
 def canonical(receipt):
-    body = {k: v for k, v in receipt.items() if k != "signature"}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    """The signed bytes as docs/receipts.md specifies them (RFC 8785 since version 2)."""
+    return signed_bytes(receipt)
 
 
 def b3(data):
@@ -255,7 +257,7 @@ def tamper_cases(r):
         ("negative seed", setp("sampling", "seed", value=-1), EXIT_MALFORMED, "seed must be between 0 and 9223372036854775807, not -1"),
         ("unknown field", setp("extra", value=1), EXIT_MALFORMED, "unknown field extra"),
         ("unknown nested", setp("sampling", "mirostat_x", value=1), EXIT_MALFORMED, "sampling: unknown setting 'mirostat_x'"),
-        ("version", setp("receipt", value=2), EXIT_MALFORMED, "version 2 is not supported"),
+        ("version", setp("receipt", value=3), EXIT_MALFORMED, "version 3 is not supported"),
         ("bad hash hex", setp("model", "blake3", value="xyz"), EXIT_MALFORMED, "model.blake3 must be 64"),
         ("bad key hex", setp("signature", "public_key", value="zz"), EXIT_MALFORMED, "public_key must be 64"),
         ("token id type", setp("output", "tokens", "ids", value=["a"] + out_ids[1:]), EXIT_MALFORMED, "not a token id"),

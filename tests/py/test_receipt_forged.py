@@ -22,6 +22,8 @@ import tempfile
 
 import pytest
 
+from receipt_bytes import signed_bytes
+
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 from testdata import DATA
 AIDREAMS = os.path.join(DATA, "models", "aidreams260K.gguf")
@@ -44,8 +46,8 @@ def b3(data):
 
 
 def canonical(r):
-    body = {k: v for k, v in r.items() if k != "signature"}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    """The signed bytes for r's version (RFC 8785 since version 2, legacy for 1)."""
+    return signed_bytes(r)
 
 
 class Signer:

@@ -451,10 +451,81 @@ static void test_file(void)
     CHECK(json_parse_file(path, NULL, &v, &err) == KN_E_IO);
 }
 
-/* `test_json batch` reads records "<length>\n<bytes>" from stdin and answers each with
- * "OK <length>\n<canonical compact bytes>\n" or "ERR <message>\n": the pytest
- * cross-checks the reader and writer against Python's json module with it. */
-static int batch(void)
+/* Parses doc and returns its JCS form (static buffer), or the error message. */
+static const char *jcs(const char *doc)
+{
+    struct json_value *v;
+    struct kn_err err;
+    char *s;
+    if (json_parse(doc, strlen(doc), NULL, &v, &err) != KN_OK)
+        return "(parse error)";
+    if (json_write(v, JSON_JCS, &s, NULL, &err) != KN_OK) {
+        snprintf(out_buf, sizeof out_buf, "ERR %s", err.msg);
+    } else {
+        snprintf(out_buf, sizeof out_buf, "%s", s);
+        free(s);
+    }
+    json_free(v);
+    return out_buf;
+}
+
+/* JSON_JCS (RFC 8785): the examples of its sections 3.2.3 (members sorted by UTF-16 code
+ * units: U+1F600, a surrogate pair, before U+FB33) and 3.2.4, and numbers as ECMAScript
+ * writes them (tests/py/test_receipt_jcs.py holds Appendix B's number samples and compares
+ * random doubles with Node and the rfc8785 package). */
+static void test_jcs(void)
+{
+    static const struct valid_case cases[] = {
+        {"{\"\\u20ac\":\"Euro Sign\",\"\\r\":\"Carriage Return\",\"\\ufb33\":\"Hebrew Letter Dalet "
+         "With Dagesh\",\"1\":\"One\",\"\\ud83d\\ude00\":\"Emoji: Grinning Face\",\"\\u0080\":"
+         "\"Control\",\"\\u00f6\":\"Latin Small Letter O With Diaeresis\"}",
+         "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\xc2\x80\":\"Control\",\"\xc3\xb6\":\"Latin "
+         "Small Letter O With Diaeresis\",\"\xe2\x82\xac\":\"Euro Sign\",\"\xf0\x9f\x98\x80\":"
+         "\"Emoji: Grinning Face\",\"\xef\xac\xb3\":\"Hebrew Letter Dalet With Dagesh\"}"},
+        {"{\"numbers\": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],"
+         "\"string\": \"\\u20ac$\\u000F\\u000aA'\\u0042\\u0022\\u005c\\\\\\\"\\/\","
+         "\"literals\": [null, true, false]}",
+         "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],"
+         "\"string\":\"\xe2\x82\xac$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"},
+        {"{\"b\":{\"d\":1,\"c\":2},\"a\":[{\"z\":0,\"y\":1}],\"\":3,\"aa\":4,\"A\":5}",
+         "{\"\":3,\"A\":5,\"a\":[{\"y\":1,\"z\":0}],\"aa\":4,\"b\":{\"c\":2,\"d\":1}}"},
+        {"{\"k\\u0000b\":1,\"k\":2,\"k\\u0000a\":3}", "{\"k\":2,\"k\\u0000a\":3,\"k\\u0000b\":1}"},
+        {"[0.0, -0.0, -0, 1.0, 100.0, 1e21, 1e20, 1e-6, 1e-7, 0.1, -1.5e-10, 5e-324]",
+         "[0,0,0,1,100,1e+21,100000000000000000000,0.000001,1e-7,0.1,-1.5e-10,5e-324]"},
+        {"[9007199254740992, -9007199254740992, 9007199254740994, 9223372036854775807.0, "
+         "-9223372036854775808, 18446744073709551616]",
+         "[9007199254740992,-9007199254740992,9007199254740994,9223372036854776000,"
+         "-9223372036854776000,18446744073709552000]"},
+        {"\"\\u007f\\u2028\\ud83d\\ude00\\b\\f\\t\\u001f\"", "\"\x7f\xe2\x80\xa8\xf0\x9f\x98\x80\\b\\f\\t\\u001f\""},
+        /* Integers beyond 2^53 as their nearest doubles, as any JCS library reads them;
+         * what JCS writes reads back to itself. */
+        {"[9007199254740993, -9223372036854775807, 1152921504606846976, 1152921504606847000]",
+         "[9007199254740992,-9223372036854776000,1152921504606847000,1152921504606847000]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = jcs(cases[i].in);
+        CHECKF(strcmp(got, cases[i].out) == 0, "jcs case %zu: %s -> %s (want %s)", i,
+               cases[i].in, got, cases[i].out);
+    }
+    /* Writing sorts a copy of the order: the tree keeps its own. */
+    struct json_value *v;
+    struct kn_err err;
+    char *s;
+    CHECK(json_parse("{\"b\":1,\"a\":2}", 13, NULL, &v, &err) == KN_OK);
+    CHECK(json_write(v, JSON_JCS, &s, NULL, &err) == KN_OK);
+    CHECK_STR(s, "{\"a\":2,\"b\":1}");
+    free(s);
+    CHECK(json_write(v, JSON_COMPACT, &s, NULL, &err) == KN_OK);
+    CHECK_STR(s, "{\"b\":1,\"a\":2}");
+    free(s);
+    json_free(v);
+}
+
+/* `test_json batch` (or `test_json jcs`) reads records "<length>\n<bytes>" from stdin and
+ * answers each with "OK <length>\n<compact (or JCS) bytes>\n" or "ERR <message>\n": the
+ * pytests cross-check the reader and writers against Python's json module, the rfc8785
+ * package and Node with it. */
+static int batch(enum json_style style)
 {
     size_t len;
     while (scanf("%zu", &len) == 1) {
@@ -468,7 +539,7 @@ static int batch(void)
         char *out;
         size_t n;
         if (json_parse(doc, len, NULL, &v, &err) == KN_OK &&
-            json_write(v, JSON_COMPACT, &out, &n, &err) == KN_OK) {
+            json_write(v, style, &out, &n, &err) == KN_OK) {
             printf("OK %zu\n", n);
             fwrite(out, 1, n, stdout);
             printf("\n");
@@ -483,10 +554,40 @@ static int batch(void)
     return 0;
 }
 
+/* `test_json jcs-bits` reads IEEE 754 doubles as 16 hex digits, one a line (RFC 8785's
+ * Appendix B gives its number samples so), and writes each as JSON_JCS writes it, or
+ * "ERR <message>". */
+static int jcs_bits(void)
+{
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        uint64_t bits = strtoull(line, NULL, 16);
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        struct json_value *v = json_new_double(d);
+        struct kn_err err;
+        char *out;
+        if (!v)
+            return 2;
+        if (json_write(v, JSON_JCS, &out, NULL, &err) == KN_OK) {
+            printf("%s\n", out);
+            free(out);
+        } else {
+            printf("ERR %s\n", err.msg);
+        }
+        json_free(v);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "batch") == 0)
-        return batch();
+        return batch(JSON_COMPACT);
+    if (argc == 2 && strcmp(argv[1], "jcs") == 0)
+        return batch(JSON_JCS);
+    if (argc == 2 && strcmp(argv[1], "jcs-bits") == 0)
+        return jcs_bits();
     test_valid();
     test_invalid();
     test_positions_and_limits();
@@ -494,5 +595,6 @@ int main(int argc, char **argv)
     test_writer_refusals();
     test_double_roundtrip();
     test_file();
+    test_jcs();
     CHECK_DONE();
 }

@@ -50,6 +50,20 @@ static void fill(struct receipt *r)
     memcpy(r->output_ids, out, sizeof out);
 }
 
+/* The receipt as written (receipt_to_json, no signature) in the compact form, which keeps
+ * the field order: what the field-layout checks read. */
+static enum kn_status written(const struct receipt *r, char **out, size_t *len,
+                              struct kn_err *err)
+{
+    struct json_value *doc;
+    enum kn_status st = receipt_to_json(r, false, &doc, err);
+    if (st != KN_OK)
+        return st;
+    st = json_write(doc, JSON_COMPACT, out, len, err);
+    json_free(doc);
+    return st;
+}
+
 /* The known hash of token ids: BLAKE3 of their little-endian bytes. */
 static void test_token_hash(void)
 {
@@ -65,12 +79,12 @@ static void test_roundtrip_and_sign(void)
     fill(&r);
     char *bytes;
     size_t len;
-    CHECK(receipt_signed_bytes(&r, &bytes, &len, &err) == KN_OK);
+    CHECK(written(&r, &bytes, &len, &err) == KN_OK);
     CHECKF(strstr(bytes, "\"temperature\":0.8,\"top_k\":50,\"top_p\":0.95,\"min_p\":0.05,"
                          "\"repeat_penalty\":1.1,\"presence_penalty\":0.0") != NULL,
            "%s", bytes);
     CHECK(strstr(bytes, "\"max_tokens\":null") != NULL);
-    CHECK(strncmp(bytes, "{\"receipt\":1,\"kinetic\":{\"version\":\"0.1.0\"", 40) == 0);
+    CHECK(strncmp(bytes, "{\"receipt\":2,\"kinetic\":{\"version\":\"0.1.0\"", 40) == 0);
     free(bytes);
 
     char keypath[] = "/tmp/kn_receipt_key_XXXXXX";
@@ -101,10 +115,12 @@ static void test_roundtrip_and_sign(void)
     struct json_value *s = (struct json_value *)json_get(doc, "sampling");
     struct json_value *seed = (struct json_value *)json_get(s, "seed");
     seed->u.number.i = 43;
+    seed->u.number.d = 43;
     free(seed->u.number.text);
     seed->u.number.text = strdup("43");
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
     seed->u.number.i = 42;
+    seed->u.number.d = 42;
     free(seed->u.number.text);
     seed->u.number.text = strdup("42");
     CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
@@ -168,7 +184,7 @@ static void test_grammar_fields(void)
     fill(&r);
     char *plain;
     size_t plain_len;
-    CHECK(receipt_signed_bytes(&r, &plain, &plain_len, &err) == KN_OK);
+    CHECK(written(&r, &plain, &plain_len, &err) == KN_OK);
     CHECK(strstr(plain, "grammar") == NULL && strstr(plain, "response_format") == NULL);
     free(plain);
 
@@ -180,7 +196,7 @@ static void test_grammar_fields(void)
     CHECK(r.grammar && strstr(r.grammar, "root") != NULL);
     char *bytes;
     size_t len;
-    CHECK(receipt_signed_bytes(&r, &bytes, &len, &err) == KN_OK);
+    CHECK(written(&r, &bytes, &len, &err) == KN_OK);
     CHECKF(strstr(bytes, "\"stop\":[\"\\n\\n\"],\"grammar\":\"") != NULL, "%s", bytes);
     CHECK(strstr(bytes, ",\"response_format\":{\"type\":\"json_schema\"") != NULL);
     free(bytes);
@@ -308,7 +324,7 @@ static void test_template_fields(void)
     fill(&r);
     char *plain;
     size_t plain_len;
-    CHECK(receipt_signed_bytes(&r, &plain, &plain_len, &err) == KN_OK);
+    CHECK(written(&r, &plain, &plain_len, &err) == KN_OK);
     CHECK(strstr(plain, "\"template\"") == NULL && strstr(plain, "\"think\"") == NULL);
     free(plain);
 
@@ -330,7 +346,7 @@ static void test_template_fields(void)
     r.think.inside = true;
     char *a, *b;
     size_t na, nb;
-    CHECK(receipt_signed_bytes(&r, &a, &na, &err) == KN_OK);
+    CHECK(written(&r, &a, &na, &err) == KN_OK);
     CHECKF(strstr(a, "\"input\":[{\"role\":\"user\",\"content\":\"Name three rivers.\"}],"
                      "\"template\":{\"engine\":\"jinja\",\"source\":\"file\",\"blake3\":\"ab00") != NULL,
            "%s", a);
@@ -340,7 +356,7 @@ static void test_template_fields(void)
     CHECKF(read_text(a, &back, &err) == KN_OK, "%s", err.msg);
     CHECK(back.tmpl.present && back.tmpl.has_now && back.tmpl.now == 1764595995 &&
           back.think.present && back.think.inside);
-    CHECK(receipt_signed_bytes(&back, &b, &nb, &err) == KN_OK);
+    CHECK(written(&back, &b, &nb, &err) == KN_OK);
     CHECK(na == nb && memcmp(a, b, na) == 0);
     free(b);
     receipt_free(&back);
@@ -400,6 +416,131 @@ static void test_template_fields(void)
     receipt_free(&r);
 }
 
+/* Sets number v to the value text reads as (the reader's fields: text, is_int, i, d). */
+static void set_number(struct json_value *v, const char *text)
+{
+    struct json_value *n;
+    struct kn_err err;
+    CHECK(json_parse(text, strlen(text), NULL, &n, &err) == KN_OK && json_is(n, JSON_NUMBER));
+    free(v->u.number.text);
+    v->u.number = n->u.number;
+    n->u.number.text = NULL;
+    json_free(n);
+}
+
+/* Version 2 is signed over RFC 8785 (JCS): members sorted, numbers as ECMAScript writes
+ * them, so a parsed receipt written again by any JSON library (which may write 0.0 as 0)
+ * keeps its signature; version 1 keeps its legacy compact form, where 0 and 0.0 differ. The
+ * version is signed, so a receipt cannot be moved to the other form. */
+static void test_jcs_signing(void)
+{
+    struct kn_err err = {0};
+    struct receipt r, back;
+    fill(&r);
+    char *bytes;
+    size_t len;
+    CHECK(receipt_signed_bytes(&r, &bytes, &len, &err) == KN_OK);
+    static const char head[] =
+        "{\"device\":{\"class\":\"cpu-x86_64-avx2\",\"name\":\"the CPU\","
+        "\"settings\":{\"cache-type\":\"f32\",\"ctx-size\":32768}},"
+        "\"input\":[{\"content\":\"Name three rivers.\",\"role\":\"user\"}],"
+        "\"kinetic\":{\"build\":\"378534cb64f30a15\",\"numerics\":\"canonical-1\","
+        "\"version\":\"0.1.0\"},\"model\":";
+    CHECKF(strncmp(bytes, head, sizeof head - 1) == 0, "%s", bytes);
+    CHECKF(strstr(bytes, "\"receipt\":2,\"sampling\":{\"frequency_penalty\":0,\"max_tokens\":null,"
+                         "\"min_p\":0.05,\"presence_penalty\":0,\"repeat_last_n\":64,"
+                         "\"repeat_penalty\":1.1,\"seed\":42,\"stop\":[\"\\n\\n\"],"
+                         "\"temperature\":0.8,\"top_k\":50,\"top_p\":0.95}") != NULL, "%s", bytes);
+    free(bytes);
+
+    struct receipt_key key;
+    unsigned char seed[32] = {9};
+    crypto_sign_seed_keypair(key.pk, key.sk, seed);
+    CHECK(receipt_sign(&r, &key, &err) == KN_OK);
+    struct json_value *doc;
+    CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.format == RECEIPT_VERSION);
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    /* The same values in another spelling, as JavaScript or jq write them: still valid. */
+    struct json_value *smp = (struct json_value *)json_get(doc, "sampling");
+    set_number((struct json_value *)json_get(smp, "presence_penalty"), "0");
+    set_number((struct json_value *)json_get(smp, "temperature"), "8e-1");
+    set_number((struct json_value *)json_get(smp, "seed"), "42.0");
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    /* ... and read: a float setting given as an integer, an integer one as 42.0. */
+    receipt_free(&back);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.sampling.presence_penalty == 0.0f && back.sampling.temperature == 0.8f &&
+          back.sampling.seed == 42);
+    /* Another value is not. */
+    set_number((struct json_value *)json_get(smp, "temperature"), "0.81");
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    set_number((struct json_value *)json_get(smp, "temperature"), "0.8");
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    /* The version is signed: read as version 1, the bytes are the legacy ones. */
+    set_number((struct json_value *)json_get(doc, "receipt"), "1");
+    receipt_free(&back);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.format == RECEIPT_VERSION_LEGACY);
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    receipt_free(&back);
+    json_free(doc);
+
+    /* Version 1: signed over the legacy form, which keeps the field order and tells 0.0
+     * from 0 (why a JavaScript round trip broke it). */
+    r.format = RECEIPT_VERSION_LEGACY;
+    CHECK(receipt_signed_bytes(&r, &bytes, &len, &err) == KN_OK);
+    CHECK(strncmp(bytes, "{\"receipt\":1,\"kinetic\":{\"version\":\"0.1.0\"", 40) == 0);
+    CHECK(strstr(bytes, "\"presence_penalty\":0.0,") != NULL);
+    free(bytes);
+    CHECK(receipt_sign(&r, &key, &err) == KN_OK);
+    CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    smp = (struct json_value *)json_get(doc, "sampling");
+    set_number((struct json_value *)json_get(smp, "presence_penalty"), "0");
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_INVALID);
+    set_number((struct json_value *)json_get(smp, "presence_penalty"), "0.0");
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    receipt_free(&back);
+    /* Versions other than 1 and 2 are refused. */
+    set_number((struct json_value *)json_get(doc, "receipt"), "3");
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_UNSUPPORTED);
+    CHECK_STR(err.msg, "receipt: version 3 is not supported (this Kinetic reads versions 1 and 2)");
+    json_free(doc);
+
+    /* A seed beyond 2^53 would be signed as its nearest double (2^53 + 1 as 2^53, so the
+     * signature would cover both): a receipt holding one is written as version 1, whose
+     * form is exact for every int64, and a version-2 receipt holding one is refused, read or
+     * written. 2^53 itself is exact. */
+    r.format = 0;
+    r.sampling.seed = ((uint64_t)1 << 53) + 1;
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION_LEGACY);
+    CHECK(receipt_sign(&r, &key, &err) == KN_OK);
+    CHECK(receipt_to_json(&r, true, &doc, &err) == KN_OK);
+    CHECKF(receipt_from_json(doc, &back, &err) == KN_OK, "%s", err.msg);
+    CHECK(back.format == RECEIPT_VERSION_LEGACY && back.sampling.seed == ((uint64_t)1 << 53) + 1);
+    CHECK(receipt_check_signature(doc, &back) == RECEIPT_SIG_VALID);
+    receipt_free(&back);
+    set_number((struct json_value *)json_get(doc, "receipt"), "2");
+    CHECK(receipt_from_json(doc, &back, &err) == KN_E_FORMAT);
+    CHECK_STR(err.msg, "receipt: sampling.seed is 9007199254740993, beyond 2^53: a version-2 "
+                       "receipt is signed over RFC 8785 JSON, whose numbers are doubles, which "
+                       "cannot hold it exactly (Kinetic writes such a receipt as version 1)");
+    json_free(doc);
+    r.format = RECEIPT_VERSION;
+    CHECK(receipt_to_json(&r, false, &doc, &err) == KN_E_ARG && doc == NULL);
+    CHECK(strstr(err.msg, "sampling.seed is 9007199254740993, beyond 2^53") != NULL);
+    r.format = 0;
+    r.sampling.seed = (uint64_t)1 << 53;
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION);
+    r.sampling.seed = UINT64_C(9223372036854775807); /* the largest seed: version 1 */
+    CHECK(receipt_version_for(&r) == RECEIPT_VERSION_LEGACY);
+    receipt_key_wipe(&key);
+    receipt_free(&r);
+}
+
 int main(void)
 {
     test_token_hash();
@@ -408,5 +549,6 @@ int main(void)
     test_grammar_fields();
     test_response_format();
     test_template_fields();
+    test_jcs_signing();
     CHECK_DONE();
 }
