@@ -85,52 +85,6 @@ static void find_receipts(const struct json_value *doc, int line, struct found *
     }
 }
 
-/* Writes r to a temporary file (*path, malloc'd) for receipt_verify, in the response's
- * folder, since the verifier looks for model.file next to the receipt (else in $TMPDIR). */
-static enum kn_status write_temp(const char *response, const struct json_value *r, char **path,
-                                 struct kn_err *err)
-{
-    const char *slash = strrchr(response, '/');
-    const char *tmpdir = getenv("TMPDIR");
-    char tmpl[4096];
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-        int w = attempt == 0
-                    ? snprintf(tmpl, sizeof tmpl, "%.*s.kinetic-receipt-XXXXXX",
-                               slash ? (int)(slash - response + 1) : 0, response)
-                    : snprintf(tmpl, sizeof tmpl, "%s/kinetic-receipt-XXXXXX",
-                               tmpdir && *tmpdir ? tmpdir : "/tmp");
-        if (w > 0 && (size_t)w < sizeof tmpl)
-            fd = mkstemp(tmpl);
-    }
-    if (fd < 0)
-        return kn_fail(err, KN_E_IO, "cannot make a temporary file for the receipt (next to %s, "
-                       "or in %s): %s", response, tmpdir && *tmpdir ? tmpdir : "/tmp",
-                       strerror(errno));
-    struct kn_buf b = {0};
-    if (!kn_buf_add(&b, tmpl, strlen(tmpl) + 1)) {
-        close(fd);
-        unlink(tmpl);
-        return kn_fail(err, KN_E_NOMEM, "out of memory");
-    }
-    char *text = NULL;
-    size_t len = 0;
-    enum kn_status st = json_write(r, JSON_PRETTY, &text, &len, err);
-    FILE *f = fdopen(fd, "wb");
-    if (st == KN_OK && (!f || fwrite(text, 1, len, f) != len))
-        st = kn_fail(err, KN_E_IO, "cannot write %s: %s", b.p, strerror(errno));
-    if (f ? fclose(f) != 0 : close(fd) != 0)
-        st = st == KN_OK ? kn_fail(err, KN_E_IO, "cannot write %s", b.p) : st;
-    free(text);
-    if (st != KN_OK) {
-        unlink(b.p);
-        free(b.p);
-        return st;
-    }
-    *path = b.p;
-    return KN_OK;
-}
-
 /* A stream's "data: {...}" lines: the receipts of each event into f. Returns the number of
  * data lines (0: not a stream), or -1 after printing why a line is not JSON. */
 static int parse_stream(const char *path, const char *text, size_t len,
@@ -173,18 +127,12 @@ static int verify_found(const char *path, const char *what, struct found *f,
 {
     int code = RECEIPT_EXIT_IDENTICAL;
     for (int i = 0; i < f->n; i++) {
-        struct kn_err err = {0};
-        char *tmp = NULL;
-        if (write_temp(path, f->receipt[i], &tmp, &err) != KN_OK) {
-            printf("receipt: %s\n", err.msg);
-            return RECEIPT_EXIT_ERROR;
-        }
         printf("%sreceipt %d of %d in %s (%s), under %s\n", i ? "\n" : "", i + 1, f->n, path,
                what, f->where[i]);
         fflush(stdout);
-        int c = receipt_verify(tmp, o, stdout);
-        unlink(tmp);
-        free(tmp);
+        /* as if read from the response's file: model.file is looked for beside it */
+        int c = receipt_verify_json(f->receipt[i], path, o, stdout);
+        f->receipt[i] = NULL; /* freed by the verifier */
         if (code == RECEIPT_EXIT_IDENTICAL)
             code = c;
     }

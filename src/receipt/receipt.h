@@ -255,5 +255,14 @@ bool receipt_key_hex_ok(const char *s);
 /* Checks the receipt at path (token hashes, signature, model, rerun) and prints the
  * report to out. Returns an enum receipt_exit code. */
 int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out);
+/* The same for a receipt held in memory, as if it had been read from path (the model is
+ * looked for beside it; NULL: only model.path or o->model): parsed (doc, owned: freed here),
+ * as one found inside a saved server response, or as text (len bytes of JSON), as a client
+ * sends it. */
+struct json_value;
+int receipt_verify_json(struct json_value *doc, const char *path,
+                        const struct receipt_verify_opts *o, FILE *out);
+int receipt_verify_text(const char *text, size_t len, const char *path,
+                        const struct receipt_verify_opts *o, FILE *out);
 
 #endif

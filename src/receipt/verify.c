@@ -158,7 +158,7 @@ static char *find_model(const char *receipt_path, const struct receipt *r, const
     struct stat st;
     if (stat(r->model_path, &st) == 0)
         return strdup(r->model_path);
-    const char *slash = strrchr(receipt_path, '/');
+    const char *slash = receipt_path ? strrchr(receipt_path, '/') : NULL;
     if (slash && r->model_file[0] && !strchr(r->model_file, '/')) {
         size_t n = (size_t)(slash - receipt_path) + 1 + strlen(r->model_file) + 1;
         char *p = malloc(n);
@@ -806,10 +806,10 @@ static bool ids_in_vocab(FILE *out, const char *what, const int32_t *ids, int64_
     return true;
 }
 
-int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out)
+int receipt_verify_json(struct json_value *doc, const char *path,
+                        const struct receipt_verify_opts *o, FILE *out)
 {
     struct kn_err err = {0};
-    struct json_value *doc = NULL;
     struct receipt r = {0};
     struct session s = {0}; /* the model, then the rerun's engine (engine/session.h) */
     bool s_ok = false;
@@ -826,12 +826,7 @@ int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *
      * with it: the bar is cleared (kn_progress_interrupt) before each report line. */
     struct kn_progress load = {0};
 
-    struct json_limits lim = RECEIPT_JSON_LIMITS;
-    enum kn_status st = json_parse_file(path, &lim, &doc, &err);
-    if (st != KN_OK) {
-        fprintf(out, "receipt: %s\n", err.msg);
-        return st == KN_E_IO ? RECEIPT_EXIT_ERROR : RECEIPT_EXIT_MALFORMED;
-    }
+    enum kn_status st;
     if (receipt_from_json(doc, &r, &err) != KN_OK) {
         fprintf(out, "%s\n", err.msg);
         json_free(doc);
@@ -1184,4 +1179,30 @@ done:
     receipt_free(&r);
     json_free(doc);
     return rc;
+}
+
+int receipt_verify(const char *path, const struct receipt_verify_opts *o, FILE *out)
+{
+    struct kn_err err = {0};
+    struct json_value *doc = NULL;
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
+    enum kn_status st = json_parse_file(path, &lim, &doc, &err);
+    if (st != KN_OK) {
+        fprintf(out, "receipt: %s\n", err.msg);
+        return st == KN_E_IO ? RECEIPT_EXIT_ERROR : RECEIPT_EXIT_MALFORMED;
+    }
+    return receipt_verify_json(doc, path, o, out);
+}
+
+int receipt_verify_text(const char *text, size_t len, const char *path,
+                        const struct receipt_verify_opts *o, FILE *out)
+{
+    struct kn_err err = {0};
+    struct json_value *doc = NULL;
+    struct json_limits lim = RECEIPT_JSON_LIMITS;
+    if (json_parse(text, len, &lim, &doc, &err) != KN_OK) {
+        fprintf(out, "receipt: %s\n", err.msg);
+        return RECEIPT_EXIT_MALFORMED;
+    }
+    return receipt_verify_json(doc, path, o, out);
 }

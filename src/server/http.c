@@ -1340,31 +1340,21 @@ static enum MHD_Result handle_verify(struct srv *s, struct MHD_Connection *conn,
         return fail(s, conn, EP_VERIFY, 429, "rate_limit_error", "verify_rate",
                     "one verification per %d seconds; retry in %.1f s", SRV_VERIFY_INTERVAL_S, wait);
     }
-    char path[4096];
-    struct kn_err terr = {0};
-    int fd = kn_temp_file("kinetic-verify-", path, sizeof path, &terr);
-    bool wrote = fd >= 0 && write(fd, body, len) == (ssize_t)len;
-    if (fd >= 0 && !wrote)
-        kn_fail(&terr, KN_E_IO, "cannot write the receipt to %s: %s", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
     char *report = NULL;
     size_t report_len = 0;
-    FILE *out = wrote ? open_memstream(&report, &report_len) : NULL;
+    FILE *out = open_memstream(&report, &report_len);
     int rc = -1;
     if (out) {
         struct receipt_verify_opts o = {.model = s->b->model_path, .threads = 2};
-        rc = receipt_verify(path, &o, out);
+        rc = receipt_verify_text(body, len, NULL, &o, out);
         fclose(out);
     }
-    if (fd >= 0)
-        unlink(path);
     s->verify_last = kn_now();
     pthread_mutex_unlock(&s->vmu);
     if (rc < 0) {
         free(report);
-        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL, "%s",
-                    terr.msg[0] ? terr.msg : "out of memory starting the verification");
+        return fail(s, conn, EP_VERIFY, 500, "server_error", NULL,
+                    "out of memory starting the verification");
     }
     struct json_value *root = json_new_object();
     bool ok = root && json_object_set(root, "verified", json_new_bool(rc == 0), NULL) == KN_OK &&

@@ -171,12 +171,10 @@ def test_signed_receipts(tmp_path):
     assert code != 0 and "signature" in out, out
 
 
-def test_verify_endpoint_temp_file_in_tmpdir(tmp_path):
-    """POST /verify-receipt writes the receipt to a temporary file in $TMPDIR (not a fixed
-    /tmp): with TMPDIR a folder that exists the receipt verifies; with one that does not,
-    the answer is a 500 naming that folder."""
-    if not os.path.exists(AIDREAMS):
-        pytest.skip("aidreams260K.gguf not found")
+def test_verify_endpoint_writes_no_file(tmp_path):
+    """POST /verify-receipt verifies the body in memory: it writes no temporary file, so
+    it works with TMPDIR an empty folder (left empty) and with TMPDIR a folder that does
+    not exist."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     with Server(AIDREAMS, "--parallel", "1", "--threads", "1", env={"TMPDIR": str(tmp)}) as s:
@@ -186,8 +184,8 @@ def test_verify_endpoint_temp_file_in_tmpdir(tmp_path):
         receipt = js["receipt"]
         st, _, js = s.post("/verify-receipt", receipt)
         assert st == 200 and js["verified"] is True, js
-        assert list(tmp.iterdir()) == []  # removed after use
+        assert list(tmp.iterdir()) == []
     gone = tmp_path / "no-such-folder"
     with Server(AIDREAMS, "--parallel", "1", "--threads", "1", env={"TMPDIR": str(gone)}) as s:
         st, _, js = s.post("/verify-receipt", receipt)
-        assert st == 500 and str(gone) in js["error"]["message"], js
+        assert st == 200 and js["verified"] is True, js
