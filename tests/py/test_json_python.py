@@ -12,26 +12,11 @@ import os
 import random
 import subprocess
 
-BUILD = os.environ.get("KN_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
-TOOL = os.path.join(BUILD, "tests", "test_json")
+import json_tool
 
 
 def run_batch(docs):
-    data = b"".join(b"%d\n%s" % (len(d), d) for d in docs)
-    out = subprocess.run([TOOL, "batch"], input=data, capture_output=True, check=True).stdout
-    res, i = [], 0
-    while i < len(out):
-        nl = out.index(b"\n", i)
-        head = out[i:nl]
-        if head.startswith(b"OK "):
-            n = int(head[3:])
-            res.append((True, out[nl + 1:nl + 1 + n]))
-            i = nl + 1 + n + 1
-        else:
-            res.append((False, head[4:].decode("utf-8", "replace")))
-            i = nl + 1
-    assert len(res) == len(docs)
-    return res
+    return json_tool.run("batch", docs)
 
 
 def rand_string(r):

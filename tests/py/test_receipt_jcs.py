@@ -31,8 +31,8 @@ from srvutil import Server
 
 KINETIC = os.environ.get("KINETIC", "build/kinetic")
 SOURCE = os.environ.get("KN_SOURCE", ".")
-BUILD = os.environ.get("KN_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
-TEST_JSON = os.path.join(BUILD, "tests", "test_json")
+
+import json_tool
 FIXTURES = sorted(glob.glob(os.path.join(SOURCE, "tests", "data", "receipts", "*.json")))
 OK, SIGNATURE, MODEL = 0, 5, 6
 
@@ -224,7 +224,7 @@ def bits_of(x):
 
 
 def kinetic_jcs_numbers(hexes):
-    out = subprocess.run([TEST_JSON, "jcs-bits"], input="".join(h + "\n" for h in hexes).encode(),
+    out = subprocess.run([json_tool.TOOL, "jcs-bits"], input="".join(h + "\n" for h in hexes).encode(),
                          capture_output=True, check=True).stdout.decode().split("\n")
     assert out[-1] == "" and len(out) == len(hexes) + 1
     return out[:-1]
@@ -322,21 +322,7 @@ def test_numbers_match_node_and_rfc8785():
 # ----------------------------------------------------------------------------- documents
 
 def run_jcs(docs):
-    data = b"".join(b"%d\n%s" % (len(d), d) for d in docs)
-    out = subprocess.run([TEST_JSON, "jcs"], input=data, capture_output=True, check=True).stdout
-    res, i = [], 0
-    while i < len(out):
-        nl = out.index(b"\n", i)
-        head = out[i:nl]
-        if head.startswith(b"OK "):
-            n = int(head[3:])
-            res.append((True, out[nl + 1:nl + 1 + n]))
-            i = nl + 1 + n + 1
-        else:
-            res.append((False, head[4:].decode("utf-8", "replace")))
-            i = nl + 1
-    assert len(res) == len(docs)
-    return res
+    return json_tool.run("jcs", docs)
 
 
 def rand_string(r):
