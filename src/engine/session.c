@@ -53,8 +53,16 @@ static void warn_template(const struct session *s)
         fprintf(stderr, "%s: chat template not recognised; using the %s format its tokens suggest\n",
                 name, chat_format_name(cr->tmpl.format));
     else if (cr->engine == CHAT_ENGINE_BUILTIN && cr->choice == CHAT_CHOICE_UNKNOWN)
-        fprintf(stderr, "%s: chat template not recognised; sending the prompt raw (see --chat-format)\n",
-                name);
+        fprintf(stderr, "%s: chat template not recognised; sending the prompt %s (see --chat-format)\n",
+                name, s->o.conversation ? "as plain User:/Assistant: turns" : "raw");
+    if (s->o.conversation && cr->choice == CHAT_CHOICE_NONE)
+        /* Said once, where the model is opened: a base model continues text, it does not
+         * answer, and a user who expected answers should know why (docs/chat.md). */
+        kn_log(KN_LOG_WARN, "%s: %s has no chat template (tokenizer.chat_template): it is a base "
+               "model, which continues text rather than answering. Turns are written as plain "
+               "\"User: ...\" / \"Assistant:\" text and an answer ends at the next \"User:\" "
+               "(docs/chat.md); give --chat-template FILE to use an instruction template",
+               name, s->o.model_path);
     kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(cr), cr->source);
 }
 
@@ -170,7 +178,8 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     if (!o->no_template) {
         struct chat_renderer_opts ro = {.raw = o->raw, .chat_format = o->chat_format,
                                         .template_file = o->chat_template,
-                                        .kwargs_json = o->chat_template_kwargs};
+                                        .kwargs_json = o->chat_template_kwargs,
+                                        .conversation = o->conversation};
         if ((st = chat_renderer_init(&s->cr, &ro, s->gguf, s->tk, err)) != KN_OK)
             goto fail;
         s->cr_ok = true;

@@ -243,7 +243,8 @@ static int read_prompt(struct srv *s, const struct json_value *body, struct srv_
     return r->input ? 0 : srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
-static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e)
+static int read_stop_field(const struct json_value *body, struct srv_request *r,
+                           struct srv_error *e)
 {
     const struct json_value *v = json_get(body, "stop");
     if (!v || json_is(v, JSON_NULL))
@@ -274,6 +275,27 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
             return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         r->stop_len[r->n_stop++] = s->u.string.len;
     }
+    return 0;
+}
+
+/* "stop", and the template's end of turn (turn_end, or NULL: the plain format's next
+ * "User:"), which ends every answer of a chat as the model's end-of-turn token would. */
+static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e,
+                     const char *turn_end)
+{
+    int st = read_stop_field(body, r, e);
+    if (st || !turn_end)
+        return st;
+    for (int i = 0; i < r->n_stop; i++)
+        if (strcmp(r->stop[i], turn_end) == 0)
+            return 0;
+    if (r->n_stop == SRV_MAX_STOP)
+        return BAD(e, "stop", "'stop' has %d strings; with this model's plain chat format, whose "
+                   "turns end at \"\\nUser:\", at most %d more are accepted", r->n_stop,
+                   SRV_MAX_STOP - 1);
+    if (!(r->stop[r->n_stop] = dup_n(turn_end, strlen(turn_end))))
+        return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    r->stop_len[r->n_stop++] = strlen(turn_end);
     return 0;
 }
 
@@ -538,7 +560,8 @@ static int tool_call_grammar(const struct srv_request *r, const struct chat_tool
 }
 
 /* "tool_choice" ("none", "auto" (the default with tools), "required", or
- * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default true).
+ * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default false,
+ * as llama-server: an answer makes one call, the first; true: as many as it writes).
  * With tools and any choice but "none" the answer is searched for calls in the template's
  * syntax; "required" and a named function are enforced by a grammar made from the tools'
  * parameter schemas (the call's payload schema framed by the syntax's markers), so the
@@ -550,7 +573,7 @@ static int read_tool_choice(struct srv *s, const struct json_value *body, struct
     const struct json_value *pt = json_get(body, "parallel_tool_calls");
     if (tc && json_is(tc, JSON_NULL))
         tc = NULL;
-    r->parallel_tools = true;
+    r->parallel_tools = false;
     if (pt && !json_is(pt, JSON_NULL)) {
         if (!json_is(pt, JSON_BOOL))
             return BAD(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
@@ -793,7 +816,8 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         return st;
     if ((st = read_template_args(s, kind, body, r, e)) || (st = read_tool_choice(s, body, r, e)))
         return st;
-    if ((st = read_stop(body, r, e)))
+    if ((st = read_stop(body, r, e, kind == SRV_KIND_CHAT && s->b->renderer
+                                        ? chat_renderer_turn_end(s->b->renderer) : NULL)))
         return st;
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e, s->b->chat_json != NULL)
                                  : read_prompt(s, body, r, e);
@@ -1182,6 +1206,8 @@ static struct json_value *choice_value(struct srv *s, const struct srv_request *
             const char *c = json_str(cv);
             struct chat_tool_calls tc;
             if (c && chat_tool_calls_parse(r->tool_syntax, c, cv->u.string.len, &tc, NULL) == KN_OK) {
+                if (!r->parallel_tools)
+                    chat_tool_calls_keep(&tc, 1);
                 if (tc.n > 0) {
                     set(msg, "content", tc.content ? text_value(tc.content, tc.content_len)
                                                    : json_new_null(), ok);
@@ -1190,7 +1216,8 @@ static struct json_value *choice_value(struct srv *s, const struct srv_request *
                         finish = "tool_calls";
                     json_free(cv);
                     cv = NULL;
-                } else if (tc.content_len != cv->u.string.len) { /* functionary's "all\n" */
+                } else if (tc.content_len != cv->u.string.len) {
+                    /* functionary's "all\n", or a call cut short that is not content */
                     set(msg, "content", text_value(tc.content ? tc.content : "", tc.content_len), ok);
                     json_free(cv);
                     cv = NULL;

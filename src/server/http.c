@@ -408,7 +408,10 @@ static bool choice_tool_event(struct stream *st, int i, char **chunk)
     if (ch->tc_state == 0) {
         ch->tc_state = 1;
         if (chat_tool_calls_parse(st->req.tool_syntax, j->text, j->text_len, &ch->tc, NULL) == KN_OK) {
-            /* calls, or content that is not the text (functionary's recipient lines) */
+            if (!st->req.parallel_tools)
+                chat_tool_calls_keep(&ch->tc, 1);
+            /* calls, or content that is not the text (functionary's recipient lines, a
+             * call cut short) */
             if (ch->tc.n > 0 || ch->tc.content_len != j->text_len)
                 ch->tc_state = 2;
             else
