@@ -12,7 +12,7 @@
  * blank line, then the prompt, with no markers, which the model continues. A conversation
  * (chat, serve: chat_renderer_opts.conversation) gets "plain": role-prefixed turns
  * ("System: ...\nUser: ...\nAssistant:"), which a base model continues as the assistant
- * until it writes the next "User:" turn (CHAT_PLAIN_TURN_END, a stop string). A template
+ * until it writes the next turn's "User:" (CHAT_PLAIN_TURN_ENDS, stop strings). A template
  * that is not recognised gets the family whose turn tokens the vocabulary has
  * (chat_template_from_vocab: <|im_start|> chatml, <|start_header_id|> llama3,
  * <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw (plain for a conversation). */
@@ -78,9 +78,10 @@ enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum 
                                          const struct gguf_file *g, const struct tok *tk,
                                          char *bos_buf, char *eos_buf, size_t cap);
 
-/* The plain format's end of an assistant turn: the next user turn, which a base model
- * writes when it goes on past its answer. Chat and serve stop answers there. */
-#define CHAT_PLAIN_TURN_END "\nUser:"
+/* The plain format's ends of an assistant turn: the next turn's role line, which a base
+ * model writes when it goes on past its answer. Chat and serve stop answers there. */
+#define CHAT_PLAIN_TURN_ENDS {"\nUser:", "\nAssistant:", "\nSystem:", "\nTool:"}
+#define CHAT_PLAIN_N_TURN_ENDS 4
 
 struct chat_message {
     const char *role;    /* "system", "user" or "assistant" ("tool" too for plain) */
@@ -188,9 +189,9 @@ const char *chat_renderer_name(const struct chat_renderer *cr);
 /* Whether the model has no template Kinetic could use (none, or one not recognised, and
  * nothing forced): a base model, which continues text rather than answering. */
 bool chat_renderer_no_template(const struct chat_renderer *cr);
-/* The stop string that ends an answer in the renderer's format (CHAT_PLAIN_TURN_END for
- * plain), or NULL when the model's end-of-turn token ends it. */
-const char *chat_renderer_turn_end(const struct chat_renderer *cr);
+/* The stop strings that end an answer in the renderer's format (CHAT_PLAIN_TURN_ENDS for
+ * plain; *n of them), or NULL and 0 when the model's end-of-turn token ends it. */
+const char *const *chat_renderer_turn_ends(const struct chat_renderer *cr, int *n);
 
 /* Renders plain text messages (role, content). */
 KN_MUST_USE enum kn_status chat_renderer_render(const struct chat_renderer *cr,

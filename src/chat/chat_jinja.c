@@ -24,10 +24,12 @@ bool chat_renderer_no_template(const struct chat_renderer *cr)
            (cr->choice == CHAT_CHOICE_NONE || cr->choice == CHAT_CHOICE_UNKNOWN);
 }
 
-const char *chat_renderer_turn_end(const struct chat_renderer *cr)
+const char *const *chat_renderer_turn_ends(const struct chat_renderer *cr, int *n)
 {
-    return cr->engine == CHAT_ENGINE_BUILTIN && cr->tmpl.format == CHAT_FORMAT_PLAIN
-               ? CHAT_PLAIN_TURN_END : NULL;
+    static const char *const plain[CHAT_PLAIN_N_TURN_ENDS] = CHAT_PLAIN_TURN_ENDS;
+    bool is_plain = cr->engine == CHAT_ENGINE_BUILTIN && cr->tmpl.format == CHAT_FORMAT_PLAIN;
+    *n = is_plain ? CHAT_PLAIN_N_TURN_ENDS : 0;
+    return is_plain ? plain : NULL;
 }
 
 void chat_renderer_free(struct chat_renderer *cr)

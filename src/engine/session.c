@@ -60,7 +60,8 @@ static void warn_template(const struct session *s)
          * answer, and a user who expected answers should know why (docs/chat.md). */
         kn_log(KN_LOG_WARN, "%s: %s has no chat template (tokenizer.chat_template): it is a base "
                "model, which continues text rather than answering. Turns are written as plain "
-               "\"User: ...\" / \"Assistant:\" text and an answer ends at the next \"User:\" "
+               "\"User: ...\" / \"Assistant:\" text and an answer ends where the model starts the "
+               "next turn (\"User:\"...) "
                "(docs/chat.md); give --chat-template FILE to use an instruction template",
                name, s->o.model_path);
     kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(cr), cr->source);

@@ -278,18 +278,21 @@ static struct json_value *repl_messages_json(const struct repl *r, struct kn_err
 static enum kn_status repl_set_stops(struct repl *r, const char *const *given, int n,
                                      struct kn_err *err)
 {
-    const char *stops[TEXT_MAX_STOPS + 1];
-    const char *turn_end = chat_renderer_turn_end(&r->s.cr);
-    bool have = false;
-    for (int i = 0; i < n && i < TEXT_MAX_STOPS; i++) {
+    const char *stops[TEXT_MAX_STOPS];
+    int n_ends = 0;
+    const char *const *ends = chat_renderer_turn_ends(&r->s.cr, &n_ends);
+    for (int i = 0; i < n && i < TEXT_MAX_STOPS; i++)
         stops[i] = given[i];
-        have |= turn_end && strcmp(given[i], turn_end) == 0;
-    }
-    if (turn_end && !have) {
+    for (int k = 0; k < n_ends; k++) {
+        bool have = false;
+        for (int i = 0; i < n && !have; i++)
+            have = strcmp(stops[i], ends[k]) == 0;
+        if (have)
+            continue;
         if (n >= TEXT_MAX_STOPS)
-            return kn_fail(err, KN_E_ARG, "at most %d stop strings, one of them the template's "
-                           "end of turn", TEXT_MAX_STOPS);
-        stops[n++] = turn_end;
+            return kn_fail(err, KN_E_ARG, "at most %d stop strings, with the %d that end this "
+                           "template's turns", TEXT_MAX_STOPS, n_ends);
+        stops[n++] = ends[k];
     }
     char *copy[TEXT_MAX_STOPS] = {0};
     int n_copy = 0;

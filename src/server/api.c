@@ -278,25 +278,27 @@ static int read_stop_field(const struct json_value *body, struct srv_request *r,
     return 0;
 }
 
-/* "stop", and the template's end of turn (turn_end, or NULL: the plain format's next
- * "User:"), which ends every answer of a chat as the model's end-of-turn token would. */
+/* "stop", and the template's turn ends (ends, n_ends: the plain format's next role line),
+ * which end every answer of a chat as the model's end-of-turn token would. */
 static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e,
-                     const char *turn_end)
+                     const char *const *ends, int n_ends)
 {
     int st = read_stop_field(body, r, e);
-    if (st || !turn_end)
-        return st;
-    for (int i = 0; i < r->n_stop; i++)
-        if (strcmp(r->stop[i], turn_end) == 0)
-            return 0;
-    if (r->n_stop == SRV_MAX_STOP)
-        return BAD(e, "stop", "'stop' has %d strings; with this model's plain chat format, whose "
-                   "turns end at \"\\nUser:\", at most %d more are accepted", r->n_stop,
-                   SRV_MAX_STOP - 1);
-    if (!(r->stop[r->n_stop] = dup_n(turn_end, strlen(turn_end))))
-        return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    r->stop_len[r->n_stop++] = strlen(turn_end);
-    return 0;
+    for (int k = 0; !st && k < n_ends; k++) {
+        bool have = false;
+        for (int i = 0; i < r->n_stop && !have; i++)
+            have = strcmp(r->stop[i], ends[k]) == 0;
+        if (have)
+            continue;
+        if (r->n_stop == SRV_MAX_STOP)
+            return BAD(e, "stop", "'stop' has too many strings: this model's plain chat format "
+                       "ends its turns with %d more, and at most %d are accepted in all", n_ends,
+                       SRV_MAX_STOP);
+        if (!(r->stop[r->n_stop] = dup_n(ends[k], strlen(ends[k]))))
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        r->stop_len[r->n_stop++] = strlen(ends[k]);
+    }
+    return st;
 }
 
 /* tools and chat_template_kwargs: passed to the chat template (chat_json backends). The
@@ -816,8 +818,10 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         return st;
     if ((st = read_template_args(s, kind, body, r, e)) || (st = read_tool_choice(s, body, r, e)))
         return st;
-    if ((st = read_stop(body, r, e, kind == SRV_KIND_CHAT && s->b->renderer
-                                        ? chat_renderer_turn_end(s->b->renderer) : NULL)))
+    int n_ends = 0;
+    const char *const *ends = kind == SRV_KIND_CHAT && s->b->renderer
+                                  ? chat_renderer_turn_ends(s->b->renderer, &n_ends) : NULL;
+    if ((st = read_stop(body, r, e, ends, n_ends)))
         return st;
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e, s->b->chat_json != NULL)
                                  : read_prompt(s, body, r, e);
