@@ -81,6 +81,25 @@ enum kn_status session_set_stop(struct session *s, const char *const *stops, int
         return kn_fail(err, KN_E_INTERNAL, "session_set_stop needs an engine");
     if (n < 0 || n > TEXT_MAX_STOPS)
         return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", TEXT_MAX_STOPS, n);
+    /* The template's turn ends (the plain format's next role line) are always among them,
+     * as an end-of-turn token would be: run, chat and serve answer alike. */
+    const char *all[TEXT_MAX_STOPS];
+    int n_ends = 0;
+    const char *const *ends = s->cr_ok ? chat_renderer_turn_ends(&s->cr, &n_ends) : NULL;
+    for (int i = 0; i < n; i++)
+        all[i] = stops[i];
+    for (int k = 0; k < n_ends; k++) {
+        bool have = false;
+        for (int i = 0; i < n && !have; i++)
+            have = strcmp(all[i], ends[k]) == 0;
+        if (have)
+            continue;
+        if (n == TEXT_MAX_STOPS)
+            return kn_fail(err, KN_E_ARG, "at most %d stop strings, with the %d that end the plain "
+                           "format's turns", TEXT_MAX_STOPS, n_ends);
+        all[n++] = ends[k];
+    }
+    stops = all;
     /* One token's text, the tail the stop matcher held back and a marker's held bytes. */
     size_t cap = tok_max_piece(s->tk) + TEXT_MAX_MARKER + 16;
     char *copy[TEXT_MAX_STOPS] = {0};
