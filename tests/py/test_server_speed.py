@@ -22,7 +22,10 @@ need_aid = pytest.mark.skipif(not os.path.exists(AIDREAMS), reason="aidreams260K
 
 
 def aid_server(*extra):
-    return Server(AIDREAMS, "--parallel", "4", "--threads", "1", *extra)
+    # --chat-format raw: the model has no template; the Zero Wait bounds below count a raw
+    # prompt's tokens (plain turns close the user turn with "\nAssistant:", 3 tokens more
+    # that a partial message's prefill cannot share)
+    return Server(AIDREAMS, "--parallel", "4", "--threads", "1", "--chat-format", "raw", *extra)
 
 
 @pytest.fixture(scope="module")
