@@ -219,8 +219,9 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
             const char *c = msgs[i].content;
             while (*c && is_space(*c))
                 c++;
-            if (*c) {
-                OK(mark(out, " "));
+            if (*c) { /* the space is the text's: it tokenizes with the first word, as
+                       * the model wrote it after "Assistant:" (Warm Start reuses it) */
+                OK(put(out, " ", 1, false));
                 OK(text(out, c, true));
             }
             OK(mark(out, "\n"));
