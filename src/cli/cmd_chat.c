@@ -32,7 +32,9 @@ static const char *const chat_usage = "MODEL.gguf [options]";
 static const char *const chat_more_help =
     "\n"
     "Each message is sent with the whole conversation so far, rendered with the model's\n"
-    "chat template (as 'kinetic run' chooses it). The KV cache is kept between turns: only\n"
+    "chat template (as 'kinetic run' chooses it; a model without one, a base model, gets\n"
+    "plain 'User: ...' / 'Assistant:' turns, ended where it starts the next turn, and\n"
+    "chat says so at start-up: docs/chat.md). The KV cache is kept between turns: only\n"
     "the tokens that differ from the cached ones are evaluated (Warm Start). While a line\n"
     "is typed, the conversation, the user-turn header and the stable part of the line are\n"
     "evaluated between keystrokes (Zero Wait; --no-zero-wait turns it off), so little is\n"
@@ -124,7 +126,7 @@ int cmd_chat(int argc, char **argv)
         {"device", 0, CLI_STR, &dv.spec, "DEV", CLI_HELP_DEVICE, NULL},
         {"gpu-layers", 0, CLI_INT, &dv.gpu_layers, "N", CLI_HELP_GPU_LAYERS, NULL},
         {"system", 0, CLI_STR, &system, "TEXT", "system message (/system changes it)", NULL},
-        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw, plain", NULL},
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "KEYFILE", "sign the receipts /receipt saves with this Ed25519 key", NULL},

@@ -437,7 +437,7 @@ int cmd_run(int argc, char **argv)
         {"repack-cache", 0, CLI_STR, &o.repack_cache, "DIR", CLI_HELP_REPACK_CACHE, NULL},
         {"system", 0, CLI_STR, &o.system, "TEXT", "system message for the chat template", NULL},
         {"raw", 0, CLI_FLAG, &o.raw, NULL, "send the prompt as is, without the chat template", NULL},
-        {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw", NULL},
+        {"chat-format", 0, CLI_STR, &o.chat_format, "NAME", "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw, plain", NULL},
         {"chat-template", 0, CLI_STR, &o.chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &o.chat_template_kwargs, "JSON", "extra template variables, a JSON object, e.g. '{\"enable_thinking\": false}'", NULL},
         {"messages", 0, CLI_STR, &o.messages, "FILE", "the conversation as JSON: [messages] or {\"messages\": [...], \"tools\": [...]}", NULL},

@@ -122,7 +122,7 @@ int cmd_serve(int argc, char **argv)
         {"api-key", 0, CLI_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (or env KINETIC_API_KEY)", NULL},
         {"alias", 'a', CLI_STR, &alias, "NAME", "model id shown to clients (default: the file name)", NULL},
         {"sign-key", 0, CLI_STR, &sign_key, "FILE", "Ed25519 key that signs receipts", NULL},
-        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3", NULL},
+        {"chat-format", 0, CLI_STR, &chat_format, "NAME", "force a chat template family: raw, chatml, llama3, llama2, mistral, gemma, phi3, plain", NULL},
         {"chat-template", 0, CLI_STR, &chat_template, "FILE", "render chats with this Jinja template instead of the model's", NULL},
         {"chat-template-kwargs", 0, CLI_STR, &chat_template_kwargs, "JSON", "extra template variables for every request, a JSON object (a request's chat_template_kwargs go over them)", NULL},
         {"max-body", 0, CLI_INT, &max_body, "BYTES", "largest request body (default 1 MiB)", NULL},
