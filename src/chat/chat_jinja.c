@@ -281,11 +281,12 @@ static enum kn_status plain_tools(struct json_value *msgs, const struct json_val
             } else if (a)
                 args = json_clone(a);
             char *js = NULL;
-            ok = call && json_object_set(call, "name", json_new_string(name), err) == KN_OK &&
+            bool named = call && json_object_set(call, "name", json_new_string(name), err) == KN_OK;
+            if (!named)
+                json_free(args); /* not handed to the call */
+            ok = named &&
                  json_object_set(call, "arguments", args ? args : json_new_object(), err) == KN_OK &&
                  json_write(call, JSON_COMPACT, &js, NULL, err) == KN_OK;
-            if (!call)
-                json_free(args);
             json_free(call);
             ok = ok && kn_buf_add(&b, b.n ? "\n<tool_call>" : "<tool_call>", b.n ? 12 : 11) &&
                  kn_buf_add(&b, js, strlen(js)) && kn_buf_add(&b, "</tool_call>", 12);
