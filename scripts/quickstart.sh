@@ -15,10 +15,18 @@ mkdir -p "$cache/models"
 
 scripts/deps.sh --model
 # Only the binary: scripts/build.sh builds every test too, and the CUDA kernels take
-# minutes of nvcc (scripts/build.sh, or CUDA=1 here, for those).
-cuda=OFF
-[ "${CUDA:-0}" = 1 ] && cuda=ON
-cmake -S . -B build -DKN_CUDA=$cuda -DKN_PYTHON="$PWD/.venv/bin/python" >/dev/null
+# minutes of nvcc (CUDA=1 here builds them). A build folder configured before keeps its
+# setting; a new one is configured without them, which stays in its CMake cache for
+# scripts/build.sh too until -DKN_CUDA=ON is given.
+cuda=()
+if [ "${CUDA:-0}" = 1 ]; then
+  cuda=(-DKN_CUDA=ON)
+elif [ ! -e build/CMakeCache.txt ]; then
+  cuda=(-DKN_CUDA=OFF)
+  echo "quickstart: building kinetic without the CUDA kernels (CUDA=1 builds them;" \
+       "later: scripts/build.sh -DKN_CUDA=ON)"
+fi
+cmake -S . -B build "${cuda[@]}" -DKN_PYTHON="$PWD/.venv/bin/python" >/dev/null
 cmake --build build -j"$(nproc)" --target kinetic
 kinetic=build/kinetic
 

