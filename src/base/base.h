@@ -118,6 +118,14 @@ KN_MUST_USE bool kn_make_parent_dirs(const char *path);
 enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR };
 void kn_log_set_level(enum kn_log_level level);
 void kn_log(enum kn_log_level level, const char *fmt, ...) KN_PRINTF(2, 3);
+/* How log lines are written (serve --log-format): text "kinetic: LEVEL: message", or one
+ * JSON object a line: {"time": ISO 8601 UTC, "level", "msg", then an event's fields}. */
+enum kn_log_format { KN_LOG_TEXT, KN_LOG_JSON };
+void kn_log_set_format(enum kn_log_format format);
+struct json_value;
+/* One log line: msg (text format: the whole line after the level), and in the JSON format
+ * also the members of fields (an object, or NULL), borrowed. */
+void kn_log_event(enum kn_log_level level, const char *msg, const struct json_value *fields);
 
 /* Monotonic time in seconds. */
 double kn_now(void);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 static const char *const format_names[CHAT_FORMAT_COUNT] = {
-    "raw", "chatml", "llama3", "llama2", "mistral", "gemma", "phi3",
+    "raw", "chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "plain",
 };
 
 const char *chat_format_name(enum chat_format f)
@@ -179,14 +179,17 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
                            struct kn_err *err)
 {
     memset(out, 0, sizeof *out);
-    /* One optional system message, first; then user/assistant turns. */
+    /* One optional system message, first; then user/assistant turns. The plain format
+     * writes every turn with its role, so it takes system and tool turns anywhere. */
     const char *system = NULL;
     size_t first = 0;
-    if (n_msgs && is_role(&msgs[0], "system")) {
+    if (n_msgs && is_role(&msgs[0], "system") && t->format != CHAT_FORMAT_PLAIN) {
         system = msgs[0].content;
         first = 1;
     }
     for (size_t i = first; i < n_msgs; i++) {
+        if (t->format == CHAT_FORMAT_PLAIN && (is_role(&msgs[i], "system") || is_role(&msgs[i], "tool")))
+            continue;
         if (!is_role(&msgs[i], "user") && !is_role(&msgs[i], "assistant"))
             return kn_fail(err, KN_E_ARG, "message %zu has role '%s'; the %s template takes one leading "
                            "system message, then user and assistant messages", i, msgs[i].role,
@@ -204,6 +207,27 @@ enum kn_status chat_render(const struct chat_template *t, const struct chat_mess
         }
         for (size_t i = first; i < n_msgs; i++)
             OK(text(out, msgs[i].content, false));
+        break;
+
+    case CHAT_FORMAT_PLAIN:
+        /* "Role: text\n" per turn (text stripped, so an answer generated after
+         * "Assistant:" with its leading space renders the same as it was prompted), then
+         * "Assistant:" for the model to go on from. */
+        for (size_t i = 0; i < n_msgs; i++) {
+            OK(mark(out, is_role(&msgs[i], "system") ? "System:" : is_role(&msgs[i], "user") ? "User:"
+                         : is_role(&msgs[i], "tool") ? "Tool:" : "Assistant:"));
+            const char *c = msgs[i].content;
+            while (*c && is_space(*c))
+                c++;
+            if (*c) { /* the space is the text's: it tokenizes with the first word, as
+                       * the model wrote it after "Assistant:" (Warm Start reuses it) */
+                OK(put(out, " ", 1, false));
+                OK(text(out, c, true));
+            }
+            OK(mark(out, "\n"));
+        }
+        if (add_generation_prompt)
+            OK(mark(out, "Assistant:"));
         break;
 
     case CHAT_FORMAT_CHATML:

@@ -8,10 +8,14 @@
  * tokenizer wants one (tokenizer.ggml.add_bos_token), exactly as for a raw prompt.
  *
  * Fallback (the caller's policy, see `kinetic run --help`): a model without a template is
- * a base model and gets "raw": the system text (if any) and a blank line, then the
- * prompt, with no markers. A template that is not recognised gets the family whose turn
- * tokens the vocabulary has (chat_template_from_vocab: <|im_start|> chatml,
- * <|start_header_id|> llama3, <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw. */
+ * a base model. A single prompt (kinetic run) gets "raw": the system text (if any) and a
+ * blank line, then the prompt, with no markers, which the model continues. A conversation
+ * (chat, serve: chat_renderer_opts.conversation) gets "plain": role-prefixed turns
+ * ("System: ...\nUser: ...\nAssistant:"), which a base model continues as the assistant
+ * until it writes the next turn's "User:" (CHAT_PLAIN_TURN_ENDS, stop strings). A template
+ * that is not recognised gets the family whose turn tokens the vocabulary has
+ * (chat_template_from_vocab: <|im_start|> chatml, <|start_header_id|> llama3,
+ * <start_of_turn> gemma, <|user|> + <|end|> phi3), else raw (plain for a conversation). */
 #ifndef KN_CHAT_H
 #define KN_CHAT_H
 
@@ -25,10 +29,12 @@ enum chat_format {
     CHAT_FORMAT_MISTRAL,  /* [INST]...[/INST] without <<SYS>> */
     CHAT_FORMAT_GEMMA,    /* <start_of_turn>user\n...<end_of_turn>\n, assistant = "model" */
     CHAT_FORMAT_PHI3,     /* <|user|>\n...<|end|>\n<|assistant|>\n */
+    CHAT_FORMAT_PLAIN,    /* System: ...\nUser: ...\nAssistant: ...\nTool: ...\nAssistant: no
+                           * control tokens (docs/chat.md "Models without a template") */
     CHAT_FORMAT_COUNT,
 };
 
-/* "raw", "chatml", "llama3", "llama2", "mistral", "gemma", "phi3". */
+/* "raw", "chatml", "llama3", "llama2", "mistral", "gemma", "phi3", "plain". */
 const char *chat_format_name(enum chat_format f);
 bool chat_format_from_name(const char *name, enum chat_format *out);
 
@@ -72,8 +78,13 @@ enum chat_choice chat_template_for_model(struct chat_template *tmpl, const enum 
                                          const struct gguf_file *g, const struct tok *tk,
                                          char *bos_buf, char *eos_buf, size_t cap);
 
+/* The plain format's ends of an assistant turn: the next turn's role line, which a base
+ * model writes when it goes on past its answer. Chat and serve stop answers there. */
+#define CHAT_PLAIN_TURN_ENDS {"\nUser:", "\nAssistant:", "\nSystem:", "\nTool:"}
+#define CHAT_PLAIN_N_TURN_ENDS 4
+
 struct chat_message {
-    const char *role;    /* "system", "user" or "assistant" */
+    const char *role;    /* "system", "user" or "assistant" ("tool" too for plain) */
     const char *content;
 };
 
@@ -155,6 +166,8 @@ struct chat_renderer_opts {
     const char *template_text;     /* a Jinja template's source given as text (a receipt's
                                     * recorded --chat-template), named template_name */
     const char *template_name;
+    bool conversation;             /* chat and serve: a model without a template gets the
+                                    * plain turns format instead of raw */
 };
 
 /* Whether the renderer's template reads the clock (its source calls strftime_now), so
@@ -173,6 +186,12 @@ KN_MUST_USE enum kn_status chat_renderer_init(struct chat_renderer *cr,
 void chat_renderer_free(struct chat_renderer *cr);
 /* "jinja" or the built-in family's name. */
 const char *chat_renderer_name(const struct chat_renderer *cr);
+/* Whether the model has no template Kinetic could use (none, or one not recognised, and
+ * nothing forced): a base model, which continues text rather than answering. */
+bool chat_renderer_no_template(const struct chat_renderer *cr);
+/* The stop strings that end an answer in the renderer's format (CHAT_PLAIN_TURN_ENDS for
+ * plain; *n of them), or NULL and 0 when the model's end-of-turn token ends it. */
+const char *const *chat_renderer_turn_ends(const struct chat_renderer *cr, int *n);
 
 /* Renders plain text messages (role, content). */
 KN_MUST_USE enum kn_status chat_renderer_render(const struct chat_renderer *cr,
@@ -244,11 +263,15 @@ struct chat_tool_calls {
     size_t content_len;
 };
 /* Finds the calls in a generated text. A call whose JSON does not parse (or lacks a name)
- * ends the search: it and the rest stay content. KN_E_NOMEM only. */
+ * ends the search: its marker and the rest are dropped (content never holds partial call
+ * markup; text without a marker, such as Llama 3's bare JSON that is no call, stays
+ * content). KN_E_NOMEM only. */
 KN_MUST_USE enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *text,
                                                  size_t len, struct chat_tool_calls *out,
                                                  struct kn_err *err);
 void chat_tool_calls_free(struct chat_tool_calls *c);
+/* Keeps the first n calls (parallel_tool_calls false: one), freeing the others. */
+void chat_tool_calls_keep(struct chat_tool_calls *c, int n);
 /* How much of a growing answer a stream may send as content: up to the first call marker,
  * or a tail that may become one (Llama 3: nothing while the answer may be a bare call;
  * functionary v3.2: nothing while it may open with a call's recipient line). */

@@ -18,6 +18,20 @@ const char *chat_renderer_name(const struct chat_renderer *cr)
     return cr->engine == CHAT_ENGINE_JINJA ? "jinja" : chat_format_name(cr->tmpl.format);
 }
 
+bool chat_renderer_no_template(const struct chat_renderer *cr)
+{
+    return cr->engine == CHAT_ENGINE_BUILTIN &&
+           (cr->choice == CHAT_CHOICE_NONE || cr->choice == CHAT_CHOICE_UNKNOWN);
+}
+
+const char *const *chat_renderer_turn_ends(const struct chat_renderer *cr, int *n)
+{
+    static const char *const plain[CHAT_PLAIN_N_TURN_ENDS] = CHAT_PLAIN_TURN_ENDS;
+    bool is_plain = cr->engine == CHAT_ENGINE_BUILTIN && cr->tmpl.format == CHAT_FORMAT_PLAIN;
+    *n = is_plain ? CHAT_PLAIN_N_TURN_ENDS : 0;
+    return is_plain ? plain : NULL;
+}
+
 void chat_renderer_free(struct chat_renderer *cr)
 {
     jinja_free(cr->jinja);
@@ -236,6 +250,93 @@ static enum kn_status normalise(const struct json_value *messages, struct json_v
     return KN_OK;
 }
 
+/* The plain format's tools (docs/chat.md "Models without a template"): the tool
+ * definitions and how to call one go into the first system turn (one is added when there
+ * is none), and an assistant turn's tool_calls are written after its text in the Hermes
+ * syntax the answer is parsed in (chat_tool_syntax_of). Rewrites the normalised messages
+ * msgs in place. */
+static enum kn_status plain_tools(struct json_value *msgs, const struct json_value *tools,
+                                  struct kn_err *err)
+{
+    enum kn_status st = KN_OK;
+    for (size_t i = 0; st == KN_OK && i < json_len(msgs); i++) {
+        struct json_value *m = (struct json_value *)json_at(msgs, i);
+        const struct json_value *calls = json_get(m, "tool_calls");
+        if (!json_is(calls, JSON_ARRAY) || json_len(calls) == 0)
+            continue;
+        struct kn_buf b = {0};
+        const char *c = json_str(json_get(m, "content"));
+        bool ok = kn_buf_add(&b, c ? c : "", c ? strlen(c) : 0);
+        for (size_t k = 0; ok && k < json_len(calls); k++) {
+            const struct json_value *f = json_get(json_at(calls, k), "function");
+            const char *name = json_str(json_get(f, "name"));
+            const struct json_value *a = json_get(f, "arguments");
+            if (!name)
+                continue;
+            /* arguments: OpenAI sends a JSON text; an object is taken as it is */
+            struct json_value *args = NULL, *call = json_new_object();
+            if (json_is(a, JSON_STRING)) {
+                if (json_parse(a->u.string.s, a->u.string.len, &JSON_INPUT_LIMITS, &args, NULL) != KN_OK)
+                    args = NULL;
+            } else if (a)
+                args = json_clone(a);
+            char *js = NULL;
+            bool named = call && json_object_set(call, "name", json_new_string(name), err) == KN_OK;
+            if (!named)
+                json_free(args); /* not handed to the call */
+            ok = named &&
+                 json_object_set(call, "arguments", args ? args : json_new_object(), err) == KN_OK &&
+                 json_write(call, JSON_COMPACT, &js, NULL, err) == KN_OK;
+            json_free(call);
+            ok = ok && kn_buf_add(&b, b.n ? "\n<tool_call>" : "<tool_call>", b.n ? 12 : 11) &&
+                 kn_buf_add(&b, js, strlen(js)) && kn_buf_add(&b, "</tool_call>", 12);
+            free(js);
+        }
+        json_free(json_object_take(m, "content"));
+        st = ok ? json_object_set(m, "content", json_new_stringn(b.p ? b.p : "", b.n), err)
+                : kn_fail(err, KN_E_NOMEM, "out of memory rendering tool calls");
+        free(b.p);
+    }
+    if (st != KN_OK || !tools || json_len(tools) == 0)
+        return st;
+    char *defs = NULL;
+    if ((st = json_write(tools, JSON_COMPACT, &defs, NULL, err)) != KN_OK)
+        return st;
+    static const char how[] =
+        "You can call these tools. To call one, answer with <tool_call>{\"name\": NAME, "
+        "\"arguments\": {...}}</tool_call> and nothing else; its result comes back in a "
+        "Tool: turn.\nTools: ";
+    struct json_value *sys = json_len(msgs) ? (struct json_value *)json_at(msgs, 0) : NULL;
+    const char *role = json_str(json_get(sys, "role"));
+    const char *had = role && strcmp(role, "system") == 0 ? json_str(json_get(sys, "content")) : NULL;
+    struct kn_buf b = {0};
+    bool ok = (!had || !*had || (kn_buf_add(&b, had, strlen(had)) && kn_buf_add(&b, "\n\n", 2))) &&
+              kn_buf_add(&b, how, sizeof how - 1) && kn_buf_add(&b, defs, strlen(defs));
+    free(defs);
+    if (!ok) {
+        free(b.p);
+        return kn_fail(err, KN_E_NOMEM, "out of memory rendering tools");
+    }
+    struct json_value *text = json_new_stringn(b.p, b.n);
+    free(b.p);
+    if (role && strcmp(role, "system") == 0) {
+        json_free(json_object_take(sys, "content"));
+        return json_object_set(sys, "content", text, err);
+    }
+    struct json_value *m = json_new_object();
+    if (!m || json_object_set(m, "role", json_new_string("system"), err) != KN_OK ||
+        json_object_set(m, "content", text, err) != KN_OK) {
+        json_free(m);
+        return kn_fail(err, KN_E_NOMEM, "out of memory rendering tools");
+    }
+    if (json_array_push(msgs, m, err) != KN_OK)
+        return KN_E_NOMEM;
+    struct json_value **it = msgs->u.array.items; /* the new turn goes first */
+    memmove(it + 1, it, (msgs->u.array.len - 1) * sizeof *it);
+    it[0] = m;
+    return KN_OK;
+}
+
 enum kn_status chat_renderer_render_json(const struct chat_renderer *cr,
                                          const struct json_value *messages,
                                          const struct json_value *tools,
@@ -255,6 +356,11 @@ enum kn_status chat_renderer_render_json(const struct chat_renderer *cr,
     if (cr->engine == CHAT_ENGINE_JINJA) {
         st = render_jinja(cr, msgs, json_is(tools, JSON_NULL) ? NULL : tools, kwargs,
                           add_generation_prompt, out, err);
+        json_free(msgs);
+        return st;
+    }
+    if (cr->tmpl.format == CHAT_FORMAT_PLAIN &&
+        (st = plain_tools(msgs, json_is(tools, JSON_NULL) ? NULL : tools, err)) != KN_OK) {
         json_free(msgs);
         return st;
     }
@@ -405,7 +511,7 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
         else if (!chat_format_from_name(o->chat_format, &forced)) {
             chat_renderer_free(cr);
             return kn_fail(err, KN_E_ARG, "unknown --chat-format '%s' (raw, chatml, llama3, llama2, "
-                           "mistral, gemma, phi3)", o->chat_format);
+                           "mistral, gemma, phi3, plain)", o->chat_format);
         }
         char b[256], e[256];
         cr->choice = chat_template_for_model(&cr->tmpl, &forced, g, tk, b, e, sizeof b);
@@ -474,7 +580,12 @@ enum kn_status chat_renderer_init(struct chat_renderer *cr, const struct chat_re
     cr->choice = chat_template_for_model(&cr->tmpl, NULL, g, tk, b, e, sizeof b);
     cr->tmpl.bos = cr->bos;
     cr->tmpl.eos = cr->eos;
-    if (cr->choice != CHAT_CHOICE_NONE)
+    if (o->conversation && chat_renderer_no_template(cr))
+        cr->tmpl.format = CHAT_FORMAT_PLAIN; /* turns the model can tell apart */
+    if (cr->choice == CHAT_CHOICE_UNKNOWN)
+        snprintf(cr->source, sizeof cr->source, "tokenizer.chat_template (not recognised: %s)",
+                 chat_format_name(cr->tmpl.format));
+    else if (cr->choice != CHAT_CHOICE_NONE)
         snprintf(cr->source, sizeof cr->source, "tokenizer.chat_template (built-in %s)",
                  chat_format_name(cr->tmpl.format));
     else

@@ -247,10 +247,12 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
         size_t start = len, body = len, stop = len, next = len;
         const char *p;
         int r = 0;
+        bool marked = false; /* a call's marker opens at start */
         switch (syn) {
         case CHAT_TOOLS_HERMES:
             if ((p = find(t, i, len, "<tool_call>"))) {
                 start = (size_t)(p - t);
+                marked = true;
                 body = skip_space(t, start + 11, len);
                 stop = body < len && t[body] == '{' ? json_end(t, body, len) : 0;
                 if (stop) {
@@ -264,6 +266,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
         case CHAT_TOOLS_MISTRAL:
             if ((p = find(t, i, len, "[TOOL_CALLS]"))) {
                 start = (size_t)(p - t);
+                marked = true;
                 body = skip_space(t, start + 12, len);
                 stop = body < len && (t[body] == '[' || t[body] == '{') ? json_end(t, body, len) : 0;
                 if (stop) {
@@ -276,6 +279,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
             size_t k = skip_space(t, i, len);
             if ((p = find(t, i, len, "<|python_tag|>"))) {
                 start = (size_t)(p - t);
+                marked = true;
                 body = skip_space(t, start + 14, len);
             } else if (k < len && t[k] == '{' && (i == 0 || out->n > 0)) {
                 /* the answer is the call (or the next one after ';') */
@@ -304,6 +308,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
             }
             if (p) {
                 start = (size_t)(p - t);
+                marked = hl > 0;
                 const char *nlp = memchr(p + hl, '\n', len - (start + hl));
                 if (nlp) {
                     size_t name_len = (size_t)(nlp - (p + hl));
@@ -325,6 +330,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                 }
             } else if ((p = find(t, i, len, "<function="))) {
                 start = (size_t)(p - t);
+                marked = true;
                 const char *gt = memchr(p, '>', len - start);
                 if (gt) {
                     size_t name_len = (size_t)(gt - (p + 10));
@@ -344,6 +350,7 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
                 /* the call starts at its header: the last <|start|> (else <|channel|>)
                  * before the recipient and after the previous message's body */
                 size_t at = (size_t)(p - t), from = i;
+                marked = true;
                 for (const char *q = find(t, i, at, "<|message|>"); q; q = find(t, from, at, "<|message|>"))
                     from = (size_t)(q - t) + 11;
                 start = at;
@@ -378,8 +385,12 @@ enum kn_status chat_tool_calls_parse(enum chat_tool_syntax syn, const char *t, s
             oom = true;
             break;
         }
-        if (r == 0) { /* no (well-formed) call from here: the rest is content */
-            oom |= !append(&out->content, &clen, &ccap, t + i, len - i);
+        if (r == 0) {
+            /* no well-formed call from here: the text before a call's marker is content;
+             * the marker and what follows (a call cut short, or one without a name) are
+             * dropped, so content never carries partial call markup. Without a marker
+             * (Llama 3's bare JSON, a functionary recipient line) the rest is content. */
+            oom |= !append(&out->content, &clen, &ccap, t + i, (marked ? start : len) - i);
             break;
         }
         oom |= !append(&out->content, &clen, &ccap, t + i, start - i);
@@ -469,6 +480,17 @@ static const struct chat_tool_frame frames[CHAT_TOOLS_COUNT] = {
     [CHAT_TOOLS_HARMONY] = {"", NULL, "", "<|channel|>commentary to=functions.",
                             " <|constrain|>json<|message|>", "", false},
 };
+
+void chat_tool_calls_keep(struct chat_tool_calls *c, int n)
+{
+    for (int i = n; i < c->n; i++) {
+        free(c->call[i].name);
+        free(c->call[i].arguments);
+        c->call[i].name = c->call[i].arguments = NULL;
+    }
+    if (n < c->n)
+        c->n = n;
+}
 
 void chat_tool_call_frame(enum chat_tool_syntax syn, bool parallel, struct chat_tool_frame *f)
 {

@@ -32,7 +32,9 @@ static const char *const chat_usage = "MODEL.gguf [options]";
 static const char *const chat_more_help =
     "\n"
     "Each message is sent with the whole conversation so far, rendered with the model's\n"
-    "chat template (as 'kinetic run' chooses it). The KV cache is kept between turns: only\n"
+    "chat template (as 'kinetic run' chooses it; a model without one, a base model, gets\n"
+    "plain 'User: ...' / 'Assistant:' turns, ended where it starts the next turn, and\n"
+    "chat says so at start-up: docs/chat.md). The KV cache is kept between turns: only\n"
     "the tokens that differ from the cached ones are evaluated (Warm Start). While a line\n"
     "is typed, the conversation, the user-turn header and the stable part of the line are\n"
     "evaluated between keystrokes (Zero Wait; --no-zero-wait turns it off), so little is\n"

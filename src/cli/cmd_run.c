@@ -304,6 +304,20 @@ static void run_print_prompt(const struct run_opts *o, const struct session *s,
     }
 }
 
+/* The shortest span a rate is given for: below it (and for no tokens, or for one generated
+ * token, which costs no decode pass) the clock says nothing useful. */
+#define RUN_RATE_MIN_S 0.001
+
+/* "12.3 t/s" for n tokens (or passes) in sec seconds, "- t/s" when there is no rate. */
+static const char *rate_str(char *buf, size_t cap, int64_t n, double sec)
+{
+    if (n < 1 || sec < RUN_RATE_MIN_S)
+        snprintf(buf, cap, "- t/s");
+    else
+        snprintf(buf, cap, "%.1f t/s", (double)n / sec);
+    return buf;
+}
+
 /* The end of the output (--json: the whole result), then the timing summary on stderr. */
 static void run_print_result(const struct run_opts *o, const struct session *s,
                              const struct session_gen *g, const struct session_reply *reply,
@@ -343,11 +357,13 @@ static void run_print_result(const struct run_opts *o, const struct session *s,
     if (s->pc)
         fprintf(stderr, "kinetic run: prompt cache: %lld of %lld prompt tokens reused (file read in %.3f s)\n",
                 (long long)g->n_reused, (long long)n_ptoks, s->cache_load_s);
-    fprintf(stderr, "kinetic run: prompt %lld tokens in %.3f s (%.1f t/s); generated %lld tokens in %.3f s (%.1f t/s); %lld threads; draft %lld/%lld accepted in %lld passes%s\n",
-            (long long)n_ptoks, g->prompt_s, g->prompt_s > 0 ? n_ptoks / g->prompt_s : 0.0,
-            (long long)g->n, g->gen_s, g->gen_s > 0 && n_dec ? n_dec / g->gen_s : 0.0,
-            (long long)s->o.threads, (long long)ds->accepted, (long long)ds->proposed,
-            (long long)ds->passes, s->e.draft ? "" : " (off)");
+    char pr[32], gr[32];
+    fprintf(stderr, "kinetic run: prompt %lld token%s in %.3f s (%s); generated %lld token%s in %.3f s (%s); %lld thread%s; draft %lld/%lld accepted in %lld pass%s%s\n",
+            (long long)n_ptoks, n_ptoks == 1 ? "" : "s", g->prompt_s,
+            rate_str(pr, sizeof pr, n_ptoks, g->prompt_s), (long long)g->n, g->n == 1 ? "" : "s",
+            g->gen_s, rate_str(gr, sizeof gr, n_dec, g->gen_s), (long long)s->o.threads,
+            s->o.threads == 1 ? "" : "s", (long long)ds->accepted, (long long)ds->proposed,
+            (long long)ds->passes, ds->passes == 1 ? "" : "es", s->e.draft ? "" : " (off)");
 }
 
 /* --receipt FILE: the session's record with the input as given (the ids as typed, the raw

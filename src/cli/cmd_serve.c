@@ -107,6 +107,7 @@ int cmd_serve(int argc, char **argv)
     int64_t drain_timeout = SERVE_DRAIN_TIMEOUT_DEFAULT_S;
     bool toy = false, verbose = false, no_draft = false, no_warm = false, no_zero_wait = false;
     bool no_verify = false;
+    const char *log_format = NULL;
     int64_t draft_max = 0, cache_ram = 256;
     const struct cli_opt opts[] = {
         {"model", 'm', CLI_POS, &pos[0], "MODEL.gguf", "the model file (instead of the argument)", NULL, NULL},
@@ -152,6 +153,7 @@ int cmd_serve(int argc, char **argv)
         {"toy", 0, CLI_FLAG, &toy, NULL, "serve the built-in deterministic toy model (for testing)", NULL, NULL},
         {"toy-delay-us", 0, CLI_INT, &toy_delay, "US", "toy model: simulated time per forward pass", NULL, NULL},
         {"verbose", 'v', CLI_FLAG, &verbose, NULL, "log every HTTP-level event", NULL, NULL},
+        {"log-format", 0, CLI_STR, &log_format, "text|json", "log lines (one per request, warnings) as text (the default) or one JSON object a line", NULL, NULL},
         CLI_OPT_END,
     };
     int n_pos = 0;
@@ -162,6 +164,11 @@ int cmd_serve(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     if (verbose)
         kn_log_set_level(KN_LOG_DEBUG);
+    if (log_format && strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
+        fprintf(stderr, "kinetic serve: --log-format must be text or json, not '%s'\n", log_format);
+        return 2;
+    }
+    kn_log_set_format(log_format && strcmp(log_format, "json") == 0 ? KN_LOG_JSON : KN_LOG_TEXT);
     if (!api_key)
         api_key = getenv("KINETIC_API_KEY");
     if (api_key && !*api_key)

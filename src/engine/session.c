@@ -53,8 +53,17 @@ static void warn_template(const struct session *s)
         fprintf(stderr, "%s: chat template not recognised; using the %s format its tokens suggest\n",
                 name, chat_format_name(cr->tmpl.format));
     else if (cr->engine == CHAT_ENGINE_BUILTIN && cr->choice == CHAT_CHOICE_UNKNOWN)
-        fprintf(stderr, "%s: chat template not recognised; sending the prompt raw (see --chat-format)\n",
-                name);
+        fprintf(stderr, "%s: chat template not recognised; sending the prompt %s (see --chat-format)\n",
+                name, s->o.conversation ? "as plain User:/Assistant: turns" : "raw");
+    if (s->o.conversation && cr->choice == CHAT_CHOICE_NONE)
+        /* Said once, where the model is opened: a base model continues text, it does not
+         * answer, and a user who expected answers should know why (docs/chat.md). */
+        kn_log(KN_LOG_WARN, "%s: %s has no chat template (tokenizer.chat_template): it is a base "
+               "model, which continues text rather than answering. Turns are written as plain "
+               "\"User: ...\" / \"Assistant:\" text and an answer ends where the model starts the "
+               "next turn (\"User:\"...) "
+               "(docs/chat.md); give --chat-template FILE to use an instruction template",
+               name, s->o.model_path);
     kn_log(KN_LOG_DEBUG, "chat template %s (%s)", chat_renderer_name(cr), cr->source);
 }
 
@@ -72,6 +81,25 @@ enum kn_status session_set_stop(struct session *s, const char *const *stops, int
         return kn_fail(err, KN_E_INTERNAL, "session_set_stop needs an engine");
     if (n < 0 || n > TEXT_MAX_STOPS)
         return kn_fail(err, KN_E_ARG, "at most %d stop strings, not %d", TEXT_MAX_STOPS, n);
+    /* The template's turn ends (the plain format's next role line) are always among them,
+     * as an end-of-turn token would be: run, chat and serve answer alike. */
+    const char *all[TEXT_MAX_STOPS];
+    int n_ends = 0;
+    const char *const *ends = s->cr_ok ? chat_renderer_turn_ends(&s->cr, &n_ends) : NULL;
+    for (int i = 0; i < n; i++)
+        all[i] = stops[i];
+    for (int k = 0; k < n_ends; k++) {
+        bool have = false;
+        for (int i = 0; i < n && !have; i++)
+            have = strcmp(all[i], ends[k]) == 0;
+        if (have)
+            continue;
+        if (n == TEXT_MAX_STOPS)
+            return kn_fail(err, KN_E_ARG, "at most %d stop strings, with the %d that end the plain "
+                           "format's turns", TEXT_MAX_STOPS, n_ends);
+        all[n++] = ends[k];
+    }
+    stops = all;
     /* One token's text, the tail the stop matcher held back and a marker's held bytes. */
     size_t cap = tok_max_piece(s->tk) + TEXT_MAX_MARKER + 16;
     char *copy[TEXT_MAX_STOPS] = {0};
@@ -170,7 +198,8 @@ enum kn_status session_open(struct session *s, const struct session_opts *o, str
     if (!o->no_template) {
         struct chat_renderer_opts ro = {.raw = o->raw, .chat_format = o->chat_format,
                                         .template_file = o->chat_template,
-                                        .kwargs_json = o->chat_template_kwargs};
+                                        .kwargs_json = o->chat_template_kwargs,
+                                        .conversation = o->conversation};
         if ((st = chat_renderer_init(&s->cr, &ro, s->gguf, s->tk, err)) != KN_OK)
             goto fail;
         s->cr_ok = true;

@@ -57,6 +57,7 @@ struct session_opts {
     /* The chat template (chat_renderer_init's policy). */
     bool no_template;          /* the prompt comes as token ids: no template is loaded */
     bool raw;                  /* the prompt as is (--raw) */
+    bool conversation;         /* chat, serve: no template gets the plain turns format */
     const char *chat_format, *chat_template, *chat_template_kwargs;
     /* Load settings; 0 / NULL: the defaults above. */
     int64_t ctx_size;

@@ -523,7 +523,8 @@ static int prove_input(const struct receipt *r, const struct session *s, FILE *o
             goto fail;
         what = "input (text, tokenized)";
     } else {
-        struct chat_renderer_opts ro = {0};
+        /* plain is what a conversation (chat, serve) gets for a model without a template */
+        struct chat_renderer_opts ro = {.conversation = strcmp(t->engine, "plain") == 0};
         if (strcmp(t->source, "file") == 0) {
             ro.template_text = t->text;
             ro.template_name = "template.text";

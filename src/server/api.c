@@ -243,7 +243,8 @@ static int read_prompt(struct srv *s, const struct json_value *body, struct srv_
     return r->input ? 0 : srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
-static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e)
+static int read_stop_field(const struct json_value *body, struct srv_request *r,
+                           struct srv_error *e)
 {
     const struct json_value *v = json_get(body, "stop");
     if (!v || json_is(v, JSON_NULL))
@@ -275,6 +276,29 @@ static int read_stop(const struct json_value *body, struct srv_request *r, struc
         r->stop_len[r->n_stop++] = s->u.string.len;
     }
     return 0;
+}
+
+/* "stop", and the template's turn ends (ends, n_ends: the plain format's next role line),
+ * which end every answer of a chat as the model's end-of-turn token would. */
+static int read_stop(const struct json_value *body, struct srv_request *r, struct srv_error *e,
+                     const char *const *ends, int n_ends)
+{
+    int st = read_stop_field(body, r, e);
+    for (int k = 0; !st && k < n_ends; k++) {
+        bool have = false;
+        for (int i = 0; i < r->n_stop && !have; i++)
+            have = strcmp(r->stop[i], ends[k]) == 0;
+        if (have)
+            continue;
+        if (r->n_stop == SRV_MAX_STOP)
+            return BAD(e, "stop", "'stop' has too many strings: this model's plain chat format "
+                       "ends its turns with %d more, and at most %d are accepted in all", n_ends,
+                       SRV_MAX_STOP);
+        if (!(r->stop[r->n_stop] = dup_n(ends[k], strlen(ends[k]))))
+            return srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        r->stop_len[r->n_stop++] = strlen(ends[k]);
+    }
+    return st;
 }
 
 /* tools and chat_template_kwargs: passed to the chat template (chat_json backends). The
@@ -538,7 +562,8 @@ static int tool_call_grammar(const struct srv_request *r, const struct chat_tool
 }
 
 /* "tool_choice" ("none", "auto" (the default with tools), "required", or
- * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default true).
+ * {"type": "function", "function": {"name": N}}) and "parallel_tool_calls" (default false,
+ * as llama-server: an answer makes one call, the first; true: as many as it writes).
  * With tools and any choice but "none" the answer is searched for calls in the template's
  * syntax; "required" and a named function are enforced by a grammar made from the tools'
  * parameter schemas (the call's payload schema framed by the syntax's markers), so the
@@ -550,7 +575,7 @@ static int read_tool_choice(struct srv *s, const struct json_value *body, struct
     const struct json_value *pt = json_get(body, "parallel_tool_calls");
     if (tc && json_is(tc, JSON_NULL))
         tc = NULL;
-    r->parallel_tools = true;
+    r->parallel_tools = false;
     if (pt && !json_is(pt, JSON_NULL)) {
         if (!json_is(pt, JSON_BOOL))
             return BAD(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
@@ -793,7 +818,10 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
         return st;
     if ((st = read_template_args(s, kind, body, r, e)) || (st = read_tool_choice(s, body, r, e)))
         return st;
-    if ((st = read_stop(body, r, e)))
+    int n_ends = 0;
+    const char *const *ends = kind == SRV_KIND_CHAT && s->b->renderer
+                                  ? chat_renderer_turn_ends(s->b->renderer, &n_ends) : NULL;
+    if ((st = read_stop(body, r, e, ends, n_ends)))
         return st;
     return kind == SRV_KIND_CHAT ? read_messages(body, r, e, s->b->chat_json != NULL)
                                  : read_prompt(s, body, r, e);
@@ -1182,6 +1210,8 @@ static struct json_value *choice_value(struct srv *s, const struct srv_request *
             const char *c = json_str(cv);
             struct chat_tool_calls tc;
             if (c && chat_tool_calls_parse(r->tool_syntax, c, cv->u.string.len, &tc, NULL) == KN_OK) {
+                if (!r->parallel_tools)
+                    chat_tool_calls_keep(&tc, 1);
                 if (tc.n > 0) {
                     set(msg, "content", tc.content ? text_value(tc.content, tc.content_len)
                                                    : json_new_null(), ok);
@@ -1190,7 +1220,8 @@ static struct json_value *choice_value(struct srv *s, const struct srv_request *
                         finish = "tool_calls";
                     json_free(cv);
                     cv = NULL;
-                } else if (tc.content_len != cv->u.string.len) { /* functionary's "all\n" */
+                } else if (tc.content_len != cv->u.string.len) {
+                    /* functionary's "all\n", or a call cut short that is not content */
                     set(msg, "content", text_value(tc.content ? tc.content : "", tc.content_len), ok);
                     json_free(cv);
                     cv = NULL;

@@ -200,6 +200,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     struct session_opts so = o->session;
     so.level = SESSION_MODEL;
     so.name = "kinetic serve";
+    so.conversation = true;
     enum kn_status st = session_open(&b->s, &so, err);
     if (st != KN_OK)
         goto fail;

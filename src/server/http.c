@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,6 +78,10 @@ struct req {
     bool too_big;
     bool answered;
     struct srv_upload up; /* the body's progress, for the minimum rate */
+    /* for its log line (log_request) */
+    char method[12], path[96];
+    double t0;
+    int64_t n_in, n_out;  /* prompt and generated tokens, a completion's */
 };
 
 /* ---------------------------------------------------------------- counters */
@@ -334,6 +339,7 @@ struct stream {
     char id[64];
     int64_t created;
     enum stream_phase phase;
+    struct req *q;        /* its request, alive while the stream is read: token counts */
     char *out;            /* the event being written */
     size_t out_len, out_off;
 };
@@ -413,7 +419,10 @@ static bool choice_tool_event(struct stream *st, int i, char **chunk)
     if (ch->tc_state == 0) {
         ch->tc_state = 1;
         if (chat_tool_calls_parse(st->req.tool_syntax, j->text, j->text_len, &ch->tc, NULL) == KN_OK) {
-            /* calls, or content that is not the text (functionary's recipient lines) */
+            if (!st->req.parallel_tools)
+                chat_tool_calls_keep(&ch->tc, 1);
+            /* calls, or content that is not the text (functionary's recipient lines, a
+             * call cut short) */
             if (ch->tc.n > 0 || ch->tc.content_len != j->text_len)
                 ch->tc_state = 2;
             else
@@ -600,7 +609,11 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         st->out_len = st->out_off = 0;
         if (st->phase == PH_END)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!next_event(st))
+        bool more = next_event(st);
+        st->q->n_out = 0;
+        for (int i = 0; i < st->n; i++)
+            st->q->n_out += st->ch[i].seen;
+        if (!more)
             return st->phase == PH_END ? MHD_CONTENT_READER_END_OF_STREAM
                                        : MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -695,7 +708,7 @@ static enum kn_status job_for_choice(struct srv *s, struct srv_request *r, int i
 }
 
 static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *conn, enum endpoint ep,
-                                         const struct json_value *body)
+                                         const struct json_value *body, struct req *q)
 {
     struct srv_request r;
     struct srv_error e;
@@ -737,6 +750,8 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         if (stc) {
             stc->s = s;
             stc->conn = conn;
+            stc->q = q;
+            q->n_in = (int64_t)r.n_ids;
             stc->req = r;
             stc->n = n;
             for (int i = 0; i < n; i++) {
@@ -801,6 +816,9 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
         for (int i = 0; i < n; i++)
             json_free(receipts[i]); /* those not taken */
         res = e.status ? send_error(s, conn, ep, &e) : send_json(s, conn, ep, 200, body_out);
+        q->n_in = (int64_t)r.n_ids;
+        for (int i = 0; i < n; i++)
+            q->n_out += jobs[i]->n_out;
     }
     jobs_drop(s, jobs, n, n);
     srv_request_free(&r);
@@ -1426,7 +1444,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *conn, stru
     else if (ep == EP_EMBEDDINGS)
         res = handle_embeddings(s, conn, body);
     else
-        res = handle_completion(s, conn, ep, body);
+        res = handle_completion(s, conn, ep, body, q);
     json_free(body);
     return res;
 }
@@ -1444,6 +1462,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!q)
             return MHD_NO;
         *con_cls = q;
+        q->t0 = kn_now();
+        snprintf(q->method, sizeof q->method, "%s", method);
+        snprintf(q->path, sizeof q->path, "%s", url);
+        for (char *c = q->path; *c; c++) /* no line breaks or escapes into the log */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                *c = '?';
         pthread_mutex_lock(&s->mmu);
         s->active++;
         pthread_mutex_unlock(&s->mmu);
@@ -1545,14 +1569,40 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(s, conn, q);
 }
 
+/* One line per request at the default level (docs/server.md "Logs"): method, path,
+ * status (0: no answer went out), tokens in and out, seconds; --log-format json writes
+ * the same as fields. */
+static void log_request(struct MHD_Connection *conn, const struct req *q)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+    int status = ci ? (int)ci->http_status : 0;
+    double sec = kn_now() - q->t0;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s %s %d, %lld tokens in, %lld out, %.3f s", q->method, q->path,
+             status, (long long)q->n_in, (long long)q->n_out, sec);
+    struct json_value *f = json_new_object();
+    if (f && json_object_set(f, "method", json_new_string(q->method), NULL) == KN_OK &&
+        json_object_set(f, "path", json_utf8_valid(q->path, strlen(q->path))
+                                       ? json_new_string(q->path) : json_new_string("?"), NULL) == KN_OK &&
+        json_object_set(f, "status", json_new_int(status), NULL) == KN_OK &&
+        json_object_set(f, "tokens_in", json_new_int(q->n_in), NULL) == KN_OK &&
+        json_object_set(f, "tokens_out", json_new_int(q->n_out), NULL) == KN_OK &&
+        json_object_set(f, "seconds", json_new_double(round(sec * 1e3) / 1e3), NULL) == KN_OK)
+        kn_log_event(KN_LOG_INFO, msg, f);
+    else
+        kn_log_event(KN_LOG_INFO, msg, NULL);
+    json_free(f);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     (void)toe;
     struct srv *s = cls;
     struct req *q = *con_cls;
     if (q) {
+        log_request(conn, q);
         gate_upload_end(s->gate, &q->up);
         free(q->body);
         free(q);

@@ -83,6 +83,19 @@ class Server:
             out, err = self.proc.communicate()
             raise RuntimeError(f"server did not start: {line!r} {out!r} {err!r}")
         self.base = f"http://127.0.0.1:{self.port}"
+        # The server logs a line per request on stderr: read it as it comes, so a test of
+        # many requests never fills the pipe and stalls the server.
+        self._err = []
+        self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._err_thread.start()
+
+    def _drain_stderr(self):
+        for line in self.proc.stderr:
+            self._err.append(line)
+
+    def stderr_so_far(self):
+        """What the server wrote on stderr up to now (its log)."""
+        return "".join(self._err)
 
     def __enter__(self):
         return self
@@ -107,7 +120,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.stderr = self.proc.stderr.read()
+        self._err_thread.join(timeout)
+        self.stderr = "".join(self._err)
         return self.proc.returncode
 
     def conn(self, timeout=60):

@@ -32,7 +32,10 @@ def work():
 
 
 def piped(args, script):
-    p = subprocess.run([KINETIC, "chat", *map(str, args)], input=script, capture_output=True,
+    # --chat-format raw: the model has no template, and its answers compare with run's raw
+    # prompt (chat's default would be plain turns, whose turn ends join the stop strings)
+    p = subprocess.run([KINETIC, "chat", *map(str, args), "--chat-format", "raw"], input=script,
+                       capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return p

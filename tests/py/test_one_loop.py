@@ -70,7 +70,7 @@ def chat(model, c, tmp, tag):
     """kinetic chat with the prompt piped in; its /receipt."""
     rec = str(tmp / f"chat-{tag}.json")
     assert "\n" not in c["prompt"]
-    p = subprocess.run([KINETIC, "chat", model, "--threads", "1", *cli_flags(c)],
+    p = subprocess.run([KINETIC, "chat", model, "--threads", "1", "--chat-format", "raw", *cli_flags(c)],
                        input=f"{c['prompt']}\n/receipt {rec}\n", capture_output=True, text=True,
                        errors="replace", timeout=600)  # a random model's text may not be UTF-8
     assert p.returncode == 0, p.stderr
@@ -127,9 +127,11 @@ def check_model(model, tmp, n_tokens, names=None, scalar=False, need_accepted=Tr
     if sanitizer_build() and model != AIDREAMS:
         names = tuple(n for n in (names or SANITIZER_CASES) if n in SANITIZER_CASES)
     cs = [c for c in cases(model, n_tokens) if names is None or c["name"] in names]
+    # --chat-format raw in chat and serve: these models have no template, and raw is how
+    # run renders the prompt (chat and serve would write plain turns)
     with Server(model, "--parallel", "1", "--threads", "1", "--no-draft", "--no-warm-start",
-                "--cache-ram", "0") as plain, \
-         Server(model, "--parallel", "4", "--threads", "1") as full:
+                "--cache-ram", "0", "--chat-format", "raw") as plain, \
+         Server(model, "--parallel", "4", "--threads", "1", "--chat-format", "raw") as full:
         for k, c in enumerate(cs):
             if c["stop"] is None:  # a stop string from the middle of the greedy text
                 first, _, _ = run(model, {**c, "stop": []}, tmp, f"{k}-probe")

@@ -1,5 +1,6 @@
 """Tool calling (issue 21 item 1) with the official openai client: tools and tool_choice
-("auto", "none", "required", a named function), parallel_tool_calls, message.tool_calls
+("auto", "none", "required", a named function), parallel_tool_calls (one call unless it is
+true, as llama-server), message.tool_calls
 with finish_reason "tool_calls", streamed delta.tool_calls accumulated as the SDK does,
 role "tool" results rendered by the template in the next request, arguments validated
 with jsonschema, receipts that verify, and the same calls alone, under load and with
@@ -89,13 +90,46 @@ def test_required_calls_validate(qwen3):
         assert ch.message.content is None
         check_calls(ch.message.tool_calls)
         assert len(ch.message.tool_calls) == 1
-    # parallel calls allowed: the noise model keeps calling until max_tokens; every call
-    # that closed is whole and valid, each with its own id
-    r = create(qwen3, tool_choice="required", seed=9, max_tokens=400)
+    # parallel calls allowed: the noise model makes several (3 with this seed); every
+    # call is whole and valid, each with its own id, and no markup is left in content
+    r = create(qwen3, tool_choice="required", seed=10, max_tokens=400, parallel_tool_calls=True)
     calls = r.choices[0].message.tool_calls
     check_calls(calls)
     ids = [c.id for c in calls]
     assert len(set(ids)) == len(ids)
+    assert len(calls) > 1 and r.choices[0].message.content is None
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_one_call_unless_parallel_tool_calls(qwen3, choice):
+    """llama-server's rule: one call unless parallel_tool_calls is true (the default is
+    false), so the forced answer ends after its call (finish_reason "tool_calls") instead
+    of repeating it until max_tokens; never partial call markup in content, streamed or
+    not."""
+    for seed in (9, 10):
+        for extra in ({}, {"parallel_tool_calls": False}):
+            r = create(qwen3, tool_choice=choice, seed=seed, max_tokens=400, **extra)
+            ch = r.choices[0]
+            assert ch.finish_reason == "tool_calls" and ch.message.content is None, ch
+            assert len(ch.message.tool_calls) == 1
+            check_calls(ch.message.tool_calls, only=None if choice == "required" else "add")
+            assert r.usage.completion_tokens < 400
+        r = create(qwen3, tool_choice=choice, seed=seed, max_tokens=400, parallel_tool_calls=True)
+        assert len(r.choices[0].message.tool_calls) >= 1
+    # cut short inside its only call: no call, and no markup in content
+    for stream in (False, True):
+        r = create(qwen3, tool_choice=choice, seed=9, max_tokens=6, stream=stream)
+        if stream:
+            text, calls, finish = "", 0, None
+            for chunk in r:
+                for c in chunk.choices:
+                    text += c.delta.content or ""
+                    calls += len(c.delta.tool_calls or [])
+                    finish = c.finish_reason or finish
+        else:
+            text, calls = r.choices[0].message.content or "", len(r.choices[0].message.tool_calls or [])
+            finish = r.choices[0].finish_reason
+        assert finish == "length" and calls == 0 and "<tool_call>" not in text and "{" not in text, text
 
 
 def test_named_function_and_no_parallel(qwen3):
@@ -325,7 +359,7 @@ def test_named_syntax_required_and_named(named):
 def test_named_syntax_parallel_calls(named):
     """Several calls where the syntax has a separator (functionary's); harmony's turn ends
     at the first call's <|call|>, so it gives one."""
-    r = create(named, tool_choice="required", seed=9, max_tokens=400)
+    r = create(named, tool_choice="required", seed=9, max_tokens=400, parallel_tool_calls=True)
     calls = r.choices[0].message.tool_calls
     check_calls(calls)
     if named.syntax == "harmony":

@@ -115,7 +115,9 @@ def test_server_receipt_records_its_kv_type(gemma, tmp_path, kv):
     f16 = run_json(gemma, prompt, *settings, "--kv-type", kv)["tokens"]
     f32 = run_json(gemma, prompt, *settings, "--kv-type", "f32")["tokens"]
     assert f16 != f32
-    with Server(gemma, "--parallel", 2, "--ctx-size", 512, "--kv-type", kv) as s:
+    # --chat-format raw: the model has no template; raw is run's rendering of the prompt
+    with Server(gemma, "--parallel", 2, "--ctx-size", 512, "--kv-type", kv,
+                "--chat-format", "raw") as s:
         # one slot's cache: 18 layers x 512 positions x K and V rows of one 256-dim head
         # (f16: 512 bytes; q8_0: 8 blocks of 34 bytes)
         row = {"f16": 512, "q8_0": 8 * 34}[kv]

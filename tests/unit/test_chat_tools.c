@@ -1,5 +1,6 @@
 /* test_chat_tools.c: the tool-call syntaxes (chat_tools.c): calls found in answers of
- * each family, with content kept outside them; broken calls stay content; a stream holds
+ * each family, with content kept outside them; broken calls are dropped from content (no
+ * partial markup), text before them stays; a stream holds
  * back from the first marker (and a tail that may become one); the syntax a template
  * shows; the call schema names the tools. */
 #include "check.h"
@@ -37,9 +38,13 @@ int main(void)
            2, "f", "{}", "Let me check.\n");
     expect(CHAT_TOOLS_HERMES, "no call here", 0, NULL, NULL, "no call here");
     expect(CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}\n", 0, NULL,
-           NULL, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}\n"); /* cut short */
+           NULL, NULL); /* cut short: no partial markup in content */
+    expect(CHAT_TOOLS_HERMES, "Checking.\n<tool_call>\n{\"name\": \"f\", \"argu", 0, NULL, NULL,
+           "Checking.\n"); /* the text before a cut call stays */
+    expect(CHAT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n"
+           "<tool_call>\n{\"name\": \"f\", \"argu", 1, "f", "{}", NULL); /* a second, cut */
     expect(CHAT_TOOLS_HERMES, "<tool_call>{\"arguments\": {}}</tool_call>", 0, NULL, NULL,
-           "<tool_call>{\"arguments\": {}}</tool_call>"); /* no name */
+           NULL); /* no name */
     /* string arguments are passed on as their text */
     expect(CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"q\\\":2}\"}</tool_call>",
            1, "f", "{\"q\":2}", NULL);
@@ -74,7 +79,7 @@ int main(void)
            "{\"x\":[1]}", NULL);
     expect(CHAT_TOOLS_HARMONY, "The weather is fine.", 0, NULL, NULL, "The weather is fine.");
     expect(CHAT_TOOLS_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":", 0,
-           NULL, NULL, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":"); /* cut short */
+           NULL, NULL, NULL); /* cut short */
 
     /* a stream holds back from the marker and from a tail that may become one */
     const char *t = "Hello <tool_call>\n{";
