@@ -119,7 +119,7 @@ int cli_reasoning_format(const char *cmd, const char *fmt, bool server);
 #define CLI_HELP_REASONING_FORMAT "llama.cpp's: auto or deepseek, as Kinetic always does (see --reasoning)"
 #define CLI_HELP_CHAT_TEMPLATE "render chats with this Jinja template file instead of the model's, or a built-in template by name (as --chat-format)"
 #define CLI_HELP_CHAT_TEMPLATE_FILE "render chats with this Jinja template file (even one named like a built-in template)"
-#define CLI_HELP_CHAT_FORMAT "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, raw, plain"
+#define CLI_HELP_CHAT_FORMAT "force a built-in template: chatml, llama3, llama2, mistral, gemma, phi3, plain, raw"
 
 int cli_read_prompt(const char *path, char **out, size_t *len, struct kn_err *err);
 

@@ -171,7 +171,7 @@ def test_chat_template_neither_name_nor_file(models):
     r = kinetic("run", models["llama"], PROMPT, "--chat-template", "nosuch", check=False)
     assert r.returncode == 2
     assert ("kinetic run: --chat-template 'nosuch' is neither a built-in template (chatml, "
-            "llama3, llama2, mistral, gemma, phi3, raw, plain) nor a file") in r.stderr, r.stderr
+            "llama3, llama2, mistral, gemma, phi3, plain, raw) nor a file") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("flag,note", [
