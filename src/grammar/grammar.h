@@ -87,9 +87,11 @@ const char *grammar_json_object_gbnf(void);
  * array, or a list of them), properties + required (properties in the schema's order,
  * required ones always present), additionalProperties (false or absent: no other keys;
  * true or a schema: other keys allowed only on objects without "properties"), enum,
- * const, items + minItems/maxItems, prefixItems, minLength/maxLength, format (date, time,
- * date-time, uuid), anyOf/oneOf (as alternatives), $ref to "#/$defs/..." or
- * "#/definitions/...", and {} or true for any value. Anything else that would constrain the
+ * const, items + minItems/maxItems, prefixItems (2020-12 tuples: item i follows
+ * prefixItems[i], items the ones after, items: false closes the array; minItems/maxItems
+ * count them all), minLength/maxLength, format (date, time, date-time, uuid), anyOf/oneOf
+ * (as alternatives), $ref to "#/$defs/NAME" or "#/definitions/NAME" of the same document
+ * (any other ref, "#" included, is an error naming it), and {} or true for any value. Anything else that would constrain the
  * output (pattern, minimum, allOf...) is an error naming the keyword and its path, so an
  * output never silently misses the schema. */
 KN_MUST_USE enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,

@@ -289,6 +289,15 @@ def test_bad_grammars_are_400s_and_the_server_lives(toy):
         ({"response_format": "json"}, ["response_format"]),
         ({"response_format": {"type": "json_object", "schema": {"$ref": "#/nowhere"}}},
          ["response_format"]),
+        # refs too short to name anything read past the string before (issue 44)
+        ({"json_schema": {"$ref": "#"}}, ["$ref '#'"]),
+        ({"json_schema": {"$ref": ""}}, ["$ref ''"]),
+        ({"json_schema": {"$ref": 3}}, ["'$ref' must be a string"]),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "$ref": "#/$defs/", "$defs": {"a": {}}}}}}, ["$ref '#/$defs/' names no entry"]),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "type": "array", "items": {"$ref": "#/$defs/b"}, "$defs": {"a": {}}}}}},
+         ["$ref '#/$defs/b'", "no entry 'b'"]),
     ]
     for fields, words in cases:
         st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 8, **fields})

@@ -396,6 +396,43 @@ static void test_json_schema(void)
         grammar_free(g);
     }
     free(gb);
+    /* prefixItems (2020-12 tuples): item i follows prefixItems[i], items the rest, items:
+     * false closes the tuple, minItems/maxItems count every item */
+    const struct {
+        const char *schema;
+        const char *good[6], *bad[6];
+    } tuples[] = {
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":2}]}",
+         {"[]", "[1]", "[1,\"ab\"]", "[1, \"a\", null, [2]]", NULL},
+         {"[\"a\"]", "[1,2]", "[1,\"abc\"]", "[,]", NULL}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":\"x\"},{\"type\":\"boolean\"}],"
+         "\"items\":false,\"minItems\":1}",
+         {"[\"x\"]", "[\"x\", true]", NULL},
+         {"[]", "[\"x\", true, 1]", "[true]", "[\"x\", 1]", NULL}},
+        {"{\"prefixItems\":[{\"type\":\"null\"}],\"items\":{\"type\":\"integer\"},"
+         "\"minItems\":3,\"maxItems\":4}",
+         {"[null, 1, 2]", "[null,1,2,3]", NULL},
+         {"[null, 1]", "[null,1,2,3,4]", "[1, 2, 3]", "[null, 1, \"a\"]", NULL}},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"integer\"},{\"type\":\"integer\"}],"
+         "\"maxItems\":2}",
+         {"[]", "[1]", "[1, 2]", NULL},
+         {"[1, 2, 3]", "[1, \"a\"]", NULL}},
+        {"{\"type\":\"array\",\"items\":false}", {"[]", "[ ]", NULL}, {"[1]", NULL}},
+    };
+    for (size_t t = 0; t < sizeof tuples / sizeof tuples[0]; t++) {
+        gb = NULL;
+        CHECKF(grammar_from_json_schema(tuples[t].schema, strlen(tuples[t].schema), &gb, &err) ==
+                   KN_OK, "%s: %s", tuples[t].schema, err.msg);
+        g = gb ? compile(gb) : NULL;
+        for (size_t i = 0; g && tuples[t].good[i]; i++)
+            CHECKF(matches(g, tuples[t].good[i], strlen(tuples[t].good[i])), "%s should match %s",
+                   tuples[t].schema, tuples[t].good[i]);
+        for (size_t i = 0; g && tuples[t].bad[i]; i++)
+            CHECKF(!matches(g, tuples[t].bad[i], strlen(tuples[t].bad[i])),
+                   "%s should not match %s", tuples[t].schema, tuples[t].bad[i]);
+        grammar_free(g);
+        free(gb);
+    }
     /* no required properties: any subset, in order */
     const char *opt = "{\"properties\":{\"a\":{\"const\":1},\"b\":{\"const\":2},\"c\":{\"type\":\"null\"}}}";
     CHECK(grammar_from_json_schema(opt, strlen(opt), &gb, &err) == KN_OK);
@@ -436,12 +473,37 @@ static void test_json_schema(void)
         {"{\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":3}}}",
          "at /properties/n: 'minimum' is not supported"},
         {"{\"type\":\"wat\"}", "unknown type 'wat'"},
-        {"{\"$ref\":\"#/$defs/missing\"}", "does not name an entry"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "$ref '#/$defs/missing' points into #/$defs, which"},
+        {"{\"$ref\":\"#/$defs/missing\",\"$defs\":{\"a\":{}}}",
+         "$ref '#/$defs/missing': #/$defs has no entry 'missing'"},
+        /* refs that are too short to name anything (issue 44: "#" and "" read past the end
+         * of the string), name nothing, or are not strings; each error names the ref */
+        {"{\"$ref\":\"#\"}", "$ref '#' is not supported"},
+        {"{\"$ref\":\"\"}", "$ref '' is not supported"},
+        {"{\"$ref\":\"#/\"}", "$ref '#/' is not supported"},
+        {"{\"$ref\":\"#/$\"}", "$ref '#/$' is not supported"},
+        {"{\"$ref\":\"#/$defs\"}", "$ref '#/$defs' is not supported"},
+        {"{\"$ref\":\"#/$defs/\",\"$defs\":{\"a\":{}}}", "$ref '#/$defs/' names no entry"},
+        {"{\"$ref\":\"#/definitions/\"}", "$ref '#/definitions/' names no entry"},
+        {"{\"$ref\":\"#/definitions/a\"}", "$ref '#/definitions/a' points into #/definitions, which"},
+        {"{\"$ref\":\"#/$defs/a\",\"$defs\":[]}", "points into #/$defs, which the schema does not have"},
+        {"{\"$ref\":\"#/properties/a\",\"properties\":{\"a\":{}}}", "$ref '#/properties/a' is not supported"},
+        {"{\"$ref\":\"other.json#/$defs/a\"}", "$ref 'other.json#/$defs/a' is not supported"},
+        {"{\"$ref\":7}", "'$ref' must be a string such as \"#/$defs/name\", not a number"},
+        {"{\"$ref\":null}", "not null"},
+        {"{\"$ref\":{\"a\":1}}", "not an object"},
+        {"{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}", "at /items: $ref '#'"},
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems is below minItems"},
         {"{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", "not supported"},
         {"{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'b' is not in 'properties'"},
         {"{\"type\": ", "not valid JSON"},
         {"false", "matches nothing"},
+        {"{\"prefixItems\":[]}", "'prefixItems' must be a non-empty array"},
+        {"{\"prefixItems\":{\"type\":\"integer\"}}", "'prefixItems' must be a non-empty array"},
+        {"{\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false,\"minItems\":2}",
+         "minItems is 2 but items: false allows only the 1 prefixItems"},
+        {"{\"prefixItems\":[{\"minimum\":1}]}", "at /prefixItems/0: 'minimum' is not supported"},
+        {"{\"anyOf\":[{}],\"prefixItems\":[{}]}", "move them into each alternative"},
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         gb = NULL;
