@@ -7,6 +7,7 @@
 #include "token/tok.h"
 
 #include <math.h>
+#include <time.h>
 
 static struct grammar *compile(const char *text)
 {
@@ -319,6 +320,93 @@ static void test_mask_real(void)
     free(allowed);
     grammar_state_free(st);
     grammar_free(g);
+    grammar_vocab_free(gv);
+    tok_free(t);
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Grammars so ambiguous that one token's mask took seconds (issue 44: 30 optional
+ * repetitions side by side, 4+ s per token; a 50,000-way enum, 29 s for 30 tokens) are
+ * stopped by the matcher's bounds (grammar.h) in well under a second, with a reason; a
+ * large but ordinary enum still works. */
+static void test_bounds(void)
+{
+    struct tok *t = load_vocab("ggml-vocab-llama-spm.gguf");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct grammar_vocab *gv;
+    struct kn_err err;
+    CHECK(grammar_vocab_from_tok(&gv, t, 0, &err) == KN_OK);
+    int32_t n = grammar_vocab_n(gv);
+    uint8_t *allowed = malloc((size_t)n);
+    /* 30 optional runs side by side: the first mask exceeds the work bound */
+    char amb[256] = "root ::=";
+    for (int i = 0; i < 30; i++)
+        strcat(amb, " x");
+    strcat(amb, "\nx ::= [a-z ,.]{0,100}\n");
+    struct grammar *g = compile(amb);
+    struct grammar_state *st = NULL;
+    CHECK(g && grammar_state_init(&st, g, &err) == KN_OK);
+    if (st) {
+        CHECK(grammar_state_error(st) == NULL);
+        double t0 = cpu_seconds();
+        grammar_mask(st, gv, allowed);
+        double dt = cpu_seconds() - t0;
+        int count = 0;
+        for (int32_t id = 0; id < n; id++)
+            count += allowed[id];
+        const char *why = grammar_state_error(st);
+        CHECKF(count == 0 && why && strstr(why, "GRAMMAR_WORK_PER_PIECE"), "%d allowed, %s", count,
+               why ? why : "no reason");
+        CHECKF(dt < 1.0, "the ambiguous grammar's mask took %.2f s of CPU", dt);
+        CHECK(!grammar_allows(st, gv, 100) && !grammar_accept_bytes(st, "a", 1));
+        /* the same grammar after a reset: accepting text is not bounded by the work per
+         * token (only by the stacks), and a mask fails again */
+        grammar_state_reset(st);
+        CHECK(grammar_state_error(st) == NULL && grammar_accept_bytes(st, "abc de", 6));
+        grammar_state_free(st);
+    }
+    grammar_free(g);
+    /* a 50,000-way enum: more stacks than GRAMMAR_MAX_STACKS at the start */
+    size_t cap = 50000 * 12 + 64, len = 0;
+    char *big = malloc(cap);
+    len += (size_t)snprintf(big, cap, "root ::= ");
+    for (int i = 0; i < 50000; i++)
+        len += (size_t)snprintf(big + len, cap - len, "%s\"w%05d\"", i ? " | " : "", i);
+    len += (size_t)snprintf(big + len, cap - len, "\n");
+    g = compile(big);
+    double t0 = cpu_seconds();
+    st = NULL;
+    enum kn_status rc = g ? grammar_state_init(&st, g, &err) : KN_E_ARG;
+    CHECKF(rc == KN_E_LIMIT && strstr(err.msg, "too ambiguous") &&
+               strstr(err.msg, "GRAMMAR_MAX_STACKS"), "50,000-way enum: %s",
+           rc ? err.msg : "accepted");
+    CHECKF(cpu_seconds() - t0 < 1.0, "the enum took %.2f s of CPU", cpu_seconds() - t0);
+    grammar_state_free(st);
+    grammar_free(g);
+    /* 4,000 ways is fine: masks and accepts as before */
+    len = (size_t)snprintf(big, cap, "root ::= ");
+    for (int i = 0; i < 4000; i++)
+        len += (size_t)snprintf(big + len, cap - len, "%s\"w%05d\"", i ? " | " : "", i);
+    g = compile(big);
+    st = NULL;
+    CHECKF(g && grammar_state_init(&st, g, &err) == KN_OK, "4,000-way enum: %s", err.msg);
+    if (st) {
+        grammar_mask(st, gv, allowed);
+        CHECK(grammar_state_error(st) == NULL && grammar_accept_bytes(st, "w0399", 5) &&
+              grammar_accept_bytes(st, "9", 1) && grammar_is_complete(st));
+        grammar_state_free(st);
+    }
+    grammar_free(g);
+    free(big);
+    free(allowed);
     grammar_vocab_free(gv);
     tok_free(t);
 }
@@ -682,6 +770,7 @@ int main(void)
     test_mask_real();
     test_mask_cache();
     test_json_schema();
+    test_bounds();
     test_sample_with_grammar();
     test_sample_equals_mask();
     CHECK_DONE();
