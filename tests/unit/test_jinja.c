@@ -218,6 +218,10 @@ static void test_hostile(void)
 #undef BIG
     double slowest = 0;
     for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        /* ASan's memmem checks the whole rest of the haystack on each call, so a million
+         * matches cost it minutes, not the engine's budget: that case runs unsanitized */
+        if (CHECK_SANITIZED && strstr(hostile[i], "count('a')"))
+            continue;
         struct jinja_diag d;
         enum kn_status st;
         double t0 = cpu_seconds();
