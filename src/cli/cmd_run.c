@@ -350,6 +350,9 @@ static void run_print_result(const struct run_opts *o, const struct session *s,
     if (g->finish == ENGINE_FINISH_CONTEXT)
         fprintf(stderr, "kinetic run: stopped at the context limit (%lld tokens); use a larger --ctx-size\n",
                 (long long)s->n_ctx);
+    if (s->gstate && grammar_state_error(s->gstate)) /* a bound of grammar.h stopped it */
+        fprintf(stderr, "kinetic run: the grammar stopped the output: %s\n",
+                grammar_state_error(s->gstate));
     /* Generated tokens after the first each cost one forward pass. */
     int64_t n_dec = g->n > 0 ? g->n - 1 : 0;
     if (strcmp(stop, "eog") == 0)

@@ -32,6 +32,8 @@ struct grammar {
 };
 
 #define NIL UINT32_MAX
+#define GRAMMAR_STR_(x) #x
+#define GRAMMAR_STR(x) GRAMMAR_STR_(x)
 
 /* ================================================================ parser */
 
@@ -689,7 +691,11 @@ int grammar_n_rules(const struct grammar *g)
 struct gnode {
     uint32_t pos;  /* element index */
     uint32_t next; /* the stack below, or NIL */
+    uint32_t h;    /* a hash of the whole stack from here down (stack_hash) */
 };
+
+/* Why a state refuses everything (grammar_state_error). */
+enum gfail { GFAIL_NONE, GFAIL_OOM, GFAIL_STACKS, GFAIL_WORK };
 
 struct arena {
     struct gnode *n;
@@ -704,7 +710,15 @@ struct grammar_state {
     size_t n_cur;
     uint32_t cp;        /* a code point being assembled from UTF-8 bytes */
     int rem;            /* its missing continuation bytes */
-    bool done, oom;
+    bool done, oom;     /* oom: the state refuses everything; why in fail */
+    enum gfail fail;
+    size_t work;        /* stack steps since the last accepted text */
+    size_t work_cap;    /* inside grammar_mask and grammar_allows: the most work allows
+                         * (grammar_work_cap); 0 elsewhere (accepting text is linear) */
+    /* An index of the set being built (set_add): slots hold set positions + 1, 0 empty;
+     * it covers set[ht_from .. ht_from + ht_count). */
+    uint32_t *ht;
+    size_t ht_cap, ht_from, ht_count;
     uint32_t *path;     /* compaction scratch */
     size_t cap_path;
     /* grammar_mask's cache. A mask is a function of the state (its stacks and UTF-8
@@ -722,13 +736,28 @@ struct grammar_state {
     size_t key_len, key_cap;
 };
 
+/* Marks the state failed: from now on it refuses every byte and token. */
+static void state_fail(struct grammar_state *st, enum gfail why)
+{
+    if (!st->oom)
+        st->fail = why;
+    st->oom = true;
+}
+
+static uint32_t stack_hash(const struct arena *a, uint32_t pos, uint32_t next)
+{
+    uint32_t below = next == NIL ? 0x9e3779b9u : a->n[next].h;
+    uint32_t h = (pos + 0x7f4a7c15u) * 0x85ebca6bu ^ (below * 0xc2b2ae35u + (below >> 15));
+    return h ^ (h >> 13);
+}
+
 static uint32_t node_new(struct grammar_state *st, uint32_t pos, uint32_t next)
 {
     if (!grow((void **)&st->a.n, &st->a.cap, st->a.len + 1, sizeof *st->a.n)) {
-        st->oom = true;
+        state_fail(st, GFAIL_OOM);
         return NIL;
     }
-    st->a.n[st->a.len] = (struct gnode){pos, next};
+    st->a.n[st->a.len] = (struct gnode){pos, next, stack_hash(&st->a, pos, next)};
     return (uint32_t)st->a.len++;
 }
 
@@ -743,17 +772,88 @@ static bool stack_eq(const struct grammar_state *st, uint32_t x, uint32_t y)
     return true;
 }
 
-/* Adds stack s to the set that starts at set[from] (the top of the set stack). */
+static uint32_t set_hash(const struct grammar_state *st, uint32_t s)
+{
+    return s == NIL ? 0x2545f491u : st->a.n[s].h;
+}
+
+/* Sets smaller than this are searched by a scan; larger ones through the index. */
+#define SET_SCAN 16
+
+/* Puts set position i into the index (which has room). */
+static void ht_put(struct grammar_state *st, size_t i)
+{
+    size_t mask = st->ht_cap - 1;
+    for (size_t k = set_hash(st, st->set[i]) & mask;; k = (k + 1) & mask)
+        if (!st->ht[k]) {
+            st->ht[k] = (uint32_t)(i + 1);
+            return;
+        }
+}
+
+/* Makes the index cover the set at set[from..n_set), at least twice as big as it, so
+ * a lookup is a probe or two. False when out of memory. */
+static bool ht_cover(struct grammar_state *st, size_t from)
+{
+    size_t n = st->n_set - from;
+    if (st->ht_from == from && st->ht_count == n && 4 * (n + 1) <= st->ht_cap * 2)
+        return true; /* the usual case: the same set, one more stack since the last call */
+    size_t cap = st->ht_cap ? st->ht_cap : 64;
+    while (cap < 4 * (n + 1))
+        cap *= 2;
+    if (cap != st->ht_cap) {
+        uint32_t *t = realloc(st->ht, cap * sizeof *t);
+        if (!t)
+            return false;
+        st->ht = t;
+        st->ht_cap = cap;
+    }
+    memset(st->ht, 0, st->ht_cap * sizeof *st->ht);
+    st->ht_from = from;
+    st->ht_count = n;
+    for (size_t i = from; i < st->n_set; i++)
+        ht_put(st, i);
+    return true;
+}
+
+/* Adds stack s to the set that starts at set[from] (the top of the set stack), unless it
+ * is there already. A set larger than GRAMMAR_MAX_STACKS fails the state: a grammar that
+ * ambiguous would make every token cost seconds. */
 static void set_add(struct grammar_state *st, size_t from, uint32_t s)
 {
-    for (size_t i = from; i < st->n_set; i++)
-        if (stack_eq(st, st->set[i], s))
+    if (st->oom)
+        return;
+    bool indexed = st->n_set - from >= SET_SCAN;
+    if (!indexed) { /* small sets (nearly all of them): a scan is cheaper than an index */
+        for (size_t i = from; i < st->n_set; i++)
+            if (stack_eq(st, st->set[i], s))
+                return;
+    } else {
+        if (!ht_cover(st, from)) {
+            state_fail(st, GFAIL_OOM);
             return;
+        }
+        size_t mask = st->ht_cap - 1;
+        uint32_t h = set_hash(st, s);
+        for (size_t k = h & mask; st->ht[k]; k = (k + 1) & mask) {
+            uint32_t x = st->set[st->ht[k] - 1];
+            if (set_hash(st, x) == h && stack_eq(st, x, s))
+                return;
+        }
+    }
+    if (st->n_set - from >= GRAMMAR_MAX_STACKS) {
+        state_fail(st, GFAIL_STACKS);
+        return;
+    }
     if (!grow((void **)&st->set, &st->cap_set, st->n_set + 1, sizeof *st->set)) {
-        st->oom = true;
+        state_fail(st, GFAIL_OOM);
         return;
     }
     st->set[st->n_set++] = s;
+    if (indexed) {
+        st->ht_count++;
+        ht_put(st, st->n_set - 1);
+    }
 }
 
 /* Expands stack s until every top is a character set, adding the results to the set at
@@ -762,7 +862,9 @@ static void expand(struct grammar_state *st, size_t from, uint32_t s)
 {
     const struct grammar *g = st->g;
     for (;;) {
-        if (s == NIL || st->oom) {
+        if (st->oom)
+            return;
+        if (s == NIL) {
             set_add(st, from, NIL);
             return;
         }
@@ -780,7 +882,7 @@ static void expand(struct grammar_state *st, size_t from, uint32_t s)
         if (!el_end(g->els[nd.pos + 1].type))
             cont = node_new(st, nd.pos + 1, nd.next);
         uint32_t i = g->rule_start[e->a];
-        for (;;) {
+        for (; !st->oom; st->work++) {
             if (el_end(g->els[i].type))
                 expand(st, from, cont); /* an empty alternative */
             else
@@ -822,7 +924,12 @@ static bool set_match_range(const struct grammar *g, const struct gel *e, uint32
 static size_t advance(struct grammar_state *st, size_t from, size_t to, uint32_t cp)
 {
     size_t start = st->n_set;
-    for (size_t i = from; i < to; i++) {
+    st->work += to - from;
+    if (st->work_cap && st->work > st->work_cap) {
+        state_fail(st, GFAIL_WORK);
+        return start;
+    }
+    for (size_t i = from; i < to && !st->oom; i++) {
         uint32_t s = st->set[i];
         if (s == NIL)
             continue;
@@ -914,7 +1021,7 @@ static void commit(struct grammar_state *st, size_t from, size_t to)
                 st->oom = true;
                 break;
             }
-            st->b.n[st->b.len] = (struct gnode){st->path[d], top};
+            st->b.n[st->b.len] = (struct gnode){st->path[d], top, stack_hash(&st->b, st->path[d], top)};
             top = (uint32_t)st->b.len++;
         }
         st->set[i] = top; /* i <= from + i: safe to overwrite in place */
@@ -923,6 +1030,7 @@ static void commit(struct grammar_state *st, size_t from, size_t to)
     st->a = st->b;
     st->b = t;
     st->n_set = st->n_cur = n;
+    st->ht_count = SIZE_MAX; /* the nodes moved: the index is rebuilt on next use */
 }
 
 void grammar_state_reset(struct grammar_state *st)
@@ -933,8 +1041,11 @@ void grammar_state_reset(struct grammar_state *st)
     st->cp = 0;
     st->done = false;
     st->oom = false;
+    st->fail = GFAIL_NONE;
+    st->work = 0;
+    st->ht_count = SIZE_MAX;
     uint32_t i = st->g->rule_start[st->g->root];
-    for (;;) {
+    for (; !st->oom;) {
         if (el_end(st->g->els[i].type))
             expand(st, 0, NIL);
         else
@@ -959,8 +1070,12 @@ enum kn_status grammar_state_init(struct grammar_state **out, const struct gramm
     st->g = g;
     grammar_state_reset(st);
     if (st->oom) {
+        enum gfail why = st->fail;
+        const char *msg = grammar_state_error(st);
+        enum kn_status code = why == GFAIL_OOM ? KN_E_NOMEM : KN_E_LIMIT;
+        kn_fail(err, code, "grammar: %s", msg);
         grammar_state_free(st);
-        return kn_fail(err, KN_E_NOMEM, "grammar: out of memory");
+        return code;
     }
     *out = st;
     return KN_OK;
@@ -979,6 +1094,7 @@ void grammar_state_free(struct grammar_state *st)
         free(st->mc[i].mask);
     }
     free(st->key);
+    free(st->ht);
     free(st);
 }
 
@@ -1000,6 +1116,9 @@ enum kn_status grammar_state_copy(struct grammar_state *dst, const struct gramma
     dst->rem = src->rem;
     dst->done = src->done;
     dst->oom = src->oom;
+    dst->fail = src->fail;
+    dst->work = src->work;
+    dst->ht_count = SIZE_MAX;
     return KN_OK;
 }
 
@@ -1022,6 +1141,7 @@ bool grammar_accept_bytes(struct grammar_state *st, const char *bytes, size_t le
         commit(st, from, to);
     else
         st->n_set = st->n_cur;
+    st->work = 0; /* the next token's filtering starts its budget afresh */
     return !st->oom;
 }
 
@@ -1038,6 +1158,22 @@ bool grammar_is_complete(const struct grammar_state *st)
 bool grammar_is_done(const struct grammar_state *st)
 {
     return st->done;
+}
+
+const char *grammar_state_error(const struct grammar_state *st)
+{
+    switch (st->oom ? st->fail : GFAIL_NONE) {
+    case GFAIL_NONE: return NULL;
+    case GFAIL_STACKS:
+        return "the grammar is too ambiguous: the text so far can continue in more than "
+               GRAMMAR_STR(GRAMMAR_MAX_STACKS) " ways at once (GRAMMAR_MAX_STACKS); use fewer "
+               "alternatives that start alike and fewer optional repetitions side by side";
+    case GFAIL_WORK:
+        return "the grammar needs more than " GRAMMAR_STR(GRAMMAR_WORK_PER_PIECE) " steps per "
+               "vocabulary entry to filter a token (GRAMMAR_WORK_PER_PIECE); make it less "
+               "ambiguous";
+    default: return "out of memory";
+    }
 }
 
 /* ================================================================ vocabulary trie */
@@ -1243,6 +1379,14 @@ bool grammar_accept_token(struct grammar_state *st, const struct grammar_vocab *
     return grammar_accept_bytes(st, gv->bytes + gv->off[id], len);
 }
 
+/* The work one token's filtering may take: GRAMMAR_WORK_PER_PIECE steps per vocabulary
+ * entry (a mask walks at most the whole trie), at least GRAMMAR_MIN_WORK. */
+static size_t grammar_work_cap(const struct grammar_vocab *gv)
+{
+    size_t cap = (size_t)gv->n_vocab * GRAMMAR_WORK_PER_PIECE;
+    return cap > GRAMMAR_MIN_WORK ? cap : GRAMMAR_MIN_WORK;
+}
+
 bool grammar_allows(struct grammar_state *st, const struct grammar_vocab *gv, int32_t id)
 {
     if (id < 0 || id >= gv->n_vocab || st->done || st->oom)
@@ -1257,8 +1401,10 @@ bool grammar_allows(struct grammar_state *st, const struct grammar_vocab *gv, in
     int rem = st->rem;
     bool ok = true;
     const char *b = gv->bytes + gv->off[id];
+    st->work_cap = grammar_work_cap(gv);
     for (size_t i = 0; i < len && ok; i++)
         ok = step_byte(st, &from, &to, &cp, &rem, (unsigned char)b[i]);
+    st->work_cap = 0;
     st->n_set = st->n_cur;
     st->a.len = mark_nodes;
     return ok && !st->oom;
@@ -1359,7 +1505,9 @@ void grammar_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint
 static void walk_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint8_t *allowed)
 {
     memset(allowed, 0, (size_t)gv->n_vocab);
+    st->work_cap = grammar_work_cap(gv);
     walk(st, gv, 0, 0, st->n_cur, st->cp, st->rem, allowed);
+    st->work_cap = 0;
     if (st->oom) {
         memset(allowed, 0, (size_t)gv->n_vocab);
         return;

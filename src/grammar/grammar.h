@@ -50,6 +50,18 @@ KN_MUST_USE enum kn_status grammar_vocab_from_tok(struct grammar_vocab **out, co
 void grammar_vocab_free(struct grammar_vocab *gv);
 int32_t grammar_vocab_n(const struct grammar_vocab *gv);
 
+/* The matcher's bounds, so that one request's grammar cannot hold up the others: a
+ * state tracks at most GRAMMAR_MAX_STACKS ways to continue the text at once, and filtering
+ * one token (grammar_mask, grammar_allows, between two accepted texts) takes at most
+ * GRAMMAR_WORK_PER_PIECE stack steps per vocabulary entry (at least GRAMMAR_MIN_WORK; a
+ * step is some 10 ns, a JSON grammar takes about 9 per entry). A grammar past either (a
+ * 50,000-way enum, 30 optional repetitions side by side) fails its state:
+ * grammar_state_init returns KN_E_LIMIT, or, when it happens later, the state refuses
+ * every token from then on and grammar_state_error says why. */
+#define GRAMMAR_MAX_STACKS 4096
+#define GRAMMAR_WORK_PER_PIECE 64
+#define GRAMMAR_MIN_WORK 1000000
+
 /* A state at the start of g (which must outlive it). */
 KN_MUST_USE enum kn_status grammar_state_init(struct grammar_state **out, const struct grammar *g,
                                               struct kn_err *err);
@@ -70,6 +82,8 @@ bool grammar_accept_token(struct grammar_state *st, const struct grammar_vocab *
 bool grammar_is_complete(const struct grammar_state *st);
 /* An end-of-generation token was accepted. */
 bool grammar_is_done(const struct grammar_state *st);
+/* Why the state refuses everything (a limit above, or out of memory), or NULL. */
+const char *grammar_state_error(const struct grammar_state *st);
 /* Sets allowed[id] (gv's n_vocab bytes) to 1 for the tokens that can continue the text,
  * 0 for the others. Out of memory makes the state refuse everything (all 0). */
 void grammar_mask(struct grammar_state *st, const struct grammar_vocab *gv, uint8_t *allowed);
@@ -87,9 +101,11 @@ const char *grammar_json_object_gbnf(void);
  * array, or a list of them), properties + required (properties in the schema's order,
  * required ones always present), additionalProperties (false or absent: no other keys;
  * true or a schema: other keys allowed only on objects without "properties"), enum,
- * const, items + minItems/maxItems, prefixItems, minLength/maxLength, format (date, time,
- * date-time, uuid), anyOf/oneOf (as alternatives), $ref to "#/$defs/..." or
- * "#/definitions/...", and {} or true for any value. Anything else that would constrain the
+ * const, items + minItems/maxItems, prefixItems (2020-12 tuples: item i follows
+ * prefixItems[i], items the ones after, items: false closes the array; minItems/maxItems
+ * count them all), minLength/maxLength, format (date, time, date-time, uuid), anyOf/oneOf
+ * (as alternatives), $ref to "#/$defs/NAME" or "#/definitions/NAME" of the same document
+ * (any other ref, "#" included, is an error naming it), and {} or true for any value. Anything else that would constrain the
  * output (pattern, minimum, allOf...) is an error naming the keyword and its path, so an
  * output never silently misses the schema. */
 KN_MUST_USE enum kn_status grammar_from_json_schema(const char *schema, size_t len, char **out,

@@ -127,7 +127,8 @@ static const char *const annotations[] = {
     "readOnly", "writeOnly", "$defs", "definitions", NULL,
 };
 static const char *const handled[] = {
-    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
+    "maxItems",
     "enum", "const", "minLength", "maxLength", "format", "anyOf", "oneOf", "$ref", NULL,
 };
 
@@ -213,6 +214,126 @@ static const char *format_rule(const char *f)
     return NULL;
 }
 
+/* The body of an array schema: prefixItems (JSON Schema 2020-12 tuples: item i follows
+ * prefixItems[i]), items for the items after them (absent: any value; false: none), and
+ * minItems/maxItems on the whole count. Items past the prefix come as a repetition; the
+ * prefix's items nest, each optional from minItems on, so any count in range is a sentence:
+ *     "[" ws P0 ws ( "," ws P1 ws ( "," ws R ws ){0,3} )? "]"      (minItems 1, maxItems 5) */
+static void gen_array(struct conv *c, const struct json_value *s, const char *path, struct sb *b)
+{
+    char sub[512];
+    const struct json_value *prefix = json_get(s, "prefixItems");
+    const struct json_value *items = json_get(s, "items");
+    if (prefix && (!json_is(prefix, JSON_ARRAY) || json_len(prefix) == 0)) {
+        fail(c, path, "'prefixItems' must be a non-empty array of schemas");
+        return;
+    }
+    int64_t k = (int64_t)json_len(prefix);
+    if (k > 256) {
+        fail(c, path, "more than 256 prefixItems");
+        return;
+    }
+    int64_t mn = 0, mx = -1;
+    if (!get_count(c, s, "minItems", path, &mn, 1000))
+        return;
+    if (json_get(s, "maxItems") && !get_count(c, s, "maxItems", path, &mx, 1000))
+        return;
+    if (mx >= 0 && mx < mn) {
+        fail(c, path, "maxItems is below minItems");
+        return;
+    }
+    /* items: false closes the array after the prefix */
+    bool closed = items && json_is(items, JSON_BOOL) && !items->u.boolean;
+    if (closed && (mx < 0 || mx > k))
+        mx = k;
+    if (mx >= 0 && mx < mn) {
+        fail(c, path, "minItems is %lld but items: false allows only the %lld prefixItems",
+             (long long)mn, (long long)k);
+        return;
+    }
+    int pr[256];
+    for (int64_t i = 0; i < k; i++) {
+        snprintf(sub, sizeof sub, "%s/prefixItems/%lld", path, (long long)i);
+        if ((pr[i] = gen(c, json_at(prefix, (size_t)i), sub)) == -1)
+            return;
+    }
+    int item = -2; /* any value */
+    if (items && !closed) {
+        snprintf(sub, sizeof sub, "%s/items", path);
+        if ((item = gen(c, items, sub)) == -1)
+            return;
+    }
+    if (mx == 0) {
+        sb_add(b, "\"[\" ws \"]\"", 10);
+        return;
+    }
+    struct sb it = {0};
+    if (item == -2)
+        sb_add(&it, "jvalue", 6);
+    else
+        add_ref(&it, item);
+    const char *iv = it.s ? it.s : "jvalue";
+    if (k == 0) {
+        if (mn == 0) {
+            sb_printf(b, "\"[\" ws ( %s ws ( \",\" ws %s ws )", iv, iv);
+            if (mx < 0)
+                sb_add(b, "*", 1);
+            else
+                sb_printf(b, "{0,%lld}", (long long)(mx - 1));
+            sb_add(b, " )? \"]\"", 7);
+        } else {
+            sb_printf(b, "\"[\" ws %s ws ( \",\" ws %s ws )", iv, iv);
+            if (mx < 0)
+                sb_printf(b, "{%lld,}", (long long)(mn - 1));
+            else
+                sb_printf(b, "{%lld,%lld}", (long long)(mn - 1), (long long)(mx - 1));
+            sb_add(b, " \"]\"", 4);
+        }
+    } else {
+        /* Built from the end: tail is what may follow item i - 1. */
+        struct sb tail = {0};
+        int64_t last = mx >= 0 && mx < k ? mx : k; /* prefix items that may appear */
+        if (mx < 0 || mx > k) {
+            int64_t lo = mn > k ? mn - k : 0;
+            sb_printf(&tail, "( \",\" ws %s ws )", iv);
+            if (mx < 0 && lo == 0)
+                sb_add(&tail, "*", 1);
+            else if (mx < 0)
+                sb_printf(&tail, "{%lld,}", (long long)lo);
+            else
+                sb_printf(&tail, "{%lld,%lld}", (long long)lo, (long long)(mx - k));
+            sb_add(&tail, " ", 1);
+        }
+        for (int64_t i = last; i-- > 0;) {
+            struct sb e = {0};
+            if (i >= mn)
+                sb_add(&e, "( ", 2);
+            if (i > 0)
+                sb_add(&e, "\",\" ws ", 7);
+            add_ref(&e, pr[i]);
+            sb_add(&e, " ws ", 4);
+            if (tail.s)
+                sb_add(&e, tail.s, tail.len);
+            if (i >= mn)
+                sb_add(&e, ")? ", 3);
+            if (tail.oom)
+                e.oom = true;
+            free(tail.s);
+            tail = e;
+        }
+        sb_add(b, "\"[\" ws ", 7);
+        if (tail.s)
+            sb_add(b, tail.s, tail.len);
+        sb_add(b, "\"]\"", 3);
+        if (tail.oom)
+            b->oom = true;
+        free(tail.s);
+    }
+    if (it.oom)
+        b->oom = true;
+    free(it.s);
+}
+
 /* The body for one type name (with the schema's keywords for that type). */
 static void gen_type(struct conv *c, const struct json_value *s, const char *t, const char *path,
                      struct sb *b)
@@ -253,50 +374,7 @@ static void gen_type(struct conv *c, const struct json_value *s, const char *t, 
     } else if (strcmp(t, "null") == 0) {
         sb_add(b, "jnull", 5);
     } else if (strcmp(t, "array") == 0) {
-        const struct json_value *items = json_get(s, "items");
-        int item;
-        snprintf(sub, sizeof sub, "%s/items", path);
-        if (items)
-            item = gen(c, items, sub);
-        else
-            item = -2; /* any value */
-        if (item == -1)
-            return;
-        int64_t mn = 0, mx = -1;
-        if (!get_count(c, s, "minItems", path, &mn, 1000))
-            return;
-        if (json_get(s, "maxItems") && !get_count(c, s, "maxItems", path, &mx, 1000))
-            return;
-        if (mx >= 0 && mx < mn) {
-            fail(c, path, "maxItems is below minItems");
-            return;
-        }
-        struct sb it = {0};
-        if (item == -2)
-            sb_add(&it, "jvalue", 6);
-        else
-            add_ref(&it, item);
-        const char *iv = it.s ? it.s : "jvalue";
-        if (mx == 0) {
-            sb_add(b, "\"[\" ws \"]\"", 10);
-        } else if (mn == 0) {
-            sb_printf(b, "\"[\" ws ( %s ws ( \",\" ws %s ws )", iv, iv);
-            if (mx < 0)
-                sb_add(b, "*", 1);
-            else
-                sb_printf(b, "{0,%lld}", (long long)(mx - 1));
-            sb_add(b, " )? \"]\"", 7);
-        } else {
-            sb_printf(b, "\"[\" ws %s ws ( \",\" ws %s ws )", iv, iv);
-            if (mx < 0)
-                sb_printf(b, "{%lld,}", (long long)(mn - 1));
-            else
-                sb_printf(b, "{%lld,%lld}", (long long)(mn - 1), (long long)(mx - 1));
-            sb_add(b, " \"]\"", 4);
-        }
-        if (it.oom)
-            b->oom = true;
-        free(it.s);
+        gen_array(c, s, path, b);
     } else if (strcmp(t, "object") == 0) {
         const struct json_value *props = json_get(s, "properties");
         const struct json_value *req = json_get(s, "required");
@@ -433,6 +511,55 @@ static void gen_type(struct conv *c, const struct json_value *s, const char *t, 
     }
 }
 
+/* "a number", "an object"...: what a JSON value is, for messages. */
+static const char *kind_name(const struct json_value *v)
+{
+    switch (v->type) {
+    case JSON_NULL: return "null";
+    case JSON_BOOL: return "a boolean";
+    case JSON_NUMBER: return "a number";
+    case JSON_STRING: return "a string";
+    case JSON_ARRAY: return "an array";
+    default: return "an object";
+    }
+}
+
+/* Finds the schema a "$ref" names: "#/$defs/NAME" or "#/definitions/NAME", an entry of
+ * the document's $defs or definitions. Anything else (the whole document "#", "", a
+ * pointer into another keyword, a missing name or entry) fails naming the ref. */
+static bool resolve_ref(struct conv *c, const char *ref, const char *path,
+                        const struct json_value **out)
+{
+    static const char *const containers[] = {"$defs", "definitions"};
+    for (int i = 0; i < 2; i++) {
+        size_t n = strlen(containers[i]);
+        if (strncmp(ref, "#/", 2) != 0 || strncmp(ref + 2, containers[i], n) != 0 ||
+            ref[2 + n] != '/')
+            continue;
+        const char *name = ref + 3 + n;
+        if (!*name) {
+            fail(c, path, "$ref '%s' names no entry of #/%s (it ends after the '/')", ref,
+                 containers[i]);
+            return false;
+        }
+        const struct json_value *defs = json_get(c->root, containers[i]);
+        if (!json_is(defs, JSON_OBJECT)) {
+            fail(c, path, "$ref '%s' points into #/%s, which the schema does not have", ref,
+                 containers[i]);
+            return false;
+        }
+        *out = json_get(defs, name);
+        if (!*out) {
+            fail(c, path, "$ref '%s': #/%s has no entry '%s'", ref, containers[i], name);
+            return false;
+        }
+        return true;
+    }
+    fail(c, path, "$ref '%s' is not supported: only \"#/$defs/NAME\" and "
+         "\"#/definitions/NAME\" (an entry of the same document) are", ref);
+    return false;
+}
+
 /* Generates the rule for schema s; returns its number, -2 for "any value" (jvalue), -1
  * on error. */
 static int gen(struct conv *c, const struct json_value *s, const char *path)
@@ -467,19 +594,14 @@ static int gen(struct conv *c, const struct json_value *s, const char *path)
     const struct json_value *v;
     if ((v = json_get(s, "$ref"))) {
         const char *ref = json_str(v);
-        const char *name = NULL;
-        if (ref && strncmp(ref, "#/$defs/", 8) == 0)
-            name = ref + 8;
-        else if (ref && strncmp(ref, "#/definitions/", 14) == 0)
-            name = ref + 14;
-        const struct json_value *defs =
-            json_get(c->root, ref && ref[2] == '$' ? "$defs" : "definitions");
-        const struct json_value *target = name ? json_get(defs, name) : NULL;
-        if (!target) {
-            result = fail(c, path, "$ref '%s' does not name an entry of #/$defs or #/definitions",
-                          ref ? ref : "?");
+        if (!ref) {
+            result = fail(c, path, "'$ref' must be a string such as \"#/$defs/name\", not %s",
+                          kind_name(v));
             goto out;
         }
+        const struct json_value *target = NULL;
+        if (!resolve_ref(c, ref, path, &target))
+            goto out;
         for (int i = 0; i < c->n_refs; i++)
             if (strcmp(c->refs[i].ref, ref) == 0) {
                 result = c->refs[i].rule;
@@ -522,9 +644,11 @@ static int gen(struct conv *c, const struct json_value *s, const char *path)
             result = fail(c, path, "'anyOf'/'oneOf' must be a non-empty array");
             goto out;
         }
-        if (json_get(s, "type") || json_get(s, "properties") || json_get(s, "items")) {
-            result = fail(c, path, "'anyOf'/'oneOf' next to 'type', 'properties' or 'items' is "
-                                   "not supported; move them into each alternative");
+        if (json_get(s, "type") || json_get(s, "properties") || json_get(s, "items") ||
+            json_get(s, "prefixItems")) {
+            result = fail(c, path, "'anyOf'/'oneOf' next to 'type', 'properties', 'items' or "
+                                   "'prefixItems' is not supported; move them into each "
+                                   "alternative");
             goto out;
         }
         for (size_t i = 0; i < json_len(v); i++) {
@@ -561,7 +685,7 @@ static int gen(struct conv *c, const struct json_value *s, const char *path)
         }
     } else if (json_get(s, "properties")) {
         gen_type(c, s, "object", path, &b);
-    } else if (json_get(s, "items")) {
+    } else if (json_get(s, "items") || json_get(s, "prefixItems")) {
         gen_type(c, s, "array", path, &b);
     } else {
         result = -2; /* {} or only annotations: any value */

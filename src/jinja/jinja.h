@@ -8,8 +8,10 @@
  * jinja2.Undefined (print as "", fail on attribute access, arithmetic and calls). Mutating
  * methods of lists and dicts (append, pop, update...) fail as in the immutable sandbox.
  *
- * Safety: the source size, expression nesting, call depth, loop iterations, output size
- * and working memory are bounded (struct jinja_limits); every error names the template
+ * Safety: the source size, expression nesting, call depth, loop iterations, output size,
+ * working memory and the render's total work (evaluation steps plus every byte or element
+ * a string or list operation scans, compares or copies) are bounded (struct jinja_limits),
+ * so a hostile template is refused in well under a second; every error names the template
  * line and column. Nothing is rendered partially: on failure *out is NULL.
  *
  * Typical use (what transformers' apply_chat_template does):
@@ -34,7 +36,14 @@ struct jinja_limits {
     size_t max_iterations; /* loop iterations over the whole render; default 1,000,000 */
     size_t max_output;     /* bytes of output (macro output included); default 16 MiB */
     size_t max_memory;     /* working memory of one render; default 256 MiB */
+    size_t max_work;       /* work units of one render: a byte scanned, compared or copied
+                            * is one unit, a value compared, copied or looked up or a
+                            * code point case-mapped or classified JINJA_ELEM_WORK units, an evaluation step JINJA_STEP_WORK
+                            * units (about a nanosecond each); default 64 Mi units
+                            * (JINJA_MAX_WORK) */
 };
+enum { JINJA_ELEM_WORK = 4, JINJA_STEP_WORK = 16 };
+#define JINJA_MAX_WORK ((size_t)64 << 20)
 
 /* Options of one render. */
 struct jinja_options {

@@ -43,7 +43,7 @@ enum kn_status jr_get_attr(struct rs *r, const struct jnode *at, struct jv obj,
             m = jr_builtin_find(obj.t == JV_TUPLE ? JB_TUPLE : JB_LIST, name, n);
         break;
     case JV_NS: {
-        struct jv *v = jr_map_finds(obj.u.d, name, n);
+        struct jv *v = jr_map_finds(r, obj.u.d, name, n);
         if (v) {
             *out = *v;
             return KN_OK;
@@ -90,7 +90,7 @@ enum kn_status jr_get_attr(struct rs *r, const struct jnode *at, struct jv obj,
         return out->u.f2 ? KN_OK : jr_nomem(r);
     }
     if (obj.t == JV_DICT) {
-        struct jv *v = jr_map_finds(obj.u.d, name, n);
+        struct jv *v = jr_map_finds(r, obj.u.d, name, n);
         if (v) {
             *out = *v;
             return KN_OK;
@@ -116,7 +116,7 @@ enum kn_status jr_get_item(struct rs *r, const struct jnode *at, struct jv obj,
     if (obj.t == JV_DICT) {
         if (key.t == JV_LIST || key.t == JV_DICT)
             return jr_rerr(r, at, JINJA_ERR_TYPE, "unhashable type: '%s'", jr_type_name(&key));
-        struct jv *v = jr_map_find(obj.u.d, &key);
+        struct jv *v = jr_map_find(r, obj.u.d, &key);
         if (v) {
             *out = *v;
             return KN_OK;
@@ -126,6 +126,7 @@ enum kn_status jr_get_item(struct rs *r, const struct jnode *at, struct jv obj,
         int64_t i = num_i(&key);
         if (obj.t == JV_STR) {
             const struct jstr *s = obj.u.s;
+            TRY(jr_charge(r, at, s->n));
             int64_t len = (int64_t)jr_utf8_count(s->p, s->n);
             if (i < 0) i += len;
             if (i >= 0 && i < len) {
@@ -158,8 +159,9 @@ enum kn_status jr_get_item(struct rs *r, const struct jnode *at, struct jv obj,
 /* Iterable contents as a sequence (lists/tuples shared, dict keys, string characters). */
 enum kn_status jr_iterate(struct rs *r, const struct jnode *at, struct jv v, struct jseq **out)
 {
-    size_t cost = v.t == JV_STR ? v.u.s->n : (v.t == JV_LIST || v.t == JV_TUPLE) ? v.u.l->n
-                  : v.t == JV_DICT ? v.u.d->n : 0;
+    size_t cost = v.t == JV_STR ? v.u.s->n
+                  : v.t == JV_LIST || v.t == JV_TUPLE ? jr_elems_work(v.u.l->n)
+                  : v.t == JV_DICT ? jr_elems_work(v.u.d->n) : 0;
     TRY(jr_charge(r, at, cost));
     switch (v.t) {
     case JV_UNDEF:
@@ -202,7 +204,10 @@ enum kn_status jr_length_of(struct rs *r, const struct jnode *at, struct jv v, i
 {
     switch (v.t) {
     case JV_UNDEF: *out = 0; return KN_OK;
-    case JV_STR: *out = (int64_t)jr_utf8_count(v.u.s->p, v.u.s->n); return KN_OK;
+    case JV_STR:
+        TRY(jr_charge(r, at, v.u.s->n));
+        *out = (int64_t)jr_utf8_count(v.u.s->p, v.u.s->n);
+        return KN_OK;
     case JV_LIST: case JV_TUPLE:
         if (v.gen) break;
         *out = (int64_t)v.u.l->n;
@@ -223,19 +228,20 @@ enum kn_status jr_contains(struct rs *r, const struct jnode *at, struct jv item,
             return jr_rerr(r, at, JINJA_ERR_TYPE, "'in <string>' requires string as left operand, not %s",
                            jr_type_name(&item));
         if (item.u.s->n == 0) { *out = true; return KN_OK; }
+        TRY(jr_charge(r, at, cont.u.s->n + item.u.s->n));
         *out = item.u.s->n <= cont.u.s->n &&
                memmem(cont.u.s->p, cont.u.s->n, item.u.s->p, item.u.s->n) != NULL;
         return KN_OK;
     case JV_LIST: case JV_TUPLE:
         *out = false;
-        TRY(jr_charge(r, at, cont.u.l->n));
+        TRY(jr_charge(r, at, jr_elems_work(cont.u.l->n)));
         for (size_t i = 0; i < cont.u.l->n; i++)
-            if (jr_py_eq(&item, &cont.u.l->v[i])) { *out = true; break; }
+            if (jr_py_eq(r, &item, &cont.u.l->v[i])) { *out = true; break; }
         return KN_OK;
     case JV_DICT:
         if (item.t == JV_LIST || item.t == JV_DICT)
             return jr_rerr(r, at, JINJA_ERR_TYPE, "unhashable type: '%s'", jr_type_name(&item));
-        *out = jr_map_find(cont.u.d, &item) != NULL;
+        *out = jr_map_find(r, cont.u.d, &item) != NULL;
         return KN_OK;
     default: break;
     }
@@ -274,7 +280,7 @@ enum kn_status jr_py_percent(struct rs *r, const struct jnode *at, const struct 
                 return jr_rerr(r, at, JINJA_ERR_TYPE, "incomplete format key");
             if (!mapping)
                 return jr_rerr(r, at, JINJA_ERR_TYPE, "format requires a mapping");
-            struct jv *x = jr_map_finds(args.u.d, fmt->p + i + 1, e - i - 1);
+            struct jv *x = jr_map_finds(r, args.u.d, fmt->p + i + 1, e - i - 1);
             if (!x)
                 return jr_rerr(r, at, JINJA_ERR_TYPE, "KeyError: '%.*s'", (int)(e - i - 1), fmt->p + i + 1);
             v = *x;
@@ -587,8 +593,8 @@ enum kn_status jr_compare(struct rs *r, const struct jnode *at, int op, struct j
                           struct jv b, bool *out)
 {
     switch (op) {
-    case JOP_EQ: *out = jr_py_eq(&a, &b); return KN_OK;
-    case JOP_NE: *out = !jr_py_eq(&a, &b); return KN_OK;
+    case JOP_EQ: *out = jr_py_eq(r, &a, &b); return KN_OK;
+    case JOP_NE: *out = !jr_py_eq(r, &a, &b); return KN_OK;
     case JOP_IN: return jr_contains(r, at, a, b, out);
     case JOP_NOTIN: TRY(jr_contains(r, at, a, b, out)); *out = !*out; return KN_OK;
     default: break;
@@ -598,7 +604,7 @@ enum kn_status jr_compare(struct rs *r, const struct jnode *at, int op, struct j
     if (b.t == JV_UNDEF)
         return jr_undef_error(r, at, &b);
     bool ok = true;
-    int c = jr_cmp_vals(&a, &b, &ok);
+    int c = jr_cmp_vals(r, &a, &b, &ok);
     static const char *const sym[] = {"<", "<=", ">", ">="};
     if (!ok)
         return jr_rerr(r, at, JINJA_ERR_TYPE, "'%s' not supported between instances of '%s' and '%s'",
@@ -637,16 +643,19 @@ enum kn_status jr_slice_of(struct rs *r, const struct jnode *at, struct jv obj,
     size_t *offs = NULL;
     int64_t len;
     if (obj.t == JV_STR) {
+        TRY(jr_charge(r, at, obj.u.s->n));
         len = (int64_t)jr_utf8_count(obj.u.s->p, obj.u.s->n);
-        offs = ralloc(r, ((size_t)len + 1) * sizeof(*offs));
-        if (!offs)
-            return jr_nomem(r);
-        size_t p = 0;
-        for (int64_t i = 0; i < len; i++) {
-            offs[i] = p;
-            jr_utf8_next(obj.u.s->p, obj.u.s->n, &p);
+        if ((size_t)len < obj.u.s->n) { /* not all ASCII: the byte offset of each code point */
+            offs = ralloc(r, ((size_t)len + 1) * sizeof(*offs));
+            if (!offs)
+                return jr_nomem(r);
+            size_t p = 0;
+            for (int64_t i = 0; i < len; i++) {
+                offs[i] = p;
+                jr_utf8_next(obj.u.s->p, obj.u.s->n, &p);
+            }
+            offs[len] = obj.u.s->n;
         }
-        offs[len] = obj.u.s->n;
         items = NULL;
     } else if ((obj.t == JV_LIST || obj.t == JV_TUPLE) && !obj.gen) {
         items = obj.u.l;
@@ -669,8 +678,13 @@ enum kn_status jr_slice_of(struct rs *r, const struct jnode *at, struct jv obj,
     }
     if (obj.t == JV_STR) {
         struct sb b = {.r = r};
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            jr_sb_add(&b, obj.u.s->p + offs[i], offs[i + 1] - offs[i]);
+        if (!offs && step == 1 && start < stop)
+            jr_sb_add(&b, obj.u.s->p + start, (size_t)(stop - start));
+        else
+            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                size_t o = offs ? offs[i] : (size_t)i, e = offs ? offs[i + 1] : (size_t)i + 1;
+                jr_sb_add(&b, obj.u.s->p + o, e - o);
+            }
         if (!b.p)
             return jr_v_str(r, out, "", 0) ? KN_OK : jr_nomem(r);
         return jr_sb_done(&b, out) ? KN_OK : jr_nomem(r);
@@ -772,7 +786,13 @@ enum kn_status jr_eval(struct rs *r, struct scope *sc, const struct jnode *n, st
 {
     if (++r->depth > r->lim.max_depth * 4)
         return jr_rerr(r, n, JINJA_ERR_LIMIT, "evaluation nested too deeply");
-    enum kn_status st = KN_OK;
+    const struct jnode *outer = r->cur;
+    r->cur = n;
+    enum kn_status st = jr_charge(r, n, JINJA_STEP_WORK);
+    if (st) {
+        r->depth--;
+        return st;
+    }
     switch (n->kind) {
     case JN_LIT:
         *out = n->lit;
@@ -780,7 +800,7 @@ enum kn_status jr_eval(struct rs *r, struct scope *sc, const struct jnode *n, st
             out->trust = JTRUST_ALL; /* the template's own text */
         break;
     case JN_NAME:
-        if (!jr_scope_get(sc, n->name->p, n->name->n, out)) {
+        if (!jr_scope_get(r, sc, n->name->p, n->name->n, out)) {
             const char *nm = n->name->p;
             const struct jbuiltin *g = jr_builtin_find(JB_GLOBAL, nm, n->name->n);
             if (g) {
@@ -952,7 +972,10 @@ enum kn_status jr_eval(struct rs *r, struct scope *sc, const struct jnode *n, st
         st = jr_rerr(r, n, JINJA_ERR_UNSUPPORTED, "statement used as an expression");
     }
     r->depth--;
+    if (!st && r->over_work)
+        st = jr_work_error(r, n);
     if (!st && r->a.failed)
         st = jr_nomem(r);
+    r->cur = outer;
     return st;
 }

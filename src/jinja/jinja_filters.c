@@ -52,15 +52,17 @@ static struct jv fold_case(struct rs *r, struct jv v, bool case_sensitive)
     return v;
 }
 
-/* Charges n units of work (comparisons, copies) to the render: lists can be long (range
- * gives up to 100000 items), so linear operations inside loops are bounded too. */
+enum kn_status jr_work_error(struct rs *r, const struct jnode *at)
+{
+    return jr_rerr(r, at ? at : r->cur, JINJA_ERR_LIMIT,
+                   "template exceeds its work budget of %zu units (string and list scans, "
+                   "comparisons, copies and evaluation steps); it is refused as runaway or hostile",
+                   r->lim.max_work);
+}
+
 enum kn_status jr_charge(struct rs *r, const struct jnode *at, size_t n)
 {
-    r->work += n;
-    if (r->work / 64 > r->lim.max_iterations)
-        return jr_rerr(r, at, JINJA_ERR_LIMIT, "template does too much work (more than %zu units)",
-                       r->lim.max_iterations * 64);
-    return KN_OK;
+    return jr_work(r, n) ? KN_OK : jr_work_error(r, at);
 }
 
 /* Stable merge sort of l by keys (Python's sorted: only '<' between keys). */
@@ -74,14 +76,17 @@ static enum kn_status sort_seq(struct rs *r, const struct jnode *at, struct jseq
     if (!tv || !tk)
         return jr_nomem(r);
     for (size_t w = 1; w < n; w *= 2) {
-        TRY(jr_charge(r, at, n));
+        TRY(jr_charge(r, at, jr_elems_work(n)));
         for (size_t lo = 0; lo < n; lo += 2 * w) {
             size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
             size_t i = lo, j = mid, o = lo;
             while (i < mid && j < hi) {
                 bool ok = true;
                 /* take from the right only when it is strictly before the left: stable */
-                int c = reverse ? jr_cmp_vals(&keys[i], &keys[j], &ok) : jr_cmp_vals(&keys[j], &keys[i], &ok);
+                int c = reverse ? jr_cmp_vals(r, &keys[i], &keys[j], &ok)
+                                : jr_cmp_vals(r, &keys[j], &keys[i], &ok);
+                if (r->over_work)
+                    return jr_work_error(r, at);
                 if (!ok)
                     return jr_rerr(r, at, JINJA_ERR_TYPE,
                                    "'<' not supported between instances of '%s' and '%s'",
@@ -248,7 +253,7 @@ static enum kn_status f_trim(const struct jcall *c, struct jv val, struct jv *ou
     if (!jr_str_of(r, &val, &s)) return jr_nomem(r);
     if (g[0] && a[0].t != JV_NONE) TRY(jr_want_str(r, at, "strip", &a[0], true));
     size_t b = 0, e = 0;
-    jr_strip_span(s.u.s, g[0] && a[0].t == JV_STR ? a[0].u.s : NULL, true, true, &b, &e);
+    jr_strip_span(r, s.u.s, g[0] && a[0].t == JV_STR ? a[0].u.s : NULL, true, true, &b, &e);
     if (!jr_v_substr(r, out, &s, b, e)) return jr_nomem(r);
     out->markup = s.markup; /* Markup.strip() stays Markup */
     return KN_OK;
@@ -436,9 +441,10 @@ static enum kn_status f_unique(const struct jcall *c, struct jv val, struct jv *
         struct jv k = in->v[i];
         if (g[1] && a[1].t != JV_NONE) TRY(attr_path(r, at, k, &a[1], &k));
         k = fold_case(r, k, cs);
-        TRY(jr_charge(r, at, seen->n));
         bool dup = false;
-        for (size_t j = 0; j < seen->n && !dup; j++) dup = jr_py_eq(&seen->v[j], &k);
+        for (size_t j = 0; j < seen->n && !dup && !r->over_work; j++) dup = jr_py_eq(r, &seen->v[j], &k);
+        if (r->over_work)
+            return jr_work_error(r, at);
         if (!dup && (!jr_seq_push(r, seen, k) || !jr_seq_push(r, l, in->v[i]))) return jr_nomem(r);
     }
     *out = v_list(l, JV_LIST);
@@ -465,7 +471,7 @@ static enum kn_status f_int(const struct jcall *c, struct jv val, struct jv *out
         TRY(jr_opt_int(r, at, &a[1], g[1], 10, &base));
         char buf[64];
         size_t b2 = 0, e = 0;
-        jr_strip_span(val.u.s, NULL, true, true, &b2, &e);
+        jr_strip_span(r, val.u.s, NULL, true, true, &b2, &e);
         size_t n = 0;
         for (size_t i = b2; i < e && n + 1 < sizeof buf; i++)
             if (val.u.s->p[i] != '_') buf[n++] = val.u.s->p[i];
@@ -500,7 +506,7 @@ static enum kn_status f_float(const struct jcall *c, struct jv val, struct jv *o
     if (is_num(&val)) { *out = v_float(num_d(&val)); return KN_OK; }
     if (val.t == JV_STR) {
         size_t b2 = 0, e = 0;
-        jr_strip_span(val.u.s, NULL, true, true, &b2, &e);
+        jr_strip_span(r, val.u.s, NULL, true, true, &b2, &e);
         char buf[64];
         if (e > b2 && e - b2 < sizeof buf) {
             memcpy(buf, val.u.s->p + b2, e - b2);
@@ -677,6 +683,7 @@ static enum kn_status f_wordcount(const struct jcall *c, struct jv val, struct j
     NOARGS();
     struct jv s;
     if (!jr_str_of(r, &val, &s)) return jr_nomem(r);
+    TRY(jr_charge(r, c->at, jr_elems_work(s.u.s->n))); /* classifies each code point */
     int64_t words = 0;
     bool in = false;
     for (size_t i = 0; i < s.u.s->n;) {
@@ -747,7 +754,8 @@ static enum kn_status f_minmax(const struct jcall *c, struct jv val, struct jv *
         if (g[1] && a[1].t != JV_NONE) TRY(attr_path(r, at, k, &a[1], &k));
         k = fold_case(r, k, g[0] && jr_truthy(&a[0]));
         bool ok = true;
-        int cmp = jr_cmp_vals(&k, &bk, &ok);
+        int cmp = jr_cmp_vals(r, &k, &bk, &ok);
+        if (r->over_work) return jr_work_error(r, at);
         if (!ok) return jr_rerr(r, at, JINJA_ERR_TYPE, "values cannot be compared");
         if ((!c->arg && cmp < 0) || (c->arg && cmp > 0 && cmp != 2)) { best = i; bk = k; }
     }

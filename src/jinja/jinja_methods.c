@@ -25,12 +25,12 @@ static bool in_chars(uint32_t c, const struct jstr *chars)
     }
     return false;
 }
-void jr_strip_span(const struct jstr *s, const struct jstr *chars, bool left, bool right,
-                   size_t *b, size_t *e)
+void jr_strip_span(struct rs *r, const struct jstr *s, const struct jstr *chars, bool left,
+                   bool right, size_t *b, size_t *e)
 {
-    size_t i = 0, end = s->n;
+    size_t i = 0, end = s->n, per = chars ? chars->n + 1 : 1; /* work of one in_chars */
     if (left) {
-        while (i < end) {
+        while (i < end && jr_work(r, per)) {
             size_t j = i;
             uint32_t c = jr_utf8_next(s->p, s->n, &j);
             if (!in_chars(c, chars))
@@ -39,7 +39,7 @@ void jr_strip_span(const struct jstr *s, const struct jstr *chars, bool left, bo
         }
     }
     if (right) {
-        while (end > i) {
+        while (end > i && jr_work(r, per)) {
             size_t k = end - 1;
             while (k > i && ((unsigned char)s->p[k] & 0xC0) == 0x80)
                 k--;
@@ -54,6 +54,24 @@ void jr_strip_span(const struct jstr *s, const struct jstr *chars, bool left, bo
     *e = end;
 }
 
+/* The last occurrence of sub (m > 0 bytes) in s[0..n), or SIZE_MAX; charges the bytes it
+ * scans and m for each place where sub's first byte matches (a backward memmem). */
+static size_t rfind_bytes(struct rs *r, const char *s, size_t n, const char *sub, size_t m)
+{
+    if (m > n || !jr_work(r, n))
+        return SIZE_MAX;
+    for (size_t e = n - m + 1; e > 0;) {
+        const char *f = memrchr(s, sub[0], e);
+        if (!f || !jr_work(r, m))
+            return SIZE_MAX;
+        size_t k = (size_t)(f - s);
+        if (memcmp(s + k, sub, m) == 0)
+            return k;
+        e = k;
+    }
+    return SIZE_MAX;
+}
+
 enum kn_status jr_want_str(struct rs *r, const struct jnode *at, const char *fn,
                            const struct jv *v, bool allow_none)
 {
@@ -66,6 +84,7 @@ enum kn_status jr_want_str(struct rs *r, const struct jnode *at, const char *fn,
 static enum kn_status str_split(struct rs *r, const struct jnode *at, const struct jstr *s,
                                 const struct jv *sepv, int64_t maxsplit, bool rev, struct jv *out)
 {
+    TRY(jr_charge(r, at, s->n)); /* the scan; each piece charges its copy */
     struct jseq *l = jr_seq_new(r, 0);
     if (!l)
         return jr_nomem(r);
@@ -162,10 +181,10 @@ static enum kn_status str_split(struct rs *r, const struct jnode *at, const stru
         size_t e = s->n;
         int64_t splits = 0;
         for (;;) {
-            size_t found = SIZE_MAX;
-            if ((maxsplit < 0 || splits < maxsplit) && e >= sep->n)
-                for (size_t k = e - sep->n + 1; k-- > 0;)
-                    if (memcmp(s->p + k, sep->p, sep->n) == 0) { found = k; break; }
+            size_t found = maxsplit < 0 || splits < maxsplit
+                               ? rfind_bytes(r, s->p, e, sep->p, sep->n) : SIZE_MAX;
+            if (r->over_work)
+                return jr_work_error(r, at);
             if (found == SIZE_MAX) {
                 if (!jr_v_str(r, &item, s->p, e) || !jr_seq_push(r, tmp, item)) return jr_nomem(r);
                 break;
@@ -188,6 +207,8 @@ bool jr_str_replace(struct rs *r, const struct jstr *s, const struct jstr *old,
     struct sb b = {.r = r};
     size_t i = 0;
     int64_t done = 0;
+    if (!jr_work(r, s->n + old->n)) /* the scan; the builder charges the result */
+        return false;
     if (old->n == 0) {
         /* Python inserts new between every character (and at both ends) */
         if (count != 0) { jr_sb_add(&b, new->p, new->n); done++; }
@@ -206,6 +227,8 @@ bool jr_str_replace(struct rs *r, const struct jstr *s, const struct jstr *old,
                 break;
             }
             size_t k = (size_t)(f - s->p);
+            if (!jr_work_elems(r, 1))
+                return false;
             jr_sb_add(&b, s->p + i, k - i);
             jr_sb_add(&b, new->p, new->n);
             i = k + old->n;
@@ -219,6 +242,8 @@ bool jr_str_replace(struct rs *r, const struct jstr *s, const struct jstr *old,
 
 bool jr_str_case(struct rs *r, const struct jstr *s, enum casemode m, struct jv *out)
 {
+    if (!jr_work_elems(r, s->n)) /* maps each code point */
+        return false;
     struct sb b = {.r = r};
     bool prev_cased = false, first = true, word_start = true;
     for (size_t i = 0; i < s->n;) {
@@ -262,6 +287,8 @@ static bool line_break_at(const char *p, size_t n, size_t i, size_t *len)
 }
 enum kn_status jr_splitlines(struct rs *r, const char *p, size_t n, bool keepends, struct jseq **out)
 {
+    if (!jr_work(r, n))
+        return jr_nomem(r);
     struct jseq *l = jr_seq_new(r, 0);
     if (!l)
         return jr_nomem(r);
@@ -287,16 +314,19 @@ enum kn_status jr_splitlines(struct rs *r, const char *p, size_t n, bool keepend
     return KN_OK;
 }
 
-static bool str_find(const struct jstr *s, const struct jstr *sub, bool rev, int64_t *out)
+static bool str_find(struct rs *r, const struct jstr *s, const struct jstr *sub, bool rev,
+                     int64_t *out)
 {
     /* result in code points */
     size_t pos = SIZE_MAX;
     if (!rev) {
-        const char *f = sub->n == 0 ? s->p : memmem(s->p, s->n, sub->p, sub->n);
+        const char *f = sub->n == 0 ? s->p
+                        : jr_work(r, s->n + sub->n) ? memmem(s->p, s->n, sub->p, sub->n) : NULL;
         if (f) pos = (size_t)(f - s->p);
-    } else if (s->n >= sub->n) {
-        for (size_t k = s->n - sub->n + 1; k-- > 0;)
-            if (memcmp(s->p + k, sub->p, sub->n) == 0) { pos = k; break; }
+    } else if (sub->n == 0) {
+        pos = s->n;
+    } else {
+        pos = rfind_bytes(r, s->p, s->n, sub->p, sub->n);
     }
     *out = pos == SIZE_MAX ? -1 : (int64_t)jr_utf8_count(s->p, pos);
     return pos != SIZE_MAX;
@@ -389,8 +419,8 @@ static enum kn_status g_dict(const struct jcall *c, struct jv *out)
         if (args[0].t == JV_UNDEF)
             return jr_undef_error(r, at, &args[0]);
         if (args[0].t == JV_DICT || args[0].t == JV_NS) {
-            for (size_t i = 0; i < args[0].u.d->n; i++)
-                if (!jr_map_set(r, m, args[0].u.d->k[i], args[0].u.d->v[i]))
+            for (size_t i = 0; i < args[0].u.d->n; i++) /* into an empty m: keys stay unique */
+                if (!jr_map_add(r, m, args[0].u.d->k[i], args[0].u.d->v[i]))
                     return jr_nomem(r);
         } else {
             struct jseq *l;
@@ -459,7 +489,7 @@ static enum kn_status loop_changed(const struct jcall *c, struct jv *out)
     for (size_t i = 0; i < c->nargs; i++)
         vals->v[vals->n++] = c->args[i];
     struct jv cur = v_list(vals, JV_LIST);
-    bool changed = !l->has_changed || !jr_py_eq(&cur, &l->last_changed);
+    bool changed = !l->has_changed || !jr_py_eq(c->r, &cur, &l->last_changed);
     l->has_changed = true;
     l->last_changed = cur;
     *out = v_bool(changed);
@@ -494,7 +524,7 @@ static enum kn_status dict_get(const struct jcall *c, struct jv *out)
         return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "get expected at least 1 argument, got 0");
     if (a[0].t == JV_LIST || a[0].t == JV_DICT)
         return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "unhashable type: '%s'", jr_type_name(&a[0]));
-    struct jv *v = jr_map_find(c->self.u.d, &a[0]);
+    struct jv *v = jr_map_find(c->r, c->self.u.d, &a[0]);
     *out = v ? *v : g[1] ? a[1] : v_none();
     return KN_OK;
 }
@@ -508,7 +538,7 @@ static enum kn_status dict_copy(const struct jcall *c, struct jv *out)
     struct jmap *m = jr_map_new(r);
     if (!m) return jr_nomem(r);
     for (size_t i = 0; i < self->n; i++)
-        if (!jr_map_set(r, m, self->k[i], self->v[i])) return jr_nomem(r);
+        if (!jr_map_add(r, m, self->k[i], self->v[i])) return jr_nomem(r);
     struct jv d = {.t = JV_DICT};
     d.u.d = m;
     *out = d;
@@ -566,8 +596,8 @@ static enum kn_status list_find(const struct jcall *c, struct jv *out)
     if (c->nargs != 1)
         return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
     int64_t cnt = 0, first = -1;
-    for (size_t i = 0; i < self->n; i++)
-        if (jr_py_eq(&self->v[i], &c->args[0])) {
+    for (size_t i = 0; i < self->n && !c->r->over_work; i++)
+        if (jr_py_eq(c->r, &self->v[i], &c->args[0])) {
             if (first < 0) first = (int64_t)i;
             cnt++;
         }
@@ -592,7 +622,7 @@ static enum kn_status str_strip(const struct jcall *c, struct jv *out)
     if (g[0]) TRY(jr_want_str(c->r, c->at, "strip", &a[0], true));
     const struct jstr *chars = g[0] && a[0].t == JV_STR ? a[0].u.s : NULL;
     size_t b = 0, e = 0;
-    jr_strip_span(c->self.u.s, chars, c->arg & SIDE_LEFT, c->arg & SIDE_RIGHT, &b, &e);
+    jr_strip_span(c->r, c->self.u.s, chars, c->arg & SIDE_LEFT, c->arg & SIDE_RIGHT, &b, &e);
     return jr_v_substr(c->r, out, &c->self, b, e) ? KN_OK : jr_nomem(c->r);
 }
 
@@ -622,6 +652,7 @@ static enum kn_status str_affix(const struct jcall *c, struct jv *out)
     if (c->nkw) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes no keyword arguments");
     TRY(jr_bind_args(r, at, c->name, p_sw, 3, c->args, c->nargs, NULL, NULL, 0, a, g));
     if (!g[0]) return jr_rerr(r, at, JINJA_ERR_TYPE, "startswith() takes at least 1 argument (0 given)");
+    TRY(jr_charge(r, at, s->n));
     int64_t len = (int64_t)jr_utf8_count(s->p, s->n), st = 0, en = 0;
     TRY(jr_opt_int(r, at, &a[1], g[1], 0, &st));
     TRY(jr_opt_int(r, at, &a[2], g[2], len, &en));
@@ -647,6 +678,7 @@ static enum kn_status str_affix(const struct jcall *c, struct jv *out)
             return jr_rerr(r, at, JINJA_ERR_TYPE, "tuple for startswith must only contain str, not %s",
                            jr_type_name(&cands->v[i]));
         const struct jstr *x = cands->v[i].u.s;
+        TRY(jr_charge(r, at, x->n + 1));
         if (st > len || bs > be || x->n > be - bs) continue;
         res = !ends ? memcmp(s->p + bs, x->p, x->n) == 0
                     : memcmp(s->p + be - x->n, x->p, x->n) == 0;
@@ -694,6 +726,7 @@ static enum kn_status str_find_m(const struct jcall *c, struct jv *out)
     TRY(jr_want_str(r, at, "find", &a[0], false));
     if (g[1] || g[2])
         return jr_rerr(r, at, JINJA_ERR_UNSUPPORTED, "start/end arguments of find/count are not supported");
+    TRY(jr_charge(r, at, s->n + a[0].u.s->n));
     if (c->arg & FIND_COUNT) {
         int64_t n = 0;
         const struct jstr *x = a[0].u.s;
@@ -701,7 +734,7 @@ static enum kn_status str_find_m(const struct jcall *c, struct jv *out)
         else
             for (size_t i = 0; i + x->n <= s->n;) {
                 const char *f = memmem(s->p + i, s->n - i, x->p, x->n);
-                if (!f) break;
+                if (!f || !jr_work_elems(r, 1)) break;
                 n++;
                 i = (size_t)(f - s->p) + x->n;
             }
@@ -709,7 +742,9 @@ static enum kn_status str_find_m(const struct jcall *c, struct jv *out)
         return KN_OK;
     }
     int64_t pos;
-    bool found = str_find(s, a[0].u.s, c->arg & FIND_REV, &pos);
+    bool found = str_find(r, s, a[0].u.s, c->arg & FIND_REV, &pos);
+    if (r->over_work)
+        return jr_work_error(r, at);
     if (!found && (c->arg & FIND_MUST))
         return jr_rerr(r, at, JINJA_ERR_TYPE, "substring not found");
     *out = v_int(pos);
@@ -753,6 +788,7 @@ static enum kn_status str_is(const struct jcall *c, struct jv *out)
 {
     const struct jstr *s = c->self.u.s;
     if (c->nargs || c->nkw) return jr_rerr(c->r, c->at, JINJA_ERR_TYPE, "method takes no arguments");
+    TRY(jr_charge(c->r, c->at, jr_elems_work(s->n))); /* classifies each code point */
     bool res = s->n > 0, any_cased = false, prev_cased = false, title_ok = true;
     size_t k = 0;
     for (size_t i = 0; i < s->n; k++) {
@@ -806,6 +842,7 @@ static enum kn_status str_pad(const struct jcall *c, struct jv *out)
         fill = a[1].u.s->p;
         filln = a[1].u.s->n;
     }
+    TRY(jr_charge(r, at, s->n));
     int64_t len = (int64_t)jr_utf8_count(s->p, s->n);
     if (w > (int64_t)r->lim.max_output) return jr_rerr(r, at, JINJA_ERR_LIMIT, "width too large");
     int64_t pad = w > len ? w - len : 0, left = 0;
@@ -834,11 +871,13 @@ static enum kn_status str_partition(const struct jcall *c, struct jv *out)
     if (!sep->n) return jr_rerr(r, c->at, JINJA_ERR_TYPE, "empty separator");
     size_t pos = SIZE_MAX;
     if (!rev) {
+        TRY(jr_charge(r, c->at, s->n + sep->n));
         const char *f = memmem(s->p, s->n, sep->p, sep->n);
         if (f) pos = (size_t)(f - s->p);
-    } else if (s->n >= sep->n) {
-        for (size_t k = s->n - sep->n + 1; k-- > 0;)
-            if (memcmp(s->p + k, sep->p, sep->n) == 0) { pos = k; break; }
+    } else {
+        pos = rfind_bytes(r, s->p, s->n, sep->p, sep->n);
+        if (r->over_work)
+            return jr_work_error(r, c->at);
     }
     struct jseq *l = jr_seq_new(r, 3);
     if (!l) return jr_nomem(r);
@@ -866,6 +905,7 @@ static enum kn_status str_remove(const struct jcall *c, struct jv *out)
         return jr_rerr(r, c->at, JINJA_ERR_TYPE, "method takes exactly one argument");
     TRY(jr_want_str(r, c->at, "removeprefix", &c->args[0], false));
     const struct jstr *x = c->args[0].u.s;
+    TRY(jr_charge(r, c->at, x->n));
     if (x->n <= s->n && !c->arg && memcmp(s->p, x->p, x->n) == 0)
         return jr_v_str(r, out, s->p + x->n, s->n - x->n) ? KN_OK : jr_nomem(r);
     if (x->n <= s->n && c->arg && memcmp(s->p + s->n - x->n, x->p, x->n) == 0)

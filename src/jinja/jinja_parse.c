@@ -64,13 +64,14 @@ void jarena_free(struct jarena *a)
 
 void jinja_limits_fill(struct jinja_limits *out, const struct jinja_limits *in)
 {
-    struct jinja_limits d = {1u << 20, 256, 1000000, 16u << 20, 256u << 20};
+    struct jinja_limits d = {1u << 20, 256, 1000000, 16u << 20, 256u << 20, JINJA_MAX_WORK};
     if (in) {
         if (in->max_source) d.max_source = in->max_source;
         if (in->max_depth) d.max_depth = in->max_depth;
         if (in->max_iterations) d.max_iterations = in->max_iterations;
         if (in->max_output) d.max_output = in->max_output;
         if (in->max_memory) d.max_memory = in->max_memory;
+        if (in->max_work) d.max_work = in->max_work;
     }
     *out = d;
 }

@@ -37,6 +37,8 @@ static enum kn_status emit_m(struct rs *r, const struct jnode *at, const char *p
         }
         o->cap = nc;
     }
+    if (!jr_work(r, n))
+        return jr_work_error(r, at);
     memcpy(o->p + o->n, p, n);
     if (r->track) {
         if (trust == JTRUST_MIXED)
@@ -327,7 +329,10 @@ static enum kn_status exec_stmt(struct rs *r, struct scope *sc, const struct jno
 enum kn_status jr_exec_body(struct rs *r, struct scope *sc, struct jnode *const *body, size_t cnt)
 {
     for (size_t i = 0; i < cnt; i++) {
+        TRY(jr_charge(r, body[i], JINJA_STEP_WORK));
         TRY(exec_stmt(r, sc, body[i]));
+        if (r->over_work)
+            return jr_work_error(r, body[i]);
         if (r->a.failed)
             return jr_nomem(r);
         if (r->ctl)
@@ -354,7 +359,8 @@ static bool std_role(const struct jv *v)
 
 /* Marks the context values that count as template text: opts->trusted_vars and, with
  * opts->trust_roles, messages[i].role when it is a standard role. */
-static void mark_trusted(const struct jinja_options *opts, const char *name, struct jv *v)
+static void mark_trusted(struct rs *r, const struct jinja_options *opts, const char *name,
+                         struct jv *v)
 {
     for (size_t k = 0; k < opts->n_trusted_vars; k++)
         if (v->t == JV_STR && strcmp(opts->trusted_vars[k], name) == 0)
@@ -362,7 +368,7 @@ static void mark_trusted(const struct jinja_options *opts, const char *name, str
     if (opts->trust_roles && strcmp(name, "messages") == 0 && v->t == JV_LIST) {
         for (size_t i = 0; i < v->u.l->n; i++) {
             struct jv *m = &v->u.l->v[i];
-            struct jv *role = m->t == JV_DICT ? jr_map_finds(m->u.d, "role", 4) : NULL;
+            struct jv *role = m->t == JV_DICT ? jr_map_finds(r, m->u.d, "role", 4) : NULL;
             if (role && std_role(role))
                 role->trust = JTRUST_ALL;
         }
@@ -390,6 +396,7 @@ static enum kn_status render(const struct jinja_template *t, const struct json_v
         if (l.max_iterations) r.lim.max_iterations = l.max_iterations;
         if (l.max_output) r.lim.max_output = l.max_output;
         if (l.max_memory) r.lim.max_memory = l.max_memory;
+        if (l.max_work) r.lim.max_work = l.max_work;
     }
     r.a.cap = r.lim.max_memory;
     r.opts = opts;
@@ -412,7 +419,7 @@ static enum kn_status render(const struct jinja_template *t, const struct json_v
         }
         st = jr_from_json(&r, m->value, &v, 0);
         if (!st && marks && opts)
-            mark_trusted(opts, name->p, &v);
+            mark_trusted(&r, opts, name->p, &v);
         if (!st && !jr_scope_set(&r, r.root, name, v))
             st = jr_nomem(&r);
     }

@@ -50,7 +50,10 @@ struct rs {
     struct jinja_diag *diag;
     struct obuf *out;
     bool track; /* jinja_render_marked: keep obuf.m */
-    size_t total_out, depth, iters, work;
+    size_t total_out, depth, iters;
+    size_t work;             /* units spent of lim.max_work (jr_work) */
+    bool over_work;          /* sticky: the budget ran out; the render fails */
+    const struct jnode *cur; /* the expression being evaluated (where errors point) */
     int ctl; /* 1 break, 2 continue */
     struct scope *root;
 };
@@ -65,6 +68,29 @@ enum { JB_GLOBAL = 1, JB_STR = 2, JB_DICT = 4, JB_LIST = 8, JB_TUPLE = 16, JB_LO
         if (st_)                  \
             return st_;           \
     } while (0)
+
+/* ---- the work budget ----
+ * Every operation whose cost grows with the data (a scan, a comparison, a copy, a lookup in
+ * a dict or a scope) charges what it touches with jr_work: a byte is one unit, a value
+ * JINJA_ELEM_WORK units, an evaluation step JINJA_STEP_WORK units. jr_work never fails by itself: it sets the sticky over_work, a
+ * loop that can run long stops on its false result, and jr_eval, jr_exec_body and
+ * jr_nomem turn the flag into the error (jr_work_error), so a hostile template stops
+ * within one bounded operation of its budget. */
+static inline bool jr_work(struct rs *r, size_t n)
+{
+    if (r->over_work || n > r->lim.max_work - r->work) { /* invariant: work <= max_work */
+        r->over_work = true;
+        return false;
+    }
+    r->work += n;
+    return true;
+}
+/* The work of touching n values (JINJA_ELEM_WORK each), saturated. */
+static inline size_t jr_elems_work(size_t n)
+{
+    return n > SIZE_MAX / JINJA_ELEM_WORK ? SIZE_MAX : n * JINJA_ELEM_WORK;
+}
+static inline bool jr_work_elems(struct rs *r, size_t n) { return jr_work(r, jr_elems_work(n)); }
 
 /* ---- small value helpers ---- */
 static inline void *ralloc(struct rs *r, size_t size) { return jarena_alloc(&r->a, size); }
@@ -178,12 +204,13 @@ bool jr_str_join2(struct rs *r, const struct jv *a, const struct jv *b, struct j
 struct jseq *jr_seq_new(struct rs *r, size_t cap);
 bool jr_seq_push(struct rs *r, struct jseq *l, struct jv x);
 struct jmap *jr_map_new(struct rs *r);
-struct jv *jr_map_find(struct jmap *m, const struct jv *k);
-struct jv *jr_map_finds(struct jmap *m, const char *key, size_t n);
+struct jv *jr_map_find(struct rs *r, struct jmap *m, const struct jv *k);
+struct jv *jr_map_finds(struct rs *r, struct jmap *m, const char *key, size_t n);
 bool jr_map_set(struct rs *r, struct jmap *m, struct jv k, struct jv v);
+bool jr_map_add(struct rs *r, struct jmap *m, struct jv k, struct jv v);
 const char *jr_type_name(const struct jv *v);
 bool jr_truthy(const struct jv *v);
-bool jr_py_eq(const struct jv *a, const struct jv *b);
+bool jr_py_eq(struct rs *r, const struct jv *a, const struct jv *b);
 uint32_t jr_utf8_next(const char *s, size_t n, size_t *i);
 size_t jr_utf8_put(char *buf, uint32_t cp);
 size_t jr_utf8_count(const char *s, size_t n);
@@ -206,10 +233,10 @@ enum kn_status jr_check_printable(struct rs *r, const struct jnode *at, const st
 enum kn_status jr_json_dump(struct rs *r, const struct jnode *at, struct sb *b,
                             const struct jv *v, const struct jsonopt *o, size_t level);
 bool jr_html_escape(struct rs *r, const struct jstr *s, struct jv *out);
-int jr_cmp_vals(const struct jv *a, const struct jv *b, bool *ok);
+int jr_cmp_vals(struct rs *r, const struct jv *a, const struct jv *b, bool *ok);
 struct scope *jr_scope_new(struct rs *r, struct scope *parent);
 bool jr_scope_set(struct rs *r, struct scope *s, struct jstr *name, struct jv v);
-bool jr_scope_get(struct scope *s, const char *name, size_t n, struct jv *out);
+bool jr_scope_get(struct rs *r, struct scope *s, const char *name, size_t n, struct jv *out);
 enum kn_status jr_from_json(struct rs *r, const struct json_value *j, struct jv *out, size_t depth);
 
 /* ---- jinja_eval.c ---- */
@@ -241,7 +268,7 @@ enum kn_status jr_eval_filter_chain(struct rs *r, struct scope *sc, const struct
 enum kn_status jr_eval(struct rs *r, struct scope *sc, const struct jnode *n, struct jv *out);
 
 /* ---- jinja_methods.c ---- */
-void jr_strip_span(const struct jstr *s, const struct jstr *chars, bool left, bool right,
+void jr_strip_span(struct rs *r, const struct jstr *s, const struct jstr *chars, bool left, bool right,
                    size_t *b, size_t *e);
 enum kn_status jr_want_str(struct rs *r, const struct jnode *at, const char *fn,
                            const struct jv *v, bool allow_none);
@@ -267,7 +294,10 @@ enum kn_status jr_call_method(struct rs *r, const struct jnode *at, struct jv se
                               const char *name, struct jv *args, size_t nargs, struct jv *out);
 
 /* ---- jinja_filters.c ---- */
+/* Charges n units (jr_work) and fails at `at` when the budget is spent. */
 enum kn_status jr_charge(struct rs *r, const struct jnode *at, size_t n);
+/* The error of a spent budget, at `at` (or the expression being evaluated). */
+enum kn_status jr_work_error(struct rs *r, const struct jnode *at);
 enum kn_status jr_apply_filter(struct rs *r, struct scope *sc, const struct jnode *at,
                                const char *name, struct jv val, struct jv *args, size_t nargs,
                                struct jstr **kwn, struct jv *kwv, size_t nkw, struct jv *out);

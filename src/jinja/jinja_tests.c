@@ -50,7 +50,7 @@ static enum kn_status t_case(const struct jcall *c, struct jv v, bool *out)
     struct jv s, t;
     if (!jr_str_of(c->r, &v, &s) || !jr_str_case(c->r, s.u.s, (enum casemode)c->arg, &t))
         return jr_nomem(c->r);
-    *out = jr_py_eq(&s, &t);
+    *out = jr_py_eq(c->r, &s, &t);
     return KN_OK;
 }
 

@@ -39,6 +39,8 @@ enum kn_status jr_rerr(struct rs *r, const struct jnode *at, enum jinja_error_ki
 
 enum kn_status jr_nomem(struct rs *r)
 {
+    if (r->over_work) /* a builder stopped because the budget ran out */
+        return jr_work_error(r, NULL);
     if (r->a.over_cap) {
         if (r->diag) {
             r->diag->kind = JINJA_ERR_LIMIT;
@@ -55,6 +57,8 @@ enum kn_status jr_nomem(struct rs *r)
 
 bool jr_v_str(struct rs *r, struct jv *out, const char *p, size_t n)
 {
+    if (!jr_work(r, n))
+        return false;
     struct jstr *s = mkstr(r, p, n);
     if (!s)
         return false;
@@ -73,6 +77,8 @@ bool jr_v_str_m(struct rs *r, struct jv *out, const char *p, size_t n, int trust
                 const uint8_t *mask)
 {
     if (trust == JTRUST_MIXED) {
+        if (!jr_work(r, n))
+            return false;
         size_t ones = 0;
         for (size_t i = 0; i < n; i++)
             ones += mask[i] != 0;
@@ -113,7 +119,7 @@ bool jr_v_substr(struct rs *r, struct jv *out, const struct jv *s, size_t b, siz
 bool jr_str_join2(struct rs *r, const struct jv *a, const struct jv *b, struct jv *out)
 {
     size_t na = a->u.s->n, nb = b->u.s->n, n;
-    if (!kn_add_size(na, nb, &n))
+    if (!kn_add_size(na, nb, &n) || !jr_work(r, n))
         return false;
     char *p = ralloc(r, n + 1);
     if (!p)
@@ -134,6 +140,8 @@ bool jr_str_join2(struct rs *r, const struct jv *a, const struct jv *b, struct j
 
 struct jseq *jr_seq_new(struct rs *r, size_t cap)
 {
+    if (!jr_work_elems(r, cap))
+        return NULL;
     struct jseq *l = ralloc(r, sizeof(*l));
     if (!l)
         return NULL;
@@ -146,6 +154,8 @@ struct jseq *jr_seq_new(struct rs *r, size_t cap)
 }
 bool jr_seq_push(struct rs *r, struct jseq *l, struct jv x)
 {
+    if (!jr_work_elems(r, 1))
+        return false;
     if (l->n == l->cap) {
         size_t nc = l->cap ? l->cap * 2 : 4;
         struct jv *nv = ralloc(r, nc * sizeof(*nv));
@@ -167,15 +177,18 @@ struct jmap *jr_map_new(struct rs *r)
     return m;
 }
 
-struct jv *jr_map_find(struct jmap *m, const struct jv *k)
+/* Lookups are linear (dicts of chat templates are small): each charges its scan. */
+struct jv *jr_map_find(struct rs *r, struct jmap *m, const struct jv *k)
 {
     for (size_t i = 0; i < m->n; i++)
-        if (jr_py_eq(&m->k[i], k))
+        if (jr_py_eq(r, &m->k[i], k))
             return &m->v[i];
     return NULL;
 }
-struct jv *jr_map_finds(struct jmap *m, const char *key, size_t n)
+struct jv *jr_map_finds(struct rs *r, struct jmap *m, const char *key, size_t n)
 {
+    if (!jr_work_elems(r, m->n))
+        return NULL;
     for (size_t i = 0; i < m->n; i++)
         if (m->k[i].t == JV_STR && m->k[i].u.s->n == n && memcmp(m->k[i].u.s->p, key, n) == 0)
             return &m->v[i];
@@ -183,11 +196,20 @@ struct jv *jr_map_finds(struct jmap *m, const char *key, size_t n)
 }
 bool jr_map_set(struct rs *r, struct jmap *m, struct jv k, struct jv v)
 {
-    struct jv *slot = jr_map_find(m, &k);
+    struct jv *slot = jr_map_find(r, m, &k);
     if (slot) {
         *slot = v;
         return true;
     }
+    return r->over_work ? false : jr_map_add(r, m, k, v);
+}
+
+/* Appends key k, which the caller knows is not in m (the keys of a JSON object or of
+ * another dict). */
+bool jr_map_add(struct rs *r, struct jmap *m, struct jv k, struct jv v)
+{
+    if (!jr_work_elems(r, 1))
+        return false;
     if (m->n == m->cap) {
         size_t nc = m->cap ? m->cap * 2 : 4;
         struct jv *nk = ralloc(r, nc * sizeof(*nk)), *nv = ralloc(r, nc * sizeof(*nv));
@@ -241,8 +263,10 @@ bool jr_truthy(const struct jv *v)
     }
 }
 
-bool jr_py_eq(const struct jv *a, const struct jv *b)
+bool jr_py_eq(struct rs *r, const struct jv *a, const struct jv *b)
 {
+    if (!jr_work_elems(r, 1))
+        return false;
     if (is_num(a) && is_num(b)) {
         if (a->t != JV_FLOAT && b->t != JV_FLOAT)
             return num_i(a) == num_i(b);
@@ -252,22 +276,26 @@ bool jr_py_eq(const struct jv *a, const struct jv *b)
         return false;
     switch (a->t) {
     case JV_UNDEF: case JV_NONE: return true;
-    case JV_STR: return a->u.s->n == b->u.s->n && memcmp(a->u.s->p, b->u.s->p, a->u.s->n) == 0;
+    case JV_STR:
+        return a->u.s->n == b->u.s->n && jr_work(r, a->u.s->n) &&
+               memcmp(a->u.s->p, b->u.s->p, a->u.s->n) == 0;
     case JV_LIST: case JV_TUPLE:
-        if (a->gen || b->gen)
+        if (a->gen || b->gen || a->u.l == b->u.l)
             return a->u.l == b->u.l;
         if (a->u.l->n != b->u.l->n)
             return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!jr_py_eq(&a->u.l->v[i], &b->u.l->v[i]))
+            if (!jr_py_eq(r, &a->u.l->v[i], &b->u.l->v[i]))
                 return false;
         return true;
     case JV_DICT:
+        if (a->u.d == b->u.d)
+            return true;
         if (a->u.d->n != b->u.d->n)
             return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
-            struct jv *o = jr_map_find(b->u.d, &a->u.d->k[i]);
-            if (!o || !jr_py_eq(&a->u.d->v[i], o))
+            struct jv *o = jr_map_find(r, b->u.d, &a->u.d->k[i]);
+            if (!o || !jr_py_eq(r, &a->u.d->v[i], o))
                 return false;
         }
         return true;
@@ -384,7 +412,7 @@ void jr_sb_add(struct sb *b, const char *s, size_t n)
     size_t need;
     if (b->fail)
         return;
-    if (!kn_add_size(b->n, n, &need) || !kn_add_size(need, 1, &need)) {
+    if (!jr_work(b->r, n) || !kn_add_size(b->n, n, &need) || !kn_add_size(need, 1, &need)) {
         b->fail = true;
         return;
     }
@@ -553,7 +581,7 @@ void jr_to_str(struct sb *b, const struct jv *v, bool repr)
             break;
         }
         jr_sb_adds(b, v->t == JV_LIST ? "[" : "(");
-        for (size_t i = 0; i < v->u.l->n; i++) {
+        for (size_t i = 0; i < v->u.l->n && !b->fail; i++) {
             if (i) jr_sb_adds(b, ", ");
             jr_to_str(b, &v->u.l->v[i], true);
         }
@@ -564,7 +592,7 @@ void jr_to_str(struct sb *b, const struct jv *v, bool repr)
     case JV_DICT: case JV_NS: {
         if (v->t == JV_NS) jr_sb_adds(b, "<Namespace ");
         jr_sb_adds(b, "{");
-        for (size_t i = 0; i < v->u.d->n; i++) {
+        for (size_t i = 0; i < v->u.d->n && !b->fail; i++) {
             if (i) jr_sb_adds(b, ", ");
             jr_to_str(b, &v->u.d->k[i], true);
             jr_sb_adds(b, ": ");
@@ -611,6 +639,7 @@ enum kn_status jr_check_printable(struct rs *r, const struct jnode *at, const st
                        "(for example with |list)", jr_type_name(v));
     if (v->t == JV_LIST || v->t == JV_TUPLE || v->t == JV_DICT || v->t == JV_NS) {
         size_t n = v->t == JV_DICT || v->t == JV_NS ? v->u.d->n : v->u.l->n;
+        TRY(jr_charge(r, at, jr_elems_work(n)));
         for (size_t i = 0; i < n; i++) {
             if (v->t == JV_DICT || v->t == JV_NS) {
                 TRY(jr_check_printable(r, at, &v->u.d->k[i]));
@@ -693,7 +722,9 @@ enum kn_status jr_json_dump(struct rs *r, const struct jnode *at, struct sb *b,
                 size_t x = order[i], j = i;
                 while (j > 0) {
                     bool ok = true;
-                    int c = jr_cmp_vals(&v->u.d->k[x], &v->u.d->k[order[j - 1]], &ok);
+                    int c = jr_cmp_vals(r, &v->u.d->k[x], &v->u.d->k[order[j - 1]], &ok);
+                    if (r->over_work)
+                        return jr_work_error(r, at);
                     if (!ok)
                         return jr_rerr(r, at, JINJA_ERR_TYPE,
                                        "tojson(sort_keys=true): keys of different types cannot be sorted");
@@ -706,7 +737,7 @@ enum kn_status jr_json_dump(struct rs *r, const struct jnode *at, struct sb *b,
             }
         }
         jr_sb_adds(b, dict ? "{" : "[");
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !b->fail; i++) {
             if (i)
                 jr_sb_add(b, o->item_sep, o->item_n);
             if (o->has_indent) {
@@ -767,8 +798,10 @@ bool jr_html_escape(struct rs *r, const struct jstr *s, struct jv *out)
 }
 
 /* ---- ordering ---- */
-int jr_cmp_vals(const struct jv *a, const struct jv *b, bool *ok)
+int jr_cmp_vals(struct rs *r, const struct jv *a, const struct jv *b, bool *ok)
 {
+    if (!jr_work_elems(r, 1))
+        return 0;
     if (is_num(a) && is_num(b)) {
         if (a->t != JV_FLOAT && b->t != JV_FLOAT) {
             int64_t x = num_i(a), y = num_i(b);
@@ -780,6 +813,8 @@ int jr_cmp_vals(const struct jv *a, const struct jv *b, bool *ok)
     }
     if (a->t == JV_STR && b->t == JV_STR) {
         size_t n = a->u.s->n < b->u.s->n ? a->u.s->n : b->u.s->n;
+        if (!jr_work(r, n))
+            return 0;
         int c = memcmp(a->u.s->p, b->u.s->p, n);
         if (c) return c < 0 ? -1 : 1;
         return a->u.s->n < b->u.s->n ? -1 : a->u.s->n > b->u.s->n;
@@ -787,9 +822,9 @@ int jr_cmp_vals(const struct jv *a, const struct jv *b, bool *ok)
     if ((a->t == JV_LIST || a->t == JV_TUPLE) && a->t == b->t && !a->gen && !b->gen) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (jr_py_eq(&a->u.l->v[i], &b->u.l->v[i]))
+            if (jr_py_eq(r, &a->u.l->v[i], &b->u.l->v[i]))
                 continue;
-            return jr_cmp_vals(&a->u.l->v[i], &b->u.l->v[i], ok);
+            return jr_cmp_vals(r, &a->u.l->v[i], &b->u.l->v[i], ok);
         }
         return a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n;
     }
@@ -810,6 +845,8 @@ struct scope *jr_scope_new(struct rs *r, struct scope *parent)
 }
 bool jr_scope_set(struct rs *r, struct scope *s, struct jstr *name, struct jv v)
 {
+    if (!jr_work_elems(r, s->n))
+        return false;
     for (size_t i = 0; i < s->n; i++)
         if (s->names[i]->n == name->n && memcmp(s->names[i]->p, name->p, name->n) == 0) {
             s->vals[i] = v;
@@ -834,9 +871,9 @@ bool jr_scope_set(struct rs *r, struct scope *s, struct jstr *name, struct jv v)
     s->n++;
     return true;
 }
-bool jr_scope_get(struct scope *s, const char *name, size_t n, struct jv *out)
+bool jr_scope_get(struct rs *r, struct scope *s, const char *name, size_t n, struct jv *out)
 {
-    for (; s; s = s->parent)
+    for (; s && jr_work_elems(r, s->n + 1); s = s->parent)
         for (size_t i = s->n; i-- > 0;)
             if (s->names[i]->n == n && memcmp(s->names[i]->p, name, n) == 0) {
                 *out = s->vals[i];
@@ -892,7 +929,7 @@ enum kn_status jr_from_json(struct rs *r, const struct json_value *j, struct jv 
             if (!jr_v_str(r, &k, j->u.object.items[i].key, j->u.object.items[i].key_len))
                 return jr_nomem(r);
             TRY(jr_from_json(r, j->u.object.items[i].value, &v, depth + 1));
-            if (!jr_map_set(r, m, k, v))
+            if (!jr_map_add(r, m, k, v)) /* JSON objects have unique keys (json.h) */
                 return jr_nomem(r);
         }
         struct jv d = {.t = JV_DICT};

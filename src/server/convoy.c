@@ -418,6 +418,12 @@ static bool step(struct convoy *c)
         if (sl->failed) {
             snprintf(j->error, sizeof j->error, "%.200s", err.msg);
             c->finishing[s] = SRV_FINISH_ERROR;
+        } else if (sl->stuck && sl->sctx && sl->sctx->grammar &&
+                   grammar_state_error(sl->sctx->grammar)) { /* a bound of grammar.h */
+            snprintf(j->error, sizeof j->error, "the grammar was stopped after %lld generated "
+                     "tokens: %s", (long long)j->n_out, grammar_state_error(sl->sctx->grammar));
+            j->error_is_request = true;
+            c->finishing[s] = SRV_FINISH_ERROR;
         } else if (sl->stuck) {
             snprintf(j->error, sizeof j->error,
                      "the grammar cannot be continued: after %lld generated tokens no "

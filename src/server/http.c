@@ -722,12 +722,17 @@ static enum MHD_Result handle_completion(struct srv *s, struct MHD_Connection *c
     struct kn_err err = {0};
     struct srv_job *jobs[SRV_MAX_CHOICES] = {0};
     const int n = r.n_choices;
-    for (int i = 0; i < n; i++)
-        if (job_for_choice(s, &r, i, &jobs[i], &err) != KN_OK) {
+    for (int i = 0; i < n; i++) {
+        enum kn_status st = job_for_choice(s, &r, i, &jobs[i], &err);
+        if (st != KN_OK) {
             jobs_drop(s, jobs, n, 0);
             srv_request_free(&r);
+            if (st == KN_E_LIMIT) /* the grammar is past the matcher's bounds (grammar.h) */
+                return fail(s, conn, ep, 400, "invalid_request_error", "grammar_too_complex",
+                            "%s", err.msg);
             return fail(s, conn, ep, 500, "server_error", NULL, "%s", err.msg);
         }
+    }
     for (int i = 0; i < n; i++) {
         enum kn_status st = convoy_submit(s->convoy, jobs[i], &err);
         if (st != KN_OK) {

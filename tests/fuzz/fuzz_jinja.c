@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct jinja_options opts = {
         .limits = {.max_source = 1 << 16, .max_depth = 48, .max_iterations = 20000,
-                   .max_output = 1 << 18, .max_memory = 32u << 20},
+                   .max_output = 1 << 18, .max_memory = 32u << 20, .max_work = 1u << 22},
         .fixed_time = true,
         .now_unix = 1764374400,
     };

@@ -68,6 +68,19 @@ SCHEMAS = {
         "$ref": "#/$defs/node",
     },
     "free": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4}},
+    # prefixItems (2020-12 tuples): positional schemas, items for the rest, items: false
+    # closes the tuple; minItems/maxItems count every item
+    "tuple": {"type": "array",
+              "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 3},
+                              {"enum": ["x", None]}], "minItems": 2},
+    "tuple_rest": {"type": "array", "prefixItems": [{"const": "head"}, {"type": "boolean"}],
+                   "items": {"type": "integer"}, "minItems": 3, "maxItems": 5},
+    "tuple_closed": {"type": "object", "properties": {
+        "point": {"prefixItems": [{"type": "number"}, {"type": "number"}], "items": False,
+                  "minItems": 2},
+        "pair": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 2}],
+                 "items": False}},
+        "required": ["point", "pair"], "additionalProperties": False},
     "optional_only": {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 2},
@@ -202,7 +215,13 @@ def test_same_seed_same_outputs(tmp_path):
      "at /properties/x: 'minimum' is not supported"),
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]},
      "required property 'b' is not in 'properties'"),
-    ({"$ref": "#/$defs/nope"}, "does not name an entry"),
+    ({"$ref": "#/$defs/nope"}, "$ref '#/$defs/nope' points into #/$defs, which the schema"),
+    ({"$ref": "#/$defs/nope", "$defs": {}}, "$ref '#/$defs/nope': #/$defs has no entry 'nope'"),
+    ({"$ref": "#"}, "$ref '#' is not supported"),
+    ({"$ref": ""}, "$ref '' is not supported"),
+    ({"$ref": "#/$defs/", "$defs": {}}, "$ref '#/$defs/' names no entry"),
+    ({"items": {"$ref": True}}, "at /items: '$ref' must be a string"),
+    ({"prefixItems": [{}], "items": False, "minItems": 2}, "items: false allows only the 1"),
     ({"type": "integr"}, "unknown type 'integr'"),
 ])
 def test_bad_schema_errors(schema, message, tmp_path):

@@ -157,3 +157,17 @@ def test_bad_grammar_and_schema_are_named(model, tmp_path):
     s.write_text(json.dumps({"type": "object", "properties": {"x": {"type": "integer", "minimum": 3}}}))
     p = subprocess.run([str(TOOL), str(model), "--schema", str(s), "1", "1"], capture_output=True, text=True)
     assert p.returncode == 1 and "minimum" in p.stderr
+
+
+def test_run_says_when_a_grammar_bound_stops_it(model, tmp_path):
+    """kinetic run with a grammar past the matcher's bounds (src/grammar/grammar.h, issue
+    44): the enum is refused before generating, the ambiguous grammar stops after a few
+    tokens; both quickly, both saying which bound."""
+    amb = tmp_path / "amb.gbnf"
+    amb.write_text("root ::=" + " x" * 30 + "\nx ::= [a-z ,.]{0,100}\n")
+    enum = tmp_path / "enum.gbnf"
+    enum.write_text("root ::= " + " | ".join('"w%05d"' % i for i in range(50000)) + "\n")
+    for g, bound in ((amb, "GRAMMAR_WORK_PER_PIECE"), (enum, "GRAMMAR_MAX_STACKS")):
+        p = subprocess.run([KINETIC, "run", str(model), "hi", "--grammar-file", str(g), "-n", "100",
+                            "--seed", "1"], capture_output=True, text=True, timeout=60)
+        assert bound in p.stderr, p.stderr

@@ -264,6 +264,9 @@ def changes(w):
         ("numerics", "base", edit(lambda r, w: r["kinetic"].update(numerics="canonical-0")), "rerun: not identical: the same"),
         ("seed", "base", edit(lambda r, w: r["sampling"].update(seed=4242)), "the receipt's tokens are not what this model produces with these settings"),
         ("logit_bias outside the vocabulary", "base", edit(lambda r, w: r["sampling"].update(logit_bias=[[99999, 5.0]])), "sampling.logit_bias names token 99999"),
+        # a response_format whose $ref names nothing ("#" and "" were read past their end, issue 44)
+        ("response_format $ref '#'", "base", edit(lambda r, w: r["sampling"].update(response_format={"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}})), "$ref '#' is not supported"),
+        ("response_format $ref ''", "base", edit(lambda r, w: r["sampling"].update(response_format={"type": "json_schema", "json_schema": {"schema": {"items": {"$ref": ""}}}})), "at /items: $ref ''"),
         ("output id outside the vocabulary", "base", edit(lambda r, w: rehash(r["output"]["tokens"].update(ids=[999999]) or r)), "output token 0 (id 999999) is outside"),
         ("output ids beyond the context", "base", edit(lambda r, w: rehash(r["output"]["tokens"].update(ids=[5] * 5000) or r)), "output.tokens.ids holds 5000 tokens, more than"),
     ]

@@ -124,3 +124,30 @@ def test_gemma_turn_tokens():
     assert ids.count(106) == 1 and ids.count(105) == 2
     _, fmt, raw_ids = print_prompt(GEMMA, ["Hi"])
     assert fmt == "raw"  # the base model ships no template
+
+
+# A 1.5 KB-class template whose string scans grow with a string it builds (issue 44): before
+# every scan was charged to the template's work budget, `kinetic run` (and `serve`) spun at
+# load for tens of minutes rendering it once to check it; now the trial render is refused
+# in well under a second and the built-in template stands in, with the reason on stderr.
+HOSTILE = ("{%- set s = 'ab' * 500000 -%}"
+           "{%- for i in range(100000) -%}{%- if '<|im_end|>' in s -%}x{%- endif -%}{%- endfor -%}"
+           "{%- for message in messages -%}<|im_start|>{{ message.role }}\n"
+           "{{ message.content }}<|im_end|>\n{% endfor -%}")
+
+
+def test_hostile_template_is_refused_at_load(tmp_path):
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text(HOSTILE)
+    model = tmp_path / "m.gguf"
+    subprocess.run(NEW_METADATA + [AIDREAMS, str(model), "--chat-template-file", str(tpl)],
+                   check=True, capture_output=True)
+    t0 = time.monotonic()
+    p = subprocess.run([KINETIC, "run", str(model), "--print-prompt", "Hello"],
+                       capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    assert "template exceeds its work budget" in p.stderr, p.stderr
+    assert "line 1" in p.stderr, p.stderr
+    assert took < 10, f"the refusal took {took:.1f} s"
+    assert "[template " in p.stdout and "jinja" not in p.stdout.rsplit("[template ", 1)[1]

@@ -291,6 +291,15 @@ def test_bad_grammars_are_400s_and_the_server_lives(toy):
         ({"response_format": "json"}, ["response_format"]),
         ({"response_format": {"type": "json_object", "schema": {"$ref": "#/nowhere"}}},
          ["response_format"]),
+        # refs too short to name anything read past the string before (issue 44)
+        ({"json_schema": {"$ref": "#"}}, ["$ref '#'"]),
+        ({"json_schema": {"$ref": ""}}, ["$ref ''"]),
+        ({"json_schema": {"$ref": 3}}, ["'$ref' must be a string"]),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "$ref": "#/$defs/", "$defs": {"a": {}}}}}}, ["$ref '#/$defs/' names no entry"]),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "type": "array", "items": {"$ref": "#/$defs/b"}, "$defs": {"a": {}}}}}},
+         ["$ref '#/$defs/b'", "no entry 'b'"]),
     ]
     for fields, words in cases:
         st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 8, **fields})
@@ -306,6 +315,25 @@ def test_bad_grammars_are_400s_and_the_server_lives(toy):
     st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 20, "ignore_eos": True,
                                              "grammar": 'root ::= "ab"'})
     assert st == 200 and js["choices"][0]["text"] == "ab", js
+
+
+def test_too_ambiguous_grammars_end_with_a_reason(toy):
+    """Grammars whose every token cost seconds of the batch step (issue 44) stop at the
+    matcher's bounds (src/grammar/grammar.h): a 50,000-way enum is refused up front, 30
+    optional runs side by side end the request when one token's filtering passes its
+    bound; either way a 400 that says why, quickly, and the server carries on."""
+    amb = "root ::=" + " x" * 30 + "\nx ::= [a-z ,.]{0,100}\n"
+    enum = "root ::= " + " | ".join('"w%05d"' % i for i in range(50000)) + "\n"
+    for g, code, words in ((amb, "grammar_dead_end", ["GRAMMAR_WORK_PER_PIECE", "ambiguous"]),
+                           (enum, "grammar_too_complex", ["GRAMMAR_MAX_STACKS", "4096"])):
+        t0 = time.monotonic()
+        st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 200, "grammar": g})
+        took = time.monotonic() - t0
+        assert st == 400 and js["error"]["code"] == code, js
+        for w in words:
+            assert w in js["error"]["message"], js
+        assert took < 20, f"{took:.1f} s"
+    assert toy.post("/v1/completions", {"prompt": "x", "max_tokens": 3})[0] == 200
 
 
 # ---------------------------------------------------------------- reasoning
@@ -475,6 +503,25 @@ def test_drafting_and_cache_off_give_the_same_tokens(aid):
                 "--no-warm-start", "--chat-format", "raw") as off:
         for b, want in zip(bodies, on):
             assert off.post("/v1/chat/completions", b)[2]["choices"] == want, b
+
+
+def test_too_ambiguous_grammars_end_with_a_reason(toy):
+    """Grammars whose every token cost seconds of the batch step (issue 44) stop at the
+    matcher's bounds (src/grammar/grammar.h): a 50,000-way enum is refused up front, 30
+    optional runs side by side end the request when one token's filtering passes its
+    bound; either way a 400 that says why, quickly, and the server carries on."""
+    amb = "root ::=" + " x" * 30 + "\nx ::= [a-z ,.]{0,100}\n"
+    enum = "root ::= " + " | ".join('"w%05d"' % i for i in range(50000)) + "\n"
+    for g, code, words in ((amb, "grammar_dead_end", ["GRAMMAR_WORK_PER_PIECE", "ambiguous"]),
+                           (enum, "grammar_too_complex", ["GRAMMAR_MAX_STACKS", "4096"])):
+        t0 = time.monotonic()
+        st, _, js = toy.post("/v1/completions", {"prompt": "x", "max_tokens": 200, "grammar": g})
+        took = time.monotonic() - t0
+        assert st == 400 and js["error"]["code"] == code, js
+        for w in words:
+            assert w in js["error"]["message"], js
+        assert took < 20, f"{took:.1f} s"
+    assert toy.post("/v1/completions", {"prompt": "x", "max_tokens": 3})[0] == 200
 
 
 # ---------------------------------------------------------------- reasoning, real markers

@@ -247,6 +247,12 @@ def test_tool_request_errors(qwen3):
     assert "'nope'" in e["message"]
     e = err({"tools": TOOLS, "tool_choice": "always"})
     assert e["param"] == "tool_choice"
+    # a tool's parameters with a ref that names nothing (issue 44: "#" read past the string)
+    for ref in ("#", "", "#/$defs/"):
+        bad = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"$ref": ref}}}}}]
+        e = err({"tools": bad, "tool_choice": "required"})
+        assert f"$ref '{ref}'" in e["message"], e
     e = err({"tools": [{"type": "function"}]})
     assert e["param"] == "tools" and "tools[0]" in e["message"]
     e = err({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}})

@@ -7,6 +7,7 @@
 #include "token/tok.h"
 
 #include <math.h>
+#include <time.h>
 
 static struct grammar *compile(const char *text)
 {
@@ -323,6 +324,93 @@ static void test_mask_real(void)
     tok_free(t);
 }
 
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Grammars so ambiguous that one token's mask took seconds (issue 44: 30 optional
+ * repetitions side by side, 4+ s per token; a 50,000-way enum, 29 s for 30 tokens) are
+ * stopped by the matcher's bounds (grammar.h) in well under a second, with a reason; a
+ * large but ordinary enum still works. */
+static void test_bounds(void)
+{
+    struct tok *t = load_vocab("ggml-vocab-llama-spm.gguf");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct grammar_vocab *gv;
+    struct kn_err err;
+    CHECK(grammar_vocab_from_tok(&gv, t, 0, &err) == KN_OK);
+    int32_t n = grammar_vocab_n(gv);
+    uint8_t *allowed = malloc((size_t)n);
+    /* 30 optional runs side by side: the first mask exceeds the work bound */
+    char amb[256] = "root ::=";
+    for (int i = 0; i < 30; i++)
+        strcat(amb, " x");
+    strcat(amb, "\nx ::= [a-z ,.]{0,100}\n");
+    struct grammar *g = compile(amb);
+    struct grammar_state *st = NULL;
+    CHECK(g && grammar_state_init(&st, g, &err) == KN_OK);
+    if (st) {
+        CHECK(grammar_state_error(st) == NULL);
+        double t0 = cpu_seconds();
+        grammar_mask(st, gv, allowed);
+        double dt = cpu_seconds() - t0;
+        int count = 0;
+        for (int32_t id = 0; id < n; id++)
+            count += allowed[id];
+        const char *why = grammar_state_error(st);
+        CHECKF(count == 0 && why && strstr(why, "GRAMMAR_WORK_PER_PIECE"), "%d allowed, %s", count,
+               why ? why : "no reason");
+        CHECKF(dt < 1.0, "the ambiguous grammar's mask took %.2f s of CPU", dt);
+        CHECK(!grammar_allows(st, gv, 100) && !grammar_accept_bytes(st, "a", 1));
+        /* the same grammar after a reset: accepting text is not bounded by the work per
+         * token (only by the stacks), and a mask fails again */
+        grammar_state_reset(st);
+        CHECK(grammar_state_error(st) == NULL && grammar_accept_bytes(st, "abc de", 6));
+        grammar_state_free(st);
+    }
+    grammar_free(g);
+    /* a 50,000-way enum: more stacks than GRAMMAR_MAX_STACKS at the start */
+    size_t cap = 50000 * 12 + 64, len = 0;
+    char *big = malloc(cap);
+    len += (size_t)snprintf(big, cap, "root ::= ");
+    for (int i = 0; i < 50000; i++)
+        len += (size_t)snprintf(big + len, cap - len, "%s\"w%05d\"", i ? " | " : "", i);
+    len += (size_t)snprintf(big + len, cap - len, "\n");
+    g = compile(big);
+    double t0 = cpu_seconds();
+    st = NULL;
+    enum kn_status rc = g ? grammar_state_init(&st, g, &err) : KN_E_ARG;
+    CHECKF(rc == KN_E_LIMIT && strstr(err.msg, "too ambiguous") &&
+               strstr(err.msg, "GRAMMAR_MAX_STACKS"), "50,000-way enum: %s",
+           rc ? err.msg : "accepted");
+    CHECKF(cpu_seconds() - t0 < 1.0, "the enum took %.2f s of CPU", cpu_seconds() - t0);
+    grammar_state_free(st);
+    grammar_free(g);
+    /* 4,000 ways is fine: masks and accepts as before */
+    len = (size_t)snprintf(big, cap, "root ::= ");
+    for (int i = 0; i < 4000; i++)
+        len += (size_t)snprintf(big + len, cap - len, "%s\"w%05d\"", i ? " | " : "", i);
+    g = compile(big);
+    st = NULL;
+    CHECKF(g && grammar_state_init(&st, g, &err) == KN_OK, "4,000-way enum: %s", err.msg);
+    if (st) {
+        grammar_mask(st, gv, allowed);
+        CHECK(grammar_state_error(st) == NULL && grammar_accept_bytes(st, "w0399", 5) &&
+              grammar_accept_bytes(st, "9", 1) && grammar_is_complete(st));
+        grammar_state_free(st);
+    }
+    grammar_free(g);
+    free(big);
+    free(allowed);
+    grammar_vocab_free(gv);
+    tok_free(t);
+}
+
 /* grammar_mask's cache of recent states: a long-lived state that keeps coming back to the
  * same states (and evicts some) gives exactly the masks a fresh state computes. */
 static void test_mask_cache(void)
@@ -396,6 +484,43 @@ static void test_json_schema(void)
         grammar_free(g);
     }
     free(gb);
+    /* prefixItems (2020-12 tuples): item i follows prefixItems[i], items the rest, items:
+     * false closes the tuple, minItems/maxItems count every item */
+    const struct {
+        const char *schema;
+        const char *good[6], *bad[6];
+    } tuples[] = {
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":2}]}",
+         {"[]", "[1]", "[1,\"ab\"]", "[1, \"a\", null, [2]]", NULL},
+         {"[\"a\"]", "[1,2]", "[1,\"abc\"]", "[,]", NULL}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":\"x\"},{\"type\":\"boolean\"}],"
+         "\"items\":false,\"minItems\":1}",
+         {"[\"x\"]", "[\"x\", true]", NULL},
+         {"[]", "[\"x\", true, 1]", "[true]", "[\"x\", 1]", NULL}},
+        {"{\"prefixItems\":[{\"type\":\"null\"}],\"items\":{\"type\":\"integer\"},"
+         "\"minItems\":3,\"maxItems\":4}",
+         {"[null, 1, 2]", "[null,1,2,3]", NULL},
+         {"[null, 1]", "[null,1,2,3,4]", "[1, 2, 3]", "[null, 1, \"a\"]", NULL}},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"integer\"},{\"type\":\"integer\"}],"
+         "\"maxItems\":2}",
+         {"[]", "[1]", "[1, 2]", NULL},
+         {"[1, 2, 3]", "[1, \"a\"]", NULL}},
+        {"{\"type\":\"array\",\"items\":false}", {"[]", "[ ]", NULL}, {"[1]", NULL}},
+    };
+    for (size_t t = 0; t < sizeof tuples / sizeof tuples[0]; t++) {
+        gb = NULL;
+        CHECKF(grammar_from_json_schema(tuples[t].schema, strlen(tuples[t].schema), &gb, &err) ==
+                   KN_OK, "%s: %s", tuples[t].schema, err.msg);
+        g = gb ? compile(gb) : NULL;
+        for (size_t i = 0; g && tuples[t].good[i]; i++)
+            CHECKF(matches(g, tuples[t].good[i], strlen(tuples[t].good[i])), "%s should match %s",
+                   tuples[t].schema, tuples[t].good[i]);
+        for (size_t i = 0; g && tuples[t].bad[i]; i++)
+            CHECKF(!matches(g, tuples[t].bad[i], strlen(tuples[t].bad[i])),
+                   "%s should not match %s", tuples[t].schema, tuples[t].bad[i]);
+        grammar_free(g);
+        free(gb);
+    }
     /* no required properties: any subset, in order */
     const char *opt = "{\"properties\":{\"a\":{\"const\":1},\"b\":{\"const\":2},\"c\":{\"type\":\"null\"}}}";
     CHECK(grammar_from_json_schema(opt, strlen(opt), &gb, &err) == KN_OK);
@@ -436,12 +561,37 @@ static void test_json_schema(void)
         {"{\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":3}}}",
          "at /properties/n: 'minimum' is not supported"},
         {"{\"type\":\"wat\"}", "unknown type 'wat'"},
-        {"{\"$ref\":\"#/$defs/missing\"}", "does not name an entry"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "$ref '#/$defs/missing' points into #/$defs, which"},
+        {"{\"$ref\":\"#/$defs/missing\",\"$defs\":{\"a\":{}}}",
+         "$ref '#/$defs/missing': #/$defs has no entry 'missing'"},
+        /* refs that are too short to name anything (issue 44: "#" and "" read past the end
+         * of the string), name nothing, or are not strings; each error names the ref */
+        {"{\"$ref\":\"#\"}", "$ref '#' is not supported"},
+        {"{\"$ref\":\"\"}", "$ref '' is not supported"},
+        {"{\"$ref\":\"#/\"}", "$ref '#/' is not supported"},
+        {"{\"$ref\":\"#/$\"}", "$ref '#/$' is not supported"},
+        {"{\"$ref\":\"#/$defs\"}", "$ref '#/$defs' is not supported"},
+        {"{\"$ref\":\"#/$defs/\",\"$defs\":{\"a\":{}}}", "$ref '#/$defs/' names no entry"},
+        {"{\"$ref\":\"#/definitions/\"}", "$ref '#/definitions/' names no entry"},
+        {"{\"$ref\":\"#/definitions/a\"}", "$ref '#/definitions/a' points into #/definitions, which"},
+        {"{\"$ref\":\"#/$defs/a\",\"$defs\":[]}", "points into #/$defs, which the schema does not have"},
+        {"{\"$ref\":\"#/properties/a\",\"properties\":{\"a\":{}}}", "$ref '#/properties/a' is not supported"},
+        {"{\"$ref\":\"other.json#/$defs/a\"}", "$ref 'other.json#/$defs/a' is not supported"},
+        {"{\"$ref\":7}", "'$ref' must be a string such as \"#/$defs/name\", not a number"},
+        {"{\"$ref\":null}", "not null"},
+        {"{\"$ref\":{\"a\":1}}", "not an object"},
+        {"{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}", "at /items: $ref '#'"},
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems is below minItems"},
         {"{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", "not supported"},
         {"{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'b' is not in 'properties'"},
         {"{\"type\": ", "not valid JSON"},
         {"false", "matches nothing"},
+        {"{\"prefixItems\":[]}", "'prefixItems' must be a non-empty array"},
+        {"{\"prefixItems\":{\"type\":\"integer\"}}", "'prefixItems' must be a non-empty array"},
+        {"{\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false,\"minItems\":2}",
+         "minItems is 2 but items: false allows only the 1 prefixItems"},
+        {"{\"prefixItems\":[{\"minimum\":1}]}", "at /prefixItems/0: 'minimum' is not supported"},
+        {"{\"anyOf\":[{}],\"prefixItems\":[{}]}", "move them into each alternative"},
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         gb = NULL;
@@ -620,6 +770,7 @@ int main(void)
     test_mask_real();
     test_mask_cache();
     test_json_schema();
+    test_bounds();
     test_sample_with_grammar();
     test_sample_equals_mask();
     CHECK_DONE();

@@ -1,10 +1,12 @@
 /* test_grammar_gen.c: drives the sampler and a grammar with random logits over a real
  * vocabulary's pieces (no model needed) and prints what comes out.
  *
- *   test_grammar_gen VOCAB.gguf (--json | --gbnf FILE | --schema FILE) N SEED [TOP_K]
+ *   test_grammar_gen VOCAB.gguf (--json | --gbnf FILE | --schema FILE) N SEED [TOP_K [MAX]]
  *
- * prints one JSON line per output: {"complete": true|false, "tokens": n, "text": "..."};
- * errors (a bad grammar or schema) go to stderr with exit status 1. tests/py/
+ * prints one JSON line per output: {"complete": true|false, "tokens": n, "text": "..."},
+ * and with MAX (tokens per output; default 400) also "seconds", the output's sampling time
+ * with the grammar's masks, to measure a grammar's cost per token. Errors (a bad grammar
+ * or schema) go to stderr with exit status 1. tests/py/
  * test_grammar_conformance.py checks the outputs with Python's json and jsonschema.
  * Without arguments (as a CTest test) it runs a short self-check: 60 outputs of the JSON
  * grammar on the llama SPM vocabulary, each parsed by Kinetic's strict JSON reader. */
@@ -86,8 +88,8 @@ static void gen_close(struct gen *G)
 
 /* One output at temperature 1 (top_k as given, nothing else); returns its token count,
  * *complete when it ended with an end-of-generation token. */
-static int gen_one(struct gen *G, uint64_t seed, int32_t top_k, char *text, size_t cap,
-                   size_t *len, bool *complete)
+static int gen_one(struct gen *G, uint64_t seed, int32_t top_k, int max_tokens, char *text,
+                   size_t cap, size_t *len, bool *complete)
 {
     struct sample_params p;
     sample_params_default(&p);
@@ -103,7 +105,7 @@ static int gen_one(struct gen *G, uint64_t seed, int32_t top_k, char *text, size
     *len = 0;
     *complete = false;
     int i = 0;
-    for (; i < MAX_TOKENS; i++) {
+    for (; i < max_tokens; i++) {
         for (int32_t t = 0; t < n; t++)
             G->logits[t] = (float)(xs(&x) >> 40) * 0x1p-24f * 8.0f - 4.0f + G->boost[t];
         int32_t id = sample_token(&G->s, &p, G->logits, NULL, 0, (uint64_t)i);
@@ -171,6 +173,8 @@ static int tool(int argc, char **argv)
     int n = atoi(argv[a]);
     uint64_t seed = strtoull(argv[a + 1], NULL, 10);
     int32_t top_k = argc > a + 2 ? atoi(argv[a + 2]) : 0;
+    bool timed = argc > a + 3; /* a bench: the outputs say how long they took */
+    int max_tokens = timed ? atoi(argv[a + 3]) : MAX_TOKENS;
     struct gen G;
     if (gen_open(&G, argv[1], gbnf, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
@@ -181,7 +185,10 @@ static int tool(int argc, char **argv)
     for (int r = 0; r < n; r++) {
         size_t len;
         bool complete;
-        int nt = gen_one(&G, seed + (uint64_t)r, top_k, text, sizeof text, &len, &complete);
+        double t0 = kn_now();
+        int nt = gen_one(&G, seed + (uint64_t)r, top_k, max_tokens, text, sizeof text, &len,
+                         &complete);
+        double dt = kn_now() - t0;
         size_t clen;
         char *clean = json_utf8_sanitize(text, len, &clen);
         struct json_value *o = json_new_object(), *t = clean ? json_new_stringn(clean, clen) : NULL;
@@ -189,6 +196,7 @@ static int tool(int argc, char **argv)
         if (!o || !t || json_object_set(o, "complete", json_new_bool(complete), &err) != KN_OK ||
             json_object_set(o, "tokens", json_new_int(nt), &err) != KN_OK ||
             json_object_set(o, "text", t, &err) != KN_OK ||
+            (timed && json_object_set(o, "seconds", json_new_double(dt), &err) != KN_OK) ||
             json_write(o, JSON_COMPACT, &line, NULL, &err) != KN_OK) {
             fprintf(stderr, "out of memory\n");
             return 1;
@@ -217,7 +225,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < 60; r++) {
         size_t len;
         bool done;
-        gen_one(&G, (uint64_t)r, r % 3 ? 100 : 0, text, sizeof text, &len, &done);
+        gen_one(&G, (uint64_t)r, r % 3 ? 100 : 0, MAX_TOKENS, text, sizeof text, &len, &done);
         if (!done)
             continue;
         complete++;
@@ -232,8 +240,8 @@ int main(int argc, char **argv)
     size_t l1, l2;
     bool d1, d2;
     static char text2[1 << 16];
-    gen_one(&G, 12345, 0, text, sizeof text, &l1, &d1);
-    gen_one(&G, 12345, 0, text2, sizeof text2, &l2, &d2);
+    gen_one(&G, 12345, 0, MAX_TOKENS, text, sizeof text, &l1, &d1);
+    gen_one(&G, 12345, 0, MAX_TOKENS, text2, sizeof text2, &l2, &d2);
     CHECK(l1 == l2 && memcmp(text, text2, l1) == 0 && d1 == d2);
     gen_close(&G);
     CHECK_DONE();

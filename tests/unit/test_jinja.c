@@ -6,8 +6,10 @@
 #include "jinja/jinja.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Renders src with a JSON context; returns the output (malloc'd) or NULL with diag set. */
 static char *render(const char *src, const char *ctx_json, const struct jinja_options *opts,
@@ -111,7 +113,7 @@ static void test_limits(void)
     CHECK(!got && st == KN_E_LIMIT && d.kind == JINJA_ERR_LIMIT);
     /* linear work inside loops counts too ('in' over a long list, 100000 x 100000) */
     memset(&o, 0, sizeof o);
-    o.limits.max_iterations = 10000;
+    o.limits.max_work = 10000u * 64;
     got = render("{% set big = range(100000) | list %}{% for i in range(100000) %}"
                  "{% if -1 in big %}x{% endif %}{% endfor %}", NULL, &o, &d, &st);
     CHECK(!got && st == KN_E_LIMIT);
@@ -145,6 +147,147 @@ static void test_limits(void)
     got = render("{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                  NULL, &o, &d, &st);
     CHECK(!got && st == KN_E_LIMIT);
+}
+
+/* CPU time of this process: what a template costs, whatever else the machine runs. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Hostile templates (issue 44): each makes work grow with the length of a string or list
+ * the template itself builds, inside a loop or in one operation that is quadratic or
+ * worse. Before every scan was charged to the work budget these spun for minutes to
+ * hours; now each must be refused with the budget error in well under a second. */
+static void test_hostile(void)
+{
+#define BIG "{% set s = 'ab' * 500000 %}{% set t = 'ab' * 499999 ~ 'ac' %}" \
+            "{% set l = range(100000)|list %}"
+#define LOOP(body) BIG "{% for i in range(100000) %}" body "{% endfor %}"
+    static const char *const hostile[] = {
+        LOOP("{% if 'zz' in s %}{% endif %}"),
+        LOOP("{% if s|length > 1 %}{% endif %}"),
+        LOOP("{% if s == t %}{% endif %}"),
+        LOOP("{% if s < t %}{% endif %}"),
+        LOOP("{% if s.count('a') %}{% endif %}"),
+        LOOP("{% if s.replace('zz', 'y') %}{% endif %}"),
+        LOOP("{% if s.split('zz') %}{% endif %}"),
+        LOOP("{% if s.rsplit('zz', 1) %}{% endif %}"),
+        LOOP("{% if s.find('zz') %}{% endif %}"),
+        LOOP("{% if s.rfind('zz') %}{% endif %}"),
+        LOOP("{% if s.startswith('b') %}{% endif %}"),
+        LOOP("{% if s.endswith('b') %}{% endif %}"),
+        LOOP("{% if s[1:] %}{% endif %}"),
+        LOOP("{% if s[400000] %}{% endif %}"),
+        LOOP("{% if s.strip() %}{% endif %}"),
+        LOOP("{% if s|trim %}{% endif %}"),
+        LOOP("{% if s.upper() %}{% endif %}"),
+        LOOP("{% if s.isalpha() %}{% endif %}"),
+        LOOP("{% if s.partition('zz') %}{% endif %}"),
+        LOOP("{% if s.rpartition('zz') %}{% endif %}"),
+        LOOP("{% if s.splitlines() %}{% endif %}"),
+        LOOP("{% if s|wordcount %}{% endif %}"),
+        LOOP("{% if s.center(10) %}{% endif %}"),
+        LOOP("{% if s.removeprefix('a') %}{% endif %}"),
+        LOOP("{% if '%s' % s %}{% endif %}"),
+        LOOP("{% if [s, s]|join %}{% endif %}"),
+        LOOP("{% if s ~ 'x' %}{% endif %}"),
+        LOOP("{% if t in [s] * 100 %}{% endif %}"),
+        LOOP("{% if l.count(-1) %}{% endif %}"),
+        LOOP("{% if l[1:] %}{% endif %}"),
+        LOOP("{% if l|reverse|list %}{% endif %}"),
+        /* string concatenation in a loop (quadratic copying) */
+        "{% set ns = namespace(x='') %}{% set s = 'ab' * 50000 %}{% for i in range(100000) %}"
+        "{% set ns.x = ns.x ~ s[:10] %}{% endfor %}",
+        /* one operation, quadratic or worse: backward search, strip with many chars, equality
+         * of lists that share their rows, building a dict, unique, exponential recursion */
+        "{{ ('a' * 1000000).rsplit('a' * 500000 ~ 'b') }}",
+        "{{ ('a' * 1000000).rfind('a' * 500000 ~ 'b') }}",
+        "{{ ('a' * 1000000).strip('b' * 1000000 ~ 'a') }}",
+        "{% set p = range(1000)|list %}{% set q = range(1000)|list %}{% set a = [[p] * 1000] * 1000 %}"
+        "{% set b = [[q] * 1000] * 1000 %}{{ a == b }}",
+        "{% set p = range(1000)|list %}{% set q = range(1000)|list %}{% set a = [[p] * 1000] * 1000 %}"
+        "{% set b = [[q] * 1000] * 1000 %}{{ b in [a] }}",
+        "{{ dict(range(100000)|batch(2))|length }}",
+        "{{ range(100000)|unique|list|length }}",
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+    };
+#undef LOOP
+#undef BIG
+    double slowest = 0;
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        /* ASan's memmem checks the whole rest of the haystack on each call, so a million
+         * matches cost it minutes, not the engine's budget: that case runs unsanitized */
+        if (CHECK_SANITIZED && strstr(hostile[i], "count('a')"))
+            continue;
+        struct jinja_diag d;
+        enum kn_status st;
+        double t0 = cpu_seconds();
+        char *got = render(hostile[i], NULL, NULL, &d, &st);
+        double dt = cpu_seconds() - t0;
+        /* copying lists fills the working memory (a value is 16 bytes) before the budget */
+        CHECKF(!got && st == KN_E_LIMIT && d.kind == JINJA_ERR_LIMIT &&
+                   (strstr(d.message, "work budget") != NULL ||
+                    (strstr(hostile[i], "l[1:]") && strstr(d.message, "working memory")) ||
+                    (strstr(hostile[i], "reverse") && strstr(d.message, "working memory"))),
+               "hostile template %zu: %s (%s)", i, got ? "rendered" : "failed otherwise",
+               got ? "" : d.message);
+        CHECKF(dt < 1.0, "hostile template %zu took %.2f s of CPU to be refused", i, dt);
+        slowest = dt > slowest ? dt : slowest;
+        free(got);
+    }
+    printf("%zu hostile templates refused, the slowest in %.3f s of CPU\n",
+           sizeof hostile / sizeof hostile[0], slowest);
+    /* the budget is a limit like the others: a smaller one refuses sooner */
+    struct jinja_options o = {0};
+    struct jinja_diag d;
+    enum kn_status st;
+    o.limits.max_work = 1000;
+    char *got = render("{{ 'x' * 2000 }}", NULL, &o, &d, &st);
+    CHECK(!got && st == KN_E_LIMIT && strstr(d.message, "work budget of 1000 units"));
+    free(got);
+}
+
+/* A long conversation through a real template stays well inside the budget: 400
+ * messages of 4 KB (1.6 MB of text) render with the default limits. */
+static void test_long_conversation(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizers/qwen3/tokenizer_config.json", check_data_dir());
+    struct kn_err err = {0};
+    struct json_value *cfg = NULL, *msgs = json_new_array(), *ctx = NULL;
+    CHECKF(!json_parse_file(path, NULL, &cfg, &err), "%s: %s", path, err.msg);
+    size_t len;
+    const char *src = jinja_pick_template(json_get(cfg, "chat_template"), NULL, &len);
+    CHECK(src != NULL && msgs != NULL);
+    char *content = malloc(4097);
+    for (int i = 0; i < 4096; i++)
+        content[i] = "abc <tool_call> </think>\n"[i % 25];
+    content[4096] = 0;
+    for (int i = 0; i < 400; i++) {
+        struct json_value *m = json_new_object();
+        CHECK(!json_object_set(m, "role", json_new_string(i % 2 ? "assistant" : "user"), &err));
+        CHECK(!json_object_set(m, "content", json_new_string(content), &err));
+        CHECK(!json_array_push(msgs, m, &err));
+    }
+    CHECK(!jinja_chat_context(msgs, NULL, NULL, true, NULL, NULL, NULL, &ctx, &err));
+    struct jinja_template *t = NULL;
+    struct jinja_diag d;
+    char *out = NULL;
+    CHECK(!jinja_parse(&t, src, len, NULL, &d, &err));
+    double t0 = kn_now();
+    CHECKF(!jinja_render(t, ctx, NULL, &out, NULL, &d, &err), "long conversation: %s", err.msg);
+    CHECKF(out && strlen(out) > 400 * 1000, "long conversation rendered %zu bytes",
+           out ? strlen(out) : 0);
+    printf("long conversation: %zu bytes in %.3f s\n", out ? strlen(out) : 0, kn_now() - t0);
+    free(out);
+    free(content);
+    jinja_free(t);
+    json_free(ctx);
+    json_free(msgs);
+    json_free(cfg);
 }
 
 static void test_time(void)
@@ -333,6 +476,8 @@ int main(void)
     test_basics();
     test_errors();
     test_limits();
+    test_hostile();
+    test_long_conversation();
     test_time();
     test_chat_context();
     test_pick();
