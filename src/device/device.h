@@ -15,23 +15,24 @@
 
 /* An open device. */
 struct device {
-    char spec[32];            /* as the registry names it: "cpu", "vulkan:0" */
+    char spec[32];            /* as the registry names it: "cpu", "vulkan:0", "cuda:0" */
     struct kern_backend *be;  /* NULL for the CPU: the model runs on kern_backend_cpu() */
-    char cls[128];            /* the receipt's device.class: cpu-x86_64-avx2, vulkan-<gpu> */
+    char cls[128];            /* the receipt's device.class: cpu-x86_64-avx2, vulkan-<gpu>,
+                               * cuda-smXY */
     char name[256];           /* the receipt's device.name: the CPU's or GPU's model name */
     const char *numerics;     /* the numerics class it computes: KN_NUMERICS, or the
                                  device's own (its self-test failed: see report) */
     char report[2048];        /* the self-test's findings ("" for the CPU) */
 };
 
-/* Whether spec is a device name the registry knows the form of (cpu, vulkan, vulkan:N). */
+/* Whether spec is a device name the registry knows the form of (cpu, vulkan[:N], cuda[:N]). */
 bool device_spec_valid(const char *spec);
-/* Opens spec ("cpu", "vulkan" = "vulkan:0", "vulkan:N"); a Vulkan device runs its
- * start-up self-test here. Errors say why: an unknown name (with the list), no Vulkan in
- * this build (what to install), no such device. */
+/* Opens spec ("cpu", "vulkan" = "vulkan:0", "vulkan:N", "cuda" = "cuda:0", "cuda:N"); a
+ * GPU runs its start-up self-test here. Errors say why: an unknown name (with the list),
+ * no Vulkan or CUDA in this build (what to install), no driver, no such device. */
 KN_MUST_USE enum kn_status device_open(const char *spec, struct device *out, struct kn_err *err);
 void device_close(struct device *d);
-/* The registry's name ("cpu", "vulkan:N") of a device of class cls (a receipt's
+/* The registry's name ("cpu", "vulkan:N", "cuda:N") of a device of class cls (a receipt's
  * device.class) on this machine, written to spec; false when there is none or cls is no
  * class (a CPU class of this build is "cpu": its ISA is chosen separately). */
 bool device_find_class(const char *cls, char *spec, size_t cap);

@@ -11,7 +11,8 @@
  *   session_record   what a receipt records of the run (receipt_from_run consumes it;
  *                    the receipt module sits above the engine, so the record is plain)
  * A default decided here is decided for all four: the context min(trained, 4096), the
- * thread count (CPUs online, at most 16), the prompt batch 512, the KV type f32, the
+ * thread count (CPUs online, at most 16), the prompt batch 512, the KV type
+ * (SESSION_KV_TYPE_DEFAULT), the
  * reasoning markers and whether a reply starts inside them, the stop-string limit
  * (TEXT_MAX_STOPS). */
 /* The session is above the chat templates and the grammar and below the receipt module:

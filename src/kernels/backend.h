@@ -1,6 +1,6 @@
 /* backend.h: the device seam. The forward pass (src/model/forward.c) reaches the kernels
  * only through this interface; the CPU kernels (backend_cpu.c) are its first
- * implementation, a GPU backend (Vulkan, CUDA: issues 18 and 19) implements the same table.
+ * implementation; the GPU backends (src/vulkan, src/cuda) implement the same table.
  *
  * Level. One call per op per layer over buffers the backend owns (activations, KV caches,
  * uploaded weights), never a call per row or per scalar loop: RMSNorm over T rows, up to
