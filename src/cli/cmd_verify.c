@@ -155,10 +155,12 @@ static int verify_file(const char *path, const struct receipt_verify_opts *o)
     char kind[80] = "a server response";
     int code;
     if (json_parse(text, len, &lim, &doc, &err) == KN_OK) {
-        if (!is_response(doc)) { /* a receipt (or not one: receipt_verify says why) */
+        if (!is_response(doc)) { /* a receipt (or not one: the verifier says why), read
+                                  * again under the receipt's own limits */
             json_free(doc);
+            code = receipt_verify_text(text, len, path, o, stdout);
             free(text);
-            return receipt_verify(path, o, stdout);
+            return code;
         }
         const char *obj = json_str(json_get(doc, "object"));
         if (obj)
@@ -181,9 +183,12 @@ static int verify_file(const char *path, const struct receipt_verify_opts *o)
             free(text);
             return RECEIPT_EXIT_MALFORMED;
         }
-        if (lines == 0) { /* neither JSON nor a stream: receipt_verify names the JSON error */
+        if (lines == 0) { /* neither JSON nor a stream: the JSON error, as for a receipt
+                           * (not parsed a second time: a huge file costs one parse) */
+            kn_err_prefix(&err, path);
+            printf("receipt: %s\n", err.msg);
             free(text);
-            return receipt_verify(path, o, stdout);
+            return RECEIPT_EXIT_MALFORMED;
         }
         snprintf(kind, sizeof kind, "a stream of %d events", lines);
     }
