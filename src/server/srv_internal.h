@@ -1,5 +1,6 @@
-/* srv_internal.h: what http.c and api.c share: the server object, a parsed OpenAI
- * request, and the error every handler can return. */
+/* srv_internal.h: what the server's files share: the server object, the endpoint table
+ * (routes.c) and what a handler is given and answers with (http.c), streaming (sse.c), a
+ * parsed OpenAI request, and the error every handler can return. */
 #ifndef KN_SRV_INTERNAL_H
 #define KN_SRV_INTERNAL_H
 
@@ -75,7 +76,6 @@ struct srv_request {
 
 void srv_request_free(struct srv_request *r);
 
-#define SRV_N_ENDPOINTS 16
 #define SRV_N_STATUS 14
 
 struct srv {
@@ -95,13 +95,90 @@ struct srv {
     pthread_mutex_t mmu;       /* guards the counters below */
     pthread_cond_t idle_cv;    /* signalled when active drops to 0 */
     int active;                /* requests between their first call and completion */
-    uint64_t requests[SRV_N_ENDPOINTS][SRV_N_STATUS];
     struct gate *gate;         /* the listening socket and the connections before MHD */
     pthread_mutex_t gmu;       /* guards gvocab's creation */
     struct grammar_vocab *gvocab; /* built at the first grammar request; read-only after */
     pthread_mutex_t vmu;       /* held by the one POST /verify-receipt that may run */
     double verify_last;        /* when the last one ended (kn_now), under vmu */
+    uint64_t requests[][SRV_N_STATUS]; /* answers by endpoint (srv_endpoints' rows) and
+                                        * status (under mmu); srv_start sizes it */
 };
+
+/* ---------------------------------------------------------------- the endpoint table
+ * One request as a handler sees it. A handler answers with srv_send_json, srv_queue_text,
+ * srv_send_error or srv_fail (each counts the answer under the endpoint's row), or
+ * returns MHD_NO to drop the connection (out of memory, the client gone). */
+struct srv_call {
+    struct srv *s;
+    struct MHD_Connection *conn;
+    size_t ep;                     /* its row of srv_endpoints */
+    const char *path;              /* the row's path it came on */
+    const struct json_value *body; /* POST: the body, a JSON object; GET: NULL */
+    const char *raw;               /* POST: the body as sent (raw_len bytes) */
+    size_t raw_len;
+    int64_t *n_in, *n_out;         /* a completion's tokens, for its log line; they stay
+                                    * writable until the request completes */
+};
+typedef enum MHD_Result srv_handler_fn(struct srv_call *c);
+
+#define SRV_MAX_PATHS 3
+
+/* One endpoint: the dispatch, the /metrics names, the 404 answer's list, the 405 and
+ * CORS preflight answers all read this row. A POST endpoint's body must be a JSON
+ * object (http.c checks it before the handler runs). */
+struct srv_endpoint {
+    const char *name;       /* its endpoint="..." label in /metrics */
+    const char *method;     /* "GET" or "POST" */
+    bool open;              /* answered without the API key */
+    bool while_loading;     /* answered while the model loads (others: 503 model_loading) */
+    srv_handler_fn *handler;
+    const char *paths[SRV_MAX_PATHS + 1]; /* NULL-terminated; the first one is listed in
+                                           * the 404 answer */
+};
+
+/* routes.c: the rows, in /metrics' order (they only grow at the end); srv_ep_other is the
+ * row without paths or handler that counts answers no endpoint gave (404, the gate's). */
+extern const struct srv_endpoint srv_endpoints[];
+extern const size_t srv_n_endpoints, srv_ep_other;
+
+/* http.c: answers c (body: malloc'd, taken; NULL drops the connection) with status, the
+ * common headers and headers (name, value pairs, NULL-terminated; may be NULL). */
+enum MHD_Result srv_queue_text(const struct srv_call *c, int status, char *body,
+                               const char *ctype, const char *const *headers);
+enum MHD_Result srv_send_json(const struct srv_call *c, int status, char *body);
+/* An error in OpenAI's shape, with WWW-Authenticate or Retry-After where its status wants. */
+enum MHD_Result srv_send_error(const struct srv_call *c, const struct srv_error *e);
+enum MHD_Result srv_fail(const struct srv_call *c, int status, const char *type,
+                         const char *code, const char *fmt, ...) KN_PRINTF(5, 6);
+/* The statuses /metrics counts by name; the last (0) counts every other one. */
+extern const int srv_status_codes[SRV_N_STATUS];
+/* Counts an answer queued without the functions above (a stream's). */
+void srv_count(struct srv *s, size_t ep, int status);
+/* What every answer carries (Connection: close, CORS, X-Kinetic-Replica). */
+void srv_add_common_headers(const struct srv *s, struct MHD_Response *r);
+/* True when the peer has closed its side. */
+bool srv_client_gone(struct MHD_Connection *conn);
+/* True once the backend is attached (srv_attach). */
+bool srv_ready(const struct srv *s);
+
+/* The handlers, by API: h_openai.c (OpenAI's endpoints), h_native.c (llama-server's and
+ * Kinetic's own), h_ops.c (health, metrics, stats, the web page). */
+srv_handler_fn srv_handle_chat, srv_handle_completions, srv_handle_models,
+    srv_handle_embeddings;
+srv_handler_fn srv_handle_tokenize, srv_handle_detokenize, srv_handle_apply_template,
+    srv_handle_props, srv_handle_slots, srv_handle_prefill, srv_handle_verify;
+srv_handler_fn srv_handle_health, srv_handle_metrics, srv_handle_stats, srv_handle_ui;
+
+/* h_openai.c: the receipt of job j of request r (NULL when none was asked for, or on
+ * failure with e filled). */
+struct json_value *srv_make_receipt(struct srv *s, const struct srv_request *r,
+                                    const struct srv_job *j, struct srv_error *e);
+
+/* sse.c: answers c with a stream of r's n choices (jobs, submitted). On success the
+ * stream owns r and the jobs (*taken); otherwise the caller still does. */
+enum MHD_Result srv_stream_answer(const struct srv_call *c, struct srv_request *r,
+                                  struct srv_job *const *jobs, int n, const char *id,
+                                  int64_t created, bool *taken);
 
 /* ---------------------------------------------------------------- gate.c
  * The server's front door: it owns the listening socket and holds every new connection
