@@ -1,6 +1,6 @@
 /* h_openai.c: OpenAI's endpoints: POST /v1/chat/completions and /v1/completions (plain
  * answers here, streams in sse.c), GET /v1/models and POST /v1/embeddings (embeddings.c).
- * The request bodies are parsed and the answers written in api.c.
+ * The request bodies are parsed in api.c and the answers written in api_response.c.
  *
  * A plain completion waits for its jobs inside the handler, in short slices, so that a
  * client that hangs up is noticed (its jobs are cancelled and their slots freed). */

@@ -237,7 +237,7 @@ int api_parse_completion(struct srv *s, enum srv_kind kind, const struct json_va
  * {"prompt": text} (malloc'd JSON). Returns 0, or fills e and returns its HTTP status. */
 int api_apply_template(struct srv *s, const struct json_value *body, char **out,
                        struct srv_error *e);
-/* api.c's response building, for the other endpoints' files: sets o[k] = v (taking v;
+/* api_response.c's building, for the other endpoints' files: sets o[k] = v (taking v;
  * any failure, a NULL o or v included, clears *ok), and writes root compactly (NULL
  * unless ok), freeing it. */
 void api_json_set(struct json_value *o, const char *k, struct json_value *v, bool *ok);
@@ -253,8 +253,9 @@ int api_prepare_prompt(struct srv *s, struct srv_request *r, struct srv_error *e
  * so choice i is exactly the answer to the same request with n = 1 and that seed. */
 uint64_t api_choice_seed(const struct srv_request *r, int i);
 
-/* Responses (malloc'd JSON text, NULL when out of memory). They read the jobs' results:
- * the caller holds the convoy lock, unless the jobs are done (then nothing writes them).
+/* api_response.c: responses (malloc'd JSON text, NULL when out of memory). They read the
+ * jobs' results: the caller holds the convoy lock, unless the jobs are done (then nothing
+ * writes them).
  * jobs[i] is choice i; receipts[i] (taken, may be NULL) its receipt: at the top level
  * for one choice (as before "n" existed), inside each choice for several. */
 char *api_completion_response(struct srv *s, const struct srv_request *r,
