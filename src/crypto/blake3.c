@@ -22,9 +22,9 @@
 
 /* ---------------------------------------------------------------- ISA dispatch --- */
 
-/* The level comes from kern (src/kernels/isa.h: KINETIC_ISA or the best the CPU and OS
- * support), so BLAKE3 and the kernels always agree; tests and benchmarks may force a level
- * for BLAKE3 alone. */
+/* The level comes from base (src/base/cpu.h: KINETIC_ISA or the best the CPU and OS
+ * support), the one the kernels read too, so BLAKE3 and the kernels always agree; tests
+ * and benchmarks may force a level for BLAKE3 alone. */
 static _Atomic int isa_forced = -1;
 
 bool blake3_isa_supported(enum kn_isa isa)

@@ -273,7 +273,8 @@ void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 
 /* ---------------------------------------------------------------- dispatch
  * One table of kernels per ISA level. The public functions above call the table of
- * kn_isa_active() (isa.h): KINETIC_ISA or the best level, switched by kn_isa_set(). */
+ * kn_isa_active() (src/base/cpu.h): KINETIC_ISA or the best level, switched by
+ * kn_isa_set(); src/kernels/dispatch.c maps each level to its table. */
 struct kern_ops {
     enum kn_isa isa;
     void (*exp)(float *y, const float *x, int64_t n);
