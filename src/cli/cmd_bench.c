@@ -298,7 +298,7 @@ int cmd_bench(int argc, char **argv)
         snprintf(backend, sizeof backend, "Vulkan (%s, %lld of %lld layers)", dv.dev.name,
                  (long long)m->n_dev_layers, (long long)m->hp.n_layer);
     else
-        snprintf(backend, sizeof backend, "CPU (%s)", kern_isa_name(kern_isa_active()));
+        snprintf(backend, sizeof backend, "CPU (%s)", kn_isa_name(kn_isa_active()));
     uint64_t params = 0, bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const struct gguf_tensor *t = gguf_tensor_at(m->gguf, i);
@@ -411,7 +411,7 @@ int cmd_bench(int argc, char **argv)
                 printf("%s  {\n", n_out++ ? ",\n" : "");
                 printf("    \"build_commit\": \"%s\",\n", kn_build_id());
                 printf("    \"build_number\": 0,\n");
-                printf("    \"cpu_info\": \"%s\",\n", kern_device_class(kern_isa_active()));
+                printf("    \"cpu_info\": \"%s\",\n", kern_device_class(kn_isa_active()));
                 printf("    \"backends\": \"%s\",\n", m->n_dev_layers > 0 ? "Vulkan" : "CPU");
                 printf("    \"n_gpu_layers\": %lld,\n", (long long)m->n_dev_layers);
                 printf("    \"model_filename\": ");

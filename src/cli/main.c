@@ -51,15 +51,15 @@ static void print_usage(FILE *out)
 static int print_version(void)
 {
     struct kn_err err;
-    bool isa_ok = kern_isa_init(&err) == KN_OK;
+    bool isa_ok = kn_isa_init(&err) == KN_OK;
     printf("kinetic %s\n", KN_VERSION);
     printf("numerics: %s\n", KN_NUMERICS);
     printf("build: %s\n", kn_build_id());
     printf("isa:");
-    for (int i = 0; i < KERN_ISA_COUNT; i++)
-        if (kern_isa_supported((enum kern_isa)i))
-            printf(" %s", kern_isa_name((enum kern_isa)i));
-    printf(" (active: %s)\n", kern_isa_name(kern_isa_active()));
+    for (int i = 0; i < KN_ISA_COUNT; i++)
+        if (kn_isa_supported((enum kn_isa)i))
+            printf(" %s", kn_isa_name((enum kn_isa)i));
+    printf(" (active: %s)\n", kn_isa_name(kn_isa_active()));
     struct kn_err pf_err;
     bool pf_ok = kern_prefetch_init(&pf_err) == KN_OK;
     const char *why;

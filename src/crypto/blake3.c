@@ -22,27 +22,27 @@
 
 /* ---------------------------------------------------------------- ISA dispatch --- */
 
-/* The level comes from kern (src/kernels/isa.h: KINETIC_ISA or the best the CPU and OS
- * support), so BLAKE3 and the kernels always agree; tests and benchmarks may force a level
- * for BLAKE3 alone. */
+/* The level comes from base (src/base/cpu.h: KINETIC_ISA or the best the CPU and OS
+ * support), the one the kernels read too, so BLAKE3 and the kernels always agree; tests
+ * and benchmarks may force a level for BLAKE3 alone. */
 static _Atomic int isa_forced = -1;
 
-bool blake3_isa_supported(enum kern_isa isa)
+bool blake3_isa_supported(enum kn_isa isa)
 {
-    return kern_isa_supported(isa);
+    return kn_isa_supported(isa);
 }
 
-enum kern_isa blake3_isa(void)
+enum kn_isa blake3_isa(void)
 {
     int f = atomic_load_explicit(&isa_forced, memory_order_relaxed);
-    return f >= 0 ? (enum kern_isa)f : kern_isa_active();
+    return f >= 0 ? (enum kn_isa)f : kn_isa_active();
 }
 
-enum kn_status blake3_isa_force(enum kern_isa isa, struct kn_err *err)
+enum kn_status blake3_isa_force(enum kn_isa isa, struct kn_err *err)
 {
     if (!blake3_isa_supported(isa))
         return kn_fail(err, KN_E_UNSUPPORTED, "BLAKE3: this CPU (or OS) cannot run the %s code",
-                       kern_isa_name(isa));
+                       kn_isa_name(isa));
     atomic_store(&isa_forced, (int)isa);
     return KN_OK;
 }
@@ -57,9 +57,9 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
                       const uint32_t key[8], uint64_t counter, bool increment, uint8_t flags,
                       uint8_t flags_start, uint8_t flags_end, uint8_t *out)
 {
-    enum kern_isa isa = blake3_isa();
-#if defined(KERN_ARCH_X86)
-    if (isa == KERN_ISA_AVX512) {
+    enum kn_isa isa = blake3_isa();
+#if defined(KN_ARCH_X86)
+    if (isa == KN_ISA_AVX512) {
         while (n >= 16) {
             b3_hash16_avx512(in, stride, blocks, key, counter, increment, flags, flags_start,
                              flags_end, out);
@@ -69,7 +69,7 @@ static void hash_many(const uint8_t *in, size_t stride, size_t n, size_t blocks,
             n -= 16;
         }
     }
-    if (isa == KERN_ISA_AVX512 || isa == KERN_ISA_AVX2) {
+    if (isa == KN_ISA_AVX512 || isa == KN_ISA_AVX2) {
         while (n >= 8) {
             b3_hash8_avx2(in, stride, blocks, key, counter, increment, flags, flags_start,
                           flags_end, out);

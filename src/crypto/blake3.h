@@ -10,7 +10,7 @@
 #define KN_CRYPTO_BLAKE3_H
 
 #include "../base/base.h"
-#include "../kernels/isa.h"
+#include "../base/cpu.h"
 
 #define BLAKE3_OUT_LEN 32
 #define BLAKE3_KEY_LEN 32
@@ -80,11 +80,11 @@ KN_MUST_USE enum kn_status blake3_hash_file(const char *path, uint8_t out[BLAKE3
                                             int threads, struct kn_err *err);
 
 /* The ISA level BLAKE3 compresses with: a level forced by blake3_isa_force, else
- * kern_isa_active() (KINETIC_ISA, else the best the CPU and OS support). */
-enum kern_isa blake3_isa(void);
-bool blake3_isa_supported(enum kern_isa isa);
+ * kn_isa_active() (KINETIC_ISA, else the best the CPU and OS support). */
+enum kn_isa blake3_isa(void);
+bool blake3_isa_supported(enum kn_isa isa);
 /* Forces a level for BLAKE3 only (tests, benchmarks); fails if this CPU lacks it. */
-KN_MUST_USE enum kn_status blake3_isa_force(enum kern_isa isa, struct kn_err *err);
+KN_MUST_USE enum kn_status blake3_isa_force(enum kn_isa isa, struct kn_err *err);
 /* Returns to the default choice. */
 void blake3_isa_unforce(void);
 

@@ -84,7 +84,7 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
     memset(out, 0, sizeof *out);
     if (strcmp(spec, "cpu") == 0) {
         snprintf(out->spec, sizeof out->spec, "cpu");
-        snprintf(out->cls, sizeof out->cls, "%s", kern_device_class(kern_isa_active()));
+        snprintf(out->cls, sizeof out->cls, "%s", kern_device_class(kn_isa_active()));
         device_cpu_name(out->name, sizeof out->name);
         out->numerics = KN_NUMERICS;
         return KN_OK;
@@ -112,8 +112,8 @@ enum kn_status device_open(const char *spec, struct device *out, struct kn_err *
 
 bool device_find_class(const char *cls, char *spec, size_t cap)
 {
-    for (int i = 0; i < KERN_ISA_COUNT; i++)
-        if (strcmp(cls, kern_device_class((enum kern_isa)i)) == 0) {
+    for (int i = 0; i < KN_ISA_COUNT; i++)
+        if (strcmp(cls, kern_device_class((enum kn_isa)i)) == 0) {
             snprintf(spec, cap, "cpu");
             return true;
         }
@@ -292,7 +292,7 @@ int device_list(FILE *out, bool selftest, enum kn_progress_mode progress)
     device_cpu_name(cpu, sizeof cpu);
     fprintf(out, "cpu        %s\n", cpu);
     fprintf(out, "           class %s, numerics %s (the reference)\n",
-            kern_device_class(kern_isa_active()), KN_NUMERICS);
+            kern_device_class(kn_isa_active()), KN_NUMERICS);
     int rc = list_vulkan(out, selftest, progress);
     return list_cuda(out, selftest, progress) | rc;
 }

@@ -41,33 +41,13 @@ void kern_quantize_row_q8k_ref(const float *x, int64_t K, struct block_q8_K *dst
 void kern_quantize_row_q8f(const float *x, int64_t K, struct kern_block_q8f *dst)
 {
     assert(K % 32 == 0);
-    switch (kern_isa_active()) {
-#if defined(KERN_ARCH_X86)
-    case KERN_ISA_AVX512: kern_quantize_row_q8f_avx512(x, K, dst); break;
-    case KERN_ISA_AVX2: kern_quantize_row_q8f_avx2(x, K, dst); break;
-#elif defined(KERN_ARCH_ARM)
-    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM:
-        kern_quantize_row_q8f_neon(x, K, dst);
-        break;
-#endif
-    default: kern_quantize_row_q8f_ref(x, K, dst); break;
-    }
+    kern_impl_active()->quantize_row_q8f(x, K, dst);
 }
 
 void kern_quantize_row_q8k(const float *x, int64_t K, struct block_q8_K *dst)
 {
     assert(K % QK_K == 0);
-    switch (kern_isa_active()) {
-#if defined(KERN_ARCH_X86)
-    case KERN_ISA_AVX512: kern_quantize_row_q8k_avx512(x, K, dst); break;
-    case KERN_ISA_AVX2: kern_quantize_row_q8k_avx2(x, K, dst); break;
-#elif defined(KERN_ARCH_ARM)
-    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM:
-        kern_quantize_row_q8k_neon(x, K, dst);
-        break;
-#endif
-    default: kern_quantize_row_q8k_ref(x, K, dst); break;
-    }
+    kern_impl_active()->quantize_row_q8k(x, K, dst);
 }
 
 size_t kern_act_row_bytes(enum kern_act_kind kind, int64_t K)

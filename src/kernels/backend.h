@@ -275,7 +275,7 @@ struct kern_backend {
     const char *name; /* "cpu", later "vulkan:0", "cuda:0" */
 };
 
-/* The CPU backend: the kernels of the active ISA (isa.h) on the stream's thread pool. */
+/* The CPU backend: the kernels of the active ISA (dispatch.c) on the stream's thread pool. */
 struct kern_backend *kern_backend_cpu(void);
 
 /* Conformance to canonical-1, op by op (backend_check.c): runs every op of be and of the

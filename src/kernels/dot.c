@@ -1,5 +1,6 @@
 /* dot.c: the canonical f32 dot product (docs/numerics.md "Float dot product"), the
- * reference every float reduction in Kinetic follows, and its run-time dispatch. */
+ * reference every float reduction in Kinetic follows; kern_dot_f32 runs the active
+ * level's (dispatch.c). */
 #include "kern_internal.h"
 
 #include <math.h>
@@ -22,14 +23,5 @@ float kern_dot_f32_ref(const float *a, const float *b, int64_t n)
 
 float kern_dot_f32(const float *a, const float *b, int64_t n)
 {
-    switch (kern_isa_active()) {
-#if defined(KERN_ARCH_X86)
-    case KERN_ISA_AVX512: return kern_dot_f32_avx512(a, b, n);
-    case KERN_ISA_AVX2: return kern_dot_f32_avx2(a, b, n);
-#elif defined(KERN_ARCH_ARM)
-    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM:
-        return kern_dot_f32_neon(a, b, n);
-#endif
-    default: return kern_dot_f32_ref(a, b, n);
-    }
+    return kern_impl_active()->dot_f32(a, b, n);
 }

@@ -37,6 +37,28 @@ bool kern_matmul_rows_dotprod(const struct kern_weight *w, const struct kern_act
 bool kern_matmul_rows_i8mm(const struct kern_weight *w, const struct kern_act *a, float *y,
                            int64_t ldy, int64_t n0, int64_t n1);
 
+/* ---- dispatch (dispatch.c): the only place a level is mapped to its kernels. One row
+ * per ISA level, every member set (a level this build lacks has the scalar row); the
+ * family files call through kern_impl_active(). The level is decided once (base's
+ * kn_isa_active: KINETIC_ISA or the best; kn_isa_set for tests and verify-receipt), so
+ * a call costs one load and one indirect call. */
+struct kern_ops;
+struct kern_impl {
+    const struct kern_ops *ops; /* elementwise, norms, RoPE, attention (ops.h) */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*quantize_row_q8f)(const float *x, int64_t K, struct kern_block_q8f *dst);
+    void (*quantize_row_q8k)(const float *x, int64_t K, struct block_q8_K *dst);
+    /* Null at the scalar level (the reference runs); else the level's matrix product,
+     * which returns false where it has no kernel for the weight's type and layout. */
+    bool (*matmul_rows)(const struct kern_weight *w, const struct kern_act *a, float *y,
+                        int64_t ldy, int64_t n0, int64_t n1);
+};
+extern const struct kern_impl kern_impls[KN_ISA_COUNT];
+static inline const struct kern_impl *kern_impl_active(void)
+{
+    return &kern_impls[kn_isa_active()];
+}
+
 /* Repacked layouts (repack.c). Rows are grouped by KERN_ROW_ALIGN = 16; a partial last
  * group is padded with zero rows. Returns the bytes of the packed copy for (type, N, K),
  * or 0 if type has no packed layout. */

@@ -2,8 +2,8 @@
  * activation quantization, and weights x tokens matrix products for every weight type.
  *
  * Every function here computes bits fixed by docs/numerics.md (canonical-1): the ISA level
- * (isa.h), the thread count, the batch size M and a row's position in the batch change
- * speed, never a result. Shapes use fixed letters: N outputs, K inputs, M tokens. */
+ * (src/base/cpu.h), the thread count, the batch size M and a row's position in the batch
+ * change speed, never a result. Shapes use fixed letters: N outputs, K inputs, M tokens. */
 #ifndef KN_KERNELS_H
 #define KN_KERNELS_H
 

@@ -1,5 +1,6 @@
 /* matmul.c: y = x . w^T for every weight type: the portable reference (the
- * specification, docs/numerics.md "Matrix products"), weight set-up, and dispatch. */
+ * specification, docs/numerics.md "Matrix products"), weight set-up, and the call
+ * through the active level's kernel (dispatch.c). */
 #include "kern_internal.h"
 #include "kern_hd.h"
 
@@ -181,32 +182,9 @@ void kern_matmul_rows(const struct kern_weight *w, const struct kern_act *a, flo
 {
     if (n0 >= n1 || a->M == 0)
         return;
-    switch (kern_isa_active()) {
-#if defined(KERN_ARCH_X86)
-    case KERN_ISA_AVX512:
-        if (kern_matmul_rows_avx512(w, a, y, ldy, n0, n1))
-            return;
-        break;
-    case KERN_ISA_AVX2:
-        if (kern_matmul_rows_avx2(w, a, y, ldy, n0, n1))
-            return;
-        break;
-#elif defined(KERN_ARCH_ARM)
-    case KERN_ISA_I8MM:
-        if (kern_matmul_rows_i8mm(w, a, y, ldy, n0, n1))
-            return;
-        break;
-    case KERN_ISA_DOTPROD:
-        if (kern_matmul_rows_dotprod(w, a, y, ldy, n0, n1))
-            return;
-        break;
-    case KERN_ISA_NEON:
-        if (kern_matmul_rows_neon(w, a, y, ldy, n0, n1))
-            return;
-        break;
-#endif
-    default: break;
-    }
+    const struct kern_impl *impl = kern_impl_active();
+    if (impl->matmul_rows && impl->matmul_rows(w, a, y, ldy, n0, n1))
+        return;
     kern_matmul_rows_ref(w, a, y, ldy, n0, n1);
 }
 

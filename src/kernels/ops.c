@@ -1,7 +1,9 @@
 /* ops.c: the reference (specification) of the elementwise kernels, softmax, RMSNorm and
- * RoPE, the RoPE frequency tables, row conversion, and the dispatch of kernels by ISA.
+ * RoPE, the RoPE frequency tables, row conversion, and the calls through the active
+ * level's table (dispatch.c).
  * docs/numerics.md states each operation's order; the code here is that order, literally. */
 #include "ops_internal.h"
+#include "kern_internal.h"
 #include "kernels.h"
 
 /* ================================================================ elementwise */
@@ -277,10 +279,11 @@ size_t kern_kv_row_bytes(uint32_t t, int64_t n)
     }
 }
 
-/* ================================================================ dispatch */
+/* ================================================================ the scalar table
+ * (dispatch.c maps the levels to the tables) */
 
 const struct kern_ops kern_ops_scalar = {
-    .isa = KERN_ISA_SCALAR,
+    .isa = KN_ISA_SCALAR,
     .exp = exp_scalar,
     .add = add_scalar,
     .mul = mul_scalar,
@@ -298,43 +301,28 @@ const struct kern_ops kern_ops_scalar = {
     .attn = kern_attn_scalar,
 };
 
-const struct kern_ops *kern_ops_get(enum kern_isa isa)
+/* The active level's table, inline here (kern_ops_active is the same, for other files). */
+static inline const struct kern_ops *ops_active(void)
 {
-    switch (isa) {
-#if defined(KERN_ARCH_X86)
-    case KERN_ISA_AVX2: return &kern_ops_avx2;
-    case KERN_ISA_AVX512: return &kern_ops_avx512;
-#elif defined(KERN_ARCH_ARM)
-    /* dotprod and i8mm add integer instructions only: the float ops are NEON's. */
-    case KERN_ISA_NEON: case KERN_ISA_DOTPROD: case KERN_ISA_I8MM: return &kern_ops_neon;
-#endif
-    default: return &kern_ops_scalar;
-    }
+    return kern_impl_active()->ops;
 }
 
-/* Follows kern_isa_active() on every call (an atomic load), so kern_isa_set() switches
- * these kernels together with the matrix products. */
-const struct kern_ops *kern_ops_active(void)
-{
-    return kern_ops_get(kern_isa_active());
-}
-
-void kern_exp(float *y, const float *x, int64_t n) { kern_ops_active()->exp(y, x, n); }
-void kern_add(float *y, const float *a, const float *b, int64_t n) { kern_ops_active()->add(y, a, b, n); }
-void kern_mul(float *y, const float *a, const float *b, int64_t n) { kern_ops_active()->mul(y, a, b, n); }
-void kern_scale(float *y, const float *x, float s, int64_t n) { kern_ops_active()->scale(y, x, s, n); }
-void kern_silu(float *y, const float *x, int64_t n) { kern_ops_active()->silu(y, x, n); }
-void kern_swiglu(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->swiglu(y, g, u, n); }
-void kern_gelu(float *y, const float *x, int64_t n) { kern_ops_active()->gelu(y, x, n); }
-void kern_geglu(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->geglu(y, g, u, n); }
-void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n) { kern_ops_active()->swiglu_oai(y, g, u, n); }
-void kern_softmax(float *y, const float *x, int64_t n) { kern_ops_active()->softmax(y, x, n); }
-void kern_log_softmax(float *y, const float *x, int64_t n) { kern_ops_active()->log_softmax(y, x, n); }
+void kern_exp(float *y, const float *x, int64_t n) { ops_active()->exp(y, x, n); }
+void kern_add(float *y, const float *a, const float *b, int64_t n) { ops_active()->add(y, a, b, n); }
+void kern_mul(float *y, const float *a, const float *b, int64_t n) { ops_active()->mul(y, a, b, n); }
+void kern_scale(float *y, const float *x, float s, int64_t n) { ops_active()->scale(y, x, s, n); }
+void kern_silu(float *y, const float *x, int64_t n) { ops_active()->silu(y, x, n); }
+void kern_swiglu(float *y, const float *g, const float *u, int64_t n) { ops_active()->swiglu(y, g, u, n); }
+void kern_gelu(float *y, const float *x, int64_t n) { ops_active()->gelu(y, x, n); }
+void kern_geglu(float *y, const float *g, const float *u, int64_t n) { ops_active()->geglu(y, g, u, n); }
+void kern_swiglu_oai(float *y, const float *g, const float *u, int64_t n) { ops_active()->swiglu_oai(y, g, u, n); }
+void kern_softmax(float *y, const float *x, int64_t n) { ops_active()->softmax(y, x, n); }
+void kern_log_softmax(float *y, const float *x, int64_t n) { ops_active()->log_softmax(y, x, n); }
 
 void kern_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
                   int64_t n_rows, int64_t n, float eps)
 {
-    kern_ops_active()->rmsnorm(y, y_stride, x, x_stride, w, n_rows, n, eps);
+    ops_active()->rmsnorm(y, y_stride, x, x_stride, w, n_rows, n, eps);
 }
 
 void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
@@ -365,15 +353,15 @@ void kern_layernorm(float *y, int64_t y_stride, const float *x, int64_t x_stride
 void kern_rope(const struct kern_rope *rope, float *x, int64_t x_stride, int64_t n_tok,
                int64_t n_head, int64_t head_dim, const float *table)
 {
-    kern_ops_active()->rope(rope, x, x_stride, n_tok, n_head, head_dim, table);
+    ops_active()->rope(rope, x, x_stride, n_tok, n_head, head_dim, table);
 }
 
 void kern_rope_table(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok, float *table)
 {
-    kern_ops_active()->rope_table(rope, pos, n_tok, table);
+    ops_active()->rope_table(rope, pos, n_tok, table);
 }
 
 void kern_attn(const struct kern_attn_args *a, int64_t begin, int64_t end)
 {
-    kern_ops_active()->attn(a, begin, end);
+    ops_active()->attn(a, begin, end);
 }

@@ -273,9 +273,10 @@ void kern_attn_run(struct kern_pool *pool, const struct kern_attn_args *a);
 
 /* ---------------------------------------------------------------- dispatch
  * One table of kernels per ISA level. The public functions above call the table of
- * kern_isa_active() (isa.h): KINETIC_ISA or the best level, switched by kern_isa_set(). */
+ * kn_isa_active() (src/base/cpu.h): KINETIC_ISA or the best level, switched by
+ * kn_isa_set(); src/kernels/dispatch.c maps each level to its table. */
 struct kern_ops {
-    enum kern_isa isa;
+    enum kn_isa isa;
     void (*exp)(float *y, const float *x, int64_t n);
     void (*add)(float *y, const float *a, const float *b, int64_t n);
     void (*mul)(float *y, const float *a, const float *b, int64_t n);
@@ -298,8 +299,8 @@ struct kern_ops {
 
 /* The table of an ISA level compiled into this build (the scalar table for a level this
  * build lacks); it does not check that the CPU can run it. */
-const struct kern_ops *kern_ops_get(enum kern_isa isa);
-/* The table of kern_isa_active(). */
+const struct kern_ops *kern_ops_get(enum kn_isa isa);
+/* The table of kn_isa_active(). */
 const struct kern_ops *kern_ops_active(void);
 
 #endif

@@ -261,7 +261,7 @@ static void rope_table_avx2(const struct kern_rope *rope, const int32_t *pos, in
 }
 
 const struct kern_ops kern_ops_avx2 = {
-    .isa = KERN_ISA_AVX2,
+    .isa = KN_ISA_AVX2,
     .exp = exp_avx2,
     .add = add_avx2,
     .mul = mul_avx2,

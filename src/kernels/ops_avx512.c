@@ -212,7 +212,7 @@ static void rope_table_avx512(const struct kern_rope *rope, const int32_t *pos, 
 }
 
 const struct kern_ops kern_ops_avx512 = {
-    .isa = KERN_ISA_AVX512,
+    .isa = KN_ISA_AVX512,
     .exp = exp_avx512,
     .add = add_avx512,
     .mul = mul_avx512,

@@ -125,10 +125,10 @@ static inline uint32_t kn_f32_bits(float f)
 
 /* ---- the per-ISA tables (each defined in its own file). */
 extern const struct kern_ops kern_ops_scalar;
-#if defined(KERN_ARCH_X86)
+#if defined(KN_ARCH_X86)
 extern const struct kern_ops kern_ops_avx2;
 extern const struct kern_ops kern_ops_avx512;
-#elif defined(KERN_ARCH_ARM)
+#elif defined(KN_ARCH_ARM)
 extern const struct kern_ops kern_ops_neon;
 #endif
 
@@ -138,10 +138,10 @@ void kern_rope_scalar(const struct kern_rope *rope, float *x, int64_t x_stride, 
 void kern_rope_table_scalar(const struct kern_rope *rope, const int32_t *pos, int64_t n_tok,
                             float *table);
 void kern_attn_scalar(const struct kern_attn_args *a, int64_t begin, int64_t end);
-#if defined(KERN_ARCH_X86)
+#if defined(KN_ARCH_X86)
 void kern_attn_avx2(const struct kern_attn_args *a, int64_t begin, int64_t end);
 void kern_attn_avx512(const struct kern_attn_args *a, int64_t begin, int64_t end);
-#elif defined(KERN_ARCH_ARM)
+#elif defined(KN_ARCH_ARM)
 void kern_attn_neon(const struct kern_attn_args *a, int64_t begin, int64_t end);
 #endif
 

@@ -265,7 +265,7 @@ static void rope_table_neon(const struct kern_rope *rope, const int32_t *pos, in
 }
 
 const struct kern_ops kern_ops_neon = {
-    .isa = KERN_ISA_NEON,
+    .isa = KN_ISA_NEON,
     .exp = exp_neon,
     .add = add_neon,
     .mul = mul_neon,

@@ -392,7 +392,7 @@ size_t kern_weight_packed_bytes(const struct kern_weight *w)
 {
     /* Only the SIMD kernels read the packed copy: a scalar run (KINETIC_ISA=scalar) keeps
      * the file's layout alone and saves the memory. */
-    if (w->packed || kern_isa_active() == KERN_ISA_SCALAR)
+    if (w->packed || kn_isa_active() == KN_ISA_SCALAR)
         return 0;
     return kern_repack_bytes(w->type, w->N, w->K);
 }

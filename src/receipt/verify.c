@@ -55,7 +55,7 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
         snprintf(r->numerics, sizeof r->numerics, "%s", run->numerics ? run->numerics : KN_NUMERICS);
         r->gpu_layers = run->gpu_layers > 0 ? run->gpu_layers : 0;
     } else {
-        snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kern_isa_active()));
+        snprintf(r->device_class, sizeof r->device_class, "%s", kern_device_class(kn_isa_active()));
     }
     snprintf(r->cache_type, sizeof r->cache_type, "%s", run->cache_type);
     r->ctx_size = run->ctx_size;
@@ -116,11 +116,11 @@ enum kn_status receipt_from_run(struct receipt *r, const struct session_record *
 
 /* ================================================================ verify-receipt */
 
-static bool class_to_isa(const char *cls, enum kern_isa *out)
+static bool class_to_isa(const char *cls, enum kn_isa *out)
 {
-    for (int i = 0; i < KERN_ISA_COUNT; i++)
-        if (strcmp(cls, kern_device_class((enum kern_isa)i)) == 0) {
-            *out = (enum kern_isa)i;
+    for (int i = 0; i < KN_ISA_COUNT; i++)
+        if (strcmp(cls, kern_device_class((enum kn_isa)i)) == 0) {
+            *out = (enum kn_isa)i;
             return true;
         }
     return false;
@@ -950,16 +950,16 @@ int receipt_verify_json(struct json_value *doc, const char *path,
      * class, cpu or a registry device (vulkan:N); without it, the receipt's class: a GPU
      * of that class if this machine has one, else the CPU (which computes the same bits
      * when the receipt's numerics are canonical-1). */
-    enum kern_isa isa = kern_isa_active();
+    enum kn_isa isa = kn_isa_active();
     char spec[32] = "cpu";
     if (o->device && !class_to_isa(o->device, &isa)) {
         if (device_spec_valid(o->device)) {
             snprintf(spec, sizeof spec, "%s", o->device);
         } else if (!device_find_class(o->device, spec, sizeof spec)) {
             fprintf(out, "rerun: unknown device '%s' (this CPU has", o->device);
-            for (int i = 0; i < KERN_ISA_COUNT; i++)
-                if (kern_isa_supported((enum kern_isa)i))
-                    fprintf(out, " %s", kern_device_class((enum kern_isa)i));
+            for (int i = 0; i < KN_ISA_COUNT; i++)
+                if (kn_isa_supported((enum kn_isa)i))
+                    fprintf(out, " %s", kern_device_class((enum kn_isa)i));
             fprintf(out, "; or %s)\n", DEVICE_HELP);
             rc = RECEIPT_EXIT_USAGE;
             goto done;
@@ -969,7 +969,7 @@ int receipt_verify_json(struct json_value *doc, const char *path,
         fprintf(out, "rerun: this machine has no device of the receipt's class %s; rerunning on "
                      "the CPU\n", r.device_class);
     }
-    if (kern_isa_set(isa, &err) != KN_OK) {
+    if (kn_isa_set(isa, &err) != KN_OK) {
         fprintf(out, "rerun: %s\n", err.msg);
         goto done;
     }

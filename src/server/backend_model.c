@@ -236,7 +236,7 @@ enum kn_status srv_model_backend(struct srv_backend *out, const struct srv_model
     out->kv_bytes_per_slot = model_kv_bytes(b->s.m, n_ctx, b->s.kv_type);
     struct session_record dev; /* the device's part of the session's record */
     session_record_init(&b->s, NULL, &dev);
-    out->device_class = dev.device_class ? dev.device_class : kern_device_class(kern_isa_active());
+    out->device_class = dev.device_class ? dev.device_class : kern_device_class(kn_isa_active());
     out->device_name = dev.device_name;
     out->numerics = dev.numerics;
     out->gpu_layers = dev.gpu_layers;

@@ -207,7 +207,7 @@ static double accuracy_capped(int P, int H, int Hkv, int D, int window, uint32_t
     int32_t pos[200];
     for (int i = 0; i < P; i++)
         pos[i] = i;
-    run(kern_ops_get(KERN_ISA_SCALAR), &pr, pos, P, P, out, -1);
+    run(kern_ops_get(KN_ISA_SCALAR), &pr, pos, P, P, out, -1);
     double worst = 0, scale = (double)pr.scale;
     double *w = calloc(P > 0 ? (size_t)P : 1, sizeof(double)); /* P > 0: for -O1's range check */
     for (int p = 0; p < P; p++) {
@@ -259,9 +259,9 @@ static const float g_sinks[16] = {-3.0f, 0.5f, 2.5f, -0.25f, 8.0f, 1.0f, -20.0f,
 
 static void test_isa_equality(void)
 {
-    const struct kern_ops *lv[KERN_ISA_COUNT];
+    const struct kern_ops *lv[KN_ISA_COUNT];
     int nl = simd_levels(lv);
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     const int shapes[][5] = {
         /* P, H, Hkv, D, window */
         {70, 4, 2, 64, 0},   {70, 4, 1, 128, 0},  {40, 2, 2, 256, 0}, {75, 4, 2, 64, 20},
@@ -347,20 +347,20 @@ static void test_known(void)
         .v_stride = 2, .kv_type = QT_F32, .n_kv = 2, .n_head = 1, .n_head_kv = 1,
         .head_dim = 2, .scale = 0.5f, .out = out, .out_stride = 2,
     };
-    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    kern_ops_get(KN_ISA_SCALAR)->attn(&a, 0, 1);
     CHECK(out[0] == 3 && out[1] == -1);
     a.q_pos = &pos[1];
-    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    kern_ops_get(KN_ISA_SCALAR)->attn(&a, 0, 1);
     CHECK(out[0] == 4 && out[1] == 3);
     a.window = 1; /* only the key at the query's own position */
-    kern_ops_get(KERN_ISA_SCALAR)->attn(&a, 0, 1);
+    kern_ops_get(KN_ISA_SCALAR)->attn(&a, 0, 1);
     CHECK(out[0] == 5 && out[1] == 7);
     /* a sink equal to the one score takes half the weight: V / 2 exactly, on every level */
     float sink = 1.0f; /* q.k * scale = 2 * 0.5 */
     a.sinks = &sink;
-    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    const struct kern_ops *lv[KN_ISA_COUNT + 1];
     int nl = simd_levels(lv);
-    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
+    lv[nl++] = kern_ops_get(KN_ISA_SCALAR);
     for (int l = 0; l < nl; l++) {
         lv[l]->attn(&a, 0, 1);
         CHECK(out[0] == 2.5f && out[1] == 3.5f);
@@ -493,9 +493,9 @@ int main(void)
     test_pool();
     test_check();
     test_known();
-    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    const struct kern_ops *lv[KN_ISA_COUNT + 1];
     int nl = simd_levels(lv);
-    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
+    lv[nl++] = kern_ops_get(KN_ISA_SCALAR);
     for (int l = 0; l < nl; l++) {
         check_invariance(lv[l], 70, 4, 2, 64, 0, QT_F32, true);
         check_invariance(lv[l], 70, 2, 1, 64, 24, QT_F16, true);

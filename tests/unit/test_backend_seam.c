@@ -2,7 +2,7 @@
  * "ref", lives only here: it keeps every buffer in its own memory with no host address
  * (as a GPU would: the forward pass crashes if it touches activations, caches or weights
  * other than through the seam), copies the weights at upload, and routes every op to the
- * portable scalar references (kern_ops_get(KERN_ISA_SCALAR), kern_matmul_rows_ref, the
+ * portable scalar references (kern_ops_get(KN_ISA_SCALAR), kern_matmul_rows_ref, the
  * _ref activation quantizers). Models opened on it, wholly or for their first layers
  * only (the --gpu-layers split), give the CPU backend's logits bit for bit on
  * aidreams260K and on a tiny synth model of every architecture, one pass per forward. */
@@ -153,7 +153,7 @@ static enum kn_status ref_end(struct kern_stream *s, struct kn_err *err)
 
 static const struct kern_ops *SC(void)
 {
-    return kern_ops_get(KERN_ISA_SCALAR);
+    return kern_ops_get(KN_ISA_SCALAR);
 }
 
 static void ref_embed(struct kern_stream *s, struct kern_buf *x, const struct kern_buf *table,

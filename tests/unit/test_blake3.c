@@ -118,12 +118,12 @@ static void test_vectors(void)
     char *ctx = json_field(doc, &pos, "context_string");
     CHECK(key && strlen(key) == 32 && ctx);
     int cases = 0;
-    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-        if (!blake3_isa_supported((enum kern_isa)isa)) {
+    for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+        if (!blake3_isa_supported((enum kn_isa)isa)) {
             printf("ISA level %d not supported here: skipped\n", isa);
             continue;
         }
-        CHECK(blake3_isa_force((enum kern_isa)isa, &err) == KN_OK);
+        CHECK(blake3_isa_force((enum kn_isa)isa, &err) == KN_OK);
         const char *p = pos;
         for (;;) {
             const char *c = strstr(p, "\"input_len\": ");
@@ -186,15 +186,15 @@ static void test_hash_many(void)
                 (void)got; /* used by the x86 SIMD checks below */
                 b3_hash_many_portable(in, stride, N, blocks, key, counters[c], inc, 0x10, 1, 2,
                                       ref);
-#if defined(KERN_ARCH_X86)
-                if (blake3_isa_supported(KERN_ISA_AVX2)) {
+#if defined(KN_ARCH_X86)
+                if (blake3_isa_supported(KN_ISA_AVX2)) {
                     b3_hash8_avx2(in, stride, blocks, key, counters[c], inc, 0x10, 1, 2, got);
                     b3_hash8_avx2(in + 8 * stride, stride, blocks, key,
                                   counters[c] + (inc ? 8 : 0), inc, 0x10, 1, 2, got + 8 * 32);
                     CHECKF(memcmp(ref, got, sizeof ref) == 0, "avx2 counter %llx inc %d blocks %zu",
                            (unsigned long long)counters[c], inc, blocks);
                 }
-                if (blake3_isa_supported(KERN_ISA_AVX512)) {
+                if (blake3_isa_supported(KN_ISA_AVX512)) {
                     b3_hash16_avx512(in, stride, blocks, key, counters[c], inc, 0x10, 1, 2, got);
                     CHECKF(memcmp(ref, got, sizeof ref) == 0,
                            "avx512 counter %llx inc %d blocks %zu",
@@ -207,7 +207,7 @@ static void test_hash_many(void)
     free(in);
 }
 
-static void hash_with(enum kern_isa isa, const uint8_t *in, size_t len, int threads,
+static void hash_with(enum kn_isa isa, const uint8_t *in, size_t len, int threads,
                       uint8_t out[32])
 {
     struct kn_err err;
@@ -240,15 +240,15 @@ static void test_cross(void)
         lens[nl++] = (size_t)(rnd() % (600 * 1024));
     for (size_t i = 0; i < nl; i++) {
         uint8_t ref[32], got[32];
-        hash_with(KERN_ISA_SCALAR, in, lens[i], 0, ref);
-        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-            if (!blake3_isa_supported((enum kern_isa)isa))
+        hash_with(KN_ISA_SCALAR, in, lens[i], 0, ref);
+        for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+            if (!blake3_isa_supported((enum kn_isa)isa))
                 continue;
-            hash_with((enum kern_isa)isa, in, lens[i], 0, got);
+            hash_with((enum kn_isa)isa, in, lens[i], 0, got);
             CHECKF(memcmp(ref, got, 32) == 0, "len %zu isa %d", lens[i], isa);
             if (lens[i] >= (4u << 20)) {
                 for (int t = 2; t <= 5; t += 3) {
-                    hash_with((enum kern_isa)isa, in, lens[i], t, got);
+                    hash_with((enum kn_isa)isa, in, lens[i], t, got);
                     CHECKF(memcmp(ref, got, 32) == 0, "len %zu isa %d threads %d", lens[i], isa, t);
                 }
             }
@@ -319,10 +319,10 @@ static int hash_command(int argc, char **argv)
     struct kn_err err;
     if (argc >= 5) {
         int isa = -1;
-        for (int i = 0; i < KERN_ISA_COUNT; i++)
-            if (strcmp(argv[4], kern_isa_name((enum kern_isa)i)) == 0)
+        for (int i = 0; i < KN_ISA_COUNT; i++)
+            if (strcmp(argv[4], kn_isa_name((enum kn_isa)i)) == 0)
                 isa = i;
-        if (isa < 0 || blake3_isa_force((enum kern_isa)isa, &err) != KN_OK) {
+        if (isa < 0 || blake3_isa_force((enum kn_isa)isa, &err) != KN_OK) {
             fprintf(stderr, "ISA %s not available\n", argv[4]);
             return 3;
         }
@@ -336,7 +336,7 @@ static int hash_command(int argc, char **argv)
     }
     double dt = kn_now() - t0;
     blake3_hex(out, 32, hex);
-    printf("%s %.6f %s\n", hex, dt, kern_isa_name(blake3_isa()));
+    printf("%s %.6f %s\n", hex, dt, kn_isa_name(blake3_isa()));
     return 0;
 }
 

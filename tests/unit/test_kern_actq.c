@@ -123,10 +123,10 @@ int main(void)
     for (int i = 512; i < 768; i++)
         sx[i] = 0.0f;                  /* an all-zero 256-block */
     sx[1000] = 3e38f;
-    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-        if (!kern_isa_supported((enum kern_isa)isa))
+    for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+        if (!kn_isa_supported((enum kn_isa)isa))
             continue;
-        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
         static struct kern_block_q8f f1[8 * 256 / 32], f2[8 * 256 / 32];
         static struct block_q8_K k1[8], k2[8];
         for (int rep = 0; rep < 2; rep++) {
@@ -139,11 +139,11 @@ int main(void)
             kern_quantize_row_q8f_ref(src, 8 * 256, f2);
             kern_quantize_row_q8k(src, 8 * 256, k1);
             kern_quantize_row_q8k_ref(src, 8 * 256, k2);
-            CHECKF(memcmp(f1, f2, sizeof f1) == 0, "q8f isa=%s rep=%d", kern_isa_name((enum kern_isa)isa), rep);
-            CHECKF(memcmp(k1, k2, sizeof k1) == 0, "q8k isa=%s rep=%d", kern_isa_name((enum kern_isa)isa), rep);
+            CHECKF(memcmp(f1, f2, sizeof f1) == 0, "q8f isa=%s rep=%d", kn_isa_name((enum kn_isa)isa), rep);
+            CHECKF(memcmp(k1, k2, sizeof k1) == 0, "q8k isa=%s rep=%d", kn_isa_name((enum kn_isa)isa), rep);
         }
     }
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
     CHECK(kern_act_bytes(KERN_ACT_F32, 10, 64) == 0);
     CHECK(kern_act_bytes(KERN_ACT_Q8_K, INT64_MAX / 2, 256) == SIZE_MAX);
     CHECK_DONE();

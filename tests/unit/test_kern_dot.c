@@ -37,15 +37,15 @@ int main(void)
         for (int64_t n = 0; n <= MAXN; n += (n < 100 ? 1 : 97)) {
             float want = spec_dot(a, b, n);
             CHECKF(same_bits(kern_dot_f32_ref(a, b, n), want), "n=%lld", (long long)n);
-            for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-                if (!kern_isa_supported((enum kern_isa)isa))
+            for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+                if (!kn_isa_supported((enum kn_isa)isa))
                     continue;
-                CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+                CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
                 /* Unaligned starts too. */
                 float got = kern_dot_f32(a + rep, b + 2 * rep, n - 2 * rep > 0 ? n - 2 * rep : 0);
                 float ref = kern_dot_f32_ref(a + rep, b + 2 * rep, n - 2 * rep > 0 ? n - 2 * rep : 0);
                 CHECKF(same_bits(got, ref), "isa=%s n=%lld rep=%d: %.9g != %.9g",
-                       kern_isa_name((enum kern_isa)isa), (long long)n, rep, got, ref);
+                       kn_isa_name((enum kn_isa)isa), (long long)n, rep, got, ref);
             }
         }
     }
@@ -56,16 +56,16 @@ int main(void)
             a[i] = -0x1p-100f;
             b[i] = 0x1p-100f;
         }
-        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-            if (!kern_isa_supported((enum kern_isa)isa))
+        for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+            if (!kn_isa_supported((enum kn_isa)isa))
                 continue;
-            CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+            CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
             float acc[16] = {0};
             for (int i = 0; i < n; i++)
                 acc[i] = fmaf(a[i], b[i], acc[i]);
             float want = kern_dot_tree16(acc);
             CHECKF(same_bits(kern_dot_f32(a, b, n), want), "isa=%s signed zero n=%d",
-                   kern_isa_name((enum kern_isa)isa), n);
+                   kn_isa_name((enum kn_isa)isa), n);
         }
     }
     /* A lane of -0 meets the tree: (-0) + (-0) stays -0 only if every lane is -0. */
@@ -77,15 +77,15 @@ int main(void)
         }
         CHECK(signbit(spec_dot(z, o, 16)));
         CHECK(!signbit(spec_dot(z, o, 15)));
-        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-            if (!kern_isa_supported((enum kern_isa)isa))
+        for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+            if (!kn_isa_supported((enum kn_isa)isa))
                 continue;
-            CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+            CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
             CHECK(signbit(kern_dot_f32(z, o, 16)));
             CHECK(!signbit(kern_dot_f32(z, o, 15)));
         }
     }
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
     free(a);
     free(b);
     CHECK_DONE();

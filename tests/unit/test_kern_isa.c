@@ -14,74 +14,74 @@ int main(void)
     setenv("KINETIC_PREFETCH", "lots", 1);
     const size_t pf_lazy = kern_prefetch_bytes();
     unsetenv("KINETIC_PREFETCH");
-    /* A bad KINETIC_ISA seen first by kern_isa_active (no kern_isa_init call) falls back
+    /* A bad KINETIC_ISA seen first by kn_isa_active (no kn_isa_init call) falls back
      * to the scalar kernels, whose bits are the specification. */
     setenv("KINETIC_ISA", "avx9000", 1);
-    CHECK(kern_isa_active() == KERN_ISA_SCALAR);
+    CHECK(kn_isa_active() == KN_ISA_SCALAR);
     unsetenv("KINETIC_ISA");
-    CHECK_STR(kern_isa_name(KERN_ISA_SCALAR), "scalar");
-    CHECK_STR(kern_isa_name(KERN_ISA_AVX2), "avx2");
-    CHECK_STR(kern_isa_name(KERN_ISA_AVX512), "avx512");
-    CHECK_STR(kern_device_class(KERN_ISA_AVX512), "cpu-x86_64-avx512");
-    CHECK_STR(kern_isa_name(KERN_ISA_NEON), "neon");
-    CHECK_STR(kern_isa_name(KERN_ISA_DOTPROD), "dotprod");
-    CHECK_STR(kern_isa_name(KERN_ISA_I8MM), "i8mm");
-    CHECK_STR(kern_device_class(KERN_ISA_NEON), "cpu-aarch64-neon");
-    CHECK_STR(kern_device_class(KERN_ISA_DOTPROD), "cpu-aarch64-dotprod");
-    CHECK_STR(kern_device_class(KERN_ISA_I8MM), "cpu-aarch64-i8mm");
+    CHECK_STR(kn_isa_name(KN_ISA_SCALAR), "scalar");
+    CHECK_STR(kn_isa_name(KN_ISA_AVX2), "avx2");
+    CHECK_STR(kn_isa_name(KN_ISA_AVX512), "avx512");
+    CHECK_STR(kern_device_class(KN_ISA_AVX512), "cpu-x86_64-avx512");
+    CHECK_STR(kn_isa_name(KN_ISA_NEON), "neon");
+    CHECK_STR(kn_isa_name(KN_ISA_DOTPROD), "dotprod");
+    CHECK_STR(kn_isa_name(KN_ISA_I8MM), "i8mm");
+    CHECK_STR(kern_device_class(KN_ISA_NEON), "cpu-aarch64-neon");
+    CHECK_STR(kern_device_class(KN_ISA_DOTPROD), "cpu-aarch64-dotprod");
+    CHECK_STR(kern_device_class(KN_ISA_I8MM), "cpu-aarch64-i8mm");
     /* The scalar class names the architecture this build runs on. */
 #if defined(__x86_64__)
-    CHECK_STR(kern_device_class(KERN_ISA_SCALAR), "cpu-x86_64-scalar");
+    CHECK_STR(kern_device_class(KN_ISA_SCALAR), "cpu-x86_64-scalar");
 #elif defined(__aarch64__)
-    CHECK_STR(kern_device_class(KERN_ISA_SCALAR), "cpu-aarch64-scalar");
+    CHECK_STR(kern_device_class(KN_ISA_SCALAR), "cpu-aarch64-scalar");
 #endif
     /* Every CPU class of either architecture is canonical-1's; others are not. */
-    for (int i = 0; i < KERN_ISA_COUNT; i++)
-        CHECK(kern_device_class_is_cpu(kern_device_class((enum kern_isa)i)));
+    for (int i = 0; i < KN_ISA_COUNT; i++)
+        CHECK(kern_device_class_is_cpu(kern_device_class((enum kn_isa)i)));
     CHECK(kern_device_class_is_cpu("cpu-x86_64-scalar") && kern_device_class_is_cpu("cpu-aarch64-scalar"));
     CHECK(!kern_device_class_is_cpu("cpu-aarch64-sve") && !kern_device_class_is_cpu("vulkan-x-y"));
     CHECK(!kern_device_class_is_cpu("cpu-x86_64-") && !kern_device_class_is_cpu("cpu-avx2"));
     CHECK(!kern_device_class_is_cpu(NULL) && !kern_device_class_is_cpu("toy"));
-    CHECK(kern_isa_supported(KERN_ISA_SCALAR));
-    CHECK(!kern_isa_supported(KERN_ISA_COUNT));
-    enum kern_isa best = kern_isa_best();
-    CHECK(kern_isa_supported(best));
-    if (kern_isa_supported(KERN_ISA_AVX512))
-        CHECK(kern_isa_supported(KERN_ISA_AVX2));
+    CHECK(kn_isa_supported(KN_ISA_SCALAR));
+    CHECK(!kn_isa_supported(KN_ISA_COUNT));
+    enum kn_isa best = kn_isa_best();
+    CHECK(kn_isa_supported(best));
+    if (kn_isa_supported(KN_ISA_AVX512))
+        CHECK(kn_isa_supported(KN_ISA_AVX2));
     /* One architecture's levels only; on ARM each level includes the one below. */
-    bool x86 = kern_isa_supported(KERN_ISA_AVX2), arm = kern_isa_supported(KERN_ISA_NEON);
+    bool x86 = kn_isa_supported(KN_ISA_AVX2), arm = kn_isa_supported(KN_ISA_NEON);
     CHECK(!(x86 && arm));
-    if (kern_isa_supported(KERN_ISA_I8MM))
-        CHECK(kern_isa_supported(KERN_ISA_DOTPROD));
-    if (kern_isa_supported(KERN_ISA_DOTPROD))
-        CHECK(kern_isa_supported(KERN_ISA_NEON));
+    if (kn_isa_supported(KN_ISA_I8MM))
+        CHECK(kn_isa_supported(KN_ISA_DOTPROD));
+    if (kn_isa_supported(KN_ISA_DOTPROD))
+        CHECK(kn_isa_supported(KN_ISA_NEON));
 #if defined(__aarch64__)
     CHECK(arm); /* Advanced SIMD is part of every AArch64 CPU */
 #endif
-    printf("best ISA here: %s\n", kern_isa_name(best));
+    printf("best ISA here: %s\n", kn_isa_name(best));
 
     setenv("KINETIC_ISA", "scalar", 1);
-    CHECK(kern_isa_init(&err) == KN_OK);
-    CHECK(kern_isa_active() == KERN_ISA_SCALAR);
+    CHECK(kn_isa_init(&err) == KN_OK);
+    CHECK(kn_isa_active() == KN_ISA_SCALAR);
     setenv("KINETIC_ISA", "sse9", 1);
-    CHECK(kern_isa_init(&err) == KN_E_ARG);
+    CHECK(kn_isa_init(&err) == KN_E_ARG);
     CHECK(strstr(err.msg, "KINETIC_ISA=sse9") != NULL && strstr(err.msg, "avx512") != NULL);
     CHECK(strstr(err.msg, "i8mm") != NULL);
-    for (int i = 0; i < KERN_ISA_COUNT; i++) {
-        setenv("KINETIC_ISA", kern_isa_name((enum kern_isa)i), 1);
-        enum kn_status st = kern_isa_init(&err);
-        if (kern_isa_supported((enum kern_isa)i)) {
-            CHECK(st == KN_OK && kern_isa_active() == (enum kern_isa)i);
+    for (int i = 0; i < KN_ISA_COUNT; i++) {
+        setenv("KINETIC_ISA", kn_isa_name((enum kn_isa)i), 1);
+        enum kn_status st = kn_isa_init(&err);
+        if (kn_isa_supported((enum kn_isa)i)) {
+            CHECK(st == KN_OK && kn_isa_active() == (enum kn_isa)i);
         } else {
             CHECK(st == KN_E_UNSUPPORTED);
             CHECK(strstr(err.msg, "KINETIC_ISA") != NULL);
         }
     }
     unsetenv("KINETIC_ISA");
-    CHECK(kern_isa_init(&err) == KN_OK);
-    CHECK(kern_isa_active() == best);
-    CHECK(kern_isa_set(KERN_ISA_COUNT, &err) == KN_E_ARG);
-    CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK && kern_isa_active() == KERN_ISA_SCALAR);
+    CHECK(kn_isa_init(&err) == KN_OK);
+    CHECK(kn_isa_active() == best);
+    CHECK(kn_isa_set(KN_ISA_COUNT, &err) == KN_E_ARG);
+    CHECK(kn_isa_set(KN_ISA_SCALAR, &err) == KN_OK && kn_isa_active() == KN_ISA_SCALAR);
 
     /* The products' software prefetch: KINETIC_PREFETCH's byte count, else this CPU's
      * default; a bad value is an error naming it and leaves the default. */

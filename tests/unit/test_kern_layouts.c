@@ -80,30 +80,30 @@ int main(void)
             struct kern_weight w;
             CHECK(kern_weight_init(&w, t, 1, K, blocks, (size_t)nb * bb, packed, &err) == KN_OK);
             void *scratch = kn_aligned_alloc(kern_matmul_scratch_bytes(&w, K), &err);
-            for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-                if (!kern_isa_supported((enum kern_isa)isa))
+            for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+                if (!kn_isa_supported((enum kn_isa)isa))
                     continue;
-                CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+                CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
                 kern_matmul(pool, &w, x, K, y, scratch);
                 if (isa == 0 && packed == 0)
                     memcpy(yref, y, sizeof(float) * (size_t)K);
                 CHECKF(memcmp(y, yref, sizeof(float) * (size_t)K) == 0, "%s isa=%s packed=%d",
-                       quant_type_name(t), kern_isa_name((enum kern_isa)isa), packed);
+                       quant_type_name(t), kn_isa_name((enum kn_isa)isa), packed);
                 bad = 0;
                 for (int64_t m = 0; m < K; m++) {
                     double tol = 8 * 0x1p-24 * (fabs(wa[m]) + fabs(wb[m])) + 1e-30;
                     if (!(fabs((double)y[m] - want[m]) <= tol) && bad++ < 3)
                         fprintf(stderr, "%s isa=%s element %lld: kernel %.9g, gguf-py %.9g\n",
-                                quant_type_name(t), kern_isa_name((enum kern_isa)isa),
+                                quant_type_name(t), kn_isa_name((enum kn_isa)isa),
                                 (long long)m, (double)y[m], (double)want[m]);
                 }
                 CHECKF(bad == 0, "%s isa=%s packed=%d: kernel reads elements elsewhere than llama.cpp",
-                       quant_type_name(t), kern_isa_name((enum kern_isa)isa), packed);
+                       quant_type_name(t), kn_isa_name((enum kn_isa)isa), packed);
             }
             free(scratch);
             kern_weight_free(&w);
         }
-        CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+        CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
         free(x);
         free(y);
         free(yref);

@@ -147,17 +147,17 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
     /* The look-up types run twice on an AVX-512 CPU with VBMI: with vpermb (the default)
      * and with vpshufb (kern_isa_vbmi_set), the instruction CPUs without VBMI use. */
     const bool lookup = t == QT_IQ4_NL || t == QT_IQ4_XS || t == QT_MXFP4;
-    for (int run = 0; run < KERN_ISA_COUNT + 1; run++) {
-        const int isa = run < KERN_ISA_COUNT ? run : KERN_ISA_AVX512;
-        if (!kern_isa_supported((enum kern_isa)isa))
+    for (int run = 0; run < KN_ISA_COUNT + 1; run++) {
+        const int isa = run < KN_ISA_COUNT ? run : KN_ISA_AVX512;
+        if (!kn_isa_supported((enum kn_isa)isa))
             continue;
-        if (run == KERN_ISA_COUNT) { /* the vpshufb run, after every level's default one */
+        if (run == KN_ISA_COUNT) { /* the vpshufb run, after every level's default one */
             if (!lookup || !kern_isa_vbmi())
                 continue;
             CHECK(!kern_isa_vbmi_set(false));
         }
-        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
-        const char *lut = isa == KERN_ISA_AVX512 && lookup ? (kern_isa_vbmi() ? " (vpermb)" : " (vpshufb)") : "";
+        CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
+        const char *lut = isa == KN_ISA_AVX512 && lookup ? (kern_isa_vbmi() ? " (vpermb)" : " (vpshufb)") : "";
         for (int th = 1; th <= MAX_THREADS; th++) {
             for (size_t mi = 0; mi < n_ms; mi++) {
                 int64_t M = ms[mi];
@@ -173,7 +173,7 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
                     CHECKF(same, "%s N=%lld K=%lld M=%lld off=%lld isa=%s%s threads=%d packed=%d "
                            "prefetch=%zu: bits differ from the reference",
                            quant_type_name(t), (long long)N, (long long)K, (long long)M,
-                           (long long)off, kern_isa_name((enum kern_isa)isa), lut, th,
+                           (long long)off, kn_isa_name((enum kn_isa)isa), lut, th,
                            packed > 0, pf);
                 }
             }
@@ -192,11 +192,11 @@ static void check_shape_ms(enum quant_type t, int64_t N, int64_t K, const int *m
                     ok = false;
             }
         CHECKF(ok, "%s K=%lld isa=%s%s: kern_matmul_rows [%lld, %lld) wrong", quant_type_name(t),
-               (long long)K, kern_isa_name((enum kern_isa)isa), lut, (long long)n0, (long long)n1);
+               (long long)K, kn_isa_name((enum kn_isa)isa), lut, (long long)n0, (long long)n1);
     }
     kern_isa_vbmi_set(true);
     kern_prefetch_set(test_prefetch);
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
 
     free(y);
     free(yref);
@@ -225,13 +225,13 @@ static void test_init_errors(void)
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, false, &err) == KN_OK);
     kern_weight_free(&w);
     /* The packed copy exists only for SIMD levels, padded to 16 rows. */
-    CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
+    CHECK(kn_isa_set(KN_ISA_SCALAR, &err) == KN_OK);
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, true, &err) == KN_OK);
     CHECK(w.packed == NULL);
     kern_weight_free(&w);
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
     CHECK(kern_weight_init(&w, QT_Q4_0, 2, 64, buf, 72, true, &err) == KN_OK);
-    if (kern_isa_best() != KERN_ISA_SCALAR)
+    if (kn_isa_best() != KN_ISA_SCALAR)
         CHECK(w.packed != NULL && w.packed_bytes == 2 * 288); /* 1 group, 2 blocks */
     kern_weight_free(&w);
     CHECK(kern_weight_init(&w, QT_F16, 2, 64, buf, 256, true, &err) == KN_OK);
@@ -296,7 +296,7 @@ static void test_parallel_repack(void)
             kern_weight_free(&w[i]);
         }
     }
-    if (kern_isa_best() != KERN_ISA_SCALAR)
+    if (kn_isa_best() != KN_ISA_SCALAR)
         CHECK(ref[0].packed != NULL && ref[3].packed == NULL); /* q8_0 packs, f16 does not */
     for (int i = 0; i < NW; i++) {
         kern_weight_free(&ref[i]);

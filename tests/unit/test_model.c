@@ -263,15 +263,15 @@ static void test_invariance(struct model *m)
     }
 
     /* Every ISA level this CPU runs gives the same bits. */
-    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-        if (!kern_isa_supported((enum kern_isa)isa))
+    for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+        if (!kn_isa_supported((enum kn_isa)isa))
             continue;
-        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
         all_logits(m, p3, 5, MODEL_KV_F32, toks, n, got);
         CHECKF(memcmp(ref, got, (size_t)(n * V) * sizeof(float)) == 0, "logits differ with ISA %s",
-               kern_isa_name((enum kern_isa)isa));
+               kn_isa_name((enum kn_isa)isa));
     }
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
 
     /* An F16 cache is also invariant, and close to the F32 one. */
     all_logits(m, p1, 1, MODEL_KV_F16, toks, n, ref);

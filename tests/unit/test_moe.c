@@ -333,15 +333,15 @@ static void test_invariance(struct model *m, const char *what)
         model_fwd_free(f);
         model_kv_free(&kv);
     }
-    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-        if (!kern_isa_supported((enum kern_isa)isa))
+    for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+        if (!kn_isa_supported((enum kn_isa)isa))
             continue;
-        CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+        CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
         all_logits(m, p3, 5, MODEL_KV_F32, got);
         CHECKF(memcmp(ref, got, bytes) == 0, "%s: logits differ with ISA %s", what,
-               kern_isa_name((enum kern_isa)isa));
+               kn_isa_name((enum kn_isa)isa));
     }
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
     all_logits(m, p1, 1, MODEL_KV_F16, ref);
     all_logits(m, p3, 9, MODEL_KV_F16, got);
     CHECKF(memcmp(ref, got, bytes) == 0, "%s: f16 cache logits differ with batch 9", what);

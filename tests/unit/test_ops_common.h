@@ -33,9 +33,9 @@ static inline double rng_uniform(double lo, double hi)
     return lo + (hi - lo) * ((double)(rng_next() >> 11) * 0x1p-53);
 }
 
-static inline const char *isa_label(enum kern_isa isa)
+static inline const char *isa_label(enum kn_isa isa)
 {
-    return kern_isa_name(isa);
+    return kn_isa_name(isa);
 }
 
 /* Fills out with the SIMD tables (beyond the reference) that this build has and this CPU
@@ -60,14 +60,14 @@ static inline int simd_levels(const struct kern_ops **out)
                      (b & (1u << 31));
         }
     }
-    if (avx2 && kern_ops_get(KERN_ISA_AVX2)->isa == KERN_ISA_AVX2)
-        out[n++] = kern_ops_get(KERN_ISA_AVX2);
-    if (avx512 && kern_ops_get(KERN_ISA_AVX512)->isa == KERN_ISA_AVX512)
-        out[n++] = kern_ops_get(KERN_ISA_AVX512);
+    if (avx2 && kern_ops_get(KN_ISA_AVX2)->isa == KN_ISA_AVX2)
+        out[n++] = kern_ops_get(KN_ISA_AVX2);
+    if (avx512 && kern_ops_get(KN_ISA_AVX512)->isa == KN_ISA_AVX512)
+        out[n++] = kern_ops_get(KN_ISA_AVX512);
 #elif defined(__aarch64__)
     /* Advanced SIMD is in every AArch64 CPU; dotprod and i8mm share its float table. */
-    if (kern_ops_get(KERN_ISA_NEON)->isa == KERN_ISA_NEON)
-        out[n++] = kern_ops_get(KERN_ISA_NEON);
+    if (kern_ops_get(KN_ISA_NEON)->isa == KN_ISA_NEON)
+        out[n++] = kern_ops_get(KN_ISA_NEON);
 #else
     (void)out;
 #endif

@@ -29,9 +29,9 @@ static const int64_t lengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 
 
 static void test_isa_equality(void)
 {
-    const struct kern_ops *lv[KERN_ISA_COUNT];
+    const struct kern_ops *lv[KN_ISA_COUNT];
     int nl = simd_levels(lv);
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     printf("comparing %d SIMD level(s) with the reference:", nl);
     for (int l = 0; l < nl; l++)
         printf(" %s", isa_label(lv[l]->isa));
@@ -109,10 +109,10 @@ static void test_isa_equality(void)
  * batch equal to that row normalized alone. */
 static void test_rmsnorm(void)
 {
-    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    const struct kern_ops *lv[KN_ISA_COUNT + 1];
     int nl = simd_levels(lv);
-    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    lv[nl++] = kern_ops_get(KN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     static float x[8 * 1100], w[1100], y1[8 * 1100], y2[8 * 1100], one[1100];
     const int64_t ns[] = {1, 5, 16, 17, 64, 100, 255, 256, 640, 1024, 1099};
     for (int l = 0; l < nl; l++) {
@@ -167,7 +167,7 @@ static void test_rmsnorm(void)
  * (clamp(u, -7, 7) + 1), llama.cpp's ggml_swiglu_oai), and its clamps exactly. */
 static void test_swiglu_oai(void)
 {
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     int64_t n = 4000;
     fill(xa, n, -12, 12);
     fill(xb, n, -12, 12);
@@ -203,17 +203,17 @@ static void test_layernorm(void)
             x[i] += 50.0f;
         fill(w, n, -2, 2);
         fill(b, n, -1, 1);
-        CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
+        CHECK(kn_isa_set(KN_ISA_SCALAR, &err) == KN_OK);
         kern_layernorm(y1, stride, x, stride, w, b, rows, n, 1e-12f);
-        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-            if (!kern_isa_supported((enum kern_isa)isa))
+        for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+            if (!kn_isa_supported((enum kn_isa)isa))
                 continue;
-            CHECK(kern_isa_set((enum kern_isa)isa, &err) == KN_OK);
+            CHECK(kn_isa_set((enum kn_isa)isa, &err) == KN_OK);
             kern_layernorm(y2, stride, x, stride, w, b, rows, n, 1e-12f);
             bool eq = true;
             for (int64_t r = 0; r < rows; r++)
                 eq = eq && same_bits(y1 + r * stride, y2 + r * stride, n);
-            CHECKF(eq, "%s layernorm n=%lld", kern_isa_name((enum kern_isa)isa), (long long)n);
+            CHECKF(eq, "%s layernorm n=%lld", kn_isa_name((enum kn_isa)isa), (long long)n);
             kern_layernorm(one, n, x + 4 * stride, n, w, b, 1, n, 1e-12f);
             CHECKF(same_bits(one, y1 + 4 * stride, n), "layernorm row alone n=%lld", (long long)n);
             memcpy(y2, x, (size_t)(rows * stride) * sizeof(float));
@@ -238,12 +238,12 @@ static void test_layernorm(void)
         }
         CHECKF(worst < 2e-5, "layernorm n=%lld: error %.3g against float64", (long long)n, worst);
     }
-    CHECK(kern_isa_set(kern_isa_best(), &err) == KN_OK);
+    CHECK(kn_isa_set(kn_isa_best(), &err) == KN_OK);
 }
 
 static void test_softmax_accuracy(void)
 {
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     double worst = 0, worst_log = 0;
     for (int rep = 0; rep < 40; rep++) {
         int64_t n = 1 + (int64_t)(rng_next() % 4999);
@@ -281,26 +281,26 @@ static void test_softmax_accuracy(void)
     CHECK(y[0] == 1.0f);
 }
 
-/* The public entry points follow kern_isa_set(). */
+/* The public entry points follow kn_isa_set(). */
 static void test_dispatch(void)
 {
     int64_t n = 777;
     struct kn_err err = {0};
     fill(xa, n, -10, 10);
     fill(xb, n, -10, 10);
-    CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
-    CHECK(kern_ops_active() == kern_ops_get(KERN_ISA_SCALAR));
+    CHECK(kn_isa_set(KN_ISA_SCALAR, &err) == KN_OK);
+    CHECK(kern_ops_active() == kern_ops_get(KN_ISA_SCALAR));
     kern_swiglu(ya, xa, xb, n);
-    for (int l = KERN_ISA_SCALAR + 1; l < KERN_ISA_COUNT; l++) {
-        if (!kern_isa_supported((enum kern_isa)l))
+    for (int l = KN_ISA_SCALAR + 1; l < KN_ISA_COUNT; l++) {
+        if (!kn_isa_supported((enum kn_isa)l))
             continue;
-        CHECK(kern_isa_set((enum kern_isa)l, &err) == KN_OK);
-        CHECK(kern_ops_active() == kern_ops_get((enum kern_isa)l));
-        CHECK(kern_ops_active()->isa != KERN_ISA_SCALAR);
+        CHECK(kn_isa_set((enum kn_isa)l, &err) == KN_OK);
+        CHECK(kern_ops_active() == kern_ops_get((enum kn_isa)l));
+        CHECK(kern_ops_active()->isa != KN_ISA_SCALAR);
         kern_swiglu(yb, xa, xb, n);
         CHECK(same_bits(ya, yb, n));
     }
-    CHECK(kern_isa_set(KERN_ISA_SCALAR, &err) == KN_OK);
+    CHECK(kn_isa_set(KN_ISA_SCALAR, &err) == KN_OK);
     float a[3] = {1, 2, 3}, b[3] = {4, 5, 6}, c[3];
     kern_add(c, a, b, 3);
     CHECK(c[0] == 5 && c[1] == 7 && c[2] == 9);

@@ -124,10 +124,10 @@ static void test_table(void)
  * every ISA level against the reference; each token alone equals it in a batch. */
 static void test_rotate(void)
 {
-    const struct kern_ops *lv[KERN_ISA_COUNT + 1];
+    const struct kern_ops *lv[KN_ISA_COUNT + 1];
     int nl = simd_levels(lv);
-    lv[nl++] = kern_ops_get(KERN_ISA_SCALAR);
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    lv[nl++] = kern_ops_get(KN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {64, 32}, {80, 80}, {96, 64},
                            {6, 6}, {2, 2}, {34, 18}, {256, 128}};
     enum { T = 9, H = 3 };
@@ -188,9 +188,9 @@ static void test_rotate(void)
  * and YaRN's mscale. */
 static void test_table_isa(void)
 {
-    const struct kern_ops *lv[KERN_ISA_COUNT];
+    const struct kern_ops *lv[KN_ISA_COUNT];
     int nl = simd_levels(lv);
-    const struct kern_ops *ref = kern_ops_get(KERN_ISA_SCALAR);
+    const struct kern_ops *ref = kern_ops_get(KN_ISA_SCALAR);
     enum { T = 64 };
     int32_t pos[T];
     for (int t = 0; t < T; t++)
