@@ -408,10 +408,10 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < Mmax * K; i++)
             x[i] = (float)(int)(next_rand() % 2001 - 1000) * 1e-3f;
         void *scratch = kn_aligned_alloc(kern_matmul_scratch_bytes(&w[0], Mmax) + 64, &err);
-        for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
-            if (!kern_isa_supported((enum kern_isa)isa) || !in_list(isas, kern_isa_name((enum kern_isa)isa)))
+        for (int isa = 0; isa < KN_ISA_COUNT; isa++) {
+            if (!kn_isa_supported((enum kn_isa)isa) || !in_list(isas, kn_isa_name((enum kn_isa)isa)))
                 continue;
-            if (kern_isa_set((enum kern_isa)isa, &err) != KN_OK)
+            if (kn_isa_set((enum kn_isa)isa, &err) != KN_OK)
                 continue;
             for (int th = 1; th <= 64; th++) {
                 char tn[12]; /* any int: -O1 (the sanitizer build) checks the bound */
@@ -426,7 +426,7 @@ int main(int argc, char **argv)
                 for (int mi = 0; mi < nm; mi++) {
                     int64_t M = mlist[mi];
                     /* The scalar reference is slow at M = 512: fewer tokens, same units. */
-                    if (isa == KERN_ISA_SCALAR && M > 1)
+                    if (isa == KN_ISA_SCALAR && M > 1)
                         M = 16;
                     kern_matmul(pool, &w[0], x, M, y, scratch); /* warm-up */
                     if (vs && M <= VS_MAX_M) {
@@ -442,7 +442,7 @@ int main(int argc, char **argv)
                                 snprintf(col, sizeof col, "prefetch %zu", pf[s]);
                             printf("| %s | %lldx%lld | %s | %d | %lld | %s | %s |\n",
                                    quant_type_name(t), (long long)N, (long long)K,
-                                   kern_isa_name((enum kern_isa)isa), th, (long long)M, col,
+                                   kn_isa_name((enum kn_isa)isa), th, (long long)M, col,
                                    res[s]);
                         }
                         kern_prefetch_set(pf[0]);
@@ -473,7 +473,7 @@ int main(int argc, char **argv)
                         snprintf(res, sizeof res, "%.1f GOPS (M=%lld)",
                                  2.0 * (double)M * (double)N * (double)K / per * 1e-9, (long long)M);
                     printf("| %s | %lldx%lld | %s | %d | %lld | %.3f ms | %s |\n", quant_type_name(t),
-                           (long long)N, (long long)K, kern_isa_name((enum kern_isa)isa), th,
+                           (long long)N, (long long)K, kn_isa_name((enum kn_isa)isa), th,
                            (long long)M, per * 1e3, res);
                     fflush(stdout);
                 }
