@@ -272,32 +272,17 @@ static struct json_value *repl_messages_json(const struct repl *r, struct kn_err
 /* ================================================================ open / close */
 
 /* Sets the stop strings every answer ends at (n == 0: none): the session's (which also
- * sizes the reply's split for them) and the REPL's copy for /set. The template's end of
- * turn (the plain format's next "User:") is always one of them. On failure the old
- * strings stay. */
+ * sizes the reply's split for them, and adds the template's turn ends: the plain format's
+ * next "User:") and the REPL's copy of what the session then holds, for /set. On failure
+ * the old strings stay. */
 static enum kn_status repl_set_stops(struct repl *r, const char *const *given, int n,
                                      struct kn_err *err)
 {
-    const char *stops[TEXT_MAX_STOPS];
-    int n_ends = 0;
-    const char *const *ends = chat_renderer_turn_ends(&r->s.cr, &n_ends);
-    for (int i = 0; i < n && i < TEXT_MAX_STOPS; i++)
-        stops[i] = given[i];
-    for (int k = 0; k < n_ends; k++) {
-        bool have = false;
-        for (int i = 0; i < n && !have; i++)
-            have = strcmp(stops[i], ends[k]) == 0;
-        if (have)
-            continue;
-        if (n >= TEXT_MAX_STOPS)
-            return kn_fail(err, KN_E_ARG, "at most %d stop strings, with the %d that end this "
-                           "template's turns", TEXT_MAX_STOPS, n_ends);
-        stops[n++] = ends[k];
-    }
     char *copy[TEXT_MAX_STOPS] = {0};
     int n_copy = 0;
-    enum kn_status st = session_set_stop(&r->s, stops, n, err);
-    if (st == KN_OK && (st = stops_copy(copy, &n_copy, stops, n, err)) == KN_OK) {
+    enum kn_status st = session_set_stop(&r->s, given, n, err);
+    if (st == KN_OK && (st = stops_copy(copy, &n_copy, (const char *const *)r->s.stops,
+                                        r->s.n_stop, err)) == KN_OK) {
         stops_free(r->stops, &r->n_stops);
         memcpy(r->stops, copy, sizeof copy);
         r->n_stops = n_copy;
