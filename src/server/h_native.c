@@ -134,11 +134,7 @@ enum MHD_Result srv_handle_props(struct srv_call *c)
     SET(root, "build_info", json_new_string(s->cfg.build ? s->cfg.build : ""));
     SET(root, "receipts", json_new_bool(s->cfg.receipt != NULL)); /* Kinetic's own */
 #undef SET
-    char *out = NULL;
-    if (!ok || json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
-        out = NULL;
-    json_free(root);
-    return srv_send_json(c, 200, out);
+    return srv_send_json(c, 200, api_json_finish(root, ok));
 }
 
 enum MHD_Result srv_handle_tokenize(struct srv_call *c)
@@ -179,11 +175,7 @@ enum MHD_Result srv_handle_tokenize(struct srv_call *c)
         ok = json_object_set(root, "tokens", arr, NULL) == KN_OK;
     else
         json_free(arr);
-    char *out = NULL;
-    if (!ok || json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
-        out = NULL;
-    json_free(root);
-    return srv_send_json(c, 200, out);
+    return srv_send_json(c, 200, api_json_finish(root, ok));
 }
 
 enum MHD_Result srv_handle_detokenize(struct srv_call *c)
@@ -219,13 +211,10 @@ enum MHD_Result srv_handle_detokenize(struct srv_call *c)
     char *clean = json_utf8_sanitize(text, k, &m);
     free(text);
     struct json_value *root = json_new_object();
-    char *out = NULL;
-    if (clean && root && json_object_set(root, "content", json_new_stringn(clean, m), NULL) == KN_OK &&
-        json_write(root, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
-        out = NULL;
+    bool ok = clean != NULL;
+    api_json_set(root, "content", clean ? json_new_stringn(clean, m) : NULL, &ok);
     free(clean);
-    json_free(root);
-    return srv_send_json(c, 200, out);
+    return srv_send_json(c, 200, api_json_finish(root, ok));
 }
 
 /* POST /apply-template: the prompt a chat completion with this body would get (as
