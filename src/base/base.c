@@ -416,17 +416,12 @@ void kn_log(enum kn_log_level level, const char *fmt, ...)
 {
     if (level < log_level)
         return;
-    static const char *const names[] = {"debug", "info", "warning", "error"};
     char buf[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    kn_progress_interrupt(); /* not onto a progress bar's line */
-    if (log_format == KN_LOG_JSON)
-        kn_log_event(level, buf, NULL);
-    else
-        fprintf(stderr, "kinetic: %s: %s\n", names[level], buf);
+    kn_log_event(level, buf, NULL);
 }
 
 void kn_log_set_format(enum kn_log_format format)
@@ -439,6 +434,7 @@ void kn_log_event(enum kn_log_level level, const char *msg, const struct json_va
     if (level < log_level)
         return;
     static const char *const names[] = {"debug", "info", "warning", "error"};
+    kn_progress_interrupt(); /* not onto a progress bar's line */
     if (log_format == KN_LOG_TEXT) {
         fprintf(stderr, "kinetic: %s: %s\n", names[level], msg);
         return;
