@@ -3,11 +3,9 @@
  * receipts it finds and checks. */
 #include "cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "base/json.h"

@@ -77,11 +77,7 @@ enum MHD_Result srv_handle_slots(struct srv_call *c)
 #undef SET
     }
     free(info);
-    char *out = NULL;
-    if (!ok || json_write(arr, JSON_COMPACT, &out, NULL, NULL) != KN_OK)
-        out = NULL;
-    json_free(arr);
-    return srv_send_json(c, 200, out);
+    return srv_send_json(c, 200, api_json_finish(arr, ok));
 }
 
 /* A new empty object set into parent under key (parent owns it), or NULL when out of memory. */
@@ -344,9 +340,5 @@ enum MHD_Result srv_handle_verify(struct srv_call *c)
               json_object_set(root, "exit_code", json_new_int(rc), NULL) == KN_OK &&
               json_object_set(root, "report", json_new_stringn(report, report_len), NULL) == KN_OK;
     free(report);
-    char *text = NULL;
-    if (!ok || json_write(root, JSON_COMPACT, &text, NULL, NULL) != KN_OK)
-        text = NULL;
-    json_free(root);
-    return srv_send_json(c, 200, text);
+    return srv_send_json(c, 200, api_json_finish(root, ok));
 }
